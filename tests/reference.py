@@ -1,0 +1,199 @@
+"""An independent, slow reference for the parse core.
+
+Plain ``json`` with ``Decimal`` numbers and Python loops over events; it imports nothing
+from traceviz. It states the contract of the GPU activity table in the simplest code we
+could write: which events are activities, their exact ns times, the launch they join to,
+the innermost cpu_op around the launch, the ProfilerStep they belong to, and their kind
+(from the shipped ``patterns.toml``, read here as plain data).
+"""
+from __future__ import annotations
+
+import bisect
+import gzip
+import io
+import json
+import re
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover
+    import tomli as tomllib
+
+import zstandard
+
+ACTIVITY = {"kernel": "kernel", "Kernel": "kernel", "gpu_memcpy": "gpu_memcpy",
+            "Memcpy": "gpu_memcpy", "gpu_memset": "gpu_memset", "Memset": "gpu_memset"}
+DEVICE_SIDE = set(ACTIVITY) | {"gpu_user_annotation", "cuda_sync"}
+LAUNCH = {"cuda_runtime", "cuda_driver", "Runtime", "Driver"}
+CPU_OP = {"cpu_op", "Operator"}
+LAUNCH_FLOWS = {"ac2g", "async", "async_cpu_to_gpu"}
+INT64 = (-(1 << 63), (1 << 63) - 1)
+PATTERNS = tomllib.loads((Path(__file__).parents[1] / "traceviz" / "classify"
+                          / "patterns.toml").read_text())
+
+
+def read_bytes(path: str | Path) -> bytes:
+    raw = Path(path).read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        return gzip.decompress(raw)
+    if raw[:4] == b"\x28\xb5\x2f\xfd":
+        return zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw)).read()
+    return raw
+
+
+def events_of(doc) -> list:
+    return doc if isinstance(doc, list) else doc["traceEvents"]
+
+
+def load(data: bytes):
+    return json.loads(data, parse_float=Decimal)
+
+
+def scaled(value, scale: int) -> int | None:
+    """``value`` (number or numeric string) times 10**scale, rounded half away from 0."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, str):
+        try:
+            value = Decimal(value.strip())
+        except InvalidOperation:
+            return None
+    if not isinstance(value, (int, Decimal)):
+        return None
+    if isinstance(value, Decimal) and not value.is_finite():
+        return None
+    out = int((Decimal(value) * (10 ** scale)).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+    return out if INT64[0] <= out <= INT64[1] else None
+
+
+def arg_int(args: dict, *keys: str) -> int:
+    for key in keys:
+        if key in args:
+            v = scaled(args[key], 0)
+            return -1 if v is None else v
+    return -1
+
+
+def thread_key(ev: dict):
+    def one(v):
+        n = scaled(v, 0) if isinstance(v, (str, int)) else None
+        return n if n is not None else (("str", v) if isinstance(v, str) else -1)
+    return one(ev.get("pid")), one(ev.get("tid"))
+
+
+def kind_of(cat: str, name: str) -> str:
+    if cat in ("gpu_memcpy", "gpu_memset"):
+        return "MEM"
+    k = PATTERNS["kind"]
+    if any(re.search(p, name) for p in k["memory"]):
+        return "MEM"
+    if any(re.search(p, name) for p in k["communication"]):
+        return "COMM"
+    return "COMP"
+
+
+def complete(ev) -> bool:
+    return (isinstance(ev, dict) and ev.get("ph") == "X" and scaled(ev.get("ts"), 3) is not None
+            and scaled(ev.get("dur"), 3) is not None)
+
+
+def activities(doc) -> dict[int, dict]:
+    """Expected activity rows keyed by the event's position in traceEvents."""
+    events = events_of(doc)
+    launches, ops, steps, flows = [], [], [], []
+    step_re = re.compile(PATTERNS["steps"]["iteration"])
+    for idx, ev in enumerate(events):
+        if isinstance(ev, dict) and ev.get("ph") in ("s", "f") and ev.get("cat") in LAUNCH_FLOWS:
+            flows.append(ev)
+        if not complete(ev):
+            continue
+        cat = ev.get("cat")
+        name = ev.get("name") if isinstance(ev.get("name"), str) else None
+        ts, dur = scaled(ev["ts"], 3), scaled(ev["dur"], 3)
+        row = {"index": idx, "ts": ts, "dur": dur, "name": name, "thread": thread_key(ev),
+               "args": ev.get("args") if isinstance(ev.get("args"), dict) else {}}
+        if cat in LAUNCH:
+            launches.append(row)
+        elif cat in CPU_OP:
+            ops.append(row)
+        if (cat not in DEVICE_SIDE and cat not in LAUNCH and cat != "python_function"
+                and name and step_re.match(name)):
+            steps.append((ts, dur, int(step_re.match(name).group(1))))
+
+    def flow_id(ph, thread, ts):
+        for f in flows:
+            if f.get("ph") == ph and thread_key(f) == thread and scaled(f.get("ts"), 3) == ts:
+                v = scaled(f.get("id"), 0)
+                if v is not None:
+                    return v
+        return -1
+
+    ops_by_thread: dict = {}
+    for o in sorted(ops, key=lambda o: (o["ts"], o["index"])):
+        ops_by_thread.setdefault(o["thread"], []).append(o)
+    starts = {th: [o["ts"] for o in lst] for th, lst in ops_by_thread.items()}
+
+    def innermost_op(thread, t):
+        """Latest-starting op containing t (ties: shortest, then later in the file)."""
+        lst = ops_by_thread.get(thread, [])
+        best = None
+        for o in reversed(lst[:bisect.bisect_right(starts.get(thread, []), t)]):
+            if best is not None and o["ts"] < best["ts"]:
+                break
+            if t < o["ts"] + max(o["dur"], 0):
+                key = (o["ts"], -(o["ts"] + o["dur"]), o["index"])
+                if best is None or key > (best["ts"], -(best["ts"] + best["dur"]), best["index"]):
+                    best = o
+        return best
+
+    by_corr: dict[int, list] = {}
+    for lr in launches:
+        corr = arg_int(lr["args"], "correlation")
+        if corr < 0 and flows:
+            corr = flow_id("s", lr["thread"], lr["ts"])
+        if corr >= 0:
+            by_corr.setdefault(corr, []).append(lr)
+    out = {}
+    for idx, ev in enumerate(events):
+        if not complete(ev) or ev.get("cat") not in ACTIVITY:
+            continue
+        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        cat = ACTIVITY[ev["cat"]]
+        name = ev.get("name") if isinstance(ev.get("name"), str) else None
+        ts, dur = scaled(ev["ts"], 3), scaled(ev["dur"], 3)
+        corr = arg_int(args, "correlation")
+        if corr < 0 and flows:
+            corr = flow_id("f", thread_key(ev), ts)
+        cands = by_corr.get(corr, []) if corr >= 0 else []
+        launch = None
+        if len(cands) == 1:
+            launch = cands[0]
+        elif cands:
+            before = [c for c in cands if c["ts"] <= ts]
+            launch = (max(before, key=lambda c: (c["ts"], -c["index"])) if before
+                      else min(cands, key=lambda c: (c["ts"], c["index"])))
+        op = innermost_op(launch["thread"], launch["ts"]) if launch is not None else None
+        at = launch["ts"] if launch is not None else ts
+        iteration = -1
+        for s_ts, s_dur, num in sorted(steps):
+            if s_ts <= at < s_ts + s_dur:
+                iteration = num
+        out[idx] = {
+            "cat": cat, "name": name, "ts": ts, "dur": dur, "correlation": corr,
+            "external_id": arg_int(args, "External id", "external id"),
+            "launch_ts": launch["ts"] if launch else None,
+            "launch_dur": launch["dur"] if launch else None,
+            "launch_name": launch["name"] if launch else None,
+            "cpu_op": op["name"] if op else None,
+            "cpu_op_external_id": (arg_int(op["args"], "External id", "external id")
+                                   if op else None),
+            "iteration": iteration,
+            "kind": kind_of(cat, name or ""),
+        }
+    return out
+
+
+def event_count(doc) -> int:
+    return len(events_of(doc))

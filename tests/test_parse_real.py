@@ -1,0 +1,46 @@
+"""Every real trace parses, and agrees row by row with the independent reference."""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+import traceviz
+from conftest import needs_shared, shared_traces, trace_id
+from reference import activities, event_count, load, read_bytes
+
+TRACES = shared_traces()
+
+
+@needs_shared
+def test_there_are_real_traces():
+    assert len(TRACES) >= 30
+
+
+@needs_shared
+@pytest.mark.parametrize("path", TRACES, ids=trace_id)
+def test_matches_reference(path):
+    doc = load(read_bytes(path))
+    expected = activities(doc)
+    result = traceviz.parse_trace(path)
+    table = result.activities
+    meta = result.meta
+    assert meta["stats"]["events"] == event_count(doc)
+    assert meta["stats"]["truncated_at"] is None
+    assert table.num_rows == len(expected)
+    got = table.to_pydict()
+    rows = {idx: i for i, idx in enumerate(got["index"])}
+    assert set(rows) == set(expected)
+    assert got["ts"] == sorted(got["ts"])
+    by_cat = Counter(got["cat"])
+    assert by_cat == Counter(e["cat"] for e in expected.values())
+    assert Counter(got["kind"]) == Counter(e["kind"] for e in expected.values())
+    fields = ("cat", "name", "ts", "dur", "correlation", "external_id", "launch_ts",
+              "launch_dur", "launch_name", "cpu_op", "cpu_op_external_id", "iteration", "kind")
+    for idx, exp in expected.items():
+        i = rows[idx]
+        exp = dict(exp)
+        if exp["cpu_op_external_id"] is not None and exp["cpu_op_external_id"] < 0:
+            exp["cpu_op_external_id"] = None
+        for f in fields:
+            assert got[f][i] == exp[f], (f, idx, got[f][i], exp[f])

@@ -1,0 +1,4 @@
+"""``python -m traceviz`` is the ``traceviz`` command."""
+from .cli import main
+
+main()

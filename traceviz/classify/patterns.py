@@ -1,0 +1,63 @@
+"""Load the name patterns: the shipped ``patterns.toml`` merged with a user's file."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from ..errors import TraceVizError
+
+
+@dataclass(frozen=True)
+class Patterns:
+    """Compiled patterns; see ``patterns.toml`` for what each table means."""
+
+    comm: tuple[re.Pattern, ...]
+    memory: tuple[re.Pattern, ...]
+    collectives: tuple[tuple[str, re.Pattern], ...]
+    iteration: re.Pattern
+    raw: dict
+
+
+def _compile(text: str, where: str) -> re.Pattern:
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise TraceVizError(f"{where}: bad regular expression {text!r}: {exc}") from None
+
+
+def load_patterns(path: str | Path | None = None) -> Patterns:
+    """The default patterns, with the tables of ``path`` (a TOML file) replacing them."""
+    data = tomllib.loads(resources.files(__package__).joinpath("patterns.toml").read_text())
+    where = "patterns.toml"
+    if path is not None:
+        where = str(path)
+        try:
+            user = tomllib.loads(Path(path).read_text())
+        except OSError as exc:
+            raise TraceVizError(f"{path}: cannot read patterns file: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise TraceVizError(f"{path}: not valid TOML: {exc}") from None
+        for table, value in user.items():
+            if isinstance(value, dict) and isinstance(data.get(table), dict):
+                data[table] = {**data[table], **value}
+            else:
+                data[table] = value
+    try:
+        kind = data["kind"]
+        return Patterns(
+            comm=tuple(_compile(p, where) for p in kind["communication"]),
+            memory=tuple(_compile(p, where) for p in kind["memory"]),
+            collectives=tuple((c["name"], _compile(c["pattern"], where))
+                              for c in data["collective"]),
+            iteration=_compile(data["steps"]["iteration"], where),
+            raw=data,
+        )
+    except (KeyError, TypeError) as exc:
+        raise TraceVizError(f"{where}: missing or malformed pattern table: {exc}") from None

@@ -1,0 +1,135 @@
+"""The ``traceviz`` command line: one thin Click function per subcommand.
+
+Exit codes: 0 ok; 1 a problem with the input (a one-line message says which file, where,
+and what to do; partial results may have been written); 2 a usage error.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import click
+
+from . import __version__
+from .errors import TraceVizError, UsageError
+
+
+def _fail(message: str, code: int = 1) -> None:
+    click.echo(f"traceviz: error: {message}", err=True)
+    sys.exit(code)
+
+
+class _Group(click.Group):
+    """Turns TraceVizError into one line on stderr instead of a traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except UsageError as exc:
+            _fail(str(exc), 2)
+        except TraceVizError as exc:
+            _fail(str(exc), 1)
+        except KeyboardInterrupt:
+            _fail("interrupted", 130)
+        except MemoryError:
+            _fail("out of memory; lower --memory-budget or use a machine with more RAM")
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except Exception as exc:  # a bug: one line, the traceback on request
+            if os.environ.get("TRACEVIZ_DEBUG"):
+                raise
+            _fail(f"internal error: {type(exc).__name__}: {exc} (set TRACEVIZ_DEBUG=1 for "
+                  "the traceback and please report it)")
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="traceviz")
+def main() -> None:
+    """Analyse PyTorch-profiler (Kineto) traces of distributed LLM training.
+
+    \b
+    Example:
+      traceviz parse rank0.pt.trace.json.gz -o rank0.parquet
+    """
+
+
+def _default_output(trace: str) -> str:
+    base = os.path.basename(trace)
+    for suffix in (".json.gz", ".json.zst", ".json.zstd", ".json", ".gz", ".zst"):
+        if base.endswith(suffix):
+            base = base[: -len(suffix)]
+            break
+    return base + ".parquet"
+
+
+@main.command()
+@click.argument("trace")
+@click.option("-o", "--output", help="Output parquet file, '-' for stdout "
+              "[default: TRACE's name with .parquet, in the current folder].")
+@click.option("--cpu", is_flag=True, help="Also write the CPU-side table to OUTPUT's "
+              "name with .cpu.parquet.")
+@click.option("--patterns", type=click.Path(dir_okay=False),
+              help="TOML file overriding the shipped name patterns.")
+@click.option("--strict", is_flag=True, help="Treat a truncated trace as an error (exit 1).")
+@click.option("--memory-budget", type=click.IntRange(min=16), default=512, show_default=True,
+              help="MB of column buffers to hold in memory before spilling to disk.")
+@click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+def parse(trace: str, output: str | None, cpu: bool, patterns: str | None, strict: bool,
+          memory_budget: int, quiet: bool) -> None:
+    """Parse one rank's trace into the GPU activity table (parquet).
+
+    TRACE is a .json, .json.gz or .json.zst file, or '-' for stdin.
+
+    \b
+    Examples:
+      traceviz parse rank0.pt.trace.json -o rank0.parquet
+      traceviz parse rank0.json.gz --cpu -o out/rank0.parquet
+      cat trace.json.gz | traceviz parse - -o - > rank0.parquet
+    """
+    from .api import parse_trace
+    from .output import write_parquet
+
+    if output is None:
+        output = "-" if trace == "-" and not sys.stdout.isatty() else _default_output(
+            "stdin" if trace == "-" else trace)
+    if cpu and output == "-":
+        raise UsageError("--cpu writes a second file: give -o FILE, not '-'")
+    start = time.perf_counter()
+    result = parse_trace(trace, cpu=cpu, patterns=patterns,
+                         memory_budget=memory_budget << 20)
+    for warning in result.warnings:
+        click.echo(f"traceviz: warning: {warning}", err=True)
+    if strict and result.meta["stats"]["truncated_at"] is not None:
+        raise TraceVizError(f"{result.meta['source']}: truncated trace rejected (--strict); "
+                            "nothing written")
+    write_parquet(result.activities, output)
+    written = [output]
+    if cpu and result.cpu is not None:
+        cpu_path = (output[:-len(".parquet")] if output.endswith(".parquet") else output)
+        cpu_path += ".cpu.parquet"
+        write_parquet(result.cpu, cpu_path)
+        written.append(cpu_path)
+    if not quiet:
+        _summary(result, time.perf_counter() - start, written)
+
+
+def _summary(result, seconds: float, written: list[str]) -> None:
+    meta = result.meta
+    stats = meta["stats"]
+    kinds = result.activities.column("kind").value_counts().to_pylist()
+    kind_text = ", ".join(f"{k['counts']} {k['values']}" for k in kinds) or "none"
+    steps = sorted({s["iteration"] for s in meta["steps"]})
+    mb = stats["bytes_read"] / 1e6
+    click.echo(
+        f"rank {meta['rank']}: {result.activities.num_rows} GPU activities ({kind_text}); "
+        f"{len(steps)} iteration(s); {stats['events']} events, {mb:.1f} MB in {seconds:.2f} s "
+        f"({mb / max(seconds, 1e-9):.0f} MB/s) -> {', '.join(written)}", err=True)
+    skipped = sum(stats["skipped"].values())
+    if skipped:
+        click.echo(f"  skipped {skipped} events: " + "; ".join(
+            f"{v} {k}" for k, v in stats["skipped"].items()), err=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

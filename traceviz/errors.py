@@ -1,0 +1,29 @@
+"""Errors with a one-line message: where (file, byte offset or event) and what to do."""
+from __future__ import annotations
+
+
+class TraceVizError(Exception):
+    """Base class of errors the CLI reports as one line (exit code 1)."""
+
+
+class TraceError(TraceVizError):
+    """A trace file that cannot be read: unreadable, not JSON, not a Kineto trace."""
+
+    def __init__(self, path: str, message: str, *, offset: int | None = None,
+                 hint: str = "") -> None:
+        self.path = path
+        self.offset = offset
+        self.message = message
+        self.hint = hint
+        super().__init__(self.line())
+
+    def line(self) -> str:
+        where = self.path if self.offset is None else f"{self.path}: byte {self.offset}"
+        text = f"{where}: {self.message}"
+        if self.hint:
+            text += f"; {self.hint}"
+        return text
+
+
+class UsageError(TraceVizError):
+    """Arguments that do not fit together (exit code 2 in the CLI)."""

@@ -1,0 +1,87 @@
+"""Top-level keys of a Kineto trace (everything but ``traceEvents``) and ``M`` events.
+
+The scanner hands over byte spans; here each value is decoded with orjson (Python's
+``json`` for integers beyond 64 bits). Large values of unknown keys are not kept.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import orjson
+
+KEEP_UNKNOWN_BELOW = 64 << 10  # bytes; larger values of keys we do not use are dropped
+_RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+_WORKER_IN_NAME = re.compile(r"worker[-_]?(\d+)", re.IGNORECASE)
+
+
+def decode_json(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
+
+
+class Header:
+    """Collects top-level values and process/thread metadata while scanning."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, Any] = {}
+        self.dropped: list[str] = []
+        self.process_names: dict[Any, str] = {}
+        self.process_labels: dict[Any, str] = {}
+        self.thread_names: dict[tuple[Any, Any], str] = {}
+        self.metadata_events = 0
+
+    def add_value(self, key: str, raw: bytes) -> None:
+        if key in WANTED or len(raw) < KEEP_UNKNOWN_BELOW:
+            try:
+                self.values[key] = decode_json(raw)
+            except ValueError:
+                self.dropped.append(key)
+        else:
+            self.dropped.append(key)
+
+    def add_metadata_event(self, raw: bytes) -> None:
+        self.metadata_events += 1
+        try:
+            ev = decode_json(raw)
+        except ValueError:
+            return
+        args = ev.get("args") or {}
+        name = ev.get("name")
+        if name == "process_name":
+            self.process_names[ev.get("pid")] = str(args.get("name", ""))
+        elif name == "process_labels":
+            self.process_labels[ev.get("pid")] = str(args.get("labels", ""))
+        elif name == "thread_name":
+            self.thread_names[(ev.get("pid"), ev.get("tid"))] = str(args.get("name", ""))
+
+    # ---- facts ---------------------------------------------------------------------
+    @property
+    def distributed(self) -> dict:
+        d = self.values.get("distributedInfo")
+        return d if isinstance(d, dict) else {}
+
+    def rank(self, source_name: str) -> tuple[int, str]:
+        """(rank, where it came from): distributedInfo, else the file name, else -1."""
+        r = self.distributed.get("rank")
+        if isinstance(r, int) and not isinstance(r, bool):
+            return r, "distributedInfo"
+        base = source_name.replace("\\", "/").rsplit("/", 1)[-1]
+        m = _RANK_IN_NAME.search(base) or _WORKER_IN_NAME.search(base)
+        if m:
+            return int(m.group(1)), "file name"
+        return -1, "unknown"
+
+    def world_size(self) -> int:
+        w = self.distributed.get("world_size")
+        return w if isinstance(w, int) and not isinstance(w, bool) else -1
+
+
+WANTED = {"distributedInfo", "deviceProperties", "baseTimeNanoseconds", "displayTimeUnit",
+          "schemaVersion", "traceName", "record_shapes", "with_stack", "with_flops",
+          "with_modules", "profile_memory", "cuda_driver_version", "cuda_runtime_version",
+          "cupti_version", "hip_runtime_version", "hip_driver_version", "roctracer_version",
+          "trace_id"}

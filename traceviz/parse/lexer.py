@@ -1,0 +1,280 @@
+"""Byte-level JSON primitives for the numba scanner.
+
+Every function takes the byte buffer ``buf`` (``uint8`` array), a position ``i`` and the
+number of valid bytes ``n``; none allocates. Positions are indices into ``buf``.
+
+Return conventions shared by all functions here:
+
+* an end position ``>= 0`` is the index just past what was read;
+* ``INCOMPLETE`` (-1) means the buffer ended before the token did (more bytes may complete it);
+* ``SYNTAX`` (-2) means the bytes cannot be JSON at this point.
+
+Strings are hashed with 64-bit FNV-1a over their raw bytes (escapes included, quotes
+excluded), computed in ``uint64`` (signed overflow is undefined behaviour for LLVM, so
+wrapping arithmetic must be unsigned) and returned as the same bits in an ``int64``;
+:func:`fnv1a` is the same hash in Python for building key constants.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+INCOMPLETE = -1
+SYNTAX = -2
+
+FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+FNV_PRIME = np.uint64(0x100000001B3)
+
+# number parse status
+NUM_OK = 0
+NUM_BAD = 1  # not a number, or out of int64 range
+
+_QUOTE = 34
+_BACKSLASH = 92
+_MAX_DIV10 = 922337203685477580  # (2**63 - 1) // 10
+_INT64_MAX = 9223372036854775807
+
+
+def fnv1a(data: bytes) -> int:
+    """FNV-1a 64 of ``data`` as a signed int64, identical to :func:`scan_string`'s hash."""
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h - (1 << 64) if h >= (1 << 63) else h
+
+
+@njit(nogil=True, cache=True, inline="always")
+def is_ws(c: int) -> bool:
+    return c == 32 or c == 10 or c == 13 or c == 9
+
+
+@njit(nogil=True, cache=True)
+def skip_ws(buf, i, n):
+    """Index of the first non-whitespace byte at or after ``i`` (``n`` if none)."""
+    while i < n and (buf[i] == 32 or buf[i] == 10 or buf[i] == 13 or buf[i] == 9):
+        i += 1
+    return i
+
+
+@njit(nogil=True, cache=True)
+def scan_string(buf, i, n):
+    """Read the string whose opening quote is at ``i``.
+
+    Returns ``(end, hash, has_escape)``: ``end`` is past the closing quote, or INCOMPLETE.
+    """
+    h = FNV_OFFSET
+    esc = False
+    i += 1
+    while i < n:
+        c = buf[i]
+        if c == _QUOTE:
+            return i + 1, np.int64(h), esc
+        if c == _BACKSLASH:
+            esc = True
+            if i + 1 >= n:
+                return INCOMPLETE, np.int64(h), esc
+            h = (h ^ np.uint64(c)) * FNV_PRIME
+            i += 1
+            c = buf[i]
+        h = (h ^ np.uint64(c)) * FNV_PRIME
+        i += 1
+    return INCOMPLETE, np.int64(h), esc
+
+
+@njit(nogil=True, cache=True)
+def skip_string(buf, i, n):
+    """Like :func:`scan_string` without the hash: the end position or INCOMPLETE."""
+    i += 1
+    while i < n:
+        c = buf[i]
+        if c == _QUOTE:
+            return i + 1
+        if c == _BACKSLASH:
+            i += 1
+        i += 1
+    return INCOMPLETE
+
+
+@njit(nogil=True, cache=True)
+def _is_delim(c):
+    return c == 44 or c == 125 or c == 93 or c == 32 or c == 10 or c == 13 or c == 9 or c == 58
+
+
+@njit(nogil=True, cache=True)
+def skip_literal(buf, i, n):
+    """Skip a number / true / false / null token (loosely: up to the next delimiter)."""
+    c = buf[i]
+    if not ((48 <= c <= 57) or c == 45 or c == 116 or c == 102 or c == 110
+            or c == 78 or c == 73 or c == 43):
+        return SYNTAX
+    while i < n:
+        c = buf[i]
+        if _is_delim(c):
+            return i
+        if c == _QUOTE or c == 123 or c == 91:
+            return SYNTAX
+        i += 1
+    return INCOMPLETE
+
+
+@njit(nogil=True, cache=True)
+def skip_value(buf, i, n):
+    """Skip one JSON value starting at ``i`` (no leading whitespace).
+
+    Objects and arrays are skipped by counting brackets; the kind of each open bracket
+    is kept in a 64-bit mask (no allocation), so a mismatched bracket within the first
+    64 levels is a SYNTAX error. Scalars inside them are skipped loosely.
+    """
+    if i >= n:
+        return INCOMPLETE
+    c = buf[i]
+    if c == _QUOTE:
+        return skip_string(buf, i, n)
+    if c != 123 and c != 91:
+        return skip_literal(buf, i, n)
+    kinds = np.uint64(0)  # bit d set: the bracket opened at depth d is '{'
+    depth = 0
+    while i < n:
+        c = buf[i]
+        if c == _QUOTE:
+            i = skip_string(buf, i, n)
+            if i < 0:
+                return INCOMPLETE
+            continue
+        elif c == 123 or c == 91:
+            if depth < 64:
+                bit = np.uint64(1) << np.uint64(depth)
+                if c == 123:
+                    kinds |= bit
+                else:
+                    kinds &= ~bit
+            depth += 1
+        elif c == 125 or c == 93:
+            if depth == 0:
+                return SYNTAX
+            depth -= 1
+            if depth < 64:
+                is_obj = (kinds >> np.uint64(depth)) & np.uint64(1)
+                if (c == 125) != (is_obj == 1):
+                    return SYNTAX
+            if depth == 0:
+                return i + 1
+        i += 1
+    return INCOMPLETE
+
+
+@njit(nogil=True, cache=True)
+def decimal_at(buf, i, n, scale):
+    """Parse the decimal number at ``i`` and return it times ``10**scale`` as an int64.
+
+    The digits are read exactly (never through float); the result is rounded half away
+    from zero to an integer. Accepts ``-?digits(.digits)?([eE][+-]?digits)?`` and a
+    leading ``+``. Returns ``(end, value, status)`` where ``end`` is the index after the
+    last byte of the number; ``status`` is NUM_OK or NUM_BAD (no digits, or the value
+    does not fit in int64).
+    """
+    neg = False
+    if i < n and (buf[i] == 45 or buf[i] == 43):
+        neg = buf[i] == 45
+        i += 1
+    mant = np.int64(0)
+    exp10 = 0
+    ndigits = 0
+    dropped = -1  # first digit that did not fit into the mantissa
+    while i < n and 48 <= buf[i] <= 57:
+        d = buf[i] - 48
+        ndigits += 1
+        if mant < _MAX_DIV10 or (mant == _MAX_DIV10 and d <= 7):
+            mant = mant * 10 + d
+        else:
+            exp10 += 1
+            if dropped < 0:
+                dropped = d
+        i += 1
+    if i < n and buf[i] == 46:
+        i += 1
+        while i < n and 48 <= buf[i] <= 57:
+            d = buf[i] - 48
+            ndigits += 1
+            if dropped < 0 and (mant < _MAX_DIV10 or (mant == _MAX_DIV10 and d <= 7)):
+                mant = mant * 10 + d
+                exp10 -= 1
+            elif dropped < 0:
+                dropped = d
+            i += 1
+    if ndigits == 0:
+        return i, np.int64(0), NUM_BAD
+    if i < n and (buf[i] == 101 or buf[i] == 69):
+        i += 1
+        eneg = False
+        if i < n and (buf[i] == 45 or buf[i] == 43):
+            eneg = buf[i] == 45
+            i += 1
+        e = 0
+        edig = 0
+        while i < n and 48 <= buf[i] <= 57:
+            if e < 100000:
+                e = e * 10 + (buf[i] - 48)
+            edig += 1
+            i += 1
+        if edig == 0:
+            return i, np.int64(0), NUM_BAD
+        exp10 += -e if eneg else e
+    total = exp10 + scale
+    value = mant
+    if total >= 0:
+        if value != 0 and total > 19:
+            return i, np.int64(0), NUM_BAD
+        for _ in range(total):
+            if value > _MAX_DIV10:
+                return i, np.int64(0), NUM_BAD
+            value *= 10
+        if total == 0 and dropped >= 5:  # the first digit past the mantissa rounds
+            value += 1
+    elif -total > 19:
+        value = 0  # far below one unit
+    else:
+        div = np.int64(1)
+        for _ in range(-total - 1):
+            div *= 10
+        q = value // div  # the kept digits followed by the first removed digit
+        value = q // 10
+        if q % 10 >= 5:  # half away from zero: only the first removed digit matters
+            value += 1
+    if neg:
+        value = -value
+    return i, value, NUM_OK
+
+
+@njit(nogil=True, cache=True)
+def number_token(buf, i, n, scale):
+    """A JSON number token at ``i`` scaled by ``10**scale``: ``(end, value, status)``.
+
+    ``end`` is INCOMPLETE when the buffer ends inside the token and SYNTAX when the token
+    is not followed by a delimiter.
+    """
+    j, v, st = decimal_at(buf, i, n, scale)
+    if j >= n:
+        return INCOMPLETE, v, st
+    if not _is_delim(buf[j]):
+        k = skip_literal(buf, i, n)
+        if k == INCOMPLETE:
+            return INCOMPLETE, v, NUM_BAD
+        if k < 0:
+            return SYNTAX, v, NUM_BAD
+        return k, np.int64(0), NUM_BAD
+    return j, v, st
+
+
+@njit(nogil=True, cache=True)
+def string_number(buf, start, end, scale):
+    """Parse the raw string content ``buf[start:end]`` as a decimal: ``(value, status)``.
+
+    Surrounding spaces are allowed; anything else after the number makes it NUM_BAD.
+    """
+    start = skip_ws(buf, start, end)
+    j, v, st = decimal_at(buf, start, end, scale)
+    j = skip_ws(buf, j, end)
+    if j != end:
+        return np.int64(0), NUM_BAD
+    return v, st

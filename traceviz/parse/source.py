@@ -1,0 +1,211 @@
+"""Byte sources: a path, ``-`` (stdin) or a binary file object, plain / gzip / zstd.
+
+The compression is sniffed from the magic bytes, never from the file name. Compressed
+input is decompressed in a worker thread into bounded chunks (``zlib`` and ``zstandard``
+release the GIL), so decompression overlaps with scanning. A gzip or zstd stream that
+ends early is not an error here: the bytes decompressed so far are delivered and
+:attr:`ByteSource.stream_truncated` is set, so the scanner can keep every complete event.
+"""
+from __future__ import annotations
+
+import io
+import os
+import queue
+import sys
+import threading
+import zlib
+from typing import BinaryIO
+
+from ..errors import TraceError
+
+GZIP_MAGIC = b"\x1f\x8b"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_OUT_CHUNK = 4 << 20
+_IN_CHUNK = 1 << 20
+
+
+class ByteSource:
+    """Decompressed bytes of one trace, read with :meth:`readinto`."""
+
+    def __init__(self, src: str | os.PathLike | BinaryIO) -> None:
+        self._own = False
+        if isinstance(src, (str, os.PathLike)) and os.fspath(src) == "-":
+            self.name = "<stdin>"
+            fh: BinaryIO = sys.stdin.buffer
+        elif isinstance(src, (str, os.PathLike)):
+            self.name = os.fspath(src)
+            try:
+                fh = open(self.name, "rb")
+            except IsADirectoryError:
+                raise TraceError(self.name, "is a folder, not a trace file",
+                                 hint="pass one trace file, or use 'traceviz batch' on a folder")
+            except OSError as exc:
+                raise TraceError(self.name, f"cannot open: {exc.strerror or exc}",
+                                 hint="check the path and its permissions") from None
+            self._own = True
+        else:
+            self.name = getattr(src, "name", None) or "<stream>"
+            if not isinstance(self.name, str):
+                self.name = "<stream>"
+            fh = src
+        self._fh = fh
+        self.compressed_bytes = 0
+        self.bytes_out = 0
+        self.stream_truncated = False
+        head = self._read_raw(4)
+        if head.startswith(GZIP_MAGIC):
+            self.compression = "gzip"
+        elif head.startswith(ZSTD_MAGIC):
+            self.compression = "zstd"
+        else:
+            self.compression = "none"
+        self._head = head
+        self._queue: queue.Queue | None = None
+        self._pending = memoryview(b"")
+        self._done = False
+        if self.compression != "none":
+            self._queue = queue.Queue(maxsize=3)
+            self._thread = threading.Thread(target=self._decompress, daemon=True)
+            self._thread.start()
+
+    # ---- raw input ------------------------------------------------------------------
+    def _read_raw(self, size: int) -> bytes:
+        try:
+            data = self._fh.read(size)
+        except OSError as exc:
+            raise TraceError(self.name, f"read failed: {exc}",
+                             offset=self.compressed_bytes) from None
+        self.compressed_bytes += len(data)
+        return data or b""
+
+    def _decompress(self) -> None:
+        q = self._queue
+        try:
+            if self.compression == "gzip":
+                self._gunzip(q)
+            else:
+                self._unzstd(q)
+        except TraceError as exc:
+            q.put(exc)
+        except Exception as exc:  # corrupt stream: report where
+            q.put(TraceError(self.name, f"{self.compression} data is corrupt ({exc})",
+                             offset=self.compressed_bytes,
+                             hint="the file is damaged; re-copy or re-export the trace"))
+        q.put(None)
+
+    def _gunzip(self, q: queue.Queue) -> None:
+        dec = zlib.decompressobj(wbits=31)
+        data = self._head
+        while True:
+            if not data:
+                data = self._read_raw(_IN_CHUNK)
+                if not data:
+                    if not dec.eof:
+                        self.stream_truncated = True
+                    tail = dec.flush()
+                    if tail:
+                        q.put(tail)
+                    return
+            out = dec.decompress(data, _OUT_CHUNK)
+            if out:
+                q.put(out)
+            data = dec.unconsumed_tail
+            if dec.eof:
+                rest = dec.unused_data + data
+                data = rest.lstrip(b"\0")
+                if not data:
+                    data = self._read_raw(_IN_CHUNK).lstrip(b"\0")
+                    if not data:
+                        return
+                dec = zlib.decompressobj(wbits=31)  # next gzip member
+
+    def _unzstd(self, q: queue.Queue) -> None:
+        import zstandard
+
+        raw = io.BufferedReader(_Prefixed(self._head, self))  # type: ignore[arg-type]
+        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+        while True:
+            try:
+                out = reader.read(_OUT_CHUNK)
+            except zstandard.ZstdError as exc:
+                if "incomplete" in str(exc) or "truncated" in str(exc):
+                    self.stream_truncated = True
+                    return
+                raise
+            if not out:
+                return
+            q.put(out)
+
+    # ---- decompressed output ---------------------------------------------------------
+    def readinto(self, out: memoryview) -> int:
+        """Fill ``out`` with up to ``len(out)`` bytes; 0 means end of input."""
+        if self._queue is None:
+            if self._head:
+                k = min(len(self._head), len(out))
+                out[:k] = self._head[:k]
+                self._head = self._head[k:]
+                got = k
+                if k < len(out):
+                    got += self._readinto_raw(out[k:])
+            else:
+                got = self._readinto_raw(out)
+            self.bytes_out += got
+            return got
+        got = 0
+        while got < len(out):
+            if not self._pending:
+                if self._done:
+                    break
+                item = self._queue.get()
+                if item is None:
+                    self._done = True
+                    break
+                if isinstance(item, Exception):
+                    self._done = True
+                    raise item
+                self._pending = memoryview(item)
+            k = min(len(self._pending), len(out) - got)
+            out[got:got + k] = self._pending[:k]
+            self._pending = self._pending[k:]
+            got += k
+        self.bytes_out += got
+        return got
+
+    def _readinto_raw(self, out: memoryview) -> int:
+        try:
+            if hasattr(self._fh, "readinto"):
+                got = self._fh.readinto(out) or 0
+            else:
+                data = self._fh.read(len(out)) or b""
+                out[:len(data)] = data
+                got = len(data)
+        except OSError as exc:
+            raise TraceError(self.name, f"read failed: {exc}",
+                             offset=self.compressed_bytes) from None
+        self.compressed_bytes += got
+        return got
+
+    def close(self) -> None:
+        if self._own:
+            self._fh.close()
+
+
+class _Prefixed(io.RawIOBase):
+    """Raw stream of ``head`` followed by the rest of ``source``'s file."""
+
+    def __init__(self, head: bytes, source: ByteSource) -> None:
+        self._head = head
+        self._src = source
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # type: ignore[override]
+        if self._head:
+            k = min(len(self._head), len(b))
+            b[:k] = self._head[:k]
+            self._head = self._head[k:]
+            return k
+        data = self._src._read_raw(len(b))
+        b[:len(data)] = data
+        return len(data)
