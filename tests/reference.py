@@ -13,7 +13,7 @@ import gzip
 import io
 import json
 import re
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
 from pathlib import Path
 
 try:
@@ -64,16 +64,21 @@ def scaled(value, scale: int) -> int | None:
         return None
     if isinstance(value, Decimal) and not value.is_finite():
         return None
-    out = int((Decimal(value) * (10 ** scale)).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+    with localcontext() as ctx:
+        ctx.prec = 200
+        if abs(Decimal(value)) > Decimal(10) ** 40:
+            return None
+        out = int((Decimal(value) * (10 ** scale)).quantize(Decimal(1), rounding=ROUND_HALF_UP))
     return out if INT64[0] <= out <= INT64[1] else None
 
 
 def arg_int(args: dict, *keys: str) -> int:
-    for key in keys:
-        if key in args:
-            v = scaled(args[key], 0)
-            return -1 if v is None else v
-    return -1
+    """The arg under any of ``keys`` (spellings of one arg; the last one written wins)."""
+    present = [k for k in args if k in keys]
+    if not present:
+        return -1
+    v = scaled(args[present[-1]], 0)
+    return -1 if v is None else v
 
 
 def thread_key(ev: dict):
@@ -120,7 +125,7 @@ def activities(doc) -> dict[int, dict]:
             ops.append(row)
         if (cat not in DEVICE_SIDE and cat not in LAUNCH and cat != "python_function"
                 and name and step_re.match(name)):
-            steps.append((ts, dur, int(step_re.match(name).group(1))))
+            steps.append((ts, dur, int(step_re.match(name).group(1)), idx))
 
     def flow_id(ph, thread, ts):
         for f in flows:
@@ -176,10 +181,9 @@ def activities(doc) -> dict[int, dict]:
                       else min(cands, key=lambda c: (c["ts"], c["index"])))
         op = innermost_op(launch["thread"], launch["ts"]) if launch is not None else None
         at = launch["ts"] if launch is not None else ts
-        iteration = -1
-        for s_ts, s_dur, num in sorted(steps):
-            if s_ts <= at < s_ts + s_dur:
-                iteration = num
+        inside = [s for s in steps if s[0] <= at < s[0] + max(s[1], 0)]
+        step = max(inside, key=lambda s: (s[0], -s[1], s[3])) if inside else None
+        iteration = step[2] if step else -1
         out[idx] = {
             "cat": cat, "name": name, "ts": ts, "dur": dur, "correlation": corr,
             "external_id": arg_int(args, "External id", "external id"),

@@ -107,19 +107,13 @@ def step_of(t: np.ndarray, step_ts: np.ndarray, step_dur: np.ndarray,
             step_number: np.ndarray) -> np.ndarray:
     """Number of the step whose ``[ts, ts+dur)`` holds ``t`` (-1 outside every step).
 
-    Steps are assumed not to overlap (ProfilerStep#N spans follow each other); where
-    they do, the latest-starting one wins.
+    ProfilerStep#N spans follow each other; should they overlap, the innermost one
+    (latest start, ties: shortest) wins, as in :func:`innermost_enclosing`.
     """
+    zeros = np.zeros(step_ts.shape[0], dtype=np.int64)
+    row = innermost_enclosing(step_ts, step_dur, zeros, t, np.zeros(t.shape[0], np.int64))
     out = np.full(t.shape[0], -1, dtype=np.int32)
-    if step_ts.shape[0] == 0:
-        return out
-    order = np.argsort(step_ts, kind="stable")
-    starts = step_ts[order]
-    ends = starts + step_dur[order]
-    idx = np.searchsorted(starts, t, side="right") - 1
-    ok = idx >= 0
-    ok[ok] = t[ok] < ends[idx[ok]]
-    out[ok] = step_number[order][idx[ok]]
+    out[row >= 0] = step_number[row[row >= 0]]
     return out
 
 

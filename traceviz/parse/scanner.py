@@ -246,10 +246,12 @@ def _parse_event(buf, i, n, ev, a, skeys, svals, smeta, spending, evk, evv, argk
                 ev[V_TIDN] = num
                 ev[V_TIDS] = sid
         elif key == L.K_ID:
-            if c == 34:
+            if c == 34:  # a numeric string is its number, any other string its hash
                 e, h2, _esc2 = scan_string(buf, k, n)
-                ev[V_ID] = h2
-                ev[V_IDST] = GOOD
+                if e >= 0:
+                    v, vst = string_number(buf, k + 1, e - 1, 0)
+                    ev[V_ID] = v if vst == NUM_OK else h2
+                    ev[V_IDST] = GOOD
             else:
                 e, v, vst = _number_field(buf, k, n, 0)
                 ev[V_ID] = v

@@ -110,9 +110,8 @@ class ByteSource:
             if out:
                 q.put(out)
             data = dec.unconsumed_tail
-            if dec.eof:
-                rest = dec.unused_data + data
-                data = rest.lstrip(b"\0")
+            if dec.eof:  # input past the member's end is in unused_data (tail repeats it)
+                data = dec.unused_data.lstrip(b"\0")
                 if not data:
                     data = self._read_raw(_IN_CHUNK).lstrip(b"\0")
                     if not data:

@@ -1,0 +1,88 @@
+"""Bad input: one line on stderr naming the file and position, no traceback, no output."""
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import shared
+from reference import read_bytes
+
+GOOD = '{"traceEvents":[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,"dur":2}]}'
+
+
+def run(*args, stdin=None):
+    return subprocess.run([sys.executable, "-m", "traceviz", *args], input=stdin,
+                          capture_output=True)
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "is empty"),
+    (b"   \n", "ends before any trace event"),
+    (b"hello world", "byte 0: is not JSON"),
+    (b'{"a": 1, "b": [1, 2]}', "is JSON but not a Kineto trace"),
+    (b"SQLite format 3\x00\x10", "Nsight Systems SQLite"),
+    (b"\x00\x01\x02nsys-rep\x00", "binary"),
+    (b'{"traceEvents":[{"ph":"X","ts":1,} x]}', "byte 33: malformed trace event"),
+    (b'{"traceEvents": 5}', "byte 16: 'traceEvents' is not an array"),
+    (GOOD.encode() + b" trailing", "unexpected data after the end"),
+    (b"\x1f\x8b\x08\x00garbagegarbage", "gzip data is corrupt"),
+])
+def test_bad_input_one_line(tmp_path, content, message):
+    trace = tmp_path / "bad.json"
+    trace.write_bytes(content)
+    out = tmp_path / "out.parquet"
+    proc = run("parse", str(trace), "-o", str(out))
+    err = proc.stderr.decode()
+    assert proc.returncode == 1, err
+    assert message in err and str(trace) in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["bad.json"]  # no temp file left
+
+
+def test_unreadable_paths(tmp_path):
+    proc = run("parse", str(tmp_path / "missing.json"), "-o", str(tmp_path / "o.parquet"))
+    assert proc.returncode == 1 and b"cannot open" in proc.stderr
+    proc = run("parse", str(tmp_path), "-o", str(tmp_path / "o.parquet"))
+    assert proc.returncode == 1 and b"is a folder" in proc.stderr
+    assert b"Traceback" not in proc.stderr
+
+
+def test_truncated_warns_and_strict_fails(tmp_path):
+    data = read_bytes(shared("param/dlrm_kineto/worker0_step_12.1694128201545.pt.trace.json"))
+    trace = tmp_path / "cut.json.gz"
+    trace.write_bytes(gzip.compress(data[: len(data) // 2]))
+    out = tmp_path / "o.parquet"
+    proc = run("parse", str(trace), "-o", str(out))
+    assert proc.returncode == 0
+    assert b"warning" in proc.stderr and b"truncated at byte" in proc.stderr
+    assert out.exists()
+    out.unlink()
+    proc = run("parse", str(trace), "-o", str(out), "--strict")
+    assert proc.returncode == 1 and b"--strict" in proc.stderr and not out.exists()
+
+
+def test_usage_errors(tmp_path):
+    trace = tmp_path / "t.json"
+    trace.write_text(GOOD)
+    proc = run("parse", str(trace), "--cpu", "-o", "-")
+    assert proc.returncode == 2 and b"--cpu" in proc.stderr
+    proc = run("parse", str(trace), "--memory-budget", "1")
+    assert proc.returncode == 2
+    proc = run("parse", str(trace), "--patterns", str(tmp_path / "none.toml"))
+    assert proc.returncode == 1 and b"cannot read patterns file" in proc.stderr
+
+
+def test_default_output_name(tmp_path):
+    trace = tmp_path / "rank3.pt.trace.json"
+    trace.write_text(GOOD)
+    proc = subprocess.run([sys.executable, "-m", "traceviz", "parse", str(trace)],
+                          cwd=tmp_path, capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "rank3.pt.trace.parquet").exists()
+    assert b"rank 3: 1 GPU activities" in proc.stderr  # rank from the file name
+    assert oct(os.stat(tmp_path / "rank3.pt.trace.parquet").st_mode & 0o077) != "0o0"

@@ -1,0 +1,127 @@
+"""Property tests: random traces (every JSON number form, escapes, unicode, nesting, keys
+before and after traceEvents, tiny read buffers) parse exactly like the reference."""
+from __future__ import annotations
+
+import io
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import traceviz
+from jsonwriter import Raw, dumps
+from reference import DEVICE_SIDE, activities, complete, event_count, load
+
+NUMBER = st.from_regex(r"-?(0|[1-9][0-9]{0,12})(\.[0-9]{1,12})?([eE][-+]?[0-9]{1,2})?",
+                       fullmatch=True).map(Raw)
+TIME = st.one_of(NUMBER, NUMBER.map(str), st.integers(0, 10**15),
+                 st.from_regex(r"(0|[1-9][0-9]{0,12})\.[0-9]{3}", fullmatch=True).map(Raw))
+TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
+NAMES = st.one_of(TEXT, st.sampled_from(["ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+                                         "ProfilerStep#3", "ProfilerStep#4", "aten::mm",
+                                         "cudaLaunchKernel", "Memcpy DtoH", "ampere_sgemm"]))
+CATS = st.sampled_from(["kernel", "gpu_memcpy", "gpu_memset", "Kernel", "cuda_runtime",
+                        "cuda_driver", "cpu_op", "user_annotation", "python_function",
+                        "gpu_user_annotation", "cuda_sync", "ac2g", "weird", "Trace"])
+SCALAR = st.one_of(st.none(), st.booleans(), NUMBER, TEXT, st.integers(-2**63, 2**63 - 1))
+NESTED = st.recursive(SCALAR, lambda inner: st.one_of(
+    st.lists(inner, max_size=4), st.dictionaries(TEXT, inner, max_size=4)), max_leaves=12)
+KNOWN_ARGS = st.fixed_dictionaries({}, optional={
+    "correlation": st.one_of(st.integers(0, 40), NUMBER, st.just("7")),
+    "External id": st.integers(-1, 50), "external id": st.integers(0, 50),
+    "stream": st.integers(-1, 8), "device": st.integers(0, 8),
+    "Collective name": st.sampled_from(["allreduce", "_allgather_base", "send"]),
+    "In msg nelems": st.integers(0, 10**9), "dtype": st.sampled_from(["Float", "BFloat16"]),
+    "Process Group Ranks": st.sampled_from(["[0, 1]", "[0, 1, ..., 63]"]),
+    "Sequence number": st.integers(-1, 100), "Python id": st.integers(0, 100)})
+
+
+@st.composite
+def events(draw):
+    ev = {}
+    keys = draw(st.permutations(["ph", "cat", "name", "pid", "tid", "ts", "dur", "args",
+                                 "id", "bp", "extra"]))
+    for key in keys:
+        if key == "ph":
+            if draw(st.integers(0, 20)):
+                ev["ph"] = draw(st.sampled_from(["X", "X", "X", "X", "i", "s", "f", "M", "C",
+                                                 "B", ""]))
+        elif key == "cat":
+            ev["cat"] = draw(CATS)
+        elif key == "name":
+            if draw(st.integers(0, 9)):
+                ev["name"] = draw(NAMES)
+        elif key in ("pid", "tid"):
+            ev[key] = draw(st.one_of(st.integers(0, 3), st.sampled_from(["7", "stream 7", "x"])))
+        elif key == "ts" and draw(st.integers(0, 15)):
+            ev["ts"] = draw(TIME)
+        elif key == "dur" and draw(st.integers(0, 15)):
+            ev["dur"] = draw(st.one_of(TIME, NUMBER))
+        elif key == "args" and draw(st.booleans()):
+            args = draw(KNOWN_ARGS)
+            args.update(draw(st.dictionaries(TEXT, NESTED, max_size=3)))
+            ev["args"] = args
+        elif key == "id" and ev.get("ph") in ("s", "f"):
+            ev["id"] = draw(st.integers(0, 40))
+        elif key == "extra" and draw(st.booleans()):
+            ev[draw(TEXT)] = draw(NESTED)
+    return ev
+
+
+@st.composite
+def traces(draw):
+    evs = draw(st.lists(events(), max_size=25))
+    if draw(st.integers(0, 9)) == 0:
+        doc = evs
+    else:
+        before = draw(st.dictionaries(st.sampled_from(["schemaVersion", "deviceProperties",
+                                                       "distributedInfo", "junk"]),
+                                      NESTED, max_size=3))
+        after = draw(st.dictionaries(st.sampled_from(["traceName", "baseTimeNanoseconds",
+                                                      "zzz"]), NESTED, max_size=2))
+        doc = {**before, "traceEvents": evs, **{k: v for k, v in after.items()
+                                                 if k not in before}}
+    style = draw(st.sampled_from([(None, ""), (None, " "), (2, " "), (4, " ")]))
+    return dumps(doc, indent=style[0], space=style[1]).encode()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=traces(), chunk=st.integers(16, 300))
+def test_random_traces_match_reference(data, chunk):
+    doc = load(data)
+    result = traceviz.parse_trace(io.BytesIO(data), cpu=True, chunk_size=chunk)
+    assert result.meta["stats"]["events"] == event_count(doc)
+    assert result.meta["stats"]["truncated_at"] is None
+    expected = activities(doc)
+    got = result.activities.to_pydict()
+    assert sorted(got["index"]) == sorted(expected)
+    for i, idx in enumerate(got["index"]):
+        exp = expected[idx]
+        for f in ("cat", "name", "ts", "dur", "correlation", "external_id", "launch_ts",
+                  "cpu_op", "iteration", "kind"):
+            assert got[f][i] == exp[f], (f, idx)
+    # CPU-side table: every other complete event, with exact names and times
+    evs = doc if isinstance(doc, list) else doc["traceEvents"]
+    cpu_expected = {i: e for i, e in enumerate(evs) if complete(e) and e.get("cat") not in DEVICE_SIDE}
+    cpu = result.cpu.to_pydict()
+    assert sorted(cpu["index"]) == sorted(cpu_expected)
+    for i, idx in enumerate(cpu["index"]):
+        e = cpu_expected[idx]
+        assert cpu["name"][i] == (e["name"] if isinstance(e.get("name"), str) else None)
+        assert cpu["cat"][i] == e.get("cat")
+
+
+def test_numbers_exact_beyond_float():
+    """Decimal text is read exactly: 19-digit ns, many decimals (half away from zero)."""
+    ev = ('{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":%s,"dur":%s,'
+          '"args":{"correlation":1}}')
+    cases = [("1704161511420306.491", "12.77012757357446", 1704161511420306491, 12770),
+             ('"1704161511420439.502"', "4.0005", 1704161511420439502, 4001),
+             ("9007199254740993.001", "0.0005", 9007199254740993001, 1),
+             ("1.5e3", "2.5E-3", 1500000, 3), ("-0.0004", "1e2", 0, 100000)]
+    body = ",".join(ev % (ts, dur) for ts, dur, _, _ in cases)
+    table = traceviz.parse(io.BytesIO(('{"traceEvents":[%s]}' % body).encode()))
+    got = sorted(zip(table.column("index").to_pylist(), table.column("ts").to_pylist(),
+                     table.column("dur").to_pylist()))
+    assert [(t, d) for _, t, d in got] == [(t, d) for _, _, t, d in cases]
+    assert json.loads("1704161511420306.491") * 1000 != 1704161511420306491  # float would fail

@@ -1,0 +1,65 @@
+"""Many rows, strings and threads: block flushes, table growth and spilling to disk."""
+from __future__ import annotations
+
+import io
+import os
+import tempfile
+
+import numpy as np
+
+import traceviz
+
+
+def big_trace(n: int, threads: int) -> bytes:
+    """``n`` kernels with distinct names, each launched by a runtime call inside a
+    cpu_op, spread over ``threads`` CPU threads; four ProfilerSteps."""
+    parts = []
+    step = n // 4 * 10  # µs: each step holds n/4 events spaced 10 µs
+    for s in range(4):
+        parts.append('{"ph":"X","cat":"user_annotation","name":"ProfilerStep#%d","pid":1,'
+                     '"tid":0,"ts":%d.000,"dur":%d.000}' % (s, s * step, step))
+    for i in range(n):
+        th = i % threads
+        t = i * 10_000  # ns; every event spaced by 10 µs
+        parts.append('{"ph":"X","cat":"cpu_op","name":"op_%d","pid":1,"tid":%d,"ts":%d.%03d,'
+                     '"dur":5.000,"args":{"External id":%d}}' % (i, th, t // 1000, t % 1000, i))
+        parts.append('{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":1,'
+                     '"tid":%d,"ts":%d.%03d,"dur":1.000,"args":{"correlation":%d}}'
+                     % (th, (t + 1000) // 1000, (t + 1000) % 1000, i))
+        parts.append('{"ph":"X","cat":"kernel","name":"kernel_%d","pid":0,"tid":7,'
+                     '"ts":%d.%03d,"dur":2.500,"args":{"device":0,"stream":7,"correlation":%d}}'
+                     % (i, (t + 4000) // 1000, (t + 4000) % 1000, i))
+    return ('{"traceEvents":[' + ",".join(parts) + "]}").encode()
+
+
+def test_growth_flush_and_spill():
+    n = 150_000  # > 2 blocks per store, > 2**16 distinct strings, > 1024 threads
+    data = big_trace(n, threads=3000)
+    spill_root = tempfile.mkdtemp()
+    old = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = spill_root
+    tempfile.tempdir = None
+    try:
+        result = traceviz.parse_trace(io.BytesIO(data), memory_budget=1 << 20,
+                                      chunk_size=1 << 20)
+    finally:
+        if old is None:
+            os.environ.pop("TMPDIR")
+        else:
+            os.environ["TMPDIR"] = old
+        tempfile.tempdir = None
+    stats = result.meta["stats"]
+    assert stats["spilled_bytes"] > 0
+    assert os.listdir(spill_root) == []  # the spill folder is removed
+    t = result.activities.to_pydict()
+    assert len(t["ts"]) == n
+    idx = np.arange(n)
+    assert t["name"] == [f"kernel_{i}" for i in idx]
+    assert t["ts"] == (idx * 10_000 + 4000).tolist()
+    assert set(t["dur"]) == {2500}
+    assert t["launch_ts"] == (idx * 10_000 + 1000).tolist()
+    assert t["launch_tid"] == (idx % 3000).tolist()
+    assert t["cpu_op"] == [f"op_{i}" for i in idx]
+    assert t["cpu_op_external_id"] == idx.tolist()
+    assert t["iteration"] == (idx // (n // 4)).tolist()
+    assert stats["join"]["launched"] == n

@@ -1,0 +1,80 @@
+"""The same content through every source gives the same table."""
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import zstandard
+
+import traceviz
+from conftest import shared
+from reference import read_bytes
+
+TRACE = "hta/nccl_parser_config/nccl_data.json.gz"  # pretty-printed, fractional µs
+
+
+def _strip(table):
+    """The table without metadata that names the source."""
+    return table.replace_schema_metadata(None)
+
+
+def test_compressions_and_layouts_agree(tmp_path):
+    data = read_bytes(shared(TRACE))
+    doc = json.loads(data)
+    minified = json.dumps(doc, separators=(",", ":")).encode()
+    variants = {
+        "plain.json": data,
+        "minified.json": minified,
+        "spaced.json": json.dumps(doc).encode(),
+        "trace.json.gz": gzip.compress(data),
+        "multimember.json.gz": gzip.compress(data[:len(data) // 2])
+        + gzip.compress(data[len(data) // 2:]),
+        "trace.json.zst": zstandard.ZstdCompressor().compress(minified),
+        "named_wrong.json": gzip.compress(data),  # compression is sniffed, not named
+    }
+    tables = {}
+    for name, payload in variants.items():
+        path = tmp_path / name
+        path.write_bytes(payload)
+        tables[name] = traceviz.parse(path)
+    tables["fileobj"] = traceviz.parse(io.BytesIO(gzip.compress(data)))
+    base = _strip(tables["plain.json"])
+    assert base.num_rows == 3774
+    for name, table in tables.items():
+        assert _strip(table).equals(base), name
+    meta = traceviz.metadata(tables["trace.json.zst"])
+    assert meta["compression"] == "zstd" and meta["rank"] == 0
+    assert meta["world_size"] == 2 and meta["pg_config"][0]["ranks"] == [0, 1]
+
+
+def test_stdin_to_stdout(tmp_path):
+    packed = shared(TRACE).read_bytes()
+    proc = subprocess.run([sys.executable, "-m", "traceviz", "parse", "-", "-o", "-", "-q"],
+                          input=packed, capture_output=True, check=True)
+    out = tmp_path / "out.parquet"
+    out.write_bytes(proc.stdout)
+    table = pq.read_table(out)
+    assert _strip(table).equals(_strip(traceviz.parse(shared(TRACE))))
+    assert traceviz.metadata(table)["source"] == "<stdin>"
+
+
+def test_cpu_table_and_load_round_trip(tmp_path):
+    out = tmp_path / "r.parquet"
+    subprocess.run([sys.executable, "-m", "traceviz", "parse", str(shared(TRACE)), "-o",
+                    str(out), "--cpu", "-q"], check=True)
+    table = traceviz.load(out)
+    cpu = traceviz.load(tmp_path / "r.cpu.parquet")
+    assert table.num_rows == 3774
+    cats = dict(zip(*[cpu.column("cat").to_pylist()] * 2))
+    counts = {c: cpu.column("cat").to_pylist().count(c) for c in cats}
+    # every CPU-side complete event of the trace: cpu_op, runtime, user annotations, "Trace"
+    assert counts == {"cpu_op": 14346, "cuda_runtime": 8740, "user_annotation": 42, "Trace": 1}
+    meta = traceviz.metadata(table)
+    assert [s["iteration"] for s in meta["steps"]] == [4, 5, 6]
+    assert meta["stats"]["events_by_cat"]["kernel"] == 2700
+    assert meta["device_properties"][0]["name"] == "NVIDIA A100-PG509-200"
+    assert meta["base_time_ns"] is not None
