@@ -78,7 +78,7 @@ def arg_int(args: dict, *keys: str) -> int:
     if not present:
         return -1
     v = scaled(args[present[-1]], 0)
-    return -1 if v is None else v
+    return -1 if v is None or v < 0 else v  # ids are >= 0; anything else is absent
 
 
 def thread_key(ev: dict):

@@ -111,6 +111,18 @@ def test_random_traces_match_reference(data, chunk):
         assert cpu["cat"][i] == e.get("cat")
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=traces())
+def test_partitioned_joins_equal_in_memory(data):
+    """A budget too small for the joins (many hash parts, many time buckets, spilled
+    columns) gives exactly the in-memory result."""
+    full = traceviz.parse_trace(io.BytesIO(data), chunk_size=64)
+    tiny = traceviz.parse_trace(io.BytesIO(data), chunk_size=64, memory_budget=700)
+    assert tiny.activities.replace_schema_metadata(None).equals(
+        full.activities.replace_schema_metadata(None))
+    tiny.close()
+
+
 def test_numbers_exact_beyond_float():
     """Decimal text is read exactly: 19-digit ns, many decimals (half away from zero)."""
     ev = ('{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":%s,"dur":%s,'

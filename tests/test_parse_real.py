@@ -44,3 +44,18 @@ def test_matches_reference(path):
             exp["cpu_op_external_id"] = None
         for f in fields:
             assert got[f][i] == exp[f], (f, idx, got[f][i], exp[f])
+
+
+@needs_shared
+@pytest.mark.parametrize("name", ["hta/negative_queue_length_values_check/rank0.json.gz",
+                                  "tracelens/mi300/resnet_act_checkpoint.json.gz"])
+def test_small_budget_same_table(name):
+    """With a 2 MB budget the joins run on several hash parts and time buckets and the
+    columns spill; the table is identical to the in-memory one."""
+    path = next(p for p in TRACES if trace_id(p) == name)
+    small = traceviz.parse_trace(path, memory_budget=2 << 20)
+    assert small.meta["stats"]["spilled_bytes"] > 0
+    full = traceviz.parse(path)
+    assert small.activities.replace_schema_metadata(None).equals(
+        full.replace_schema_metadata(None))
+    small.close()

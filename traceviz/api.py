@@ -11,7 +11,11 @@ import pyarrow.parquet as pq
 from .classify.patterns import Patterns, load_patterns
 from .errors import TraceError
 from .parse.reader import DEFAULT_BUDGET, DEFAULT_CHUNK, scan_trace
-from .parse.table import METADATA_KEY, ParsedTrace, build
+from .parse.table import METADATA_KEY, ParsedTrace, build, keep_alive
+
+#: share of the memory budget for column buffers while scanning; the joins and the
+#: output columns get another share; the rest is the runtime (numba/LLVM, Arrow).
+COLUMN_SHARE = 4
 
 
 def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
@@ -20,19 +24,24 @@ def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
                 chunk_size: int = DEFAULT_CHUNK) -> ParsedTrace:
     """Parse one rank's Kineto trace (path, ``"-"`` for stdin, or a binary file object).
 
-    ``memory_budget`` (bytes) bounds the column buffers held in memory; past it they
-    spill to a temporary folder; ``chunk_size`` (bytes) is the read buffer (it grows to
-    hold any single event larger than it). Raises :class:`~traceviz.errors.TraceError` on input that
-    is not a readable Kineto trace; a truncated trace is parsed up to the cut and
-    reported in ``ParsedTrace.warnings`` and ``meta["stats"]["truncated_at"]``.
+    ``memory_budget`` (bytes) bounds the memory of the parse: a quarter holds column
+    buffers while scanning (past it they spill to a temporary folder) and a quarter the
+    joins and output columns; the rest leaves room for the runtime. ``chunk_size`` (bytes)
+    is the read buffer (it grows to hold any single event larger than it). Raises
+    :class:`~traceviz.errors.TraceError` on input that is not a readable Kineto trace; a
+    truncated trace is parsed up to the cut and reported in ``ParsedTrace.warnings`` and
+    ``meta["stats"]["truncated_at"]``.
     """
     if not isinstance(patterns, Patterns):
         patterns = load_patterns(patterns)
-    scanned = scan_trace(src, memory_budget=memory_budget, chunk_size=chunk_size)
+    share = memory_budget // COLUMN_SHARE
+    scanned = scan_trace(src, memory_budget=share, chunk_size=chunk_size)
     try:
-        return build(scanned, patterns, cpu=cpu)
-    finally:
+        parsed = build(scanned, patterns, cpu=cpu, work_bytes=share)
+    except BaseException:
         scanned.close()
+        raise
+    return keep_alive(parsed, scanned)
 
 
 def parse(src: str | os.PathLike | BinaryIO, **kwargs) -> pa.Table:

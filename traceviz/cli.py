@@ -88,7 +88,6 @@ def parse(trace: str, output: str | None, cpu: bool, patterns: str | None, stric
       cat trace.json.gz | traceviz parse - -o - > rank0.parquet
     """
     from .api import parse_trace
-    from .output import write_parquet
 
     if output is None:
         output = "-" if trace == "-" and not sys.stdout.isatty() else _default_output(
@@ -103,12 +102,12 @@ def parse(trace: str, output: str | None, cpu: bool, patterns: str | None, stric
     if strict and result.meta["stats"]["truncated_at"] is not None:
         raise TraceVizError(f"{result.meta['source']}: truncated trace rejected (--strict); "
                             "nothing written")
-    write_parquet(result.activities, output)
+    result.columns.write_parquet(output)
     written = [output]
-    if cpu and result.cpu is not None:
+    if cpu and result.cpu_columns is not None:
         cpu_path = (output[:-len(".parquet")] if output.endswith(".parquet") else output)
         cpu_path += ".cpu.parquet"
-        write_parquet(result.cpu, cpu_path)
+        result.cpu_columns.write_parquet(cpu_path)
         written.append(cpu_path)
     if not quiet:
         _summary(result, time.perf_counter() - start, written)
@@ -117,12 +116,11 @@ def parse(trace: str, output: str | None, cpu: bool, patterns: str | None, stric
 def _summary(result, seconds: float, written: list[str]) -> None:
     meta = result.meta
     stats = meta["stats"]
-    kinds = result.activities.column("kind").value_counts().to_pylist()
-    kind_text = ", ".join(f"{k['counts']} {k['values']}" for k in kinds) or "none"
+    kind_text = ", ".join(f"{v} {k}" for k, v in stats["kinds"].items()) or "none"
     steps = sorted({s["iteration"] for s in meta["steps"]})
     mb = stats["bytes_read"] / 1e6
     click.echo(
-        f"rank {meta['rank']}: {result.activities.num_rows} GPU activities ({kind_text}); "
+        f"rank {meta['rank']}: {result.columns.n_rows} GPU activities ({kind_text}); "
         f"{len(steps)} iteration(s); {stats['events']} events, {mb:.1f} MB in {seconds:.2f} s "
         f"({mb / max(seconds, 1e-9):.0f} MB/s) -> {', '.join(written)}", err=True)
     skipped = sum(stats["skipped"].values())

@@ -45,19 +45,25 @@ def _umask() -> int:
     return mask
 
 
-def write_parquet(table: pa.Table, dest: str | os.PathLike) -> None:
-    """Write ``table`` (zstd-compressed parquet) to ``dest``, or to stdout for ``"-"``."""
+@contextlib.contextmanager
+def parquet_sink(dest: str | os.PathLike) -> Iterator:
+    """Where to write a parquet file: a temporary path renamed to ``dest`` on success, or
+    stdout for ``"-"`` (refused when stdout is a terminal)."""
     if os.fspath(dest) == "-":
         if sys.stdout.isatty():
             raise TraceVizError("refusing to write binary parquet to a terminal; "
                                 "redirect stdout or use -o FILE")
-        sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, compression="zstd")
-        sys.stdout.buffer.write(sink.getvalue().to_pybytes())
+        yield pa.PythonFile(sys.stdout.buffer, mode="w")
         sys.stdout.buffer.flush()
         return
     with atomic_path(dest) as tmp:
         try:
-            pq.write_table(table, tmp, compression="zstd")
+            yield tmp
         except OSError as exc:
             raise TraceVizError(f"{dest}: cannot write: {exc}") from None
+
+
+def write_parquet(table: pa.Table, dest: str | os.PathLike) -> None:
+    """Write ``table`` (zstd-compressed parquet) to ``dest`` or ``"-"``."""
+    with parquet_sink(dest) as sink:
+        pq.write_table(table, sink, compression="zstd")

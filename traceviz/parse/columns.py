@@ -4,60 +4,83 @@ The scanner writes rows into a store's *active block*, an ``int64`` array of sha
 ``(fields, block_rows)``. When the block is full the driver *seals* it: each field is
 cast to its narrow dtype (:data:`.layout.FIELDS`) and kept as a sealed block. A
 :class:`SpillBudget` shared by all stores of one trace counts the bytes of sealed blocks
-held in memory; past the budget the oldest sealed blocks are written to ``.npy`` files
-in a private temporary folder and dropped from memory. :meth:`ColumnStore.column` reads
-one field back across all blocks, so later stages can work column by column.
+held in memory; past its limit blocks are written to ``.npy`` files in a private
+temporary folder and dropped from memory, the least needed stores first (flow events,
+then python frames, CPU ops, launches, and GPU activities last).
 
-Memory held while scanning = active blocks (a few MB per store) + sealed blocks in
-memory (<= budget).
+Later stages read a store block by block (:meth:`ColumnStore.blocks`) or one whole
+field at a time (:meth:`ColumnStore.column`), so they never need every field at once.
 """
 from __future__ import annotations
 
 import os
 import shutil
 import tempfile
-from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .layout import FIELDS
 
+# stores spilled first come first; GPU activities stay in memory longest
+SPILL_ORDER = ("flow", "python", "ops", "comm", "launch", "gpu")
+
 
 @dataclass
-class _Block:
+class Block:
+    """One sealed block: ``rows`` rows starting at global row ``start``."""
+
+    start: int
     rows: int
+    store: str
+    ts_min: int = 0
+    ts_max: int = 0
     columns: dict[str, np.ndarray] = field(default_factory=dict)
     path: str | None = None  # folder of the spilled .npy files
 
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.columns.values())
 
+    def get(self, name: str) -> np.ndarray:
+        if self.path is None:
+            return self.columns[name]
+        return np.load(os.path.join(self.path, name + ".npy"))
+
 
 class SpillBudget:
-    """Bytes of sealed blocks held in memory by all stores of one trace."""
+    """Bytes of sealed blocks held in memory by all stores of one trace.
+
+    ``folder()`` is the private temporary folder (created on first use) shared with
+    other spill users of the same trace; :meth:`close` deletes it.
+    """
 
     def __init__(self, budget_bytes: int) -> None:
         self.budget = max(int(budget_bytes), 0)
         self.held = 0
         self.spilled_bytes = 0
-        self._queue: deque[_Block] = deque()
+        self._held: dict[str, list[Block]] = {name: [] for name in SPILL_ORDER}
         self._dir: str | None = None
         self._count = 0
 
-    def add(self, block: _Block) -> None:
-        self.held += block.nbytes()
-        self._queue.append(block)
-        while self.held > self.budget and self._queue:
-            self._spill(self._queue.popleft())
-
-    def _spill(self, block: _Block) -> None:
-        if block.path is not None or not block.columns:
-            return
+    def folder(self) -> str:
         if self._dir is None:
             self._dir = tempfile.mkdtemp(prefix="traceviz-spill-")
-        path = os.path.join(self._dir, f"b{self._count}")
+        return self._dir
+
+    def new_path(self, prefix: str) -> str:
         self._count += 1
+        return os.path.join(self.folder(), f"{prefix}{self._count}")
+
+    def add(self, block: Block) -> None:
+        self.held += block.nbytes()
+        self._held[block.store].append(block)
+        for name in SPILL_ORDER:
+            while self.held > self.budget and self._held[name]:
+                self._spill(self._held[name].pop(0))
+
+    def _spill(self, block: Block) -> None:
+        path = self.new_path("b")
         os.mkdir(path)
         size = block.nbytes()
         for name, arr in block.columns.items():
@@ -80,34 +103,59 @@ class ColumnStore:
     def __init__(self, store: str, block_rows: int, budget: SpillBudget) -> None:
         self.name = store
         self.fields = FIELDS[store]
+        self.dtypes = dict(self.fields)
         self.block = np.empty((len(self.fields), block_rows), dtype=np.int64)
         self.budget = budget
-        self.blocks: list[_Block] = []
+        self.sealed: list[Block] = []
         self.rows = 0  # rows in sealed blocks
+        self._ts = next((k for k, (f, _) in enumerate(self.fields) if f == "ts"), None)
 
     def seal(self, fill: int) -> None:
         """Move the first ``fill`` rows of the active block into a sealed block."""
         if fill <= 0:
             return
-        block = _Block(rows=fill)
+        block = Block(start=self.rows, rows=fill, store=self.name)
         for k, (name, dtype) in enumerate(self.fields):
             block.columns[name] = self.block[k, :fill].astype(dtype)
-        self.blocks.append(block)
+        if self._ts is not None:
+            block.ts_min = int(self.block[self._ts, :fill].min())
+            block.ts_max = int(self.block[self._ts, :fill].max())
+        self.sealed.append(block)
         self.rows += fill
         self.budget.add(block)
 
-    def column(self, name: str) -> np.ndarray:
-        """One field over all sealed rows, in insertion order."""
-        dtype = dict(self.fields)[name]
-        parts = []
-        for block in self.blocks:
-            if block.path is None:
-                parts.append(block.columns[name])
-            else:
-                parts.append(np.load(os.path.join(block.path, name + ".npy")))
-        if not parts:
-            return np.empty(0, dtype=dtype)
-        return np.concatenate(parts) if len(parts) > 1 else parts[0]
+    def blocks(self, *names: str) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+        """``(first global row, {field: array})`` per sealed block, in row order."""
+        for block in self.sealed:
+            yield block.start, {name: block.get(name) for name in names}
+
+    def column(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
+        """One field over all rows, or only at the (sorted or not) global ``rows``."""
+        if rows is None:
+            parts = [block.get(name) for block in self.sealed]
+            if not parts:
+                return np.empty(0, dtype=self.dtypes[name])
+            return np.concatenate(parts) if len(parts) > 1 else parts[0]
+        return self.gather(name, rows)
+
+    def gather(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """``field[rows]`` loading one block at a time; rows < 0 give -1."""
+        out = np.full(rows.shape[0], -1, dtype=self.dtypes[name])
+        if rows.shape[0] == 0 or not self.sealed:
+            return out
+        starts = np.array([b.start for b in self.sealed], dtype=np.int64)
+        which = np.searchsorted(starts, rows, side="right") - 1
+        valid = rows >= 0
+        for k in np.unique(which[valid]).tolist():
+            sel = np.flatnonzero(valid & (which == k))
+            block = self.sealed[k]
+            out[sel] = block.get(name)[rows[sel] - block.start]
+        return out
+
+    def ts_range(self) -> tuple[int, int]:
+        if not self.sealed:
+            return 0, 0
+        return (min(b.ts_min for b in self.sealed), max(b.ts_max for b in self.sealed))
 
     def __len__(self) -> int:
         return self.rows

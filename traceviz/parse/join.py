@@ -10,6 +10,18 @@ import numpy as np
 from numba import njit
 
 
+def find_sorted(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Position of each of ``values`` in the ascending ``sorted_values`` (-1: absent)."""
+    out = np.full(values.shape[0], -1, dtype=np.int64)
+    if sorted_values.shape[0] == 0 or values.shape[0] == 0:
+        return out
+    pos = np.searchsorted(sorted_values, values)
+    clipped = np.minimum(pos, sorted_values.shape[0] - 1)
+    hit = (pos < sorted_values.shape[0]) & (sorted_values[clipped] == values)
+    out[hit] = pos[hit]
+    return out
+
+
 def match_by_key(query: np.ndarray, key: np.ndarray, query_ts: np.ndarray,
                  key_ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each ``query`` value find the row of ``key`` with the same value.
@@ -55,18 +67,21 @@ def _pick_latest_before(multi, left, right, order, key_ts, query_ts, row):
 
 
 def innermost_enclosing(span_ts: np.ndarray, span_dur: np.ndarray, span_thread: np.ndarray,
-                        q_ts: np.ndarray, q_thread: np.ndarray) -> np.ndarray:
+                        q_ts: np.ndarray, q_thread: np.ndarray,
+                        span_key: np.ndarray | None = None) -> np.ndarray:
     """Row of the innermost span on the same thread whose ``[ts, ts+dur)`` holds ``q_ts``.
 
-    Innermost = the latest-starting span that still contains the point (ties: the
-    shortest). Returns -1 where no span contains the point. Points with a negative
-    thread are never matched.
+    Innermost = the latest-starting span that still contains the point; ties: the
+    shortest, then the largest ``span_key`` (default: the later row). Returns -1 where
+    no span contains the point. Points with a negative thread are never matched.
     """
     out = np.full(q_ts.shape[0], -1, dtype=np.int64)
     if span_ts.shape[0] == 0 or q_ts.shape[0] == 0:
         return out
     span_end = span_ts + np.maximum(span_dur, 0)
-    s_order = np.lexsort((-span_end, span_ts, span_thread))
+    if span_key is None:
+        span_key = np.arange(span_ts.shape[0])
+    s_order = np.lexsort((span_key, -span_end, span_ts, span_thread))
     q_order = np.lexsort((q_ts, q_thread))
     _sweep(span_ts, span_end, span_thread, s_order, q_ts, q_thread, q_order, out)
     return out
@@ -124,12 +139,12 @@ def match_flows(flow_id: np.ndarray, flow_thread: np.ndarray, flow_ts: np.ndarra
     Kineto writes the endpoints of a launch flow (``ac2g``, and the older ``async`` /
     ``async_cpu_to_gpu``) at the start time of the runtime call and of the kernel, on
     their own tracks; the flow id equals the correlation id. Returns -1 where no flow
-    endpoint sits on an event.
+    endpoint sits on an event; of several, the first given wins.
     """
     out = np.full(ev_ts.shape[0], -1, dtype=np.int64)
     if flow_id.shape[0] == 0 or ev_ts.shape[0] == 0:
         return out
-    f_order = np.lexsort((flow_ts, flow_thread))
+    f_order = np.lexsort((np.arange(flow_ts.shape[0]), flow_ts, flow_thread))
     f_thread = flow_thread[f_order]
     f_ts = flow_ts[f_order]
     for th in np.unique(ev_thread):

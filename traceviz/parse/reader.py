@@ -23,8 +23,8 @@ from .strings import StringTable
 
 DEFAULT_CHUNK = 8 << 20
 DEFAULT_BUDGET = 512 << 20
-_BLOCK_ROWS = {"gpu": 1 << 16, "launch": 1 << 16, "ops": 1 << 16, "python": 1 << 16,
-               "comm": 1 << 12, "flow": 1 << 16}
+_BLOCK_ROWS = {"gpu": 1 << 15, "launch": 1 << 15, "ops": 1 << 15, "python": 1 << 15,
+               "comm": 1 << 12, "flow": 1 << 15}
 _MAX_METADATA = 65536
 
 

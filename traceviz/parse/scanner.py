@@ -15,6 +15,12 @@ What it reads (everything else is skipped structurally, never decoded):
 * per event: ``ph name cat pid tid ts dur id bp args``; ``ts``/``dur`` as numbers or
   numeric strings, in microseconds, converted exactly to int64 ns;
 * per ``args``: the keys in :data:`.layout.ARG_KEYS`.
+
+Performance notes (numba specifics measured on this code): a helper loop that exits with
+``break`` is not inlined by LLVM and costs ~10 ns per call, so hot helpers exit with
+``return`` or a loop condition; wrapping arithmetic (hashes) is done in ``uint64``,
+because LLVM treats signed overflow as undefined; the per-event functions that take many
+arrays are inlined at numba level (``inline="always"``) to avoid passing them per call.
 """
 from __future__ import annotations
 
@@ -84,7 +90,7 @@ def _number_field(buf, k, n, scale):
     return e, v, GOOD if st == NUM_OK else BAD
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def _parse_args(buf, i, n, a, skeys, svals, smeta, spending, argk, argv, stats, st):
     """Parse the ``args`` object at ``i``; fills ``a``. Returns the end or a negative code."""
     i = skip_ws(buf, i + 1, n)
@@ -154,7 +160,7 @@ def _parse_args(buf, i, n, a, skeys, svals, smeta, spending, argk, argv, stats, 
         return SYNTAX
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def _parse_event(buf, i, n, ev, a, skeys, svals, smeta, spending, evk, evv, argk, argv,
                  catclass, catk, catv, stats, st):
     """Parse the event object whose ``{`` is at ``i`` into ``ev`` / ``a``."""
@@ -312,7 +318,7 @@ def _thread(tkeys, tvals, tmeta, tinfo, pidn, pids, tidn, tids):
         slot = (slot + 1) & mask
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, inline="always")
 def _commit(ev, a, start, end, st, stats, catcount, catclass, tkeys, tvals, tmeta, tinfo, fill, base, gpu, launch, ops, py, comm, flow, raw):
     """Write the parsed event to its store; count it."""
     stats[L.S_EVENTS] += 1

@@ -8,11 +8,16 @@ file order). Times are int64 ns on the rank's clock as written in the trace (Kin
 
 Where the launch of an activity is unknown (no correlation, or no runtime event with
 it), ``iteration`` is taken from the activity's own start; everything ``launch_*`` and
-``cpu_op*`` is null.
+``cpu_op*`` is null. Columns are built one at a time (:class:`.output_columns.OutputColumns`)
+so memory stays bounded on traces larger than it.
+
+The CPU table (``cpu=True``) holds every CPU-side complete event (runtime / driver
+calls, cpu_op, user_annotation, python_function, ...) in file order.
 """
 from __future__ import annotations
 
 import json
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,14 +28,14 @@ from ..classify.collectives import dtype_bytes, parse_ranks
 from ..classify.kinds import COMM, KINDS, MEM, first_match, name_kinds
 from ..classify.patterns import Patterns
 from . import layout as L
-from .join import innermost_enclosing, match_by_key, match_flows, step_of
+from .links import Links, link
+from .output_columns import OutputColumns
 from .reader import ScannedTrace
 
 SCHEMA_VERSION = 1
 METADATA_KEY = b"traceviz"
 COLLECTIVES = ("AllReduce", "AllGather", "ReduceScatter", "AllToAll", "Broadcast",
                "SendRecv", "Reduce", "Gather", "Scatter", "Barrier")
-
 ACTIVITY_COLUMNS = (
     "rank", "device", "stream", "cat", "name", "ts", "dur", "correlation", "external_id",
     "launch_ts", "launch_dur", "launch_tid", "launch_name", "cpu_op", "cpu_op_external_id",
@@ -41,25 +46,71 @@ ACTIVITY_COLUMNS = (
 
 @dataclass
 class ParsedTrace:
-    """Tables of one rank plus its metadata (also stored in the tables' schema)."""
+    """The tables of one rank (built lazily from spillable columns) and its metadata."""
 
-    activities: pa.Table
-    cpu: pa.Table | None
     meta: dict
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str]
+    columns: OutputColumns
+    cpu_columns: OutputColumns | None = None
+    _tables: dict = field(default_factory=dict)
+    _close: object = None
+
+    def close(self) -> None:
+        """Delete the temporary files behind the columns (tables already read stay)."""
+        if self._close is not None:
+            self._close()
+
+    def __enter__(self) -> ParsedTrace:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def activities(self) -> pa.Table:
+        """The GPU activity table, in memory."""
+        if "gpu" not in self._tables:
+            self._tables["gpu"] = self.columns.table()
+        return self._tables["gpu"]
+
+    @property
+    def cpu(self) -> pa.Table | None:
+        """The CPU table (``cpu=True`` only), in memory."""
+        if self.cpu_columns is None:
+            return None
+        if "cpu" not in self._tables:
+            self._tables["cpu"] = self.cpu_columns.table()
+        return self._tables["cpu"]
 
 
-class _Strings:
-    """Canonical ids and texts of a trace's string table."""
+class Strings:
+    """Per-string-id facts of one trace: texts, canonical ids, category classes.
+
+    Every per-string lookup array here has ``len(texts) + 1`` entries: the last one is the
+    value for id -1 (absent), so ``table[ids]`` is right even where ids are -1.
+    """
 
     def __init__(self, scanned: ScannedTrace) -> None:
         self.texts = scanned.strings.texts
         self.canon = scanned.strings.canonical()
-        self.cls = np.array([L.CATEGORY_CLASS.get(t, L.CLS_OTHER) for t in self.texts],
-                            dtype=np.int8)
+        self.cls = np.array([L.CATEGORY_CLASS.get(t, L.CLS_OTHER) for t in self.texts]
+                            + [L.CLS_NONE], dtype=np.int8)
+
+    def lookup(self, dtype, absent) -> np.ndarray:
+        """A per-string lookup array filled with ``absent`` (see the class doc)."""
+        return np.full(len(self.texts) + 1, absent, dtype=dtype)
 
     def ids_of(self, text: str) -> np.ndarray:
         return np.array([i for i, t in enumerate(self.texts) if t == text], dtype=np.int64)
+
+    def numbers(self, pattern) -> np.ndarray:
+        """Group 1 of ``pattern.match`` as an int per string (-1: no match)."""
+        out = self.lookup(np.int64, -1)
+        for i, text in enumerate(self.texts):
+            m = pattern.match(text)
+            if m:
+                out[i] = int(m.group(1))
+        return out
 
     def dictionary(self, ids: np.ndarray) -> pa.DictionaryArray:
         """Dictionary column of string ids (-1 -> null) holding only the texts used."""
@@ -84,257 +135,143 @@ def _fixed_dictionary(codes: np.ndarray, names: tuple[str, ...]) -> pa.Dictionar
         pa.array(list(names), pa.string()))
 
 
-def _thread_numbers(threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def thread_numbers(threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(pid, tid) numbers per thread index; -1 where the trace gave a non-numeric name."""
-    pid = np.where(threads[1] < 0, threads[0], -1) if threads.size else np.empty(0, np.int64)
-    tid = np.where(threads[3] < 0, threads[2], -1) if threads.size else np.empty(0, np.int64)
-    return pid, tid
+    if threads.size == 0:
+        return np.full(1, -1, np.int64), np.full(1, -1, np.int64)
+    return (np.where(threads[1] < 0, threads[0], -1), np.where(threads[3] < 0, threads[2], -1))
 
 
-def build(scanned: ScannedTrace, patterns: Patterns, *, cpu: bool = False) -> ParsedTrace:
-    """Join and classify the stores of ``scanned`` into the output tables."""
-    s = _Strings(scanned)
-    gpu = scanned.stores["gpu"]
-    launch = scanned.stores["launch"]
-    ops = scanned.stores["ops"]
-    flows = scanned.stores["flow"]
-    pid_of_thread, tid_of_thread = _thread_numbers(scanned.threads)
-    join_stats: dict[str, int] = {}
+def build(scanned: ScannedTrace, patterns: Patterns, *, cpu: bool = False,
+          work_bytes: int = 128 << 20) -> ParsedTrace:
+    """Link, classify and assemble the output tables of ``scanned``.
 
-    # ---- activities: kernel / memcpy / memset rows of the GPU store --------------------
-    gcat = gpu.column("cat")
-    gcls = s.cls[gcat] if gcat.size else np.empty(0, np.int8)
-    act = np.flatnonzero(np.isin(gcls, L.ACTIVITY_CLASSES))
-    g = {f: gpu.column(f)[act] for f in ("ts", "dur", "name", "cat", "thread", "device",
-                                         "stream", "correlation", "external_id", "bytes",
-                                         "index")}
-    n = act.shape[0]
-    g_cls = gcls[act]
-
-    # ---- correlation join with runtime / driver launches ------------------------------
-    lts = launch.column("ts")
-    lthread = launch.column("thread")
-    lcorr = launch.column("correlation")
-    gcorr = g["correlation"].copy()
-    if (gcorr < 0).any() or (lcorr < 0).any():
-        gcorr, lcorr, from_flows = _correlation_from_flows(
-            s, flows, gcorr, g["thread"], g["ts"], lcorr, lthread, lts)
-        join_stats["correlation from flow events"] = from_flows
-    lrow, count = match_by_key(gcorr, lcorr, g["ts"], lts)
-    has_launch = lrow >= 0
-    join_stats.update({
-        "activities": int(n),
-        "launched": int(has_launch.sum()),
-        "no correlation id": int((gcorr < 0).sum()),
-        "correlation without launch": int(((gcorr >= 0) & (count == 0)).sum()),
-        "correlation with several launches (one kept)": int((count > 1).sum()),
-    })
-    lr = np.where(has_launch, lrow, 0)
-    launch_ts = launch.column("ts")[lr] if n and lts.size else np.zeros(n, np.int64)
-    launch_dur = launch.column("dur")[lr] if n and lts.size else np.zeros(n, np.int64)
-    launch_name = np.where(has_launch, launch.column("name")[lr], -1) if lts.size else \
-        np.full(n, -1)
-    launch_thread = np.where(has_launch, lthread[lr], -1) if lts.size else np.full(n, -1)
-    launch_tid = np.where(launch_thread >= 0, tid_of_thread[np.maximum(launch_thread, 0)],
-                          -1) if n else np.zeros(0, np.int64)
-
-    # ---- launch -> innermost enclosing cpu_op on the same thread ---------------------
-    ocat = ops.column("cat")
-    ocls = s.cls[ocat] if ocat.size else np.empty(0, np.int8)
-    ots = ops.column("ts")
-    odur = ops.column("dur")
-    othread = ops.column("thread")
-    oname = ops.column("name")
-    oext = ops.column("external_id")
-    is_op = np.flatnonzero(ocls == L.CLS_CPU_OP)
-    q_thread = np.where(has_launch, launch_thread, -1)
-    op_row = innermost_enclosing(ots[is_op], odur[is_op], othread[is_op], launch_ts, q_thread)
-    op_row = np.where(op_row >= 0, is_op[np.maximum(op_row, 0)], -1) if is_op.size else op_row
-    join_stats["launch inside a cpu_op"] = int((op_row >= 0).sum())
-
-    # ---- iteration from ProfilerStep#N ------------------------------------------------
-    step_num = np.full(len(s.texts), -1, dtype=np.int64)
-    for i, text in enumerate(s.texts):
-        m = patterns.iteration.match(text)
-        if m:
-            step_num[i] = int(m.group(1))
-    is_step = np.flatnonzero(step_num[oname] >= 0) if oname.size else np.empty(0, np.int64)
-    at = np.where(has_launch, launch_ts, g["ts"])
-    iteration = step_of(at, ots[is_step], odur[is_step], step_num[oname[is_step]])
-
-    # ---- kind --------------------------------------------------------------------------
-    used = np.unique(g["name"])
-    by_name = np.zeros(len(s.texts), dtype=np.int8)
-    by_name[used] = name_kinds([s.texts[i] for i in used.tolist()], patterns)
-    kind = by_name[g["name"]]
-    kind[(g_cls == L.CLS_MEMCPY) | (g_cls == L.CLS_MEMSET)] = MEM
-
-    # ---- collective metadata -------------------------------------------------------------
-    meta_row = _collective_rows(scanned, s, act, op_row_source=(
-        ots, odur, othread, oname), launch_ts=launch_ts, q_thread=q_thread, kind=kind)
-    comm = scanned.stores["comm"]
-    coll = {f: comm.column(f) for f in ("collective", "dtype", "in_nelems", "out_nelems",
-                                        "group_size", "pg_name", "pg_desc", "pg_ranks", "seq",
-                                        "src_rank", "dst_rank")}
-    has_meta = meta_row >= 0
-    mr = np.maximum(meta_row, 0)
-
-    def meta(field: str) -> np.ndarray:
-        col = coll[field]
-        return np.where(has_meta, col[mr], -1) if col.size else np.full(n, -1, np.int64)
-
-    coll_name = meta("collective")
-    dtype_id = meta("dtype")
-    pg_name = meta("pg_name")
-    pg_desc = meta("pg_desc")
-    pg_ranks = meta("pg_ranks")
-    group_size = meta("group_size")
-    in_nelems = meta("in_nelems")
-    out_nelems = meta("out_nelems")
-    collective = _collective_types(s, patterns, coll_name, g["name"], kind)
-    dist = scanned.header.distributed
-    ranks_list, group_size, pg_desc_text = _group_facts(s, dist, pg_name, pg_desc, pg_ranks,
-                                                        group_size)
-    elem = _dtype_sizes(s, dtype_id)
-    msg_in = np.where((in_nelems >= 0) & (elem > 0), in_nelems * elem, -1)
-    msg_out = np.where((out_nelems >= 0) & (elem > 0), out_nelems * elem, -1)
-
-    # ---- assemble, sorted by ts (ties: file order) ------------------------------------
-    rank, rank_source = scanned.header.rank(scanned.source)
-    order = np.lexsort((g["index"], g["ts"]))
-    device = np.where(g["device"] >= 0, g["device"],
-                      pid_of_thread[g["thread"]] if n else g["device"])
-    stream = np.where(g["stream"] >= 0, g["stream"],
-                      tid_of_thread[g["thread"]] if n else g["stream"])
-    cat_codes = np.select([g_cls == L.CLS_KERNEL, g_cls == L.CLS_MEMCPY], [0, 1], 2)
-    no_launch = ~has_launch
-    no_op = op_row < 0
-    opr = np.maximum(op_row, 0)
-    cols = {
-        "rank": pa.array(np.full(n, rank, dtype=np.int32)),
-        "device": pa.array(device.astype(np.int32)),
-        "stream": pa.array(stream.astype(np.int64)),
-        "cat": _fixed_dictionary(cat_codes, ("kernel", "gpu_memcpy", "gpu_memset")),
-        "name": s.dictionary(g["name"]),
-        "ts": pa.array(g["ts"]),
-        "dur": pa.array(g["dur"]),
-        "correlation": pa.array(gcorr),
-        "external_id": pa.array(g["external_id"]),
-        "launch_ts": _nullable(launch_ts, no_launch, pa.int64()),
-        "launch_dur": _nullable(launch_dur, no_launch, pa.int64()),
-        "launch_tid": _nullable(launch_tid, no_launch | (launch_tid < 0), pa.int64()),
-        "launch_name": s.dictionary(launch_name),
-        "cpu_op": s.dictionary(np.where(no_op, -1, oname[opr] if oname.size else -1)),
-        "cpu_op_external_id": _nullable(oext[opr] if oext.size else np.zeros(n, np.int64),
-                                        no_op | ((oext[opr] if oext.size else -1) < 0),
-                                        pa.int64()),
-        "kind": _fixed_dictionary(kind.astype(np.int32), KINDS),
-        "iteration": pa.array(iteration),
-        "collective": _fixed_dictionary(collective, COLLECTIVES),
-        "pg_name": s.dictionary(pg_name),
-        "pg_desc": pa.array(pg_desc_text, pa.string()).dictionary_encode(),
-        "group_size": _nullable(group_size, group_size < 0, pa.int32()),
-        "group_ranks": pa.array(ranks_list, pa.list_(pa.int32())),
-        "msg_in_bytes": _nullable(msg_in, msg_in < 0, pa.int64()),
-        "msg_out_bytes": _nullable(msg_out, msg_out < 0, pa.int64()),
-        "dtype": s.dictionary(dtype_id),
-        "seq": _nullable(meta("seq"), meta("seq") < 0, pa.int64()),
-        "in_nelems": _nullable(in_nelems, in_nelems < 0, pa.int64()),
-        "out_nelems": _nullable(out_nelems, out_nelems < 0, pa.int64()),
-        "src_rank": _nullable(meta("src_rank"), meta("src_rank") < 0, pa.int32()),
-        "dst_rank": _nullable(meta("dst_rank"), meta("dst_rank") < 0, pa.int32()),
-        "bytes": _nullable(g["bytes"], (g["bytes"] < 0) | (kind != MEM), pa.int64()),
-        "index": pa.array(g["index"]),
-    }
-    table = pa.table(cols).take(pa.array(order))
-    steps = _steps(ots, odur, oname, is_step, step_num)
-    meta_dict = trace_metadata(scanned, rank, rank_source, join_stats, steps)
-    table = table.replace_schema_metadata({METADATA_KEY: json.dumps(meta_dict).encode()})
-    cpu_table = None
-    if cpu:
-        cpu_table = cpu_events_table(scanned, s, pid_of_thread, tid_of_thread)
-        cpu_table = cpu_table.replace_schema_metadata(
-            {METADATA_KEY: json.dumps(meta_dict).encode()})
-    return ParsedTrace(activities=table, cpu=cpu_table, meta=meta_dict,
-                       warnings=list(scanned.warnings))
-
-
-def _correlation_from_flows(s, flows, gcorr, gthread, gts, lcorr, lthread, lts):
-    """Fill missing correlation ids from launch-flow endpoints (ac2g / async)."""
-    fcat = flows.column("cat")
-    if fcat.size == 0:
-        return gcorr, lcorr, 0
-    is_launch_flow = s.cls[fcat] == L.CLS_LAUNCH_FLOW
-    fph = flows.column("ph")
-    fid = flows.column("id")
-    fthread = flows.column("thread")
-    fts = flows.column("ts")
-    filled = 0
-    for ph, corr, thread, ts in ((ord("f"), gcorr, gthread, gts), (ord("s"), lcorr, lthread, lts)):
-        missing = np.flatnonzero(corr < 0)
-        if missing.size == 0:
-            continue
-        sel = is_launch_flow & (fph == ph)
-        found = match_flows(fid[sel], fthread[sel], fts[sel], thread[missing], ts[missing])
-        corr[missing] = found
-        filled += int((found >= 0).sum())
-    return gcorr, lcorr, filled
-
-
-def _collective_rows(scanned, s, act, op_row_source, launch_ts, q_thread, kind):
-    """Row of the comm store holding each activity's collective metadata (-1: none).
-
-    First the activity's own args (Kineto copies them onto NCCL kernels), else the
-    innermost ``record_param_comms`` CPU op around its launch.
+    ``work_bytes`` bounds the working set of the joins and the output columns held in
+    memory (larger tables are spilled to the trace's temporary folder, which lives until
+    ``scanned.close()``).
     """
+    s = Strings(scanned)
+    gpu, launch, ops = (scanned.stores[k] for k in ("gpu", "launch", "ops"))
+    pid_of, tid_of = thread_numbers(scanned.threads)
+    kind_of_name = s.lookup(np.int8, 0)
+    names_used = np.unique(np.concatenate([b[1]["name"] for b in gpu.blocks("name")])
+                           if len(gpu) else np.empty(0, np.int32))
+    names_used = names_used[names_used >= 0]
+    kind_of_name[names_used] = name_kinds([s.texts[i] for i in names_used.tolist()], patterns)
+    is_rpc = s.lookup(bool, False)
+    is_rpc[s.ids_of("record_param_comms")] = True
+    links = link(scanned, s.cls, s.numbers(patterns.iteration), is_rpc, kind_of_name == COMM,
+                 work_bytes)
+    n = links.rows.shape[0]
+    g = lambda f: gpu.gather(f, links.rows)  # noqa: E731  (one GPU field, activity order)
+    order = np.lexsort((g("index"), g("ts")))
+    name = g("name")
+    kind = kind_of_name[name]
+    kind[(links.cls == L.CLS_MEMCPY) | (links.cls == L.CLS_MEMSET)] = MEM
+
+    out = OutputColumns(n, scanned.budget, spill_bytes=work_bytes)
+
+    def put(col: str, values, mask=None, type_=None):
+        if isinstance(values, pa.Array):
+            out.add(col, values.take(pa.array(order)))
+        else:
+            values = np.asarray(values)[order]
+            out.add(col, pa.array(values, type=type_,
+                                  mask=None if mask is None else np.asarray(mask)[order]))
+
+    rank, rank_source = scanned.header.rank(scanned.source)
+    thread = g("thread")
+    device, stream = g("device"), g("stream")
+    put("rank", np.full(n, rank, dtype=np.int32))
+    put("device", np.where(device >= 0, device, pid_of[thread]).astype(np.int32))
+    put("stream", np.where(stream >= 0, stream, tid_of[thread]).astype(np.int64))
+    del device, stream, thread
+    cat_codes = np.select([links.cls == L.CLS_KERNEL, links.cls == L.CLS_MEMCPY], [0, 1], 2)
+    put("cat", _fixed_dictionary(cat_codes, ("kernel", "gpu_memcpy", "gpu_memset")))
+    put("name", s.dictionary(name))
+    put("ts", g("ts"))
+    put("dur", g("dur"))
+    put("correlation", links.corr)
+    put("external_id", np.maximum(g("external_id"), -1))
+    no_launch = links.launch_row < 0
+    put("launch_ts", links.launch_ts, no_launch, pa.int64())
+    put("launch_dur", launch.gather("dur", links.launch_row), no_launch, pa.int64())
+    launch_tid = np.where(links.launch_thread >= 0,
+                          tid_of[np.maximum(links.launch_thread, 0)], -1)
+    put("launch_tid", launch_tid, launch_tid < 0, pa.int64())
+    put("launch_name", s.dictionary(launch.gather("name", links.launch_row)))
+    put("cpu_op", s.dictionary(ops.gather("name", links.op_row)))
+    op_ext = ops.gather("external_id", links.op_row)
+    put("cpu_op_external_id", op_ext, op_ext < 0, pa.int64())
+    put("kind", _fixed_dictionary(kind.astype(np.int32), KINDS))
+    put("iteration", links.iteration)
+    _collective_columns(scanned, s, patterns, links, name, kind, put)
+    bytes_ = g("bytes")
+    put("bytes", bytes_, (bytes_ < 0) | (kind != MEM), pa.int64())
+    put("index", g("index"))
+    kinds = {KINDS[k]: int(c) for k, c in zip(*np.unique(kind, return_counts=True))}
+    meta = trace_metadata(scanned, rank, rank_source, links.stats, links.steps, kinds)
+    out.metadata = {METADATA_KEY: json.dumps(meta).encode()}
+    cpu_out = None
+    if cpu:
+        cpu_out = cpu_columns(scanned, s, pid_of, tid_of, work_bytes)
+        cpu_out.metadata = dict(out.metadata)
+    return ParsedTrace(meta=meta, warnings=list(scanned.warnings), columns=out,
+                       cpu_columns=cpu_out)
+
+
+def _collective_columns(scanned, s, patterns, links: Links, name, kind, put) -> None:
     comm = scanned.stores["comm"]
-    n = act.shape[0]
-    out = np.full(n, -1, dtype=np.int64)
-    cstore = comm.column("store")
-    if cstore.size == 0:
-        return out
-    crow = comm.column("row")
-    pos = np.full(len(scanned.stores["gpu"]), -1, dtype=np.int64)
-    pos[act] = np.arange(n)
-    own = np.flatnonzero(cstore == L.GPU)
-    p = pos[crow[own]]
-    out[p[p >= 0]] = own[p >= 0]
-    need = np.flatnonzero((out < 0) & (kind == COMM) & (q_thread >= 0))
-    if need.size == 0:
-        return out
-    ots, odur, othread, oname = op_row_source
-    rpc_ids = s.ids_of("record_param_comms")
-    on_ops = np.flatnonzero(cstore == L.OPS)
-    rows = crow[on_ops]
-    rows = rows[np.isin(oname[rows], rpc_ids)]
-    if rows.size == 0:
-        return out
-    entry_of_row = dict(zip(crow[on_ops].tolist(), on_ops.tolist()))
-    found = innermost_enclosing(ots[rows], odur[rows], othread[rows], launch_ts[need],
-                                q_thread[need])
-    hit = found >= 0
-    out[need[hit]] = [entry_of_row[r] for r in rows[found[hit]].tolist()]
-    return out
+    has = links.comm_row >= 0
+    row = np.maximum(links.comm_row, 0)
+
+    def meta(f: str) -> np.ndarray:
+        col = comm.column(f) if len(comm) else np.full(1, -1, np.int64)
+        return np.where(has, col[np.minimum(row, col.shape[0] - 1)], -1).astype(np.int64)
+
+    coll_name, dtype_id = meta("collective"), meta("dtype")
+    pg_name, pg_desc, pg_ranks = meta("pg_name"), meta("pg_desc"), meta("pg_ranks")
+    in_n, out_n, gsize = meta("in_nelems"), meta("out_nelems"), meta("group_size")
+    ranks, gsize, desc = _group_facts(s, scanned.header.distributed, pg_name, pg_desc,
+                                      pg_ranks, gsize)
+    elem = np.zeros(dtype_id.shape[0], dtype=np.int64)
+    for d in np.unique(dtype_id[dtype_id >= 0]).tolist():
+        elem[dtype_id == d] = dtype_bytes(s.texts[d]) or 0
+    msg_in = np.where((in_n >= 0) & (elem > 0), in_n * elem, -1)
+    msg_out = np.where((out_n >= 0) & (elem > 0), out_n * elem, -1)
+    put("collective", _fixed_dictionary(_collective_types(s, patterns, coll_name, name, kind),
+                                        COLLECTIVES))
+    put("pg_name", s.dictionary(pg_name))
+    put("pg_desc", pa.array(desc, pa.string()).dictionary_encode())
+    put("group_size", gsize, gsize < 0, pa.int32())
+    put("group_ranks", pa.array(ranks, pa.list_(pa.int32())))
+    put("msg_in_bytes", msg_in, msg_in < 0, pa.int64())
+    put("msg_out_bytes", msg_out, msg_out < 0, pa.int64())
+    put("dtype", s.dictionary(dtype_id))
+    for col, f, t in (("seq", "seq", pa.int64()), ("in_nelems", "in_nelems", pa.int64()),
+                      ("out_nelems", "out_nelems", pa.int64()),
+                      ("src_rank", "src_rank", pa.int32()), ("dst_rank", "dst_rank", pa.int32())):
+        v = meta(f)
+        put(col, v, v < 0, t)
 
 
 def _collective_types(s, patterns, coll_name, kernel_name, kind) -> np.ndarray:
-    """Index into COLLECTIVES for COMM rows (-1 otherwise / unknown)."""
+    """Index into COLLECTIVES for COMM rows: from the ``Collective name`` arg when the
+    patterns know it, else from the kernel name; -1 for other rows and unknowns."""
     code_of = {c: i for i, c in enumerate(COLLECTIVES)}
     out = np.full(coll_name.shape[0], -1, dtype=np.int32)
     comm_rows = kind == COMM
-    for ids, rows in ((coll_name, comm_rows & (coll_name >= 0)),
-                      (kernel_name, comm_rows & (coll_name < 0))):
+
+    def assign(ids: np.ndarray, rows: np.ndarray) -> None:
+        if not rows.any():
+            return
         uniq = np.unique(ids[rows])
         names = first_match([s.texts[i] for i in uniq.tolist()], patterns.collectives)
-        lut = {u: code_of.get(c, -1) if c else -1 for u, c in zip(uniq.tolist(), names)}
-        out[rows] = [lut[i] for i in ids[rows].tolist()] if rows.any() else []
-    # a "Collective name" arg the patterns do not know (e.g. "wait") falls back to the kernel
-    unknown = comm_rows & (coll_name >= 0) & (out < 0)
-    if unknown.any():
-        uniq = np.unique(kernel_name[unknown])
-        names = first_match([s.texts[i] for i in uniq.tolist()], patterns.collectives)
-        lut = {u: code_of.get(c, -1) if c else -1 for u, c in zip(uniq.tolist(), names)}
-        out[unknown] = [lut[i] for i in kernel_name[unknown].tolist()]
+        lut = np.array([code_of[c] if c else -1 for c in names], dtype=np.int32)
+        out[rows] = lut[np.searchsorted(uniq, ids[rows])]
+
+    assign(coll_name, comm_rows & (coll_name >= 0))
+    assign(kernel_name, comm_rows & (out < 0))
     return out
 
 
@@ -343,15 +280,14 @@ def _group_facts(s, dist, pg_name, pg_desc, pg_ranks, group_size):
     config = {str(pg.get("pg_name")): pg for pg in dist.get("pg_config") or []
               if isinstance(pg, dict)}
     n = pg_name.shape[0]
-    ranks_out: list = [None] * n
-    desc_out: list = [None] * n
     size = group_size.copy()
-    keys = np.stack([pg_name, pg_desc, pg_ranks, group_size]) if n else np.empty((4, 0))
-    uniq, inverse = np.unique(keys, axis=1, return_inverse=True) if n else (keys, [])
+    if n == 0:
+        return [], size, []
+    keys = np.stack([pg_name, pg_desc, pg_ranks, group_size])
+    uniq, inverse = np.unique(keys, axis=1, return_inverse=True)
     facts = []
     for name_id, desc_id, ranks_id, gsize in uniq.T.tolist():
-        name = s.texts[name_id] if name_id >= 0 else None
-        pg = config.get(name) if name is not None else None
+        pg = config.get(s.texts[name_id]) if name_id >= 0 else None
         ranks = parse_ranks(s.texts[ranks_id]) if ranks_id >= 0 else None
         if ranks is None and pg is not None and isinstance(pg.get("ranks"), list):
             ranks = [int(r) for r in pg["ranks"]]
@@ -364,45 +300,31 @@ def _group_facts(s, dist, pg_name, pg_desc, pg_ranks, group_size):
             elif ranks is not None:
                 gsize = len(ranks)
         facts.append((ranks, desc, gsize))
-    for row, k in enumerate(np.asarray(inverse).reshape(-1).tolist()):
-        ranks_out[row], desc_out[row], size[row] = facts[k]
+    inverse = np.asarray(inverse).reshape(-1)
+    ranks_out = [facts[k][0] for k in inverse.tolist()]
+    desc_out = [facts[k][1] for k in inverse.tolist()]
+    size = np.array([facts[k][2] for k in range(len(facts))], dtype=np.int64)[inverse]
     return ranks_out, size, desc_out
 
 
-def _dtype_sizes(s, dtype_id: np.ndarray) -> np.ndarray:
-    out = np.zeros(dtype_id.shape[0], dtype=np.int64)
-    for d in np.unique(dtype_id[dtype_id >= 0]).tolist():
-        out[dtype_id == d] = dtype_bytes(s.texts[d]) or 0
-    return out
-
-
-def _steps(ots, odur, oname, is_step, step_num) -> list[dict]:
-    rows = sorted(zip(ots[is_step].tolist(), odur[is_step].tolist(),
-                      step_num[oname[is_step]].tolist()))
-    return [{"iteration": it, "ts": ts, "dur": dur} for ts, dur, it in rows]
-
-
 def trace_metadata(scanned: ScannedTrace, rank: int, rank_source: str, join_stats: dict,
-                   steps: list[dict]) -> dict:
+                   steps: list[dict], kinds: dict) -> dict:
     """The rank-level facts stored as JSON under ``traceviz`` in the parquet metadata."""
     h = scanned.header
     values = dict(h.values)
-    dist = values.pop("distributedInfo", {}) if isinstance(values.get("distributedInfo"),
-                                                              dict) else {}
+    dist = values.pop("distributedInfo", {})
+    dist = dist if isinstance(dist, dict) else {}
     stats = dict(scanned.stats)
-    stats["join"] = join_stats
-    stats["bytes_read"] = scanned.bytes_read
-    stats["compressed_bytes"] = scanned.compressed_bytes
-    stats["truncated_at"] = scanned.truncated_at
-    stats["spilled_bytes"] = scanned.budget.spilled_bytes
-    stats["rows"] = {name: len(store) for name, store in scanned.stores.items()}
+    stats.update(join=join_stats, kinds=kinds, bytes_read=scanned.bytes_read,
+                 compressed_bytes=scanned.compressed_bytes, truncated_at=scanned.truncated_at,
+                 spilled_bytes=scanned.budget.spilled_bytes,
+                 rows={name: len(store) for name, store in scanned.stores.items()})
     threads = []
     for idx in range(scanned.threads.shape[1]):
         pidn, pids, tidn, tids = scanned.threads[:, idx].tolist()
         pid = pidn if pids < 0 else scanned.strings.texts[pids]
         tid = tidn if tids < 0 else scanned.strings.texts[tids]
-        name = h.thread_names.get((pid, tid))
-        threads.append({"pid": pid, "tid": tid, "name": name,
+        threads.append({"pid": pid, "tid": tid, "name": h.thread_names.get((pid, tid)),
                         "process": h.process_names.get(pid),
                         "label": h.process_labels.get(pid)})
     return {
@@ -424,37 +346,45 @@ def trace_metadata(scanned: ScannedTrace, rank: int, rank_source: str, join_stat
     }
 
 
-def cpu_events_table(scanned: ScannedTrace, s: _Strings, pid_of_thread: np.ndarray,
-                     tid_of_thread: np.ndarray) -> pa.Table:
-    """CPU-side complete events: cpu_op, user_annotation, python_function, runtime/driver."""
+CPU_FIELDS = ("correlation", "external_id", "seq_number", "fwd_thread_id", "python_id",
+              "python_parent_id", "stream")
+
+
+def cpu_columns(scanned: ScannedTrace, s: Strings, pid_of: np.ndarray, tid_of: np.ndarray,
+                work_bytes: int) -> OutputColumns:
+    """CPU-side complete events (runtime/driver, cpu_op, annotations, python) in file order."""
+    stores = [scanned.stores[k] for k in ("launch", "ops", "python")]
     python_cat = s.ids_of("python_function")
-    parts = []
-    for store in ("launch", "ops", "python"):
-        st = scanned.stores[store]
-        col = {f: st.column(f) for f, _ in L.FIELDS[store]}
-        if store == "python":
-            col["cat"] = np.full(len(st), python_cat[0] if python_cat.size else -1)
-        parts.append((col, len(st)))
-    names = ("correlation", "external_id", "seq_number", "fwd_thread_id", "python_id",
-             "python_parent_id", "stream")
 
-    def cat(field: str) -> np.ndarray:
-        return np.concatenate([c[field] if field in c else np.full(k, -1, np.int64)
-                               for c, k in parts]).astype(np.int64)
+    def concat(f: str) -> np.ndarray:
+        parts = []
+        for st in stores:
+            if f in st.dtypes:
+                parts.append(st.column(f).astype(np.int64))
+            elif f == "cat" and st.name == "python":
+                parts.append(np.full(len(st), python_cat[0] if python_cat.size else -1))
+            else:
+                parts.append(np.full(len(st), -1, dtype=np.int64))
+        return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
-    ts = cat("ts")
-    thread = cat("thread")
-    order = np.lexsort((cat("index"), ts))
-    cols = {
-        "cat": s.dictionary(cat("cat")[order]),
-        "name": s.dictionary(cat("name")[order]),
-        "pid": pa.array(pid_of_thread[thread][order] if thread.size else thread),
-        "tid": pa.array(tid_of_thread[thread][order] if thread.size else thread),
-        "ts": pa.array(ts[order]),
-        "dur": pa.array(cat("dur")[order]),
-    }
-    for f in names:
-        v = cat(f)[order]
-        cols[f] = _nullable(v, v < 0, pa.int64())
-    cols["index"] = pa.array(cat("index")[order])
-    return pa.table(cols)
+    order = np.argsort(concat("index"), kind="stable")
+    out = OutputColumns(order.shape[0], scanned.budget, spill_bytes=work_bytes)
+    thread = concat("thread")[order]
+    out.add("cat", s.dictionary(concat("cat")[order]))
+    out.add("name", s.dictionary(concat("name")[order]))
+    out.add("pid", pa.array(pid_of[thread]))
+    out.add("tid", pa.array(tid_of[thread]))
+    del thread
+    out.add("ts", pa.array(concat("ts")[order]))
+    out.add("dur", pa.array(concat("dur")[order]))
+    for f in CPU_FIELDS:
+        v = concat(f)[order]
+        out.add(f, _nullable(v, v < 0, pa.int64()))
+    out.add("index", pa.array(concat("index")[order]))
+    return out
+
+
+def keep_alive(parsed: ParsedTrace, scanned: ScannedTrace) -> ParsedTrace:
+    """Delete ``scanned``'s temporary folder on ``parsed.close()`` or once it is garbage."""
+    parsed._close = weakref.finalize(parsed, scanned.close)
+    return parsed
