@@ -1,0 +1,1 @@
+"""Trace bytes -> typed columns -> the GPU activity table, in one streaming pass."""

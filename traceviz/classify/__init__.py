@@ -1,0 +1,1 @@
+"""Meaning columns for GPU activities: kind, collective type (later: phase, group)."""
