@@ -1,7 +1,7 @@
 """Append-only column stores that stay under a memory budget by spilling to disk.
 
 The scanner writes rows into a store's *active block*, an ``int64`` array of shape
-``(fields, block_rows)``. When the block is full the driver *seals* it: each field is
+``(fields, rows)`` (a slice of the scanner's ``blocks`` array). When the block is full the driver *seals* it: each field is
 cast to its narrow dtype (:data:`.layout.FIELDS`) and kept as a sealed block. A
 :class:`SpillBudget` shared by all stores of one trace counts the bytes of sealed blocks
 held in memory; past its limit blocks are written to ``.npy`` files in a private
@@ -100,11 +100,12 @@ class SpillBudget:
 class ColumnStore:
     """Rows of one event class, built block by block by the scanner."""
 
-    def __init__(self, store: str, block_rows: int, budget: SpillBudget) -> None:
+    def __init__(self, store: str, block: np.ndarray, budget: SpillBudget) -> None:
+        """``block`` is this store's active block: ``(>= fields, rows)`` int64."""
         self.name = store
         self.fields = FIELDS[store]
         self.dtypes = dict(self.fields)
-        self.block = np.empty((len(self.fields), block_rows), dtype=np.int64)
+        self.block = block
         self.budget = budget
         self.sealed: list[Block] = []
         self.rows = 0  # rows in sealed blocks

@@ -17,6 +17,7 @@ from .lexer import fnv1a
 # ---- stores -----------------------------------------------------------------------
 GPU, LAUNCH, OPS, PY, COMM, FLOW = range(6)
 STORE_NAMES = ("gpu", "launch", "ops", "python", "comm", "flow")
+N_STORES = len(STORE_NAMES)
 
 FIELDS: dict[str, list[tuple[str, str]]] = {
     # device timeline: kernel, memcpy, memset, gpu_user_annotation, cuda_sync
@@ -141,11 +142,8 @@ ARG_KEY_TABLE = key_table(ARG_KEYS)
 CATEGORY_TABLE = key_table({k.encode(): v for k, v in CATEGORY_CLASS.items()})
 TRACE_EVENTS_HASH = np.int64(fnv1a(TRACE_EVENTS_KEY))  # np.int64: numba mis-compares plain ints
 
-# ---- scanner status / state ----------------------------------------------------------
+# ---- scanner status --------------------------------------------------------------------
 (R_NEED_MORE, R_FLUSH, R_GROW_STRINGS, R_GROW_THREADS, R_DRAIN, R_DONE, R_ERROR) = range(1, 8)
-# st[] slots
-ST_MODE, ST_POS, ST_ERRCODE, ST_ERRPOS, ST_SAW_EVENTS, ST_NTOP, ST_NRAW, ST_EVENT_INDEX = range(8)
-ST_SIZE = 8
 # modes
 (M_START, M_TOP_KEY, M_TOP_AFTER_VALUE, M_EVENTS_ITEM, M_EVENTS_AFTER, M_ARRAY_ITEM,
  M_ARRAY_AFTER, M_DONE) = range(8)
@@ -163,11 +161,49 @@ ERROR_TEXT = {
     E_BAD_EVENT: "malformed trace event",
 }
 
-# stats[] slots
+# ---- packed scanner state ---------------------------------------------------------------
+# The scanner keeps its state in a few arrays, because every array argument of a numba
+# function costs two atomic reference-count operations per call (measured: with ~30
+# separate arrays they were half of the per-event cost):
+#   w        int64[W_SIZE]               scalars (slots below)
+#   tabs     int64[6, 256]               key tables (rows T_*): event keys, arg keys, categories
+#   strs     int64[4, capacity]          string hash table (SR_KEY -> SR_ID); per string id:
+#                                        category class (SR_CLASS, -1 unknown), count (SR_COUNT)
+#   pending  int64[3, capacity]          strings new since the last drain (PD_*)
+#   thr      int64[6, capacity]          thread hash table (TR_KEY -> TR_ID); per thread:
+#                                        pid / tid as numbers or string ids (TR_PIDN ...)
+#   blocks   int64[stores, MAX_FIELDS, rows]  the active block of every store
+#   spans    int64[6, capacity]          top-level values (SP_KEY0..SP_VAL1) and metadata
+#                                        events (SP_RAW0, SP_RAW1): byte offsets
+# w slots: scanner state ...
+(ST_MODE, ST_POS, ST_ERRCODE, ST_ERRPOS, ST_SAW_EVENTS, ST_NTOP, ST_NRAW, ST_EVENT_INDEX,
+ W_NSTR, W_NPEND, W_NTHR) = range(11)
+# ... statistics (absolute slots in w) ...
 (S_EVENTS, S_COMPLETE, S_FLOW, S_INSTANT, S_METADATA, S_COUNTER, S_OTHER_PH,
  S_SKIP_NO_TS, S_SKIP_NO_DUR, S_SKIP_BAD_TS, S_SKIP_BAD_DUR, S_SKIP_NOT_OBJECT,
- S_SKIP_NO_PH, S_BAD_NUMBER, S_META_NOT_KEPT, S_NEG_DUR, S_SKIP_BAD_FLOW) = range(17)
-N_STATS = 17
+ S_SKIP_NO_PH, S_BAD_NUMBER, S_META_NOT_KEPT, S_NEG_DUR, S_SKIP_BAD_FLOW) = range(11, 28)
+# ... store fill and global row base (one slot per store) ...
+W_FILL = 28
+W_BASE = W_FILL + len(STORE_NAMES)
+# ... per-event scratch: parsed fields (W_EV + V_*) and args (W_ARG + A_*)
+W_EV = W_BASE + len(STORE_NAMES)
+N_EV = 15
+W_ARG = W_EV + N_EV
+W_SIZE = W_ARG + N_ARGS
+
+T_EVK, T_EVV, T_ARGK, T_ARGV, T_CATK, T_CATV = range(6)
+SR_KEY, SR_ID, SR_CLASS, SR_COUNT = range(4)
+PD_ID, PD_OFF, PD_LEN = range(3)
+TR_KEY, TR_ID, TR_PIDN, TR_PIDS, TR_TIDN, TR_TIDS = range(6)
+SP_KEY0, SP_KEY1, SP_VAL0, SP_VAL1, SP_RAW0, SP_RAW1 = range(6)
+MAX_FIELDS = max(len(f) for f in FIELDS.values())
+
+
+def key_tables() -> np.ndarray:
+    """The ``tabs`` array: event-key, arg-key and category tables stacked."""
+    return np.stack([*EVENT_KEY_TABLE, *ARG_KEY_TABLE, *CATEGORY_TABLE])
+
+
 STAT_NAMES = {
     S_EVENTS: "events", S_COMPLETE: "complete", S_FLOW: "flow", S_INSTANT: "instant",
     S_METADATA: "metadata", S_COUNTER: "counter", S_OTHER_PH: "other_phase",

@@ -19,12 +19,11 @@ from .columns import ColumnStore, SpillBudget
 from .header import Header
 from .scanner import scan
 from .source import ByteSource
-from .strings import StringTable
+from .strings import StringTable, rehash
 
 DEFAULT_CHUNK = 8 << 20
 DEFAULT_BUDGET = 512 << 20
-_BLOCK_ROWS = {"gpu": 1 << 15, "launch": 1 << 15, "ops": 1 << 15, "python": 1 << 15,
-               "comm": 1 << 12, "flow": 1 << 15}
+BLOCK_ROWS = 1 << 14
 _MAX_METADATA = 65536
 
 
@@ -49,33 +48,25 @@ class ScannedTrace:
         self.budget.close()
 
 
-class _Threads:
-    def __init__(self, capacity: int = 1024) -> None:
-        self.keys = np.zeros(capacity, dtype=np.int64)
-        self.vals = np.zeros(capacity, dtype=np.int32)
-        self.meta = np.zeros(1, dtype=np.int64)
-        self.info = np.full((4, capacity), -1, dtype=np.int64)
-
-    def grow(self) -> None:
-        """Double the table; existing thread indexes are kept."""
-        from .strings import _rehash
-
-        size = self.keys.shape[0] * 2
-        keys = np.zeros(size, dtype=np.int64)
-        vals = np.zeros(size, dtype=np.int32)
-        _rehash(self.keys, self.vals, keys, vals)
-        info = np.full((4, size), -1, dtype=np.int64)
-        info[:, :self.info.shape[1]] = self.info
-        self.keys, self.vals, self.info = keys, vals, info
+def _grow_threads(thr: np.ndarray, count: int) -> np.ndarray:
+    """The thread table with twice the capacity; thread indexes are kept."""
+    new = np.full((6, thr.shape[1] * 2), -1, dtype=np.int64)
+    new[L.TR_KEY] = 0
+    rehash(thr, new, L.TR_KEY, L.TR_ID)
+    info = slice(L.TR_PIDN, L.TR_TIDS + 1)
+    new[info, :count] = thr[info, :count]
+    return new
 
 
 def scan_trace(src: str | os.PathLike | BinaryIO, *, memory_budget: int = DEFAULT_BUDGET,
                chunk_size: int = DEFAULT_CHUNK) -> ScannedTrace:
     """Read one trace in a single streaming pass into column stores.
 
-    Raises :class:`~traceviz.errors.TraceError` for input that is not a readable Kineto
-    trace. A trace cut short (a profiler killed while writing) is not an error: every
-    complete event before the cut is kept and ``truncated_at`` holds the byte offset.
+    ``memory_budget`` bounds the bytes of sealed column blocks held in memory (more are
+    spilled to disk). Raises :class:`~traceviz.errors.TraceError` for input that is not a
+    readable Kineto trace. A trace cut short (a profiler killed while writing) is not an
+    error: every complete event before the cut is kept and ``truncated_at`` holds the
+    byte offset.
     """
     source = ByteSource(src)
     budget = SpillBudget(memory_budget)
@@ -89,23 +80,16 @@ def scan_trace(src: str | os.PathLike | BinaryIO, *, memory_budget: int = DEFAUL
 
 
 def _scan(source: ByteSource, budget: SpillBudget, chunk_size: int) -> ScannedTrace:
-    stores = {name: ColumnStore(name, _BLOCK_ROWS[name], budget) for name in L.STORE_NAMES}
-    blocks = [stores[name].block for name in L.STORE_NAMES]
-    fill = np.zeros(len(L.STORE_NAMES), dtype=np.int64)
-    base = np.zeros(len(L.STORE_NAMES), dtype=np.int64)
-    cap = np.array([b.shape[1] for b in blocks], dtype=np.int64)
+    blocks = np.empty((L.N_STORES, L.MAX_FIELDS, BLOCK_ROWS), dtype=np.int64)
+    stores = {name: ColumnStore(name, blocks[s], budget)
+              for s, name in enumerate(L.STORE_NAMES)}
+    w = np.zeros(L.W_SIZE, dtype=np.int64)
+    tabs = L.key_tables()
     strings = StringTable()
-    threads = _Threads()
-    catclass = np.full(strings.keys.shape[0], -1, dtype=np.int64)
-    catcount = np.zeros(strings.keys.shape[0], dtype=np.int64)
-    stats = np.zeros(L.N_STATS, dtype=np.int64)
-    st = np.zeros(L.ST_SIZE, dtype=np.int64)
-    top = np.zeros((4, 64), dtype=np.int64)
-    raw = np.zeros((2, 4096), dtype=np.int64)
+    thr = np.full((6, 1024), -1, dtype=np.int64)
+    thr[L.TR_KEY] = 0
+    spans = np.zeros((6, 4096), dtype=np.int64)
     header = Header()
-    evk, evv = L.EVENT_KEY_TABLE
-    argk, argv = L.ARG_KEY_TABLE
-    catk, catv = L.CATEGORY_TABLE
 
     buf = np.empty(chunk_size, dtype=np.uint8)
     n = 0
@@ -123,62 +107,52 @@ def _scan(source: ByteSource, budget: SpillBudget, chunk_size: int) -> ScannedTr
             n += got
 
     def drain() -> None:
-        strings.take_pending(buf)
+        strings.take_pending(buf, w)
         mem = buf.data
-        for t in range(int(st[L.ST_NTOP])):
-            k0, k1, v0, v1 = (int(x) for x in top[:, t])
+        for k0, k1, v0, v1 in spans[L.SP_KEY0:L.SP_VAL1 + 1, :int(w[L.ST_NTOP])].T.tolist():
             key = bytes(mem[k0:k1]).decode("utf-8", errors="replace")
             header.add_value(key, bytes(mem[v0:v1]))
-        st[L.ST_NTOP] = 0
-        for r in range(int(st[L.ST_NRAW])):
+        w[L.ST_NTOP] = 0
+        for r0, r1 in spans[L.SP_RAW0:L.SP_RAW1 + 1, :int(w[L.ST_NRAW])].T.tolist():
             if header.metadata_events < _MAX_METADATA:
-                header.add_metadata_event(bytes(mem[int(raw[0, r]):int(raw[1, r])]))
+                header.add_metadata_event(bytes(mem[r0:r1]))
             else:
-                stats[L.S_META_NOT_KEPT] += 1
-        st[L.ST_NRAW] = 0
+                w[L.S_META_NOT_KEPT] += 1
+        w[L.ST_NRAW] = 0
 
     fill_buffer()
     if n == 0:
         raise TraceError(source.name, "is empty", offset=0,
                          hint="the profiler wrote nothing; re-run it or pick another file")
     while True:
-        status = scan(buf, n, eof, st, stats, catcount, catclass,
-                      strings.keys, strings.vals, strings.meta, strings.pending,
-                      threads.keys, threads.vals, threads.meta, threads.info,
-                      evk, evv, argk, argv, catk, catv,
-                      fill, base, cap, *blocks, top, raw)
+        status = scan(buf, n, eof, w, tabs, strings.strs, strings.pending, thr, blocks, spans)
         drain()
         if status == L.R_FLUSH:
             for s, name in enumerate(L.STORE_NAMES):
-                if fill[s] >= cap[s]:
-                    stores[name].seal(int(fill[s]))
-                    base[s] += fill[s]
-                    fill[s] = 0
+                if w[L.W_FILL + s] >= BLOCK_ROWS:
+                    stores[name].seal(int(w[L.W_FILL + s]))
+                    w[L.W_BASE + s] += w[L.W_FILL + s]
+                    w[L.W_FILL + s] = 0
         elif status == L.R_GROW_STRINGS:
-            strings.ensure_room(1024)
-            size = strings.keys.shape[0]
-            if catclass.shape[0] < size:
-                catclass = np.concatenate([catclass, np.full(size - catclass.shape[0], -1)])
-                catcount = np.concatenate([catcount, np.zeros(size - catcount.shape[0],
-                                                              dtype=np.int64)])
+            strings.grow(int(w[L.W_NSTR]), 1024)
         elif status == L.R_GROW_THREADS:
-            threads.grow()
+            thr = _grow_threads(thr, int(w[L.W_NTHR]))
         elif status == L.R_DRAIN:
             pass
         elif status == L.R_DONE:
             break
         elif status == L.R_ERROR:
-            code = int(st[L.ST_ERRCODE])
-            where = offset + int(st[L.ST_ERRPOS])
-            if code == L.E_NOT_JSON and int(st[L.ST_EVENT_INDEX]) == 0:
+            code = int(w[L.ST_ERRCODE])
+            where = offset + int(w[L.ST_ERRPOS])
+            if code == L.E_NOT_JSON and int(w[L.ST_EVENT_INDEX]) == 0:
                 raise TraceError(source.name, "is not JSON (expected '{' or '[')",
                                  offset=where, hint=_not_json_hint(buf[:n]))
             raise TraceError(source.name, L.ERROR_TEXT.get(code, "malformed JSON"),
                              offset=where,
-                             hint=f"after {int(st[L.ST_EVENT_INDEX])} events; the file is "
+                             hint=f"after {int(w[L.ST_EVENT_INDEX])} events; the file is "
                                   "corrupt: re-export the trace")
         elif status == L.R_NEED_MORE:
-            pos = int(st[L.ST_POS])
+            pos = int(w[L.ST_POS])
             if eof:
                 truncated_at = offset + pos
                 break
@@ -191,46 +165,46 @@ def _scan(source: ByteSource, budget: SpillBudget, chunk_size: int) -> ScannedTr
                 buf[:rest] = buf[pos:n]
                 n = rest
                 offset += pos
-                st[L.ST_POS] = 0
+                w[L.ST_POS] = 0
             fill_buffer()
     for s, name in enumerate(L.STORE_NAMES):
-        stores[name].seal(int(fill[s]))
-        fill[s] = 0
-    if not st[L.ST_SAW_EVENTS] and truncated_at is not None:
+        stores[name].seal(int(w[L.W_FILL + s]))
+        w[L.W_FILL + s] = 0
+    if not w[L.ST_SAW_EVENTS] and truncated_at is not None:
         raise TraceError(source.name, "ends before any trace event", offset=truncated_at,
                          hint="the file is cut short or empty; re-export the trace")
-    if not st[L.ST_SAW_EVENTS]:
+    if not w[L.ST_SAW_EVENTS]:
         raise TraceError(source.name, "is JSON but not a Kineto trace (no 'traceEvents')",
                          offset=None,
                          hint="pass a PyTorch profiler trace (export_chrome_trace output)")
     if truncated_at is not None:
         warnings.append(
             f"{source.name}: trace is truncated at byte {truncated_at} "
-            f"(kept the {int(stats[L.S_EVENTS])} complete events before it)")
+            f"(kept the {int(w[L.S_EVENTS])} complete events before it)")
     if source.stream_truncated:
         warnings.append(f"{source.name}: {source.compression} stream ends early "
                         f"(decompressed {source.bytes_out} bytes)")
         if truncated_at is None:
             truncated_at = offset + n
-    stat_dict = _stats_dict(stats, catcount, strings, header)
+    n_threads = int(w[L.W_NTHR])
     return ScannedTrace(
         source=source.name, compression=source.compression, stores=stores, strings=strings,
-        threads=threads.info[:, :int(threads.meta[0])].copy(), header=header,
-        stats=stat_dict, truncated_at=truncated_at, budget=budget,
+        threads=thr[L.TR_PIDN:L.TR_TIDS + 1, :n_threads].copy(), header=header,
+        stats=_stats_dict(w, strings, header), truncated_at=truncated_at, budget=budget,
         bytes_read=source.bytes_out, compressed_bytes=source.compressed_bytes,
         warnings=warnings)
 
 
-def _stats_dict(stats: np.ndarray, catcount: np.ndarray, strings: StringTable,
-                header: Header) -> dict:
+def _stats_dict(w: np.ndarray, strings: StringTable, header: Header) -> dict:
+    counts = strings.strs[L.SR_COUNT, :len(strings)]
     by_cat: dict[str, int] = {}
-    for sid in np.flatnonzero(catcount[:len(strings)]).tolist():
+    for sid in np.flatnonzero(counts).tolist():
         text = strings.texts[sid]
-        by_cat[text] = by_cat.get(text, 0) + int(catcount[sid])
-    out = {L.STAT_NAMES[k]: int(stats[k]) for k in L.STAT_NAMES}
+        by_cat[text] = by_cat.get(text, 0) + int(counts[sid])
+    out = {L.STAT_NAMES[k]: int(w[k]) for k in L.STAT_NAMES}
     out["events_by_cat"] = dict(sorted(by_cat.items()))
-    out["skipped"] = {L.SKIP_NAMES[k]: int(stats[k]) for k in L.SKIP_NAMES if stats[k]}
-    out["notes"] = {L.NOTE_NAMES[k]: int(stats[k]) for k in L.NOTE_NAMES if stats[k]}
+    out["skipped"] = {L.SKIP_NAMES[k]: int(w[k]) for k in L.SKIP_NAMES if w[k]}
+    out["notes"] = {L.NOTE_NAMES[k]: int(w[k]) for k in L.NOTE_NAMES if w[k]}
     if header.dropped:
         out["notes"]["top-level keys not kept (large, unused)"] = len(header.dropped)
     return out

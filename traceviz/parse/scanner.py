@@ -1,12 +1,12 @@
 """The numba state machine that turns Kineto trace bytes into column blocks.
 
-:func:`scan` reads one buffer from ``st[ST_POS]`` and returns a status (``R_*`` in
+:func:`scan` reads one buffer from ``w[ST_POS]`` and returns a status (``R_*`` in
 :mod:`.layout`) whenever it needs the driver: more bytes (an event straddles the end of
-the buffer), a full column block, a bigger string or thread table, metadata to decode,
-the end of the trace, or an error. It is restartable: state lives in ``st`` and the
-driver re-calls it after doing what the status asked. An event is committed to the
-stores only when its closing brace has been read, so a restart never duplicates or
-loses an event.
+the buffer), a full column block, a bigger string or thread table, spans to decode, the
+end of the trace, or an error. It is restartable: its state lives in the packed arrays
+described in :mod:`.layout`, and the driver re-calls it after doing what the status
+asked. An event is committed only when its closing brace has been read, so a restart
+never duplicates or loses an event.
 
 What it reads (everything else is skipped structurally, never decoded):
 
@@ -16,11 +16,11 @@ What it reads (everything else is skipped structurally, never decoded):
   numeric strings, in microseconds, converted exactly to int64 ns;
 * per ``args``: the keys in :data:`.layout.ARG_KEYS`.
 
-Performance notes (numba specifics measured on this code): a helper loop that exits with
-``break`` is not inlined by LLVM and costs ~10 ns per call, so hot helpers exit with
-``return`` or a loop condition; wrapping arithmetic (hashes) is done in ``uint64``,
-because LLVM treats signed overflow as undefined; the per-event functions that take many
-arrays are inlined at numba level (``inline="always"``) to avoid passing them per call.
+Performance notes (numba specifics, measured on this code): every array argument of a
+call costs two atomic reference-count operations, so the state is packed into a few
+arrays; a helper loop that exits with ``break`` is not inlined by LLVM, so hot helpers
+exit with ``return`` or a loop condition; wrapping arithmetic (hashes) is ``uint64``,
+because LLVM treats signed overflow as undefined.
 """
 from __future__ import annotations
 
@@ -28,34 +28,37 @@ import numpy as np
 from numba import njit
 
 from . import layout as L
-from .lexer import (INCOMPLETE, NUM_OK, SYNTAX, FNV_OFFSET, FNV_PRIME, number_token,
+from .lexer import (FNV_OFFSET, FNV_PRIME, INCOMPLETE, NUM_OK, SYNTAX, number_token,
                     scan_string, skip_string, skip_value, skip_ws, string_number)
 from .strings import intern
+
+NEED_ROOM = -3  # an event could not intern a string: the string table must grow first
+
+# per-event scratch, at w[L.W_EV + V_*]
+(V_PH, V_NAME, V_CAT, V_TS, V_TSST, V_DUR, V_DURST, V_PIDN, V_PIDS, V_TIDN, V_TIDS, V_ID,
+ V_IDST, V_BP, V_SPARE) = range(L.N_EV)
+# number-field status
+MISSING, GOOD, BAD = 0, 1, 2
 
 _STR_TAG = np.uint64(0x5BD1E9955BD1E995)
 _MIX1 = np.uint64(0x9E3779B97F4A7C15)
 _MIX2 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX3 = np.uint64(0x94D049BB133111EB)
-NEED_ROOM = -3  # parse_event: the string table is too full to intern safely
-
-# per-event scratch slots
-(V_PH, V_NAME, V_CAT, V_TS, V_TSST, V_DUR, V_DURST, V_PIDN, V_PIDS, V_TIDN, V_TIDS, V_ID,
- V_IDST, V_BP, V_HASCOMM) = range(15)
-N_V = 15
-# number-field status
-MISSING, GOOD, BAD = 0, 1, 2
+EV = L.W_EV
+AR = L.W_ARG
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _lookup(tab_keys, tab_vals, h):
+def _lookup(tabs, row, h):
+    """Value stored for hash ``h`` in key table ``tabs[row]`` / ``tabs[row+1]`` (-1: none)."""
     if h == 0:
         h = np.int64(1)
-    mask = tab_keys.shape[0] - 1
+    mask = tabs.shape[1] - 1
     slot = h & mask
     while True:
-        k = tab_keys[slot]
+        k = tabs[row, slot]
         if k == h:
-            return tab_vals[slot]
+            return tabs[row + 1, slot]
         if k == 0:
             return np.int64(-1)
         slot = (slot + 1) & mask
@@ -70,8 +73,8 @@ def _hash_span(buf, start, end):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _room(skeys, smeta, spending):
-    return smeta[0] * 2 + 4 <= skeys.shape[0] and smeta[1] + 1 <= spending.shape[1]
+def _room(w, strs, pending):
+    return w[L.W_NSTR] * 2 + 4 <= strs.shape[1] and w[L.W_NPEND] + 1 <= pending.shape[1]
 
 
 @njit(nogil=True, cache=True)
@@ -90,9 +93,9 @@ def _number_field(buf, k, n, scale):
     return e, v, GOOD if st == NUM_OK else BAD
 
 
-@njit(nogil=True, cache=True, inline="always")
-def _parse_args(buf, i, n, a, skeys, svals, smeta, spending, argk, argv, stats, st):
-    """Parse the ``args`` object at ``i``; fills ``a``. Returns the end or a negative code."""
+@njit(nogil=True, cache=True)
+def _parse_args(buf, i, n, w, tabs, strs, pending):
+    """Parse the ``args`` object at ``i`` into ``w[AR + A_*]``; the end or a negative code."""
     i = skip_ws(buf, i + 1, n)
     if i >= n:
         return INCOMPLETE
@@ -100,7 +103,7 @@ def _parse_args(buf, i, n, a, skeys, svals, smeta, spending, argk, argv, stats, 
         return i + 1
     while True:
         if buf[i] != 34:
-            st[L.ST_ERRPOS] = i
+            w[L.ST_ERRPOS] = i
             return SYNTAX
         j, h, _esc = scan_string(buf, i, n)
         if j < 0:
@@ -109,41 +112,40 @@ def _parse_args(buf, i, n, a, skeys, svals, smeta, spending, argk, argv, stats, 
         if k >= n:
             return INCOMPLETE
         if buf[k] != 58:
-            st[L.ST_ERRPOS] = k
+            w[L.ST_ERRPOS] = k
             return SYNTAX
         k = skip_ws(buf, k + 1, n)
         if k >= n:
             return INCOMPLETE
-        slot = _lookup(argk, argv, h)
+        slot = _lookup(tabs, L.T_ARGK, h)
         if slot < 0:
             e = skip_value(buf, k, n)
         elif slot < L.FIRST_STR_ARG:
             e, v, vst = _number_field(buf, k, n, 0)
             if e >= 0:
                 if vst == GOOD:
-                    a[slot] = v
+                    w[AR + slot] = v
                 else:
-                    stats[L.S_BAD_NUMBER] += 1
+                    w[L.S_BAD_NUMBER] += 1
         else:
             c = buf[k]
             if c == 34:
                 e, h2, _esc2 = scan_string(buf, k, n)
                 if e >= 0:
-                    if not _room(skeys, smeta, spending):
+                    if not _room(w, strs, pending):
                         return NEED_ROOM
-                    a[slot] = intern(skeys, svals, smeta, spending, h2, k + 1, e - k - 2)
+                    w[AR + slot] = intern(strs, pending, w, h2, k + 1, e - k - 2)
             elif c == 91:  # a list given as JSON (e.g. Process Group Ranks): its text
                 e = skip_value(buf, k, n)
                 if e >= 0:
-                    if not _room(skeys, smeta, spending):
+                    if not _room(w, strs, pending):
                         return NEED_ROOM
-                    a[slot] = intern(skeys, svals, smeta, spending, _hash_span(buf, k, e),
-                                     k, e - k)
+                    w[AR + slot] = intern(strs, pending, w, _hash_span(buf, k, e), k, e - k)
             else:
                 e = skip_value(buf, k, n)
         if e < 0:
             if e == SYNTAX:
-                st[L.ST_ERRPOS] = k
+                w[L.ST_ERRPOS] = k
             return e
         i = skip_ws(buf, e, n)
         if i >= n:
@@ -156,24 +158,22 @@ def _parse_args(buf, i, n, a, skeys, svals, smeta, spending, argk, argv, stats, 
             continue
         if c == 125:
             return i + 1
-        st[L.ST_ERRPOS] = i
+        w[L.ST_ERRPOS] = i
         return SYNTAX
 
 
-@njit(nogil=True, cache=True, inline="always")
-def _parse_event(buf, i, n, ev, a, skeys, svals, smeta, spending, evk, evv, argk, argv,
-                 catclass, catk, catv, stats, st):
-    """Parse the event object whose ``{`` is at ``i`` into ``ev`` / ``a``."""
-    for q in range(N_V):
-        ev[q] = -1
-    ev[V_TSST] = MISSING
-    ev[V_DURST] = MISSING
-    ev[V_IDST] = MISSING
-    ev[V_PH] = 0
-    ev[V_BP] = 0
-    ev[V_HASCOMM] = 0
-    for q in range(a.shape[0]):
-        a[q] = -1
+@njit(nogil=True, cache=True)
+def _parse_event(buf, i, n, w, tabs, strs, pending):
+    """Parse the event object whose ``{`` is at ``i`` into the scratch slots of ``w``."""
+    for q in range(L.N_EV):
+        w[EV + q] = -1
+    for q in range(L.N_ARGS):
+        w[AR + q] = -1
+    w[EV + V_TSST] = MISSING
+    w[EV + V_DURST] = MISSING
+    w[EV + V_IDST] = MISSING
+    w[EV + V_PH] = 0
+    w[EV + V_BP] = 0
     i = skip_ws(buf, i + 1, n)
     if i >= n:
         return INCOMPLETE
@@ -181,7 +181,7 @@ def _parse_event(buf, i, n, ev, a, skeys, svals, smeta, spending, evk, evv, argk
         return i + 1
     while True:
         if buf[i] != 34:
-            st[L.ST_ERRPOS] = i
+            w[L.ST_ERRPOS] = i
             return SYNTAX
         j, h, _esc = scan_string(buf, i, n)
         if j < 0:
@@ -190,42 +190,39 @@ def _parse_event(buf, i, n, ev, a, skeys, svals, smeta, spending, evk, evv, argk
         if k >= n:
             return INCOMPLETE
         if buf[k] != 58:
-            st[L.ST_ERRPOS] = k
+            w[L.ST_ERRPOS] = k
             return SYNTAX
         k = skip_ws(buf, k + 1, n)
         if k >= n:
             return INCOMPLETE
-        key = _lookup(evk, evv, h)
+        key = _lookup(tabs, L.T_EVK, h)
         c = buf[k]
         if key == L.K_TS or key == L.K_DUR:
             e, v, vst = _number_field(buf, k, n, 3)
-            if key == L.K_TS:
-                ev[V_TS] = v
-                ev[V_TSST] = vst
-            else:
-                ev[V_DUR] = v
-                ev[V_DURST] = vst
+            slot = V_TS if key == L.K_TS else V_DUR
+            w[EV + slot] = v
+            w[EV + slot + 1] = vst  # V_TSST / V_DURST follow their values
         elif key == L.K_NAME or key == L.K_CAT:
             if c == 34:
                 e, h2, _esc2 = scan_string(buf, k, n)
                 if e >= 0:
-                    if not _room(skeys, smeta, spending):
+                    if not _room(w, strs, pending):
                         return NEED_ROOM
-                    sid = intern(skeys, svals, smeta, spending, h2, k + 1, e - k - 2)
+                    sid = intern(strs, pending, w, h2, k + 1, e - k - 2)
                     if key == L.K_NAME:
-                        ev[V_NAME] = sid
+                        w[EV + V_NAME] = sid
                     else:
-                        ev[V_CAT] = sid
-                        if catclass[sid] < 0:
-                            cls = _lookup(catk, catv, h2)
-                            catclass[sid] = L.CLS_OTHER if cls < 0 else cls
+                        w[EV + V_CAT] = sid
+                        if strs[L.SR_CLASS, sid] < 0:
+                            cls = _lookup(tabs, L.T_CATK, h2)
+                            strs[L.SR_CLASS, sid] = L.CLS_OTHER if cls < 0 else cls
             else:
                 e = skip_value(buf, k, n)
         elif key == L.K_PH:
             if c == 34:
                 e = skip_string(buf, k, n)
                 if e >= 0 and e - k > 2:
-                    ev[V_PH] = buf[k + 1]
+                    w[EV + V_PH] = buf[k + 1]
             else:
                 e = skip_value(buf, k, n)
         elif key == L.K_PID or key == L.K_TID:
@@ -238,41 +235,38 @@ def _parse_event(buf, i, n, ev, a, skeys, svals, smeta, spending, evk, evv, argk
                     if vst == NUM_OK:
                         num = v
                     else:
-                        if not _room(skeys, smeta, spending):
+                        if not _room(w, strs, pending):
                             return NEED_ROOM
-                        sid = intern(skeys, svals, smeta, spending, h2, k + 1, e - k - 2)
+                        sid = intern(strs, pending, w, h2, k + 1, e - k - 2)
             else:
                 e, v, vst = _number_field(buf, k, n, 0)
                 if vst == GOOD:
                     num = v
-            if key == L.K_PID:
-                ev[V_PIDN] = num
-                ev[V_PIDS] = sid
-            else:
-                ev[V_TIDN] = num
-                ev[V_TIDS] = sid
+            slot = V_PIDN if key == L.K_PID else V_TIDN
+            w[EV + slot] = num
+            w[EV + slot + 1] = sid  # V_PIDS / V_TIDS follow their numbers
         elif key == L.K_ID:
             if c == 34:  # a numeric string is its number, any other string its hash
                 e, h2, _esc2 = scan_string(buf, k, n)
                 if e >= 0:
                     v, vst = string_number(buf, k + 1, e - 1, 0)
-                    ev[V_ID] = v if vst == NUM_OK else h2
-                    ev[V_IDST] = GOOD
+                    w[EV + V_ID] = v if vst == NUM_OK else h2
+                    w[EV + V_IDST] = GOOD
             else:
                 e, v, vst = _number_field(buf, k, n, 0)
-                ev[V_ID] = v
-                ev[V_IDST] = vst
+                w[EV + V_ID] = v
+                w[EV + V_IDST] = vst
         elif key == L.K_BP:
             e = skip_value(buf, k, n)
             if c == 34 and e - k > 2:
-                ev[V_BP] = buf[k + 1]
+                w[EV + V_BP] = buf[k + 1]
         elif key == L.K_ARGS and c == 123:
-            e = _parse_args(buf, k, n, a, skeys, svals, smeta, spending, argk, argv, stats, st)
+            e = _parse_args(buf, k, n, w, tabs, strs, pending)
         else:
             e = skip_value(buf, k, n)
         if e < 0:
-            if e == SYNTAX and st[L.ST_ERRPOS] < k:
-                st[L.ST_ERRPOS] = k
+            if e == SYNTAX and w[L.ST_ERRPOS] < k:
+                w[L.ST_ERRPOS] = k
             return e
         i = skip_ws(buf, e, n)
         if i >= n:
@@ -285,13 +279,13 @@ def _parse_event(buf, i, n, ev, a, skeys, svals, smeta, spending, evk, evv, argk
             continue
         if c == 125:
             return i + 1
-        st[L.ST_ERRPOS] = i
+        w[L.ST_ERRPOS] = i
         return SYNTAX
 
 
 @njit(nogil=True, cache=True)
-def _thread(tkeys, tvals, tmeta, tinfo, pidn, pids, tidn, tids):
-    """Dense index of the (pid, tid) track; new tracks are appended to ``tinfo``."""
+def _thread(thr, w, pidn, pids, tidn, tids):
+    """Dense index of the (pid, tid) track; new tracks are appended to ``thr``."""
     hp = np.uint64(pidn) if pids < 0 else (np.uint64(pids) ^ _STR_TAG)
     ht = np.uint64(tidn) if tids < 0 else (np.uint64(tids) ^ _STR_TAG)
     hu = (hp * _MIX1) ^ (ht + _MIX2)
@@ -299,237 +293,236 @@ def _thread(tkeys, tvals, tmeta, tinfo, pidn, pids, tidn, tids):
     h = np.int64(hu)
     if h == 0:
         h = np.int64(1)
-    mask = tkeys.shape[0] - 1
+    mask = thr.shape[1] - 1
     slot = h & mask
     while True:
-        k = tkeys[slot]
+        k = thr[L.TR_KEY, slot]
         if k == h:
-            return tvals[slot]
+            return thr[L.TR_ID, slot]
         if k == 0:
-            idx = tmeta[0]
-            tkeys[slot] = h
-            tvals[slot] = idx
-            tinfo[0, idx] = pidn
-            tinfo[1, idx] = pids
-            tinfo[2, idx] = tidn
-            tinfo[3, idx] = tids
-            tmeta[0] = idx + 1
+            idx = w[L.W_NTHR]
+            thr[L.TR_KEY, slot] = h
+            thr[L.TR_ID, slot] = idx
+            thr[L.TR_PIDN, idx] = pidn
+            thr[L.TR_PIDS, idx] = pids
+            thr[L.TR_TIDN, idx] = tidn
+            thr[L.TR_TIDS, idx] = tids
+            w[L.W_NTHR] = idx + 1
             return idx
         slot = (slot + 1) & mask
 
 
-@njit(nogil=True, cache=True, inline="always")
-def _commit(ev, a, start, end, st, stats, catcount, catclass, tkeys, tvals, tmeta, tinfo, fill, base, gpu, launch, ops, py, comm, flow, raw):
-    """Write the parsed event to its store; count it."""
-    stats[L.S_EVENTS] += 1
-    index = st[L.ST_EVENT_INDEX]
-    st[L.ST_EVENT_INDEX] = index + 1
-    cat = ev[V_CAT]
-    if cat >= 0:
-        catcount[cat] += 1
-    ph = ev[V_PH]
-    if ph == 0:
-        stats[L.S_SKIP_NO_PH] += 1
-        return
-    if ph == 77:  # 'M'
-        stats[L.S_METADATA] += 1
-        r = st[L.ST_NRAW]
-        raw[0, r] = start
-        raw[1, r] = end
-        st[L.ST_NRAW] = r + 1
-        return
-    if ph == 105 or ph == 73:  # 'i' 'I'
-        stats[L.S_INSTANT] += 1
-        return
-    if ph == 67:  # 'C'
-        stats[L.S_COUNTER] += 1
-        return
-    if ph == 115 or ph == 102 or ph == 116:  # 's' 'f' 't'
-        stats[L.S_FLOW] += 1
-        if ev[V_IDST] != GOOD or ev[V_TSST] != GOOD:
-            stats[L.S_SKIP_BAD_FLOW] += 1
-            return
-        thread = _thread(tkeys, tvals, tmeta, tinfo, ev[V_PIDN], ev[V_PIDS], ev[V_TIDN],
-                         ev[V_TIDS])
-        r = fill[L.FLOW]
-        flow[L.F_PH, r] = ph
-        flow[L.F_CAT, r] = cat
-        flow[L.F_ID, r] = ev[V_ID]
-        flow[L.F_THREAD, r] = thread
-        flow[L.F_TS, r] = ev[V_TS]
-        flow[L.F_BP, r] = ev[V_BP]
-        fill[L.FLOW] = r + 1
-        return
-    if ph != 88:  # not 'X'
-        stats[L.S_OTHER_PH] += 1
-        return
-    stats[L.S_COMPLETE] += 1
-    if ev[V_TSST] != GOOD:
-        stats[L.S_SKIP_NO_TS if ev[V_TSST] == MISSING else L.S_SKIP_BAD_TS] += 1
-        return
-    if ev[V_DURST] != GOOD:
-        stats[L.S_SKIP_NO_DUR if ev[V_DURST] == MISSING else L.S_SKIP_BAD_DUR] += 1
-        return
-    if ev[V_DUR] < 0:
-        stats[L.S_NEG_DUR] += 1
-    cls = catclass[cat] if cat >= 0 else L.CLS_NONE
-    thread = _thread(tkeys, tvals, tmeta, tinfo, ev[V_PIDN], ev[V_PIDS], ev[V_TIDN],
-                     ev[V_TIDS])
-    store = L.OPS
-    if (cls == L.CLS_KERNEL or cls == L.CLS_MEMCPY or cls == L.CLS_MEMSET
-            or cls == L.CLS_GPU_ANNOT or cls == L.CLS_SYNC):
-        store = L.GPU
-        r = fill[L.GPU]
-        gpu[L.G_TS, r] = ev[V_TS]
-        gpu[L.G_DUR, r] = ev[V_DUR]
-        gpu[L.G_NAME, r] = ev[V_NAME]
-        gpu[L.G_CAT, r] = cat
-        gpu[L.G_THREAD, r] = thread
-        gpu[L.G_DEVICE, r] = a[L.A_DEVICE]
-        gpu[L.G_STREAM, r] = a[L.A_STREAM]
-        gpu[L.G_CORR, r] = a[L.A_CORR]
-        gpu[L.G_EXT, r] = a[L.A_EXT]
-        gpu[L.G_BYTES, r] = a[L.A_BYTES]
-        gpu[L.G_INDEX, r] = index
-        fill[L.GPU] = r + 1
-    elif cls == L.CLS_RUNTIME or cls == L.CLS_DRIVER:
-        store = L.LAUNCH
-        r = fill[L.LAUNCH]
-        launch[L.L_TS, r] = ev[V_TS]
-        launch[L.L_DUR, r] = ev[V_DUR]
-        launch[L.L_NAME, r] = ev[V_NAME]
-        launch[L.L_CAT, r] = cat
-        launch[L.L_THREAD, r] = thread
-        launch[L.L_CORR, r] = a[L.A_CORR]
-        launch[L.L_EXT, r] = a[L.A_EXT]
-        launch[L.L_INDEX, r] = index
-        fill[L.LAUNCH] = r + 1
-    elif cls == L.CLS_PYTHON:
-        store = L.PY
-        r = fill[L.PY]
-        py[L.P_TS, r] = ev[V_TS]
-        py[L.P_DUR, r] = ev[V_DUR]
-        py[L.P_NAME, r] = ev[V_NAME]
-        py[L.P_THREAD, r] = thread
-        py[L.P_PYID, r] = a[L.A_PYID]
-        py[L.P_PARENT, r] = a[L.A_PYPARENT]
-        py[L.P_INDEX, r] = index
-        fill[L.PY] = r + 1
-    else:
-        r = fill[L.OPS]
-        ops[L.O_TS, r] = ev[V_TS]
-        ops[L.O_DUR, r] = ev[V_DUR]
-        ops[L.O_NAME, r] = ev[V_NAME]
-        ops[L.O_CAT, r] = cat
-        ops[L.O_THREAD, r] = thread
-        ops[L.O_EXT, r] = a[L.A_EXT]
-        ops[L.O_SEQNUM, r] = a[L.A_SEQNUM]
-        ops[L.O_FWD, r] = a[L.A_FWD]
-        ops[L.O_STREAM, r] = a[L.A_STREAM]
-        ops[L.O_INDEX, r] = index
-        fill[L.OPS] = r + 1
-    if (a[L.A_COLL] >= 0 or a[L.A_PGNAME] >= 0 or a[L.A_IN] >= 0 or a[L.A_GSIZE] >= 0
-            or a[L.A_PGRANKS] >= 0):
-        if store == L.GPU or store == L.OPS:
-            c = fill[L.COMM]
-            comm[L.C_STORE, c] = store
-            comm[L.C_ROW, c] = base[store] + fill[store] - 1
-            comm[L.C_COLL, c] = a[L.A_COLL]
-            comm[L.C_DTYPE, c] = a[L.A_DTYPE]
-            comm[L.C_IN, c] = a[L.A_IN]
-            comm[L.C_OUT, c] = a[L.A_OUT]
-            comm[L.C_GSIZE, c] = a[L.A_GSIZE]
-            comm[L.C_PGNAME, c] = a[L.A_PGNAME]
-            comm[L.C_PGDESC, c] = a[L.A_PGDESC]
-            comm[L.C_PGRANKS, c] = a[L.A_PGRANKS]
-            comm[L.C_SEQ, c] = a[L.A_SEQ]
-            comm[L.C_SRC, c] = a[L.A_SRC]
-            comm[L.C_DST, c] = a[L.A_DST]
-            fill[L.COMM] = c + 1
+@njit(nogil=True, cache=True)
+def _row(w, store):
+    """Claim the next row of ``store``'s active block."""
+    r = w[L.W_FILL + store]
+    w[L.W_FILL + store] = r + 1
+    return r
 
 
 @njit(nogil=True, cache=True)
-def _need_more(st, mode, pos):
-    st[L.ST_MODE] = mode
-    st[L.ST_POS] = pos
+def _commit(w, strs, thr, blocks, spans, start, end):
+    """Write the parsed event (scratch slots of ``w``) to its store; count it."""
+    w[L.S_EVENTS] += 1
+    index = w[L.ST_EVENT_INDEX]
+    w[L.ST_EVENT_INDEX] = index + 1
+    cat = w[EV + V_CAT]
+    if cat >= 0:
+        strs[L.SR_COUNT, cat] += 1
+    ph = w[EV + V_PH]
+    if ph == 0:
+        w[L.S_SKIP_NO_PH] += 1
+        return
+    if ph == 77:  # 'M'
+        w[L.S_METADATA] += 1
+        r = w[L.ST_NRAW]
+        spans[L.SP_RAW0, r] = start
+        spans[L.SP_RAW1, r] = end
+        w[L.ST_NRAW] = r + 1
+        return
+    if ph == 105 or ph == 73:  # 'i' 'I'
+        w[L.S_INSTANT] += 1
+        return
+    if ph == 67:  # 'C'
+        w[L.S_COUNTER] += 1
+        return
+    if ph == 115 or ph == 102 or ph == 116:  # 's' 'f' 't'
+        w[L.S_FLOW] += 1
+        if w[EV + V_IDST] != GOOD or w[EV + V_TSST] != GOOD:
+            w[L.S_SKIP_BAD_FLOW] += 1
+            return
+        r = _row(w, L.FLOW)
+        b = blocks[L.FLOW]
+        b[L.F_PH, r] = ph
+        b[L.F_CAT, r] = cat
+        b[L.F_ID, r] = w[EV + V_ID]
+        b[L.F_THREAD, r] = _thread(thr, w, w[EV + V_PIDN], w[EV + V_PIDS], w[EV + V_TIDN],
+                                      w[EV + V_TIDS])
+        b[L.F_TS, r] = w[EV + V_TS]
+        b[L.F_BP, r] = w[EV + V_BP]
+        return
+    if ph != 88:  # not 'X'
+        w[L.S_OTHER_PH] += 1
+        return
+    w[L.S_COMPLETE] += 1
+    if w[EV + V_TSST] != GOOD:
+        w[L.S_SKIP_NO_TS if w[EV + V_TSST] == MISSING else L.S_SKIP_BAD_TS] += 1
+        return
+    if w[EV + V_DURST] != GOOD:
+        w[L.S_SKIP_NO_DUR if w[EV + V_DURST] == MISSING else L.S_SKIP_BAD_DUR] += 1
+        return
+    if w[EV + V_DUR] < 0:
+        w[L.S_NEG_DUR] += 1
+    cls = strs[L.SR_CLASS, cat] if cat >= 0 else L.CLS_NONE
+    thread = _thread(thr, w, w[EV + V_PIDN], w[EV + V_PIDS], w[EV + V_TIDN],
+                                      w[EV + V_TIDS])
+    if (cls == L.CLS_KERNEL or cls == L.CLS_MEMCPY or cls == L.CLS_MEMSET
+            or cls == L.CLS_GPU_ANNOT or cls == L.CLS_SYNC):
+        store = L.GPU
+        r = _row(w, store)
+        b = blocks[store]
+        b[L.G_TS, r] = w[EV + V_TS]
+        b[L.G_DUR, r] = w[EV + V_DUR]
+        b[L.G_NAME, r] = w[EV + V_NAME]
+        b[L.G_CAT, r] = cat
+        b[L.G_THREAD, r] = thread
+        b[L.G_DEVICE, r] = w[AR + L.A_DEVICE]
+        b[L.G_STREAM, r] = w[AR + L.A_STREAM]
+        b[L.G_CORR, r] = w[AR + L.A_CORR]
+        b[L.G_EXT, r] = w[AR + L.A_EXT]
+        b[L.G_BYTES, r] = w[AR + L.A_BYTES]
+        b[L.G_INDEX, r] = index
+    elif cls == L.CLS_RUNTIME or cls == L.CLS_DRIVER:
+        store = L.LAUNCH
+        r = _row(w, store)
+        b = blocks[store]
+        b[L.L_TS, r] = w[EV + V_TS]
+        b[L.L_DUR, r] = w[EV + V_DUR]
+        b[L.L_NAME, r] = w[EV + V_NAME]
+        b[L.L_CAT, r] = cat
+        b[L.L_THREAD, r] = thread
+        b[L.L_CORR, r] = w[AR + L.A_CORR]
+        b[L.L_EXT, r] = w[AR + L.A_EXT]
+        b[L.L_INDEX, r] = index
+    elif cls == L.CLS_PYTHON:
+        store = L.PY
+        r = _row(w, store)
+        b = blocks[store]
+        b[L.P_TS, r] = w[EV + V_TS]
+        b[L.P_DUR, r] = w[EV + V_DUR]
+        b[L.P_NAME, r] = w[EV + V_NAME]
+        b[L.P_THREAD, r] = thread
+        b[L.P_PYID, r] = w[AR + L.A_PYID]
+        b[L.P_PARENT, r] = w[AR + L.A_PYPARENT]
+        b[L.P_INDEX, r] = index
+    else:
+        store = L.OPS
+        r = _row(w, store)
+        b = blocks[store]
+        b[L.O_TS, r] = w[EV + V_TS]
+        b[L.O_DUR, r] = w[EV + V_DUR]
+        b[L.O_NAME, r] = w[EV + V_NAME]
+        b[L.O_CAT, r] = cat
+        b[L.O_THREAD, r] = thread
+        b[L.O_EXT, r] = w[AR + L.A_EXT]
+        b[L.O_SEQNUM, r] = w[AR + L.A_SEQNUM]
+        b[L.O_FWD, r] = w[AR + L.A_FWD]
+        b[L.O_STREAM, r] = w[AR + L.A_STREAM]
+        b[L.O_INDEX, r] = index
+    has_comm = (w[AR + L.A_COLL] >= 0 or w[AR + L.A_PGNAME] >= 0 or w[AR + L.A_IN] >= 0
+                or w[AR + L.A_GSIZE] >= 0 or w[AR + L.A_PGRANKS] >= 0)
+    if has_comm and (store == L.GPU or store == L.OPS):
+        c = _row(w, L.COMM)
+        b = blocks[L.COMM]
+        b[L.C_STORE, c] = store
+        b[L.C_ROW, c] = w[L.W_BASE + store] + r
+        b[L.C_COLL, c] = w[AR + L.A_COLL]
+        b[L.C_DTYPE, c] = w[AR + L.A_DTYPE]
+        b[L.C_IN, c] = w[AR + L.A_IN]
+        b[L.C_OUT, c] = w[AR + L.A_OUT]
+        b[L.C_GSIZE, c] = w[AR + L.A_GSIZE]
+        b[L.C_PGNAME, c] = w[AR + L.A_PGNAME]
+        b[L.C_PGDESC, c] = w[AR + L.A_PGDESC]
+        b[L.C_PGRANKS, c] = w[AR + L.A_PGRANKS]
+        b[L.C_SEQ, c] = w[AR + L.A_SEQ]
+        b[L.C_SRC, c] = w[AR + L.A_SRC]
+        b[L.C_DST, c] = w[AR + L.A_DST]
+
+
+@njit(nogil=True, cache=True)
+def _need_more(w, mode, pos):
+    w[L.ST_MODE] = mode
+    w[L.ST_POS] = pos
     return L.R_NEED_MORE
 
 
 @njit(nogil=True, cache=True)
-def _fail(st, code, pos):
-    st[L.ST_ERRCODE] = code
-    st[L.ST_ERRPOS] = pos
+def _fail(w, code, pos):
+    w[L.ST_ERRCODE] = code
+    w[L.ST_ERRPOS] = pos
     return L.R_ERROR
 
 
 @njit(nogil=True, cache=True)
-def _full(fill, cap):
-    for s in range(fill.shape[0]):
-        if fill[s] >= cap[s]:
+def _any_full(w, rows):
+    for s in range(L.N_STORES):
+        if w[L.W_FILL + s] >= rows:
             return True
     return False
 
 
 @njit(nogil=True, cache=True)
-def scan(buf, n, eof, st, stats, catcount, catclass,
-         skeys, svals, smeta, spending, tkeys, tvals, tmeta, tinfo,
-         evk, evv, argk, argv, catk, catv,
-         fill, base, cap, gpu, launch, ops, py, comm, flow, top, raw):
-    """Scan ``buf[:n]`` from ``st[ST_POS]``; returns an ``R_*`` status (see module doc).
+def scan(buf, n, eof, w, tabs, strs, pending, thr, blocks, spans):
+    """Scan ``buf[:n]`` from ``w[ST_POS]``; returns an ``R_*`` status (see module doc).
 
-    ``eof`` tells that no bytes follow ``buf[:n]``. On R_NEED_MORE ``st[ST_POS]`` is the
-    first byte still needed; on R_ERROR ``st[ST_ERRPOS]`` is where the input went wrong.
-    ``top`` receives (key_start, key_end, value_start, value_end) of top-level keys other
-    than ``traceEvents``; ``raw`` receives (start, end) of metadata (``ph: M``) events.
+    ``eof`` tells that no bytes follow ``buf[:n]``. On R_NEED_MORE ``w[ST_POS]`` is the
+    first byte still needed; on R_ERROR ``w[ST_ERRPOS]`` is where the input went wrong.
     """
-    ev = np.empty(N_V, dtype=np.int64)
-    a = np.empty(L.N_ARGS, dtype=np.int64)
-    i = st[L.ST_POS]
-    mode = st[L.ST_MODE]
+    rows = blocks.shape[2]
+    i = w[L.ST_POS]
+    mode = w[L.ST_MODE]
     while True:
         if mode == L.M_EVENTS_ITEM or mode == L.M_ARRAY_ITEM:
             i = skip_ws(buf, i, n)
             if i >= n:
-                return _need_more(st, mode, i)
+                return _need_more(w, mode, i)
             c = buf[i]
             if c == 93:  # ']'
                 i += 1
                 mode = L.M_TOP_AFTER_VALUE if mode == L.M_EVENTS_ITEM else L.M_DONE
                 continue
-            st[L.ST_MODE] = mode
-            st[L.ST_POS] = i
-            if _full(fill, cap):
+            w[L.ST_MODE] = mode
+            w[L.ST_POS] = i
+            if _any_full(w, rows):
                 return L.R_FLUSH
-            if tmeta[0] * 2 + 4 > tkeys.shape[0]:
+            if w[L.W_NTHR] * 2 + 4 > thr.shape[1]:
                 return L.R_GROW_THREADS
-            if st[L.ST_NRAW] >= raw.shape[1]:
+            if w[L.ST_NRAW] >= spans.shape[1]:
                 return L.R_DRAIN
             if c == 123:
-                e = _parse_event(buf, i, n, ev, a, skeys, svals, smeta, spending, evk, evv,
-                                 argk, argv, catclass, catk, catv, stats, st)
+                e = _parse_event(buf, i, n, w, tabs, strs, pending)
                 if e == INCOMPLETE:
-                    return _need_more(st, mode, i)
+                    return _need_more(w, mode, i)
                 if e == NEED_ROOM:
                     return L.R_GROW_STRINGS
                 if e < 0:
-                    return _fail(st, L.E_BAD_EVENT, st[L.ST_ERRPOS])
-                _commit(ev, a, i, e, st, stats, catcount, catclass, tkeys, tvals, tmeta, tinfo,
-                        fill, base, gpu, launch, ops, py, comm, flow, raw)
+                    return _fail(w, L.E_BAD_EVENT, w[L.ST_ERRPOS])
+                _commit(w, strs, thr, blocks, spans, i, e)
             else:
                 e = skip_value(buf, i, n)
                 if e == INCOMPLETE:
-                    return _need_more(st, mode, i)
+                    return _need_more(w, mode, i)
                 if e < 0:
-                    return _fail(st, L.E_BAD_VALUE, i)
-                stats[L.S_EVENTS] += 1
-                stats[L.S_SKIP_NOT_OBJECT] += 1
-                st[L.ST_EVENT_INDEX] += 1
+                    return _fail(w, L.E_BAD_VALUE, i)
+                w[L.S_EVENTS] += 1
+                w[L.S_SKIP_NOT_OBJECT] += 1
+                w[L.ST_EVENT_INDEX] += 1
             i = e
             mode = L.M_EVENTS_AFTER if mode == L.M_EVENTS_ITEM else L.M_ARRAY_AFTER
         elif mode == L.M_EVENTS_AFTER or mode == L.M_ARRAY_AFTER:
             i = skip_ws(buf, i, n)
             if i >= n:
-                return _need_more(st, mode, i)
+                return _need_more(w, mode, i)
             c = buf[i]
             if c == 44:
                 i += 1
@@ -538,58 +531,58 @@ def scan(buf, n, eof, st, stats, catcount, catclass,
                 i += 1
                 mode = L.M_TOP_AFTER_VALUE if mode == L.M_EVENTS_AFTER else L.M_DONE
             else:
-                return _fail(st, L.E_EXPECTED_COMMA, i)
+                return _fail(w, L.E_EXPECTED_COMMA, i)
         elif mode == L.M_TOP_KEY:
             i = skip_ws(buf, i, n)
             if i >= n:
-                return _need_more(st, mode, i)
+                return _need_more(w, mode, i)
             c = buf[i]
             if c == 125:
                 i += 1
                 mode = L.M_DONE
                 continue
             if c != 34:
-                return _fail(st, L.E_EXPECTED_KEY, i)
+                return _fail(w, L.E_EXPECTED_KEY, i)
             kstart = i
             j, h, _esc = scan_string(buf, i, n)
             if j < 0:
-                return _need_more(st, mode, kstart)
+                return _need_more(w, mode, kstart)
             k = skip_ws(buf, j, n)
             if k >= n:
-                return _need_more(st, mode, kstart)
+                return _need_more(w, mode, kstart)
             if buf[k] != 58:
-                return _fail(st, L.E_EXPECTED_COLON, k)
+                return _fail(w, L.E_EXPECTED_COLON, k)
             k = skip_ws(buf, k + 1, n)
             if k >= n:
-                return _need_more(st, mode, kstart)
+                return _need_more(w, mode, kstart)
             if h == L.TRACE_EVENTS_HASH and j - kstart - 2 == 11:
                 if buf[k] != 91:
-                    return _fail(st, L.E_EVENTS_NOT_ARRAY, k)
-                st[L.ST_SAW_EVENTS] = 1
+                    return _fail(w, L.E_EVENTS_NOT_ARRAY, k)
+                w[L.ST_SAW_EVENTS] = 1
                 i = k + 1
                 mode = L.M_EVENTS_ITEM
             else:
                 e = skip_value(buf, k, n)
                 if e == INCOMPLETE:
-                    return _need_more(st, mode, kstart)
+                    return _need_more(w, mode, kstart)
                 if e < 0:
-                    return _fail(st, L.E_BAD_VALUE, k)
-                t = st[L.ST_NTOP]
-                if t >= top.shape[1]:
-                    st[L.ST_MODE] = mode
-                    st[L.ST_POS] = kstart
+                    return _fail(w, L.E_BAD_VALUE, k)
+                t = w[L.ST_NTOP]
+                if t >= spans.shape[1]:
+                    w[L.ST_MODE] = mode
+                    w[L.ST_POS] = kstart
                     return L.R_DRAIN
-                top[0, t] = kstart + 1
-                top[1, t] = j - 1
-                top[2, t] = k
-                top[3, t] = e
-                st[L.ST_NTOP] = t + 1
+                spans[L.SP_KEY0, t] = kstart + 1
+                spans[L.SP_KEY1, t] = j - 1
+                spans[L.SP_VAL0, t] = k
+                spans[L.SP_VAL1, t] = e
+                w[L.ST_NTOP] = t + 1
                 i = e
                 mode = L.M_TOP_AFTER_VALUE
         elif mode == L.M_TOP_AFTER_VALUE:
             i = skip_ws(buf, i, n)
             if i >= n:
-                return _need_more(st, mode, i)
+                return _need_more(w, mode, i)
             c = buf[i]
             if c == 44:
                 i += 1
@@ -598,24 +591,24 @@ def scan(buf, n, eof, st, stats, catcount, catclass,
                 i += 1
                 mode = L.M_DONE
             else:
-                return _fail(st, L.E_EXPECTED_COMMA, i)
+                return _fail(w, L.E_EXPECTED_COMMA, i)
         elif mode == L.M_START:
             i = skip_ws(buf, i, n)
             if i >= n:
-                return _need_more(st, mode, i)
+                return _need_more(w, mode, i)
             c = buf[i]
             if c == 123:
                 mode = L.M_TOP_KEY
             elif c == 91:
-                st[L.ST_SAW_EVENTS] = 1
+                w[L.ST_SAW_EVENTS] = 1
                 mode = L.M_ARRAY_ITEM
             else:
-                return _fail(st, L.E_NOT_JSON, i)
+                return _fail(w, L.E_NOT_JSON, i)
             i += 1
         else:  # M_DONE: only whitespace may follow
             i = skip_ws(buf, i, n)
             if i < n:
-                return _fail(st, L.E_TRAILING, i)
-            st[L.ST_MODE] = mode
-            st[L.ST_POS] = i
+                return _fail(w, L.E_TRAILING, i)
+            w[L.ST_MODE] = mode
+            w[L.ST_POS] = i
             return L.R_DONE if eof else L.R_NEED_MORE
