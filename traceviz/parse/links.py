@@ -211,14 +211,15 @@ def _ops_pass(ops, cls_of, step_number, is_rpc, q_ts, q_thread, scanned, work_by
     carried = {f: np.empty(0, np.int64) for f in ("ts", "end", "thread", "row")}
     for b in range(n_buckets):
         got = parts.get(b)
-        spans = {f: np.concatenate([carried[f], got[f]]) for f in carried}
+        spans = got if b == 0 else {f: np.concatenate([carried[f], got[f]]) for f in carried}
         qsel = np.flatnonzero((q_bucket == b) & (q_thread >= 0))
         if qsel.size and spans["row"].size:
             r = innermost_enclosing(spans["ts"], spans["end"] - spans["ts"], spans["thread"],
                                     q_ts[qsel], q_thread[qsel], span_key=spans["row"])
             op_row[qsel] = np.where(r >= 0, spans["row"][np.maximum(r, 0)], -1)
-        still_open = spans["end"] > edges[b + 1]
-        carried = {f: v[still_open] for f, v in spans.items()}
+        if b + 1 < n_buckets:
+            still_open = spans["end"] > edges[b + 1]
+            carried = {f: v[still_open] for f, v in spans.items()}
     return op_row, steps, rpc
 
 

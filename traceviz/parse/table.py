@@ -114,14 +114,22 @@ class Strings:
 
     def dictionary(self, ids: np.ndarray) -> pa.DictionaryArray:
         """Dictionary column of string ids (-1 -> null) holding only the texts used."""
-        ids = np.asarray(ids, dtype=np.int64)
-        mask = ids < 0
-        canon = np.where(mask, -1, self.canon[np.where(mask, 0, ids)])
-        uniq, inverse = np.unique(canon[~mask], return_inverse=True)
-        indices = np.zeros(ids.shape[0], dtype=np.int32)
-        indices[~mask] = inverse
-        dictionary = pa.array([self.texts[i] for i in uniq.tolist()], pa.string())
+        canon = self.canon_lookup()[ids]  # -1 stays -1 (last entry)
+        used = np.zeros(len(self.texts) + 1, dtype=bool)
+        used[canon] = True
+        used[-1] = False
+        code = np.cumsum(used, dtype=np.int64) - 1  # dense code of each used id, O(rows)
+        mask = canon < 0
+        indices = np.where(mask, 0, code[canon]).astype(np.int32)
+        dictionary = pa.array([self.texts[i] for i in np.flatnonzero(used[:-1]).tolist()],
+                              pa.string())
         return pa.DictionaryArray.from_arrays(pa.array(indices, mask=mask), dictionary)
+
+    def canon_lookup(self) -> np.ndarray:
+        """Canonical id per string id, with the id -1 entry last (see the class doc)."""
+        if not hasattr(self, "_canon_lookup"):
+            self._canon_lookup = np.append(self.canon.astype(np.int64), -1)
+        return self._canon_lookup
 
 
 def _nullable(values: np.ndarray, mask: np.ndarray, type_: pa.DataType) -> pa.Array:
@@ -242,9 +250,9 @@ def _collective_columns(scanned, s, patterns, links: Links, name, kind, put) -> 
     put("collective", _fixed_dictionary(_collective_types(s, patterns, coll_name, name, kind),
                                         COLLECTIVES))
     put("pg_name", s.dictionary(pg_name))
-    put("pg_desc", pa.array(desc, pa.string()).dictionary_encode())
+    put("pg_desc", desc)
     put("group_size", gsize, gsize < 0, pa.int32())
-    put("group_ranks", pa.array(ranks, pa.list_(pa.int32())))
+    put("group_ranks", ranks)
     put("msg_in_bytes", msg_in, msg_in < 0, pa.int64())
     put("msg_out_bytes", msg_out, msg_out < 0, pa.int64())
     put("dtype", s.dictionary(dtype_id))
@@ -276,35 +284,49 @@ def _collective_types(s, patterns, coll_name, kernel_name, kind) -> np.ndarray:
 
 
 def _group_facts(s, dist, pg_name, pg_desc, pg_ranks, group_size):
-    """Group ranks list, size and description per row, completed from pg_config."""
+    """Per row: group ranks (list column), size and description, completed from
+    ``distributedInfo.pg_config`` (only rows with collective metadata carry them)."""
     config = {str(pg.get("pg_name")): pg for pg in dist.get("pg_config") or []
               if isinstance(pg, dict)}
     n = pg_name.shape[0]
     size = group_size.copy()
-    if n == 0:
-        return [], size, []
-    keys = np.stack([pg_name, pg_desc, pg_ranks, group_size])
-    uniq, inverse = np.unique(keys, axis=1, return_inverse=True)
-    facts = []
-    for name_id, desc_id, ranks_id, gsize in uniq.T.tolist():
-        pg = config.get(s.texts[name_id]) if name_id >= 0 else None
-        ranks = parse_ranks(s.texts[ranks_id]) if ranks_id >= 0 else None
-        if ranks is None and pg is not None and isinstance(pg.get("ranks"), list):
-            ranks = [int(r) for r in pg["ranks"]]
-        desc = s.texts[desc_id] if desc_id >= 0 else None
-        if desc is None and pg is not None and pg.get("pg_desc") is not None:
-            desc = str(pg["pg_desc"])
-        if gsize < 0:
-            if pg is not None and isinstance(pg.get("pg_size"), int):
-                gsize = pg["pg_size"]
-            elif ranks is not None:
-                gsize = len(ranks)
-        facts.append((ranks, desc, gsize))
-    inverse = np.asarray(inverse).reshape(-1)
-    ranks_out = [facts[k][0] for k in inverse.tolist()]
-    desc_out = [facts[k][1] for k in inverse.tolist()]
-    size = np.array([facts[k][2] for k in range(len(facts))], dtype=np.int64)[inverse]
-    return ranks_out, size, desc_out
+    desc_code = np.full(n, -1, dtype=np.int32)
+    rows = np.flatnonzero((pg_name >= 0) | (pg_desc >= 0) | (pg_ranks >= 0) | (group_size >= 0))
+    lists: list[list[int] | None] = [None] * rows.shape[0]
+    descs: dict[str, int] = {}
+    facts: dict[tuple, tuple] = {}
+    for j, (name_id, desc_id, ranks_id, gsize) in enumerate(zip(
+            pg_name[rows].tolist(), pg_desc[rows].tolist(), pg_ranks[rows].tolist(),
+            group_size[rows].tolist())):
+        key = (name_id, desc_id, ranks_id, gsize)
+        if key not in facts:
+            pg = config.get(s.texts[name_id]) if name_id >= 0 else None
+            ranks = parse_ranks(s.texts[ranks_id]) if ranks_id >= 0 else None
+            if ranks is None and pg is not None and isinstance(pg.get("ranks"), list):
+                ranks = [int(r) for r in pg["ranks"]]
+            desc = s.texts[desc_id] if desc_id >= 0 else None
+            if desc is None and pg is not None and pg.get("pg_desc") is not None:
+                desc = str(pg["pg_desc"])
+            if gsize < 0:
+                if pg is not None and isinstance(pg.get("pg_size"), int):
+                    gsize = pg["pg_size"]
+                elif ranks is not None:
+                    gsize = len(ranks)
+            facts[key] = (ranks, -1 if desc is None else descs.setdefault(desc, len(descs)),
+                          gsize)
+        lists[j], desc_code[rows[j]], size[rows[j]] = facts[key]
+    lengths = np.zeros(n, dtype=np.int32)
+    lengths[rows] = [len(x) if x is not None else 0 for x in lists]
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    values = np.array([r for x in lists if x is not None for r in x], dtype=np.int32)
+    valid = np.zeros(n, dtype=bool)
+    valid[rows] = [x is not None for x in lists]
+    ranks_col = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int32()),
+                                         mask=pa.array(~valid))
+    desc_col = pa.DictionaryArray.from_arrays(
+        pa.array(np.maximum(desc_code, 0), mask=desc_code < 0),
+        pa.array(list(descs), pa.string()))
+    return ranks_col, size, desc_col
 
 
 def trace_metadata(scanned: ScannedTrace, rank: int, rank_source: str, join_stats: dict,
