@@ -165,16 +165,17 @@ ERROR_TEXT = {
 # The scanner keeps its state in a few arrays, because every array argument of a numba
 # function costs two atomic reference-count operations per call (measured: with ~30
 # separate arrays they were half of the per-event cost):
-#   w        int64[W_SIZE]               scalars (slots below)
-#   tabs     int64[6, 256]               key tables (rows T_*): event keys, arg keys, categories
-#   strs     int64[4, capacity]          string hash table (SR_KEY -> SR_ID); per string id:
-#                                        category class (SR_CLASS, -1 unknown), count (SR_COUNT)
-#   pending  int64[3, capacity]          strings new since the last drain (PD_*)
-#   thr      int64[6, capacity]          thread hash table (TR_KEY -> TR_ID); per thread:
-#                                        pid / tid as numbers or string ids (TR_PIDN ...)
+#   w        int64[W_SIZE]                scalars (slots below), then the key tables:
+#                                         event keys, arg keys, categories (W_TAB + T_* * 256)
+#   strs     int64[7, capacity]           string hash table (SR_KEY -> SR_ID); per string id:
+#                                         category class (SR_CLASS, -1 unknown) and event
+#                                         count (SR_COUNT); strings new since the last drain
+#                                         (SR_PEND_ID / _OFF / _LEN)
+#   thr      int64[6, capacity]           thread hash table (TR_KEY -> TR_ID); per thread:
+#                                         pid / tid as numbers or string ids (TR_PIDN ...)
 #   blocks   int64[stores, MAX_FIELDS, rows]  the active block of every store
-#   spans    int64[6, capacity]          top-level values (SP_KEY0..SP_VAL1) and metadata
-#                                        events (SP_RAW0, SP_RAW1): byte offsets
+#   spans    int64[6, capacity]           top-level values (SP_KEY0..SP_VAL1) and metadata
+#                                         events (SP_RAW0, SP_RAW1): byte offsets
 # w slots: scanner state ...
 (ST_MODE, ST_POS, ST_ERRCODE, ST_ERRPOS, ST_SAW_EVENTS, ST_NTOP, ST_NRAW, ST_EVENT_INDEX,
  W_NSTR, W_NPEND, W_NTHR) = range(11)
@@ -184,24 +185,31 @@ ERROR_TEXT = {
  S_SKIP_NO_PH, S_BAD_NUMBER, S_META_NOT_KEPT, S_NEG_DUR, S_SKIP_BAD_FLOW) = range(11, 28)
 # ... store fill and global row base (one slot per store) ...
 W_FILL = 28
-W_BASE = W_FILL + len(STORE_NAMES)
-# ... per-event scratch: parsed fields (W_EV + V_*) and args (W_ARG + A_*)
-W_EV = W_BASE + len(STORE_NAMES)
+W_BASE = W_FILL + N_STORES
+# ... per-event scratch: parsed fields (W_EV + V_*) and args (W_ARG + A_*) ...
+W_EV = W_BASE + N_STORES
 N_EV = 15
 W_ARG = W_EV + N_EV
-W_SIZE = W_ARG + N_ARGS
+# ... and the key tables: table t's keys at W_TAB + 2*t*TAB_SIZE, values TAB_SIZE later
+TAB_SIZE = 256
+W_TAB = W_ARG + N_ARGS
+T_EVENT, T_ARG, T_CAT = range(3)
+W_SIZE = W_TAB + 6 * TAB_SIZE
 
-T_EVK, T_EVV, T_ARGK, T_ARGV, T_CATK, T_CATV = range(6)
-SR_KEY, SR_ID, SR_CLASS, SR_COUNT = range(4)
-PD_ID, PD_OFF, PD_LEN = range(3)
+SR_KEY, SR_ID, SR_CLASS, SR_COUNT, SR_PEND_ID, SR_PEND_OFF, SR_PEND_LEN = range(7)
 TR_KEY, TR_ID, TR_PIDN, TR_PIDS, TR_TIDN, TR_TIDS = range(6)
 SP_KEY0, SP_KEY1, SP_VAL0, SP_VAL1, SP_RAW0, SP_RAW1 = range(6)
 MAX_FIELDS = max(len(f) for f in FIELDS.values())
 
 
-def key_tables() -> np.ndarray:
-    """The ``tabs`` array: event-key, arg-key and category tables stacked."""
-    return np.stack([*EVENT_KEY_TABLE, *ARG_KEY_TABLE, *CATEGORY_TABLE])
+def new_state() -> np.ndarray:
+    """A zeroed ``w`` array with the key tables in place."""
+    w = np.zeros(W_SIZE, dtype=np.int64)
+    for t, (keys, vals) in enumerate((EVENT_KEY_TABLE, ARG_KEY_TABLE, CATEGORY_TABLE)):
+        base = W_TAB + 2 * t * TAB_SIZE
+        w[base:base + TAB_SIZE] = keys
+        w[base + TAB_SIZE:base + 2 * TAB_SIZE] = vals
+    return w
 
 
 STAT_NAMES = {

@@ -83,8 +83,7 @@ def _scan(source: ByteSource, budget: SpillBudget, chunk_size: int) -> ScannedTr
     blocks = np.empty((L.N_STORES, L.MAX_FIELDS, BLOCK_ROWS), dtype=np.int64)
     stores = {name: ColumnStore(name, blocks[s], budget)
               for s, name in enumerate(L.STORE_NAMES)}
-    w = np.zeros(L.W_SIZE, dtype=np.int64)
-    tabs = L.key_tables()
+    w = L.new_state()
     strings = StringTable()
     thr = np.full((6, 1024), -1, dtype=np.int64)
     thr[L.TR_KEY] = 0
@@ -125,7 +124,7 @@ def _scan(source: ByteSource, budget: SpillBudget, chunk_size: int) -> ScannedTr
         raise TraceError(source.name, "is empty", offset=0,
                          hint="the profiler wrote nothing; re-run it or pick another file")
     while True:
-        status = scan(buf, n, eof, w, tabs, strings.strs, strings.pending, thr, blocks, spans)
+        status = scan(buf, n, eof, w, strings.strs, thr, blocks, spans)
         drain()
         if status == L.R_FLUSH:
             for s, name in enumerate(L.STORE_NAMES):

@@ -49,16 +49,17 @@ AR = L.W_ARG
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _lookup(tabs, row, h):
-    """Value stored for hash ``h`` in key table ``tabs[row]`` / ``tabs[row+1]`` (-1: none)."""
+def _lookup(w, table, h):
+    """Value stored for hash ``h`` in key table ``table`` of ``w`` (-1: none)."""
     if h == 0:
         h = np.int64(1)
-    mask = tabs.shape[1] - 1
+    base = L.W_TAB + 2 * table * L.TAB_SIZE
+    mask = L.TAB_SIZE - 1
     slot = h & mask
     while True:
-        k = tabs[row, slot]
+        k = w[base + slot]
         if k == h:
-            return tabs[row + 1, slot]
+            return w[base + L.TAB_SIZE + slot]
         if k == 0:
             return np.int64(-1)
         slot = (slot + 1) & mask
@@ -73,8 +74,8 @@ def _hash_span(buf, start, end):
 
 
 @njit(nogil=True, cache=True, inline="always")
-def _room(w, strs, pending):
-    return w[L.W_NSTR] * 2 + 4 <= strs.shape[1] and w[L.W_NPEND] + 1 <= pending.shape[1]
+def _room(w, strs):
+    return w[L.W_NSTR] * 2 + 4 <= strs.shape[1] and w[L.W_NPEND] + 1 <= strs.shape[1]
 
 
 @njit(nogil=True, cache=True)
@@ -94,7 +95,7 @@ def _number_field(buf, k, n, scale):
 
 
 @njit(nogil=True, cache=True)
-def _parse_args(buf, i, n, w, tabs, strs, pending):
+def _parse_args(buf, i, n, w, strs):
     """Parse the ``args`` object at ``i`` into ``w[AR + A_*]``; the end or a negative code."""
     i = skip_ws(buf, i + 1, n)
     if i >= n:
@@ -117,7 +118,7 @@ def _parse_args(buf, i, n, w, tabs, strs, pending):
         k = skip_ws(buf, k + 1, n)
         if k >= n:
             return INCOMPLETE
-        slot = _lookup(tabs, L.T_ARGK, h)
+        slot = _lookup(w, L.T_ARG, h)
         if slot < 0:
             e = skip_value(buf, k, n)
         elif slot < L.FIRST_STR_ARG:
@@ -132,15 +133,15 @@ def _parse_args(buf, i, n, w, tabs, strs, pending):
             if c == 34:
                 e, h2, _esc2 = scan_string(buf, k, n)
                 if e >= 0:
-                    if not _room(w, strs, pending):
+                    if not _room(w, strs):
                         return NEED_ROOM
-                    w[AR + slot] = intern(strs, pending, w, h2, k + 1, e - k - 2)
+                    w[AR + slot] = intern(strs, w, h2, k + 1, e - k - 2)
             elif c == 91:  # a list given as JSON (e.g. Process Group Ranks): its text
                 e = skip_value(buf, k, n)
                 if e >= 0:
-                    if not _room(w, strs, pending):
+                    if not _room(w, strs):
                         return NEED_ROOM
-                    w[AR + slot] = intern(strs, pending, w, _hash_span(buf, k, e), k, e - k)
+                    w[AR + slot] = intern(strs, w, _hash_span(buf, k, e), k, e - k)
             else:
                 e = skip_value(buf, k, n)
         if e < 0:
@@ -163,7 +164,7 @@ def _parse_args(buf, i, n, w, tabs, strs, pending):
 
 
 @njit(nogil=True, cache=True)
-def _parse_event(buf, i, n, w, tabs, strs, pending):
+def _parse_event(buf, i, n, w, strs):
     """Parse the event object whose ``{`` is at ``i`` into the scratch slots of ``w``."""
     for q in range(L.N_EV):
         w[EV + q] = -1
@@ -195,7 +196,7 @@ def _parse_event(buf, i, n, w, tabs, strs, pending):
         k = skip_ws(buf, k + 1, n)
         if k >= n:
             return INCOMPLETE
-        key = _lookup(tabs, L.T_EVK, h)
+        key = _lookup(w, L.T_EVENT, h)
         c = buf[k]
         if key == L.K_TS or key == L.K_DUR:
             e, v, vst = _number_field(buf, k, n, 3)
@@ -206,15 +207,15 @@ def _parse_event(buf, i, n, w, tabs, strs, pending):
             if c == 34:
                 e, h2, _esc2 = scan_string(buf, k, n)
                 if e >= 0:
-                    if not _room(w, strs, pending):
+                    if not _room(w, strs):
                         return NEED_ROOM
-                    sid = intern(strs, pending, w, h2, k + 1, e - k - 2)
+                    sid = intern(strs, w, h2, k + 1, e - k - 2)
                     if key == L.K_NAME:
                         w[EV + V_NAME] = sid
                     else:
                         w[EV + V_CAT] = sid
                         if strs[L.SR_CLASS, sid] < 0:
-                            cls = _lookup(tabs, L.T_CATK, h2)
+                            cls = _lookup(w, L.T_CAT, h2)
                             strs[L.SR_CLASS, sid] = L.CLS_OTHER if cls < 0 else cls
             else:
                 e = skip_value(buf, k, n)
@@ -235,9 +236,9 @@ def _parse_event(buf, i, n, w, tabs, strs, pending):
                     if vst == NUM_OK:
                         num = v
                     else:
-                        if not _room(w, strs, pending):
+                        if not _room(w, strs):
                             return NEED_ROOM
-                        sid = intern(strs, pending, w, h2, k + 1, e - k - 2)
+                        sid = intern(strs, w, h2, k + 1, e - k - 2)
             else:
                 e, v, vst = _number_field(buf, k, n, 0)
                 if vst == GOOD:
@@ -261,7 +262,7 @@ def _parse_event(buf, i, n, w, tabs, strs, pending):
             if c == 34 and e - k > 2:
                 w[EV + V_BP] = buf[k + 1]
         elif key == L.K_ARGS and c == 123:
-            e = _parse_args(buf, k, n, w, tabs, strs, pending)
+            e = _parse_args(buf, k, n, w, strs)
         else:
             e = skip_value(buf, k, n)
         if e < 0:
@@ -351,15 +352,15 @@ def _commit(w, strs, thr, blocks, spans, start, end):
         if w[EV + V_IDST] != GOOD or w[EV + V_TSST] != GOOD:
             w[L.S_SKIP_BAD_FLOW] += 1
             return
-        r = _row(w, L.FLOW)
-        b = blocks[L.FLOW]
-        b[L.F_PH, r] = ph
-        b[L.F_CAT, r] = cat
-        b[L.F_ID, r] = w[EV + V_ID]
-        b[L.F_THREAD, r] = _thread(thr, w, w[EV + V_PIDN], w[EV + V_PIDS], w[EV + V_TIDN],
-                                      w[EV + V_TIDS])
-        b[L.F_TS, r] = w[EV + V_TS]
-        b[L.F_BP, r] = w[EV + V_BP]
+        store = L.FLOW
+        r = _row(w, store)
+        blocks[store, L.F_PH, r] = ph
+        blocks[store, L.F_CAT, r] = cat
+        blocks[store, L.F_ID, r] = w[EV + V_ID]
+        blocks[store, L.F_THREAD, r] = _thread(thr, w, w[EV + V_PIDN], w[EV + V_PIDS],
+                                               w[EV + V_TIDN], w[EV + V_TIDS])
+        blocks[store, L.F_TS, r] = w[EV + V_TS]
+        blocks[store, L.F_BP, r] = w[EV + V_BP]
         return
     if ph != 88:  # not 'X'
         w[L.S_OTHER_PH] += 1
@@ -380,73 +381,68 @@ def _commit(w, strs, thr, blocks, spans, start, end):
             or cls == L.CLS_GPU_ANNOT or cls == L.CLS_SYNC):
         store = L.GPU
         r = _row(w, store)
-        b = blocks[store]
-        b[L.G_TS, r] = w[EV + V_TS]
-        b[L.G_DUR, r] = w[EV + V_DUR]
-        b[L.G_NAME, r] = w[EV + V_NAME]
-        b[L.G_CAT, r] = cat
-        b[L.G_THREAD, r] = thread
-        b[L.G_DEVICE, r] = w[AR + L.A_DEVICE]
-        b[L.G_STREAM, r] = w[AR + L.A_STREAM]
-        b[L.G_CORR, r] = w[AR + L.A_CORR]
-        b[L.G_EXT, r] = w[AR + L.A_EXT]
-        b[L.G_BYTES, r] = w[AR + L.A_BYTES]
-        b[L.G_INDEX, r] = index
+        blocks[store, L.G_TS, r] = w[EV + V_TS]
+        blocks[store, L.G_DUR, r] = w[EV + V_DUR]
+        blocks[store, L.G_NAME, r] = w[EV + V_NAME]
+        blocks[store, L.G_CAT, r] = cat
+        blocks[store, L.G_THREAD, r] = thread
+        blocks[store, L.G_DEVICE, r] = w[AR + L.A_DEVICE]
+        blocks[store, L.G_STREAM, r] = w[AR + L.A_STREAM]
+        blocks[store, L.G_CORR, r] = w[AR + L.A_CORR]
+        blocks[store, L.G_EXT, r] = w[AR + L.A_EXT]
+        blocks[store, L.G_BYTES, r] = w[AR + L.A_BYTES]
+        blocks[store, L.G_INDEX, r] = index
     elif cls == L.CLS_RUNTIME or cls == L.CLS_DRIVER:
         store = L.LAUNCH
         r = _row(w, store)
-        b = blocks[store]
-        b[L.L_TS, r] = w[EV + V_TS]
-        b[L.L_DUR, r] = w[EV + V_DUR]
-        b[L.L_NAME, r] = w[EV + V_NAME]
-        b[L.L_CAT, r] = cat
-        b[L.L_THREAD, r] = thread
-        b[L.L_CORR, r] = w[AR + L.A_CORR]
-        b[L.L_EXT, r] = w[AR + L.A_EXT]
-        b[L.L_INDEX, r] = index
+        blocks[store, L.L_TS, r] = w[EV + V_TS]
+        blocks[store, L.L_DUR, r] = w[EV + V_DUR]
+        blocks[store, L.L_NAME, r] = w[EV + V_NAME]
+        blocks[store, L.L_CAT, r] = cat
+        blocks[store, L.L_THREAD, r] = thread
+        blocks[store, L.L_CORR, r] = w[AR + L.A_CORR]
+        blocks[store, L.L_EXT, r] = w[AR + L.A_EXT]
+        blocks[store, L.L_INDEX, r] = index
     elif cls == L.CLS_PYTHON:
         store = L.PY
         r = _row(w, store)
-        b = blocks[store]
-        b[L.P_TS, r] = w[EV + V_TS]
-        b[L.P_DUR, r] = w[EV + V_DUR]
-        b[L.P_NAME, r] = w[EV + V_NAME]
-        b[L.P_THREAD, r] = thread
-        b[L.P_PYID, r] = w[AR + L.A_PYID]
-        b[L.P_PARENT, r] = w[AR + L.A_PYPARENT]
-        b[L.P_INDEX, r] = index
+        blocks[store, L.P_TS, r] = w[EV + V_TS]
+        blocks[store, L.P_DUR, r] = w[EV + V_DUR]
+        blocks[store, L.P_NAME, r] = w[EV + V_NAME]
+        blocks[store, L.P_THREAD, r] = thread
+        blocks[store, L.P_PYID, r] = w[AR + L.A_PYID]
+        blocks[store, L.P_PARENT, r] = w[AR + L.A_PYPARENT]
+        blocks[store, L.P_INDEX, r] = index
     else:
         store = L.OPS
         r = _row(w, store)
-        b = blocks[store]
-        b[L.O_TS, r] = w[EV + V_TS]
-        b[L.O_DUR, r] = w[EV + V_DUR]
-        b[L.O_NAME, r] = w[EV + V_NAME]
-        b[L.O_CAT, r] = cat
-        b[L.O_THREAD, r] = thread
-        b[L.O_EXT, r] = w[AR + L.A_EXT]
-        b[L.O_SEQNUM, r] = w[AR + L.A_SEQNUM]
-        b[L.O_FWD, r] = w[AR + L.A_FWD]
-        b[L.O_STREAM, r] = w[AR + L.A_STREAM]
-        b[L.O_INDEX, r] = index
+        blocks[store, L.O_TS, r] = w[EV + V_TS]
+        blocks[store, L.O_DUR, r] = w[EV + V_DUR]
+        blocks[store, L.O_NAME, r] = w[EV + V_NAME]
+        blocks[store, L.O_CAT, r] = cat
+        blocks[store, L.O_THREAD, r] = thread
+        blocks[store, L.O_EXT, r] = w[AR + L.A_EXT]
+        blocks[store, L.O_SEQNUM, r] = w[AR + L.A_SEQNUM]
+        blocks[store, L.O_FWD, r] = w[AR + L.A_FWD]
+        blocks[store, L.O_STREAM, r] = w[AR + L.A_STREAM]
+        blocks[store, L.O_INDEX, r] = index
     has_comm = (w[AR + L.A_COLL] >= 0 or w[AR + L.A_PGNAME] >= 0 or w[AR + L.A_IN] >= 0
                 or w[AR + L.A_GSIZE] >= 0 or w[AR + L.A_PGRANKS] >= 0)
     if has_comm and (store == L.GPU or store == L.OPS):
         c = _row(w, L.COMM)
-        b = blocks[L.COMM]
-        b[L.C_STORE, c] = store
-        b[L.C_ROW, c] = w[L.W_BASE + store] + r
-        b[L.C_COLL, c] = w[AR + L.A_COLL]
-        b[L.C_DTYPE, c] = w[AR + L.A_DTYPE]
-        b[L.C_IN, c] = w[AR + L.A_IN]
-        b[L.C_OUT, c] = w[AR + L.A_OUT]
-        b[L.C_GSIZE, c] = w[AR + L.A_GSIZE]
-        b[L.C_PGNAME, c] = w[AR + L.A_PGNAME]
-        b[L.C_PGDESC, c] = w[AR + L.A_PGDESC]
-        b[L.C_PGRANKS, c] = w[AR + L.A_PGRANKS]
-        b[L.C_SEQ, c] = w[AR + L.A_SEQ]
-        b[L.C_SRC, c] = w[AR + L.A_SRC]
-        b[L.C_DST, c] = w[AR + L.A_DST]
+        blocks[L.COMM, L.C_STORE, c] = store
+        blocks[L.COMM, L.C_ROW, c] = w[L.W_BASE + store] + r
+        blocks[L.COMM, L.C_COLL, c] = w[AR + L.A_COLL]
+        blocks[L.COMM, L.C_DTYPE, c] = w[AR + L.A_DTYPE]
+        blocks[L.COMM, L.C_IN, c] = w[AR + L.A_IN]
+        blocks[L.COMM, L.C_OUT, c] = w[AR + L.A_OUT]
+        blocks[L.COMM, L.C_GSIZE, c] = w[AR + L.A_GSIZE]
+        blocks[L.COMM, L.C_PGNAME, c] = w[AR + L.A_PGNAME]
+        blocks[L.COMM, L.C_PGDESC, c] = w[AR + L.A_PGDESC]
+        blocks[L.COMM, L.C_PGRANKS, c] = w[AR + L.A_PGRANKS]
+        blocks[L.COMM, L.C_SEQ, c] = w[AR + L.A_SEQ]
+        blocks[L.COMM, L.C_SRC, c] = w[AR + L.A_SRC]
+        blocks[L.COMM, L.C_DST, c] = w[AR + L.A_DST]
 
 
 @njit(nogil=True, cache=True)
@@ -472,7 +468,7 @@ def _any_full(w, rows):
 
 
 @njit(nogil=True, cache=True)
-def scan(buf, n, eof, w, tabs, strs, pending, thr, blocks, spans):
+def scan(buf, n, eof, w, strs, thr, blocks, spans):
     """Scan ``buf[:n]`` from ``w[ST_POS]``; returns an ``R_*`` status (see module doc).
 
     ``eof`` tells that no bytes follow ``buf[:n]``. On R_NEED_MORE ``w[ST_POS]`` is the
@@ -500,7 +496,7 @@ def scan(buf, n, eof, w, tabs, strs, pending, thr, blocks, spans):
             if w[L.ST_NRAW] >= spans.shape[1]:
                 return L.R_DRAIN
             if c == 123:
-                e = _parse_event(buf, i, n, w, tabs, strs, pending)
+                e = _parse_event(buf, i, n, w, strs)
                 if e == INCOMPLETE:
                     return _need_more(w, mode, i)
                 if e == NEED_ROOM:

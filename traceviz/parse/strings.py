@@ -2,8 +2,8 @@
 
 Inside the numba scan loop a string is only hashed (FNV-1a of its raw bytes) and looked
 up in an open-addressing table (rows ``SR_KEY`` / ``SR_ID`` of the ``strs`` array); a
-hash seen for the first time gets the next id and its byte span is queued in
-``pending``. After each scanner call (before the chunk buffer is reused)
+hash seen for the first time gets the next id and its byte span is queued in the
+``SR_PEND_*`` rows. After each scanner call (before the chunk buffer is reused)
 :meth:`StringTable.take_pending` decodes only those new spans, so Python touches each
 distinct string once, never each event.
 
@@ -20,11 +20,11 @@ from . import layout as L
 
 
 @njit(nogil=True, cache=True)
-def intern(strs, pending, w, h, off, length):
+def intern(strs, w, h, off, length):
     """Id of the string with hash ``h`` whose raw bytes are ``buf[off:off+length]``.
 
     ``w[W_NSTR]`` counts strings, ``w[W_NPEND]`` pending spans. The caller guarantees
-    free room (load factor below 1/2, a free pending slot).
+    free room (load factor below 1/2, hence a free pending slot too).
     """
     if h == 0:
         h = np.int64(1)
@@ -40,9 +40,9 @@ def intern(strs, pending, w, h, off, length):
             strs[L.SR_ID, slot] = sid
             w[L.W_NSTR] = sid + 1
             p = w[L.W_NPEND]
-            pending[L.PD_ID, p] = sid
-            pending[L.PD_OFF, p] = off
-            pending[L.PD_LEN, p] = length
+            strs[L.SR_PEND_ID, p] = sid
+            strs[L.SR_PEND_OFF, p] = off
+            strs[L.SR_PEND_LEN, p] = length
             w[L.W_NPEND] = p + 1
             return sid
         slot = (slot + 1) & mask
@@ -79,14 +79,13 @@ def decode_raw(raw: bytes) -> str:
 class StringTable:
     """The interned strings of one trace: the numba-side table plus decoded texts.
 
-    ``strs`` rows: SR_KEY / SR_ID (hash table), and per string id SR_CLASS (category
-    class, -1 until known) and SR_COUNT (events with that category).
+    ``strs`` rows: SR_KEY / SR_ID (hash table), per string id SR_CLASS (category class,
+    -1 until known) and SR_COUNT (events with that category), and the SR_PEND_* queue.
     """
 
-    def __init__(self, capacity: int = 1 << 16, pending: int = 1 << 14) -> None:
-        self.strs = np.zeros((4, capacity), dtype=np.int64)
+    def __init__(self, capacity: int = 1 << 16) -> None:
+        self.strs = np.zeros((7, capacity), dtype=np.int64)
         self.strs[L.SR_CLASS] = -1
-        self.pending = np.zeros((3, pending), dtype=np.int64)
         self.texts: list[str] = []
         self._first_of: dict[str, int] = {}
         self._canon: list[int] = []
@@ -97,7 +96,7 @@ class StringTable:
         while (count + headroom) * 2 > size:
             size *= 2
         if size != self.strs.shape[1]:
-            new = np.zeros((4, size), dtype=np.int64)
+            new = np.zeros((7, size), dtype=np.int64)
             new[L.SR_CLASS] = -1
             rehash(self.strs, new, L.SR_KEY, L.SR_ID)
             new[L.SR_CLASS, :count] = self.strs[L.SR_CLASS, :count]
@@ -110,7 +109,7 @@ class StringTable:
         if count == 0:
             return
         mem = buf.data
-        for sid, off, ln in self.pending[:, :count].T.tolist():
+        for sid, off, ln in self.strs[L.SR_PEND_ID:L.SR_PEND_LEN + 1, :count].T.tolist():
             text = decode_raw(bytes(mem[off:off + ln]))
             assert sid == len(self.texts)
             self.texts.append(text)
