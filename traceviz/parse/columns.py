@@ -4,7 +4,7 @@ The scanner writes rows into a store's *active block*, an ``int64`` array of sha
 ``(fields, rows)`` (a slice of the scanner's ``blocks`` array). When the block is full the driver *seals* it: each field is
 cast to its narrow dtype (:data:`.layout.FIELDS`) and kept as a sealed block. A
 :class:`SpillBudget` shared by all stores of one trace counts the bytes of sealed blocks
-held in memory; past its limit blocks are written to ``.npy`` files in a private
+held in memory; past its limit blocks are written (one file per block) to a private
 temporary folder and dropped from memory, the least needed stores first (flow events,
 then python frames, CPU ops, launches, and GPU activities last).
 
@@ -37,7 +37,8 @@ class Block:
     ts_min: int = 0
     ts_max: int = 0
     columns: dict[str, np.ndarray] = field(default_factory=dict)
-    path: str | None = None  # folder of the spilled .npy files
+    path: str | None = None  # the spill file: every column, one after the other
+    layout: dict[str, tuple[int, np.dtype]] = field(default_factory=dict)  # name -> (offset, dtype)
 
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.columns.values())
@@ -45,7 +46,8 @@ class Block:
     def get(self, name: str) -> np.ndarray:
         if self.path is None:
             return self.columns[name]
-        return np.load(os.path.join(self.path, name + ".npy"))
+        offset, dtype = self.layout[name]
+        return np.fromfile(self.path, dtype=dtype, count=self.rows, offset=offset)
 
 
 class SpillBudget:
@@ -81,10 +83,13 @@ class SpillBudget:
 
     def _spill(self, block: Block) -> None:
         path = self.new_path("b")
-        os.mkdir(path)
         size = block.nbytes()
-        for name, arr in block.columns.items():
-            np.save(os.path.join(path, name + ".npy"), arr, allow_pickle=False)
+        offset = 0
+        with open(path, "wb") as fh:
+            for name, arr in block.columns.items():
+                arr.tofile(fh)
+                block.layout[name] = (offset, arr.dtype)
+                offset += arr.nbytes
         block.columns = {}
         block.path = path
         self.held -= size

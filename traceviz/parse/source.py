@@ -1,10 +1,11 @@
 """Byte sources: a path, ``-`` (stdin) or a binary file object, plain / gzip / zstd.
 
-The compression is sniffed from the magic bytes, never from the file name. Compressed
-input is decompressed in a worker thread into bounded chunks (``zlib`` and ``zstandard``
-release the GIL), so decompression overlaps with scanning. A gzip or zstd stream that
-ends early is not an error here: the bytes decompressed so far are delivered and
-:attr:`ByteSource.stream_truncated` is set, so the scanner can keep every complete event.
+The compression is sniffed from the magic bytes, never from the file name. A worker
+thread reads (and decompresses) the input into a bounded queue of chunks, so I/O and
+decompression overlap with scanning (file reads, ``zlib`` and ``zstandard`` release the
+GIL, and so does the scanner). A gzip or zstd stream that ends early is not an error
+here: the bytes decompressed so far are delivered and :attr:`ByteSource.stream_truncated`
+is set, so the scanner can keep every complete event.
 """
 from __future__ import annotations
 
@@ -60,13 +61,11 @@ class ByteSource:
         else:
             self.compression = "none"
         self._head = head
-        self._queue: queue.Queue | None = None
+        self._queue: queue.Queue = queue.Queue(maxsize=3)
         self._pending = memoryview(b"")
         self._done = False
-        if self.compression != "none":
-            self._queue = queue.Queue(maxsize=3)
-            self._thread = threading.Thread(target=self._decompress, daemon=True)
-            self._thread.start()
+        self._thread = threading.Thread(target=self._produce, daemon=True)
+        self._thread.start()
 
     # ---- raw input ------------------------------------------------------------------
     def _read_raw(self, size: int) -> bytes:
@@ -78,13 +77,15 @@ class ByteSource:
         self.compressed_bytes += len(data)
         return data or b""
 
-    def _decompress(self) -> None:
+    def _produce(self) -> None:
         q = self._queue
         try:
             if self.compression == "gzip":
                 self._gunzip(q)
-            else:
+            elif self.compression == "zstd":
                 self._unzstd(q)
+            else:
+                self._plain(q)
         except TraceError as exc:
             q.put(exc)
         except Exception as exc:  # corrupt stream: report where
@@ -92,6 +93,15 @@ class ByteSource:
                              offset=self.compressed_bytes,
                              hint="the file is damaged; re-copy or re-export the trace"))
         q.put(None)
+
+    def _plain(self, q: queue.Queue) -> None:
+        if self._head:
+            q.put(self._head)
+        while True:
+            data = self._read_raw(_OUT_CHUNK)
+            if not data:
+                return
+            q.put(data)
 
     def _gunzip(self, q: queue.Queue) -> None:
         dec = zlib.decompressobj(wbits=31)
@@ -138,18 +148,6 @@ class ByteSource:
     # ---- decompressed output ---------------------------------------------------------
     def readinto(self, out: memoryview) -> int:
         """Fill ``out`` with up to ``len(out)`` bytes; 0 means end of input."""
-        if self._queue is None:
-            if self._head:
-                k = min(len(self._head), len(out))
-                out[:k] = self._head[:k]
-                self._head = self._head[k:]
-                got = k
-                if k < len(out):
-                    got += self._readinto_raw(out[k:])
-            else:
-                got = self._readinto_raw(out)
-            self.bytes_out += got
-            return got
         got = 0
         while got < len(out):
             if not self._pending:
@@ -168,20 +166,6 @@ class ByteSource:
             self._pending = self._pending[k:]
             got += k
         self.bytes_out += got
-        return got
-
-    def _readinto_raw(self, out: memoryview) -> int:
-        try:
-            if hasattr(self._fh, "readinto"):
-                got = self._fh.readinto(out) or 0
-            else:
-                data = self._fh.read(len(out)) or b""
-                out[:len(data)] = data
-                got = len(data)
-        except OSError as exc:
-            raise TraceError(self.name, f"read failed: {exc}",
-                             offset=self.compressed_bytes) from None
-        self.compressed_bytes += got
         return got
 
     def close(self) -> None:
