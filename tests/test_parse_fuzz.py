@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import traceviz
+from traceviz.parse.budget import MemoryPlan
 from jsonwriter import Raw, dumps
 from reference import DEVICE_SIDE, activities, complete, event_count, load
 
@@ -117,7 +118,7 @@ def test_partitioned_joins_equal_in_memory(data):
     """A budget too small for the joins (many hash parts, many time buckets, spilled
     columns) gives exactly the in-memory result."""
     full = traceviz.parse_trace(io.BytesIO(data), chunk_size=64)
-    tiny = traceviz.parse_trace(io.BytesIO(data), chunk_size=64, memory_budget=700)
+    tiny = traceviz.parse_trace(io.BytesIO(data), chunk_size=64, plan=MemoryPlan.fixed(700))
     assert tiny.activities.replace_schema_metadata(None).equals(
         full.activities.replace_schema_metadata(None))
     tiny.close()

@@ -6,6 +6,7 @@ from collections import Counter
 import pytest
 
 import traceviz
+from traceviz.parse.budget import MemoryPlan
 from conftest import needs_shared, shared_traces, trace_id
 from reference import activities, event_count, load, read_bytes
 
@@ -50,10 +51,10 @@ def test_matches_reference(path):
 @pytest.mark.parametrize("name", ["hta/negative_queue_length_values_check/rank0.json.gz",
                                   "tracelens/mi300/resnet_act_checkpoint.json.gz"])
 def test_small_budget_same_table(name):
-    """With a 2 MB budget the joins run on several hash parts and time buckets and the
+    """With 2 MB for data the joins run on several hash parts and time buckets and the
     columns spill; the table is identical to the in-memory one."""
     path = next(p for p in TRACES if trace_id(p) == name)
-    small = traceviz.parse_trace(path, memory_budget=2 << 20)
+    small = traceviz.parse_trace(path, plan=MemoryPlan.fixed(2 << 20))
     assert small.meta["stats"]["spilled_bytes"] > 0
     full = traceviz.parse(path)
     assert small.activities.replace_schema_metadata(None).equals(

@@ -8,6 +8,7 @@ import tempfile
 import numpy as np
 
 import traceviz
+from traceviz.parse.budget import MemoryPlan
 
 
 def big_trace(n: int, threads: int) -> bytes:
@@ -40,7 +41,7 @@ def test_growth_flush_and_spill():
     os.environ["TMPDIR"] = spill_root
     tempfile.tempdir = None
     try:
-        result = traceviz.parse_trace(io.BytesIO(data), memory_budget=1 << 20,
+        result = traceviz.parse_trace(io.BytesIO(data), plan=MemoryPlan.fixed(4 << 20),
                                       chunk_size=1 << 20)
     finally:
         if old is None:

@@ -10,23 +10,22 @@ import pyarrow.parquet as pq
 
 from .classify.patterns import Patterns, load_patterns
 from .errors import TraceError
-from .parse.reader import DEFAULT_BUDGET, DEFAULT_CHUNK, scan_trace
+from .parse.budget import MemoryPlan
+from .parse.reader import DEFAULT_BUDGET, DEFAULT_CHUNK, jit_loaded, scan_trace
 from .parse.table import METADATA_KEY, ParsedTrace, build, keep_alive
-
-#: share of the memory budget for column buffers while scanning; the joins and the
-#: output columns get another share; the rest is the runtime (numba/LLVM, Arrow).
-COLUMN_SHARE = 4
 
 
 def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
                 patterns: Patterns | str | os.PathLike | None = None,
                 memory_budget: int = DEFAULT_BUDGET,
-                chunk_size: int = DEFAULT_CHUNK) -> ParsedTrace:
+                chunk_size: int = DEFAULT_CHUNK, plan: MemoryPlan | None = None
+                ) -> ParsedTrace:
     """Parse one rank's Kineto trace (path, ``"-"`` for stdin, or a binary file object).
 
-    ``memory_budget`` (bytes) bounds the memory of the parse: a quarter holds column
-    buffers while scanning (past it they spill to a temporary folder) and a quarter the
-    joins and output columns; the rest leaves room for the runtime. ``chunk_size`` (bytes)
+    ``memory_budget`` (bytes) bounds the memory of the process during the parse; see
+    :mod:`traceviz.parse.budget` for how it is shared (past its shares, column buffers
+    spill to a temporary folder and the joins run on parts); ``plan`` gives the shares
+    explicitly instead. ``chunk_size`` (bytes)
     is the read buffer (it grows to hold any single event larger than it). Raises
     :class:`~traceviz.errors.TraceError` on input that is not a readable Kineto trace; a
     truncated trace is parsed up to the cut and reported in ``ParsedTrace.warnings`` and
@@ -34,10 +33,10 @@ def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
     """
     if not isinstance(patterns, Patterns):
         patterns = load_patterns(patterns)
-    share = memory_budget // COLUMN_SHARE
-    scanned = scan_trace(src, memory_budget=share, chunk_size=chunk_size)
+    plan = plan or MemoryPlan.measure(memory_budget, jit_loaded())
+    scanned = scan_trace(src, memory_budget=plan.scan_blocks, chunk_size=chunk_size)
     try:
-        parsed = build(scanned, patterns, cpu=cpu, work_bytes=share)
+        parsed = build(scanned, patterns, plan, cpu=cpu)
     except BaseException:
         scanned.close()
         raise

@@ -52,6 +52,9 @@ def main() -> None:
     Example:
       traceviz parse rank0.pt.trace.json.gz -o rank0.parquet
     """
+    from .parse.budget import use_system_allocator
+
+    use_system_allocator()
 
 
 def _default_output(trace: str) -> str:

@@ -81,6 +81,12 @@ class SpillBudget:
             while self.held > self.budget and self._held[name]:
                 self._spill(self._held[name].pop(0))
 
+    def spill_all(self) -> None:
+        """Spill every block still held in memory."""
+        for name in SPILL_ORDER:
+            while self._held[name]:
+                self._spill(self._held[name].pop(0))
+
     def _spill(self, block: Block) -> None:
         path = self.new_path("b")
         size = block.nbytes()

@@ -28,10 +28,17 @@ _CORR_BYTES_PER_ROW = 64
 _SPAN_BYTES_PER_ROW = 80
 
 
+def row_dtype(scanned: ScannedTrace) -> type:
+    """int32 for row numbers while every store has fewer than 2**31 rows, else int64."""
+    biggest = max((len(store) for store in scanned.stores.values()), default=0)
+    return np.int32 if biggest < np.iinfo(np.int32).max else np.int64
+
+
 @dataclass
 class Links:
     """Per-activity results, all aligned with ``rows`` (GPU-store rows, ascending)."""
 
+    # row numbers are row_dtype (int32 unless a store is huge); times and ids int64
     rows: np.ndarray         # GPU-store rows that are kernels / memcpy / memset
     cls: np.ndarray          # category class (layout.CLS_*) per activity
     corr: np.ndarray         # correlation id used (after the flow fallback); -1 none
@@ -95,6 +102,10 @@ def link(scanned: ScannedTrace, cls_of: np.ndarray, step_number: np.ndarray,
     iteration = step_of(at, steps["ts"], steps["dur"], steps["number"])
     comm_row = _comm_rows(scanned, rows, is_comm_name[gpu.gather("name", rows)], rpc,
                           launch_ts, launch_thread)
+    rdt = row_dtype(scanned)
+    rows, launch_row, op_row, comm_row = (a.astype(rdt) for a in (rows, launch_row, op_row,
+                                                                 comm_row))
+    launch_thread = launch_thread.astype(np.int32)
     stats["collective metadata"] = int((comm_row >= 0).sum())
     step_list = [{"iteration": int(n), "ts": int(t), "dur": int(d)} for t, d, n in sorted(
         zip(steps["ts"].tolist(), steps["dur"].tolist(), steps["number"].tolist()))]

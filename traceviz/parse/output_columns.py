@@ -15,15 +15,17 @@ import pyarrow.parquet as pq
 from ..output import parquet_sink
 from .columns import SpillBudget
 
-ROW_GROUP = 1 << 19
+ROW_GROUP = 1 << 17
 
 
 class OutputColumns:
     """Named columns of ``n_rows`` rows plus the table's schema metadata."""
 
     def __init__(self, n_rows: int, budget: SpillBudget, spill_bytes: int,
-                 row_group: int = ROW_GROUP) -> None:
+                 row_group: int = ROW_GROUP, names: tuple[str, ...] | None = None) -> None:
+        """``names``: the schema's column order (default: the order columns are added)."""
         self.n_rows = n_rows
+        self.names = names
         self.budget = budget
         self.spill_bytes = spill_bytes
         self.row_group = row_group
@@ -56,12 +58,16 @@ class OutputColumns:
 
     @property
     def schema(self) -> pa.Schema:
-        return pa.schema(self._fields, metadata=self.metadata)
+        fields = self._fields
+        if self.names is not None:
+            rank = {name: k for k, name in enumerate(self.names)}
+            fields = sorted(fields, key=lambda f: rank.get(f.name, len(rank)))
+        return pa.schema(fields, metadata=self.metadata)
 
     def _group(self, k: int) -> pa.Table:
         """Row group ``k`` of every column, as a table."""
         arrays = []
-        for f in self._fields:
+        for f in self.schema:
             if f.name in self._memory:
                 arrays.append(self._memory[f.name].slice(k * self.row_group, self.row_group))
             else:
@@ -75,7 +81,7 @@ class OutputColumns:
     def table(self) -> pa.Table:
         """The whole table in memory."""
         if not self._files:
-            return pa.Table.from_arrays([self._memory[f.name] for f in self._fields],
+            return pa.Table.from_arrays([self._memory[f.name] for f in self.schema],
                                         schema=self.schema)
         return pa.concat_tables(self._group(k) for k in range(self.n_groups()))
 

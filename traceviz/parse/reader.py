@@ -48,6 +48,11 @@ class ScannedTrace:
         self.budget.close()
 
 
+def jit_loaded() -> bool:
+    """Whether the compiled scanner is already in this process."""
+    return bool(scan.signatures)
+
+
 def _grow_threads(thr: np.ndarray, count: int) -> np.ndarray:
     """The thread table with twice the capacity; thread indexes are kept."""
     new = np.full((6, thr.shape[1] * 2), -1, dtype=np.int64)

@@ -28,7 +28,8 @@ from ..classify.collectives import dtype_bytes, parse_ranks
 from ..classify.kinds import COMM, KINDS, MEM, first_match, name_kinds
 from ..classify.patterns import Patterns
 from . import layout as L
-from .links import Links, link
+from .budget import MemoryPlan
+from .links import link
 from .output_columns import OutputColumns
 from .reader import ScannedTrace
 
@@ -150,14 +151,18 @@ def thread_numbers(threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (np.where(threads[1] < 0, threads[0], -1), np.where(threads[3] < 0, threads[2], -1))
 
 
-def build(scanned: ScannedTrace, patterns: Patterns, *, cpu: bool = False,
-          work_bytes: int = 128 << 20) -> ParsedTrace:
+def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
+          cpu: bool = False) -> ParsedTrace:
     """Link, classify and assemble the output tables of ``scanned``.
 
-    ``work_bytes`` bounds the working set of the joins and the output columns held in
-    memory (larger tables are spilled to the trace's temporary folder, which lives until
-    ``scanned.close()``).
+    ``plan`` bounds the joins' working set and the output columns held in memory (larger
+    tables are spilled to the trace's temporary folder, which lives until
+    ``scanned.close()``). A trace that spilled while scanning spills the rest of its
+    blocks first, to make room for the per-activity arrays.
     """
+    if scanned.budget.spilled_bytes:
+        scanned.budget.spill_all()
+    work_bytes = plan.join_work
     s = Strings(scanned)
     gpu, launch, ops = (scanned.stores[k] for k in ("gpu", "launch", "ops"))
     pid_of, tid_of = thread_numbers(scanned.threads)
@@ -170,14 +175,19 @@ def build(scanned: ScannedTrace, patterns: Patterns, *, cpu: bool = False,
     is_rpc[s.ids_of("record_param_comms")] = True
     links = link(scanned, s.cls, s.numbers(patterns.iteration), is_rpc, kind_of_name == COMM,
                  work_bytes)
-    n = links.rows.shape[0]
-    g = lambda f: gpu.gather(f, links.rows)  # noqa: E731  (one GPU field, activity order)
-    order = np.lexsort((g("index"), g("ts")))
-    name = g("name")
-    kind = kind_of_name[name]
-    kind[(links.cls == L.CLS_MEMCPY) | (links.cls == L.CLS_MEMSET)] = MEM
-
-    out = OutputColumns(n, scanned.budget, spill_bytes=work_bytes)
+    # The per-activity arrays are dropped right after their last use below: at a few
+    # million activities each is tens of MB.
+    stats, steps, rows, cls = links.stats, links.steps, links.rows, links.cls
+    corr, launch_row, launch_ts, launch_thread = (links.corr, links.launch_row,
+                                                  links.launch_ts, links.launch_thread)
+    op_row, iteration, comm_row = links.op_row, links.iteration, links.comm_row
+    del links
+    n = rows.shape[0]
+    g = lambda f: gpu.gather(f, rows)  # noqa: E731  (one GPU field, activity order)
+    out = OutputColumns(n, scanned.budget, spill_bytes=plan.output_held,
+                        names=ACTIVITY_COLUMNS)
+    ts, index = g("ts"), g("index")
+    order = np.lexsort((index, ts)).astype(np.int32 if n < 2**31 else np.int64)
 
     def put(col: str, values, mask=None, type_=None):
         if isinstance(values, pa.Array):
@@ -187,80 +197,111 @@ def build(scanned: ScannedTrace, patterns: Patterns, *, cpu: bool = False,
             out.add(col, pa.array(values, type=type_,
                                   mask=None if mask is None else np.asarray(mask)[order]))
 
-    rank, rank_source = scanned.header.rank(scanned.source)
-    thread = g("thread")
-    device, stream = g("device"), g("stream")
-    put("rank", np.full(n, rank, dtype=np.int32))
-    put("device", np.where(device >= 0, device, pid_of[thread]).astype(np.int32))
-    put("stream", np.where(stream >= 0, stream, tid_of[thread]).astype(np.int64))
-    del device, stream, thread
-    cat_codes = np.select([links.cls == L.CLS_KERNEL, links.cls == L.CLS_MEMCPY], [0, 1], 2)
-    put("cat", _fixed_dictionary(cat_codes, ("kernel", "gpu_memcpy", "gpu_memset")))
-    put("name", s.dictionary(name))
-    put("ts", g("ts"))
+    put("ts", ts)
+    put("index", index)
+    del ts, index
     put("dur", g("dur"))
-    put("correlation", links.corr)
+    thread = g("thread")
+    put("device", np.where((d := g("device")) >= 0, d, pid_of[thread]).astype(np.int32))
+    put("stream", np.where((st := g("stream")) >= 0, st, tid_of[thread]).astype(np.int64))
+    del thread, d, st
     put("external_id", np.maximum(g("external_id"), -1))
-    no_launch = links.launch_row < 0
-    put("launch_ts", links.launch_ts, no_launch, pa.int64())
-    put("launch_dur", launch.gather("dur", links.launch_row), no_launch, pa.int64())
-    launch_tid = np.where(links.launch_thread >= 0,
-                          tid_of[np.maximum(links.launch_thread, 0)], -1)
-    put("launch_tid", launch_tid, launch_tid < 0, pa.int64())
-    put("launch_name", s.dictionary(launch.gather("name", links.launch_row)))
-    put("cpu_op", s.dictionary(ops.gather("name", links.op_row)))
-    op_ext = ops.gather("external_id", links.op_row)
-    put("cpu_op_external_id", op_ext, op_ext < 0, pa.int64())
+    name = g("name")
+    kind = kind_of_name[name]
+    kind[(cls == L.CLS_MEMCPY) | (cls == L.CLS_MEMSET)] = MEM
+    put("name", s.dictionary(name))
     put("kind", _fixed_dictionary(kind.astype(np.int32), KINDS))
-    put("iteration", links.iteration)
-    _collective_columns(scanned, s, patterns, links, name, kind, put)
     bytes_ = g("bytes")
     put("bytes", bytes_, (bytes_ < 0) | (kind != MEM), pa.int64())
-    put("index", g("index"))
+    del bytes_, rows
+    cat_codes = np.select([cls == L.CLS_KERNEL, cls == L.CLS_MEMCPY], [0, 1], 2)
+    put("cat", _fixed_dictionary(cat_codes, ("kernel", "gpu_memcpy", "gpu_memset")))
+    del cat_codes, cls
+    put("correlation", corr)
+    del corr
+    no_launch = launch_row < 0
+    put("launch_ts", launch_ts, no_launch, pa.int64())
+    del launch_ts
+    put("launch_dur", launch.gather("dur", launch_row), no_launch, pa.int64())
+    put("launch_name", s.dictionary(launch.gather("name", launch_row)))
+    del launch_row, no_launch
+    launch_tid = np.where(launch_thread >= 0, tid_of[np.maximum(launch_thread, 0)], -1)
+    put("launch_tid", launch_tid, launch_tid < 0, pa.int64())
+    del launch_thread, launch_tid
+    put("cpu_op", s.dictionary(ops.gather("name", op_row)))
+    op_ext = ops.gather("external_id", op_row)
+    put("cpu_op_external_id", op_ext, op_ext < 0, pa.int64())
+    del op_row, op_ext
+    put("iteration", iteration)
+    del iteration
+    rank, rank_source = scanned.header.rank(scanned.source)
+    put("rank", np.full(n, rank, dtype=np.int32))
+    _collective_columns(scanned, s, patterns, comm_row, name, kind, put)
+    del comm_row, name
     kinds = {KINDS[k]: int(c) for k, c in zip(*np.unique(kind, return_counts=True))}
-    meta = trace_metadata(scanned, rank, rank_source, links.stats, links.steps, kinds)
+    meta = trace_metadata(scanned, rank, rank_source, stats, steps, kinds)
     out.metadata = {METADATA_KEY: json.dumps(meta).encode()}
     cpu_out = None
     if cpu:
-        cpu_out = cpu_columns(scanned, s, pid_of, tid_of, work_bytes)
+        cpu_out = cpu_columns(scanned, s, pid_of, tid_of, plan.output_held)
         cpu_out.metadata = dict(out.metadata)
     return ParsedTrace(meta=meta, warnings=list(scanned.warnings), columns=out,
                        cpu_columns=cpu_out)
 
 
-def _collective_columns(scanned, s, patterns, links: Links, name, kind, put) -> None:
+def _collective_columns(scanned, s, patterns, comm_row, name, kind, put) -> None:
+    """The collective metadata columns. Only rows with metadata (the collectives, a small
+    share) are worked on; each column is expanded to full length just before ``put``."""
     comm = scanned.stores["comm"]
-    has = links.comm_row >= 0
-    row = np.maximum(links.comm_row, 0)
+    n = comm_row.shape[0]
+    has = np.flatnonzero(comm_row >= 0)
+    entry = comm_row[has]
 
     def meta(f: str) -> np.ndarray:
-        col = comm.column(f) if len(comm) else np.full(1, -1, np.int64)
-        return np.where(has, col[np.minimum(row, col.shape[0] - 1)], -1).astype(np.int64)
+        return comm.column(f)[entry].astype(np.int64)
+
+    def full(values: np.ndarray) -> np.ndarray:
+        out = np.full(n, -1, dtype=np.int64)
+        out[has] = values
+        return out
 
     coll_name, dtype_id = meta("collective"), meta("dtype")
-    pg_name, pg_desc, pg_ranks = meta("pg_name"), meta("pg_desc"), meta("pg_ranks")
-    in_n, out_n, gsize = meta("in_nelems"), meta("out_nelems"), meta("group_size")
-    ranks, gsize, desc = _group_facts(s, scanned.header.distributed, pg_name, pg_desc,
-                                      pg_ranks, gsize)
-    elem = np.zeros(dtype_id.shape[0], dtype=np.int64)
-    for d in np.unique(dtype_id[dtype_id >= 0]).tolist():
-        elem[dtype_id == d] = dtype_bytes(s.texts[d]) or 0
-    msg_in = np.where((in_n >= 0) & (elem > 0), in_n * elem, -1)
-    msg_out = np.where((out_n >= 0) & (elem > 0), out_n * elem, -1)
-    put("collective", _fixed_dictionary(_collective_types(s, patterns, coll_name, name, kind),
-                                        COLLECTIVES))
-    put("pg_name", s.dictionary(pg_name))
-    put("pg_desc", desc)
-    put("group_size", gsize, gsize < 0, pa.int32())
-    put("group_ranks", ranks)
-    put("msg_in_bytes", msg_in, msg_in < 0, pa.int64())
-    put("msg_out_bytes", msg_out, msg_out < 0, pa.int64())
-    put("dtype", s.dictionary(dtype_id))
-    for col, f, t in (("seq", "seq", pa.int64()), ("in_nelems", "in_nelems", pa.int64()),
-                      ("out_nelems", "out_nelems", pa.int64()),
-                      ("src_rank", "src_rank", pa.int32()), ("dst_rank", "dst_rank", pa.int32())):
-        v = meta(f)
+    put("collective", _fixed_dictionary(
+        _collective_types(s, patterns, full(coll_name), name, kind), COLLECTIVES))
+    ranks, gsize, desc_code, descs = _group_facts(
+        s, scanned.header.distributed, meta("pg_name"), meta("pg_desc"), meta("pg_ranks"),
+        meta("group_size"))
+    put("pg_name", s.dictionary(full(meta("pg_name"))))
+    code = full(desc_code)
+    put("pg_desc", pa.DictionaryArray.from_arrays(
+        pa.array(np.maximum(code, 0).astype(np.int32), mask=code < 0),
+        pa.array(descs, pa.string())))
+    size = full(gsize)
+    put("group_size", size, size < 0, pa.int32())
+    put("group_ranks", _list_column(n, has, ranks))
+    elem = np.array([dtype_bytes(s.texts[d]) or 0 if d >= 0 else 0
+                     for d in dtype_id.tolist()], dtype=np.int64)
+    for col, f in (("msg_in_bytes", "in_nelems"), ("msg_out_bytes", "out_nelems")):
+        nel = meta(f)
+        v = full(np.where((nel >= 0) & (elem > 0), nel * elem, -1))
+        put(col, v, v < 0, pa.int64())
+    put("dtype", s.dictionary(full(dtype_id)))
+    for col, t in (("seq", pa.int64()), ("in_nelems", pa.int64()), ("out_nelems", pa.int64()),
+                   ("src_rank", pa.int32()), ("dst_rank", pa.int32())):
+        v = full(meta(col))
         put(col, v, v < 0, t)
+
+
+def _list_column(n: int, rows: np.ndarray, lists: list) -> pa.ListArray:
+    """A list<int32> column of ``n`` rows holding ``lists[j]`` at ``rows[j]`` (else null)."""
+    lengths = np.zeros(n, dtype=np.int32)
+    lengths[rows] = [len(x) if x is not None else 0 for x in lists]
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    values = np.array([r for x in lists if x is not None for r in x], dtype=np.int32)
+    valid = np.zeros(n, dtype=bool)
+    valid[rows] = [x is not None for x in lists]
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int32()),
+                                    mask=pa.array(~valid))
 
 
 def _collective_types(s, patterns, coll_name, kernel_name, kind) -> np.ndarray:
@@ -284,22 +325,21 @@ def _collective_types(s, patterns, coll_name, kernel_name, kind) -> np.ndarray:
 
 
 def _group_facts(s, dist, pg_name, pg_desc, pg_ranks, group_size):
-    """Per row: group ranks (list column), size and description, completed from
-    ``distributedInfo.pg_config`` (only rows with collective metadata carry them)."""
+    """Group ranks, size and description of rows with collective metadata, completed from
+    ``distributedInfo.pg_config``. Returns (ranks lists, sizes, description codes into
+    the returned description texts); -1 / None where unknown."""
     config = {str(pg.get("pg_name")): pg for pg in dist.get("pg_config") or []
               if isinstance(pg, dict)}
-    n = pg_name.shape[0]
+    k = pg_name.shape[0]
+    lists: list[list[int] | None] = [None] * k
     size = group_size.copy()
-    desc_code = np.full(n, -1, dtype=np.int32)
-    rows = np.flatnonzero((pg_name >= 0) | (pg_desc >= 0) | (pg_ranks >= 0) | (group_size >= 0))
-    lists: list[list[int] | None] = [None] * rows.shape[0]
+    desc_code = np.full(k, -1, dtype=np.int64)
     descs: dict[str, int] = {}
     facts: dict[tuple, tuple] = {}
-    for j, (name_id, desc_id, ranks_id, gsize) in enumerate(zip(
-            pg_name[rows].tolist(), pg_desc[rows].tolist(), pg_ranks[rows].tolist(),
-            group_size[rows].tolist())):
-        key = (name_id, desc_id, ranks_id, gsize)
+    for j, key in enumerate(zip(pg_name.tolist(), pg_desc.tolist(), pg_ranks.tolist(),
+                                group_size.tolist())):
         if key not in facts:
+            name_id, desc_id, ranks_id, gsize = key
             pg = config.get(s.texts[name_id]) if name_id >= 0 else None
             ranks = parse_ranks(s.texts[ranks_id]) if ranks_id >= 0 else None
             if ranks is None and pg is not None and isinstance(pg.get("ranks"), list):
@@ -312,21 +352,10 @@ def _group_facts(s, dist, pg_name, pg_desc, pg_ranks, group_size):
                     gsize = pg["pg_size"]
                 elif ranks is not None:
                     gsize = len(ranks)
-            facts[key] = (ranks, -1 if desc is None else descs.setdefault(desc, len(descs)),
-                          gsize)
-        lists[j], desc_code[rows[j]], size[rows[j]] = facts[key]
-    lengths = np.zeros(n, dtype=np.int32)
-    lengths[rows] = [len(x) if x is not None else 0 for x in lists]
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    values = np.array([r for x in lists if x is not None for r in x], dtype=np.int32)
-    valid = np.zeros(n, dtype=bool)
-    valid[rows] = [x is not None for x in lists]
-    ranks_col = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, pa.int32()),
-                                         mask=pa.array(~valid))
-    desc_col = pa.DictionaryArray.from_arrays(
-        pa.array(np.maximum(desc_code, 0), mask=desc_code < 0),
-        pa.array(list(descs), pa.string()))
-    return ranks_col, size, desc_col
+            facts[key] = (ranks, gsize,
+                          -1 if desc is None else descs.setdefault(desc, len(descs)))
+        lists[j], size[j], desc_code[j] = facts[key]
+    return lists, size, desc_code, list(descs)
 
 
 def trace_metadata(scanned: ScannedTrace, rank: int, rank_source: str, join_stats: dict,

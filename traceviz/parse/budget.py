@@ -1,0 +1,78 @@
+"""How one parse divides its memory budget.
+
+The budget bounds the whole process (what a user sizes a machine or a batch of workers
+by). The runtime itself (interpreter, numba/LLVM with the compiled scanner, Arrow) takes
+a fixed part, measured when the parse starts; the rest, the data share, is split:
+
+* while scanning, half of it holds sealed column blocks (more spill to disk);
+* when building the tables, the joins' working set and the output columns held in memory
+  get a quarter each. A trace that spilled while scanning spills its remaining blocks
+  first, so the scan's half is free for the per-activity link arrays.
+
+Only the per-activity arrays (tens of bytes per GPU activity, the compact columns) grow
+with the trace beyond these shares.
+"""
+from __future__ import annotations
+
+import resource
+import sys
+from dataclasses import dataclass
+
+MIN_DATA = 32 << 20  # floor of the data share when the budget barely covers the runtime
+JIT_RESERVE = 64 << 20  # loading the compiled scanner the first time in a process
+
+
+def use_system_allocator() -> None:
+    """Make Arrow allocate with malloc: its default pools (mimalloc / jemalloc) keep freed
+    memory, which shows as RSS long after the tables it held are gone."""
+    import pyarrow as pa
+
+    pa.set_memory_pool(pa.system_memory_pool())
+
+
+def current_rss() -> int:
+    """Resident set size of this process in bytes (peak RSS where /proc is absent)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Byte shares of a parse's memory budget."""
+
+    budget: int
+    runtime: int
+    floor: int = MIN_DATA
+
+    @classmethod
+    def measure(cls, budget: int, jit_loaded: bool) -> MemoryPlan:
+        return cls(budget=budget,
+                   runtime=current_rss() + (0 if jit_loaded else JIT_RESERVE))
+
+    @classmethod
+    def fixed(cls, data: int) -> MemoryPlan:
+        """A plan with exactly ``data`` bytes of data share (tests, tuning)."""
+        return cls(budget=data, runtime=0, floor=0)
+
+    @property
+    def data(self) -> int:
+        return max(self.budget - self.runtime, self.floor)
+
+    @property
+    def scan_blocks(self) -> int:
+        return self.data // 2
+
+    @property
+    def join_work(self) -> int:
+        return self.data // 4
+
+    @property
+    def output_held(self) -> int:
+        return self.data // 4
