@@ -141,28 +141,43 @@ class ColumnStore:
         for block in self.sealed:
             yield block.start, {name: block.get(name) for name in names}
 
-    def column(self, name: str, rows: np.ndarray | None = None) -> np.ndarray:
-        """One field over all rows, or only at the (sorted or not) global ``rows``."""
-        if rows is None:
-            parts = [block.get(name) for block in self.sealed]
-            if not parts:
-                return np.empty(0, dtype=self.dtypes[name])
-            return np.concatenate(parts) if len(parts) > 1 else parts[0]
-        return self.gather(name, rows)
+    def column(self, name: str) -> np.ndarray:
+        """One field over all rows."""
+        parts = [block.get(name) for block in self.sealed]
+        if not parts:
+            return np.empty(0, dtype=self.dtypes[name])
+        return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
     def gather(self, name: str, rows: np.ndarray) -> np.ndarray:
-        """``field[rows]`` loading one block at a time; rows < 0 give -1."""
-        out = np.full(rows.shape[0], -1, dtype=self.dtypes[name])
-        if rows.shape[0] == 0 or not self.sealed:
-            return out
+        """``field[rows]`` (rows < 0 give -1), loading one block at a time."""
+        return self.gatherer(rows)(name)
+
+    def gatherer(self, rows: np.ndarray):
+        """A function ``name -> field[rows]`` that groups ``rows`` by block only once.
+
+        It keeps ``rows`` and one int32/int64 array of the same length (the positions of
+        the valid rows, grouped by block).
+        """
+        valid = np.flatnonzero(rows >= 0)
         starts = np.array([b.start for b in self.sealed], dtype=np.int64)
-        which = np.searchsorted(starts, rows, side="right") - 1
-        valid = rows >= 0
-        for k in np.unique(which[valid]).tolist():
-            sel = np.flatnonzero(valid & (which == k))
-            block = self.sealed[k]
-            out[sel] = block.get(name)[rows[sel] - block.start]
-        return out
+        which = np.searchsorted(starts, rows[valid], side="right") - 1
+        order = np.argsort(which, kind="stable")
+        bounds = np.searchsorted(which[order], np.arange(len(self.sealed) + 1))
+        pos_type = np.int32 if rows.shape[0] < 2**31 else np.int64
+        positions = valid[order].astype(pos_type)  # valid positions, grouped by block
+        del valid, which, order
+        n = rows.shape[0]
+
+        def get(name: str) -> np.ndarray:
+            out = np.full(n, -1, dtype=self.dtypes[name])
+            for k, block in enumerate(self.sealed):
+                lo, hi = bounds[k], bounds[k + 1]
+                if lo < hi:
+                    sel = positions[lo:hi]
+                    out[sel] = block.get(name)[rows[sel] - block.start]
+            return out
+
+        return get
 
     def ts_range(self) -> tuple[int, int]:
         if not self.sealed:

@@ -75,8 +75,9 @@ def link(scanned: ScannedTrace, cls_of: np.ndarray, step_number: np.ndarray,
     """
     gpu, launch, ops = (scanned.stores[k] for k in ("gpu", "launch", "ops"))
     rows, cls = activity_rows(scanned, cls_of)
-    corr = np.maximum(gpu.gather("correlation", rows), -1)  # any negative id is absent
-    ts = gpu.gather("ts", rows)
+    g = gpu.gatherer(rows)
+    corr = np.maximum(g("correlation"), -1)  # any negative id is absent
+    ts = g("ts")
     stats: dict[str, int] = {"activities": int(rows.shape[0])}
 
     launch_fix_rows, launch_fix_corr, from_flows = _flow_fallback(
@@ -92,15 +93,17 @@ def link(scanned: ScannedTrace, cls_of: np.ndarray, step_number: np.ndarray,
         "correlation with several launches (one kept)": int((count > 1).sum()),
     })
     del count
-    launch_ts = launch.gather("ts", launch_row)
-    launch_thread = launch.gather("thread", launch_row).astype(np.int64)
+    lg = launch.gatherer(launch_row)
+    launch_ts = lg("ts")
+    launch_thread = lg("thread").astype(np.int64)
+    del lg
 
     op_row, steps, rpc = _ops_pass(ops, cls_of, step_number, is_rpc, launch_ts,
                                    launch_thread, scanned, work_bytes)
     stats["launch inside a cpu_op"] = int((op_row >= 0).sum())
     at = np.where(has_launch, launch_ts, ts)
     iteration = step_of(at, steps["ts"], steps["dur"], steps["number"])
-    comm_row = _comm_rows(scanned, rows, is_comm_name[gpu.gather("name", rows)], rpc,
+    comm_row = _comm_rows(scanned, rows, is_comm_name[g("name")], rpc,
                           launch_ts, launch_thread)
     rdt = row_dtype(scanned)
     rows, launch_row, op_row, comm_row = (a.astype(rdt) for a in (rows, launch_row, op_row,
@@ -132,9 +135,9 @@ def _flow_fallback(scanned, cls_of, corr, rows, work_bytes):
     missing = np.flatnonzero(corr < 0)
     if len(flows) == 0 or (missing.size == 0 and l_rows.size == 0):
         return l_rows, l_corr, 0
-    gpu = scanned.stores["gpu"]
-    a_thread = gpu.gather("thread", rows[missing]).astype(np.int64)
-    a_ts = gpu.gather("ts", rows[missing])
+    g = scanned.stores["gpu"].gatherer(rows[missing])
+    a_thread = g("thread").astype(np.int64)
+    a_ts = g("ts")
     l_thread = np.concatenate(miss_l_thread) if miss_l_thread else np.empty(0, np.int64)
     l_ts = np.concatenate(miss_l_ts) if miss_l_ts else np.empty(0, np.int64)
     a_corr = np.full(missing.shape[0], -1, dtype=np.int64)

@@ -167,9 +167,10 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     gpu, launch, ops = (scanned.stores[k] for k in ("gpu", "launch", "ops"))
     pid_of, tid_of = thread_numbers(scanned.threads)
     kind_of_name = s.lookup(np.int8, 0)
-    names_used = np.unique(np.concatenate([b[1]["name"] for b in gpu.blocks("name")])
-                           if len(gpu) else np.empty(0, np.int32))
-    names_used = names_used[names_used >= 0]
+    is_used = s.lookup(bool, False)
+    for _, cols in gpu.blocks("name"):
+        is_used[cols["name"]] = True
+    names_used = np.flatnonzero(is_used[:-1])
     kind_of_name[names_used] = name_kinds([s.texts[i] for i in names_used.tolist()], patterns)
     is_rpc = s.lookup(bool, False)
     is_rpc[s.ids_of("record_param_comms")] = True
@@ -183,7 +184,7 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     op_row, iteration, comm_row = links.op_row, links.iteration, links.comm_row
     del links
     n = rows.shape[0]
-    g = lambda f: gpu.gather(f, rows)  # noqa: E731  (one GPU field, activity order)
+    g = gpu.gatherer(rows)  # one GPU field at a time, in activity order
     out = OutputColumns(n, scanned.budget, spill_bytes=plan.output_held,
                         names=ACTIVITY_COLUMNS)
     ts, index = g("ts"), g("index")
@@ -213,7 +214,7 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     put("kind", _fixed_dictionary(kind.astype(np.int32), KINDS))
     bytes_ = g("bytes")
     put("bytes", bytes_, (bytes_ < 0) | (kind != MEM), pa.int64())
-    del bytes_, rows
+    del bytes_, rows, g
     cat_codes = np.select([cls == L.CLS_KERNEL, cls == L.CLS_MEMCPY], [0, 1], 2)
     put("cat", _fixed_dictionary(cat_codes, ("kernel", "gpu_memcpy", "gpu_memset")))
     del cat_codes, cls
@@ -222,23 +223,26 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     no_launch = launch_row < 0
     put("launch_ts", launch_ts, no_launch, pa.int64())
     del launch_ts
-    put("launch_dur", launch.gather("dur", launch_row), no_launch, pa.int64())
-    put("launch_name", s.dictionary(launch.gather("name", launch_row)))
-    del launch_row, no_launch
+    lg = launch.gatherer(launch_row)
+    put("launch_dur", lg("dur"), no_launch, pa.int64())
+    put("launch_name", s.dictionary(lg("name")))
+    del launch_row, no_launch, lg
     launch_tid = np.where(launch_thread >= 0, tid_of[np.maximum(launch_thread, 0)], -1)
     put("launch_tid", launch_tid, launch_tid < 0, pa.int64())
     del launch_thread, launch_tid
-    put("cpu_op", s.dictionary(ops.gather("name", op_row)))
-    op_ext = ops.gather("external_id", op_row)
+    og = ops.gatherer(op_row)
+    put("cpu_op", s.dictionary(og("name")))
+    op_ext = og("external_id")
     put("cpu_op_external_id", op_ext, op_ext < 0, pa.int64())
-    del op_row, op_ext
+    del op_row, op_ext, og
     put("iteration", iteration)
     del iteration
     rank, rank_source = scanned.header.rank(scanned.source)
     put("rank", np.full(n, rank, dtype=np.int32))
     _collective_columns(scanned, s, patterns, comm_row, name, kind, put)
     del comm_row, name
-    kinds = {KINDS[k]: int(c) for k, c in zip(*np.unique(kind, return_counts=True))}
+    kinds = {KINDS[k]: int(c) for k, c in enumerate(np.bincount(kind, minlength=len(KINDS)))
+             if c}
     meta = trace_metadata(scanned, rank, rank_source, stats, steps, kinds)
     out.metadata = {METADATA_KEY: json.dumps(meta).encode()}
     cpu_out = None
