@@ -116,6 +116,64 @@ def parse(trace: str, output: str | None, cpu: bool, patterns: str | None, stric
         _summary(result, time.perf_counter() - start, written)
 
 
+@main.command()
+@click.option("--world", type=click.IntRange(min=1), help="World size (number of ranks).")
+@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--pp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--cp", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--ep", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--expert-tp", type=click.IntRange(min=1), help="Expert TP size [default: --tp].")
+@click.option("--order", default="tp-cp-ep-dp-pp", show_default=True,
+              type=click.Choice(["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"]))
+@click.option("--global-batch-size", "gbs", default="N/A", help="Written into the file.")
+@click.option("--from-traces", "from_traces", type=click.Path(exists=True),
+              help="Derive the layout from the pg_config of the traces under this folder.")
+@click.option("-o", "--output", help="Write here (a folder gets unique_parallel_groups_"
+              "<timestamp>.txt) instead of stdout.")
+@click.option("--json", "as_json", is_flag=True, help="JSON (every group by group_desc, "
+              "per-rank coordinates) instead of the Megatron-TraceViz text file.")
+def topology(world, tp, pp, cp, ep, expert_tp, order, gbs, from_traces, output,
+             as_json) -> None:
+    """Megatron parallel groups: TP, CP, DP, PP, EP, expert TP/DP, model replicas.
+
+    Writes the unique_parallel_groups_<timestamp>.txt file of the Megatron-TraceViz
+    patch (or --json), from the sizes or from the traces' distributedInfo.pg_config.
+
+    \b
+    Examples:
+      traceviz topology --world 32 --tp 4 --pp 4 -o tensorboard_dir/
+      traceviz topology --from-traces tensorboard_dir/iteration_13 --json
+    """
+    import json
+
+    from .output import atomic_path
+    from .topology import groups_file
+    from .topology.layout import Layout
+    from .topology.model import from_traces as derive
+    from .topology.model import to_json
+
+    if from_traces:
+        layout = derive(from_traces)
+    elif world is None:
+        raise UsageError("give --world (with --tp/--pp/...) or --from-traces DIR")
+    else:
+        layout = Layout(world=world, tp=tp, pp=pp, cp=cp, ep=ep, expert_tp=expert_tp,
+                        order=order)
+    if as_json:
+        text = json.dumps(to_json(layout), indent=1)
+    else:
+        text = groups_file.render(groups_file.GroupsFile.from_layout(layout, gbs))
+    if output is None:
+        click.echo(text)
+        return
+    if os.path.isdir(output):
+        output = os.path.join(output, "topology.json" if as_json
+                              else groups_file.default_name())
+    with atomic_path(output) as tmp, open(tmp, "w") as fh:
+        fh.write(text)
+    click.echo(f"wrote {output}", err=True)
+
+
 def _summary(result, seconds: float, written: list[str]) -> None:
     meta = result.meta
     stats = meta["stats"]

@@ -85,3 +85,37 @@ WANTED = {"distributedInfo", "deviceProperties", "baseTimeNanoseconds", "display
           "with_modules", "profile_memory", "cuda_driver_version", "cuda_runtime_version",
           "cupti_version", "hip_runtime_version", "hip_driver_version", "roctracer_version",
           "trace_id"}
+
+
+def read_header(src, limit: int = 64 << 20) -> dict | None:
+    """Top-level keys written before ``traceEvents`` (where Kineto puts its header).
+
+    Reads at most ``limit`` decompressed bytes; returns None when the trace has no such
+    prefix (a bare event array, or a header after the events): parse the trace then.
+    """
+    from .source import ByteSource
+
+    source = ByteSource(src)
+    try:
+        data = bytearray()
+        chunk = bytearray(1 << 20)
+        while len(data) < limit:
+            got = source.readinto(memoryview(chunk))
+            if not got:
+                break
+            data += chunk[:got]
+            pos = data.find(b'"traceEvents"')
+            if pos >= 0:
+                prefix = bytes(data[:pos]).rstrip().rstrip(b",").rstrip()
+                if not prefix.startswith(b"{"):
+                    return None
+                try:
+                    doc = decode_json(prefix + b"}")
+                except ValueError:
+                    return None
+                return doc if isinstance(doc, dict) else None
+            if data.lstrip()[:1] == b"[":
+                return None
+        return None
+    finally:
+        source.close()

@@ -64,6 +64,7 @@ class ByteSource:
         self._queue: queue.Queue = queue.Queue(maxsize=3)
         self._pending = memoryview(b"")
         self._done = False
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._produce, daemon=True)
         self._thread.start()
 
@@ -78,7 +79,7 @@ class ByteSource:
         return data or b""
 
     def _produce(self) -> None:
-        q = self._queue
+        q = _StoppableQueue(self._queue, self._stop)
         try:
             if self.compression == "gzip":
                 self._gunzip(q)
@@ -86,13 +87,23 @@ class ByteSource:
                 self._unzstd(q)
             else:
                 self._plain(q)
+            q.put(None)
+        except _Stopped:
+            return
         except TraceError as exc:
-            q.put(exc)
+            self._give(q, exc)
         except Exception as exc:  # corrupt stream: report where
-            q.put(TraceError(self.name, f"{self.compression} data is corrupt ({exc})",
-                             offset=self.compressed_bytes,
-                             hint="the file is damaged; re-copy or re-export the trace"))
-        q.put(None)
+            self._give(q, TraceError(self.name, f"{self.compression} data is corrupt ({exc})",
+                                     offset=self.compressed_bytes,
+                                     hint="the file is damaged; re-copy or re-export the trace"))
+
+    @staticmethod
+    def _give(q, exc: Exception) -> None:
+        try:
+            q.put(exc)
+            q.put(None)
+        except _Stopped:
+            pass
 
     def _plain(self, q: queue.Queue) -> None:
         if self._head:
@@ -169,8 +180,36 @@ class ByteSource:
         return got
 
     def close(self) -> None:
+        """Stop the worker (even mid-file) and close the input."""
+        self._stop.set()
+        while self._thread.is_alive():
+            try:
+                self._queue.get(timeout=0.05)
+            except queue.Empty:
+                pass
         if self._own:
             self._fh.close()
+
+
+class _StoppableQueue:
+    """``put`` that gives up (raising _Stopped) once the consumer has closed the source."""
+
+    def __init__(self, q: queue.Queue, stop: threading.Event) -> None:
+        self._q = q
+        self._stop = stop
+
+    def put(self, item) -> None:
+        while not self._stop.is_set():
+            try:
+                self._q.put(item, timeout=0.05)
+                return
+            except queue.Full:
+                continue
+        raise _Stopped
+
+
+class _Stopped(Exception):
+    """The consumer closed the source; the worker ends."""
 
 
 class _Prefixed(io.RawIOBase):

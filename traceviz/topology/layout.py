@@ -1,0 +1,178 @@
+"""Megatron-Core's rank layout: which global ranks form each parallel group.
+
+A re-derivation of ``parallel_state.RankGenerator`` from its definition (see
+``research/pp_collectives_megatron.md`` C.1): with parallel sizes ``s_i`` in the order of
+the ``order`` string (first token varies fastest) and strides ``d_0 = 1``,
+``d_{i+1} = d_i * s_i``, global rank = ``sum(c_i * d_i)``. The groups of a token set
+(``"tp-pp"``, ``"dp-cp"``, ...) are: one group per combination of the coordinates *not* in
+the set (earliest token fastest), whose members enumerate the coordinates in the set
+(earliest token fastest); a member's position in its group is its rank in the group.
+
+Two generators exist: the dense one (tp, cp, ep=1, dp, pp) and the expert one
+(tp = expert-tp, cp=1, ep, dp = expert-dp, pp).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import product
+
+from ..errors import UsageError
+
+DEFAULT_ORDER = "tp-cp-ep-dp-pp"
+
+# Megatron's group_desc strings -> (generator, token set); EMBEDDING groups are derived
+# from the pipeline groups.
+GROUP_TOKENS = {
+    "TENSOR_MODEL_PARALLEL_GROUP": ("dense", "tp"),
+    "CONTEXT_PARALLEL_GROUP": ("dense", "cp"),
+    "DATA_PARALLEL_GROUP": ("dense", "dp"),
+    "DATA_PARALLEL_GROUP_WITH_CP": ("dense", "dp-cp"),
+    "MODEL_PARALLEL_GROUP": ("dense", "tp-pp"),
+    "PIPELINE_MODEL_PARALLEL_GROUP": ("dense", "pp"),
+    "TENSOR_AND_DATA_PARALLEL_GROUP": ("dense", "tp-dp"),
+    "TENSOR_AND_DATA_PARALLEL_GROUP_WITH_CP": ("dense", "tp-dp-cp"),
+    "TENSOR_AND_CONTEXT_PARALLEL_GROUP": ("dense", "tp-cp"),
+    "EXPERT_MODEL_PARALLEL_GROUP": ("expert", "ep"),
+    "EXPERT_TENSOR_PARALLEL_GROUP": ("expert", "tp"),
+    "EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP": ("expert", "tp-ep"),
+    "EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP": ("expert", "tp-ep-pp"),
+    "EXPERT_DATA_PARALLEL_GROUP": ("expert", "dp"),
+}
+
+
+def generate(sizes: dict[str, int], order: str, tokens: str) -> list[list[int]]:
+    """Groups of ``tokens`` (e.g. ``"dp-cp"``) in generation order, members in rank order."""
+    names = order.split("-")
+    for name, size in sizes.items():
+        if name not in names and size != 1:
+            raise UsageError(f"order {order!r} lacks {name!r} whose size is {size}")
+    names += [n for n in sizes if n not in names]
+    dims = [sizes.get(n, 1) for n in names]
+    strides = [1]
+    for d in dims[:-1]:
+        strides.append(strides[-1] * d)
+    masked = set(tokens.split("-"))
+    unknown = masked - set(names)
+    if unknown:
+        raise UsageError(f"unknown parallel dimension(s) {sorted(unknown)} in {tokens!r}")
+    inner = [i for i, n in enumerate(names) if n in masked]
+    outer = [i for i, n in enumerate(names) if n not in masked]
+
+    def combos(axes: list[int]):
+        # earliest axis fastest: product() varies its last argument fastest
+        for coords in product(*[range(dims[i]) for i in reversed(axes)]):
+            yield list(reversed(coords))
+
+    groups = []
+    for out_c in combos(outer):
+        base = sum(c * strides[i] for c, i in zip(out_c, outer))
+        groups.append([base + sum(c * strides[i] for c, i in zip(in_c, inner))
+                       for in_c in combos(inner)])
+    return groups
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The parallel sizes of a Megatron job (order ``tp-cp-ep-dp-pp`` by default)."""
+
+    world: int
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    expert_tp: int | None = None
+    order: str = DEFAULT_ORDER
+
+    def __post_init__(self) -> None:
+        if self.expert_tp is None:  # Megatron's default: expert TP = TP
+            object.__setattr__(self, "expert_tp", self.tp)
+        for name in ("world", "tp", "pp", "cp", "ep", "expert_tp"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.world % (self.tp * self.pp * self.cp):
+            raise UsageError(f"world size {self.world} is not divisible by "
+                             f"tp*pp*cp = {self.tp}*{self.pp}*{self.cp}")
+        if self.world % (self.etp * self.ep * self.pp):
+            raise UsageError(f"world size {self.world} is not divisible by "
+                             f"expert_tp*ep*pp = {self.etp}*{self.ep}*{self.pp}")
+
+    @property
+    def etp(self) -> int:
+        return self.expert_tp
+
+    @property
+    def dp(self) -> int:
+        return self.world // (self.tp * self.pp * self.cp)
+
+    @property
+    def edp(self) -> int:
+        return self.world // (self.etp * self.ep * self.pp)
+
+    def dense_sizes(self) -> dict[str, int]:
+        return {"tp": self.tp, "cp": self.cp, "ep": 1, "dp": self.dp, "pp": self.pp}
+
+    def expert_sizes(self) -> dict[str, int]:
+        return {"tp": self.etp, "cp": 1, "ep": self.ep, "dp": self.edp, "pp": self.pp}
+
+    def generator(self, which: str, tokens: str) -> list[list[int]]:
+        """``RankGenerator(...).get_ranks(tokens)`` of the dense or expert generator."""
+        sizes = self.dense_sizes() if which == "dense" else self.expert_sizes()
+        return generate(sizes, self.order, tokens)
+
+    def groups(self) -> dict[str, list[list[int]]]:
+        """Every Megatron group by its ``group_desc``, sorted (members in rank order)."""
+        out = {desc: sorted(self.generator(which, tokens))
+               for desc, (which, tokens) in GROUP_TOKENS.items()}
+        pipes = self.generator("dense", "pp")
+        out["EMBEDDING_GROUP"] = sorted([p[0], p[-1]] if len(p) > 1 else list(p) for p in pipes)
+        out["POSITION_EMBEDDING_GROUP"] = sorted([p[0]] for p in pipes)
+        return dict(sorted(out.items()))
+
+    def coordinates(self, rank: int) -> dict[str, int]:
+        """Megatron's per-rank coordinates (tp_rank, pp_rank, dp_rank, ...)."""
+        tp, cp, dp = self.tp, self.cp, self.dp
+        etp, ep = self.etp, self.ep
+        return {
+            "tp_rank": rank % tp,
+            "cp_rank": (rank // tp) % cp,
+            "dp_rank": (rank // (tp * cp)) % dp,
+            "dp_cp_rank": (rank // tp) % (cp * dp),
+            "pp_rank": rank // (tp * cp * dp),
+            "expert_tp_rank": rank % etp,
+            "ep_rank": (rank // etp) % ep,
+            "expert_dp_rank": (rank // (etp * ep)) % self.edp,
+        } if self.order == DEFAULT_ORDER else self._coordinates_by_search(rank)
+
+    def _coordinates_by_search(self, rank: int) -> dict[str, int]:
+        out = {}
+        for key, (which, tokens) in (("tp_rank", ("dense", "tp")), ("cp_rank", ("dense", "cp")),
+                                     ("dp_rank", ("dense", "dp")),
+                                     ("dp_cp_rank", ("dense", "dp-cp")),
+                                     ("pp_rank", ("dense", "pp")),
+                                     ("expert_tp_rank", ("expert", "tp")),
+                                     ("ep_rank", ("expert", "ep")),
+                                     ("expert_dp_rank", ("expert", "dp"))):
+            group = next(g for g in self.generator(which, tokens) if rank in g)
+            out[key] = group.index(rank)
+        return out
+
+    def model_replicas(self) -> dict[int, list[int]]:
+        """Full model replicas as the Megatron-TraceViz patch writes them.
+
+        A rank is decomposed in order tp-cp-ep-dp-pp (least significant first) with sizes
+        (tp, cp, 1, dp, pp), or (expert_tp, 1, ep, expert_dp, pp) when ep > 1, and ranks
+        are grouped by that data-parallel coordinate (key: the coordinate).
+        """
+        if self.ep > 1:
+            sizes = [self.etp, 1, self.ep, self.edp, self.pp]
+        else:
+            sizes = [self.tp, self.cp, 1, self.dp, self.pp]
+        groups: dict[int, list[int]] = {}
+        for rank in range(self.world):
+            r = rank
+            coords = []
+            for size in sizes:
+                coords.append(r % size)
+                r //= size
+            groups.setdefault(coords[3], []).append(rank)
+        return dict(sorted(groups.items()))
