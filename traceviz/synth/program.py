@@ -1,0 +1,342 @@
+"""What every rank of one pipeline stage does in one iteration, in CPU issue order.
+
+The program of a stage is a list of :class:`Item` (one GPU activity each) built from the
+pipeline schedule (1F1B or Megatron's interleaved 1F1B) and a transformer layer model:
+sequence-parallel TP all-gather / reduce-scatter around attention and MLP, a CP ring
+exchange, MoE all-to-all on the expert group, recompute of the forward in backward, DP
+reduce-scatter of gradient buckets launched by backward hooks of the last micro-batch,
+then gradient finalization and the (distributed) optimizer step.
+
+Each item carries its ground truth: phase (FWD / BWD / RECOMPUTE / OPTIMIZER / OTHER),
+micro-batch, model chunk and parallel group. All ranks of a stage run the same program;
+their timings differ (see :mod:`.simulate`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import SynthConfig
+
+# streams (Kineto stream ids) per lane
+STREAMS = {"compute": 7, "tp": 20, "cp": 24, "ep": 28, "dp": 32, "edp": 36, "mp": 40,
+           "emb": 44, "pp_fs": 48, "pp_fr": 52, "pp_bs": 56, "pp_br": 60}
+# group token (topology) -> our comm_group label and Megatron's group_desc
+GROUPS = {
+    "tp": ("TP", "TENSOR_MODEL_PARALLEL_GROUP"),
+    "cp": ("CP", "CONTEXT_PARALLEL_GROUP"),
+    "ep": ("EP", "EXPERT_MODEL_PARALLEL_GROUP"),
+    "dp-cp": ("DP", "DATA_PARALLEL_GROUP_WITH_CP"),
+    "edp": ("EDP", "EXPERT_DATA_PARALLEL_GROUP"),
+    "tp-pp": ("OTHER", "MODEL_PARALLEL_GROUP"),
+    "emb": ("PP", "EMBEDDING_GROUP"),
+    "pp": ("PP", "PIPELINE_MODEL_PARALLEL_GROUP"),
+}
+LANE_OF_GROUP = {"tp": "tp", "cp": "cp", "ep": "ep", "dp-cp": "dp", "edp": "edp",
+                 "tp-pp": "mp", "emb": "emb"}
+
+
+@dataclass(slots=True)
+class Item:
+    """One GPU activity of a stage's program."""
+
+    kind: str            # comp | coll | send | recv | mem
+    lane: str            # key of STREAMS
+    name: str            # kernel name
+    op: str              # CPU op that launches it (template key in emit.py)
+    thread: str          # main | bwd (the CPU thread that issues it)
+    dur: float = 0.0     # µs of GPU work (comp / mem)
+    group: str = ""      # group token of a collective / "pp" for P2P
+    collective: str = ""  # Collective name arg (allreduce, _allgather_base, ...)
+    in_nelems: int = 0
+    out_nelems: int = 0
+    phase: str = "OTHER"
+    mb: int = -1
+    chunk: int = 0
+    frame: str = ""      # python frame context (forward_step, backward_step, ...)
+    layer: int = -1
+    key: tuple = ()      # P2P transfer key shared by sender and receiver
+    peer: int = 0        # P2P: +1 next stage, -1 previous stage (virtual-stage wise)
+    dtype: str = "BFloat16"
+    seq_op: int = -1     # autograd sequence number (links backward ops to forward ops)
+
+
+def stage_order(cfg: SynthConfig, p: int) -> list[tuple[str, int, int]]:
+    """(``F``/``B``, micro-batch, chunk) in the order stage ``p`` runs them."""
+    P, M, v = cfg.pp, cfg.microbatches, cfg.vpp
+    if cfg.schedule == "1f1b":
+        warm = min(P - p - 1, M)
+        order = [("F", m, 0) for m in range(warm)]
+        for i in range(M - warm):
+            order += [("F", warm + i, 0), ("B", i, 0)]
+        order += [("B", M - warm + i, 0) for i in range(warm)]
+        return order
+    total = M * v
+
+    def fwd(k: int) -> tuple[str, int, int]:
+        return "F", (k // (P * v)) * P + k % P, (k // P) % v
+
+    def bwd(k: int) -> tuple[str, int, int]:
+        return "B", (k // (P * v)) * P + k % P, v - 1 - (k // P) % v
+
+    warm = total if M == P else min((P - p - 1) * 2 + (v - 1) * P, total)
+    order = [fwd(k) for k in range(warm)]
+    for k in range(total - warm):
+        order += [fwd(warm + k), bwd(k)]
+    order += [bwd(total - warm + k) for k in range(warm)]
+    return order
+
+
+_GEMM = ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1"
+         "_execute_segment_k_off_kernel__5x_cublas")
+_GEMM_NT = ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_nt_n_tilesize128x128x64_warpgroupsize1x1x1"
+            "_execute_segment_k_off_kernel__5x_cublas")
+_LN = ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, "
+       "float>(int, float, c10::BFloat16 const*, c10::BFloat16 const*, c10::BFloat16 const*, "
+       "float*, float*, c10::BFloat16*)")
+_LN_BWD = ("void at::native::(anonymous namespace)::layer_norm_grad_input_kernel_vectorized"
+           "<c10::BFloat16, float>(c10::BFloat16 const*, c10::BFloat16 const*, float const*, "
+           "float const*, c10::BFloat16 const*, c10::BFloat16*, int)")
+_ATTN = ("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, "
+         "cutlass::bfloat16_t>, true, false, false, false, true, true, false>(flash::"
+         "Flash_fwd_params)")
+_ATTN_BWD = ("void flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_"
+             "traits<128, 64, 128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t>, true, "
+             "false, false, false, false, true, false>(flash::Flash_bwd_params)")
+_ELT = ("void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<c10::"
+        "BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor"
+        "<float> >, std::array<char*, 3ul> >(int, at::native::BinaryFunctor<c10::BFloat16, "
+        "c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float> >, "
+        "std::array<char*, 3ul>)")
+_GELU = ("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl"
+         "(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#2}::operator()() const::"
+         "{lambda()#4}::operator()() const::{lambda(c10::BFloat16)#1}, std::array<char*, 2ul> "
+         ">(int, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)"
+         "::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::{lambda(c10::"
+         "BFloat16)#1}, std::array<char*, 2ul>)")
+_ADAM = ("void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<float, float, "
+         "int>, float, float, float, float, float, float, adamMode_t, float>(long, int volatile"
+         "*, TensorListMetadata<4>, AdamFunctor<float, float, int>, float, float, float, "
+         "float, float, float, adamMode_t, float)")
+_NCCL_ARGS = "(ncclDevKernelArgsStorage<4096ul>)"
+NCCL_KERNEL = {
+    "_allgather_base": "ncclDevKernel_AllGather_RING_LL" + _NCCL_ARGS,
+    "_reduce_scatter_base": "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL" + _NCCL_ARGS,
+    "allreduce": "ncclDevKernel_AllReduce_Sum_f32_RING_LL" + _NCCL_ARGS,
+    "all_to_allv": "ncclDevKernel_SendRecv" + _NCCL_ARGS,
+    "send": "ncclDevKernel_SendRecv" + _NCCL_ARGS,
+    "recv": "ncclDevKernel_SendRecv" + _NCCL_ARGS,
+}
+
+
+class StageProgram:
+    """Builds the item list of one stage."""
+
+    def __init__(self, cfg: SynthConfig, p: int) -> None:
+        self.cfg = cfg
+        self.p = p
+        self.items: list[Item] = []
+        self.seq = 0  # autograd sequence numbers of forward ops
+
+    # ---- helpers ---------------------------------------------------------------------
+    def comp(self, name, op, frac, **kw) -> None:
+        mult = self.cfg.size_multiplier
+        for _ in range(mult):
+            self.items.append(Item("comp", "compute", name, op, dur=self.cfg.fwd_compute_us
+                                   * frac / mult, **kw))
+
+    def coll(self, group, collective, in_n, out_n, **kw) -> None:
+        if self._group_size(group) < 2:
+            return
+        self.items.append(Item("coll", LANE_OF_GROUP[group], NCCL_KERNEL[collective],
+                               "collective", group=group, collective=collective,
+                               in_nelems=in_n, out_nelems=out_n, **kw))
+
+    def _group_size(self, group: str) -> int:
+        c = self.cfg
+        return {"tp": c.tp, "cp": c.cp, "ep": c.ep, "dp-cp": c.dp * c.cp,
+                "edp": c.world // (c.tp * c.ep * c.pp), "tp-pp": c.tp * c.pp,
+                "emb": 2 if c.pp > 1 else 1}[group]
+
+    # ---- layers --------------------------------------------------------------------
+    def layer_forward(self, layer: int, moe: bool, **kw) -> None:
+        c = self.cfg
+        tokens = c.seq_len * c.micro_batch_size // c.cp
+        act = tokens * c.hidden
+        shard = act // c.tp
+        seq = self.next_seq
+        self.comp(_LN, "layer_norm", 0.03, layer=layer, seq_op=seq(), **kw)
+        self.coll("tp", "_allgather_base", shard, act, layer=layer, **kw)
+        self.comp(_GEMM, "linear", 0.18, layer=layer, seq_op=seq(), **kw)
+        for step in range(c.cp - 1):
+            self.coll("cp", "send", act // 4, act // 4, layer=layer, **kw)
+        self.comp(_ATTN, "flash_attn", 0.25, layer=layer, seq_op=seq(), **kw)
+        self.comp(_GEMM, "linear", 0.12, layer=layer, seq_op=seq(), **kw)
+        self.coll("tp", "_reduce_scatter_base", act, shard, layer=layer, **kw)
+        self.comp(_ELT, "add", 0.02, layer=layer, seq_op=seq(), **kw)
+        self.comp(_LN, "layer_norm", 0.03, layer=layer, seq_op=seq(), **kw)
+        self.coll("tp", "_allgather_base", shard, act, layer=layer, **kw)
+        if moe:
+            self.comp(_GEMM_NT, "linear", 0.02, layer=layer, seq_op=seq(),
+                      **kw)
+            self.coll("ep", "all_to_allv", act, act, layer=layer, **kw)
+            self.comp(_GEMM, "grouped_gemm", 0.15, layer=layer, seq_op=seq(),
+                      **kw)
+            self.comp(_GELU, "gelu", 0.03, layer=layer, seq_op=seq(), **kw)
+            self.comp(_GEMM, "grouped_gemm", 0.14, layer=layer, seq_op=seq(), **kw)
+            self.coll("ep", "all_to_allv", act, act, layer=layer, **kw)
+        else:
+            self.comp(_GEMM, "linear", 0.2, layer=layer, seq_op=seq(), **kw)
+            self.comp(_GELU, "gelu", 0.04, layer=layer, seq_op=seq(), **kw)
+            self.comp(_GEMM, "linear", 0.18, layer=layer, seq_op=seq(), **kw)
+        self.coll("tp", "_reduce_scatter_base", act, shard, layer=layer, **kw)
+        self.comp(_ELT, "add", 0.02, layer=layer, seq_op=seq(), **kw)
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def layer_backward(self, layer: int, moe: bool, fwd_seqs: list[int], **kw) -> None:
+        """Backward of a layer: the forward's kernels reversed, gemms split in dgrad and
+        wgrad, collectives mirrored (AG <-> RS)."""
+        c = self.cfg
+        b = c.bwd_factor
+        act = c.seq_len * c.micro_batch_size // c.cp * c.hidden
+        shard = act // c.tp
+        seqs = iter(reversed(fwd_seqs))
+        s = lambda: next(seqs, -1)  # noqa: E731
+        self.comp(_ELT, "add_backward", 0.02 * b, layer=layer, seq_op=s(), **kw)
+        self.coll("tp", "_allgather_base", shard, act, layer=layer, **kw)
+        if moe:
+            self.coll("ep", "all_to_allv", act, act, layer=layer, **kw)
+            sq = s()
+            self.comp(_GEMM, "mm_backward", 0.07 * b, layer=layer, seq_op=sq, **kw)
+            self.comp(_GEMM_NT, "mm_backward", 0.07 * b, layer=layer, seq_op=sq, **kw)
+            self.comp(_GELU, "gelu_backward", 0.03 * b, layer=layer, seq_op=s(), **kw)
+            sq = s()
+            self.comp(_GEMM, "mm_backward", 0.075 * b, layer=layer, seq_op=sq, **kw)
+            self.comp(_GEMM_NT, "mm_backward", 0.075 * b, layer=layer, seq_op=sq, **kw)
+            self.coll("ep", "all_to_allv", act, act, layer=layer, **kw)
+            self.comp(_GEMM_NT, "mm_backward", 0.02 * b, layer=layer,
+                      seq_op=s(), **kw)
+        else:
+            sq = s()
+            self.comp(_GEMM, "mm_backward", 0.09 * b, layer=layer, seq_op=sq,
+                      **kw)
+            self.comp(_GEMM_NT, "mm_backward", 0.09 * b, layer=layer, seq_op=sq, **kw)
+            self.comp(_GELU, "gelu_backward", 0.04 * b, layer=layer, seq_op=s(), **kw)
+            sq = s()
+            self.comp(_GEMM, "mm_backward", 0.1 * b, layer=layer, seq_op=sq, **kw)
+            self.comp(_GEMM_NT, "mm_backward", 0.1 * b, layer=layer, seq_op=sq, **kw)
+        self.coll("tp", "_reduce_scatter_base", act, shard, layer=layer, **kw)
+        self.comp(_LN_BWD, "layer_norm_backward", 0.03 * b, layer=layer,
+                  seq_op=s(), **kw)
+        self.comp(_ELT, "add_backward", 0.02 * b, layer=layer, seq_op=s(), **kw)
+        self.coll("tp", "_allgather_base", shard, act, layer=layer, **kw)
+        sq = s()
+        self.comp(_GEMM, "mm_backward", 0.06 * b, layer=layer, seq_op=sq, **kw)
+        self.comp(_GEMM_NT, "mm_backward", 0.06 * b, layer=layer, seq_op=sq, **kw)
+        for step in range(c.cp - 1):
+            self.coll("cp", "send", act // 4, act // 4, layer=layer, **kw)
+        self.comp(_ATTN_BWD, "flash_attn_backward", 0.25 * b, layer=layer, seq_op=s(), **kw)
+        sq = s()
+        self.comp(_GEMM, "mm_backward", 0.09 * b, layer=layer, seq_op=sq, **kw)
+        self.comp(_GEMM_NT, "mm_backward", 0.09 * b, layer=layer, seq_op=sq, **kw)
+        self.coll("tp", "_reduce_scatter_base", act, shard, layer=layer, **kw)
+        self.comp(_LN_BWD, "layer_norm_backward", 0.03 * b, layer=layer,
+                  seq_op=s(), **kw)
+
+    # ---- micro-batch ops ---------------------------------------------------------------
+    def chunk_layers(self, chunk: int) -> list[int]:
+        c = self.cfg
+        per = c.layers_per_chunk
+        first = (chunk * c.pp + self.p) * per  # virtual stage * layers per chunk
+        return list(range(first, first + per))
+
+    def is_moe(self, layer: int) -> bool:
+        return bool(self.cfg.moe_every) and layer % self.cfg.moe_every == self.cfg.moe_every - 1
+
+    def virtual_stage(self, chunk: int) -> int:
+        return chunk * self.cfg.pp + self.p
+
+    def forward(self, m: int, chunk: int) -> None:
+        c = self.cfg
+        vs = self.virtual_stage(chunk)
+        kw = dict(phase="FWD", mb=m, chunk=chunk)
+        if vs > 0:
+            self.p2p("recv", ("act", m, vs - 1), -1, frame="recv_forward", **kw)
+        kw["frame"] = "forward_step"
+        if vs == 0:
+            self.items.append(Item("mem", "compute", "Memcpy HtoD (Pageable -> Device)",
+                                   "copy", dur=12.0, thread="main", **kw))
+        seqs = {}
+        for layer in self.chunk_layers(chunk):
+            start = self.seq
+            self.layer_forward(layer, self.is_moe(layer), thread="main", **kw)
+            seqs[layer] = list(range(start + 1, self.seq + 1))
+        self.fwd_seqs[(m, chunk)] = seqs
+        if vs == c.pp * c.vpp - 1:
+            self.comp(_GEMM, "linear", 0.3, thread="main", seq_op=self.next_seq(), **kw)
+            self.comp(_ELT, "cross_entropy", 0.05, thread="main", seq_op=self.next_seq(),
+                      **kw)
+        else:
+            kw["frame"] = "send_forward"
+            self.p2p("send", ("act", m, vs), +1, **kw)
+
+    def backward(self, m: int, chunk: int, last_mb: bool) -> None:
+        c = self.cfg
+        vs = self.virtual_stage(chunk)
+        kw = dict(phase="BWD", mb=m, chunk=chunk)
+        if vs < c.pp * c.vpp - 1:
+            self.p2p("recv", ("grad", m, vs + 1), +1, frame="recv_backward", **kw)
+        kw["frame"] = "backward_step"
+        seqs = self.fwd_seqs.pop((m, chunk))
+        layers = list(reversed(self.chunk_layers(chunk)))
+        for k, layer in enumerate(layers):
+            if c.recompute:
+                self.layer_forward(layer, self.is_moe(layer), thread="bwd", phase="RECOMPUTE",
+                                   mb=m, chunk=chunk, frame="recompute")
+            self.layer_backward(layer, self.is_moe(layer), seqs[layer], thread="bwd", **kw)
+            if last_mb and (k % 2 == 1 or k == len(layers) - 1):  # a gradient bucket is done
+                params = 12 * c.hidden * c.hidden // c.tp * (2 if k % 2 else 1)
+                grads = params // (c.dp * c.cp) if c.dp * c.cp > 1 else params
+                self.coll("dp-cp", "_reduce_scatter_base", params, grads, thread="bwd",
+                          phase="BWD", mb=m, chunk=chunk, frame="grad_sync")
+        if vs > 0:
+            kw["frame"] = "send_backward"
+            self.p2p("send", ("grad", m, vs), -1, **kw)
+
+    def p2p(self, kind: str, key: tuple, peer: int, **kw) -> None:
+        if self.cfg.pp < 2:
+            return
+        c = self.cfg
+        nelems = c.seq_len * c.micro_batch_size // c.cp * c.hidden // c.tp
+        lane = {("send", "act"): "pp_fs", ("recv", "act"): "pp_fr",
+                ("send", "grad"): "pp_bs", ("recv", "grad"): "pp_br"}[(kind, key[0])]
+        self.items.append(Item(kind, lane, NCCL_KERNEL[kind], "p2p", thread="main",
+                               group="pp", collective=kind, in_nelems=nelems,
+                               out_nelems=nelems, key=key, peer=peer, **kw))
+
+    def optimizer(self) -> None:
+        c = self.cfg
+        kw = dict(thread="main", phase="OPTIMIZER", frame="finalize_model_grads")
+        params = 12 * c.hidden * c.hidden // c.tp * c.layers_per_chunk * c.vpp
+        if c.pp > 1 and self.p in (0, c.pp - 1):
+            self.coll("emb", "allreduce", c.hidden * 1024, c.hidden * 1024, **kw)
+        if any(self.is_moe(layer) for ch in range(c.vpp) for layer in self.chunk_layers(ch)):
+            self.coll("edp", "_reduce_scatter_base", params // 4, params // 8, **kw)
+        self.coll("tp-pp", "allreduce", 1, 1, dtype="Float", **kw)  # grad norm
+        kw["frame"] = "optimizer_step"
+        for _ in range(4):
+            self.comp(_ADAM, "optimizer", 0.15, **kw)
+        grads = params // (c.dp * c.cp) if c.dp * c.cp > 1 else params
+        self.coll("dp-cp", "_allgather_base", grads, params, **kw)
+
+    def build(self) -> list[Item]:
+        self.fwd_seqs: dict = {}
+        for kind, m, chunk in stage_order(self.cfg, self.p):
+            if kind == "F":
+                self.forward(m, chunk)
+            else:  # the last micro-batch's backward of a chunk triggers its gradient sync
+                self.backward(m, chunk, m == self.cfg.microbatches - 1)
+        self.optimizer()
+        return self.items
