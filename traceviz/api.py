@@ -13,19 +13,22 @@ from .errors import TraceError
 from .parse.budget import MemoryPlan
 from .parse.reader import DEFAULT_BUDGET, DEFAULT_CHUNK, jit_loaded, scan_trace
 from .parse.table import METADATA_KEY, ParsedTrace, build, keep_alive
+from .topology.layout import Layout
 
 
 def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
                 patterns: Patterns | str | os.PathLike | None = None,
                 memory_budget: int = DEFAULT_BUDGET,
-                chunk_size: int = DEFAULT_CHUNK, plan: MemoryPlan | None = None
-                ) -> ParsedTrace:
+                chunk_size: int = DEFAULT_CHUNK, plan: MemoryPlan | None = None,
+                topology: Layout | None = None, vpp: int = 1) -> ParsedTrace:
     """Parse one rank's Kineto trace (path, ``"-"`` for stdin, or a binary file object).
 
     ``memory_budget`` (bytes) bounds the memory of the process during the parse; see
     :mod:`traceviz.parse.budget` for how it is shared (past its shares, column buffers
     spill to a temporary folder and the joins run on parts); ``plan`` gives the shares
-    explicitly instead. ``chunk_size`` (bytes)
+    explicitly instead. ``topology`` (the job's layout) resolves process groups the trace
+    does not describe; ``vpp`` is the number of model chunks per pipeline stage
+    (interleaved schedule). ``chunk_size`` (bytes)
     is the read buffer (it grows to hold any single event larger than it). Raises
     :class:`~traceviz.errors.TraceError` on input that is not a readable Kineto trace; a
     truncated trace is parsed up to the cut and reported in ``ParsedTrace.warnings`` and
@@ -36,7 +39,7 @@ def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
     plan = plan or MemoryPlan.measure(memory_budget, jit_loaded())
     scanned = scan_trace(src, memory_budget=plan.scan_blocks, chunk_size=chunk_size)
     try:
-        parsed = build(scanned, patterns, plan, cpu=cpu)
+        parsed = build(scanned, patterns, plan, cpu=cpu, topology=topology, vpp=vpp)
     except BaseException:
         scanned.close()
         raise

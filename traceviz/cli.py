@@ -77,9 +77,14 @@ def _default_output(trace: str) -> str:
 @click.option("--strict", is_flag=True, help="Treat a truncated trace as an error (exit 1).")
 @click.option("--memory-budget", type=click.IntRange(min=16), default=512, show_default=True,
               help="MB of column buffers to hold in memory before spilling to disk.")
+@click.option("--topology", "topology_file", type=click.Path(dir_okay=False),
+              help="unique_parallel_groups_*.txt of the job (for groups the trace does "
+                   "not describe).")
+@click.option("--vpp", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Model chunks per pipeline stage (interleaved schedule).")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 def parse(trace: str, output: str | None, cpu: bool, patterns: str | None, strict: bool,
-          memory_budget: int, quiet: bool) -> None:
+          memory_budget: int, topology_file: str | None, vpp: int, quiet: bool) -> None:
     """Parse one rank's trace into the GPU activity table (parquet).
 
     TRACE is a .json, .json.gz or .json.zst file, or '-' for stdin.
@@ -98,8 +103,13 @@ def parse(trace: str, output: str | None, cpu: bool, patterns: str | None, stric
     if cpu and output == "-":
         raise UsageError("--cpu writes a second file: give -o FILE, not '-'")
     start = time.perf_counter()
+    topology = None
+    if topology_file:
+        from .topology.model import from_file
+
+        topology = from_file(topology_file)
     result = parse_trace(trace, cpu=cpu, patterns=patterns,
-                         memory_budget=memory_budget << 20)
+                         memory_budget=memory_budget << 20, topology=topology, vpp=vpp)
     for warning in result.warnings:
         click.echo(f"traceviz: warning: {warning}", err=True)
     if strict and result.meta["stats"]["truncated_at"] is not None:

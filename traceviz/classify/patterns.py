@@ -22,6 +22,8 @@ class Patterns:
     memory: tuple[re.Pattern, ...]
     collectives: tuple[tuple[str, re.Pattern], ...]
     iteration: re.Pattern
+    phases: dict[str, re.Pattern]
+    comm_groups: tuple[tuple[str, re.Pattern], ...]
     raw: dict
 
 
@@ -57,6 +59,9 @@ def load_patterns(path: str | Path | None = None) -> Patterns:
             collectives=tuple((c["name"], _compile(c["pattern"], where))
                               for c in data["collective"]),
             iteration=_compile(data["steps"]["iteration"], where),
+            phases={k: _compile(v, where) for k, v in data["phases"].items()},
+            comm_groups=tuple((c["group"], _compile(c["pattern"], where))
+                              for c in data["comm_group"]),
             raw=data,
         )
     except (KeyError, TypeError) as exc:

@@ -106,7 +106,7 @@ def read_header(src, limit: int = 64 << 20) -> dict | None:
             data += chunk[:got]
             pos = data.find(b'"traceEvents"')
             if pos >= 0:
-                prefix = bytes(data[:pos]).rstrip().rstrip(b",").rstrip()
+                prefix = bytes(data[:pos]).strip().rstrip(b",").rstrip()
                 if not prefix.startswith(b"{"):
                     return None
                 try:

@@ -50,6 +50,25 @@ class Links:
     comm_row: np.ndarray     # comm-store entry holding collective metadata; -1 none
     steps: list[dict]
     stats: dict
+    recompute: np.ndarray    # launch's nearest autograd node / frame is recomputation
+    optimizer: np.ndarray    # launch inside an optimizer annotation / frame
+    launch_end: np.ndarray   # launch end (ns); -1 where no launch
+    main_thread: int         # thread of the ProfilerStep annotations
+    frames: dict             # forward_step / backward_step python frames: (ts, dur)
+
+
+@dataclass
+class Lookups:
+    """Per-string lookup arrays (one entry per string id plus a last one for id -1)."""
+
+    category_class: np.ndarray      # layout.CLS_* of a category
+    step_number: np.ndarray         # N of ProfilerStep#N, -1 otherwise
+    is_rpc: np.ndarray              # record_param_comms
+    is_comm_kernel: np.ndarray      # a COMM kernel name
+    is_node: np.ndarray             # autograd node or checkpoint op
+    is_recompute_node: np.ndarray   # checkpoint (recompute) op
+    is_optimizer_annotation: np.ndarray
+    frame: dict[str, np.ndarray]    # phase frame patterns (forward_step, ...)
 
 
 def activity_rows(scanned: ScannedTrace, cls_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -65,14 +84,9 @@ def activity_rows(scanned: ScannedTrace, cls_of: np.ndarray) -> tuple[np.ndarray
     return np.concatenate(rows).astype(np.int64), np.concatenate(classes)
 
 
-def link(scanned: ScannedTrace, cls_of: np.ndarray, step_number: np.ndarray,
-         is_rpc: np.ndarray, is_comm_name: np.ndarray, work_bytes: int) -> Links:
-    """Compute :class:`Links`.
-
-    The array arguments are per-string lookups (one entry per string id plus a last
-    entry for id -1): the category class, the ProfilerStep number (-1: not a step name),
-    whether a name is ``record_param_comms``, whether a kernel name is COMM.
-    """
+def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int) -> Links:
+    """Compute :class:`Links` (see :class:`Lookups` for the per-string inputs)."""
+    cls_of, step_number = lookups.category_class, lookups.step_number
     gpu, launch, ops = (scanned.stores[k] for k in ("gpu", "launch", "ops"))
     rows, cls = activity_rows(scanned, cls_of)
     g = gpu.gatherer(rows)
@@ -95,15 +109,26 @@ def link(scanned: ScannedTrace, cls_of: np.ndarray, step_number: np.ndarray,
     del count
     lg = launch.gatherer(launch_row)
     launch_ts = lg("ts")
+    lg_end = np.where(launch_ts >= 0, launch_ts + lg("dur"), -1)
     launch_thread = lg("thread").astype(np.int64)
     del lg
 
-    op_row, steps, rpc = _ops_pass(ops, cls_of, step_number, is_rpc, launch_ts,
-                                   launch_thread, scanned, work_bytes)
+    queries = [SpanQuery("cat", cls_of == L.CLS_CPU_OP), SpanQuery("name", lookups.is_node)]
+    small = lookups.is_optimizer_annotation
+    steps, rpc, annotations = _ops_pass(ops, queries, step_number, lookups.is_rpc, small,
+                                        launch_ts, launch_thread, scanned, work_bytes)
+    op_row, node_row = queries[0].result, queries[1].result
     stats["launch inside a cpu_op"] = int((op_row >= 0).sum())
+    node_name = ops.gatherer(node_row)("name")
+    recompute = lookups.is_recompute_node[node_name]
+    optimizer = _inside(annotations["ts"], annotations["dur"], annotations["thread"],
+                        launch_ts, launch_thread)
+    frames = _frames(scanned, lookups)
+    recompute |= _inside(*frames["recompute_frame"], launch_ts, launch_thread)
+    optimizer |= _inside(*frames["optimizer_frame"], launch_ts, launch_thread)
     at = np.where(has_launch, launch_ts, ts)
     iteration = step_of(at, steps["ts"], steps["dur"], steps["number"])
-    comm_row = _comm_rows(scanned, rows, is_comm_name[g("name")], rpc,
+    comm_row = _comm_rows(scanned, rows, lookups.is_comm_kernel[g("name")], rpc,
                           launch_ts, launch_thread)
     rdt = row_dtype(scanned)
     rows, launch_row, op_row, comm_row = (a.astype(rdt) for a in (rows, launch_row, op_row,
@@ -112,9 +137,43 @@ def link(scanned: ScannedTrace, cls_of: np.ndarray, step_number: np.ndarray,
     stats["collective metadata"] = int((comm_row >= 0).sum())
     step_list = [{"iteration": int(n), "ts": int(t), "dur": int(d)} for t, d, n in sorted(
         zip(steps["ts"].tolist(), steps["dur"].tolist(), steps["number"].tolist()))]
+    main = _main_thread(steps, launch_thread)
     return Links(rows=rows, cls=cls, corr=corr, launch_row=launch_row, launch_ts=launch_ts,
                  launch_thread=launch_thread, op_row=op_row, iteration=iteration,
-                 comm_row=comm_row, steps=step_list, stats=stats)
+                 comm_row=comm_row, steps=step_list, stats=stats, recompute=recompute,
+                 optimizer=optimizer, launch_end=lg_end, main_thread=main,
+                 frames={k: frames[k][:2] for k in ("forward_step", "backward_step")})
+
+
+def _main_thread(steps: dict, launch_thread: np.ndarray) -> int:
+    """The thread of the ProfilerStep annotations, else the one launching the most."""
+    if steps["thread"].size:
+        values, counts = np.unique(steps["thread"], return_counts=True)
+        return int(values[np.argmax(counts)])
+    launched = launch_thread[launch_thread >= 0]
+    if not launched.size:
+        return -1
+    values, counts = np.unique(launched, return_counts=True)
+    return int(values[np.argmax(counts)])
+
+
+def _inside(ts, dur, thread, q_ts, q_thread) -> np.ndarray:
+    """Whether each point lies in one of the spans on its thread (few spans)."""
+    row = innermost_enclosing(ts, dur, thread, q_ts, q_thread)
+    return row >= 0
+
+
+def _frames(scanned: ScannedTrace, lookups: Lookups) -> dict[str, tuple]:
+    """(ts, dur, thread) of the python frames each phase pattern selects."""
+    out = {key: ([], [], []) for key in lookups.frame}
+    for _, cols in scanned.stores["python"].blocks("ts", "dur", "thread", "name"):
+        for key, select in lookups.frame.items():
+            rows = np.flatnonzero(select[cols["name"]])
+            out[key][0].append(cols["ts"][rows])
+            out[key][1].append(cols["dur"][rows])
+            out[key][2].append(cols["thread"][rows].astype(np.int64))
+    return {key: tuple(np.concatenate(v) if v else np.empty(0, np.int64) for v in parts)
+            for key, parts in out.items()}
 
 
 def _flow_fallback(scanned, cls_of, corr, rows, work_bytes):
@@ -185,44 +244,73 @@ def _correlation_join(launch, corr, ts, fix_rows, fix_corr, scanned, work_bytes)
     return launch_row, count
 
 
-def _ops_pass(ops, cls_of, step_number, is_rpc, q_ts, q_thread, scanned, work_bytes):
-    """Innermost cpu_op around each launch; also the step spans and record_param_comms."""
-    is_span = cls_of == L.CLS_CPU_OP
-    n_span = 0
-    hist_lo, hist_hi = ops.ts_range()
-    grid = np.linspace(hist_lo, hist_hi + 1, 4097).astype(np.int64)
-    hist = np.zeros(4096, dtype=np.int64)
-    steps = {"ts": [], "dur": [], "number": []}
-    rpc = {"ts": [], "dur": [], "thread": [], "row": []}
+@dataclass
+class SpanQuery:
+    """Innermost span per launch among ops whose ``field`` (cat or name id) is selected."""
+
+    field: str
+    select: np.ndarray  # per-string lookup (see :func:`link`)
+    count: int = 0
+    hist: np.ndarray | None = None
+    result: np.ndarray | None = None  # ops row per launch (-1: none)
+
+
+def _ops_pass(ops, queries: list[SpanQuery], step_number, is_rpc, small: np.ndarray,
+              q_ts, q_thread, scanned, work_bytes):
+    """Innermost span of every query around each launch (time-bucketed sweeps), plus the
+    step spans, the record_param_comms ops and the ``small`` named spans (in memory)."""
+    lo, hi = ops.ts_range()
+    grid = np.linspace(lo, hi + 1, 4097).astype(np.int64)
+    for q in queries:
+        q.hist = np.zeros(4096, dtype=np.int64)
+    collect = {"steps": {"ts": [], "dur": [], "number": [], "thread": []},
+               "rpc": {"ts": [], "dur": [], "thread": [], "row": []},
+               "small": {"ts": [], "dur": [], "thread": [], "name": []}}
     for start, cols in ops.blocks("ts", "dur", "thread", "cat", "name"):
-        span = is_span[cols["cat"]]
-        n_span += int(span.sum())
-        hist += np.histogram(cols["ts"][span], bins=grid)[0]
+        for q in queries:
+            sel = q.select[cols[q.field]]
+            q.count += int(sel.sum())
+            q.hist += np.histogram(cols["ts"][sel], bins=grid)[0]
         num = step_number[cols["name"]]
         st = np.flatnonzero(num >= 0)
-        steps["ts"].append(cols["ts"][st])
-        steps["dur"].append(cols["dur"][st])
-        steps["number"].append(num[st])
-        rp = np.flatnonzero(is_rpc[cols["name"]])
-        for f in ("ts", "dur", "thread"):
-            rpc[f].append(cols[f][rp].astype(np.int64))
-        rpc["row"].append(start + rp)
-    steps = {k: np.concatenate(v) if v else np.empty(0, np.int64) for k, v in steps.items()}
-    rpc = {k: np.concatenate(v) if v else np.empty(0, np.int64) for k, v in rpc.items()}
+        collect["steps"]["ts"].append(cols["ts"][st])
+        collect["steps"]["dur"].append(cols["dur"][st])
+        collect["steps"]["number"].append(num[st])
+        collect["steps"]["thread"].append(cols["thread"][st].astype(np.int64))
+        for key, pick in (("rpc", is_rpc), ("small", small)):
+            rows = np.flatnonzero(pick[cols["name"]])
+            for f in ("ts", "dur", "thread"):
+                collect[key][f].append(cols[f][rows].astype(np.int64))
+            collect[key]["row" if key == "rpc" else "name"].append(
+                start + rows if key == "rpc" else cols["name"][rows].astype(np.int64))
+    found = {key: {k: np.concatenate(v) if v else np.empty(0, np.int64) for k, v in d.items()}
+             for key, d in collect.items()}
     per_bucket = max(1, work_bytes // _SPAN_BYTES_PER_ROW)
-    edges = (np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max])
-             if n_span <= per_bucket else bucket_edges(hist, grid, per_bucket))
-    n_buckets = edges.shape[0] - 1
-    parts = Parts(n_buckets, ("ts", "end", "thread", "row"), scanned.budget)
-    for start, cols in ops.blocks("ts", "dur", "thread", "cat"):
-        sel = np.flatnonzero(is_span[cols["cat"]])
-        t = cols["ts"][sel]
-        parts.add(np.searchsorted(edges, t, side="right") - 1,
-                  {"ts": t, "end": t + np.maximum(cols["dur"][sel], 0),
-                   "thread": cols["thread"][sel], "row": start + sel})
-    op_row = np.full(q_ts.shape[0], -1, dtype=np.int64)
+    plans = []
+    for q in queries:
+        edges = (np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max])
+                 if q.count <= per_bucket else bucket_edges(q.hist, grid, per_bucket))
+        plans.append((edges, Parts(edges.shape[0] - 1, ("ts", "end", "thread", "row"),
+                                   scanned.budget)))
+    for start, cols in ops.blocks("ts", "dur", "thread", "cat", "name"):
+        for q, (edges, parts) in zip(queries, plans):
+            sel = np.flatnonzero(q.select[cols[q.field]])
+            t = cols["ts"][sel]
+            parts.add(np.searchsorted(edges, t, side="right") - 1,
+                      {"ts": t, "end": t + np.maximum(cols["dur"][sel], 0),
+                       "thread": cols["thread"][sel], "row": start + sel})
+    for q, (edges, parts) in zip(queries, plans):
+        q.result = _bucketed_sweep(edges, parts, q_ts, q_thread)
+    return found["steps"], found["rpc"], found["small"]
+
+
+def _bucketed_sweep(edges, parts: Parts, q_ts, q_thread) -> np.ndarray:
+    """Innermost span per query point, bucket by bucket; spans still open at a bucket's
+    end are carried into the next one."""
+    out = np.full(q_ts.shape[0], -1, dtype=np.int64)
     q_bucket = np.searchsorted(edges, q_ts, side="right") - 1
     carried = {f: np.empty(0, np.int64) for f in ("ts", "end", "thread", "row")}
+    n_buckets = edges.shape[0] - 1
     for b in range(n_buckets):
         got = parts.get(b)
         spans = got if b == 0 else {f: np.concatenate([carried[f], got[f]]) for f in carried}
@@ -230,11 +318,11 @@ def _ops_pass(ops, cls_of, step_number, is_rpc, q_ts, q_thread, scanned, work_by
         if qsel.size and spans["row"].size:
             r = innermost_enclosing(spans["ts"], spans["end"] - spans["ts"], spans["thread"],
                                     q_ts[qsel], q_thread[qsel], span_key=spans["row"])
-            op_row[qsel] = np.where(r >= 0, spans["row"][np.maximum(r, 0)], -1)
+            out[qsel] = np.where(r >= 0, spans["row"][np.maximum(r, 0)], -1)
         if b + 1 < n_buckets:
             still_open = spans["end"] > edges[b + 1]
             carried = {f: v[still_open] for f, v in spans.items()}
-    return op_row, steps, rpc
+    return out
 
 
 def _comm_rows(scanned, rows, is_comm, rpc, launch_ts, launch_thread):

@@ -29,7 +29,10 @@ from ..classify.kinds import COMM, KINDS, MEM, first_match, name_kinds
 from ..classify.patterns import Patterns
 from . import layout as L
 from .budget import MemoryPlan
-from .links import link
+from ..classify.groups import GROUPS, comm_groups
+from ..classify.phases import PHASES, LaunchFacts, classify
+from ..topology.layout import Layout
+from .links import Lookups, link
 from .output_columns import OutputColumns
 from .reader import ScannedTrace
 
@@ -40,7 +43,7 @@ COLLECTIVES = ("AllReduce", "AllGather", "ReduceScatter", "AllToAll", "Broadcast
 ACTIVITY_COLUMNS = (
     "rank", "device", "stream", "cat", "name", "ts", "dur", "correlation", "external_id",
     "launch_ts", "launch_dur", "launch_tid", "launch_name", "cpu_op", "cpu_op_external_id",
-    "kind", "iteration", "collective", "pg_name", "pg_desc", "group_size", "group_ranks",
+    "kind", "iteration", "phase", "microbatch", "chunk", "comm_group", "collective", "pg_name", "pg_desc", "group_size", "group_ranks",
     "msg_in_bytes", "msg_out_bytes", "dtype", "seq", "in_nelems", "out_nelems",
     "src_rank", "dst_rank", "bytes", "index")
 
@@ -104,6 +107,12 @@ class Strings:
     def ids_of(self, text: str) -> np.ndarray:
         return np.array([i for i, t in enumerate(self.texts) if t == text], dtype=np.int64)
 
+    def matches(self, pattern) -> np.ndarray:
+        """Per-string lookup: whether ``pattern.search`` finds the string."""
+        out = self.lookup(bool, False)
+        out[:-1] = [bool(pattern.search(t)) for t in self.texts]
+        return out
+
     def numbers(self, pattern) -> np.ndarray:
         """Group 1 of ``pattern.match`` as an int per string (-1: no match)."""
         out = self.lookup(np.int64, -1)
@@ -152,18 +161,21 @@ def thread_numbers(threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
-          cpu: bool = False) -> ParsedTrace:
+          cpu: bool = False, topology: Layout | None = None, vpp: int = 1) -> ParsedTrace:
     """Link, classify and assemble the output tables of ``scanned``.
 
     ``plan`` bounds the joins' working set and the output columns held in memory (larger
     tables are spilled to the trace's temporary folder, which lives until
     ``scanned.close()``). A trace that spilled while scanning spills the rest of its
-    blocks first, to make room for the per-activity arrays.
+    blocks first, to make room for the per-activity arrays. ``topology`` (the job's
+    layout) resolves groups the trace does not describe; ``vpp`` is the number of model
+    chunks per stage (interleaved schedule).
     """
     if scanned.budget.spilled_bytes:
         scanned.budget.spill_all()
     work_bytes = plan.join_work
     s = Strings(scanned)
+    pp = _pipeline_size(scanned, topology)
     gpu, launch, ops = (scanned.stores[k] for k in ("gpu", "launch", "ops"))
     pid_of, tid_of = thread_numbers(scanned.threads)
     kind_of_name = s.lookup(np.int8, 0)
@@ -172,19 +184,37 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
         is_used[cols["name"]] = True
     names_used = np.flatnonzero(is_used[:-1])
     kind_of_name[names_used] = name_kinds([s.texts[i] for i in names_used.tolist()], patterns)
+    ph = patterns.phases
     is_rpc = s.lookup(bool, False)
     is_rpc[s.ids_of("record_param_comms")] = True
-    links = link(scanned, s.cls, s.numbers(patterns.iteration), is_rpc, kind_of_name == COMM,
-                 work_bytes)
+    recompute_node = s.matches(ph["recompute_op"])
+    lookups = Lookups(
+        category_class=s.cls, step_number=s.numbers(patterns.iteration), is_rpc=is_rpc,
+        is_comm_kernel=kind_of_name == COMM,
+        is_node=s.matches(ph["autograd_node"]) | recompute_node,
+        is_recompute_node=recompute_node,
+        is_optimizer_annotation=s.matches(ph["optimizer_annotation"]),
+        frame={k: s.matches(ph[k]) for k in ("forward_step", "backward_step",
+                                             "recompute_frame", "optimizer_frame")})
+    links = link(scanned, lookups, work_bytes)
+    g = gpu.gatherer(links.rows)  # one GPU field at a time, in activity order
+    name = g("name")
+    kind = kind_of_name[name]
+    kind[(links.cls == L.CLS_MEMCPY) | (links.cls == L.CLS_MEMSET)] = MEM
+    coll = _collective_meta(scanned, s, patterns, links.comm_row, kind == COMM, topology)
+    phase, microbatch, chunk, evidence = _phases(s, patterns, links, coll, pp, vpp)
     # The per-activity arrays are dropped right after their last use below: at a few
     # million activities each is tens of MB.
     stats, steps, rows, cls = links.stats, links.steps, links.rows, links.cls
     corr, launch_row, launch_ts, launch_thread = (links.corr, links.launch_row,
                                                   links.launch_ts, links.launch_thread)
-    op_row, iteration, comm_row = links.op_row, links.iteration, links.comm_row
+    op_row, iteration = links.op_row, links.iteration
     del links
     n = rows.shape[0]
-    g = gpu.gatherer(rows)  # one GPU field at a time, in activity order
+    classification = {"vpp": vpp, "pp": pp, "microbatch_evidence": evidence,
+                      "phases": {PHASES[k]: int(c) for k, c in
+                                 enumerate(np.bincount(phase, minlength=len(PHASES))) if c},
+                      "comm_group_evidence": coll.evidence}
     out = OutputColumns(n, scanned.budget, spill_bytes=plan.output_held,
                         names=ACTIVITY_COLUMNS)
     ts, index = g("ts"), g("index")
@@ -207,9 +237,6 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     put("stream", np.where((st := g("stream")) >= 0, st, tid_of[thread]).astype(np.int64))
     del thread, d, st
     put("external_id", np.maximum(g("external_id"), -1))
-    name = g("name")
-    kind = kind_of_name[name]
-    kind[(cls == L.CLS_MEMCPY) | (cls == L.CLS_MEMSET)] = MEM
     put("name", s.dictionary(name))
     put("kind", _fixed_dictionary(kind.astype(np.int32), KINDS))
     bytes_ = g("bytes")
@@ -237,13 +264,18 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     del op_row, op_ext, og
     put("iteration", iteration)
     del iteration
+    put("phase", _fixed_dictionary(phase.astype(np.int32), PHASES))
+    put("microbatch", microbatch)
+    put("chunk", chunk)
+    del phase, microbatch, chunk
     rank, rank_source = scanned.header.rank(scanned.source)
     put("rank", np.full(n, rank, dtype=np.int32))
-    _collective_columns(scanned, s, patterns, comm_row, name, kind, put)
-    del comm_row, name
+    _collective_columns(coll, s, patterns, name, kind, put)
+    del coll, name
     kinds = {KINDS[k]: int(c) for k, c in enumerate(np.bincount(kind, minlength=len(KINDS)))
              if c}
     meta = trace_metadata(scanned, rank, rank_source, stats, steps, kinds)
+    meta["classification"] = classification
     out.metadata = {METADATA_KEY: json.dumps(meta).encode()}
     cpu_out = None
     if cpu:
@@ -253,47 +285,112 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
                        cpu_columns=cpu_out)
 
 
-def _collective_columns(scanned, s, patterns, comm_row, name, kind, put) -> None:
-    """The collective metadata columns. Only rows with metadata (the collectives, a small
-    share) are worked on; each column is expanded to full length just before ``put``."""
-    comm = scanned.stores["comm"]
-    n = comm_row.shape[0]
-    has = np.flatnonzero(comm_row >= 0)
-    entry = comm_row[has]
+@dataclass
+class CollectiveMeta:
+    """Collective metadata of the activities that have it (a small share of the rows).
 
-    def meta(f: str) -> np.ndarray:
-        return comm.column(f)[entry].astype(np.int64)
+    ``has`` holds their row numbers (activity order); ``fields`` the comm store's int64
+    fields per such row (-1 unknown); ``ranks`` / ``size`` / ``desc_code`` the group
+    facts completed from pg_config (see :func:`_group_facts`); ``groups`` the comm_group
+    per activity (index into GROUPS, -1 for non-COMM rows).
+    """
 
-    def full(values: np.ndarray) -> np.ndarray:
-        out = np.full(n, -1, dtype=np.int64)
-        out[has] = values
+    n: int
+    has: np.ndarray
+    fields: dict[str, np.ndarray]
+    ranks: list
+    size: np.ndarray
+    desc_code: np.ndarray
+    descs: list[str]
+    groups: np.ndarray
+    evidence: dict[str, int]
+
+    def full(self, values: np.ndarray) -> np.ndarray:
+        """Per-activity int64 array: ``values`` at ``has``, -1 elsewhere."""
+        out = np.full(self.n, -1, dtype=np.int64)
+        out[self.has] = values
         return out
 
-    coll_name, dtype_id = meta("collective"), meta("dtype")
+
+COMM_FIELDS = ("collective", "dtype", "pg_name", "pg_desc", "pg_ranks", "group_size",
+               "in_nelems", "out_nelems", "seq", "src_rank", "dst_rank")
+
+
+def _collective_meta(scanned: ScannedTrace, s: Strings, patterns: Patterns,
+                     comm_row: np.ndarray, is_comm: np.ndarray,
+                     topology: Layout | None) -> CollectiveMeta:
+    """Gather the collective metadata of the rows that have it and their comm_group."""
+    comm = scanned.stores["comm"]
+    has = np.flatnonzero(comm_row >= 0)
+    entry = comm_row[has]
+    fields = {f: (comm.column(f)[entry].astype(np.int64) if has.size
+                  else np.zeros(0, dtype=np.int64)) for f in COMM_FIELDS}
+    ranks, size, desc_code, descs = _group_facts(
+        s, scanned.header.distributed, fields["pg_name"], fields["pg_desc"],
+        fields["pg_ranks"], fields["group_size"])
+    meta = CollectiveMeta(comm_row.shape[0], has, fields, ranks, size, desc_code, descs,
+                          np.zeros(0, np.int32), {})
+    meta.groups, meta.evidence = comm_groups(
+        is_comm, meta.full(desc_code), descs, dict(zip(has.tolist(), ranks)), patterns,
+        topology)
+    return meta
+
+
+def _collective_columns(coll: CollectiveMeta, s: Strings, patterns: Patterns,
+                        name: np.ndarray, kind: np.ndarray, put) -> None:
+    """Put the collective metadata columns and comm_group. Each column is expanded to
+    full length just before ``put``."""
+    n, f, full = coll.n, coll.fields, coll.full
     put("collective", _fixed_dictionary(
-        _collective_types(s, patterns, full(coll_name), name, kind), COLLECTIVES))
-    ranks, gsize, desc_code, descs = _group_facts(
-        s, scanned.header.distributed, meta("pg_name"), meta("pg_desc"), meta("pg_ranks"),
-        meta("group_size"))
-    put("pg_name", s.dictionary(full(meta("pg_name"))))
-    code = full(desc_code)
+        _collective_types(s, patterns, full(f["collective"]), name, kind), COLLECTIVES))
+    put("pg_name", s.dictionary(full(f["pg_name"])))
+    code = full(coll.desc_code)
     put("pg_desc", pa.DictionaryArray.from_arrays(
         pa.array(np.maximum(code, 0).astype(np.int32), mask=code < 0),
-        pa.array(descs, pa.string())))
-    size = full(gsize)
+        pa.array(coll.descs, pa.string())))
+    size = full(coll.size)
     put("group_size", size, size < 0, pa.int32())
-    put("group_ranks", _list_column(n, has, ranks))
+    put("group_ranks", _list_column(n, coll.has, coll.ranks))
+    put("comm_group", _fixed_dictionary(coll.groups, GROUPS))
     elem = np.array([dtype_bytes(s.texts[d]) or 0 if d >= 0 else 0
-                     for d in dtype_id.tolist()], dtype=np.int64)
-    for col, f in (("msg_in_bytes", "in_nelems"), ("msg_out_bytes", "out_nelems")):
-        nel = meta(f)
+                     for d in f["dtype"].tolist()], dtype=np.int64)
+    for col, nel_field in (("msg_in_bytes", "in_nelems"), ("msg_out_bytes", "out_nelems")):
+        nel = f[nel_field]
         v = full(np.where((nel >= 0) & (elem > 0), nel * elem, -1))
         put(col, v, v < 0, pa.int64())
-    put("dtype", s.dictionary(full(dtype_id)))
+    put("dtype", s.dictionary(full(f["dtype"])))
     for col, t in (("seq", pa.int64()), ("in_nelems", pa.int64()), ("out_nelems", pa.int64()),
                    ("src_rank", pa.int32()), ("dst_rank", pa.int32())):
-        v = full(meta(col))
+        v = full(f[col])
         put(col, v, v < 0, t)
+
+
+def _pipeline_size(scanned: ScannedTrace, topology: Layout | None) -> int:
+    """PP size from the topology, else this rank's PIPELINE_MODEL_PARALLEL_GROUP."""
+    if topology is not None:
+        return topology.pp
+    for pg in scanned.header.distributed.get("pg_config") or []:
+        if isinstance(pg, dict) and pg.get("pg_desc") == "PIPELINE_MODEL_PARALLEL_GROUP":
+            return int(pg.get("pg_size") or len(pg.get("ranks") or [1]))
+    return 1
+
+
+def _phases(s: Strings, patterns: Patterns, links, coll: CollectiveMeta, pp: int,
+            vpp: int):
+    """Phase, micro-batch and chunk per activity (see classify.phases). P2P sends and
+    receives are those of the pipeline group (or of an unknown group): CP's ring
+    exchanges are sends / receives too, but inside one micro-batch op."""
+    ph = patterns.phases
+    name = coll.full(coll.fields["collective"])
+    pipeline = (coll.groups == GROUPS.index("PP")) | (coll.groups == GROUPS.index("OTHER"))
+    p2p = np.where(pipeline & s.matches(ph["p2p_send"])[name], 1,
+                   np.where(pipeline & s.matches(ph["p2p_recv"])[name], 2, 0)).astype(np.int8)
+    facts = LaunchFacts(ts=links.launch_ts, end=links.launch_end,
+                        thread=links.launch_thread.astype(np.int64),
+                        iteration=links.iteration, p2p=p2p, recompute=links.recompute,
+                        optimizer=links.optimizer)
+    frames = {k: (ts, ts + dur) for k, (ts, dur) in links.frames.items()}
+    return classify(facts, frames, links.main_thread, pp, vpp)
 
 
 def _list_column(n: int, rows: np.ndarray, lists: list) -> pa.ListArray:

@@ -1,0 +1,75 @@
+"""The parallel group (TP / CP / EP / ETP / DP / EDP / PP / OTHER) of each communication.
+
+Evidence, in order: the collective's Process Group Description (Megatron's group_desc,
+recorded by PyTorch >= 2.4) matched against the ``comm_group`` patterns; else its ranks
+matched against the job topology (when one is known: ``--topology``, the topology file
+or the traces' pg_config); else OTHER.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..topology.layout import Layout
+from .patterns import Patterns
+
+GROUPS = ("TP", "CP", "EP", "ETP", "DP", "EDP", "PP", "OTHER")
+# when one rank set is several Megatron groups (e.g. DP == DP-with-CP when cp = 1), the
+# first description in this order names it
+DESC_PRIORITY = ("TENSOR_MODEL_PARALLEL_GROUP", "CONTEXT_PARALLEL_GROUP",
+                 "EXPERT_MODEL_PARALLEL_GROUP", "EXPERT_TENSOR_PARALLEL_GROUP",
+                 "DATA_PARALLEL_GROUP_WITH_CP", "DATA_PARALLEL_GROUP",
+                 "EXPERT_DATA_PARALLEL_GROUP", "PIPELINE_MODEL_PARALLEL_GROUP",
+                 "EMBEDDING_GROUP", "EXPERT_TENSOR_AND_MODEL_PARALLEL_GROUP")
+
+
+def group_of_desc(desc: str | None, patterns: Patterns) -> str | None:
+    if not desc:
+        return None
+    return next((g for g, p in patterns.comm_groups if p.search(desc)), None)
+
+
+def desc_by_ranks(layout: Layout) -> dict[frozenset, str]:
+    """Megatron group description of every rank set of the layout (by priority)."""
+    groups = layout.groups()
+    out: dict[frozenset, str] = {}
+    for desc in DESC_PRIORITY + tuple(sorted(groups)):
+        for g in groups.get(desc, []):
+            out.setdefault(frozenset(g), desc)
+    return out
+
+
+def comm_groups(is_comm: np.ndarray, desc_codes: np.ndarray, descs: list[str],
+                rank_lists: dict[int, list[int] | None], patterns: Patterns,
+                layout: Layout | None) -> tuple[np.ndarray, dict[str, int]]:
+    """Index into GROUPS per row (-1 for non-COMM rows) and counts per evidence.
+
+    ``desc_codes`` index ``descs`` (-1 unknown); ``rank_lists`` maps a row to its group's
+    member list (absent or None: unknown).
+    """
+    out = np.full(is_comm.shape[0], -1, dtype=np.int32)
+    by_desc = np.array([GROUPS.index(g) if (g := group_of_desc(d, patterns)) else -1
+                        for d in descs] + [-1], dtype=np.int32)
+    rows = np.flatnonzero(is_comm)
+    out[rows] = by_desc[desc_codes[rows]]
+    evidence = {"process group description": int((out[rows] >= 0).sum())}
+    todo = rows[out[rows] < 0]
+    by_ranks = 0
+    if layout is not None and todo.size:
+        known = desc_by_ranks(layout)
+        cache: dict[tuple, int] = {}
+        for i in todo.tolist():
+            ranks = rank_lists.get(i)
+            if ranks is None:
+                continue
+            key = tuple(ranks)
+            if key not in cache:
+                desc = known.get(frozenset(ranks))
+                g = group_of_desc(desc, patterns)
+                cache[key] = GROUPS.index(g) if g else -1
+            out[i] = cache[key]
+            by_ranks += out[i] >= 0
+    evidence["group ranks against the topology"] = int(by_ranks)
+    rest = rows[out[rows] < 0]
+    out[rest] = GROUPS.index("OTHER")
+    evidence["none (OTHER)"] = int(rest.size)
+    return out, evidence
