@@ -1,9 +1,10 @@
 """The parallel group (TP / CP / EP / ETP / DP / EDP / PP / OTHER) of each communication.
 
 Evidence, in order: the collective's Process Group Description (Megatron's group_desc,
-recorded by PyTorch >= 2.4) matched against the ``comm_group`` patterns; else its ranks
-matched against the job topology (when one is known: ``--topology``, the topology file
-or the traces' pg_config); else OTHER.
+recorded by PyTorch >= 2.4) matched against the ``comm_group`` patterns (a specific
+description matching none is OTHER); where the description is absent or generic
+(``undefined``, ``default_pg``), its ranks matched against the job topology (when one is
+known: ``--topology``, the topology file or the traces' pg_config); else OTHER.
 """
 from __future__ import annotations
 
@@ -47,7 +48,9 @@ def comm_groups(is_comm: np.ndarray, desc_codes: np.ndarray, descs: list[str],
     member list (absent or None: unknown).
     """
     out = np.full(is_comm.shape[0], -1, dtype=np.int32)
-    by_desc = np.array([GROUPS.index(g) if (g := group_of_desc(d, patterns)) else -1
+    other = GROUPS.index("OTHER")
+    by_desc = np.array([GROUPS.index(g) if (g := group_of_desc(d, patterns)) else
+                        -1 if patterns.generic_pg_desc.search(d) else other
                         for d in descs] + [-1], dtype=np.int32)
     rows = np.flatnonzero(is_comm)
     out[rows] = by_desc[desc_codes[rows]]

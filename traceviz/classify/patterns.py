@@ -24,6 +24,7 @@ class Patterns:
     iteration: re.Pattern
     phases: dict[str, re.Pattern]
     comm_groups: tuple[tuple[str, re.Pattern], ...]
+    generic_pg_desc: re.Pattern
     raw: dict
 
 
@@ -62,6 +63,7 @@ def load_patterns(path: str | Path | None = None) -> Patterns:
             phases={k: _compile(v, where) for k, v in data["phases"].items()},
             comm_groups=tuple((c["group"], _compile(c["pattern"], where))
                               for c in data["comm_group"]),
+            generic_pg_desc=_compile(data["process_groups"]["generic_description"], where),
             raw=data,
         )
     except (KeyError, TypeError) as exc:

@@ -11,9 +11,13 @@ preference:
    autograd engine) a backward op; runs are split where the thread changes or a P2P call
    is issued (Megatron sends / receives between micro-batch ops).
 
-The k-th forward (backward) op of an iteration is micro-batch ``k`` under 1F1B; under
-interleaved 1F1B (``vpp`` > 1, ``pp`` stages) Megatron's order maps k to (micro-batch,
-chunk). Then per activity, by its launch:
+The k-th forward op of an iteration is micro-batch ``k`` under 1F1B; under interleaved
+1F1B (``vpp`` > 1, ``pp`` stages) Megatron's order maps k to (micro-batch, chunk). A
+backward op takes the micro-batch and chunk of the forward op it differentiates, as the
+trace states it: its autograd nodes' ``Sequence number`` is that of forward ops on the
+main thread (the ``fwdbwd`` flows join the same pairs); the most common answer among its
+activities wins. Backward ops without that link fall back to their schedule position
+(the k-th backward op, Megatron's order). Then per activity, by its launch:
 
 * inside a forward op -> FWD; inside a backward op -> BWD, or RECOMPUTE when the launch's
   nearest autograd node is a checkpoint function (``CheckpointFunctionBackward``) or it
@@ -46,6 +50,7 @@ class LaunchFacts:
     p2p: np.ndarray         # 0 not P2P, 1 send, 2 receive
     recompute: np.ndarray   # nearest autograd node / frame says recompute
     optimizer: np.ndarray   # inside an optimizer annotation or frame
+    forward_ts: np.ndarray  # start of the forward op its autograd node differentiates; -1
 
 
 def root_spans(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -112,8 +117,9 @@ def ops_from_threads(facts: LaunchFacts, rows: np.ndarray, main_thread: int
 
 
 def classify_iteration(facts: LaunchFacts, rows: np.ndarray, ops, op_of: np.ndarray | None,
-                       pp: int, vpp: int, out_phase, out_mb, out_chunk) -> None:
-    """Assign phase / micro-batch / chunk to ``rows`` (activities of one iteration)."""
+                       pp: int, vpp: int, out_phase, out_mb, out_chunk) -> tuple[int, int]:
+    """Assign phase / micro-batch / chunk to ``rows`` (activities of one iteration).
+    Returns (backward ops linked to their forward op by Sequence number, backward ops)."""
     start, end, kind = ops
     training = bool((kind == B_OP).any())
     # forward ops after the last backward op are not micro-batches: that is the
@@ -138,6 +144,8 @@ def classify_iteration(facts: LaunchFacts, rows: np.ndarray, ops, op_of: np.ndar
         op = np.where(inside, pos, -1)
     else:
         op = op_of[launched]
+    linked = _link_backward_ops(facts.forward_ts[launched], op, start, end, kind, op_phase,
+                                op_mb, op_chunk)
     p2p = facts.p2p[launched]
     # P2P: a send belongs to the op just before it (the last op started at or before
     # it), a receive to the op just after it (the first op not ended before it)
@@ -161,17 +169,46 @@ def classify_iteration(facts: LaunchFacts, rows: np.ndarray, ops, op_of: np.ndar
     mb[phase == OPTIMIZER] = -1
     chunk[phase == OPTIMIZER] = 0
     out_phase[launched], out_mb[launched], out_chunk[launched] = phase, mb, chunk
+    return linked, int(((kind == B_OP) & (op_phase == BWD)).sum())
+
+
+def _link_backward_ops(forward_ts, op, start, end, kind, op_phase, op_mb, op_chunk) -> int:
+    """Give each backward op the micro-batch / chunk of the forward op its activities'
+    autograd nodes differentiate (``forward_ts``: that forward op's start). A forward
+    cpu_op starts before its first launch, so its micro-batch op is the first op ending
+    after it. Updates ``op_mb`` / ``op_chunk`` in place; returns the backward ops linked."""
+    sel = np.flatnonzero((forward_ts >= 0) & (op >= 0))
+    sel = sel[kind[op[sel]] == B_OP]
+    if not sel.size:
+        return 0
+    target = np.searchsorted(end, forward_ts[sel], side="right")
+    ok = target < start.shape[0]
+    sel, target = sel[ok], target[ok]
+    ok = (kind[target] == F_OP) & (op_phase[target] == FWD)
+    b_op, f_op = op[sel[ok]], target[ok]
+    if not b_op.size:
+        return 0
+    pairs, counts = np.unique(np.stack([b_op, f_op]), axis=1, return_counts=True)
+    best = np.lexsort((-counts, pairs[0]))  # per backward op, the most common first
+    first = np.ones(best.shape[0], dtype=bool)
+    first[1:] = pairs[0, best[1:]] != pairs[0, best[:-1]]
+    b, f = pairs[0, best[first]], pairs[1, best[first]]
+    keep = op_phase[b] == BWD  # not the optimizer tail
+    b, f = b[keep], f[keep]
+    op_mb[b], op_chunk[b] = op_mb[f], op_chunk[f]
+    return int(b.shape[0])
 
 
 def classify(facts: LaunchFacts, frames: dict[str, tuple[np.ndarray, np.ndarray]],
              main_thread: int, pp: int, vpp: int) -> tuple[np.ndarray, np.ndarray,
-                                                            np.ndarray, str]:
+                                                            np.ndarray, dict]:
     """Phase codes, micro-batch and chunk per activity, and the evidence used."""
     n = facts.ts.shape[0]
     phase = np.full(n, OTHER, dtype=np.int8)
     mb = np.full(n, -1, dtype=np.int32)
     chunk = np.zeros(n, dtype=np.int32)
     use_frames = frames["forward_step"][0].shape[0] > 0
+    linked = backward = 0
     for it in np.unique(facts.iteration):
         rows = np.flatnonzero(facts.iteration == it)
         if use_frames:
@@ -183,12 +220,18 @@ def classify(facts: LaunchFacts, frames: dict[str, tuple[np.ndarray, np.ndarray]
                 sel = (end > lo) & (ts < hi)
                 spans[key] = (ts[sel], end[sel])
             ops = ops_from_frames(*spans["forward_step"], *spans["backward_step"])
-            classify_iteration(facts, rows, ops, None, pp, vpp, phase, mb, chunk)
+            counts = classify_iteration(facts, rows, ops, None, pp, vpp, phase, mb, chunk)
         else:
             launched = rows[facts.ts[rows] >= 0]
             *ops, op_of = ops_from_threads(facts, launched, main_thread)
-            classify_iteration(facts, rows, tuple(ops), op_of, pp, vpp, phase, mb, chunk)
-    evidence = ("python frames forward_step / backward_step" if use_frames else
-                "launching threads (main-thread forward runs, autograd-thread backward "
-                "runs, split at P2P calls)")
+            counts = classify_iteration(facts, rows, tuple(ops), op_of, pp, vpp, phase, mb,
+                                        chunk)
+        linked, backward = linked + counts[0], backward + counts[1]
+    evidence = {
+        "micro-batch ops": ("python frames forward_step / backward_step" if use_frames else
+                            "launching threads (main-thread forward runs, autograd-thread "
+                            "backward runs, split at P2P calls)"),
+        "backward ops": backward,
+        "backward ops paired with their forward op by Sequence number": linked,
+        "backward ops paired by schedule position": backward - linked}
     return phase, mb, chunk, evidence

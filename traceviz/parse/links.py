@@ -55,6 +55,8 @@ class Links:
     launch_end: np.ndarray   # launch end (ns); -1 where no launch
     main_thread: int         # thread of the ProfilerStep annotations
     frames: dict             # forward_step / backward_step python frames: (ts, dur)
+    forward_ts: np.ndarray   # start (ns) of the forward op that the launch's autograd
+    #                          node differentiates (same Sequence number, main thread); -1
 
 
 @dataclass
@@ -119,8 +121,11 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int) -> Links:
                                         launch_ts, launch_thread, scanned, work_bytes)
     op_row, node_row = queries[0].result, queries[1].result
     stats["launch inside a cpu_op"] = int((op_row >= 0).sum())
-    node_name = ops.gatherer(node_row)("name")
-    recompute = lookups.is_recompute_node[node_name]
+    node = ops.gatherer(node_row)
+    recompute = lookups.is_recompute_node[node("name")]
+    main = _main_thread(steps, launch_thread)
+    forward_ts = _forward_times(ops, node("seq_number"), main)
+    del node
     optimizer = _inside(annotations["ts"], annotations["dur"], annotations["thread"],
                         launch_ts, launch_thread)
     frames = _frames(scanned, lookups)
@@ -137,12 +142,34 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int) -> Links:
     stats["collective metadata"] = int((comm_row >= 0).sum())
     step_list = [{"iteration": int(n), "ts": int(t), "dur": int(d)} for t, d, n in sorted(
         zip(steps["ts"].tolist(), steps["dur"].tolist(), steps["number"].tolist()))]
-    main = _main_thread(steps, launch_thread)
     return Links(rows=rows, cls=cls, corr=corr, launch_row=launch_row, launch_ts=launch_ts,
                  launch_thread=launch_thread, op_row=op_row, iteration=iteration,
                  comm_row=comm_row, steps=step_list, stats=stats, recompute=recompute,
                  optimizer=optimizer, launch_end=lg_end, main_thread=main,
-                 frames={k: frames[k][:2] for k in ("forward_step", "backward_step")})
+                 frames={k: frames[k][:2] for k in ("forward_step", "backward_step")},
+                 forward_ts=forward_ts)
+
+
+def _forward_times(ops, node_seq: np.ndarray, main_thread: int) -> np.ndarray:
+    """Per activity: start of the earliest main-thread op with the ``Sequence number`` of
+    the autograd node around its launch (the forward op it differentiates); -1 where
+    the node has no number or no such op is in the trace. One pass over the ops, only
+    when some node has a number."""
+    out = np.full(node_seq.shape[0], -1, dtype=np.int64)
+    wanted = np.unique(node_seq[node_seq >= 0])
+    if not wanted.size:
+        return out
+    first = np.full(wanted.shape[0], np.iinfo(np.int64).max)
+    for _, cols in ops.blocks("ts", "thread", "seq_number"):
+        seq = cols["seq_number"]
+        pos = np.searchsorted(wanted, seq)
+        pos[pos == wanted.shape[0]] = 0
+        hit = np.flatnonzero((cols["thread"] == main_thread) & (wanted[pos] == seq))
+        np.minimum.at(first, pos[hit], cols["ts"][hit])
+    has = node_seq >= 0
+    found = first[np.searchsorted(wanted, node_seq[has])]
+    out[has] = np.where(found < np.iinfo(np.int64).max, found, -1)
+    return out
 
 
 def _main_thread(steps: dict, launch_thread: np.ndarray) -> int:

@@ -388,7 +388,7 @@ def _phases(s: Strings, patterns: Patterns, links, coll: CollectiveMeta, pp: int
     facts = LaunchFacts(ts=links.launch_ts, end=links.launch_end,
                         thread=links.launch_thread.astype(np.int64),
                         iteration=links.iteration, p2p=p2p, recompute=links.recompute,
-                        optimizer=links.optimizer)
+                        optimizer=links.optimizer, forward_ts=links.forward_ts)
     frames = {k: (ts, ts + dur) for k, (ts, dur) in links.frames.items()}
     return classify(facts, frames, links.main_thread, pp, vpp)
 

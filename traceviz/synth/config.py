@@ -32,6 +32,7 @@ class SynthConfig:
     schedule: str = "1f1b"
     recompute: bool = False
     with_stack: bool = True
+    pg_desc: bool = True  # False: PyTorch < 2.4 (no Process Group Description)
     moe_every: int = 0
     seed: int = 0
     skew_us: float = 0.0

@@ -17,6 +17,8 @@ real Megatron trace contains is reproduced (research/pp_collectives_megatron.md 
 """
 from __future__ import annotations
 
+import dataclasses
+
 import json
 
 from .program import GROUPS, STREAMS, Item
@@ -133,8 +135,10 @@ class RankWriter:
                           f'"ts": {fmt_ts(t)},\n    "cat": "{cat}", "name": "{cat}"{bp}\n  }}')
 
 
-def comm_args(item: Item, members: list[int], pg_name: str, seq: int, rank: int) -> dict:
-    """The record_param_comms arguments of a collective (also copied onto its kernel)."""
+def comm_args(item: Item, members: list[int], pg_name: str, seq: int, rank: int,
+              with_desc: bool) -> dict:
+    """The record_param_comms arguments of a collective (also copied onto its kernel).
+    PyTorch < 2.4 writes no Process Group Description (``with_desc`` False)."""
     label, desc = GROUPS[item.group]
     args = {"Collective name": item.collective, "dtype": item.dtype,
             "In msg nelems": item.in_nelems, "Out msg nelems": item.out_nelems,
@@ -142,16 +146,23 @@ def comm_args(item: Item, members: list[int], pg_name: str, seq: int, rank: int)
             "Process Group Name": pg_name, "Process Group Description": desc,
             "Process Group Ranks": "[" + ", ".join(map(str, members)) + "]",
             "Rank": members.index(rank), "Seq": seq}
+    if not with_desc:
+        del args["Process Group Description"]
     return args
 
 
 def emit_rank(w: RankWriter, program: list[Item], tl, *, device: int, iterations: int,
-              first_iteration: int, schedule: str, with_stack: bool, members_of,
+              first_iteration: int, schedule: str, with_stack: bool, pg_desc: bool, members_of,
               pg_name_of, seq_of, corr_base: int) -> list[dict]:
     """Add every event of one rank to ``w``; returns the per-kernel truth rows."""
+    def args_of(item: Item, it: int, k: int) -> dict:
+        return comm_args(item, members_of(item), pg_name_of(item), seq_of(it, k), w.rank,
+                         pg_desc)
+
     truth = []
     n = len(program)
     forward_op_ts: dict[int, int] = {}  # autograd sequence number -> forward op ts
+    seq_span = max((item.seq_op for item in program), default=0) + 1
     flow_id = 0
     for it in range(iterations):
         base = it * n
@@ -169,8 +180,10 @@ def emit_rank(w: RankWriter, program: list[Item], tl, *, device: int, iterations
         for k, item in enumerate(program):
             idx = base + k
             corr = corr_base + idx
-            ext = _launching_ops(w, item, tl, idx, forward_op_ts, members_of, pg_name_of,
-                                 seq_of, it, k)
+            if it and item.seq_op >= 0:  # autograd sequence numbers never repeat
+                item = dataclasses.replace(item, seq_op=item.seq_op + it * seq_span)
+            ext = _launching_ops(w, item, tl, idx, forward_op_ts, members_of,
+                                 lambda: args_of(item, it, k))
             if item.thread == "bwd" and item.phase == "BWD" and item.seq_op in forward_op_ts:
                 flow_id += 1
                 t_f = forward_op_ts.pop(item.seq_op)
@@ -195,8 +208,7 @@ def emit_rank(w: RankWriter, program: list[Item], tl, *, device: int, iterations
                 kargs.update({"registers per thread": 128, "shared memory": 0,
                               "grid": [132, 1, 1], "block": [256, 1, 1]})
                 if item.kind != "comp":
-                    kargs.update(comm_args(item, members_of(item), pg_name_of(item),
-                                           seq_of(it, k), w.rank))
+                    kargs.update(args_of(item, it, k))
             t_kernel = w._event(cat, item.name, tl.start[idx], tl.end[idx], "main", kargs,
                                 gpu=(device, stream))
             w.flow("s", "ac2g", corr, t_launch, w.pid, w.tid[item.thread])
@@ -207,9 +219,10 @@ def emit_rank(w: RankWriter, program: list[Item], tl, *, device: int, iterations
     return truth
 
 
-def _launching_ops(w: RankWriter, item: Item, tl, idx, forward_op_ts, members_of, pg_name_of,
-                   seq_of, it, k) -> int:
-    """The cpu_op chain around an item's launch; returns the External id of the launch."""
+def _launching_ops(w: RankWriter, item: Item, tl, idx, forward_op_ts, members_of,
+                   comm_args_now) -> int:
+    """The cpu_op chain around an item's launch; returns the External id of the launch.
+    ``comm_args_now()`` gives a collective's record_param_comms arguments."""
     i0, l0, l1 = tl.issue[idx], tl.launch[idx], tl.launch_end[idx]
     th = item.thread
     if item.kind in ("coll", "send", "recv"):
@@ -226,9 +239,7 @@ def _launching_ops(w: RankWriter, item: Item, tl, idx, forward_op_ts, members_of
             me = members.index(w.rank)
             peer = (me + item.peer) % len(members)
             note = f"{note} {me}{'->' if item.kind == 'send' else '<-'}{peer}"
-        members = members_of(item)
-        w.cpu_op("record_param_comms", i0 + 1.0, l1 + 1.5, th,
-                 **comm_args(item, members, pg_name_of(item), seq_of(it, k), w.rank))
+        w.cpu_op("record_param_comms", i0 + 1.0, l1 + 1.5, th, **comm_args_now())
         w.cpu_op(note, i0 + 3.0, l1 + 1.0, th, cat="user_annotation")
         return w.ext
     if th == "bwd" and item.phase == "BWD":

@@ -115,7 +115,8 @@ def synthesize(cfg: SynthConfig, out: str | os.PathLike) -> Path:
         w = RankWriter(r, pid=20000 + 97 * r, skew_ns=skew[r])
         rows = emit_rank(w, prog, tl, device=r % cfg.gpus_per_node, iterations=cfg.iterations,
                          first_iteration=cfg.first_iteration, schedule=cfg.schedule,
-                         with_stack=cfg.with_stack, members_of=members_of,
+                         with_stack=cfg.with_stack, pg_desc=cfg.pg_desc,
+                         members_of=members_of,
                          pg_name_of=name_of, seq_of=seq_of, corr_base=1_000_000 * (r + 1))
         rank_rows = []
         for row in rows:
@@ -143,7 +144,8 @@ def synthesize(cfg: SynthConfig, out: str | os.PathLike) -> Path:
                                       for a, b in zip(tl.step_start, tl.step_end)]}
         pg_config = [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl",
                       "pg_size": world, "ranks": list(range(world))}]
-        pg_config += [{"pg_name": pg_name[(desc, tuple(g))], "pg_desc": desc,
+        pg_config += [{"pg_name": pg_name[(desc, tuple(g))],
+                       "pg_desc": desc if cfg.pg_desc else "undefined",
                        "backend_config": "cuda:nccl", "pg_size": len(g), "ranks": g}
                       for desc in sorted(all_groups) for g in all_groups[desc] if r in g]
         header = {"schemaVersion": 1, "deviceProperties": [
