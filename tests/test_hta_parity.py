@@ -1,0 +1,161 @@
+"""HTA parity of the temporal breakdown, comm-comp overlap and kernel-type breakdown.
+
+``exact_ns/`` (HTA without its µs rounding) is matched in traceviz's default mode;
+``rounded/`` (HTA's defaults) with ``hta_compat``. Both drop the last ProfilerStep, as
+HTA does by default.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from conftest import needs_shared
+from hta_cases import HTA_ONLY_ROWS, case_table, reference
+from traceviz.analysis.select import COMM, COMP, Options, select
+from traceviz.analysis.temporal import kernel_type_breakdown, temporal_breakdown
+from traceviz.intervals import measure
+
+pytestmark = needs_shared
+US = 1000
+
+
+def _rows(mode: str, name: str) -> list[dict]:
+    try:
+        return reference(mode, name)
+    except FileNotFoundError:
+        return []
+
+
+def _ours(case: str, rank: int, mode: str):
+    table = case_table(case, rank)
+    if table is None:
+        pytest.skip(f"{case}: its trace is not among ../shared/traces (HTA's own test data "
+                    "only)")
+    return select(table, Options(drop_last_step=True, hta_compat=mode == "rounded"))
+
+
+TEMPORAL = [(m, r) for m in ("exact_ns", "rounded") for r in _rows(m, "temporal_breakdown.csv")]
+
+
+@pytest.mark.parametrize("mode,ref", TEMPORAL,
+                         ids=[f"{m}-{r['case']}-{r['rank']}" for m, r in TEMPORAL])
+def test_temporal_breakdown(mode, ref):
+    acts = _ours(ref["case"], int(ref["rank"]), mode)
+    row = temporal_breakdown([acts]).to_pylist()[0]
+    assert row["iteration"] == -1
+    got = {k: row[f"{k}_ns"] / US for k in ("idle", "compute", "non_compute", "kernel_time")}
+    want = {k: float(ref[f"{k}_time(us)"]) for k in ("idle", "compute", "non_compute",
+                                                      "kernel")}
+    want["kernel_time"] = want.pop("kernel")
+    if mode == "rounded" and ref["case"] in HTA_ONLY_ROWS:
+        # HTA's number includes rows traceviz does not treat as GPU activities; ours is
+        # checked against an independent union of the selected activities instead
+        assert row["kernel_time_ns"] - row["idle_ns"] == measure(acts.ts, acts.end)
+        assert got != pytest.approx(want, abs=1), HTA_ONLY_ROWS[ref["case"]]
+        return
+    if mode == "rounded" and ref["case"] == "ns_resolution_trace":
+        # HTA rounds float µs at 1.7e15: its float sums land on other integers than the
+        # exact decimal values do; the shares still agree to 0.01 pp
+        for k in ("idle", "compute", "non_compute"):
+            assert row[f"{k}_pct"] == pytest.approx(float(ref[f"{k}_time_pctg"]), abs=0.01)
+        assert got["kernel_time"] == want["kernel_time"]
+        return
+    # exact_ns: HTA holds epoch µs (~1.7e15) in float64, whose spacing there is 0.25 µs
+    assert got == pytest.approx(want, abs=1 if mode == "rounded" else 0.25)
+    for k in ("idle", "compute", "non_compute"):
+        assert round(row[f"{k}_pct"], 2) == pytest.approx(float(ref[f"{k}_time_pctg"]),
+                                                           abs=0.0101)
+    # our finer split covers the same span exactly
+    parts = ("compute_only", "compute_overlapped_comm", "comm_only", "mem_only",
+             "other_only", "idle")
+    assert sum(row[f"{p}_ns"] for p in parts) == row["kernel_time_ns"]
+
+
+OVERLAP = [(m, r) for m in ("exact_ns", "rounded") for r in _rows(m, "comm_comp_overlap.csv")]
+
+
+@pytest.mark.parametrize("mode,ref", OVERLAP,
+                         ids=[f"{m}-{r['case']}-{r['rank']}" for m, r in OVERLAP])
+def test_comm_comp_overlap(mode, ref):
+    acts = _ours(ref["case"], int(ref["rank"]), mode)
+    rows = temporal_breakdown([acts]).to_pylist()
+    got = rows[0]["overlap_pct"] if rows else None
+    if ref["case"] == "history_large_integer_trace":
+        # its only kernel has no args: HTA sees stream -1 and drops it, traceviz keeps it
+        # (its cat says kernel): one COMM kernel, no compute -> 0 % overlap
+        assert len(acts) == 1 and acts.kind[0] == COMM and got == 0.0
+        return
+    if ref["comp_comm_overlap_pctg"] == "":
+        assert got is None or math.isnan(got)  # no communication
+        assert not (acts.kind == COMM).any()
+        return
+    assert got == pytest.approx(float(ref["comp_comm_overlap_pctg"]), abs=0.0051)
+    # independently: |U(COMM) ∩ U(COMP)| = |U(COMM)| + |U(COMP)| - |U(COMM ∪ COMP)|
+    cm, cp = acts.kind == COMM, acts.kind == COMP
+    both = cm | cp
+    inter = (measure(acts.ts[cm], acts.end[cm]) + measure(acts.ts[cp], acts.end[cp])
+             - measure(acts.ts[both], acts.end[both]))
+    assert got == pytest.approx(100 * inter / measure(acts.ts[cm], acts.end[cm]))
+
+
+def _kernel_types(mode: str) -> list[tuple[str, dict]]:
+    by_case: dict[str, dict] = {}
+    for r in _rows(mode, "kernel_type_breakdown.csv"):
+        by_case.setdefault(r["case"], {})[r["kernel_type"]] = (float(r["sum"]),
+                                                               float(r["percentage"]))
+    return [(mode, c, v) for c, v in sorted(by_case.items())]
+
+
+KTYPES = _kernel_types("rounded")
+
+
+@pytest.mark.parametrize("mode,case,want", KTYPES, ids=[c for _, c, _ in KTYPES])
+def test_kernel_type_breakdown_rounded(mode, case, want):
+    if case in HTA_ONLY_ROWS:
+        pytest.skip(f"{case}: {HTA_ONLY_ROWS[case]} (see test_temporal_breakdown)")
+    ranks = [0, 1] if case == "trace_filter" else [None]
+    acts = []
+    for rank in ranks:
+        ref_rank = rank if rank is not None else _rank_of(case)
+        acts.append(_ours(case, ref_rank, mode))
+    got = {r["kernel_type"]: (r["time_ns"] / US, r["percentage"])
+           for r in kernel_type_breakdown(acts).to_pylist()}
+    if case == "ns_resolution_trace":  # see test_temporal_breakdown
+        assert {k: round(v[1], 1) for k, v in got.items()} == {k: v[1] for k, v in
+                                                               want.items()}
+        return
+    assert {k: v[0] for k, v in got.items()} == pytest.approx({k: v[0] for k, v in
+                                                               want.items()}, abs=1)
+    assert {k: round(v[1], 1) for k, v in got.items()} == {k: v[1] for k, v in want.items()}
+
+
+def _rank_of(case: str) -> int:
+    for r in _rows("rounded", "temporal_breakdown.csv"):
+        if r["case"] == case:
+            return int(r["rank"])
+    return 0
+
+
+def test_kernel_type_breakdown_exact_ns_is_hta_truncating():
+    """HTA's kernel-type table truncates every ts and dur to whole µs even with its
+    rounding off (``exact_ns``); traceviz reports exact ns. On ns_resolution_trace and
+    amd_trace truncating our exact rows reproduces HTA's numbers exactly."""
+    ref = {(r["case"], r["kernel_type"]): float(r["sum"])
+           for r in _rows("exact_ns", "kernel_type_breakdown.csv")}
+    for case in ("ns_resolution_trace", "amd_trace"):
+        acts = _ours(case, 0, "exact_ns")
+        exact = {r["kernel_type"]: r["time_ns"] for r in kernel_type_breakdown([acts]).to_pylist()}
+        for kt in exact:
+            assert exact[kt] / US != ref[(case, kt)]  # the reason the numbers differ
+        # our exact numbers: the union of the exact COMP rows is the COMPUTATION part
+        comp = acts.kind == COMP
+        assert sum(v for k, v in exact.items() if "COMPUTATION" in k) == measure(
+            acts.ts[comp], acts.end[comp])
+        ts = acts.ts // US * US
+        acts.end = ts + (acts.end - acts.ts) // US * US
+        acts.ts = ts
+        trunc = {r["kernel_type"]: r["time_ns"] / US
+                 for r in kernel_type_breakdown([acts]).to_pylist()}
+        assert trunc == {kt: v for (c, kt), v in ref.items() if c == case}

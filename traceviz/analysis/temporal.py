@@ -1,0 +1,110 @@
+"""Temporal breakdown, communication-computation overlap and kernel-type breakdown.
+
+All three come from one k-way sweep per (rank, iteration) over the COMP / COMM / MEM /
+OTHER activities (:func:`..intervals.grouped_combination_times`):
+
+* HTA's temporal breakdown: ``kernel_time`` = last end - first start; ``idle`` = time with
+  nothing running; ``compute`` = |U(COMP)|; ``non_compute`` = |U(all)| - |U(COMP)|;
+* our finer split of the same span: compute-only (COMP, no COMM), compute overlapped
+  with communication (COMP and COMM), comm-only, mem-only, other-only, idle; they sum
+  to ``kernel_time``;
+* overlap % = 100 |U(COMM) ∩ U(COMP)| / |U(COMM)| (HTA's definition; null without COMM);
+* kernel-type breakdown: time in every combination of COMP / COMM / MEM (OTHER and idle
+  left out), labelled as HTA does ("COMPUTATION overlapping COMMUNICATION"), summed over
+  ranks.
+
+Times are int64 ns; ``iteration`` -1 is the whole selection of a rank.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from ..intervals import grouped_combination_times
+from .select import CATS, COMM, COMP, MEM, OTHER, Activities
+
+_LABEL = {COMP: "COMPUTATION", COMM: "COMMUNICATION", MEM: "MEMORY"}
+_MASKS = np.arange(1 << len(CATS))
+
+
+def _has(bit: int) -> np.ndarray:
+    return (_MASKS >> bit) & 1 == 1
+
+
+def combination_table(acts: Activities) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(iterations, spans, times): per group (the whole rank first, then each iteration)
+    the kernel_time span (ns) and the time per category mask (int64[groups, 16])."""
+    its = np.unique(acts.iteration)
+    key_of_it = np.searchsorted(its, acts.iteration) + 1
+    n = len(acts)
+    keys = np.concatenate([np.zeros(n, np.int64), key_of_it])
+    ts, end, kind = (np.concatenate([a, a]) for a in (acts.ts, acts.end, acts.kind))
+    times = grouped_combination_times(ts, end, kind, keys, its.shape[0] + 1, len(CATS))
+    lo = np.full(its.shape[0] + 1, np.iinfo(np.int64).max)
+    hi = np.full(its.shape[0] + 1, np.iinfo(np.int64).min)
+    np.minimum.at(lo, keys, ts)
+    np.maximum.at(hi, keys, end)
+    spans = np.where(hi >= lo, hi - lo, 0)
+    return np.concatenate([[-1], its]), spans, times
+
+
+def _pct(x: np.ndarray, total: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(total > 0, 100.0 * x / np.maximum(total, 1), np.nan)
+
+
+def temporal_breakdown(ranks: list[Activities]) -> pa.Table:
+    """One row per rank and iteration (see the module doc); percentages of kernel_time."""
+    cols: dict[str, list] = {k: [] for k in (
+        "rank", "iteration", "kernel_time_ns", "idle_ns", "compute_ns", "non_compute_ns",
+        "compute_only_ns", "compute_overlapped_comm_ns", "comm_only_ns", "mem_only_ns",
+        "other_only_ns", "comm_ns", "overlap_pct")}
+    comp, comm, mem = _has(COMP), _has(COMM), _has(MEM)
+    for acts in ranks:
+        if not len(acts):
+            continue
+        its, span, t = combination_table(acts)
+        busy = t[:, 1:].sum(axis=1)
+        compute = t[:, comp].sum(axis=1)
+        comm_t = t[:, comm].sum(axis=1)
+        both = t[:, comp & comm].sum(axis=1)
+        cols["rank"] += [acts.rank] * its.shape[0]
+        cols["iteration"] += its.tolist()
+        cols["kernel_time_ns"] += span.tolist()
+        cols["idle_ns"] += (span - busy).tolist()
+        cols["compute_ns"] += compute.tolist()
+        cols["non_compute_ns"] += (busy - compute).tolist()
+        cols["compute_only_ns"] += (compute - both).tolist()
+        cols["compute_overlapped_comm_ns"] += both.tolist()
+        cols["comm_only_ns"] += (comm_t - both).tolist()
+        cols["mem_only_ns"] += t[:, mem & ~comp & ~comm].sum(axis=1).tolist()
+        cols["other_only_ns"] += t[:, 1 << OTHER].tolist()
+        cols["comm_ns"] += comm_t.tolist()
+        cols["overlap_pct"] += _pct(both, comm_t).tolist()
+    table = {k: pa.array(v, pa.float64() if k == "overlap_pct" else
+                         pa.int32() if k in ("rank",) else pa.int64(),
+                         from_pandas=True) for k, v in cols.items()}
+    span = np.array(cols["kernel_time_ns"], dtype=np.int64)
+    for part in ("idle", "compute", "non_compute"):
+        table[f"{part}_pct"] = pa.array(_pct(np.array(cols[f"{part}_ns"], np.int64), span))
+    return pa.table(table)
+
+
+def kernel_type_label(mask: int) -> str:
+    """HTA's label of a COMP/COMM/MEM combination (bit order COMP, COMM, MEM)."""
+    return " overlapping ".join(_LABEL[c] for c in (COMP, COMM, MEM) if mask >> c & 1)
+
+
+def kernel_type_breakdown(ranks: list[Activities]) -> pa.Table:
+    """Time (ns, summed over ranks, whole selection) in every COMP / COMM / MEM
+    combination, and its share of their sum."""
+    total = np.zeros(8, dtype=np.int64)
+    for acts in ranks:
+        if len(acts):
+            _, _, t = combination_table(acts)
+            np.add.at(total, _MASKS & 7, t[0])
+    masks = [m for m in range(1, 8) if total[m] > 0]
+    times = total[masks]
+    return pa.table({"kernel_type": [kernel_type_label(m) for m in masks],
+                     "time_ns": pa.array(times, pa.int64()),
+                     "percentage": pa.array(_pct(times, np.full(len(masks), times.sum())))})

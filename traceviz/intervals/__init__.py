@@ -1,0 +1,11 @@
+"""Interval algebra over int64 nanosecond arrays (numba).
+
+An interval is ``[start, end)`` with ``end >= start``. A *union* is a sorted array pair of
+disjoint intervals; intervals that touch (``start == running end``) are merged, as HTA
+does. Every function is O(n log n) at most and loops only inside numba.
+"""
+from .core import (combination_times, grouped_combination_times, grouped_measure, intersect,
+                   measure, union)
+
+__all__ = ["union", "measure", "intersect", "combination_times",
+           "grouped_combination_times", "grouped_measure"]
