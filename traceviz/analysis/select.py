@@ -43,7 +43,9 @@ def hta_kind(name: str) -> int:
 def _hta_round(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """HTA's load-time rounding, in its float64 µs arithmetic: ts := ceil(ts),
     end := floor(ts + dur) (the float sum can land just below an integer). Returns ns."""
-    t = ts / US  # the double nearest the trace's decimal µs text, as json.loads reads it
+    # the double nearest the trace's decimal µs text, as json.loads reads it (whole µs
+    # exact, then one rounding; ts / 1000 would round twice above 2**53 ns)
+    t = (ts // US).astype(np.float64) + (ts % US) / US
     return (np.ceil(t).astype(np.int64) * US,
             np.floor(t + dur / US).astype(np.int64) * US)
 
@@ -76,6 +78,7 @@ class Activities:
     launch_names: list[str]
     cat: np.ndarray         # 0 kernel, 1 gpu_memcpy, 2 gpu_memset
     bytes: np.ndarray       # memcpy / memset bytes, -1 unknown
+    bandwidth: np.ndarray   # bytes / exact duration (GB/s); NaN without bytes or duration
     meta: dict
 
     def __len__(self) -> int:
@@ -130,9 +133,12 @@ def select(table: pa.Table, options: Options = Options()) -> Activities:
     rows = np.flatnonzero(keep)
     rows = rows[np.argsort(ts[rows], kind="stable")]
     launch_name, launch_names = _codes(table["launch_name"])
+    nbytes = _ints(table["bytes"])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bandwidth = np.where((nbytes >= 0) & (dur > 0), nbytes / np.maximum(dur, 1), np.nan)
     return Activities(
         rank=int(meta.get("rank", -1)), ts=ts[rows], end=end[rows], kind=kind[rows],
         name=name[rows], names=names, stream=stream[rows], iteration=iteration[rows],
         launch_ts=launch_ts[rows], launch_end=launch_end[rows],
         launch_name=launch_name[rows], launch_names=launch_names, cat=cat[rows],
-        bytes=_ints(table["bytes"])[rows], meta=meta)
+        bytes=nbytes[rows], bandwidth=bandwidth[rows], meta=meta)

@@ -1,0 +1,56 @@
+"""CUDA kernel launch statistics (HTA's ``get_cuda_kernel_launch_stats``).
+
+One row per activity launched by a kernel / memcpy / memset launch call
+(``cudaLaunchKernel``, ``cudaLaunchKernelExC``, MTIA ``runFunction...``,
+``cudaMemcpyAsync``, ``cudaMemsetAsync``): cpu duration (the call), gpu duration, and
+launch delay ``max(0, start - call end)``. Outliers as HTA draws them: short GPU kernels
+(cpu <= runtime cutoff and gpu < cpu), runtime outliers (cpu > runtime cutoff), launch
+delay outliers (delay > launch-delay cutoff). Times in ns.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pyarrow as pa
+
+from .select import Activities
+
+LAUNCH_CALLS = re.compile(r"^(cudaLaunchKernel|cudaLaunchKernelExC|cudaMemcpyAsync|"
+                          r"cudaMemsetAsync)$|^runFunction")
+
+
+def launch_pairs(acts: Activities) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, cpu_ns, gpu_ns, delay_ns) of the activities launched by a launch call."""
+    is_call = np.array([bool(LAUNCH_CALLS.search(n)) for n in acts.launch_names] + [False])
+    rows = np.flatnonzero(is_call[acts.launch_name] & (acts.launch_ts >= 0))
+    cpu = acts.launch_end[rows] - acts.launch_ts[rows]
+    gpu = acts.end[rows] - acts.ts[rows]
+    delay = np.maximum(0, acts.ts[rows] - acts.launch_end[rows])
+    return rows, cpu, gpu, delay
+
+
+def launch_stats_summary(ranks: list[Activities], runtime_cutoff_ns: int = 50_000,
+                         launch_delay_cutoff_ns: int = 100_000) -> pa.Table:
+    """Per rank: pairs, short kernels, runtime and launch-delay outliers, mean cpu / gpu
+    duration and launch delay, median and max delay (ns; NaN without pairs)."""
+    out: dict[str, list] = {k: [] for k in (
+        "rank", "launch_kernel_pairs", "short_gpu_kernels", "runtime_outliers",
+        "launch_delay_outliers", "mean_cpu_ns", "mean_gpu_ns", "mean_launch_delay_ns",
+        "median_launch_delay_ns", "max_launch_delay_ns")}
+    for acts in ranks:
+        _, cpu, gpu, delay = launch_pairs(acts)
+        n = cpu.shape[0]
+        out["rank"].append(acts.rank)
+        out["launch_kernel_pairs"].append(n)
+        out["short_gpu_kernels"].append(int(((cpu <= runtime_cutoff_ns) & (gpu < cpu)).sum()))
+        out["runtime_outliers"].append(int((cpu > runtime_cutoff_ns).sum()))
+        out["launch_delay_outliers"].append(int((delay > launch_delay_cutoff_ns).sum()))
+        nan = float("nan")
+        out["mean_cpu_ns"].append(float(cpu.mean()) if n else nan)
+        out["mean_gpu_ns"].append(float(gpu.mean()) if n else nan)
+        out["mean_launch_delay_ns"].append(float(delay.mean()) if n else nan)
+        out["median_launch_delay_ns"].append(float(np.median(delay)) if n else nan)
+        out["max_launch_delay_ns"].append(float(delay.max()) if n else nan)
+    return pa.table({k: pa.array(v, pa.int32() if k == "rank" else None)
+                     for k, v in out.items()})

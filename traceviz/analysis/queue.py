@@ -1,0 +1,105 @@
+"""Launch-queue length per stream and memcpy / memset bandwidth over time (HTA's
+counters), their summaries, and the time spent blocked on a full queue.
+
+Queue length: every activity launched by a launch call (HTA's list below) adds +1 at
+the call's start and -1 at its own start, per stream; the series has one point per
+change (launched, not yet started). Summaries are ``describe()`` over the change points
+(not time-weighted), as HTA's. Bandwidth: each memcpy / memset adds ``bytes / dur``
+(GB/s = bytes per ns; zero durations count as 1 µs, as HTA) from its start to its end,
+per subtype (the first 11 characters of the name, "Memcpy DtoH", or "Memset"); the
+rate is the copy's own (bytes over its exact duration, Kineto's "memory bandwidth" arg);
+the summary is over the points where the total is > 0.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pyarrow as pa
+
+from .describe import describe
+from .select import MEM, Activities
+
+QUEUE_CALLS = re.compile(
+    r"^(cudaLaunchKernel|cudaLaunchKernelExC|cuLaunchKernel|cuLaunchKernelEx|"
+    r"cudaMemcpyAsync|cudaMemsetAsync|hipLaunchKernel|hipExtModuleLaunchKernel|"
+    r"hipMemcpyAsync|hipMemsetAsync|hipMemcpyWithStream)$|^runFunction")
+MAX_QUEUE = 1024  # CUDA's launch queue per stream
+
+
+def queue_series(acts: Activities) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(stream, ts, length) change points, sorted by stream then time (launches before
+    starts at equal times; HTA's order at a tie is its unstable sort's)."""
+    is_call = np.array([bool(QUEUE_CALLS.search(n)) for n in acts.launch_names] + [False])
+    rows = np.flatnonzero(is_call[acts.launch_name] & (acts.launch_ts >= 0))
+    stream = np.concatenate([acts.stream[rows], acts.stream[rows]])
+    t = np.concatenate([acts.launch_ts[rows], acts.ts[rows]])
+    step = np.concatenate([np.ones(rows.size, np.int64), -np.ones(rows.size, np.int64)])
+    order = np.lexsort((-step, t, stream))
+    stream, t, step = stream[order], t[order], step[order]
+    length = np.cumsum(step)
+    first = np.ones(stream.size, dtype=bool)
+    first[1:] = stream[1:] != stream[:-1]
+    base = np.maximum.accumulate(np.where(first, np.arange(stream.size), 0))
+    before = np.where(base > 0, length[np.maximum(base - 1, 0)], 0)
+    return stream, t, length - before
+
+
+def queue_length_summary(ranks: list[Activities]) -> pa.Table:
+    """Per rank and stream: describe() of the queue length, and the time (ns) and share
+    of the rank's trace span during which the queue was full (>= 1024)."""
+    cols: dict[str, list] = {"rank": [], "stream": [], "blocked_ns": [], "blocked_ratio": []}
+    stats: dict[str, list] = {}
+    for acts in ranks:
+        stream, t, length = queue_series(acts)
+        span = int(acts.end.max() - acts.ts.min()) if len(acts) else 0
+        for s in np.unique(stream).tolist():
+            on = stream == s
+            ts_s, len_s = t[on], length[on]
+            full = len_s[:-1] >= MAX_QUEUE
+            blocked = int((np.diff(ts_s)[full]).sum())
+            cols["rank"].append(acts.rank)
+            cols["stream"].append(s)
+            cols["blocked_ns"].append(blocked)
+            cols["blocked_ratio"].append(blocked / span if span else float("nan"))
+            for k, v in describe(len_s).items():
+                stats.setdefault(f"queue_length_{k}", []).append(v)
+    return pa.table({**{k: pa.array(v, pa.int32() if k == "rank" else None)
+                        for k, v in cols.items()},
+                     **{k: pa.array(v, pa.float64()) for k, v in stats.items()}})
+
+
+def memcpy_subtype(name: str) -> str:
+    return "Memset" if name.startswith("Memset") else name[:11]
+
+
+def bandwidth_series(acts: Activities) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per memcpy / memset subtype: (ts, total GB/s from ts on) change points."""
+    mem = np.flatnonzero((acts.kind == MEM) & np.isfinite(acts.bandwidth))
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    subtype = np.array([memcpy_subtype(acts.names[i]) for i in acts.name[mem].tolist()])
+    for sub in np.unique(subtype).tolist():
+        rows = mem[subtype == sub]
+        dur = acts.end[rows] - acts.ts[rows]
+        dur = np.where(dur <= 0, 1000, dur)
+        bw = acts.bandwidth[rows]
+        t = np.concatenate([acts.ts[rows], acts.ts[rows] + dur])
+        d = np.concatenate([bw, -bw])
+        order = np.argsort(t, kind="stable")
+        out[sub] = (t[order], np.cumsum(d[order]))
+    return out
+
+
+def memory_bw_summary(ranks: list[Activities]) -> pa.Table:
+    """Per rank and subtype: describe() of the concurrent bandwidth (GB/s) where > 0."""
+    cols: dict[str, list] = {"rank": [], "name": []}
+    stats: dict[str, list] = {}
+    for acts in ranks:
+        for sub, (_, bw) in sorted(bandwidth_series(acts).items()):
+            cols["rank"].append(acts.rank)
+            cols["name"].append(sub)
+            for k, v in describe(bw[bw > 1e-12]).items():
+                stats.setdefault(f"memory_bw_gbps_{k}", []).append(v)
+    return pa.table({**{k: pa.array(v, pa.int32() if k == "rank" else pa.string())
+                        for k, v in cols.items()},
+                     **{k: pa.array(v, pa.float64()) for k, v in stats.items()}})
