@@ -251,3 +251,56 @@ def synth(outdir: str, **knobs) -> None:
     click.echo(f"wrote a {cfg.world}-rank job (tp {cfg.tp}, pp {cfg.pp}, dp {cfg.dp}, "
                f"cp {cfg.cp}, ep {cfg.ep}, vpp {cfg.vpp}) to {outdir} in "
                f"{time.perf_counter() - start:.1f} s", err=True)
+
+
+def _int_list(text: str | None) -> tuple[int, ...] | None:
+    if not text:
+        return None
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise UsageError(f"{text!r}: expected comma-separated integers") from None
+
+
+@main.command()
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("-o", "--output", "outdir", default="breakdown", show_default=True,
+              help="Folder for the tables (CSV and parquet) and figures (PNG).")
+@click.option("--ranks", help="Comma-separated ranks to analyse [default: all].")
+@click.option("--iterations", help="Comma-separated ProfilerStep numbers [default: all].")
+@click.option("--streams", help="Comma-separated streams [default: all].")
+@click.option("--drop-last-step", is_flag=True,
+              help="Drop the last ProfilerStep, as HTA does by default.")
+@click.option("--hta-compat", is_flag=True,
+              help="Reproduce HTA: µs rounding, its kernel types, last step dropped.")
+@click.option("--kernel-wait-us", type=float, default=30.0, show_default=True,
+              help="Gaps shorter than this between kernels of a stream are kernel_wait.")
+@click.option("--runtime-cutoff-us", type=float, default=50.0, show_default=True)
+@click.option("--launch-delay-cutoff-us", type=float, default=100.0, show_default=True)
+def breakdown(inputs, outdir, ranks, iterations, streams, drop_last_step, hta_compat,
+              kernel_wait_us, runtime_cutoff_us, launch_delay_cutoff_us) -> None:
+    """HTA-style GPU time analyses of traces or parsed tables (files or folders).
+
+    Temporal breakdown (idle / compute / non-compute, and compute-only / overlapped /
+    comm-only / memory-only per rank and iteration), comm-computation overlap,
+    kernel-type breakdown, idle time per stream by cause, kernel launch statistics,
+    queue length and memcpy bandwidth summaries.
+
+    \b
+    Examples:
+      traceviz breakdown job/iteration_10 -o breakdown/
+      traceviz breakdown rank0.json.gz --hta-compat
+    """
+    from .analysis import breakdown as B
+    from .analysis.select import Options
+
+    opts = Options(drop_last_step=drop_last_step or hta_compat,
+                   iterations=_int_list(iterations), streams=_int_list(streams),
+                   hta_compat=hta_compat)
+    result = B.run(list(inputs), opts, ranks=_int_list(ranks),
+                   kernel_wait_ns=round(kernel_wait_us * 1000),
+                   runtime_cutoff_ns=round(runtime_cutoff_us * 1000),
+                   launch_delay_cutoff_ns=round(launch_delay_cutoff_us * 1000))
+    written = B.write(result, outdir)
+    click.echo(B.summary(result))
+    click.echo(f"wrote {len(written)} files to {outdir}", err=True)

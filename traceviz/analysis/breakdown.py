@@ -1,0 +1,119 @@
+"""``traceviz breakdown``: every HTA-style analysis over a set of ranks, written as CSV
+and parquet tables plus figures.
+
+Inputs are trace files, parsed tables (``.parquet``) or folders holding either; each
+rank is loaded and selected on its own, and a rank that fails to load is reported and
+skipped (the others still finish).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from ..errors import TraceVizError
+from ..output import atomic_path, write_parquet
+from .idle import idle_breakdown
+from .launch import launch_stats_summary
+from .queue import memory_bw_summary, queue_length_summary
+from .select import Activities, Options, select
+from .temporal import kernel_type_breakdown, temporal_breakdown
+
+
+@dataclass
+class Result:
+    """The analyses' tables by name, the ranks analysed and the inputs that failed."""
+
+    tables: dict[str, pa.Table]
+    ranks: list[Activities]
+    failed: list[str] = field(default_factory=list)
+
+
+def input_files(paths: list[str | os.PathLike]) -> list[Path]:
+    """Trace and parquet files named by ``paths`` (folders searched recursively)."""
+    from ..discover import find_traces
+
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            parquet = sorted(x for x in p.rglob("*.parquet") if "ground_truth" not in x.parts)
+            out += parquet or [t.path for t in find_traces(p)]
+        elif p.exists():
+            out.append(p)
+        else:
+            raise TraceVizError(f"{p}: no such file or folder")
+    if not out:
+        raise TraceVizError(f"{', '.join(map(str, paths))}: no traces or parsed tables found")
+    return out
+
+
+def load_table(path: Path) -> pa.Table:
+    import traceviz
+
+    return traceviz.load(path) if path.suffix == ".parquet" else traceviz.parse(path)
+
+
+def run(paths: list[str | os.PathLike], options: Options = Options(), *,
+        ranks: tuple[int, ...] | None = None, kernel_wait_ns: int = 30_000,
+        runtime_cutoff_ns: int = 50_000, launch_delay_cutoff_ns: int = 100_000) -> Result:
+    """Load, select and analyse every rank of ``paths``."""
+    selected: list[Activities] = []
+    failed: list[str] = []
+    for path in input_files(paths):
+        try:
+            acts = select(load_table(path), options)
+        except TraceVizError as exc:
+            failed.append(str(exc))
+            continue
+        if ranks is None or acts.rank in ranks:
+            selected.append(acts)
+    if not selected:
+        raise TraceVizError("no rank could be analysed" + (
+            ": " + "; ".join(failed) if failed else " (check --ranks)"))
+    selected.sort(key=lambda a: a.rank)
+    tables = {
+        "temporal_breakdown": temporal_breakdown(selected),
+        "kernel_type_breakdown": kernel_type_breakdown(selected),
+        "idle_time_breakdown": idle_breakdown(selected, kernel_wait_ns),
+        "launch_stats": launch_stats_summary(selected, runtime_cutoff_ns,
+                                             launch_delay_cutoff_ns),
+        "queue_length_summary": queue_length_summary(selected),
+        "memory_bw_summary": memory_bw_summary(selected),
+    }
+    return Result(tables, selected, failed)
+
+
+def write(result: Result, outdir: str | os.PathLike) -> list[Path]:
+    """Each table as ``<name>.csv`` and ``<name>.parquet``, and the figures."""
+    from ..render.breakdown_figures import draw_all
+
+    outdir = Path(outdir)
+    written = []
+    for name, table in result.tables.items():
+        csv_path = outdir / f"{name}.csv"
+        with atomic_path(csv_path) as tmp:
+            pacsv.write_csv(table, tmp)
+        write_parquet(table, outdir / f"{name}.parquet")
+        written += [csv_path, outdir / f"{name}.parquet"]
+    return written + draw_all(result.tables, outdir)
+
+
+def summary(result: Result) -> str:
+    """A few lines: per rank the shares of the span, and the overlap."""
+    lines = []
+    for r in result.tables["temporal_breakdown"].to_pylist():
+        if r["iteration"] != -1:
+            continue
+        overlap = r["overlap_pct"]
+        lines.append(
+            f"rank {r['rank']}: span {r['kernel_time_ns'] / 1e6:.3f} ms; compute "
+            f"{r['compute_pct']:.2f} %, non-compute {r['non_compute_pct']:.2f} %, idle "
+            f"{r['idle_pct']:.2f} %; comm-comp overlap "
+            + ("n/a (no communication)" if overlap is None or overlap != overlap
+               else f"{overlap:.2f} %"))
+    for msg in result.failed:
+        lines.append(f"skipped: {msg}")
+    return "\n".join(lines)

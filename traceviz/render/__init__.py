@@ -1,0 +1,1 @@
+"""Figures and text renderings of analysis tables (matplotlib, Agg backend)."""
