@@ -1,6 +1,8 @@
 """The Python API: parse a trace, load a parsed table, read its metadata."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import json
 import os
 from typing import BinaryIO
@@ -51,10 +53,11 @@ def parse(src: str | os.PathLike | BinaryIO, **kwargs) -> pa.Table:
     return parse_trace(src, **kwargs).activities
 
 
-def load(path: str | os.PathLike) -> pa.Table:
-    """Read a table written by ``traceviz parse`` (schema metadata included)."""
+def load(path: str | os.PathLike, columns: Sequence[str] | None = None) -> pa.Table:
+    """Read a table written by ``traceviz parse`` (schema metadata included); only
+    ``columns`` when given."""
     try:
-        return pq.read_table(path)
+        return pq.read_table(path, columns=list(columns) if columns else None)
     except (OSError, pa.ArrowInvalid) as exc:
         raise TraceError(os.fspath(path), f"cannot read parquet: {exc}",
                          hint="pass a file written by 'traceviz parse'") from None

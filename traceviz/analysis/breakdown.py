@@ -19,7 +19,7 @@ from ..output import atomic_path, write_parquet
 from .idle import idle_breakdown
 from .launch import launch_stats_summary
 from .queue import memory_bw_summary, queue_length_summary
-from .select import Activities, Options, select
+from .select import COLUMNS, Activities, Options, select
 from .temporal import kernel_type_breakdown, temporal_breakdown
 
 
@@ -51,9 +51,12 @@ def input_files(paths: list[str | os.PathLike]) -> list[Path]:
 
 
 def load_table(path: Path) -> pa.Table:
+    """A parsed table (only the columns the analyses read), or a trace parsed now."""
     import traceviz
 
-    return traceviz.load(path) if path.suffix == ".parquet" else traceviz.parse(path)
+    if path.suffix == ".parquet":
+        return traceviz.load(path, columns=COLUMNS)
+    return traceviz.parse(path)
 
 
 def run(paths: list[str | os.PathLike], options: Options = Options(), *,

@@ -19,6 +19,8 @@ import pyarrow.compute as pc
 from ..api import metadata
 
 CATS = ("COMP", "COMM", "MEM", "OTHER")
+COLUMNS = ("ts", "dur", "launch_ts", "launch_dur", "iteration", "stream", "name", "cat",
+           "kind", "launch_name", "bytes")  # the table columns :func:`select` reads
 COMP, COMM, MEM, OTHER = range(4)
 US = 1000  # ns per µs
 
