@@ -11,7 +11,7 @@ import traceviz
 from conftest import REFERENCE, TRACES
 
 HTA = TRACES / "hta"
-# Cases whose quirk traviz does not reproduce even with --hta-compat (see the README's
+# Cases whose quirk traceviz does not reproduce even with --hta-compat (see the README's
 # "Deliberate differences"): HTA counts cuda_sync rows and CPU ops that carry a stream
 # arg as GPU activities; traceviz's table holds only kernels, memcpy and memset.
 HTA_ONLY_ROWS = {

@@ -17,7 +17,7 @@ from traceviz.analysis.idle import idle_breakdown
 from traceviz.analysis.launch import launch_stats_summary
 from traceviz.analysis.queue import queue_length_summary
 from traceviz.analysis.select import COMM, COMP, Options, select
-from traceviz.analysis.temporal import kernel_type_breakdown, temporal_breakdown
+from traceviz.analysis.temporal import kernel_type_breakdown, sweep, temporal_breakdown
 from traceviz.intervals import measure
 
 pytestmark = needs_shared
@@ -46,7 +46,7 @@ TEMPORAL = [(m, r) for m in ("exact_ns", "rounded") for r in _rows(m, "temporal_
                          ids=[f"{m}-{r['case']}-{r['rank']}" for m, r in TEMPORAL])
 def test_temporal_breakdown(mode, ref):
     acts = _ours(ref["case"], int(ref["rank"]), mode)
-    row = temporal_breakdown([acts]).to_pylist()[0]
+    row = temporal_breakdown([sweep(acts)]).to_pylist()[0]
     assert row["iteration"] == -1
     got = {k: row[f"{k}_ns"] / US for k in ("idle", "compute", "non_compute", "kernel_time")}
     want = {k: float(ref[f"{k}_time(us)"]) for k in ("idle", "compute", "non_compute",
@@ -76,7 +76,7 @@ OVERLAP = [(m, r) for m in ("exact_ns", "rounded") for r in _rows(m, "comm_comp_
                          ids=[f"{m}-{r['case']}-{r['rank']}" for m, r in OVERLAP])
 def test_comm_comp_overlap(mode, ref):
     acts = _ours(ref["case"], int(ref["rank"]), mode)
-    rows = temporal_breakdown([acts]).to_pylist()
+    rows = temporal_breakdown([sweep(acts)]).to_pylist()
     got = rows[0]["overlap_pct"] if rows else None
     if ref["case"] == "history_large_integer_trace":
         # its only kernel has no args: HTA sees stream -1 and drops it, traceviz keeps it
@@ -96,7 +96,7 @@ def test_comm_comp_overlap(mode, ref):
     assert got == pytest.approx(100 * inter / measure(acts.ts[cm], acts.end[cm]))
 
 
-def _kernel_types(mode: str) -> list[tuple[str, dict]]:
+def _kernel_types(mode: str) -> list[tuple[str, str, dict]]:
     by_case: dict[str, dict] = {}
     for r in _rows(mode, "kernel_type_breakdown.csv"):
         by_case.setdefault(r["case"], {})[r["kernel_type"]] = (float(r["sum"]),
@@ -111,23 +111,19 @@ KTYPES = _kernel_types("rounded")
 def test_kernel_type_breakdown_rounded(mode, case, want):
     if case in HTA_ONLY_ROWS:
         pytest.skip(f"{case}: {HTA_ONLY_ROWS[case]} (see test_temporal_breakdown)")
-    ranks = [0, 1] if case == "trace_filter" else [None]
-    acts = []
-    for rank in ranks:
-        ref_rank = rank if rank is not None else _rank_of(case)
-        acts.append(_ours(case, ref_rank, mode))
+    acts = [_ours(case, rank, mode) for rank in _ranks_of(case)]
     got = {r["kernel_type"]: (r["time_ns"] / US, r["percentage"])
-           for r in kernel_type_breakdown(acts).to_pylist()}
+           for r in kernel_type_breakdown([sweep(a) for a in acts]).to_pylist()}
     assert {k: v[0] for k, v in got.items()} == pytest.approx({k: v[0] for k, v in
                                                                want.items()}, abs=1)
     assert {k: round(v[1], 1) for k, v in got.items()} == {k: v[1] for k, v in want.items()}
 
 
-def _rank_of(case: str) -> int:
-    for r in _rows("rounded", "temporal_breakdown.csv"):
-        if r["case"] == case:
-            return int(r["rank"])
-    return 0
+def _ranks_of(case: str) -> list[int]:
+    """The case's ranks, as HTA's temporal breakdown lists them (the type table sums
+    over them)."""
+    return sorted({int(r["rank"]) for r in _rows("rounded", "temporal_breakdown.csv")
+                   if r["case"] == case})
 
 
 def test_kernel_type_breakdown_exact_ns_is_hta_truncating():
@@ -138,7 +134,7 @@ def test_kernel_type_breakdown_exact_ns_is_hta_truncating():
            for r in _rows("exact_ns", "kernel_type_breakdown.csv")}
     for case in ("ns_resolution_trace", "amd_trace"):
         acts = _ours(case, 0, "exact_ns")
-        exact = {r["kernel_type"]: r["time_ns"] for r in kernel_type_breakdown([acts]).to_pylist()}
+        exact = {r["kernel_type"]: r["time_ns"] for r in kernel_type_breakdown([sweep(acts)]).to_pylist()}
         for kt in exact:
             assert exact[kt] / US != ref[(case, kt)]  # the reason the numbers differ
         # our exact numbers: the union of the exact COMP rows is the COMPUTATION part
@@ -149,7 +145,7 @@ def test_kernel_type_breakdown_exact_ns_is_hta_truncating():
         acts.end = ts + (acts.end - acts.ts) // US * US
         acts.ts = ts
         trunc = {r["kernel_type"]: r["time_ns"] / US
-                 for r in kernel_type_breakdown([acts]).to_pylist()}
+                 for r in kernel_type_breakdown([sweep(acts)]).to_pylist()}
         assert trunc == {kt: v for (c, kt), v in ref.items() if c == case}
 
 

@@ -20,7 +20,7 @@ from .idle import idle_breakdown
 from .launch import launch_stats_summary
 from .queue import memory_bw_summary, queue_length_summary
 from .select import COLUMNS, Activities, Options, select
-from .temporal import kernel_type_breakdown, temporal_breakdown
+from .temporal import kernel_type_breakdown, sweep, temporal_breakdown
 
 
 @dataclass
@@ -77,9 +77,10 @@ def run(paths: list[str | os.PathLike], options: Options = Options(), *,
         raise TraceVizError("no rank could be analysed" + (
             ": " + "; ".join(failed) if failed else " (check --ranks)"))
     selected.sort(key=lambda a: a.rank)
+    sweeps = [sweep(a) for a in selected]  # one sweep per rank feeds both tables
     tables = {
-        "temporal_breakdown": temporal_breakdown(selected),
-        "kernel_type_breakdown": kernel_type_breakdown(selected),
+        "temporal_breakdown": temporal_breakdown(sweeps),
+        "kernel_type_breakdown": kernel_type_breakdown(sweeps),
         "idle_time_breakdown": idle_breakdown(selected, kernel_wait_ns),
         "launch_stats": launch_stats_summary(selected, runtime_cutoff_ns,
                                              launch_delay_cutoff_ns),

@@ -37,12 +37,11 @@ def queue_series(acts: Activities) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     step = np.concatenate([np.ones(rows.size, np.int64), -np.ones(rows.size, np.int64)])
     order = np.lexsort((-step, t, stream))
     stream, t, step = stream[order], t[order], step[order]
+    # a running sum per stream: the global running sum minus its value before the stream
     length = np.cumsum(step)
-    first = np.ones(stream.size, dtype=bool)
-    first[1:] = stream[1:] != stream[:-1]
-    base = np.maximum.accumulate(np.where(first, np.arange(stream.size), 0))
-    before = np.where(base > 0, length[np.maximum(base - 1, 0)], 0)
-    return stream, t, length - before
+    first = np.flatnonzero(np.r_[True, stream[1:] != stream[:-1]])
+    before = np.r_[0, length][first]
+    return stream, t, length - np.repeat(before, np.diff(np.r_[first, stream.size]))
 
 
 def queue_length_summary(ranks: list[Activities]) -> pa.Table:
@@ -98,6 +97,7 @@ def memory_bw_summary(ranks: list[Activities]) -> pa.Table:
         for sub, (_, bw) in sorted(bandwidth_series(acts).items()):
             cols["rank"].append(acts.rank)
             cols["name"].append(sub)
+            # > 0 up to the float residue the running sum leaves when all copies end
             for k, v in describe(bw[bw > 1e-12]).items():
                 stats.setdefault(f"memory_bw_gbps_{k}", []).append(v)
     return pa.table({**{k: pa.array(v, pa.int32() if k == "rank" else pa.string())

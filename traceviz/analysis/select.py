@@ -130,8 +130,10 @@ def select(table: pa.Table, options: Options = Options()) -> Activities:
     # HTA rounds only when its ts column is float: some ts has a fraction of a µs
     if options.hta_compat and ((ts % US != 0).any() or (launch_ts[launch_ts >= 0] % US).any()):
         ts, end = _hta_round(ts, dur)
-        launch_ts, launch_end = np.where(launch_ts >= 0, _hta_round(
-            launch_ts, launch_end - launch_ts), -1)
+        launched = launch_ts >= 0
+        round_ts, round_end = _hta_round(launch_ts, launch_end - launch_ts)
+        launch_ts = np.where(launched, round_ts, -1)
+        launch_end = np.where(launched, round_end, -1)
     rows = np.flatnonzero(keep)
     rows = rows[np.argsort(ts[rows], kind="stable")]
     launch_name, launch_names = _codes(table["launch_name"])

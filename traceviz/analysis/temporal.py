@@ -17,6 +17,8 @@ Times are int64 ns; ``iteration`` -1 is the whole selection of a rank.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 
@@ -31,9 +33,21 @@ def _has(bit: int) -> np.ndarray:
     return (_MASKS >> bit) & 1 == 1
 
 
-def combination_table(acts: Activities) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(iterations, spans, times): per group (the whole rank first, then each iteration)
-    the kernel_time span (ns) and the time per category mask (int64[groups, 16])."""
+@dataclass
+class RankSweep:
+    """One rank's sweep: per group (the whole selection first as iteration -1, then each
+    iteration) the kernel_time span (ns) and the time per category mask
+    (int64[groups, 16]). Every table of this module is read from it."""
+
+    rank: int
+    activities: int
+    iterations: np.ndarray
+    spans: np.ndarray
+    times: np.ndarray
+
+
+def sweep(acts: Activities) -> RankSweep:
+    """Sweep one rank's activities (all iterations and the whole rank in one pass)."""
     its = np.unique(acts.iteration)
     key_of_it = np.searchsorted(its, acts.iteration) + 1
     n = len(acts)
@@ -45,7 +59,7 @@ def combination_table(acts: Activities) -> tuple[np.ndarray, np.ndarray, np.ndar
     np.minimum.at(lo, keys, ts)
     np.maximum.at(hi, keys, end)
     spans = np.where(hi >= lo, hi - lo, 0)
-    return np.concatenate([[-1], its]), spans, times
+    return RankSweep(acts.rank, n, np.concatenate([[-1], its]), spans, times)
 
 
 def _pct(x: np.ndarray, total: np.ndarray) -> np.ndarray:
@@ -53,22 +67,22 @@ def _pct(x: np.ndarray, total: np.ndarray) -> np.ndarray:
         return np.where(total > 0, 100.0 * x / np.maximum(total, 1), np.nan)
 
 
-def temporal_breakdown(ranks: list[Activities]) -> pa.Table:
+def temporal_breakdown(sweeps: list[RankSweep]) -> pa.Table:
     """One row per rank and iteration (see the module doc); percentages of kernel_time."""
     cols: dict[str, list] = {k: [] for k in (
         "rank", "iteration", "kernel_time_ns", "idle_ns", "compute_ns", "non_compute_ns",
         "compute_only_ns", "compute_overlapped_comm_ns", "comm_only_ns", "mem_only_ns",
         "other_only_ns", "comm_ns", "overlap_pct")}
     comp, comm, mem = _has(COMP), _has(COMM), _has(MEM)
-    for acts in ranks:
-        if not len(acts):
+    for sw in sweeps:
+        its, span, t = sw.iterations, sw.spans, sw.times
+        if not sw.activities:
             continue
-        its, span, t = combination_table(acts)
         busy = t[:, 1:].sum(axis=1)
         compute = t[:, comp].sum(axis=1)
         comm_t = t[:, comm].sum(axis=1)
         both = t[:, comp & comm].sum(axis=1)
-        cols["rank"] += [acts.rank] * its.shape[0]
+        cols["rank"] += [sw.rank] * its.shape[0]
         cols["iteration"] += its.tolist()
         cols["kernel_time_ns"] += span.tolist()
         cols["idle_ns"] += (span - busy).tolist()
@@ -95,14 +109,12 @@ def kernel_type_label(mask: int) -> str:
     return " overlapping ".join(_LABEL[c] for c in (COMP, COMM, MEM) if mask >> c & 1)
 
 
-def kernel_type_breakdown(ranks: list[Activities]) -> pa.Table:
+def kernel_type_breakdown(sweeps: list[RankSweep]) -> pa.Table:
     """Time (ns, summed over ranks, whole selection) in every COMP / COMM / MEM
     combination, and its share of their sum."""
     total = np.zeros(8, dtype=np.int64)
-    for acts in ranks:
-        if len(acts):
-            _, _, t = combination_table(acts)
-            np.add.at(total, _MASKS & 7, t[0])
+    for sw in sweeps:
+        np.add.at(total, _MASKS & 7, sw.times[0])
     masks = [m for m in range(1, 8) if total[m] > 0]
     times = total[masks]
     return pa.table({"kernel_type": [kernel_type_label(m) for m in masks],

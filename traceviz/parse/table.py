@@ -328,12 +328,12 @@ def _collective_meta(scanned: ScannedTrace, s: Strings, patterns: Patterns,
     ranks, size, desc_code, descs = _group_facts(
         s, scanned.header.distributed, fields["pg_name"], fields["pg_desc"],
         fields["pg_ranks"], fields["group_size"])
-    meta = CollectiveMeta(comm_row.shape[0], has, fields, ranks, size, desc_code, descs,
-                          np.zeros(0, np.int32), {})
-    meta.groups, meta.evidence = comm_groups(
-        is_comm, meta.full(desc_code), descs, dict(zip(has.tolist(), ranks)), patterns,
-        topology)
-    return meta
+    code = np.full(comm_row.shape[0], -1, dtype=np.int64)
+    code[has] = desc_code
+    groups, evidence = comm_groups(is_comm, code, descs, dict(zip(has.tolist(), ranks)),
+                                   patterns, topology)
+    return CollectiveMeta(comm_row.shape[0], has, fields, ranks, size, desc_code, descs,
+                          groups, evidence)
 
 
 def _collective_columns(coll: CollectiveMeta, s: Strings, patterns: Patterns,

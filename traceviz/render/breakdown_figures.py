@@ -60,8 +60,12 @@ def kernel_types(table: pa.Table, path: Path) -> Path:
     rows = table.to_pylist()
     fig, ax = plt.subplots(figsize=(6, 4))
     if rows:
-        ax.pie([r["time_ns"] for r in rows], labels=[r["kernel_type"] for r in rows],
-               autopct="%1.1f%%", textprops={"fontsize": "small"})
+        # slices too thin to label are named in the legend (with their share) only
+        wedges, _, _ = ax.pie([r["time_ns"] for r in rows],
+                              autopct=lambda pct: f"{pct:.1f}%" if pct >= 2 else "",
+                              textprops={"fontsize": "small"})
+        ax.legend(wedges, [f"{r['kernel_type']} ({r['percentage']:.1f}%)" for r in rows],
+                  fontsize="small", loc="upper left", bbox_to_anchor=(1, 1))
     return _finish(plt, fig, ax, "Kernel time by type (all ranks)", path)
 
 

@@ -204,43 +204,37 @@ class StageProgram:
         shard = act // c.tp
         seqs = iter(reversed(fwd_seqs))
         s = lambda: next(seqs, -1)  # noqa: E731
+
+        def gemm_backward(share: float) -> None:
+            """dgrad and wgrad GEMMs of one forward GEMM (one sequence number)."""
+            sq = s()
+            self.comp(_GEMM, "mm_backward", share * b, layer=layer, seq_op=sq, **kw)
+            self.comp(_GEMM_NT, "mm_backward", share * b, layer=layer, seq_op=sq, **kw)
+
         self.comp(_ELT, "add_backward", 0.02 * b, layer=layer, seq_op=s(), **kw)
         self.coll("tp", "_allgather_base", shard, act, layer=layer, **kw)
         if moe:
             self.coll("ep", "all_to_allv", act, act, layer=layer, **kw)
-            sq = s()
-            self.comp(_GEMM, "mm_backward", 0.07 * b, layer=layer, seq_op=sq, **kw)
-            self.comp(_GEMM_NT, "mm_backward", 0.07 * b, layer=layer, seq_op=sq, **kw)
+            gemm_backward(0.07)
             self.comp(_GELU, "gelu_backward", 0.03 * b, layer=layer, seq_op=s(), **kw)
-            sq = s()
-            self.comp(_GEMM, "mm_backward", 0.075 * b, layer=layer, seq_op=sq, **kw)
-            self.comp(_GEMM_NT, "mm_backward", 0.075 * b, layer=layer, seq_op=sq, **kw)
+            gemm_backward(0.075)
             self.coll("ep", "all_to_allv", act, act, layer=layer, **kw)
             self.comp(_GEMM_NT, "mm_backward", 0.02 * b, layer=layer,
                       seq_op=s(), **kw)
         else:
-            sq = s()
-            self.comp(_GEMM, "mm_backward", 0.09 * b, layer=layer, seq_op=sq,
-                      **kw)
-            self.comp(_GEMM_NT, "mm_backward", 0.09 * b, layer=layer, seq_op=sq, **kw)
+            gemm_backward(0.09)
             self.comp(_GELU, "gelu_backward", 0.04 * b, layer=layer, seq_op=s(), **kw)
-            sq = s()
-            self.comp(_GEMM, "mm_backward", 0.1 * b, layer=layer, seq_op=sq, **kw)
-            self.comp(_GEMM_NT, "mm_backward", 0.1 * b, layer=layer, seq_op=sq, **kw)
+            gemm_backward(0.1)
         self.coll("tp", "_reduce_scatter_base", act, shard, layer=layer, **kw)
         self.comp(_LN_BWD, "layer_norm_backward", 0.03 * b, layer=layer,
                   seq_op=s(), **kw)
         self.comp(_ELT, "add_backward", 0.02 * b, layer=layer, seq_op=s(), **kw)
         self.coll("tp", "_allgather_base", shard, act, layer=layer, **kw)
-        sq = s()
-        self.comp(_GEMM, "mm_backward", 0.06 * b, layer=layer, seq_op=sq, **kw)
-        self.comp(_GEMM_NT, "mm_backward", 0.06 * b, layer=layer, seq_op=sq, **kw)
+        gemm_backward(0.06)
         for step in range(c.cp - 1):
             self.coll("cp", "send", act // 4, act // 4, layer=layer, **kw)
         self.comp(_ATTN_BWD, "flash_attn_backward", 0.25 * b, layer=layer, seq_op=s(), **kw)
-        sq = s()
-        self.comp(_GEMM, "mm_backward", 0.09 * b, layer=layer, seq_op=sq, **kw)
-        self.comp(_GEMM_NT, "mm_backward", 0.09 * b, layer=layer, seq_op=sq, **kw)
+        gemm_backward(0.09)
         self.coll("tp", "_reduce_scatter_base", act, shard, layer=layer, **kw)
         self.comp(_LN_BWD, "layer_norm_backward", 0.03 * b, layer=layer,
                   seq_op=s(), **kw)
