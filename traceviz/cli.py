@@ -277,13 +277,19 @@ def _int_list(text: str | None) -> tuple[int, ...] | None:
               help="Gaps shorter than this between kernels of a stream are kernel_wait.")
 @click.option("--runtime-cutoff-us", type=float, default=50.0, show_default=True)
 @click.option("--launch-delay-cutoff-us", type=float, default=100.0, show_default=True)
+@click.option("--num-kernels", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Named kernels per rank and type in the top-kernel table.")
+@click.option("--duration-ratio", type=click.FloatRange(0, 1), default=0.8,
+              show_default=True, help="Share of a type's time the named kernels cover.")
 def breakdown(inputs, outdir, ranks, iterations, streams, drop_last_step, hta_compat,
-              kernel_wait_us, runtime_cutoff_us, launch_delay_cutoff_us) -> None:
+              kernel_wait_us, runtime_cutoff_us, launch_delay_cutoff_us, num_kernels,
+              duration_ratio) -> None:
     """HTA-style GPU time analyses of traces or parsed tables (files or folders).
 
     Temporal breakdown (idle / compute / non-compute, and compute-only / overlapped /
     comm-only / memory-only per rank and iteration), comm-computation overlap,
-    kernel-type breakdown, idle time per stream by cause, kernel launch statistics,
+    kernel-type breakdown, top kernels per rank and type (with their duration
+    distribution across ranks), idle time per stream by cause, kernel launch statistics,
     queue length and memcpy bandwidth summaries.
 
     \b
@@ -300,7 +306,8 @@ def breakdown(inputs, outdir, ranks, iterations, streams, drop_last_step, hta_co
     result = B.run(list(inputs), opts, ranks=_int_list(ranks),
                    kernel_wait_ns=round(kernel_wait_us * 1000),
                    runtime_cutoff_ns=round(runtime_cutoff_us * 1000),
-                   launch_delay_cutoff_ns=round(launch_delay_cutoff_us * 1000))
+                   launch_delay_cutoff_ns=round(launch_delay_cutoff_us * 1000),
+                   num_kernels=num_kernels, duration_ratio=duration_ratio)
     written = B.write(result, outdir)
     click.echo(B.summary(result))
     click.echo(f"wrote {len(written)} files to {outdir}", err=True)

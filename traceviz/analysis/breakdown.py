@@ -17,6 +17,7 @@ import pyarrow.csv as pacsv
 from ..errors import TraceVizError
 from ..output import atomic_path, write_parquet
 from .idle import idle_breakdown
+from .kernels import top_kernels
 from .launch import launch_stats_summary
 from .queue import memory_bw_summary, queue_length_summary
 from .select import COLUMNS, Activities, Options, select
@@ -61,7 +62,8 @@ def load_table(path: Path) -> pa.Table:
 
 def run(paths: list[str | os.PathLike], options: Options = Options(), *,
         ranks: tuple[int, ...] | None = None, kernel_wait_ns: int = 30_000,
-        runtime_cutoff_ns: int = 50_000, launch_delay_cutoff_ns: int = 100_000) -> Result:
+        runtime_cutoff_ns: int = 50_000, launch_delay_cutoff_ns: int = 100_000,
+        num_kernels: int = 10, duration_ratio: float = 0.8) -> Result:
     """Load, select and analyse every rank of ``paths``."""
     selected: list[Activities] = []
     failed: list[str] = []
@@ -81,6 +83,7 @@ def run(paths: list[str | os.PathLike], options: Options = Options(), *,
     tables = {
         "temporal_breakdown": temporal_breakdown(sweeps),
         "kernel_type_breakdown": kernel_type_breakdown(sweeps),
+        "top_kernels": top_kernels(selected, num_kernels, duration_ratio, options.hta_compat),
         "idle_time_breakdown": idle_breakdown(selected, kernel_wait_ns),
         "launch_stats": launch_stats_summary(selected, runtime_cutoff_ns,
                                              launch_delay_cutoff_ns),

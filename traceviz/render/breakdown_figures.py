@@ -24,15 +24,20 @@ def _figure():
     return plt
 
 
+def _save(plt, fig, path: Path) -> Path:
+    """Write the PNG atomically and free the figure."""
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
 def _finish(plt, fig, ax, title: str, path: Path, legend: dict | None = None) -> Path:
     """Title, optional legend, write the PNG atomically, free the figure."""
     ax.set_title(title)
     if legend is not None:
         ax.legend(fontsize="small", **legend)
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def temporal(table: pa.Table, path: Path) -> Path:
@@ -89,7 +94,70 @@ def idle(table: pa.Table, path: Path) -> Path:
     return _finish(plt, fig, ax, "Idle time by cause", path, {})
 
 
+MAX_PIES = 16  # ranks drawn per kernel type in the top-kernel pies
+
+
+def top_kernel_pies(table: pa.Table, kernel_type: str, path: Path) -> Path:
+    """Per rank (the first ``MAX_PIES``), a pie of the top kernels of one type; one
+    legend, colors fixed per kernel name across the pies."""
+    plt = _figure()
+    rows = [r for r in table.to_pylist() if r["kernel_type"] == kernel_type]
+    ranks = sorted({r["rank"] for r in rows})[:MAX_PIES]
+    names = sorted({r["name"] for r in rows if r["rank"] in ranks},
+                   key=lambda n: (n == "others", n))
+    colors = dict(zip(names, plt.get_cmap("tab20")(np.linspace(0, 1, max(len(names), 1)))))
+    cols = min(4, len(ranks))
+    nrows = -(-len(ranks) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(3 * cols + 4, 3 * nrows), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, rank in zip(axes.flat, ranks):
+        mine = [r for r in rows if r["rank"] == rank]
+        ax.pie([r["sum_ns"] for r in mine], colors=[colors[r["name"]] for r in mine])
+        ax.set_title(f"rank {rank}", fontsize="small")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[n]) for n in names]
+    fig.legend(handles, [n if len(n) <= 70 else n[:67] + "..." for n in names],
+               fontsize="x-small", loc="upper left", bbox_to_anchor=(1, 1))
+    fig.suptitle(f"Top {kernel_type} kernels per rank"
+                 + (f" (first {MAX_PIES} ranks)" if len(ranks) < len({r['rank'] for r in rows})
+                    else ""))
+    return _save(plt, fig, path)
+
+
+def kernel_durations(table: pa.Table, kernel_type: str, path: Path) -> Path:
+    """For each named top kernel of one type (up to 10, by total time over ranks): per
+    rank its mean duration, error bars down to the min and up to the max."""
+    plt = _figure()
+    rows = [r for r in table.to_pylist()
+            if r["kernel_type"] == kernel_type and r["name"] != "others"]
+    total: dict[str, int] = {}
+    for r in rows:
+        total[r["name"]] = total.get(r["name"], 0) + r["sum_ns"]
+    names = sorted(total, key=lambda n: -total[n])[:10]
+    fig, axes = plt.subplots(len(names), 1, figsize=(8, 1.6 * len(names) + 0.8),
+                             squeeze=False, sharex=True, layout="constrained")
+    for ax, name in zip(axes[:, 0], names):
+        mine = sorted((r for r in rows if r["name"] == name), key=lambda r: r["rank"])
+        x = np.array([r["rank"] for r in mine])
+        mean = np.array([r["mean_ns"] for r in mine]) / 1e3
+        err = np.array([[m - r["min_ns"] / 1e3 for m, r in zip(mean, mine)],
+                        [r["max_ns"] / 1e3 - m for m, r in zip(mean, mine)]])
+        ax.bar(x, mean, yerr=err, capsize=2, width=0.8)
+        ax.set_ylabel("µs", fontsize="small")
+        ax.set_title(name if len(name) <= 90 else name[:87] + "...", fontsize="small",
+                     loc="left")
+    axes[-1, 0].set_xlabel("rank")
+    axes[-1, 0].xaxis.get_major_locator().set_params(integer=True)
+    fig.suptitle(f"{kernel_type} kernel durations per rank (mean, min-max)")
+    return _save(plt, fig, path)
+
+
 def draw_all(tables: dict[str, pa.Table], outdir: Path) -> list[Path]:
+    top = tables["top_kernels"]
+    types = sorted(set(top.column("kernel_type").to_pylist()))
     return [temporal(tables["temporal_breakdown"], outdir / "temporal_breakdown.png"),
             kernel_types(tables["kernel_type_breakdown"], outdir / "kernel_type_breakdown.png"),
-            idle(tables["idle_time_breakdown"], outdir / "idle_time_breakdown.png")]
+            idle(tables["idle_time_breakdown"], outdir / "idle_time_breakdown.png")] + [
+        draw(top, t, outdir / f"{stem}_{t.lower()}.png") for t in types
+        for draw, stem in ((top_kernel_pies, "top_kernels"),
+                           (kernel_durations, "kernel_durations"))]
