@@ -75,3 +75,34 @@ def test_breakdown_skips_a_bad_rank(job, tmp_path):
     missing = CliRunner().invoke(main, ["breakdown", str(tmp_path / "nope")])
     assert missing.exit_code == 1 and "no such file" in missing.output
     assert "Traceback" not in missing.output
+
+
+def test_top_kernels_match_ground_truth(job, tmp_path):
+    out = tmp_path / "bd"
+    assert CliRunner().invoke(main, ["breakdown", str(job), "-o", str(out),
+                                     "--num-kernels", "3"]).exit_code == 0
+    rows = pq.read_table(out / "top_kernels.parquet").to_pylist()
+    truth = pq.read_table(job / "ground_truth" / "kernels.parquet").to_pylist()
+    label = {"COMP": "COMPUTATION", "COMM": "COMMUNICATION", "MEM": "MEMORY"}
+    for rank in range(4):
+        for kind, kernel_type in label.items():
+            durs: dict[str, list[int]] = {}
+            for t in truth:
+                if t["rank"] == rank and t["kind"] == kind:
+                    durs.setdefault(t["name"], []).append(t["dur"])
+            mine = [r for r in rows if r["rank"] == rank and r["kernel_type"] == kernel_type]
+            assert sum(r["count"] for r in mine) == sum(map(len, durs.values()))
+            assert sum(r["sum_ns"] for r in mine) == sum(map(sum, durs.values()))
+            named = [r for r in mine if r["name"] != "others"]
+            assert len(named) <= 3
+            for r in named:
+                d = durs[r["name"]]
+                assert (r["count"], r["sum_ns"], r["max_ns"], r["min_ns"]) == (
+                    len(d), sum(d), max(d), min(d))
+            # the named kernels are the heaviest ones
+            if named and len(durs) > len(named):
+                lightest = min(r["sum_ns"] for r in named)
+                assert all(sum(d) <= lightest for n, d in durs.items()
+                           if n not in {r["name"] for r in named})
+    assert {"top_kernels_computation.png", "kernel_durations_computation.png"} <= {
+        p.name for p in out.iterdir()}

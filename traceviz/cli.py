@@ -311,3 +311,49 @@ def breakdown(inputs, outdir, ranks, iterations, streams, drop_last_step, hta_co
     written = B.write(result, outdir)
     click.echo(B.summary(result))
     click.echo(f"wrote {len(written)} files to {outdir}", err=True)
+
+
+@main.command()
+@click.argument("control")
+@click.argument("test")
+@click.option("-o", "--output", "outdir", default="trace_diff", show_default=True,
+              help="Folder for trace_diff.csv / .parquet and trace_diff.png.")
+@click.option("--control-rank", type=int, help="Rank of CONTROL [default: its lowest].")
+@click.option("--test-rank", type=int, help="Rank of TEST [default: its lowest].")
+@click.option("--control-iterations", help="Comma-separated ProfilerStep numbers "
+              "[default: the first].")
+@click.option("--test-iterations", help="Comma-separated ProfilerStep numbers "
+              "[default: the first].")
+@click.option("--full-names", is_flag=True,
+              help="Compare full names (default: HTA's short names, arguments and "
+              "templates stripped).")
+def diff(control, test, outdir, control_rank, test_rank, control_iterations,
+         test_iterations, full_names) -> None:
+    """Compare two traces: kernels and CPU ops added, deleted, run more or less often,
+    and their change in total time (HTA's trace diff).
+
+    CONTROL and TEST are traces, parsed tables (with their .cpu.parquet for the CPU
+    side) or folders of them.
+
+    \b
+    Examples:
+      traceviz diff baseline/rank0.json.gz candidate/rank0.json.gz -o diff/
+      traceviz diff run_a/ run_b/ --control-rank 3 --test-rank 3 --full-names
+    """
+    from pathlib import Path
+
+    from .analysis import diff as D
+    from .output import atomic_path, write_parquet
+    from .render.diff_figure import draw
+    import pyarrow.csv as pacsv
+
+    a = D.load_side(control, "control", control_rank, _int_list(control_iterations))
+    b = D.load_side(test, "test", test_rank, _int_list(test_iterations))
+    table = D.compare(a, b, short_names=not full_names)
+    out = Path(outdir)
+    with atomic_path(out / "trace_diff.csv") as tmp:
+        pacsv.write_csv(table, tmp)
+    write_parquet(table, out / "trace_diff.parquet")
+    draw(table, out / "trace_diff.png")
+    click.echo(D.summary(table, a, b))
+    click.echo(f"wrote trace_diff.csv, trace_diff.parquet, trace_diff.png to {out}", err=True)

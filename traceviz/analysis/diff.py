@@ -1,0 +1,184 @@
+"""Trace diff (HTA's ``TraceDiff.compare_traces`` and ``ops_diff``): which GPU kernels and
+CPU ops were added, deleted, or ran more or fewer times between a control and a test
+trace, and how their total time changed.
+
+Each side is one rank (default: its lowest) and a set of ProfilerSteps (default: its
+first). GPU rows are the kernels / memcpy / memset launched in those steps (a row with
+no launch belongs to no step, as in HTA); CPU rows are every CPU-side complete event
+(cpu_op, user_annotation, runtime / driver calls, python_function) starting in them.
+Rows are counted and their durations summed per name, or per short name (HTA's
+``shorten_name``: template and call arguments and the return type stripped; memory
+kernels keep their name). Durations are int64 ns.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import TraceVizError
+from ..parse.join import step_of
+from .select import MEM, hta_kind
+
+DEVICES = ("GPU", "CPU")
+
+
+def short_name(name: str) -> str:
+    """HTA's short name: drop ``->``, every ``<...>`` and ``(...)`` group (nested), keep
+    the last space-separated word. Memory kernels and names without ``<`` or ``(`` are
+    unchanged."""
+    if hta_kind(name) == MEM or ("<" not in name and "(" not in name):
+        return name
+    stack: list[str] = []
+    for c in name.replace("->", ""):
+        if c in ">)":
+            opening = "<" if c == ">" else "("
+            while stack and stack[-1] != opening:
+                stack.pop()
+            if stack:
+                stack.pop()
+        else:
+            stack.append(c)
+    return "".join(stack).split(" ")[-1]
+
+
+@dataclass
+class Side:
+    """One side of a comparison: per device, the names and durations (ns) of its rows,
+    and the iterations they were taken from."""
+
+    label: str
+    rank: int
+    iterations: list[int]
+    names: dict[str, list[str]]
+    durations: dict[str, np.ndarray]
+
+
+def _rank_tables(path: Path, rank: int | None) -> tuple[pa.Table, pa.Table | None]:
+    """GPU activity table and CPU table of one rank of ``path`` (a trace, a parsed table
+    with its ``.cpu.parquet`` sibling, or a folder of either)."""
+    import traceviz
+    from .breakdown import input_files
+
+    files = input_files([path])
+    chosen = None
+    for f in files:
+        if f.name.endswith(".cpu.parquet"):
+            continue
+        if f.suffix == ".parquet":
+            gpu = traceviz.load(f)
+            sibling = f.with_name(f.name[:-len(".parquet")] + ".cpu.parquet")
+            cpu = traceviz.load(sibling) if sibling.exists() else None
+        else:
+            parsed = traceviz.parse_trace(f, cpu=True)
+            gpu, cpu = parsed.activities, parsed.cpu
+        r = int(traceviz.metadata(gpu).get("rank", -1))
+        if rank is None or r == rank:
+            if chosen is None or r < chosen[0]:
+                chosen = (r, gpu, cpu)
+            if rank is not None:
+                break
+    if chosen is None:
+        raise TraceVizError(f"{path}: no rank {rank} among its traces")
+    return chosen[1], chosen[2]
+
+
+def load_side(path: str | os.PathLike, label: str, rank: int | None = None,
+              iterations: tuple[int, ...] | None = None) -> Side:
+    """Read one side (see the module doc)."""
+    import traceviz
+
+    gpu, cpu = _rank_tables(Path(path), rank)
+    meta = traceviz.metadata(gpu)
+    steps = meta.get("steps", [])
+    numbers = sorted(s["iteration"] for s in steps)
+    if not numbers:
+        raise TraceVizError(f"{path}: the trace has no ProfilerStep to compare; record it "
+                            "with torch.profiler's schedule and prof.step()")
+    chosen = list(iterations) if iterations else numbers[:1]
+    missing = sorted(set(chosen) - set(numbers))
+    if missing:
+        raise TraceVizError(f"{path}: no ProfilerStep {missing} (the trace has {numbers})")
+    names, durations = {}, {}
+    launched = np.asarray(gpu["launch_ts"].is_valid())
+    it = np.where(launched, gpu["iteration"].fill_null(-1).to_numpy(), -1)
+    keep = np.isin(it, chosen)
+    names["GPU"] = [n for n, k in zip(gpu["name"].to_pylist(), keep) if k]
+    durations["GPU"] = gpu["dur"].fill_null(0).to_numpy()[keep]
+    if cpu is not None:
+        ts = cpu["ts"].to_numpy()
+        st = np.array([[s["ts"], s["dur"], s["iteration"]] for s in steps],
+                      dtype=np.int64).reshape(-1, 3)
+        keep = np.isin(step_of(ts, st[:, 0], st[:, 1], st[:, 2]), chosen)
+        names["CPU"] = [n for n, k in zip(cpu["name"].to_pylist(), keep) if k]
+        durations["CPU"] = cpu["dur"].fill_null(0).to_numpy()[keep]
+    return Side(label, int(meta.get("rank", -1)), chosen, names, durations)
+
+
+def _summary(names: list[str], dur: np.ndarray, shorten: bool) -> dict[str, tuple[int, int]]:
+    keys = [short_name(n) for n in names] if shorten else names
+    out: dict[str, list[int]] = {}
+    for k, d in zip(keys, dur.tolist()):
+        acc = out.setdefault(k, [0, 0])
+        acc[0] += 1
+        acc[1] += d
+    return {k: (c, d) for k, (c, d) in out.items()}
+
+
+def _change(control: int, test: int) -> str:
+    if control == 0:
+        return "added"
+    if test == 0:
+        return "deleted"
+    return "increased" if test > control else "decreased" if test < control else "unchanged"
+
+
+def compare(control: Side, test: Side, short_names: bool = True) -> pa.Table:
+    """One row per (device, name) present on either side: counts and total durations of
+    both, their differences, HTA's ``counts_change_categories`` (+ / - / =) and
+    ``ops_diff``'s change (added, deleted, increased, decreased, unchanged)."""
+    rows = []
+    for device in DEVICES:
+        if device not in control.names or device not in test.names:
+            continue
+        a = _summary(control.names[device], control.durations[device], short_names)
+        b = _summary(test.names[device], test.durations[device], short_names)
+        for name in sorted(a.keys() | b.keys()):
+            (ca, da), (cb, db) = a.get(name, (0, 0)), b.get(name, (0, 0))
+            rows.append({"device": device, "name": name, "control_counts": ca,
+                         "control_total_duration_ns": da, "test_counts": cb,
+                         "test_total_duration_ns": db, "diff_counts": cb - ca,
+                         "diff_duration_ns": db - da,
+                         "counts_change_categories": "+" if cb > ca else "-" if cb < ca else "=",
+                         "change": _change(ca, cb)})
+    cols = ("device", "name", "control_counts", "control_total_duration_ns", "test_counts",
+            "test_total_duration_ns", "diff_counts", "diff_duration_ns",
+            "counts_change_categories", "change")
+    return pa.table({c: pa.array([r[c] for r in rows],
+                                 pa.string() if c in ("device", "name", "change",
+                                                      "counts_change_categories")
+                                 else pa.int64()) for c in cols})
+
+
+def summary(table: pa.Table, control: Side, test: Side) -> str:
+    """Per device: names, total time on each side, and how many names changed how."""
+    lines = [f"control: rank {control.rank}, ProfilerStep {control.iterations}; "
+             f"test: rank {test.rank}, ProfilerStep {test.iterations}"]
+    rows = table.to_pylist()
+    for device in DEVICES:
+        mine = [r for r in rows if r["device"] == device]
+        if not mine:
+            lines.append(f"{device}: not compared (a side has no CPU table; parse it with "
+                         "--cpu or pass the trace)" if device == "CPU" else f"{device}: none")
+            continue
+        changes = {c: sum(r["change"] == c for r in mine) for c in
+                   ("added", "deleted", "increased", "decreased", "unchanged")}
+        lines.append(
+            f"{device}: {len(mine)} names, "
+            f"{sum(r['control_total_duration_ns'] for r in mine) / 1e6:.3f} ms -> "
+            f"{sum(r['test_total_duration_ns'] for r in mine) / 1e6:.3f} ms; "
+            + ", ".join(f"{v} {k}" for k, v in changes.items()))
+    return "\n".join(lines)
