@@ -56,7 +56,13 @@ def load_table(path: Path) -> pa.Table:
     import traceviz
 
     if path.suffix == ".parquet":
-        return traceviz.load(path, columns=COLUMNS)
+        import pyarrow.parquet as pq
+
+        try:
+            present = set(pq.read_schema(path).names)
+        except (OSError, pa.ArrowInvalid):
+            present = set(COLUMNS)  # traceviz.load reports the unreadable file
+        return traceviz.load(path, columns=[c for c in COLUMNS if c in present])
     return traceviz.parse(path)
 
 
@@ -88,7 +94,7 @@ def run(paths: list[str | os.PathLike], options: Options = Options(), *,
         "launch_stats": launch_stats_summary(selected, runtime_cutoff_ns,
                                              launch_delay_cutoff_ns),
         "queue_length_summary": queue_length_summary(selected),
-        "memory_bw_summary": memory_bw_summary(selected),
+        "memory_bw_summary": memory_bw_summary(selected, options.hta_compat),
     }
     return Result(tables, selected, failed)
 

@@ -72,8 +72,11 @@ def memcpy_subtype(name: str) -> str:
     return "Memset" if name.startswith("Memset") else name[:11]
 
 
-def bandwidth_series(acts: Activities) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per memcpy / memset subtype: (ts, total GB/s from ts on) change points."""
+def bandwidth_series(acts: Activities, sort_kind: str = "stable"
+                     ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per memcpy / memset subtype: (ts, total GB/s from ts on) change points: +bw at each
+    copy's start, -bw at its end (a zero-length copy lasts 1 µs, as in HTA), summed in
+    time order (``sort_kind`` "quicksort" orders ties as HTA's pandas sort does)."""
     mem = np.flatnonzero((acts.kind == MEM) & np.isfinite(acts.bandwidth))
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     subtype = np.array([memcpy_subtype(acts.names[i]) for i in acts.name[mem].tolist()])
@@ -84,21 +87,25 @@ def bandwidth_series(acts: Activities) -> dict[str, tuple[np.ndarray, np.ndarray
         bw = acts.bandwidth[rows]
         t = np.concatenate([acts.ts[rows], acts.ts[rows] + dur])
         d = np.concatenate([bw, -bw])
-        order = np.argsort(t, kind="stable")
+        order = np.argsort(t, kind=sort_kind)
         out[sub] = (t[order], np.cumsum(d[order]))
     return out
 
 
-def memory_bw_summary(ranks: list[Activities]) -> pa.Table:
-    """Per rank and subtype: describe() of the concurrent bandwidth (GB/s) where > 0."""
+def memory_bw_summary(ranks: list[Activities], hta_compat: bool = False) -> pa.Table:
+    """Per rank and subtype: describe() of the concurrent bandwidth (GB/s) where > 0.
+
+    The running sum leaves float residue (~1e-15 GB/s) where every copy has ended; it
+    counts as 0 here, but ``hta_compat`` keeps HTA's ``> 0`` test, which counts such
+    points as bandwidth."""
     cols: dict[str, list] = {"rank": [], "name": []}
     stats: dict[str, list] = {}
     for acts in ranks:
-        for sub, (_, bw) in sorted(bandwidth_series(acts).items()):
+        series = bandwidth_series(acts, "quicksort" if hta_compat else "stable")
+        for sub, (_, bw) in sorted(series.items()):
             cols["rank"].append(acts.rank)
             cols["name"].append(sub)
-            # > 0 up to the float residue the running sum leaves when all copies end
-            for k, v in describe(bw[bw > 1e-12]).items():
+            for k, v in describe(bw[bw > (0 if hta_compat else 1e-12)]).items():
                 stats.setdefault(f"memory_bw_gbps_{k}", []).append(v)
     return pa.table({**{k: pa.array(v, pa.int32() if k == "rank" else pa.string())
                         for k, v in cols.items()},

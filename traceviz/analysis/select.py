@@ -20,7 +20,7 @@ from ..api import metadata
 
 CATS = ("COMP", "COMM", "MEM", "OTHER")
 COLUMNS = ("ts", "dur", "launch_ts", "launch_dur", "iteration", "stream", "name", "cat",
-           "kind", "launch_name", "bytes")  # the table columns :func:`select` reads
+           "kind", "launch_name", "bytes", "memory_bw_gbps")  # the columns :func:`select` reads
 COMP, COMM, MEM, OTHER = range(4)
 US = 1000  # ns per µs
 
@@ -80,7 +80,8 @@ class Activities:
     launch_names: list[str]
     cat: np.ndarray         # 0 kernel, 1 gpu_memcpy, 2 gpu_memset
     bytes: np.ndarray       # memcpy / memset bytes, -1 unknown
-    bandwidth: np.ndarray   # bytes / exact duration (GB/s); NaN without bytes or duration
+    bandwidth: np.ndarray   # GB/s: the trace's own value (Kineto's, from its ns duration),
+    #                         else bytes / duration; NaN without either
     meta: dict
 
     def __len__(self) -> int:
@@ -140,6 +141,9 @@ def select(table: pa.Table, options: Options = Options()) -> Activities:
     nbytes = _ints(table["bytes"])
     with np.errstate(divide="ignore", invalid="ignore"):
         bandwidth = np.where((nbytes >= 0) & (dur > 0), nbytes / np.maximum(dur, 1), np.nan)
+    if "memory_bw_gbps" in table.column_names:  # tables parsed before it existed lack it
+        given = table["memory_bw_gbps"].to_numpy(zero_copy_only=False).astype(np.float64)
+        bandwidth = np.where(np.isnan(given), bandwidth, given)
     return Activities(
         rank=int(meta.get("rank", -1)), ts=ts[rows], end=end[rows], kind=kind[rows],
         name=name[rows], names=names, stream=stream[rows], iteration=iteration[rows],

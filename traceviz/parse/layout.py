@@ -23,7 +23,7 @@ FIELDS: dict[str, list[tuple[str, str]]] = {
     # device timeline: kernel, memcpy, memset, gpu_user_annotation, cuda_sync
     "gpu": [("ts", "i8"), ("dur", "i8"), ("name", "i4"), ("cat", "i4"), ("thread", "i4"),
             ("device", "i8"), ("stream", "i8"), ("correlation", "i8"), ("external_id", "i8"),
-            ("bytes", "i8"), ("index", "i8")],
+            ("bytes", "i8"), ("bandwidth", "i4"), ("index", "i8")],
     # CPU runtime / driver API calls (the launches)
     "launch": [("ts", "i8"), ("dur", "i8"), ("name", "i4"), ("cat", "i4"), ("thread", "i4"),
                ("correlation", "i8"), ("external_id", "i8"), ("index", "i8")],
@@ -56,8 +56,9 @@ def _idx(store):
 
 _G, _L, _O, _P, _C, _F = (_idx(s) for s in STORE_NAMES)
 G_TS, G_DUR, G_NAME, G_CAT, G_THREAD = _G["ts"], _G["dur"], _G["name"], _G["cat"], _G["thread"]
-G_DEVICE, G_STREAM, G_CORR, G_EXT, G_BYTES, G_INDEX = (
-    _G["device"], _G["stream"], _G["correlation"], _G["external_id"], _G["bytes"], _G["index"])
+G_DEVICE, G_STREAM, G_CORR, G_EXT, G_BYTES, G_BW, G_INDEX = (
+    _G["device"], _G["stream"], _G["correlation"], _G["external_id"], _G["bytes"],
+    _G["bandwidth"], _G["index"])
 L_TS, L_DUR, L_NAME, L_CAT, L_THREAD, L_CORR, L_EXT, L_INDEX = (
     _L["ts"], _L["dur"], _L["name"], _L["cat"], _L["thread"], _L["correlation"],
     _L["external_id"], _L["index"])
@@ -102,11 +103,12 @@ NORMALIZED_CAT = {CLS_KERNEL: "kernel", CLS_MEMCPY: "gpu_memcpy", CLS_MEMSET: "g
 EVENT_KEYS = {b"ph": K_PH, b"name": K_NAME, b"cat": K_CAT, b"pid": K_PID, b"tid": K_TID,
               b"ts": K_TS, b"dur": K_DUR, b"id": K_ID, b"bp": K_BP, b"args": K_ARGS}
 
-# arg slots; INT slots take numbers, STR slots take strings (interned)
+# arg slots; INT slots take numbers, STR slots take strings (interned); a STR slot given
+# a JSON number or list keeps its text (A_BW: Kineto's float "memory bandwidth (GB/s)")
 (A_CORR, A_EXT, A_DEVICE, A_STREAM, A_SEQNUM, A_FWD, A_PYID, A_PYPARENT, A_IN, A_OUT,
  A_GSIZE, A_SEQ, A_SRC, A_DST, A_BYTES, A_COLL, A_DTYPE, A_PGNAME, A_PGDESC,
- A_PGRANKS) = range(20)
-N_ARGS = 20
+ A_PGRANKS, A_BW) = range(21)
+N_ARGS = 21
 FIRST_STR_ARG = A_COLL
 ARG_KEYS = {
     b"correlation": A_CORR, b"External id": A_EXT, b"external id": A_EXT,
@@ -116,6 +118,7 @@ ARG_KEYS = {
     b"Seq": A_SEQ, b"Src Rank": A_SRC, b"Dst Rank": A_DST, b"bytes": A_BYTES,
     b"Collective name": A_COLL, b"dtype": A_DTYPE, b"Process Group Name": A_PGNAME,
     b"Process Group Description": A_PGDESC, b"Process Group Ranks": A_PGRANKS,
+    b"memory bandwidth (GB/s)": A_BW,
 }
 COMM_ARGS = (A_COLL, A_DTYPE, A_IN, A_OUT, A_GSIZE, A_PGNAME, A_PGDESC, A_PGRANKS, A_SEQ,
              A_SRC, A_DST)

@@ -136,7 +136,7 @@ def _parse_args(buf, i, n, w, strs):
                     if not _room(w, strs):
                         return NEED_ROOM
                     w[AR + slot] = intern(strs, w, h2, k + 1, e - k - 2)
-            elif c == 91:  # a list given as JSON (e.g. Process Group Ranks): its text
+            elif c != 123:  # a list (e.g. Process Group Ranks) or a number: its text
                 e = skip_value(buf, k, n)
                 if e >= 0:
                     if not _room(w, strs):
@@ -391,6 +391,7 @@ def _commit(w, strs, thr, blocks, spans, start, end):
         blocks[store, L.G_CORR, r] = w[AR + L.A_CORR]
         blocks[store, L.G_EXT, r] = w[AR + L.A_EXT]
         blocks[store, L.G_BYTES, r] = w[AR + L.A_BYTES]
+        blocks[store, L.G_BW, r] = w[AR + L.A_BW]
         blocks[store, L.G_INDEX, r] = index
     elif cls == L.CLS_RUNTIME or cls == L.CLS_DRIVER:
         store = L.LAUNCH

@@ -45,7 +45,7 @@ ACTIVITY_COLUMNS = (
     "launch_ts", "launch_dur", "launch_tid", "launch_name", "cpu_op", "cpu_op_external_id",
     "kind", "iteration", "phase", "microbatch", "chunk", "comm_group", "collective", "pg_name", "pg_desc", "group_size", "group_ranks",
     "msg_in_bytes", "msg_out_bytes", "dtype", "seq", "in_nelems", "out_nelems",
-    "src_rank", "dst_rank", "bytes", "index")
+    "src_rank", "dst_rank", "bytes", "memory_bw_gbps", "index")
 
 
 @dataclass
@@ -121,6 +121,16 @@ class Strings:
             if m:
                 out[i] = int(m.group(1))
         return out
+
+    def floats(self, ids: np.ndarray) -> np.ndarray:
+        """The float value of each id's text (NaN: absent or not a number)."""
+        values = self.lookup(np.float64, np.nan)
+        for i in np.unique(ids[ids >= 0]).tolist():
+            try:
+                values[i] = float(self.texts[i])
+            except ValueError:
+                pass
+        return values[ids]
 
     def dictionary(self, ids: np.ndarray) -> pa.DictionaryArray:
         """Dictionary column of string ids (-1 -> null) holding only the texts used."""
@@ -241,7 +251,9 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     put("kind", _fixed_dictionary(kind.astype(np.int32), KINDS))
     bytes_ = g("bytes")
     put("bytes", bytes_, (bytes_ < 0) | (kind != MEM), pa.int64())
-    del bytes_, rows, g
+    bw = s.floats(g("bandwidth"))
+    put("memory_bw_gbps", bw, np.isnan(bw) | (kind != MEM), pa.float64())
+    del bytes_, bw, rows, g
     cat_codes = np.select([cls == L.CLS_KERNEL, cls == L.CLS_MEMCPY], [0, 1], 2)
     put("cat", _fixed_dictionary(cat_codes, ("kernel", "gpu_memcpy", "gpu_memset")))
     del cat_codes, cls
