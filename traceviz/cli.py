@@ -357,3 +357,46 @@ def diff(control, test, outdir, control_rank, test_rank, control_iterations,
     draw(table, out / "trace_diff.png")
     click.echo(D.summary(table, a, b))
     click.echo(f"wrote trace_diff.csv, trace_diff.parquet, trace_diff.png to {out}", err=True)
+
+
+@main.command()
+@click.argument("traces", nargs=-1, required=True)
+@click.option("-o", "--output", help="Output file (one trace) or folder [default: next to "
+              "each trace, as x_with_counters.json.gz].")
+@click.option("--series", default="queue_length,memcpy_bandwidth", show_default=True,
+              help="Comma-separated counter tracks to add.")
+def counters(traces, output, series) -> None:
+    """Copy traces with counter tracks added: launch-queue length per stream and memcpy /
+    memset bandwidth (HTA's generate_trace_with_counters). Open them in Perfetto UI or
+    chrome://tracing.
+
+    \b
+    Examples:
+      traceviz counters rank0.json.gz        # writes rank0_with_counters.json.gz
+      traceviz counters job/*.json -o counters/ --series queue_length
+    """
+    from pathlib import Path
+
+    from .analysis.counters import SERIES, default_output, write_trace_with_counters
+
+    chosen = tuple(x.strip() for x in series.split(",") if x.strip())
+    unknown = sorted(set(chosen) - set(SERIES))
+    if unknown or not chosen:
+        raise UsageError(f"--series: unknown {unknown or series!r}; choose from "
+                         f"{', '.join(SERIES)}")
+    failed = 0
+    for trace in traces:
+        out = None
+        if output:
+            out = Path(output)
+            if len(traces) > 1 or out.is_dir():
+                out = out / default_output(trace).name
+        try:
+            path, n = write_trace_with_counters(trace, out, chosen)
+        except TraceVizError as exc:
+            click.echo(f"traceviz: error: {exc}", err=True)
+            failed += 1
+            continue
+        click.echo(f"{path}: {n} counter events added")
+    if failed:
+        raise SystemExit(1)

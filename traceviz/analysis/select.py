@@ -19,8 +19,8 @@ import pyarrow.compute as pc
 from ..api import metadata
 
 CATS = ("COMP", "COMM", "MEM", "OTHER")
-COLUMNS = ("ts", "dur", "launch_ts", "launch_dur", "iteration", "stream", "name", "cat",
-           "kind", "launch_name", "bytes", "memory_bw_gbps")  # the columns :func:`select` reads
+COLUMNS = ("device", "ts", "dur", "launch_ts", "launch_dur", "iteration", "stream", "name",
+           "cat", "kind", "launch_name", "bytes", "memory_bw_gbps")  # the columns :func:`select` reads
 COMP, COMM, MEM, OTHER = range(4)
 US = 1000  # ns per µs
 
@@ -72,6 +72,7 @@ class Activities:
     kind: np.ndarray        # index into CATS
     name: np.ndarray        # index into ``names``
     names: list[str]
+    device: np.ndarray      # the GPU's pid in the trace
     stream: np.ndarray
     iteration: np.ndarray
     launch_ts: np.ndarray   # -1: no launch
@@ -146,7 +147,8 @@ def select(table: pa.Table, options: Options = Options()) -> Activities:
         bandwidth = np.where(np.isnan(given), bandwidth, given)
     return Activities(
         rank=int(meta.get("rank", -1)), ts=ts[rows], end=end[rows], kind=kind[rows],
-        name=name[rows], names=names, stream=stream[rows], iteration=iteration[rows],
+        name=name[rows], names=names, device=_ints(table["device"])[rows],
+        stream=stream[rows], iteration=iteration[rows],
         launch_ts=launch_ts[rows], launch_end=launch_end[rows],
         launch_name=launch_name[rows], launch_names=launch_names, cat=cat[rows],
         bytes=nbytes[rows], bandwidth=bandwidth[rows], meta=meta)
