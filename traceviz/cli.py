@@ -400,3 +400,50 @@ def counters(traces, output, series) -> None:
         click.echo(f"{path}: {n} counter events added")
     if failed:
         raise SystemExit(1)
+
+
+@main.command()
+@click.argument("trace")
+@click.option("--op", "operator", required=True,
+              help="Part of the CPU op name whose kernel sequences to find (e.g. 'aten::linear').")
+@click.option("--rank", type=int, help="Rank, when TRACE is a folder [default: its lowest].")
+@click.option("--min-len", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Fewest kernels a sequence has.")
+@click.option("--top-k", type=click.IntRange(min=1), default=5, show_default=True,
+              help="Sequences printed and drawn.")
+@click.option("-o", "--output", "outdir", default="sequences", show_default=True,
+              help="Folder for frequent_sequences.csv / .parquet / .png.")
+def sequences(trace, operator, rank, min_len, top_k, outdir) -> None:
+    """Frequent CUDA kernel sequences launched by a CPU operator (HTA's
+    get_frequent_cuda_kernel_sequences): each outermost op whose name contains --op,
+    with the kernels it launches in GPU order; identical sequences counted.
+
+    \b
+    Examples:
+      traceviz sequences rank0.json.gz --op aten::linear
+      traceviz sequences job/iteration_10 --rank 3 --op "autograd::engine" --min-len 2
+    """
+    from pathlib import Path
+
+    import pyarrow.csv as pacsv
+
+    from .analysis.rank_tables import rank_tables
+    from .analysis.sequences import frequent_sequences
+    from .output import atomic_path, write_parquet
+    from .render.sequence_figure import draw, label
+
+    gpu, cpu = rank_tables(Path(trace), rank)
+    if cpu is None:
+        raise UsageError(f"{trace}: no CPU table; pass the trace, or parse it with --cpu")
+    table = frequent_sequences(gpu, cpu, operator, min_len)
+    out = Path(outdir)
+    with atomic_path(out / "frequent_sequences.csv") as tmp:
+        pacsv.write_csv(table, tmp)
+    write_parquet(table, out / "frequent_sequences.parquet")
+    draw(table, out / "frequent_sequences.png", top_k)
+    if not table.num_rows:
+        click.echo(f"no op containing {operator!r} launches {min_len} or more kernels")
+    for r in table.slice(0, top_k).to_pylist():
+        click.echo(f"{r['count']:6d} x  GPU {r['gpu_time_ns'] / 1e6:9.3f} ms  "
+                   f"{label(r['pattern'])}")
+    click.echo(f"wrote frequent_sequences.csv, .parquet, .png to {out}", err=True)

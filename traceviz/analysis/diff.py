@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from ..errors import TraceVizError
 from ..parse.join import step_of
+from .rank_tables import rank_tables
 from .select import MEM, hta_kind
 
 DEVICES = ("GPU", "CPU")
@@ -57,41 +58,12 @@ class Side:
     durations: dict[str, np.ndarray]
 
 
-def _rank_tables(path: Path, rank: int | None) -> tuple[pa.Table, pa.Table | None]:
-    """GPU activity table and CPU table of one rank of ``path`` (a trace, a parsed table
-    with its ``.cpu.parquet`` sibling, or a folder of either)."""
-    import traceviz
-    from .breakdown import input_files
-
-    files = input_files([path])
-    chosen = None
-    for f in files:
-        if f.name.endswith(".cpu.parquet"):
-            continue
-        if f.suffix == ".parquet":
-            gpu = traceviz.load(f)
-            sibling = f.with_name(f.name[:-len(".parquet")] + ".cpu.parquet")
-            cpu = traceviz.load(sibling) if sibling.exists() else None
-        else:
-            parsed = traceviz.parse_trace(f, cpu=True)
-            gpu, cpu = parsed.activities, parsed.cpu
-        r = int(traceviz.metadata(gpu).get("rank", -1))
-        if rank is None or r == rank:
-            if chosen is None or r < chosen[0]:
-                chosen = (r, gpu, cpu)
-            if rank is not None:
-                break
-    if chosen is None:
-        raise TraceVizError(f"{path}: no rank {rank} among its traces")
-    return chosen[1], chosen[2]
-
-
 def load_side(path: str | os.PathLike, label: str, rank: int | None = None,
               iterations: tuple[int, ...] | None = None) -> Side:
     """Read one side (see the module doc)."""
     import traceviz
 
-    gpu, cpu = _rank_tables(Path(path), rank)
+    gpu, cpu = rank_tables(Path(path), rank)
     meta = traceviz.metadata(gpu)
     steps = meta.get("steps", [])
     numbers = sorted(s["iteration"] for s in steps)
