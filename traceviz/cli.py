@@ -447,3 +447,87 @@ def sequences(trace, operator, rank, min_len, top_k, outdir) -> None:
         click.echo(f"{r['count']:6d} x  GPU {r['gpu_time_ns'] / 1e6:9.3f} ms  "
                    f"{label(r['pattern'])}")
     click.echo(f"wrote frequent_sequences.csv, .parquet, .png to {out}", err=True)
+
+
+@main.command()
+@click.argument("root", type=click.Path(exists=True))
+@click.option("-o", "--output", "outdir", help="Folder for the parsed tables "
+              "[default: ROOT/traceviz].")
+@click.option("--folders", help="Only traces in folders whose name matches this glob "
+              "(e.g. 'iteration_*').")
+@click.option("-j", "--jobs", type=click.IntRange(min=0), default=0,
+              help="Worker processes [default: one per core, at most one per trace].")
+@click.option("--force", is_flag=True, help="Re-parse traces whose table is up to date.")
+@click.option("--memory-budget", type=click.IntRange(min=16), default=512, show_default=True,
+              help="MB per worker; the batch peaks near workers x this.")
+@click.option("--topology", "topology_file", type=click.Path(dir_okay=False),
+              help="unique_parallel_groups_*.txt [default: found in ROOT or a parent].")
+@click.option("--vpp", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Model chunks per pipeline stage (interleaved schedule).")
+@click.option("--cpu", is_flag=True, help="Also write each rank's CPU table.")
+@click.option("--scheduler", help="Run on a Dask cluster: tcp://HOST:PORT, or 'local'.")
+@click.option("--dask", "use_dask", is_flag=True, help="Same as --scheduler local.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def batch(root, outdir, folders, jobs, force, memory_budget, topology_file, vpp, cpu,
+          scheduler, use_dask, quiet) -> None:
+    """Parse every rank trace under ROOT in parallel (any known layout).
+
+    Failed ranks are listed with their reason (exit 1), the others are kept; tables
+    newer than their trace are not parsed again.
+
+    \b
+    Examples:
+      traceviz batch tensorboard_dir/ -j 8
+      traceviz batch tensorboard_dir/ --folders 'iteration_*' -o parsed/
+      traceviz batch /shared/job --scheduler tcp://10.0.0.5:8786
+    """
+    from . import runner
+
+    start = time.perf_counter()
+    outcomes = runner.run(root, outdir, folders=folders, jobs=jobs, force=force,
+                          memory_budget=memory_budget << 20, topology=topology_file,
+                          cpu=cpu, vpp=vpp, scheduler=scheduler or ("local" if use_dask
+                                                                    else None),
+                          quiet=quiet)
+    click.echo(runner.summary(outcomes, time.perf_counter() - start))
+    click.echo(f"tables in {runner.output_root(root, outdir)}", err=True)
+    if any(o.status == "failed" for o in outcomes):
+        raise SystemExit(1)
+
+
+@main.command()
+@click.argument("root", type=click.Path(exists=True))
+@click.option("-o", "--output", "outdir", help="Batch output folder holding the rank "
+              "tables [default: ROOT/traceviz]; traces without tables are parsed first.")
+@click.option("--alignment", type=click.Choice(["synced", "global", "individual"]),
+              default="synced", show_default=True,
+              help="synced: clocks corrected from collective end times; global: raw "
+              "clocks; individual: each rank from its own first kernel.")
+@click.option("--topology", "topology_file", type=click.Path(dir_okay=False),
+              help="unique_parallel_groups_*.txt [default: found, else from pg_config].")
+@click.option("-j", "--jobs", type=click.IntRange(min=0), default=0,
+              help="Worker processes for traces still to parse.")
+@click.option("--no-figures", is_flag=True, help="Tables only.")
+def aggregate(root, outdir, alignment, topology_file, jobs, no_figures) -> None:
+    """Per-rank micro-batch overlap, category spans, clock offsets and the
+    Megatron-TraceViz figures (per rank, per PP group, per model replica).
+
+    \b
+    Examples:
+      traceviz aggregate tensorboard_dir/
+      traceviz aggregate tensorboard_dir/ --alignment global --topology groups.txt
+    """
+    from .analysis.aggregate_job import run as run_aggregate
+
+    results = run_aggregate(root, outdir, alignment=alignment, topology=topology_file,
+                            jobs=jobs, figures=not no_figures)
+    for res in results:
+        sync = res.sync
+        worst = max((x for x in sync.max_abs_residual if x == x), default=0.0)
+        click.echo(f"{res.folder}: {len(res.ranks)} ranks, {len(res.written)} files; "
+                   f"clock offsets up to {abs(sync.offsets).max() / 1e3:.1f} µs "
+                   f"(largest residual {worst / 1e3:.1f} µs)")
+        for msg in res.failed:
+            click.echo(f"  skipped: {msg}")
+        for note in res.notes:
+            click.echo(f"  note: {note}")

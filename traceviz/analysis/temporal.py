@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ..intervals import grouped_combination_times
+from ..intervals import grouped_combination_times, grouped_span
 from .select import CATS, COMM, COMP, MEM, OTHER, Activities
 
 _LABEL = {COMP: "COMPUTATION", COMM: "COMMUNICATION", MEM: "MEMORY"}
@@ -54,10 +54,7 @@ def sweep(acts: Activities) -> RankSweep:
     keys = np.concatenate([np.zeros(n, np.int64), key_of_it])
     ts, end, kind = (np.concatenate([a, a]) for a in (acts.ts, acts.end, acts.kind))
     times = grouped_combination_times(ts, end, kind, keys, its.shape[0] + 1, len(CATS))
-    lo = np.full(its.shape[0] + 1, np.iinfo(np.int64).max)
-    hi = np.full(its.shape[0] + 1, np.iinfo(np.int64).min)
-    np.minimum.at(lo, keys, ts)
-    np.maximum.at(hi, keys, end)
+    lo, hi = grouped_span(ts, end, keys, its.shape[0] + 1)
     spans = np.where(hi >= lo, hi - lo, 0)
     return RankSweep(acts.rank, n, np.concatenate([[-1], its]), spans, times)
 

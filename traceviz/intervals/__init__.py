@@ -4,8 +4,9 @@ An interval is ``[start, end)`` with ``end >= start``. A *union* is a sorted arr
 disjoint intervals; intervals that touch (``start == running end``) are merged, as HTA
 does. Every function is O(n log n) at most and loops only inside numba.
 """
-from .core import (combination_times, grouped_combination_times, grouped_measure, intersect,
+from .core import (combination_times, grouped_combination_times, grouped_measure,
+                   grouped_span, intersect,
                    measure, union)
 
 __all__ = ["union", "measure", "intersect", "combination_times",
-           "grouped_combination_times", "grouped_measure"]
+           "grouped_combination_times", "grouped_measure", "grouped_span"]

@@ -130,3 +130,13 @@ def grouped_measure(starts: np.ndarray, ends: np.ndarray, keys: np.ndarray,
     """int64[n_keys]: the length of the union of each group's intervals."""
     cats = np.zeros(np.shape(starts)[0], dtype=_I8)
     return grouped_combination_times(starts, ends, cats, keys, n_keys, 1)[:, 1]
+
+
+def grouped_span(starts: np.ndarray, ends: np.ndarray, keys: np.ndarray,
+                 n_keys: int) -> tuple[np.ndarray, np.ndarray]:
+    """(first start, last end) of each group; (int64 max, int64 min) for empty groups."""
+    lo = np.full(n_keys, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.full(n_keys, np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(lo, keys, starts)
+    np.maximum.at(hi, keys, ends)
+    return lo, hi

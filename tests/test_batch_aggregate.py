@@ -1,0 +1,155 @@
+"""traceviz batch + aggregate on synthesized jobs: micro-batch metrics equal plain-Python
+unions of the ground-truth kernels, clock offsets equal the applied skew, failures are
+isolated, every expected figure is a real PNG, Dask gives the same tables."""
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from test_breakdown_cli import union_length
+from traceviz.cli import main
+from traceviz.synth import SynthConfig, synthesize
+from traceviz.synth.emit import TS_OFFSET_NS  # truth ts = trace ts - this
+
+PP_DP = ("PP", "DP", "EDP")
+
+
+def _truth_rows(root) -> tuple[list[dict], list[int]]:
+    truth = json.loads((root / "ground_truth" / "ground_truth.json").read_text())
+    return pq.read_table(root / "ground_truth" / "kernels.parquet").to_pylist(), truth["skew_ns"]
+
+
+def _expected_microbatches(root, ranks) -> dict[tuple, dict]:
+    kernels, skew = _truth_rows(root)
+    groups: dict[tuple, list[dict]] = {}
+    for k in kernels:
+        if (k["rank"] in ranks and k["phase"] in ("FWD", "BWD", "RECOMPUTE")
+                and k["microbatch"] >= 0 and k["kind"] in ("COMP", "COMM")
+                and not (k["kind"] == "COMM" and k["comm_group"] in PP_DP)):
+            key = (k["rank"], k["iteration"], "Forward" if k["phase"] == "FWD" else "Backward",
+                   k["microbatch"], k["chunk"])
+            groups.setdefault(key, []).append(k)
+    out = {}
+    for key, ks in groups.items():
+        comp = [(k["ts"], k["ts"] + k["dur"]) for k in ks if k["kind"] == "COMP"]
+        comm = [(k["ts"], k["ts"] + k["dur"]) for k in ks if k["kind"] == "COMM"]
+        both = union_length(comp) + union_length(comm) - union_length(comp + comm)
+        start = min(s for s, _ in comp + comm)
+        out[key] = {"comp_ns": union_length(comp), "comm_ns": union_length(comm),
+                    "overlap_ns": both, "start_ns": start + TS_OFFSET_NS - skew[key[0]],
+                    "wall_clock_ns": max(e for _, e in comp + comm) - start}
+    return out
+
+
+def _check_microbatches(root, out, ranks) -> None:
+    want = _expected_microbatches(root, ranks)
+    got = {(r["rank"], r["iteration"], r["phase"], r["microbatch"], r["chunk"]): r
+           for r in pq.read_table(out / "microbatches.parquet").to_pylist()
+           if r["rank"] in ranks}
+    assert got.keys() == want.keys()
+    for key, w in want.items():
+        for col, v in w.items():
+            assert got[key][col] == v, (key, col)
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    root = tmp_path_factory.mktemp("job")
+    synthesize(SynthConfig(tp=2, pp=4, dp=2, microbatches=4, layers=4, with_stack=False,
+                           skew_us=400.0, gpus_per_node=4, truncate_rank=6), root)
+    return root
+
+
+def test_batch_then_aggregate(job):
+    runner = CliRunner()
+    result = runner.invoke(main, ["batch", str(job), "-j", "2", "-q"])
+    assert result.exit_code == 0, result.output
+    assert "16 parsed" in result.output and "warning rank 6" in result.output
+    out = job / "traceviz" / "iteration_10"
+    assert len(list(out.glob("rank_*.parquet"))) == 16
+    again = runner.invoke(main, ["batch", str(job), "-q"])
+    assert "0 parsed, 16 up to date" in again.output
+
+    result = runner.invoke(main, ["aggregate", str(job)])
+    assert result.exit_code == 0, result.output
+    complete = [r for r in range(16) if r != 6]  # rank 6 is cut mid-trace
+    _check_microbatches(job, out, complete)
+
+    # clock offsets: the synthesizer's per-node skew, relative to rank 0
+    _, skew = _truth_rows(job)
+    offsets = {int(r["rank"]): int(r["offset_ns"]) for r in
+               __import__("csv").DictReader(open(out / "clock_offsets.csv"))}
+    for r in range(16):
+        assert abs(offsets[r] - (skew[r] - skew[0])) <= 1000, r
+
+    pngs = [out / f"rank_{r:04d}" / n for r in range(16)
+            for n in ("overlapping_timeline.png", f"comm_comp_overlap_combined_rank{r}.png")]
+    pngs += [out / f"PP_group_{i}" / f"pp_group_{i}_ranks_{i}_{i + 4}_{i + 8}_{i + 12}_synced.png"
+             for i in range(4)]
+    pngs += [out / f"Model_Group_{g}" / f"Model_Group_{g}_all_{kind}.png" for g in range(2)
+             for kind in ("pp_groups_concatenated", "ranks_combined")]
+    import matplotlib.image as mpimg
+
+    for p in pngs:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", p
+        h, w = mpimg.imread(p).shape[:2]
+        assert 300 <= w <= 4000 and 200 <= h <= 6000, (p, w, h)
+
+
+@pytest.mark.parametrize("cfg", [
+    SynthConfig(tp=4, pp=2, dp=2, microbatches=4, layers=4, recompute=True,
+                with_stack=False),
+    SynthConfig(tp=2, pp=2, dp=1, vpp=2, schedule="interleaved", microbatches=4, layers=8,
+                with_stack=False),
+], ids=["tp4pp2dp2-recompute", "interleaved-vpp2"])
+def test_microbatches_other_schedules(tmp_path, cfg):
+    synthesize(cfg, tmp_path)
+    extra = ["--vpp", str(cfg.vpp)] if cfg.vpp > 1 else []
+    assert CliRunner().invoke(main, ["batch", str(tmp_path), "-q", "-j", "1"]
+                              + extra).exit_code == 0
+    result = CliRunner().invoke(main, ["aggregate", str(tmp_path), "--no-figures"])
+    assert result.exit_code == 0, result.output
+    world = cfg.tp * cfg.pp * cfg.dp
+    _check_microbatches(tmp_path, tmp_path / "traceviz" / "iteration_10", range(world))
+
+
+def test_failed_rank_is_isolated(tmp_path):
+    synthesize(SynthConfig(tp=1, pp=2, dp=2, microbatches=2, layers=2), tmp_path)
+    bad = next(tmp_path.rglob("rank_0002*.json"))
+    text = bad.read_bytes()
+    cut = text.index(b'"ph"', len(text) // 2)  # a key without its value: bad JSON
+    bad.write_bytes(text[:cut] + b'"ph" @@, ' + text[cut:])
+    result = CliRunner().invoke(main, ["batch", str(tmp_path), "-q", "-j", "2"])
+    assert result.exit_code == 1
+    assert "failed rank 2:" in result.output and "Traceback" not in result.output
+    out = tmp_path / "traceviz" / "iteration_10"
+    assert sorted(p.name for p in out.glob("rank_*.parquet")) == [
+        "rank_0000.parquet", "rank_0001.parquet", "rank_0003.parquet"]
+    summary = json.loads((tmp_path / "traceviz" / "batch_summary.json").read_text())
+    assert [o["status"] for o in summary["outcomes"]].count("failed") == 1
+    # aggregation goes on with the ranks that parsed
+    assert CliRunner().invoke(main, ["aggregate", str(tmp_path), "--no-figures"]).exit_code == 0
+
+
+def test_no_traces_is_one_line(tmp_path):
+    (tmp_path / "notes.json").write_text('{"hello": 1}')
+    result = CliRunner().invoke(main, ["batch", str(tmp_path)])
+    assert result.exit_code == 1 and "no Kineto traces found" in result.output
+
+
+def test_dask_local_cluster_gives_identical_tables(tmp_path):
+    pytest.importorskip("distributed", reason="Dask distributed is in the test extra")
+    synthesize(SynthConfig(tp=2, pp=2, dp=1, microbatches=2, layers=2, with_stack=False),
+               tmp_path / "job")
+    runner = CliRunner()
+    assert runner.invoke(main, ["batch", str(tmp_path / "job"), "-q", "-j", "1", "-o",
+                                str(tmp_path / "local")]).exit_code == 0
+    result = runner.invoke(main, ["batch", str(tmp_path / "job"), "-q", "--dask", "-o",
+                                  str(tmp_path / "dask")])
+    assert result.exit_code == 0, result.output
+    for p in sorted((tmp_path / "local").rglob("rank_*.parquet")):
+        q = tmp_path / "dask" / p.relative_to(tmp_path / "local")
+        assert pq.read_table(p).equals(pq.read_table(q)), p.name
