@@ -531,3 +531,22 @@ def aggregate(root, outdir, alignment, topology_file, jobs, no_figures) -> None:
             click.echo(f"  skipped: {msg}")
         for note in res.notes:
             click.echo(f"  note: {note}")
+
+
+@main.command()
+@click.argument("outdir", default="traceviz_demo", type=click.Path(file_okay=False))
+def demo(outdir) -> None:
+    """Synthesize a small Megatron-like job (tp2 pp4 dp2, 8 micro-batches) and run
+    batch, aggregate and breakdown on it; prints where everything went.
+
+    \b
+    Examples:
+      traceviz demo                 # into ./traceviz_demo
+      traceviz demo /tmp/tv_demo
+    """
+    from .demo import run as run_demo
+
+    steps = run_demo(outdir, click.echo)
+    click.echo("\nwhere to look:")
+    for what, path in steps.items():
+        click.echo(f"  {what}: {path}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import schedule
 from .config import SynthConfig
 
 # streams (Kineto stream ids) per lane
@@ -62,28 +63,7 @@ class Item:
 
 def stage_order(cfg: SynthConfig, p: int) -> list[tuple[str, int, int]]:
     """(``F``/``B``, micro-batch, chunk) in the order stage ``p`` runs them."""
-    P, M, v = cfg.pp, cfg.microbatches, cfg.vpp
-    if cfg.schedule == "1f1b":
-        warm = min(P - p - 1, M)
-        order = [("F", m, 0) for m in range(warm)]
-        for i in range(M - warm):
-            order += [("F", warm + i, 0), ("B", i, 0)]
-        order += [("B", M - warm + i, 0) for i in range(warm)]
-        return order
-    total = M * v
-
-    def fwd(k: int) -> tuple[str, int, int]:
-        return "F", (k // (P * v)) * P + k % P, (k // P) % v
-
-    def bwd(k: int) -> tuple[str, int, int]:
-        return "B", (k // (P * v)) * P + k % P, v - 1 - (k // P) % v
-
-    warm = total if M == P else min((P - p - 1) * 2 + (v - 1) * P, total)
-    order = [fwd(k) for k in range(warm)]
-    for k in range(total - warm):
-        order += [fwd(warm + k), bwd(k)]
-    order += [bwd(total - warm + k) for k in range(warm)]
-    return order
+    return schedule.stage_order(cfg.pp, cfg.microbatches, p, cfg.vpp)
 
 
 _GEMM = ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1"
