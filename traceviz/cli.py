@@ -550,3 +550,34 @@ def demo(outdir) -> None:
     click.echo("\nwhere to look:")
     for what, path in steps.items():
         click.echo(f"  {what}: {path}")
+
+
+@main.command()
+@click.argument("root", type=click.Path(exists=True))
+@click.option("--vpp", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Model chunks per stage (interleaved 1F1B).")
+@click.option("--iteration", type=int, help="ProfilerStep number [default: the first].")
+@click.option("--all-groups", is_flag=True, help="Every PP group, not only the first "
+              "complete one.")
+@click.option("--topology", "topology_file", type=click.Path(dir_okay=False),
+              help="unique_parallel_groups_*.txt [default: found, else from pg_config].")
+@click.option("-o", "--output", "outdir", default="pipeline", show_default=True,
+              help="Folder for pipeline_stages.csv / .parquet and the figures.")
+def pipeline(root, vpp, iteration, all_groups, topology_file, outdir) -> None:
+    """Pipeline schedule per PP stage, measured vs ideal 1F1B / interleaved: bubble per
+    stage, the critical stage, PNG and an interactive HTML (no server needed).
+
+    ROOT is a job folder (parsed and aggregated first when needed).
+
+    \b
+    Examples:
+      traceviz pipeline tensorboard_dir/
+      traceviz pipeline job/ --vpp 2 --all-groups -o pp/
+    """
+    from pathlib import Path
+
+    from .analysis import pipeline_run
+
+    for line in pipeline_run.run(Path(root), Path(outdir), vpp=vpp, iteration=iteration,
+                                 all_groups=all_groups, topology=topology_file):
+        click.echo(line)

@@ -63,7 +63,9 @@ def simulate(pp: int, microbatches: int, fwd_ns: np.ndarray, bwd_ns: np.ndarray,
     on stage ``p``. A forward step of virtual stage ``s`` waits for the same
     micro-batch's forward on ``s - 1`` plus ``p2p_ns``; a backward step waits for the
     backward on ``s + 1`` plus ``p2p_ns``, or, on the last virtual stage, for its own
-    forward. A stage runs one step at a time, in order.
+    forward. A stage runs one step at a time, in order; a step that sends (a forward
+    below the last virtual stage, a backward above the first) holds its stage until the
+    send completes, ``p2p_ns`` after it, as Megatron's blocking P2P calls do.
     """
     orders = [stage_order(pp, microbatches, p, vpp) for p in range(pp)]
     last = pp * vpp - 1
@@ -90,7 +92,8 @@ def simulate(pp: int, microbatches: int, fwd_ns: np.ndarray, bwd_ns: np.ndarray,
                 start = max(free[p], ready)
                 end = start + int(fwd_ns[p] if phase == "F" else bwd_ns[p])
                 done[(phase, mb, vs)] = end
-                free[p] = end
+                sends = vs < last if phase == "F" else vs > 0
+                free[p] = end + (p2p_ns if sends else 0)
                 steps.append(Step(p, phase, mb, chunk, start, end))
                 nxt[p] += 1
                 remaining -= 1

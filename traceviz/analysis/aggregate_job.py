@@ -67,7 +67,7 @@ def _load(folder: Path) -> tuple[dict[int, pa.Table], list[str]]:
     return tables, failed
 
 
-def _layout(root: Path, folder: Path, topology: str | os.PathLike | None):
+def job_layout(root: Path, folder: Path, topology: str | os.PathLike | None):
     from ..discover import find_topology_file
     from ..topology.model import from_file, from_traces
 
@@ -116,7 +116,7 @@ def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
                 timeline([("", [ra])], out / "overlapping_timeline.png",
                          f"Rank {r} timeline", alignment),
                 overlap_bars(mine, r, out / f"comm_comp_overlap_combined_rank{r}.png")]
-    layout, note = _layout(root, folder, topology)
+    layout, note = job_layout(root, folder, topology)
     if note:
         result.notes.append(note)
     if layout is None or not figures:
@@ -162,7 +162,8 @@ def rank_folders(out: Path) -> list[Path]:
 
 def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
         alignment: str = "synced", topology: str | os.PathLike | None = None,
-        jobs: int = 0, figures: bool = True, quiet: bool = False) -> list[FolderResult]:
+        jobs: int = 0, figures: bool = True, quiet: bool = False,
+        vpp: int = 1) -> list[FolderResult]:
     """Aggregate every folder of rank tables under ``outdir`` (default: the batch output
     of ``root``), parsing the traces first where no table exists yet."""
     from .. import runner
@@ -170,7 +171,7 @@ def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
     root = Path(root)
     out = runner.output_root(root, outdir)
     if root.is_dir() and not rank_folders(root) and not rank_folders(out):
-        runner.run(root, out, jobs=jobs, topology=topology, quiet=quiet)
+        runner.run(root, out, jobs=jobs, topology=topology, quiet=quiet, vpp=vpp)
     folders = rank_folders(root) or rank_folders(out)
     if not folders:
         raise TraceVizError(f"{root}: no traces or parsed rank tables found")

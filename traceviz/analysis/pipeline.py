@@ -1,0 +1,106 @@
+"""Pipeline-parallel schedule, measured vs ideal (PP-Schedule-Visualization's view).
+
+For one PP group and one iteration, each stage's forward and backward steps are the
+micro-batch rows of :func:`.aggregate.microbatch_table` (first kernel start to last
+kernel end of the step, clock-synced). Per stage:
+
+* ``busy`` = |union of its steps|; ``makespan`` = last step end - first step start of
+  the whole group; ``bubble`` = makespan - busy; ``bubble_pct`` = 100 bubble / makespan
+  (PP-Schedule-Visualization's definition, over the group's F/B window);
+* the ideal schedule (:func:`..schedule.simulate`) with each stage's median forward and
+  backward step and the smallest forward hand-off between consecutive stages measured as
+  the P2P latency; ``ideal_bubble_pct`` and the analytic ``(p-1)/(m·v+p-1)``;
+* the critical stage is the one with the most busy time.
+
+Times are int64 ns.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from ..intervals import measure
+from ..schedule import Step, simulate
+
+
+@dataclass
+class PipelineView:
+    """Measured and ideal steps of one PP group, and the per-stage table."""
+
+    ranks: list[int]              # rank of each stage
+    measured: list[Step]          # times relative to the group's first step
+    ideal: list[Step]
+    stages: pa.Table
+    p2p_ns: int
+
+
+def measured_steps(rows: list[dict], ranks: list[int]) -> list[Step]:
+    """Steps of each stage (index into ``ranks``) from micro-batch rows, in ns from the
+    earliest step of the group."""
+    stage_of = {r: i for i, r in enumerate(ranks)}
+    steps = [Step(stage_of[r["rank"]], "F" if r["phase"] == "Forward" else "B",
+                  r["microbatch"], max(r["chunk"], 0), r["start_ns"],
+                  r["start_ns"] + r["wall_clock_ns"])
+             for r in rows if r["rank"] in stage_of]
+    t0 = min((s.start for s in steps), default=0)
+    for s in steps:
+        s.start -= t0
+        s.end -= t0
+    return sorted(steps, key=lambda s: (s.stage, s.start))
+
+
+def _handoff(steps: list[Step], pp: int, vpp: int) -> int:
+    """Smallest gap (ns, >= 0) between a forward step's end on virtual stage s and the
+    same micro-batch's forward start on s + 1."""
+    ends = {(s.microbatch, s.chunk * pp + s.stage): s for s in steps if s.phase == "F"}
+    gaps = [nxt.start - cur.end for (mb, vs), cur in ends.items()
+            if (nxt := ends.get((mb, vs + 1))) is not None]
+    return max(min(gaps), 0) if gaps else 0
+
+
+def pipeline_view(rows: list[dict], ranks: list[int], vpp: int = 1) -> PipelineView:
+    """Measured vs ideal schedule of the PP group ``ranks`` (stage order)."""
+    pp = len(ranks)
+    steps = measured_steps(rows, ranks)
+    mbs = len({s.microbatch for s in steps})
+    fwd = np.array([np.median([s.end - s.start for s in steps if s.stage == p and
+                               s.phase == "F"] or [0]) for p in range(pp)])
+    bwd = np.array([np.median([s.end - s.start for s in steps if s.stage == p and
+                               s.phase == "B"] or [0]) for p in range(pp)])
+    p2p = _handoff(steps, pp, vpp)
+    complete = all(sum(s.stage == p for s in steps) == 2 * mbs * vpp for p in range(pp))
+    ideal = simulate(pp, mbs, fwd, bwd, p2p, vpp) if complete and mbs else []
+    makespan = max((s.end for s in steps), default=0)
+    ideal_span = max((s.end for s in ideal), default=0)
+    cols: dict[str, list] = {k: [] for k in (
+        "stage", "rank", "forward_steps", "backward_steps", "median_forward_ns",
+        "median_backward_ns", "busy_ns", "makespan_ns", "bubble_ns", "bubble_pct",
+        "ideal_makespan_ns", "ideal_bubble_pct", "analytic_bubble_pct", "critical")}
+    busy = []
+    for p in range(pp):
+        mine = [s for s in steps if s.stage == p]
+        busy.append(measure(np.array([s.start for s in mine], np.int64),
+                            np.array([s.end for s in mine], np.int64)))
+    critical = int(np.argmax(busy)) if busy else -1
+    for p in range(pp):
+        ideal_busy = sum(s.end - s.start for s in ideal if s.stage == p)
+        cols["stage"].append(p)
+        cols["rank"].append(ranks[p])
+        cols["forward_steps"].append(sum(s.stage == p and s.phase == "F" for s in steps))
+        cols["backward_steps"].append(sum(s.stage == p and s.phase == "B" for s in steps))
+        cols["median_forward_ns"].append(int(fwd[p]))
+        cols["median_backward_ns"].append(int(bwd[p]))
+        cols["busy_ns"].append(int(busy[p]))
+        cols["makespan_ns"].append(int(makespan))
+        cols["bubble_ns"].append(int(makespan - busy[p]))
+        cols["bubble_pct"].append(100.0 * (makespan - busy[p]) / makespan if makespan
+                                  else float("nan"))
+        cols["ideal_makespan_ns"].append(int(ideal_span))
+        cols["ideal_bubble_pct"].append(100.0 * (ideal_span - ideal_busy) / ideal_span
+                                        if ideal_span else float("nan"))
+        cols["analytic_bubble_pct"].append(100.0 * (pp - 1) / (mbs * vpp + pp - 1)
+                                           if mbs else float("nan"))
+        cols["critical"].append(p == critical)
+    return PipelineView(ranks, steps, ideal, pa.table(cols), p2p)
