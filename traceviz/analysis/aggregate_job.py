@@ -23,6 +23,7 @@ from ..errors import TraceVizError
 from ..output import atomic_path, write_parquet
 from .aggregate import (COLUMNS, RankActivities, category_spans, microbatch_table,
                         rank_activities)
+from .breakdown import is_activity_table
 from .clocks import ClockSync, collective_ends, synchronize
 
 CLOCK_COLUMNS = ("pg_name", "seq", "collective")
@@ -51,8 +52,7 @@ def _load(folder: Path) -> tuple[dict[int, pa.Table], list[str]]:
 
     tables, failed = {}, []
     for path in sorted(folder.glob("*.parquet")):
-        if path.name.endswith(".cpu.parquet") or path.stem in ("microbatches",
-                                                               "category_spans"):
+        if not is_activity_table(path):
             continue
         try:
             table = traceviz.load(path, columns=COLUMNS + CLOCK_COLUMNS)

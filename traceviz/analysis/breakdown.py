@@ -33,6 +33,22 @@ class Result:
     failed: list[str] = field(default_factory=list)
 
 
+def is_activity_table(path: Path) -> bool:
+    """Whether ``path`` is a GPU activity table written by ``traceviz parse`` (not a CPU
+    table, not an analysis output)."""
+    import pyarrow.parquet as pq
+
+    from ..parse.table import METADATA_KEY
+
+    if path.name.endswith(".cpu.parquet"):
+        return False
+    try:
+        schema = pq.read_schema(path)
+    except (OSError, pa.ArrowInvalid):
+        return True  # let the loader report the unreadable file
+    return METADATA_KEY in (schema.metadata or {}) and "kind" in schema.names
+
+
 def input_files(paths: list[str | os.PathLike]) -> list[Path]:
     """Trace and parquet files named by ``paths`` (folders searched recursively)."""
     from ..discover import find_traces
@@ -40,7 +56,7 @@ def input_files(paths: list[str | os.PathLike]) -> list[Path]:
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            parquet = sorted(x for x in p.rglob("*.parquet") if "ground_truth" not in x.parts)
+            parquet = sorted(x for x in p.rglob("*.parquet") if is_activity_table(x))
             out += parquet or [t.path for t in find_traces(p)]
         elif p.exists():
             out.append(p)
