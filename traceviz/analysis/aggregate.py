@@ -23,14 +23,17 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from ..classify.groups import GROUPS
+from ..classify.kinds import KINDS
+from ..classify.phases import PHASES
 from ..intervals import grouped_combination_times, grouped_measure, grouped_span
 from .clocks import ClockSync
+from .select import index_in
 
 CATEGORIES = ("optimizer_computation", "optimizer_communication", "dp_communication",
               "pp_communication", "fwd_computation", "fwd_communication",
               "bwd_computation", "bwd_communication", "bwd_computation_recompute",
               "bwd_communication_recompute", "memory", "other")
-MICROBATCH_PHASES = {"FWD": "Forward", "BWD": "Backward", "RECOMPUTE": "Backward"}
 COLUMNS = ("ts", "dur", "kind", "phase", "microbatch", "chunk", "comm_group", "iteration")
 
 
@@ -42,32 +45,29 @@ class RankActivities:
     ts: np.ndarray          # synced ns
     end: np.ndarray
     category: np.ndarray
-    kind: np.ndarray        # 0 COMP, 1 COMM, 2 MEM
-    phase: list[str]        # per row, null as ""
+    kind: np.ndarray        # index into KINDS (COMP, COMM, MEM); -1 unknown
+    phase: np.ndarray       # index into PHASES; -1 unknown
     microbatch: np.ndarray  # -1 unknown
     chunk: np.ndarray
     iteration: np.ndarray
 
 
-def _strings(table: pa.Table, col: str) -> np.ndarray:
-    return np.array(table[col].cast(pa.string()).fill_null("").to_pylist(), dtype=object)
-
-
 def categorize(kind: np.ndarray, phase: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """Index into :data:`CATEGORIES` per activity (see the module doc)."""
-    comm = kind == "COMM"
-    prefix = {"FWD": "fwd", "BWD": "bwd", "RECOMPUTE": "bwd", "OPTIMIZER": "optimizer"}
-    names = np.full(kind.shape[0], "other", dtype=object)
-    for ph, pre in prefix.items():
+    """Index into :data:`CATEGORIES` per activity (see the module doc); ``kind``,
+    ``phase`` and ``group`` are indexes into KINDS, PHASES and GROUPS."""
+    comp, comm = kind == KINDS.index("COMP"), kind == KINDS.index("COMM")
+    out = np.full(kind.shape[0], CATEGORIES.index("other"), dtype=np.int64)
+    for ph, name in (("FWD", "fwd"), ("BWD", "bwd"), ("RECOMPUTE", "bwd"),
+                     ("OPTIMIZER", "optimizer")):
         suffix = "_recompute" if ph == "RECOMPUTE" else ""
-        on = phase == ph
-        names[on & (kind == "COMP")] = f"{pre}_computation{suffix}"
-        names[on & comm] = f"{pre}_communication{suffix}"
-    names[comm & (group == "PP")] = "pp_communication"
-    names[comm & np.isin(group, ("DP", "EDP"))] = "dp_communication"
-    names[kind == "MEM"] = "memory"
-    lookup = {c: i for i, c in enumerate(CATEGORIES)}
-    return np.array([lookup[n] for n in names], dtype=np.int64)
+        on = phase == PHASES.index(ph)
+        out[on & comp] = CATEGORIES.index(f"{name}_computation{suffix}")
+        out[on & comm] = CATEGORIES.index(f"{name}_communication{suffix}")
+    out[comm & (group == GROUPS.index("PP"))] = CATEGORIES.index("pp_communication")
+    out[comm & np.isin(group, (GROUPS.index("DP"), GROUPS.index("EDP")))] = \
+        CATEGORIES.index("dp_communication")
+    out[kind == KINDS.index("MEM")] = CATEGORIES.index("memory")
+    return out
 
 
 def rank_activities(rank: int, table: pa.Table, sync: ClockSync | None) -> RankActivities:
@@ -75,13 +75,12 @@ def rank_activities(rank: int, table: pa.Table, sync: ClockSync | None) -> RankA
     ts = table["ts"].to_numpy()
     end = ts + np.maximum(table["dur"].fill_null(0).to_numpy(), 0)
     offset = sync.offset_of(rank) if sync is not None else 0
-    kind = _strings(table, "kind")
-    phase = _strings(table, "phase")
+    kind = index_in(table["kind"], KINDS)
+    phase = index_in(table["phase"], PHASES)
     return RankActivities(
         rank=rank, ts=ts - offset, end=end - offset,
-        category=categorize(kind, phase, _strings(table, "comm_group")),
-        kind=np.select([kind == "COMP", kind == "COMM"], [0, 1], 2),
-        phase=phase.tolist(),
+        category=categorize(kind, phase, index_in(table["comm_group"], GROUPS)),
+        kind=kind, phase=phase,
         microbatch=table["microbatch"].fill_null(-1).to_numpy().astype(np.int64),
         chunk=table["chunk"].fill_null(-1).to_numpy().astype(np.int64),
         iteration=table["iteration"].fill_null(-1).to_numpy().astype(np.int64))
@@ -97,12 +96,13 @@ def microbatch_table(ranks: list[RankActivities]) -> pa.Table:
     recompute = [CATEGORIES.index("bwd_computation_recompute"),
                  CATEGORIES.index("bwd_communication_recompute")]
     for ra in ranks:
-        phase = np.array([MICROBATCH_PHASES.get(p, "") for p in ra.phase], dtype=object)
-        sel = np.flatnonzero((phase != "") & (ra.microbatch >= 0) & (ra.kind < 2)
-                             & ~np.isin(ra.category, pp_dp))
+        forward = ra.phase == PHASES.index("FWD")
+        backward = np.isin(ra.phase, (PHASES.index("BWD"), PHASES.index("RECOMPUTE")))
+        sel = np.flatnonzero((forward | backward) & (ra.microbatch >= 0)
+                             & np.isin(ra.kind, (0, 1)) & ~np.isin(ra.category, pp_dp))
         if not sel.size:
             continue
-        keys = np.stack([ra.iteration[sel], (phase[sel] == "Backward").astype(np.int64),
+        keys = np.stack([ra.iteration[sel], backward[sel].astype(np.int64),
                          ra.microbatch[sel], ra.chunk[sel]], axis=1)
         uniq, group = np.unique(keys, axis=0, return_inverse=True)
         group = group.ravel()

@@ -91,7 +91,7 @@ def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
     tables, failed = _load(folder)
     if not tables:
         raise TraceVizError(f"{folder}: no parsed rank tables (run 'traceviz batch' first)")
-    sync = synchronize({r: collective_ends(r, t) for r, t in tables.items()})
+    sync = synchronize({r: collective_ends(t) for r, t in tables.items()})
     ranks = [rank_activities(r, tables[r], sync if alignment == "synced" else None)
              for r in sorted(tables)]
     result = FolderResult(folder, sorted(tables), sync, failed=failed)

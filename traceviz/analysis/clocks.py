@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+CALL_CHUNK = 2048  # calls per block of the incidence matrix (block x ranks floats)
 P2P = {"Send", "Recv", "SendRecv", "send", "recv", "_coalescing_send", "_coalescing_recv"}
 
 
@@ -46,51 +47,76 @@ class ClockSync:
                          "max_abs_residual_ns": pa.array(self.max_abs_residual)})
 
 
-def collective_ends(rank: int, table: pa.Table) -> dict[tuple[str, int], int]:
-    """(process group name, call number) -> end (ns) of each collective call of a rank."""
+@dataclass
+class CollectiveEnds:
+    """One rank's collective calls: process group (index into ``groups``), call number
+    in that group, and end (ns, the last kernel of a coalesced call); one row per call."""
+
+    groups: list[str]
+    group: np.ndarray
+    number: np.ndarray
+    end: np.ndarray
+
+
+def collective_ends(table: pa.Table) -> CollectiveEnds:
+    """The collective calls of one rank's table (see the module doc for the matching)."""
+    from .select import codes_of
+
     comm = table.filter(pc.and_(pc.equal(table["kind"], "COMM"),
                                 pc.is_valid(table["pg_name"])))
-    if not comm.num_rows:
-        return {}
-    coll = comm["collective"].cast(pa.string()).fill_null("").to_pylist()
-    pg = comm["pg_name"].cast(pa.string()).to_pylist()
-    seq = comm["seq"].to_pylist()
-    end = (comm["ts"].to_numpy() + comm["dur"].fill_null(0).to_numpy()).tolist()
-    ts = comm["ts"].to_numpy().tolist()
-    out: dict[tuple[str, int], int] = {}
-    order: dict[str, int] = {}
-    for i in np.argsort(ts, kind="stable").tolist():
-        if coll[i] in P2P:
-            continue
-        n = seq[i] if seq[i] is not None else order.get(pg[i], 0)
-        order[pg[i]] = order.get(pg[i], 0) + 1
-        key = (pg[i], int(n))
-        out[key] = max(out.get(key, end[i]), end[i])  # a coalesced call: its last kernel
-    return out
+    coll, coll_names = codes_of(comm["collective"])
+    p2p = np.array([c in P2P for c in coll_names] + [False])[coll]
+    comm = comm.filter(pa.array(~p2p))
+    group, groups = codes_of(comm["pg_name"])
+    ts = comm["ts"].to_numpy()
+    end = ts + comm["dur"].fill_null(0).to_numpy()
+    seq = comm["seq"].fill_null(-1).to_numpy()
+    # order within the group, by start: the call number where the trace has no seq
+    order = np.lexsort((ts, group))
+    first = np.searchsorted(group[order], group[order], side="left")
+    ordinal = np.empty(order.size, dtype=np.int64)
+    ordinal[order] = np.arange(order.size) - first
+    number = np.where(seq >= 0, seq, ordinal)
+    keys, inverse = np.unique(np.stack([group, number], axis=1), axis=0, return_inverse=True)
+    last = np.full(keys.shape[0], np.iinfo(np.int64).min)
+    np.maximum.at(last, inverse.ravel(), end)
+    return CollectiveEnds(groups, keys[:, 0], keys[:, 1], last)
 
 
-def synchronize(ends_by_rank: dict[int, dict[tuple[str, int], int]]) -> ClockSync:
+def synchronize(ends_by_rank: dict[int, CollectiveEnds]) -> ClockSync:
     """Least-squares offsets from every rank's collective ends (see the module doc)."""
     ranks = np.array(sorted(ends_by_rank), dtype=np.int64)
-    index = {int(r): i for i, r in enumerate(ranks)}
-    calls: dict[tuple[str, int], list[tuple[int, int]]] = {}
-    for r, ends in ends_by_rank.items():
-        for key, e in ends.items():
-            calls.setdefault(key, []).append((index[r], e))
+    names: dict[str, int] = {}
+    rank_i, group, number, end = [], [], [], []
+    for i, r in enumerate(ranks.tolist()):
+        ce = ends_by_rank[r]
+        glob = np.array([names.setdefault(g, len(names)) for g in ce.groups] + [-1])
+        rank_i.append(np.full(ce.end.size, i))
+        group.append(glob[ce.group])
+        number.append(ce.number)
+        end.append(ce.end)
+    rank_i, group, number, end = (np.concatenate(a) if a else np.zeros(0, np.int64)
+                                  for a in (rank_i, group, number, end))
+    _, call = np.unique(np.stack([group, number], axis=1), axis=0, return_inverse=True)
+    call = call.ravel()
+    size = np.bincount(call)
+    keep = size[call] >= 2  # a call seen on one rank says nothing about clocks
+    rank_i, call, end = rank_i[keep], call[keep], end[keep]
+    _, call = np.unique(call, return_inverse=True)
+    m = np.bincount(call).astype(np.float64)
     n = ranks.size
-    lap = np.zeros((n, n))
-    rhs = np.zeros(n)
-    used = np.zeros(n, dtype=np.int64)
-    members = [m for m in calls.values() if len(m) >= 2]
-    base = min((e for m in members for _, e in m), default=0)  # keep the floats small
-    for m in members:
-        idx = np.array([i for i, _ in m])
-        e = np.array([v - base for _, v in m], dtype=np.float64)
-        k = idx.size
-        lap[np.ix_(idx, idx)] -= 1.0 / k
-        lap[idx, idx] += 1.0
-        rhs[idx] += e - e.mean()
-        used[idx] += 1
+    rel = (end - (end.min() if end.size else 0)).astype(np.float64)  # small floats
+    mean = np.bincount(call, weights=rel) / np.maximum(m, 1)
+    rhs = np.bincount(rank_i, weights=rel - mean[call], minlength=n)
+    # Laplacian: sum over calls of (I - 11'/m) on the call's members
+    lap = np.diag(np.bincount(rank_i, weights=1.0 - 1.0 / m[call], minlength=n))
+    for lo in range(0, m.size, CALL_CHUNK):
+        on = (call >= lo) & (call < lo + CALL_CHUNK)
+        inc = np.zeros((min(CALL_CHUNK, m.size - lo), n))
+        inc[call[on] - lo, rank_i[on]] = 1.0
+        off = inc.T @ (inc / m[lo:lo + inc.shape[0], None])
+        np.fill_diagonal(off, 0.0)
+        lap -= off
     reference = _components(lap, ranks)
     offsets = np.zeros(n)
     for ref in np.unique(reference):
@@ -98,15 +124,14 @@ def synchronize(ends_by_rank: dict[int, dict[tuple[str, int], int]]) -> ClockSyn
         sol = np.linalg.lstsq(lap[np.ix_(comp, comp)], rhs[comp], rcond=None)[0]
         offsets[comp] = sol - sol[0]  # comp is sorted: its first rank is the reference
     offsets = np.rint(offsets).astype(np.int64)
-    residuals: list[list[float]] = [[] for _ in range(n)]
-    for m in members:
-        idx = np.array([i for i, _ in m])
-        synced = np.array([v for _, v in m], dtype=np.int64) - offsets[idx]
-        common = synced.mean()
-        for i, s in zip(idx.tolist(), synced.tolist()):
-            residuals[i].append(abs(s - common))
-    med = np.array([np.median(r) if r else np.nan for r in residuals])
-    mx = np.array([max(r) if r else np.nan for r in residuals])
+    synced = rel - offsets[rank_i]
+    residual = np.abs(synced - (np.bincount(call, weights=synced) / np.maximum(m, 1))[call])
+    used = np.bincount(rank_i, minlength=n)
+    med = np.array([np.median(residual[rank_i == i]) if used[i] else np.nan
+                    for i in range(n)])
+    mx = np.full(n, -np.inf)
+    np.maximum.at(mx, rank_i, residual)
+    mx[used == 0] = np.nan
     return ClockSync(ranks, offsets, ranks[reference], used, med, mx)
 
 

@@ -93,13 +93,23 @@ def _ints(col: pa.ChunkedArray, fill: int = -1) -> np.ndarray:
     return np.asarray(pc.fill_null(col, fill).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+def codes_of(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
+    """A string column as (int64 code per row, -1 for null; the distinct values). Only
+    the dictionary becomes Python objects, never the rows."""
     arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
     if not pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_encode()
     codes = np.asarray(pc.fill_null(arr.indices, -1).to_numpy(zero_copy_only=False),
                        dtype=np.int64)
     return codes, arr.dictionary.to_pylist()
+
+
+def index_in(col: pa.ChunkedArray | pa.Array, values: tuple[str, ...]) -> np.ndarray:
+    """Per row, the position of its value in ``values`` (-1: null or not listed)."""
+    codes, dictionary = codes_of(col)
+    position = np.array([values.index(d) if d in values else -1 for d in dictionary]
+                        + [-1], dtype=np.int64)
+    return position[codes]
 
 
 def select(table: pa.Table, options: Options = Options()) -> Activities:
@@ -111,14 +121,14 @@ def select(table: pa.Table, options: Options = Options()) -> Activities:
     launch_end = np.where(launch_ts >= 0, launch_ts + _ints(table["launch_dur"], 0), -1)
     iteration = _ints(table["iteration"])
     stream = _ints(table["stream"])
-    name, names = _codes(table["name"])
-    cat_code, cat_names = _codes(table["cat"])
+    name, names = codes_of(table["name"])
+    cat_code, cat_names = codes_of(table["cat"])
     cat = np.array([{"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2}[c] for c in cat_names]
                    + [0], dtype=np.int64)[cat_code]
     if options.hta_compat:
         kind = np.array([hta_kind(n) for n in names] + [OTHER], dtype=np.int64)[name]
     else:
-        kind_code, kind_names = _codes(table["kind"])
+        kind_code, kind_names = codes_of(table["kind"])
         kind = np.array([CATS.index(k) for k in kind_names] + [OTHER],
                         dtype=np.int64)[kind_code]
     keep = np.ones(ts.shape[0], dtype=bool)
@@ -138,7 +148,7 @@ def select(table: pa.Table, options: Options = Options()) -> Activities:
         launch_end = np.where(launched, round_end, -1)
     rows = np.flatnonzero(keep)
     rows = rows[np.argsort(ts[rows], kind="stable")]
-    launch_name, launch_names = _codes(table["launch_name"])
+    launch_name, launch_names = codes_of(table["launch_name"])
     nbytes = _ints(table["bytes"])
     with np.errstate(divide="ignore", invalid="ignore"):
         bandwidth = np.where((nbytes >= 0) & (dur > 0), nbytes / np.maximum(dur, 1), np.nan)
