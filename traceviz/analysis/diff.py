@@ -22,7 +22,7 @@ import pyarrow as pa
 from ..errors import TraceVizError
 from ..parse.join import step_of
 from .rank_tables import rank_tables
-from .select import MEM, hta_kind
+from .select import MEM, codes_of, hta_kind
 
 DEVICES = ("GPU", "CPU")
 
@@ -54,7 +54,7 @@ class Side:
     label: str
     rank: int
     iterations: list[int]
-    names: dict[str, list[str]]
+    names: dict[str, tuple[np.ndarray, list[str]]]  # per row a code into the list
     durations: dict[str, np.ndarray]
 
 
@@ -78,26 +78,32 @@ def load_side(path: str | os.PathLike, label: str, rank: int | None = None,
     launched = np.asarray(gpu["launch_ts"].is_valid())
     it = np.where(launched, gpu["iteration"].fill_null(-1).to_numpy(), -1)
     keep = np.isin(it, chosen)
-    names["GPU"] = [n for n, k in zip(gpu["name"].to_pylist(), keep) if k]
+    codes, dictionary = codes_of(gpu["name"])
+    names["GPU"] = (codes[keep], dictionary)
     durations["GPU"] = gpu["dur"].fill_null(0).to_numpy()[keep]
     if cpu is not None:
         ts = cpu["ts"].to_numpy()
         st = np.array([[s["ts"], s["dur"], s["iteration"]] for s in steps],
                       dtype=np.int64).reshape(-1, 3)
         keep = np.isin(step_of(ts, st[:, 0], st[:, 1], st[:, 2]), chosen)
-        names["CPU"] = [n for n, k in zip(cpu["name"].to_pylist(), keep) if k]
+        codes, dictionary = codes_of(cpu["name"])
+        names["CPU"] = (codes[keep], dictionary)
         durations["CPU"] = cpu["dur"].fill_null(0).to_numpy()[keep]
     return Side(label, int(meta.get("rank", -1)), chosen, names, durations)
 
 
-def _summary(names: list[str], dur: np.ndarray, shorten: bool) -> dict[str, tuple[int, int]]:
-    keys = [short_name(n) for n in names] if shorten else names
-    out: dict[str, list[int]] = {}
-    for k, d in zip(keys, dur.tolist()):
-        acc = out.setdefault(k, [0, 0])
-        acc[0] += 1
-        acc[1] += d
-    return {k: (c, d) for k, (c, d) in out.items()}
+def _summary(names: tuple[np.ndarray, list[str]], dur: np.ndarray, shorten: bool
+             ) -> dict[str, tuple[int, int]]:
+    """(count, total duration) per name or short name; names are shortened once each."""
+    codes, dictionary = names
+    label = [short_name(n) if shorten else n for n in dictionary]
+    keys = sorted(set(label))
+    index = {k: i for i, k in enumerate(keys)}
+    key_of = np.array([index[n] for n in label] + [-1], dtype=np.int64)[codes]
+    count = np.bincount(key_of[key_of >= 0], minlength=len(keys))
+    total = np.zeros(len(keys), dtype=np.int64)
+    np.add.at(total, key_of[key_of >= 0], dur[key_of >= 0])
+    return {k: (int(c), int(d)) for k, c, d in zip(keys, count, total) if c}
 
 
 def _change(control: int, test: int) -> str:

@@ -21,9 +21,9 @@ def rank_tables(path: Path, rank: int | None) -> tuple[pa.Table, pa.Table | None
         info = describe(f) if f.suffix != ".parquet" else None
         return info.rank if info else -1
 
-    files = [f for f in input_files([path]) if not f.name.endswith(".cpu.parquet")]
+    known = {f: known_rank(f) for f in input_files([path])}
     # lowest known rank first; files whose rank shows only once parsed come last
-    files.sort(key=lambda f: (known_rank(f) < 0, known_rank(f)))
+    files = sorted(known, key=lambda f: (known[f] < 0, known[f]))
     chosen = None
     for f in files:
         if f.suffix == ".parquet":
@@ -37,7 +37,7 @@ def rank_tables(path: Path, rank: int | None) -> tuple[pa.Table, pa.Table | None
         if rank is None or r == rank:
             if chosen is None or r < chosen[0]:
                 chosen = (r, gpu, cpu)
-            if rank is not None or known_rank(f) >= 0:
+            if rank is not None or known[f] >= 0:
                 break
     if chosen is None:
         raise TraceVizError(f"{path}: no rank {rank} among its traces")

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import TraceVizError
+from .select import codes_of
 
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver", "Runtime", "Driver")
 
@@ -71,7 +72,7 @@ def frequent_sequences(gpu: pa.Table, cpu: pa.Table, operator: str,
     launch_ts = gpu["launch_ts"].fill_null(-1).to_numpy()
     launch_tid = gpu["launch_tid"].fill_null(-1).to_numpy()
     ts, dur = gpu["ts"].to_numpy(), gpu["dur"].fill_null(0).to_numpy()
-    names = np.array(gpu["name"].cast(pa.string()).to_pylist(), dtype=object)
+    codes, names = codes_of(gpu["name"])
     owner = np.full(ts.shape[0], -1, dtype=np.int64)
     for t in np.unique(roots.tid).tolist():
         on = np.flatnonzero(roots.tid == t)  # disjoint spans, sorted by start
@@ -88,14 +89,15 @@ def frequent_sequences(gpu: pa.Table, cpu: pa.Table, operator: str,
         if mine.shape[0] < min_pattern_len:
             continue
         root = int(owner[mine[0]])
-        key = (roots.name[root], *names[mine].tolist())
+        key = (roots.name[root], *codes[mine].tolist())
         acc = counts.setdefault(key, [0, 0, 0])
         acc[0] += 1
         acc[1] += int(dur[mine].sum())
         acc[2] += int(roots.end[root] - roots.ts[root])
-    patterns = sorted(counts, key=lambda k: (-counts[k][0], "|".join(k)))
+    text = {k: "|".join([k[0], *(names[c] for c in k[1:])]) for k in counts}
+    patterns = sorted(counts, key=lambda k: (-counts[k][0], text[k]))
     return pa.table({
-        "pattern": pa.array(["|".join(k) for k in patterns], pa.string()),
+        "pattern": pa.array([text[k] for k in patterns], pa.string()),
         "operator": pa.array([k[0] for k in patterns], pa.string()),
         "kernels": pa.array([len(k) - 1 for k in patterns], pa.int64()),
         "count": pa.array([counts[k][0] for k in patterns], pa.int64()),

@@ -36,10 +36,9 @@ def _insertion_point(src: ByteSource, name: str) -> tuple[bytes, bytes]:
     buf = bytearray(_CHUNK)
     searched = 0
     while True:
-        stripped = head.lstrip()
-        if stripped[:1] == b"[":
-            cut = len(head) - len(stripped) + 1
-            return bytes(head[:cut]), bytes(head[cut:])
+        first = re.match(rb"\s*(\S)", head)
+        if first and first.group(1) == b"[":  # a top-level array of events
+            return bytes(head[:first.end()]), bytes(head[first.end():])
         m = _ARRAY_START.search(head, max(0, searched - 64))
         if m:
             return bytes(head[:m.end()]), bytes(head[m.end():])
