@@ -3,6 +3,7 @@ unions of the ground-truth kernels, clock offsets equal the applied skew, failur
 isolated, every expected figure is a real PNG, Dask gives the same tables."""
 from __future__ import annotations
 
+import csv
 import json
 
 import pyarrow.parquet as pq
@@ -81,7 +82,7 @@ def test_batch_then_aggregate(job):
     # clock offsets: the synthesizer's per-node skew, relative to rank 0
     _, skew = _truth_rows(job)
     offsets = {int(r["rank"]): int(r["offset_ns"]) for r in
-               __import__("csv").DictReader(open(out / "clock_offsets.csv"))}
+               csv.DictReader(open(out / "clock_offsets.csv"))}
     for r in range(16):
         assert abs(offsets[r] - (skew[r] - skew[0])) <= 1000, r
 

@@ -79,7 +79,7 @@ def bandwidth_series(acts: Activities, sort_kind: str = "stable"
     time order (``sort_kind`` "quicksort" orders ties as HTA's pandas sort does)."""
     mem = np.flatnonzero((acts.kind == MEM) & np.isfinite(acts.bandwidth))
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    subtype = np.array([memcpy_subtype(acts.names[i]) for i in acts.name[mem].tolist()])
+    subtype = np.array([memcpy_subtype(n) for n in acts.names] + [""])[acts.name[mem]]
     for sub in np.unique(subtype).tolist():
         rows = mem[subtype == sub]
         dur = acts.end[rows] - acts.ts[rows]

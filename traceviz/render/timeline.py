@@ -96,6 +96,8 @@ def _draw(ax, ranks: list[RankActivities], spans: list[dict], present: list[str]
     ax.set_ylim(-0.6, len(spans) - 0.4)
     if alignment != "individual":
         ax.set_xlim(0, (window[1] - window[0]) / 1e6)
+    else:
+        ax.set_xlim(left=0)
     ax.grid(axis="x", linestyle="--", alpha=0.3)
 
 
