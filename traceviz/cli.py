@@ -581,3 +581,54 @@ def pipeline(root, vpp, iteration, all_groups, topology_file, outdir) -> None:
     for line in pipeline_run.run(Path(root), Path(outdir), vpp=vpp, iteration=iteration,
                                  all_groups=all_groups, topology=topology_file):
         click.echo(line)
+
+
+@main.command()
+@click.argument("root", type=click.Path())
+@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+              help="TorchTitan train config (TOML): model, batch, sequence length, "
+                   "parallelism.")
+@click.option("--global-batch-size", type=click.IntRange(min=1),
+              help="Sequences per iteration over all replicas.")
+@click.option("--seq-len", type=click.IntRange(min=1), help="Tokens per sequence.")
+@click.option("--flops-per-token", type=float,
+              help="Training FLOPs per token (forward + backward).")
+@click.option("--params", type=float,
+              help="Model parameters, in billions: FLOPs per token = 6 x params.")
+@click.option("--model", help="Model name, for the header and the file name.")
+@click.option("--peak-tflops", type=float,
+              help="Peak TFLOP/s per GPU for MFU [default: from the device name].")
+@click.option("--peak-bw", type=float, help="Peak bus bandwidth (GB/s) for utilization.")
+@click.option("--topology", type=click.Path(dir_okay=False),
+              help="unique_parallel_groups_*.txt [default: found next to the traces].")
+@click.option("--no-clock-sync", is_flag=True,
+              help="Use each rank's own clock (no offsets from collective ends).")
+@click.option("-o", "--output", help="Text report path [default: trace_analysis/"
+              "<time>_<model>_dp<X>_tp<Y>_pp<Z>_gpu<N>.txt]; the JSON twin sits next to it.")
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON report, not the text.")
+def report(root, config_file, global_batch_size, seq_len, flops_per_token, params, model,
+           peak_tflops, peak_bw, topology, no_clock_sync, output, as_json) -> None:
+    """Collectives and throughput report of one profiled iteration's ranks (traces or
+    'traceviz batch' tables): throughput and MFU, overlap, bus bandwidth per collective
+    and parallel group (nccl-tests definitions), and cross-rank matching (arrival skew,
+    transfer-time bandwidth, stragglers, slowest calls).
+
+    \b
+    Examples:
+      traceviz report job/iteration_10 --global-batch-size 64 --seq-len 4096 --params 8
+      traceviz report outputs/profile_trace/iteration_10 --config llama3_8b.toml -o r.txt
+    """
+    from .analysis.report_run import run
+
+    if flops_per_token is None and params is not None:
+        flops_per_token = 6.0 * params * 1e9
+    files = run(root, config_file=config_file, overrides={
+        "global_batch_size": global_batch_size, "seq_len": seq_len,
+        "flops_per_token": flops_per_token, "model": model, "peak_tflops": peak_tflops,
+        "peak_bw_gbps": peak_bw}, output=output, topology=topology,
+        clock_sync=not no_clock_sync)
+    if as_json:
+        click.echo(files.json.read_text())
+    else:
+        click.echo(files.text_body, nl=False)
+    click.echo(f"wrote {files.text} and {files.json}", err=True)

@@ -24,9 +24,9 @@ from ..output import atomic_path, write_parquet
 from .aggregate import (COLUMNS, RankActivities, category_spans, microbatch_table,
                         rank_activities)
 from .breakdown import is_activity_table
+from .calls import COLUMNS as CALL_COLUMNS
 from .clocks import ClockSync, collective_ends, synchronize
 
-CLOCK_COLUMNS = ("pg_name", "seq", "collective")
 
 
 @dataclass
@@ -55,7 +55,7 @@ def _load(folder: Path) -> tuple[dict[int, pa.Table], list[str]]:
         if not is_activity_table(path):
             continue
         try:
-            table = traceviz.load(path, columns=COLUMNS + CLOCK_COLUMNS)
+            table = traceviz.load(path, columns=list(dict.fromkeys(COLUMNS + CALL_COLUMNS)))
         except TraceVizError as exc:
             failed.append(str(exc))
             continue
@@ -79,7 +79,7 @@ def job_layout(root: Path, folder: Path, topology: str | os.PathLike | None):
     try:
         return from_traces(folder), None
     except TraceVizError as exc:
-        return None, f"no topology ({exc}); PP and model-group figures skipped"
+        return None, f"no topology ({exc})"
 
 
 def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
@@ -118,7 +118,7 @@ def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
                 overlap_bars(mine, r, out / f"comm_comp_overlap_combined_rank{r}.png")]
     layout, note = job_layout(root, folder, topology)
     if note:
-        result.notes.append(note)
+        result.notes.append(f"{note}; PP and model-group figures skipped")
     if layout is None or not figures:
         return result
     if layout.world < max(by_rank) + 1:

@@ -67,8 +67,8 @@ def input_files(paths: list[str | os.PathLike]) -> list[Path]:
     return out
 
 
-def load_table(path: Path) -> pa.Table:
-    """A parsed table (only the columns the analyses read), or a trace parsed now."""
+def load_table(path: Path, columns: tuple[str, ...] = COLUMNS) -> pa.Table:
+    """A parsed table (only ``columns``, those there are), or a trace parsed now."""
     import traceviz
 
     if path.suffix == ".parquet":
@@ -77,8 +77,8 @@ def load_table(path: Path) -> pa.Table:
         try:
             present = set(pq.read_schema(path).names)
         except (OSError, pa.ArrowInvalid):
-            present = set(COLUMNS)  # traceviz.load reports the unreadable file
-        return traceviz.load(path, columns=[c for c in COLUMNS if c in present])
+            present = set(columns)  # traceviz.load reports the unreadable file
+        return traceviz.load(path, columns=[c for c in columns if c in present])
     return traceviz.parse(path)
 
 

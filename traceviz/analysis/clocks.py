@@ -17,10 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 CALL_CHUNK = 2048  # calls per block of the incidence matrix (block x ranks floats)
-P2P = {"Send", "Recv", "SendRecv", "send", "recv", "_coalescing_send", "_coalescing_recv"}
 
 
 @dataclass
@@ -59,28 +57,21 @@ class CollectiveEnds:
 
 
 def collective_ends(table: pa.Table) -> CollectiveEnds:
-    """The collective calls of one rank's table (see the module doc for the matching)."""
-    from .select import codes_of
+    """The collective calls of one rank's table that clocks are synced on."""
+    from .calls import rank_calls
 
-    comm = table.filter(pc.and_(pc.equal(table["kind"], "COMM"),
-                                pc.is_valid(table["pg_name"])))
-    coll, coll_names = codes_of(comm["collective"])
-    p2p = np.array([c in P2P for c in coll_names] + [False])[coll]
-    comm = comm.filter(pa.array(~p2p))
-    group, groups = codes_of(comm["pg_name"])
-    ts = comm["ts"].to_numpy()
-    end = ts + comm["dur"].fill_null(0).to_numpy()
-    seq = comm["seq"].fill_null(-1).to_numpy()
-    # order within the group, by start: the call number where the trace has no seq
-    order = np.lexsort((ts, group))
-    first = np.searchsorted(group[order], group[order], side="left")
-    ordinal = np.empty(order.size, dtype=np.int64)
-    ordinal[order] = np.arange(order.size) - first
-    number = np.where(seq >= 0, seq, ordinal)
-    keys, inverse = np.unique(np.stack([group, number], axis=1), axis=0, return_inverse=True)
-    last = np.full(keys.shape[0], np.iinfo(np.int64).min)
-    np.maximum.at(last, inverse.ravel(), end)
-    return CollectiveEnds(groups, keys[:, 0], keys[:, 1], last)
+    return ends_of(rank_calls(table, -1))
+
+
+def ends_of(calls) -> CollectiveEnds:
+    """The calls (a :class:`~.calls.RankCalls`) that clocks are synced on: those of a
+    known process group, send / receive kernels left out (see the module doc)."""
+    from ..parse.table import COLLECTIVES
+
+    keep = ((calls.collective != COLLECTIVES.index("SendRecv"))
+            & (calls.group != len(calls.groups) - 1))
+    return CollectiveEnds(calls.groups, calls.group[keep], calls.number[keep],
+                          calls.end[keep])
 
 
 def synchronize(ends_by_rank: dict[int, CollectiveEnds]) -> ClockSync:

@@ -134,6 +134,10 @@ def synthesize(cfg: SynthConfig, out: str | os.PathLike) -> Path:
                 "group_size": len(members[item.group][r]) if kind == "COMM" else None,
                 "msg_in_bytes": item.in_nelems * elem if kind == "COMM" else 0,
                 "msg_out_bytes": item.out_nelems * elem if kind == "COMM" else 0,
+                "pg_name": name_of(item) if kind == "COMM" else None,
+                "seq": (seq_of(row["iteration"] - cfg.first_iteration, row["index"])
+                        if kind == "COMM" else None),
+                "p2p": item.kind in ("send", "recv"),
                 "name": item.name})
         truth_rows += rank_rows
         per_rank[str(r)] = {"stage": stage_of[r], "skew_ns": skew[r],

@@ -1,0 +1,244 @@
+"""The collectives and throughput report as one JSON-able dict (the text report is
+rendered from it by :mod:`traceviz.render.report_text`).
+
+Definitions (all times are GPU kernel times in ns unless named otherwise):
+
+* Throughput per traced iteration: the ProfilerStep span from the earliest start to the
+  latest end over all ranks (clock-synced); tokens/s = global batch x sequence length /
+  that time; TFLOP/s per GPU = FLOPs per token x tokens / time / GPUs; MFU = that / peak.
+  Without ProfilerSteps the traced GPU window stands in for one iteration.
+* Overlap per rank = |COMM ∩ COMP| / |COMM| over GPU kernels (interval unions).
+* Per call on one rank: S (nccl-tests' operation size), algbw = S / kernel time, busbw =
+  algbw x factor(collective, group size). Bus bytes = S x factor.
+* Per group type: share of iteration = |group's COMM kernels| / traced step time, summed
+  over ranks; hidden = |group's COMM ∩ COMP| / |group's COMM|.
+* Cross-rank numbers: see :mod:`.matching`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..classify.groups import GROUPS
+from ..parse.table import COLLECTIVES
+from .calls import factors
+from .matching import Matched, match, stragglers
+from .rank_summary import RankSummary
+from .run_config import RunConfig, peak_tflops_of
+
+MS = 1e6
+TOP_SLOWEST = 10
+
+
+def _stats(values: np.ndarray) -> dict:
+    """mean / median / p95 / min / max of the finite values (None when there are none)."""
+    v = values[np.isfinite(values)]
+    if not v.size:
+        return {k: None for k in ("mean", "median", "p95", "min", "max")}
+    return {"mean": float(v.mean()), "median": float(np.median(v)),
+            "p95": float(np.percentile(v, 95)), "min": float(v.min()), "max": float(v.max())}
+
+
+def _pct(part: float, whole: float) -> float | None:
+    return 100.0 * part / whole if whole > 0 else None
+
+
+class _RankCalls:
+    """Every rank's calls concatenated (one row per call per rank)."""
+
+    def __init__(self, summaries: list[RankSummary]) -> None:
+        cs = [s.calls for s in summaries]
+        cat = (lambda f: np.concatenate([getattr(c, f) for c in cs]) if cs
+               else np.zeros(0, np.int64))
+        self.rank = np.concatenate([np.full(len(c), c.rank) for c in cs]) if cs \
+            else np.zeros(0, np.int64)
+        self.collective, self.comm_group = cat("collective"), cat("comm_group")
+        self.nbytes, self.busy, self.size = cat("nbytes"), cat("busy"), cat("size")
+        self.factor = factors(self.collective, self.size)
+        known = self.nbytes >= 0
+        self.bus_bytes = np.where(known, np.maximum(self.nbytes, 0) * self.factor, np.nan)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self.busbw = np.where(known & (self.busy > 0), self.bus_bytes / self.busy, np.nan)
+            self.algbw = np.where(known & (self.busy > 0), self.nbytes / self.busy, np.nan)
+
+
+def _iterations(summaries: list[RankSummary], offsets: dict[int, int]) -> list[dict]:
+    spans: dict[int, list[int]] = {}
+    for s in summaries:
+        off = offsets.get(s.rank, 0)
+        for it, ts, dur in s.steps:
+            lo, hi = spans.setdefault(it, [ts - off, ts + dur - off])
+            spans[it] = [min(lo, ts - off), max(hi, ts + dur - off)]
+    if not spans:  # no ProfilerStep: the whole traced GPU window
+        with_work = [s for s in summaries if s.last_end > s.first_ts]
+        if with_work:
+            spans[-1] = [min(s.first_ts - offsets.get(s.rank, 0) for s in with_work),
+                         max(s.last_end - offsets.get(s.rank, 0) for s in with_work)]
+    return [{"iteration": it, "start_ns": lo, "time_ns": hi - lo}
+            for it, (lo, hi) in sorted(spans.items())]
+
+
+def _throughput(iters: list[dict], config: RunConfig, gpus: int) -> dict:
+    tokens = config.tokens_per_iteration
+    rows = []
+    for r in iters:
+        sec = r["time_ns"] / 1e9
+        row = {"iteration": r["iteration"], "time_ms": r["time_ns"] / MS,
+               "tokens_per_s": tokens / sec if tokens and sec > 0 else None,
+               "samples_per_s": (config.global_batch_size / sec
+                                 if config.global_batch_size and sec > 0 else None),
+               "tflops_per_gpu": None, "mfu_pct": None}
+        if tokens and config.flops_per_token and sec > 0:
+            row["tflops_per_gpu"] = config.flops_per_token * tokens / sec / gpus / 1e12
+            if config.peak_tflops:
+                row["mfu_pct"] = 100.0 * row["tflops_per_gpu"] / config.peak_tflops
+        rows.append(row)
+    mean = {k: (float(np.mean([r[k] for r in rows])) if rows and rows[0][k] is not None
+                else None)
+            for k in ("time_ms", "tokens_per_s", "samples_per_s", "tflops_per_gpu", "mfu_pct")}
+    return {"iterations": rows, "mean": mean,
+            "window": "ProfilerStep spans" if iters and iters[0]["iteration"] >= 0
+            else "traced GPU window (no ProfilerStep)"}
+
+
+def _overlap(summaries: list[RankSummary]) -> dict:
+    rows = [{"rank": s.rank, "comm_ms": s.comm_ns / MS, "comp_ms": s.comp_ns / MS,
+             "overlap_ms": s.overlap_ns / MS, "overlap_pct": _pct(s.overlap_ns, s.comm_ns)}
+            for s in summaries]
+    pcts = np.array([r["overlap_pct"] for r in rows if r["overlap_pct"] is not None])
+    return {"per_rank": rows,
+            "average_pct": float(pcts.mean()) if pcts.size else None,
+            "min_pct": float(pcts.min()) if pcts.size else None,
+            "max_pct": float(pcts.max()) if pcts.size else None}
+
+
+def _by(rc: _RankCalls, codes: np.ndarray, labels, extra=None) -> list[dict]:
+    out = []
+    for code in np.unique(codes).tolist():
+        sel = codes == code
+        busy = rc.busy[sel]
+        known = rc.nbytes[sel] >= 0
+        row = {"count": int(sel.sum()),
+               "bytes": int(rc.nbytes[sel][known].sum()),
+               "bus_bytes": float(np.nansum(rc.bus_bytes[sel])),
+               "time_ms": float(busy.sum()) / MS,
+               "avg_time_ms": float(busy.mean()) / MS,
+               "busbw_gbps": _stats(rc.busbw[sel]), "algbw_gbps": _stats(rc.algbw[sel]),
+               "with_size": int(known.sum())}
+        out.append({"name": labels[code] if code >= 0 else "unknown", **row,
+                    **(extra(code) if extra else {})})
+    return out
+
+
+def _per_rank_network(rc: _RankCalls, summaries: list[RankSummary]) -> list[dict]:
+    rows = []
+    for s in summaries:
+        sel = rc.rank == s.rank
+        bus = rc.bus_bytes[sel]
+        ok = np.isfinite(rc.busbw[sel]) & np.isfinite(bus)
+        rows.append({
+            "rank": s.rank, "operations": int(sel.sum()),
+            "bytes": int(np.maximum(rc.nbytes[sel], 0).sum()),
+            "bus_bytes": float(np.nansum(bus)),
+            # bus bytes over the time any communication kernel ran
+            "simple_busbw_gbps": float(np.nansum(bus) / s.comm_ns) if s.comm_ns else None,
+            # per-call busbw weighted by bus bytes
+            "collective_busbw_gbps": (float(np.average(rc.busbw[sel][ok], weights=bus[ok]))
+                                      if ok.any() and bus[ok].sum() > 0 else None)})
+    return rows
+
+
+def _cross_rank(m: Matched) -> dict:
+    groups = []
+    for g in np.unique(m.comm_group).tolist():
+        sel = (m.comm_group == g) & (m.members >= 2)
+        if not sel.any():
+            continue
+        waits = m.member_wait[sel[m.member_call]]
+        groups.append({
+            "group": GROUPS[g], "calls": int(sel.sum()),
+            "skew_ms": {k: (v / MS if v is not None else None)
+                        for k, v in _stats((m.last_start - m.first_start)[sel]
+                                           .astype(float)).items()},
+            "mean_wait_ms": float(waits.mean()) / MS,
+            "busbw_transfer_gbps": _stats(m.busbw_transfer[sel]),
+            "busbw_kernel_gbps": _stats(m.member_busbw[sel[m.member_call]]),
+            "stragglers": [{**s, "delay_ms": s["delay_ns"] / MS,
+                            "mean_delay_ms": s["mean_delay_ns"] / MS}
+                           for s in stragglers(m, g)]})
+    multi = np.flatnonzero(m.members >= 2)
+    slow = multi[np.argsort(-m.span[multi], kind="stable")[:TOP_SLOWEST]]
+    return {
+        "matched_calls": int(len(m)), "calls_with_several_ranks": int(multi.size),
+        "by_group": groups,
+        "slowest_calls": [{
+            "group": GROUPS[m.comm_group[i]], "process_group": m.groups[m.group[i]] or None,
+            "number": int(m.number[i]), "iteration": int(m.iteration[i]),
+            "collective": COLLECTIVES[m.collective[i]] if m.collective[i] >= 0 else None,
+            "ranks": int(m.members[i]), "bytes": int(m.nbytes[i]) if m.nbytes[i] >= 0 else None,
+            "span_ms": m.span[i] / MS, "skew_ms": (m.last_start[i] - m.first_start[i]) / MS,
+            "transfer_ms": m.transfer[i] / MS, "last_rank": int(m.last_rank[i]),
+            "busbw_transfer_gbps": (float(m.busbw_transfer[i])
+                                    if np.isfinite(m.busbw_transfer[i]) else None)}
+            for i in slow.tolist()]}
+
+
+def build(summaries: list[RankSummary], config: RunConfig, offsets: dict[int, int],
+          layout=None, notes: list[str] | None = None, synced: bool = False) -> dict:
+    """The report of a job's ranks (sorted by rank); ``synced``: whether ``offsets``
+    come from a clock sync."""
+    summaries = sorted(summaries, key=lambda s: s.rank)
+    gpus = len(summaries)
+    device = next((s.device_name for s in summaries if s.device_name), None)
+    if config.peak_tflops is None:
+        config = config.updated(peak_tflops=peak_tflops_of(device))
+    world = max([s.world_size or 0 for s in summaries] + [gpus])
+    parallel = ({"dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp,
+                 "ep": layout.ep} if layout is not None else {})
+    rc = _RankCalls(summaries)
+    iters = _iterations(summaries, offsets)
+    step_ns = sum(sum(d for _, _, d in s.steps) or (s.last_end - s.first_ts)
+                  for s in summaries)
+
+    def shares(column: str, labels):
+        def extra(code: int) -> dict:
+            key = (column, labels[code] if code >= 0 else "unknown")
+            busy = sum(s.group_ns.get(key, 0) for s in summaries)
+            hidden = sum(s.group_hidden_ns.get(key, 0) for s in summaries)
+            return {"share_of_iteration_pct": _pct(busy, step_ns),
+                    "hidden_pct": _pct(hidden, busy)}
+        return extra
+
+    by_collective = _by(rc, rc.collective, COLLECTIVES, shares("collective", COLLECTIVES))
+    total_bytes = sum(r["bytes"] for r in by_collective)
+    traffic = sorted(({"name": r["name"], "count": r["count"], "bytes": r["bytes"],
+                       "pct_of_bytes": _pct(r["bytes"], total_bytes),
+                       "avg_time_ms": r["avg_time_ms"]} for r in by_collective),
+                     key=lambda r: (-r["count"], r["name"]))
+    per_rank = _per_rank_network(rc, summaries)
+    coll_bw = [r["collective_busbw_gbps"] for r in per_rank
+               if r["collective_busbw_gbps"] is not None]
+    avg_bw = float(np.mean(coll_bw)) if coll_bw else None
+    matched = match([s.calls for s in summaries], offsets)
+    return {
+        "configuration": {
+            "gpus": gpus, "world_size": world, "model": config.model,
+            "global_batch_size": config.global_batch_size, "seq_len": config.seq_len,
+            "tokens_per_iteration": config.tokens_per_iteration,
+            "flops_per_token": config.flops_per_token, "device": device,
+            "peak_tflops": config.peak_tflops, "peak_bw_gbps": config.peak_bw_gbps,
+            "parallelism": parallel, "config_parallelism": config.parallelism,
+            "config_source": config.source, "iterations": [r["iteration"] for r in iters],
+            "ranks": [s.rank for s in summaries]},
+        "throughput": _throughput(iters, config, gpus),
+        "overlap": _overlap(summaries),
+        "network": {
+            "average_collective_busbw_gbps": avg_bw,
+            "utilization_pct": (_pct(avg_bw, config.peak_bw_gbps)
+                                if avg_bw is not None and config.peak_bw_gbps else None),
+            "total_bytes": int(total_bytes), "per_rank": per_rank,
+            "by_collective": by_collective,
+            "by_group": _by(rc, rc.comm_group, GROUPS, shares("comm_group", GROUPS))},
+        "traffic": traffic,
+        "cross_rank": {**_cross_rank(matched), "clock_synced": synced},
+        "notes": list(notes or []),
+    }

@@ -1,0 +1,145 @@
+"""Run ``traceviz report`` on a folder of one profiled iteration's ranks: summarize each
+rank (one table in memory at a time), sync clocks, build the report, write the text file
+and its JSON twin."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import TraceVizError
+from ..output import atomic_path
+from .breakdown import input_files, load_table
+from .calls import COLUMNS as CALL_COLUMNS
+from .clocks import ends_of, synchronize
+from .rank_summary import RankSummary, summarize
+from .report import build
+from .run_config import RunConfig, from_torchtitan_toml
+
+COLUMNS = tuple(dict.fromkeys(CALL_COLUMNS + ("comm_group",)))
+SYNC_WARN_NS = 50_000  # a residual above this (50 µs) makes the clock sync suspect
+
+
+@dataclass
+class ReportFiles:
+    text: Path
+    json: Path
+    report: dict
+    text_body: str
+
+
+def _one_folder(files: list[Path], root: Path) -> list[Path]:
+    folders = sorted({f.parent for f in files})
+    if len(folders) > 1:
+        names = ", ".join(str(f.relative_to(root)) if f.is_relative_to(root) else str(f)
+                          for f in folders[:6])
+        raise TraceVizError(f"{root}: holds the ranks of several profiled iterations "
+                            f"({names}{', ...' if len(folders) > 6 else ''}); pass one of "
+                            "those folders")
+    return files
+
+
+def summaries_of(root: Path) -> tuple[list[RankSummary], list[str]]:
+    """Every rank's summary (ranks unknown to their trace numbered from file names) and
+    the one-line reasons of the files that failed."""
+    from ..discover import rank_from_name
+
+    summaries, failed = [], []
+    files = _one_folder(input_files([root]), root)
+    for k, path in enumerate(files):
+        try:
+            s = summarize(load_table(path, COLUMNS))
+        except TraceVizError as exc:
+            failed.append(str(exc))
+            continue
+        except KeyError as exc:
+            failed.append(f"{path}: not a traceviz table (no column {exc})")
+            continue
+        if s.rank < 0:
+            named = rank_from_name(path.name)
+            s.rank = named if named is not None else k
+            s.calls.rank = s.rank
+        summaries.append(s)
+    ranks = [s.rank for s in summaries]
+    if len(set(ranks)) != len(ranks):
+        raise TraceVizError(f"{root}: several files are rank "
+                            f"{sorted({r for r in ranks if ranks.count(r) > 1})}; pass a "
+                            "folder with one trace per rank")
+    if not summaries:
+        raise TraceVizError(f"{root}: no rank could be read: " + "; ".join(failed))
+    return summaries, failed
+
+
+def _offsets(summaries: list[RankSummary], notes: list[str]) -> tuple[dict[int, int], bool]:
+    """Clock offsets per rank from collective ends (empty when nothing links the ranks),
+    with a note on how well they fit."""
+    sync = synchronize({s.rank: ends_of(s.calls) for s in summaries})
+    if len(summaries) < 2 or not (sync.reference != sync.ranks).any():
+        notes.append("clocks not synced: no collective of a known process group links the "
+                     "ranks; cross-rank skews use each rank's own clock")
+        return {}, False
+    offsets = dict(zip(sync.ranks.tolist(), sync.offsets.tolist()))
+    worst = float(max((x for x in sync.max_abs_residual if x == x), default=0.0))
+    notes.append(f"clocks synced on collective ends: offsets up to "
+                 f"{max(map(abs, offsets.values())) / 1e3:.1f} µs, worst residual "
+                 f"{worst / 1e3:.1f} µs")
+    if worst > SYNC_WARN_NS:
+        notes.append("the clock sync residual is large: cross-rank skews are uncertain "
+                     "(rerun with --no-clock-sync to compare)")
+    return offsets, True
+
+
+def _finite(value):
+    """``value`` with every NaN or infinity replaced by None (JSON has neither)."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def default_name(report: dict, when: dt.datetime) -> str:
+    """``<YYYYmmdd-HHMMSS>_<model>_dp<X>_tp<Y>_pp<Z>_gpu<N>.txt``."""
+    c = report["configuration"]
+    p = c["parallelism"] or {}
+    model = (c["model"] or "model").replace("/", "-").replace(" ", "")
+    return (f"{when:%Y%m%d-%H%M%S}_{model}_dp{p.get('dp', 'X')}_tp{p.get('tp', 'X')}"
+            f"_pp{p.get('pp', 'X')}_gpu{c['gpus']}.txt")
+
+
+def run(root: str | os.PathLike, *, config_file: str | None = None,
+        overrides: dict | None = None, output: str | None = None,
+        topology: str | None = None, clock_sync: bool = True) -> ReportFiles:
+    """Build and write the report of ``root``."""
+    from ..render.report_text import render
+    from .aggregate_job import job_layout
+
+    root = Path(root)
+    if not root.exists():
+        raise TraceVizError(f"{root}: no such file or folder")
+    summaries, failed = summaries_of(root)
+    notes = [f"skipped: {msg}" for msg in failed]
+    folder = root if root.is_dir() else root.parent
+    layout, layout_note = job_layout(root, folder, topology)
+    if layout_note:
+        notes.append(f"parallel layout unknown: {layout_note}")
+    world = max([s.world_size or 0 for s in summaries] + [len(summaries)])
+    config = from_torchtitan_toml(config_file, world) if config_file else RunConfig()
+    config = config.updated(**(overrides or {}))
+    offsets, synced = _offsets(summaries, notes) if clock_sync else ({}, False)
+    report = build(summaries, config, offsets, layout, notes, synced)
+    text = render(report)
+    path = Path(output) if output else Path("trace_analysis") / default_name(report,
+                                                                            dt.datetime.now())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    twin = path.with_suffix(".json")
+    with atomic_path(twin) as tmp:
+        Path(tmp).write_text(json.dumps(_finite(report), indent=1, allow_nan=False))
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text(text)
+    return ReportFiles(path, twin, report, text)

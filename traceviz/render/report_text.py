@@ -1,0 +1,119 @@
+"""The report dict of :mod:`traceviz.analysis.report` as text: the LLM Collectives
+Profiler's layout (headings framed by 80 ``=``, 2 decimals, ``END OF REPORT``), with its
+sections' numbers computed correctly, and the cross-rank sections added."""
+from __future__ import annotations
+
+RULE = "=" * 80
+
+
+def _f(v, unit: str = "") -> str:
+    return "n/a" if v is None else f"{v:,.2f}{unit}"
+
+
+def _gb(nbytes) -> str:
+    return "n/a" if nbytes is None else f"{nbytes / 1e9:,.2f} GB"
+
+
+def _heading(lines: list[str], title: str) -> None:
+    lines += ["", RULE, title, RULE]
+
+
+def _bw(stats: dict) -> str:
+    return (f"mean {_f(stats['mean'])}, median {_f(stats['median'])}, p95 "
+            f"{_f(stats['p95'])}, min/max {_f(stats['min'])} / {_f(stats['max'])} GB/s")
+
+
+def render(rep: dict) -> str:
+    """The text report."""
+    c, t, o, n = rep["configuration"], rep["throughput"], rep["overlap"], rep["network"]
+    lines = [RULE, "TRACEVIZ DISTRIBUTED TRAINING PERFORMANCE REPORT", RULE,
+             f"Configuration: {c['gpus']} GPUs traced of {c['world_size']}, iterations "
+             f"{', '.join(map(str, c['iterations'])) or 'none'}",
+             f"Model: {c['model'] or 'n/a'}; Batch Size: {c['global_batch_size'] or 'n/a'}, "
+             f"Sequence Length: {c['seq_len'] or 'n/a'}",
+             f"Device: {c['device'] or 'n/a'} (peak {_f(c['peak_tflops'], ' TFLOP/s')})",
+             "Parallelism:"]
+    lines += [f"  {k}: {v}" for k, v in (c["parallelism"] or c["config_parallelism"]).items()]
+
+    _heading(lines, "1. THROUGHPUT")
+    m = t["mean"]
+    lines += [f"Measured over: {t['window']}",
+              f"Time per Iteration: {_f(m['time_ms'], ' ms')}",
+              f"Tokens per Second: {_f(m['tokens_per_s'])}",
+              f"Samples per Second: {_f(m['samples_per_s'])}",
+              f"TFLOP/s per GPU: {_f(m['tflops_per_gpu'])}",
+              f"MFU: {_f(m['mfu_pct'], '%')}", "Per Iteration:"]
+    lines += [f"  {r['iteration']}: {_f(r['time_ms'], ' ms')}, {_f(r['tokens_per_s'])} "
+              f"tokens/s, MFU {_f(r['mfu_pct'], '%')}" for r in t["iterations"]]
+
+    _heading(lines, "2. COMMUNICATION-COMPUTATION OVERLAP")
+    lines += [f"Average Overlap: {_f(o['average_pct'], '%')}",
+              f"Min Overlap: {_f(o['min_pct'], '%')}",
+              f"Max Overlap: {_f(o['max_pct'], '%')}", "Per-Rank Overlap:"]
+    lines += [f"  rank {r['rank']}: {_f(r['overlap_pct'], '%')} (comm {_f(r['comm_ms'])} ms, "
+              f"compute {_f(r['comp_ms'])} ms)" for r in o["per_rank"]]
+
+    _heading(lines, "3. NETWORK LOAD (nccl-tests bus bandwidth, per call's own group size)")
+    lines += [f"Average Collective Bandwidth: {_f(n['average_collective_busbw_gbps'], ' GB/s')}",
+              f"Peak Bandwidth: {_f(c['peak_bw_gbps'], ' GB/s')}",
+              f"Bandwidth Utilization: {_f(n['utilization_pct'], '%')}",
+              f"Total Traffic: {_gb(n['total_bytes'])}", "Per-Rank Network Stats:"]
+    for r in n["per_rank"]:
+        lines += [f"  rank {r['rank']}:",
+                  f"    Collective Bandwidth: {_f(r['collective_busbw_gbps'], ' GB/s')}",
+                  f"    Simple Bandwidth: {_f(r['simple_busbw_gbps'], ' GB/s')}",
+                  f"    Total Bytes: {_gb(r['bytes'])}",
+                  f"    Communication Operations: {r['operations']}"]
+    lines.append("Collective Breakdown:")
+    for r in sorted(n["by_collective"], key=lambda r: r["name"]):
+        lines += [f"  {r['name']}:", f"    Count: {r['count']}",
+                  f"    Bus Bandwidth: {_bw(r['busbw_gbps'])}",
+                  f"    Data: {_gb(r['bytes'])} ({_gb(r['bus_bytes'])} on the bus), "
+                  f"kernel time {_f(r['time_ms'], ' ms')}",
+                  f"    Share of Iteration Time: {_f(r['share_of_iteration_pct'], '%')}, "
+                  f"hidden behind compute: {_f(r['hidden_pct'], '%')}"]
+
+    _heading(lines, "4. TRAFFIC DISTRIBUTION")
+    for r in rep["traffic"]:
+        lines += [f"  {r['name']}:", f"    Count: {r['count']}",
+                  f"    Total Traffic: {_gb(r['bytes'])}",
+                  f"    Percent of Total Traffic: {_f(r['pct_of_bytes'], '%')}",
+                  f"    Average Time: {_f(r['avg_time_ms'], ' ms')}"]
+
+    _heading(lines, "5. PARALLEL GROUPS")
+    for r in n["by_group"]:
+        lines += [f"  {r['name']}:", f"    Kernels: {r['count']}, Data: {_gb(r['bytes'])}, "
+                  f"kernel time {_f(r['time_ms'], ' ms')}",
+                  f"    Bus Bandwidth: {_bw(r['busbw_gbps'])}",
+                  f"    Share of Iteration Time: {_f(r['share_of_iteration_pct'], '%')}, "
+                  f"hidden behind compute: {_f(r['hidden_pct'], '%')}"]
+
+    x = rep["cross_rank"]
+    _heading(lines, "6. CROSS-RANK COLLECTIVES" + (" (clock-synced)" if x["clock_synced"]
+                                                  else " (each rank's own clock)"))
+    lines.append(f"Matched calls: {x['matched_calls']} ({x['calls_with_several_ranks']} seen "
+                 "on several ranks)")
+    for g in x["by_group"]:
+        lines += [f"  {g['group']}: {g['calls']} calls",
+                  f"    Arrival Skew: mean {_f(g['skew_ms']['mean'])}, median "
+                  f"{_f(g['skew_ms']['median'])}, p95 {_f(g['skew_ms']['p95'])}, max "
+                  f"{_f(g['skew_ms']['max'])} ms; mean wait per rank "
+                  f"{_f(g['mean_wait_ms'], ' ms')}",
+                  f"    Bus Bandwidth from transfer time: {_bw(g['busbw_transfer_gbps'])}",
+                  f"    Bus Bandwidth from kernel time:   {_bw(g['busbw_kernel_gbps'])}"]
+        for s in g["stragglers"]:
+            lines.append(f"    straggler: rank {s['rank']} arrived last in {s['times_last']} "
+                         f"of {s['calls']} calls, holding them up {_f(s['delay_ms'])} ms "
+                         f"({_f(s['mean_delay_ms'])} ms per call)")
+    lines.append("Slowest Calls:")
+    for s in x["slowest_calls"]:
+        lines.append(f"  {s['group']} {s['collective'] or '?'} #{s['number']} on process group "
+                     f"{s['process_group'] or '?'} (iteration "
+                     f"{s['iteration']}, {s['ranks']} ranks, {_gb(s['bytes'])}): "
+                     f"{_f(s['span_ms'])} ms, skew {_f(s['skew_ms'])} ms, transfer "
+                     f"{_f(s['transfer_ms'])} ms, last rank {s['last_rank']}")
+    if rep["notes"]:
+        _heading(lines, "NOTES")
+        lines += [f"  {note}" for note in rep["notes"]]
+    lines += ["", RULE, "END OF REPORT", RULE]
+    return "\n".join(lines) + "\n"
