@@ -2,13 +2,17 @@
 ground truth, the ideal simulation matches a uniform job, a slow stage is named."""
 from __future__ import annotations
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+import json
+
 from test_batch_aggregate import PP_DP
 from test_breakdown_cli import union_length
 from traceviz.cli import main
+from traceviz.schedule import simulate, stage_order
 from traceviz.synth import SynthConfig, synthesize
 
 
@@ -42,6 +46,7 @@ def test_bubbles_match_ground_truth(tmp_path, cfg):
     stages = pq.read_table(out / "pipeline_stages.parquet").to_pylist()
     ranks = [s["rank"] for s in stages]
     bars = _truth_bars(tmp_path / "job", ranks)
+    truth = json.loads((tmp_path / "job" / "ground_truth" / "ground_truth.json").read_text())
     makespan = max(e for b in bars.values() for _, e in b) - min(
         s for b in bars.values() for s, _ in b)
     for s in stages:
@@ -51,6 +56,21 @@ def test_bubbles_match_ground_truth(tmp_path, cfg):
         want = 100.0 * (makespan - busy) / makespan
         assert abs(s["bubble_pct"] - want) <= 0.1 * want / 100 + 1e-9
         assert s["forward_steps"] == s["backward_steps"] == cfg.microbatches * cfg.vpp
+        # warm-up / steady / cool-down as Megatron's schedule runs them
+        warm = len(stage_order(len(stages), cfg.microbatches, s["stage"], cfg.vpp)) - 2 * (
+            s["steady_pairs"])
+        total = cfg.microbatches * cfg.vpp
+        P, p, v = len(stages), s["stage"], cfg.vpp
+        want_warm = (min(P - p - 1, total) if v == 1
+                     else min((P - p - 1) * 2 + (v - 1) * P, total))
+        assert s["warmup_steps"] == want_warm
+        assert s["cooldown_steps"] == want_warm
+        assert warm == 2 * want_warm
+        # the whole ProfilerStep, DP / optimizer tail included
+        a, b = truth["ranks"][str(s["rank"])]["steps"][0]
+        assert s["iteration_ns"] == b - a
+        assert s["iteration_bubble_pct"] == pytest.approx(100 * (b - a - busy) / (b - a),
+                                                          rel=1e-12)
     assert (out / "pipeline_group0_iter10.png").read_bytes()[:4] == b"\x89PNG"
     page = (out / "pipeline_group0_iter10.html").read_text()
     assert "<svg" in page and "micro-batch 0" in page and "<script" not in page
@@ -73,5 +93,68 @@ def test_ideal_matches_a_uniform_job_and_names_the_slow_stage(tmp_path):
     result = CliRunner().invoke(main, ["pipeline", str(tmp_path / "s"), "-o",
                                        str(tmp_path / "ps")])
     assert "critical stage 2 (rank 2)" in result.output
+    gaps = [line for line in result.output.splitlines() if "largest gap" in line]
+    assert "stage 2 (rank 2)" in gaps[0] and "imbalance" in gaps[0]
     st = pq.read_table(tmp_path / "ps" / "pipeline_stages.parquet").to_pylist()
     assert [s["critical"] for s in st] == [False, False, True, False]
+
+
+def test_recompute_p2p_and_optimizer_are_marked(tmp_path):
+    cfg = SynthConfig(tp=1, pp=2, dp=1, microbatches=4, layers=4, recompute=True)
+    synthesize(cfg, tmp_path / "job")
+    out = tmp_path / "pp"
+    result = CliRunner().invoke(main, ["pipeline", str(tmp_path / "job"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    page = (out / "pipeline_group0_iter10.html").read_text()
+    truth = pq.read_table(tmp_path / "job" / "ground_truth" / "kernels.parquet").to_pylist()
+    p2p = sum(1 for k in truth if k["p2p"] and k["rank"] in (0, 1) and k["iteration"] == 10)
+    assert page.count(", P2P: ") == p2p
+    assert page.count(", optimizer: ") == 2
+    assert page.count("backward with recompute") == 2 * cfg.microbatches
+
+
+@pytest.mark.parametrize("vpp", [1, 2])
+def test_timer_dumps_render(tmp_path, vpp):
+    """Dumps in PP-Schedule-Visualization's format (ms since each rank's start event),
+    written here from a known schedule, give the same bars and bubbles."""
+    pp, mbs = 4, 8
+    fwd = np.array([1.0, 1.2, 1.0, 1.1]) * 1e6
+    bwd = 2 * fwd
+    steps = simulate(pp, mbs, fwd, bwd, 50_000, vpp)
+    total = {p: max(s.end for s in steps) + 3_000_000 for p in range(pp)}
+    folder = tmp_path / "pp_timer_logs"
+    folder.mkdir()
+    for r in (0, 1):  # two TPxCPxDP ranks: plot.py draws rank 0
+        for p in range(pp):
+            events = {}
+            for s in steps:
+                if s.stage == p:
+                    name = "forward" if s.phase == "F" else "backward"
+                    key = f"{name}-{s.chunk}-{s.microbatch}" if vpp > 1 else \
+                        f"{name}-{s.microbatch}"
+                    events[f"{key}-start"] = s.start / 1e6
+                    events[f"{key}-end"] = s.end / 1e6
+            events["total-execution-time"] = total[p] / 1e6
+            g = p * 2 + r
+            (folder / f"event_times_PP{pp}_VPP{vpp}_TPxCPxDP_rank_{r}_pp_rank_{p}_rank_{g}"
+             ".json").write_text(json.dumps(events))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["pipeline", str(folder), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    st = pq.read_table(out / "pipeline_stages.parquet").to_pylist()
+    assert [s["rank"] for s in st] == [0, 2, 4, 6]
+    t0 = min(s.start for s in steps)
+    makespan = max(s.end for s in steps) - t0
+    for s in st:
+        p = s["stage"]
+        busy = mbs * vpp * (fwd[p] + bwd[p])
+        assert s["busy_ns"] == pytest.approx(busy, abs=mbs * vpp * 2)  # ms -> ns rounding
+        assert s["makespan_ns"] == pytest.approx(makespan, abs=2)
+        assert s["bubble_pct"] == pytest.approx(100 * (makespan - busy) / makespan, abs=1e-4)
+        assert s["iteration_bubble_pct"] == pytest.approx(
+            100 * (total[p] - busy) / total[p], abs=1e-4)
+        assert s["forward_steps"] == s["backward_steps"] == mbs * vpp
+    # the ideal re-simulation of an ideal schedule is itself
+    assert st[0]["ideal_makespan_ns"] == pytest.approx(st[0]["makespan_ns"], rel=1e-6)
+    assert (out / "pipeline_timers_group0.png").read_bytes()[:4] == b"\x89PNG"
+    assert "micro-batch 7" in (out / "pipeline_timers_group0.html").read_text()

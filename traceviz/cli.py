@@ -565,14 +565,17 @@ def demo(outdir) -> None:
               help="Folder for pipeline_stages.csv / .parquet and the figures.")
 def pipeline(root, vpp, iteration, all_groups, topology_file, outdir) -> None:
     """Pipeline schedule per PP stage, measured vs ideal 1F1B / interleaved: bubble per
-    stage, the critical stage, PNG and an interactive HTML (no server needed).
+    stage (F/B window and whole iteration), warm-up / steady / cool-down, the critical
+    stage and the largest gaps, PNG and an interactive HTML (no server needed).
 
-    ROOT is a job folder (parsed and aggregated first when needed).
+    ROOT is a job folder (parsed and aggregated first when needed), or a folder of
+    PP-Schedule-Visualization timer dumps (event_times_PP*_VPP*_..._rank_*.json).
 
     \b
     Examples:
       traceviz pipeline tensorboard_dir/
       traceviz pipeline job/ --vpp 2 --all-groups -o pp/
+      traceviz pipeline pp_timer_logs/ -o pp/
     """
     from pathlib import Path
 

@@ -53,6 +53,7 @@ class Step:
     chunk: int
     start: int
     end: int
+    recompute: bool = False  # a measured backward that re-ran its forward
 
 
 def simulate(pp: int, microbatches: int, fwd_ns: np.ndarray, bwd_ns: np.ndarray,

@@ -10,7 +10,12 @@ kernel end of the step, clock-synced). Per stage:
 * the ideal schedule (:func:`..schedule.simulate`) with each stage's median forward and
   backward step and the smallest forward hand-off between consecutive stages measured as
   the P2P latency; ``ideal_bubble_pct`` and the analytic ``(p-1)/(m·v+p-1)``;
-* the critical stage is the one with the most busy time.
+* the critical stage is the one with the most busy time;
+* ``iteration_bubble_pct`` = 100 (iteration - busy) / iteration over the stage's whole
+  ProfilerStep (or timer dump's ``total-execution-time``), so the DP / optimizer tail
+  after the last backward counts too;
+* warm-up / steady / cool-down steps and the largest losses against the ideal rules
+  (:mod:`.pipeline_phases`).
 
 Times are int64 ns.
 """
@@ -23,6 +28,7 @@ import pyarrow as pa
 
 from ..intervals import measure
 from ..schedule import Step, simulate
+from .pipeline_phases import largest_gaps, phases
 
 
 @dataclass
@@ -34,21 +40,24 @@ class PipelineView:
     ideal: list[Step]
     stages: pa.Table
     p2p_ns: int
+    gaps: list[dict]
+    origin: int                   # absolute time (ns) of the measured steps' 0
 
 
-def measured_steps(rows: list[dict], ranks: list[int]) -> list[Step]:
+def measured_steps(rows: list[dict], ranks: list[int]) -> tuple[list[Step], int]:
     """Steps of each stage (index into ``ranks``) from micro-batch rows, in ns from the
-    earliest step of the group."""
+    earliest step of the group, and that earliest start."""
     stage_of = {r: i for i, r in enumerate(ranks)}
     steps = [Step(stage_of[r["rank"]], "F" if r["phase"] == "Forward" else "B",
                   r["microbatch"], max(r["chunk"], 0), r["start_ns"],
-                  r["start_ns"] + r["wall_clock_ns"])
+                  r["start_ns"] + r["wall_clock_ns"],
+                  recompute=bool(r.get("recompute_ns") or 0))
              for r in rows if r["rank"] in stage_of]
     t0 = min((s.start for s in steps), default=0)
     for s in steps:
         s.start -= t0
         s.end -= t0
-    return sorted(steps, key=lambda s: (s.stage, s.start))
+    return sorted(steps, key=lambda s: (s.stage, s.start)), t0
 
 
 def _handoff(steps: list[Step], pp: int, vpp: int) -> int:
@@ -60,10 +69,12 @@ def _handoff(steps: list[Step], pp: int, vpp: int) -> int:
     return max(min(gaps), 0) if gaps else 0
 
 
-def pipeline_view(rows: list[dict], ranks: list[int], vpp: int = 1) -> PipelineView:
-    """Measured vs ideal schedule of the PP group ``ranks`` (stage order)."""
+def pipeline_view(rows: list[dict], ranks: list[int], vpp: int = 1,
+                  iteration_ns: dict[int, int] | None = None) -> PipelineView:
+    """Measured vs ideal schedule of the PP group ``ranks`` (stage order);
+    ``iteration_ns``: the length of each rank's whole iteration (ProfilerStep)."""
     pp = len(ranks)
-    steps = measured_steps(rows, ranks)
+    steps, t0 = measured_steps(rows, ranks)
     mbs = len({s.microbatch for s in steps})
     fwd = np.array([np.median([s.end - s.start for s in steps if s.stage == p and
                                s.phase == "F"] or [0]) for p in range(pp)])
@@ -77,7 +88,9 @@ def pipeline_view(rows: list[dict], ranks: list[int], vpp: int = 1) -> PipelineV
     cols: dict[str, list] = {k: [] for k in (
         "stage", "rank", "forward_steps", "backward_steps", "median_forward_ns",
         "median_backward_ns", "busy_ns", "makespan_ns", "bubble_ns", "bubble_pct",
-        "ideal_makespan_ns", "ideal_bubble_pct", "analytic_bubble_pct", "critical")}
+        "ideal_makespan_ns", "ideal_bubble_pct", "analytic_bubble_pct", "critical",
+        "iteration_ns", "iteration_bubble_pct", "warmup_steps", "steady_pairs",
+        "cooldown_steps")}
     busy = []
     for p in range(pp):
         mine = [s for s in steps if s.stage == p]
@@ -103,4 +116,12 @@ def pipeline_view(rows: list[dict], ranks: list[int], vpp: int = 1) -> PipelineV
         cols["analytic_bubble_pct"].append(100.0 * (pp - 1) / (mbs * vpp + pp - 1)
                                            if mbs else float("nan"))
         cols["critical"].append(p == critical)
-    return PipelineView(ranks, steps, ideal, pa.table(cols), p2p)
+        it_ns = (iteration_ns or {}).get(ranks[p])
+        cols["iteration_ns"].append(it_ns)
+        cols["iteration_bubble_pct"].append(100.0 * (it_ns - busy[p]) / it_ns if it_ns
+                                            else None)
+        ph = phases([s for s in steps if s.stage == p])
+        for k in ("warmup_steps", "steady_pairs", "cooldown_steps"):
+            cols[k].append(ph[k])
+    gaps = largest_gaps(steps, pp, vpp, p2p, fwd, bwd, ranks)
+    return PipelineView(ranks, steps, ideal, pa.table(cols), p2p, gaps, t0)

@@ -6,7 +6,9 @@ import html
 import os
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
@@ -37,12 +39,126 @@ def _html_table(table: pa.Table) -> str:
     return f"<h2>Per stage</h2><table><tr>{head}</tr>{body}</table>"
 
 
+def _rank_extras(folder: Path, ranks: list[int], it: int
+                 ) -> tuple[dict[int, int], list[tuple[int, str, int, int]]]:
+    """Per rank: the length of ProfilerStep ``it``, and the marks drawn over its row:
+    pipeline P2P kernels and the optimizer step's span (clock-synced absolute ns, with
+    the offsets the aggregation wrote)."""
+    import json
+
+    import traceviz
+
+    from ..parse.table import METADATA_KEY
+    from .breakdown import is_activity_table
+
+    offsets = {}
+    if (folder / "clock_offsets.csv").exists():
+        t = pacsv.read_csv(folder / "clock_offsets.csv")
+        offsets = dict(zip(t["rank"].to_pylist(), t["offset_ns"].to_pylist()))
+    lengths, marks = {}, []
+    for path in sorted(folder.glob("*.parquet")):
+        if not is_activity_table(path):
+            continue
+        meta = json.loads((pq.read_schema(path).metadata or {})[METADATA_KEY])
+        rank = meta.get("rank")
+        if rank not in ranks:
+            continue
+        for step in meta.get("steps") or []:
+            if step.get("iteration") == it:
+                lengths[rank] = int(step["dur"])
+        t = traceviz.load(path, columns=["ts", "dur", "kind", "comm_group", "collective",
+                                          "phase", "iteration"])
+        ts = t["ts"].to_numpy(zero_copy_only=False) - offsets.get(rank, 0)
+        end = ts + pc.fill_null(t["dur"], 0).to_numpy(zero_copy_only=False)
+
+        def where(col: str, value: str) -> np.ndarray:
+            return pc.fill_null(pc.equal(t[col], value), False).to_numpy(
+                zero_copy_only=False)
+
+        in_it = pc.fill_null(pc.equal(t["iteration"], it), False).to_numpy(
+            zero_copy_only=False)
+        p2p = np.flatnonzero(in_it & where("collective", "SendRecv")
+                             & where("comm_group", "PP"))
+        marks += [(rank, "P2P", a, b) for a, b in zip(ts[p2p].tolist(), end[p2p].tolist())]
+        opt = in_it & where("phase", "OPTIMIZER")
+        if opt.any():
+            marks.append((rank, "optimizer", int(ts[opt].min()), int(end[opt].max())))
+    return lengths, marks
+
+
+def _write_view(view, group: list[int], i: int, title: str, stem: Path,
+                marks: list[tuple[int, str, int, int]], lines: list[str]) -> pa.Table:
+    """Figures of one group's view; appends its summary lines, returns its table."""
+    from ..render.pipeline_figure import Mark, draw, write_html
+
+    stage = {r: p for p, r in enumerate(group)}
+    rel = [Mark(stage[r], kind, a - view.origin, b - view.origin) for r, kind, a, b in marks
+           if r in stage]
+    panels = [("measured", view.measured)] + (
+        [(f"ideal (median step times, P2P {view.p2p_ns / 1e3:.0f} µs)", view.ideal)]
+        if view.ideal else [])
+    draw(panels, group, stem.with_suffix(".png"), title, rel)
+    write_html(panels, group, stem.with_suffix(".html"), title,
+               _html_table(view.stages) + _html_gaps(view.gaps), rel)
+    st = view.stages.to_pylist()
+    crit = next(s for s in st if s["critical"])
+    lines.append(f"{title}: makespan {st[0]['makespan_ns'] / 1e6:.2f} ms measured, "
+                 f"{st[0]['ideal_makespan_ns'] / 1e6:.2f} ms ideal; critical stage "
+                 f"{crit['stage']} (rank {crit['rank']})")
+    for s in st:
+        whole = (f", {s['iteration_bubble_pct']:.1f} % of the whole iteration"
+                 if s["iteration_bubble_pct"] is not None else "")
+        lines.append(f"  stage {s['stage']} rank {s['rank']}: bubble "
+                     f"{s['bubble_pct']:.1f} % (ideal {s['ideal_bubble_pct']:.1f} %, "
+                     f"analytic {s['analytic_bubble_pct']:.1f} %{whole}); warm-up "
+                     f"{s['warmup_steps']}, steady {s['steady_pairs']} pairs, cool-down "
+                     f"{s['cooldown_steps']}")
+    for g in view.gaps:
+        lines.append(f"  largest gap: {g['ns'] / 1e6:.3f} ms: {g['what']}")
+    return view.stages.append_column("pp_group", pa.array([i] * view.stages.num_rows,
+                                                          pa.int32()))
+
+
+def _html_gaps(gaps: list[dict]) -> str:
+    items = "".join(f"<li>{g['ns'] / 1e6:.3f} ms: {html.escape(g['what'])}</li>"
+                    for g in gaps)
+    return f"<h2>Largest gaps against the ideal schedule</h2><ul>{items}</ul>" if gaps else ""
+
+
+def _write_table(tables: list[pa.Table], outdir: Path) -> None:
+    table = pa.concat_tables(tables)
+    with atomic_path(outdir / "pipeline_stages.csv") as tmp:
+        pacsv.write_csv(table, tmp)
+    write_parquet(table, outdir / "pipeline_stages.parquet")
+
+
+def _run_timer_dumps(root: Path, outdir: Path, all_groups: bool) -> list[str]:
+    """The view from PP-Schedule-Visualization's timer dumps (one PP group per
+    TPxCPxDP rank; by default rank 0, as its plot.py draws)."""
+    from .timer_dump import NAME, find_dumps, read_group
+
+    ids = sorted({int(NAME.match(p.name).group(3)) for p in find_dumps(root)})
+    lines, tables = [], []
+    for i in ids if all_groups else ids[:1]:
+        g = read_group(root, i)
+        view = pipeline_view(g.rows, g.ranks, g.vpp, g.total_ns)
+        title = f"PP group of TPxCPxDP rank {i} (ranks {g.ranks}), from timer dumps"
+        tables.append(_write_view(view, g.ranks, i, title,
+                                  outdir / f"pipeline_timers_group{i}", [], lines))
+    _write_table(tables, outdir)
+    lines.append(f"wrote pipeline_stages.csv, .parquet and the figures to {outdir}")
+    return lines
+
+
 def run(root: Path, outdir: Path, vpp: int = 1, iteration: int | None = None,
         all_groups: bool = False, topology: str | os.PathLike | None = None) -> list[str]:
-    """Write the views; returns the lines to print."""
-    from ..render.pipeline_figure import draw, write_html
+    """Write the views (from timer dumps when ``root`` holds them, else from traces);
+    returns the lines to print."""
     from .aggregate_job import job_layout
+    from .timer_dump import find_dumps
 
+    if find_dumps(root):
+        return _run_timer_dumps(root, outdir, all_groups)
     lines = []
     for path in _tables(root, vpp, topology):
         rows = pq.read_table(path).to_pylist()
@@ -61,29 +177,11 @@ def run(root: Path, outdir: Path, vpp: int = 1, iteration: int | None = None,
             raise TraceVizError(f"{path.parent}: no PP group has all its ranks")
         tables = []
         for i, group in enumerate(groups if all_groups else groups[:1]):
-            view = pipeline_view(rows, group, vpp)
-            tables.append(view.stages.append_column(
-                "pp_group", pa.array([i] * view.stages.num_rows, pa.int32())))
+            lengths, marks = _rank_extras(path.parent, group, it)
+            view = pipeline_view(rows, group, vpp, lengths)
             title = f"PP group {i} (ranks {group}), ProfilerStep {it}"
-            panels = [("measured", view.measured)] + (
-                [(f"ideal (median step times, P2P {view.p2p_ns / 1e3:.0f} µs)", view.ideal)]
-                if view.ideal else [])
-            stem = outdir / f"pipeline_group{i}_iter{it}"
-            draw(panels, group, stem.with_suffix(".png"), title)
-            write_html(panels, group, stem.with_suffix(".html"), title,
-                       _html_table(view.stages))
-            st = view.stages.to_pylist()
-            crit = next(s for s in st if s["critical"])
-            lines.append(f"{title}: makespan {st[0]['makespan_ns'] / 1e6:.2f} ms measured, "
-                         f"{st[0]['ideal_makespan_ns'] / 1e6:.2f} ms ideal; critical stage "
-                         f"{crit['stage']} (rank {crit['rank']})")
-            for s in st:
-                lines.append(f"  stage {s['stage']} rank {s['rank']}: bubble "
-                             f"{s['bubble_pct']:.1f} % (ideal {s['ideal_bubble_pct']:.1f} %, "
-                             f"analytic {s['analytic_bubble_pct']:.1f} %)")
-        table = pa.concat_tables(tables)
-        with atomic_path(outdir / "pipeline_stages.csv") as tmp:
-            pacsv.write_csv(table, tmp)
-        write_parquet(table, outdir / "pipeline_stages.parquet")
+            tables.append(_write_view(view, group, i, title,
+                                      outdir / f"pipeline_group{i}_iter{it}", marks, lines))
+        _write_table(tables, outdir)
     lines.append(f"wrote pipeline_stages.csv, .parquet and the figures to {outdir}")
     return lines

@@ -4,6 +4,7 @@ as a self-contained HTML page (inline SVG; hovering a bar shows its details)."""
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..output import atomic_path
@@ -11,6 +12,19 @@ from ..schedule import Step
 from .breakdown_figures import _figure, _save
 
 COLOR = {"F": ("#82AAE7", "#496CCE"), "B": ("#F7A6BF", "#C03F67")}  # chunk 0, chunk 1+
+MARK_COLOR = {"P2P": "#2E8B57", "optimizer": "#8C8C8C"}
+
+
+@dataclass
+class Mark:
+    """Something drawn over a stage's row of the measured panel: a pipeline P2P kernel
+    (a thin bar along the row's foot) or the optimizer step (a grey bar). ns from the
+    view's origin."""
+
+    stage: int
+    kind: str
+    start: int
+    end: int
 
 
 def _color(s: Step) -> str:
@@ -18,25 +32,34 @@ def _color(s: Step) -> str:
 
 
 def _label(s: Step) -> str:
-    return f"{s.microbatch}" + (f".{s.chunk}" if s.chunk else "")
+    return f"{s.microbatch}" + (f".{s.chunk}" if s.chunk else "") + ("r" if s.recompute else "")
 
 
 def draw(panels: list[tuple[str, list[Step]]], ranks: list[int], path: Path,
-         title: str) -> Path:
-    """Stacked panels (e.g. measured, ideal) on one time axis (ms)."""
+         title: str, marks: list[Mark] = ()) -> Path:
+    """Stacked panels (e.g. measured, ideal) on one time axis (ms); ``marks`` go on the
+    first. A backward that re-ran its forward (recompute) is hatched, labelled ``r``."""
     plt = _figure()
     pp = len(ranks)
-    span = max((s.end for _, steps in panels for s in steps), default=1)
+    span = max([s.end for _, steps in panels for s in steps] + [m.end for m in marks]
+               + [1])
     fig, axes = plt.subplots(len(panels), 1, figsize=(14, 1.0 + 0.55 * pp * len(panels)),
                              squeeze=False, sharex=True, layout="constrained")
     for ax, (name, steps) in zip(axes[:, 0], panels):
         for s in steps:
             y = pp - 1 - s.stage
             ax.barh(y, (s.end - s.start) / 1e6, left=s.start / 1e6, height=0.8,
-                    color=_color(s), edgecolor="white", linewidth=0.3)
+                    color=_color(s), edgecolor="white", linewidth=0.3,
+                    hatch="///" if s.recompute else None)
             if (s.end - s.start) / span > 0.012:
                 ax.text((s.start + s.end) / 2e6, y, _label(s), ha="center", va="center",
                         fontsize="x-small")
+        for m in (marks if ax is axes[0, 0] else ()):
+            y = pp - 1 - m.stage
+            p2p = m.kind == "P2P"
+            ax.barh(y - 0.4 + (0.06 if p2p else 0.4), max(m.end - m.start, 1) / 1e6,
+                    left=m.start / 1e6, height=0.12 if p2p else 0.8,
+                    color=MARK_COLOR[m.kind], alpha=1.0 if p2p else 0.6, linewidth=0)
         ax.set_yticks(range(pp), [f"stage {p} (rank {r})" for p, r in
                                   reversed(list(enumerate(ranks)))], fontsize="small")
         ax.set_title(name, fontsize="small", loc="left")
@@ -44,19 +67,23 @@ def draw(panels: list[tuple[str, list[Step]]], ranks: list[int], path: Path,
     axes[-1, 0].set_xlabel("ms from the group's first step")
     axes[-1, 0].set_xlim(0, span / 1e6)
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in
-               (COLOR["F"][0], COLOR["F"][1], COLOR["B"][0], COLOR["B"][1])]
+               (COLOR["F"][0], COLOR["F"][1], COLOR["B"][0], COLOR["B"][1],
+                MARK_COLOR["P2P"], MARK_COLOR["optimizer"])]
+    handles.append(plt.Rectangle((0, 0), 1, 1, facecolor=COLOR["B"][0], hatch="///"))
     fig.legend(handles, ["forward", "forward (chunk > 0)", "backward",
-                         "backward (chunk > 0)"], loc="outside lower center", ncols=4,
-               fontsize="small", frameon=False)
+                         "backward (chunk > 0)", "pipeline P2P", "optimizer",
+                         "backward with recompute (r)"], loc="outside lower center",
+               ncols=7, fontsize="small", frameon=False)
     fig.suptitle(title, fontweight="bold")
     return _save(plt, fig, path)
 
 
 def write_html(panels: list[tuple[str, list[Step]]], ranks: list[int], path: Path,
-               title: str, table_html: str = "") -> Path:
+               title: str, table_html: str = "", marks: list[Mark] = ()) -> Path:
     """One HTML file, no script and no network: SVG bars with hover titles."""
     pp = len(ranks)
-    span = max((s.end for _, steps in panels for s in steps), default=1)
+    span = max([s.end for _, steps in panels for s in steps] + [m.end for m in marks]
+               + [1])
     width, row, left = 1200, 26, 150
     parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
              "</title><style>body{font-family:sans-serif;margin:20px}"
@@ -74,7 +101,8 @@ def write_html(panels: list[tuple[str, list[Step]]], ranks: list[int], path: Pat
             x = left + width * s.start / span
             w = max(width * (s.end - s.start) / span, 1.0)
             y = s.stage * row + 3
-            what = "forward" if s.phase == "F" else "backward"
+            what = ("forward" if s.phase == "F" else "backward"
+                    + (" with recompute" if s.recompute else ""))
             tip = (f"stage {s.stage}, micro-batch {s.microbatch}, chunk {s.chunk}, {what}: "
                    f"{(s.end - s.start) / 1e6:.3f} ms at {s.start / 1e6:.3f} ms")
             parts.append(f"<g><title>{html.escape(tip)}</title><rect x='{x:.1f}' y='{y}' "
@@ -82,6 +110,16 @@ def write_html(panels: list[tuple[str, list[Step]]], ranks: list[int], path: Pat
                          + (f"<text x='{x + w / 2:.1f}' y='{y + 14}' font-size='10' "
                             f"text-anchor='middle'>{_label(s)}</text>" if w > 14 else "")
                          + "</g>")
+        for m in (marks if name == panels[0][0] else ()):
+            x = left + width * m.start / span
+            w = max(width * (m.end - m.start) / span, 1.0)
+            p2p = m.kind == "P2P"
+            y = m.stage * row + (row - 8 if p2p else 3)
+            tip = f"stage {m.stage}, {m.kind}: {(m.end - m.start) / 1e6:.3f} ms"
+            parts.append(f"<g><title>{html.escape(tip)}</title><rect x='{x:.1f}' y='{y}' "
+                         f"width='{w:.1f}' height='{4 if p2p else row - 6}' "
+                         f"fill='{MARK_COLOR[m.kind]}' fill-opacity='{1 if p2p else 0.6}'/>"
+                         "</g>")
         parts.append(f"<text x='{left}' y='{h - 5}' font-size='11'>0 ms</text>"
                      f"<text x='{left + width}' y='{h - 5}' font-size='11' "
                      f"text-anchor='end'>{span / 1e6:.2f} ms</text></svg>")
