@@ -138,11 +138,13 @@ def parse(trace: str, output: str | None, cpu: bool, patterns: str | None, stric
 @click.option("--global-batch-size", "gbs", default="N/A", help="Written into the file.")
 @click.option("--from-traces", "from_traces", type=click.Path(exists=True),
               help="Derive the layout from the pg_config of the traces under this folder.")
+@click.option("--from-file", "from_file", type=click.Path(exists=True, dir_okay=False),
+              help="Read a unique_parallel_groups_*.txt file (e.g. to convert it to JSON).")
 @click.option("-o", "--output", help="Write here (a folder gets unique_parallel_groups_"
               "<timestamp>.txt) instead of stdout.")
 @click.option("--json", "as_json", is_flag=True, help="JSON (every group by group_desc, "
               "per-rank coordinates) instead of the Megatron-TraceViz text file.")
-def topology(world, tp, pp, cp, ep, expert_tp, order, gbs, from_traces, output,
+def topology(world, tp, pp, cp, ep, expert_tp, order, gbs, from_traces, from_file, output,
              as_json) -> None:
     """Megatron parallel groups: TP, CP, DP, PP, EP, expert TP/DP, model replicas.
 
@@ -153,19 +155,24 @@ def topology(world, tp, pp, cp, ep, expert_tp, order, gbs, from_traces, output,
     Examples:
       traceviz topology --world 32 --tp 4 --pp 4 -o tensorboard_dir/
       traceviz topology --from-traces tensorboard_dir/iteration_13 --json
+      traceviz topology --from-file tensorboard_dir/unique_parallel_groups_*.txt --json
     """
     import json
 
     from .output import atomic_path
     from .topology import groups_file
     from .topology.layout import Layout
+    from .topology.model import from_file as read_file
     from .topology.model import from_traces as derive
     from .topology.model import to_json
 
     if from_traces:
         layout = derive(from_traces)
+    elif from_file:
+        layout = read_file(from_file)
     elif world is None:
-        raise UsageError("give --world (with --tp/--pp/...) or --from-traces DIR")
+        raise UsageError("give --world (with --tp/--pp/...), --from-traces DIR or "
+                         "--from-file FILE")
     else:
         layout = Layout(world=world, tp=tp, pp=pp, cp=cp, ep=ep, expert_tp=expert_tp,
                         order=order)
