@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import json
 
 from click.testing import CliRunner
 
@@ -24,3 +25,17 @@ def test_demo_runs_every_step(tmp_path):
     for name in ("temporal_breakdown.csv", "top_kernels.csv", "temporal_breakdown.png"):
         assert (out / "breakdown" / name).stat().st_size > 0
     assert (it / "Model_Group_0" / "Model_Group_0_all_ranks_combined.png").exists()
+    # the report: iteration time over all ranks equals the ProfilerStep spans of the
+    # job's ground truth, clocks synced
+
+
+    rep = json.loads((out / "report" / "report.json").read_text())
+    truth = json.loads((out / "job" / "ground_truth" / "ground_truth.json").read_text())
+    spans = [(a - truth["skew_ns"][int(r)], b - truth["skew_ns"][int(r)])
+             for r, v in truth["ranks"].items() for a, b in v["steps"]]
+    want_ms = (max(b for _, b in spans) - min(a for a, _ in spans)) / 1e6
+    assert abs(rep["throughput"]["mean"]["time_ms"] - want_ms) < 1e-5
+    assert (out / "report" / "report.txt").read_text().rstrip().endswith("=" * 80)
+    stages = list(csv.DictReader(open(out / "pipeline" / "pipeline_stages.csv")))
+    assert [int(s["rank"]) for s in stages] == [0, 4, 8, 12]
+    assert (out / "pipeline" / "pipeline_group0_iter10.png").stat().st_size > 0

@@ -642,3 +642,34 @@ def report(root, config_file, global_batch_size, seq_len, flops_per_token, param
     else:
         click.echo(files.text_body, nl=False)
     click.echo(f"wrote {files.text} and {files.json}", err=True)
+
+
+@main.command()
+@click.argument("source", type=click.Path())
+@click.option("-o", "--output", help="Output .json.gz (or .json for a job) [default: "
+              "<name>_traceviz.json.gz].")
+@click.option("--kernels/--no-kernels", default=None,
+              help="Also write every GPU kernel as a slice [default: for a job only; a "
+                   "trace keeps its own].")
+@click.option("--no-clock-sync", is_flag=True, help="Keep each rank's own clock.")
+def export(source, output, kernels, no_clock_sync) -> None:
+    """Chrome trace (Perfetto UI, chrome://tracing) with traceviz's classification as
+    tracks per rank: micro-batch steps by phase, collectives by parallel group with their
+    size and bus bandwidth, a collectives-in-flight counter.
+
+    SOURCE is one trace (written back whole, with the tracks added) or a folder of one
+    profiled iteration's ranks (traces or 'traceviz batch' tables: one file of every
+    rank's kernels and tracks on clock-synced time).
+
+    \b
+    Examples:
+      traceviz export rank0.pt.trace.json.gz -o rank0_annotated.json.gz
+      traceviz export job/traceviz/iteration_10 -o job_iter10.json.gz
+    """
+    from .analysis.export_run import run
+
+    out, count, notes = run(source, output, kernels, clock_sync=not no_clock_sync)
+    for note in notes:
+        click.echo(note, err=True)
+    click.echo(f"wrote {out} ({count} traceviz events); open it in https://ui.perfetto.dev",
+               err=True)

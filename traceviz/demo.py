@@ -17,10 +17,10 @@ DEMO = SynthConfig(tp=2, pp=4, dp=2, microbatches=8, layers=8, with_stack=False,
 
 
 def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> dict[str, Path]:
-    """Synthesize the demo job and run batch, aggregate and breakdown on it; returns
-    where each step wrote."""
+    """Synthesize the demo job and run batch, aggregate, breakdown, report and pipeline
+    on it; returns where each step wrote."""
     from . import runner
-    from .analysis import aggregate_job, breakdown
+    from .analysis import aggregate_job, breakdown, pipeline_run, report_run
 
     out = Path(outdir)
     job = out / "job"
@@ -41,5 +41,15 @@ def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> dict[
     steps["breakdown (HTA-style tables and figures)"] = out / "breakdown"
     echo(f"breakdown: {len(written)} files -> {out / 'breakdown'}")
     echo(breakdown.summary(result).splitlines()[0])
+    rep = report_run.run(results[0].folder, overrides={
+        "global_batch_size": DEMO.microbatches * DEMO.dp * DEMO.micro_batch_size,
+        "seq_len": DEMO.seq_len, "model": "demo"}, output=str(out / "report" / "report.txt"))
+    steps["report (throughput, bus bandwidth, stragglers)"] = rep.text
+    mean = rep.report["throughput"]["mean"]
+    echo(f"report: {mean['time_ms']:.1f} ms per iteration, {mean['tokens_per_s']:,.0f} "
+         f"tokens/s -> {rep.text} (+ .json)")
+    lines = pipeline_run.run(job, out / "pipeline")
+    steps["pipeline (measured vs ideal 1F1B)"] = out / "pipeline"
+    echo(f"pipeline: {lines[0]}")
     echo(f"done in {time.perf_counter() - start:.1f} s")
     return steps

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 CALL_CHUNK = 2048  # calls per block of the incidence matrix (block x ranks floats)
+SYNC_WARN_NS = 50_000  # a residual above this (50 µs) makes the clock sync suspect
 
 
 @dataclass
@@ -138,3 +139,23 @@ def _components(lap: np.ndarray, ranks: np.ndarray) -> np.ndarray:
         changed = bool((new != label).any())
         label = new
     return label
+
+
+def offsets_from_calls(calls: list, notes: list[str]) -> tuple[dict[int, int], bool]:
+    """Clock offsets (ns) per rank from every rank's :class:`~.calls.RankCalls`, and
+    whether any rank was synced (False: nothing links the ranks, offsets empty); a note
+    on how well they fit goes to ``notes``."""
+    sync = synchronize({c.rank: ends_of(c) for c in calls})
+    if len(calls) < 2 or not (sync.reference != sync.ranks).any():
+        notes.append("clocks not synced: no collective of a known process group links the "
+                     "ranks; cross-rank times use each rank's own clock")
+        return {}, False
+    offsets = dict(zip(sync.ranks.tolist(), sync.offsets.tolist()))
+    worst = float(max((x for x in sync.max_abs_residual if x == x), default=0.0))
+    notes.append(f"clocks synced on collective ends: offsets up to "
+                 f"{max(map(abs, offsets.values())) / 1e3:.1f} µs, worst residual "
+                 f"{worst / 1e3:.1f} µs")
+    if worst > SYNC_WARN_NS:
+        notes.append("the clock sync residual is large: cross-rank times are uncertain "
+                     "(compare with --no-clock-sync)")
+    return offsets, True

@@ -14,13 +14,12 @@ from ..errors import TraceVizError
 from ..output import atomic_path
 from .breakdown import input_files, load_table
 from .calls import COLUMNS as CALL_COLUMNS
-from .clocks import ends_of, synchronize
+from .clocks import offsets_from_calls
 from .rank_summary import RankSummary, summarize
 from .report import build
 from .run_config import RunConfig, from_torchtitan_toml
 
 COLUMNS = tuple(dict.fromkeys(CALL_COLUMNS + ("comm_group",)))
-SYNC_WARN_NS = 50_000  # a residual above this (50 µs) makes the clock sync suspect
 
 
 @dataclass
@@ -31,7 +30,7 @@ class ReportFiles:
     text_body: str
 
 
-def _one_folder(files: list[Path], root: Path) -> list[Path]:
+def one_folder(files: list[Path], root: Path) -> list[Path]:
     folders = sorted({f.parent for f in files})
     if len(folders) > 1:
         names = ", ".join(str(f.relative_to(root)) if f.is_relative_to(root) else str(f)
@@ -48,7 +47,7 @@ def summaries_of(root: Path) -> tuple[list[RankSummary], list[str]]:
     from ..discover import rank_from_name
 
     summaries, failed = [], []
-    files = _one_folder(input_files([root]), root)
+    files = one_folder(input_files([root]), root)
     for k, path in enumerate(files):
         try:
             s = summarize(load_table(path, COLUMNS))
@@ -71,25 +70,6 @@ def summaries_of(root: Path) -> tuple[list[RankSummary], list[str]]:
     if not summaries:
         raise TraceVizError(f"{root}: no rank could be read: " + "; ".join(failed))
     return summaries, failed
-
-
-def _offsets(summaries: list[RankSummary], notes: list[str]) -> tuple[dict[int, int], bool]:
-    """Clock offsets per rank from collective ends (empty when nothing links the ranks),
-    with a note on how well they fit."""
-    sync = synchronize({s.rank: ends_of(s.calls) for s in summaries})
-    if len(summaries) < 2 or not (sync.reference != sync.ranks).any():
-        notes.append("clocks not synced: no collective of a known process group links the "
-                     "ranks; cross-rank skews use each rank's own clock")
-        return {}, False
-    offsets = dict(zip(sync.ranks.tolist(), sync.offsets.tolist()))
-    worst = float(max((x for x in sync.max_abs_residual if x == x), default=0.0))
-    notes.append(f"clocks synced on collective ends: offsets up to "
-                 f"{max(map(abs, offsets.values())) / 1e3:.1f} µs, worst residual "
-                 f"{worst / 1e3:.1f} µs")
-    if worst > SYNC_WARN_NS:
-        notes.append("the clock sync residual is large: cross-rank skews are uncertain "
-                     "(rerun with --no-clock-sync to compare)")
-    return offsets, True
 
 
 def _finite(value):
@@ -131,7 +111,8 @@ def run(root: str | os.PathLike, *, config_file: str | None = None,
     world = max([s.world_size or 0 for s in summaries] + [len(summaries)])
     config = from_torchtitan_toml(config_file, world) if config_file else RunConfig()
     config = config.updated(**(overrides or {}))
-    offsets, synced = _offsets(summaries, notes) if clock_sync else ({}, False)
+    offsets, synced = (offsets_from_calls([s.calls for s in summaries], notes)
+                       if clock_sync else ({}, False))
     report = build(summaries, config, offsets, layout, notes, synced)
     text = render(report)
     path = Path(output) if output else Path("trace_analysis") / default_name(report,

@@ -51,10 +51,14 @@ def _insertion_point(src: ByteSource, name: str) -> tuple[bytes, bytes]:
 
 
 def event_json(event: dict) -> bytes:
-    """One event as JSON; its ``ts`` (int ns) written as exact µs decimal text."""
-    rest = {k: v for k, v in event.items() if k != "ts"}
+    """One event as JSON; its ``ts`` and ``dur`` (int ns) written as exact µs decimal
+    text."""
+    rest = {k: v for k, v in event.items() if k not in ("ts", "dur")}
+    head = b'{"ts":' + us_text(event["ts"]).encode()
+    if "dur" in event:
+        head += b',"dur":' + us_text(event["dur"]).encode()
     body = orjson.dumps(rest)
-    return b'{"ts":' + us_text(event["ts"]).encode() + (b"," + body[1:] if rest else b"}")
+    return head + (b"," + body[1:] if rest else b"}")
 
 
 def write_with_events(trace: str | os.PathLike, output: str | os.PathLike,
