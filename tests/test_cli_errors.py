@@ -86,3 +86,34 @@ def test_default_output_name(tmp_path):
     assert (tmp_path / "rank3.pt.trace.parquet").exists()
     assert b"rank 3: 1 GPU activities" in proc.stderr  # rank from the file name
     assert oct(os.stat(tmp_path / "rank3.pt.trace.parquet").st_mode & 0o077) != "0o0"
+
+
+@pytest.mark.parametrize("command", ["batch", "aggregate", "report", "breakdown", "export",
+                                     "pipeline"])
+def test_new_user_folders_say_what_to_do(tmp_path, command):
+    """A wrong folder, an empty one, a folder of Nsight reports or of other JSON: one line
+    that says what is there and what to pass."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    nsight = tmp_path / "nsight"
+    nsight.mkdir()
+    (nsight / "profile_rank0.nsys-rep").write_bytes(b"\x00NSYS binary")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text('{"lr": 0.1}')
+    for folder, words in ((empty, "traceviz demo"), (nsight, "--use-pytorch-profiler"),
+                          (other, "none is a Kineto trace")):
+        result = run(command, str(folder))
+        err = result.stderr.decode()
+        assert result.returncode == 1, err
+        assert words in err and "Traceback" not in err, err
+        assert len(err.strip().splitlines()) == 1, err
+
+
+def test_nsight_report_file(tmp_path):
+    path = tmp_path / "run.nsys-rep"
+    path.write_bytes(b"NSYS-REP\x01\x02")
+    result = run("parse", str(path), "-o", str(tmp_path / "x.parquet"))
+    assert result.returncode == 1
+    assert b"Nsight report" in result.stderr and b"torch.profiler" in result.stderr
+    assert not (tmp_path / "x.parquet").exists()

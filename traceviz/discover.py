@@ -119,3 +119,28 @@ def find_topology_file(folder: str | os.PathLike) -> Path | None:
         if files:
             return files[-1]  # names carry a sortable timestamp: the newest
     return None
+
+
+NSIGHT_SUFFIXES = (".nsys-rep", ".qdrep", ".sqlite", ".ncu-rep")
+
+
+def no_traces_message(root: str | os.PathLike) -> str:
+    """What to tell a user whose ``root`` holds no Kineto traces: what is there instead
+    (Nsight reports, other JSON) and what to pass."""
+    root = Path(root)
+    files = [root] if root.is_file() else ([p for p in root.rglob("*") if p.is_file()]
+                                          if root.is_dir() else [])
+    nsight = [p for p in files if p.name.endswith(NSIGHT_SUFFIXES)]
+    jsons = [p for p in files if is_trace_name(p.name)]
+    if nsight:
+        return (f"{root}: {len(nsight)} Nsight Systems file(s) ({nsight[0].name}, ...) and no "
+                "PyTorch profiler traces: traceviz reads Kineto traces; record with "
+                "torch.profiler and export_chrome_trace (Megatron-LM: --profile "
+                "--use-pytorch-profiler, see patch/README.md)")
+    if jsons:
+        return (f"{root}: {len(jsons)} JSON file(s) but none is a Kineto trace (no "
+                "'traceEvents' with GPU or CPU events in its header); pass the folder the "
+                "profiler wrote (e.g. tensorboard_dir or iteration_N)")
+    return (f"{root}: no Kineto traces found (looked for *.json, *.json.gz, *.json.zst); "
+            "pass the folder the profiler wrote, e.g. tensorboard_dir/ or iteration_N/, "
+            "or try 'traceviz demo' for an example job")

@@ -71,9 +71,11 @@ def plan(root: str | os.PathLike, outdir: str | os.PathLike | None = None,
     if folders:
         traces = [t for t in traces if fnmatch.fnmatch(t.path.parent.name, folders)]
     if not traces:
-        raise TraceVizError(f"{root}: no Kineto traces found" + (
-            f" in folders matching {folders!r}" if folders else "") +
-            " (looked for *.json, *.json.gz, *.json.zst whose header is a Kineto trace)")
+        if folders:
+            raise TraceVizError(f"{root}: no Kineto traces in folders matching {folders!r}")
+        from .discover import no_traces_message
+
+        raise TraceVizError(no_traces_message(root))
     todo, fresh = [], []
     seen: dict[Path, str] = {}
     for t in traces:

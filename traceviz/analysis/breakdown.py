@@ -63,7 +63,9 @@ def input_files(paths: list[str | os.PathLike]) -> list[Path]:
         else:
             raise TraceVizError(f"{p}: no such file or folder")
     if not out:
-        raise TraceVizError(f"{', '.join(map(str, paths))}: no traces or parsed tables found")
+        from ..discover import no_traces_message
+
+        raise TraceVizError("; ".join(no_traces_message(p) for p in paths))
     return out
 
 

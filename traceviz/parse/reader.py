@@ -150,7 +150,7 @@ def _scan(source: ByteSource, budget: SpillBudget, chunk_size: int) -> ScannedTr
             where = offset + int(w[L.ST_ERRPOS])
             if code == L.E_NOT_JSON and int(w[L.ST_EVENT_INDEX]) == 0:
                 raise TraceError(source.name, "is not JSON (expected '{' or '[')",
-                                 offset=where, hint=_not_json_hint(buf[:n]))
+                                 offset=where, hint=_not_json_hint(buf[:n], source.name))
             raise TraceError(source.name, L.ERROR_TEXT.get(code, "malformed JSON"),
                              offset=where,
                              hint=f"after {int(w[L.ST_EVENT_INDEX])} events; the file is "
@@ -214,8 +214,12 @@ def _stats_dict(w: np.ndarray, strings: StringTable, header: Header) -> dict:
     return out
 
 
-def _not_json_hint(head: np.ndarray) -> str:
+def _not_json_hint(head: np.ndarray, name: str = "") -> str:
     data = bytes(head[:64])
+    if name.endswith((".nsys-rep", ".qdrep", ".ncu-rep")):
+        return ("this is an Nsight report, not a PyTorch profiler trace: record with "
+                "torch.profiler and export_chrome_trace (Megatron-LM: --profile "
+                "--use-pytorch-profiler)")
     if data.startswith(b"SQLite format"):
         return "this looks like an Nsight Systems SQLite export; export a PyTorch profiler trace"
     if data[:4] in (b"PK\x03\x04",):
