@@ -39,3 +39,4 @@ def test_demo_runs_every_step(tmp_path):
     stages = list(csv.DictReader(open(out / "pipeline" / "pipeline_stages.csv")))
     assert [int(s["rank"]) for s in stages] == [0, 4, 8, 12]
     assert (out / "pipeline" / "pipeline_group0_iter10.png").stat().st_size > 0
+    assert "<section id='stragglers'>" in (out / "traceviz_report.html").read_text()

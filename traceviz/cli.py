@@ -673,3 +673,35 @@ def export(source, output, kernels, no_clock_sync) -> None:
         click.echo(note, err=True)
     click.echo(f"wrote {out} ({count} traceviz events); open it in https://ui.perfetto.dev",
                err=True)
+
+
+@main.command()
+@click.argument("root", type=click.Path())
+@click.option("-o", "--output", default="traceviz_report.html", show_default=True,
+              help="The HTML file.")
+@click.option("--global-batch-size", type=click.IntRange(min=1),
+              help="Sequences per iteration over all replicas (for tokens/s).")
+@click.option("--seq-len", type=click.IntRange(min=1), help="Tokens per sequence.")
+@click.option("--params", type=float, help="Model parameters in billions (for MFU).")
+@click.option("--peak-tflops", type=float, help="Peak TFLOP/s per GPU [default: by device].")
+@click.option("--topology", type=click.Path(dir_okay=False),
+              help="unique_parallel_groups_*.txt [default: found next to the traces].")
+def html(root, output, global_batch_size, seq_len, params, peak_tflops, topology) -> None:
+    """One self-contained HTML page (figures embedded, no server, no network) for a job:
+    summary (layout, iteration time, MFU), overlap per rank, pipeline view, top kernels,
+    collectives and stragglers, linked to each other.
+
+    ROOT is a job folder of one profiled iteration (traces are parsed first when there
+    are no 'traceviz batch' tables yet).
+
+    \b
+    Examples:
+      traceviz html job/ -o job.html --global-batch-size 64 --seq-len 4096 --params 8
+    """
+    from .analysis.html_run import run
+
+    out = run(root, output, overrides={
+        "global_batch_size": global_batch_size, "seq_len": seq_len,
+        "flops_per_token": 6.0 * params * 1e9 if params else None,
+        "peak_tflops": peak_tflops}, topology=topology)
+    click.echo(f"wrote {out}", err=True)

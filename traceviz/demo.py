@@ -17,10 +17,10 @@ DEMO = SynthConfig(tp=2, pp=4, dp=2, microbatches=8, layers=8, with_stack=False,
 
 
 def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> dict[str, Path]:
-    """Synthesize the demo job and run batch, aggregate, breakdown, report and pipeline
-    on it; returns where each step wrote."""
+    """Synthesize the demo job and run batch, aggregate, breakdown, report, pipeline and
+    the HTML page on it; returns where each step wrote."""
     from . import runner
-    from .analysis import aggregate_job, breakdown, pipeline_run, report_run
+    from .analysis import aggregate_job, breakdown, html_run, pipeline_run, report_run
 
     out = Path(outdir)
     job = out / "job"
@@ -51,5 +51,10 @@ def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> dict[
     lines = pipeline_run.run(job, out / "pipeline")
     steps["pipeline (measured vs ideal 1F1B)"] = out / "pipeline"
     echo(f"pipeline: {lines[0]}")
+    page = html_run.run(job, out / "traceviz_report.html", overrides={
+        "global_batch_size": DEMO.microbatches * DEMO.dp * DEMO.micro_batch_size,
+        "seq_len": DEMO.seq_len})
+    steps["HTML report (open in a browser)"] = page
+    echo(f"html: {page}")
     echo(f"done in {time.perf_counter() - start:.1f} s")
     return steps

@@ -92,11 +92,10 @@ def default_name(report: dict, when: dt.datetime) -> str:
             f"_pp{p.get('pp', 'X')}_gpu{c['gpus']}.txt")
 
 
-def run(root: str | os.PathLike, *, config_file: str | None = None,
-        overrides: dict | None = None, output: str | None = None,
-        topology: str | None = None, clock_sync: bool = True) -> ReportFiles:
-    """Build and write the report of ``root``."""
-    from ..render.report_text import render
+def make_report(root: str | os.PathLike, *, config_file: str | None = None,
+                overrides: dict | None = None, topology: str | None = None,
+                clock_sync: bool = True) -> dict:
+    """The report dict of ``root`` (NaN-free: JSON-ready)."""
     from .aggregate_job import job_layout
 
     root = Path(root)
@@ -113,14 +112,24 @@ def run(root: str | os.PathLike, *, config_file: str | None = None,
     config = config.updated(**(overrides or {}))
     offsets, synced = (offsets_from_calls([s.calls for s in summaries], notes)
                        if clock_sync else ({}, False))
-    report = build(summaries, config, offsets, layout, notes, synced)
+    return _finite(build(summaries, config, offsets, layout, notes, synced))
+
+
+def run(root: str | os.PathLike, *, config_file: str | None = None,
+        overrides: dict | None = None, output: str | None = None,
+        topology: str | None = None, clock_sync: bool = True) -> ReportFiles:
+    """Build and write the report of ``root``."""
+    from ..render.report_text import render
+
+    report = make_report(root, config_file=config_file, overrides=overrides,
+                         topology=topology, clock_sync=clock_sync)
     text = render(report)
     path = Path(output) if output else Path("trace_analysis") / default_name(report,
                                                                             dt.datetime.now())
     path.parent.mkdir(parents=True, exist_ok=True)
     twin = path.with_suffix(".json")
     with atomic_path(twin) as tmp:
-        Path(tmp).write_text(json.dumps(_finite(report), indent=1, allow_nan=False))
+        Path(tmp).write_text(json.dumps(report, indent=1, allow_nan=False))
     with atomic_path(path) as tmp:
         Path(tmp).write_text(text)
     return ReportFiles(path, twin, report, text)
