@@ -138,7 +138,7 @@ def test_failed_rank_is_isolated(tmp_path):
 def test_no_traces_is_one_line(tmp_path):
     (tmp_path / "notes.json").write_text('{"hello": 1}')
     result = CliRunner().invoke(main, ["batch", str(tmp_path)])
-    assert result.exit_code == 1 and "no Kineto traces found" in result.output
+    assert result.exit_code == 1 and "1 JSON file(s) but none is a Kineto trace" in result.output
 
 
 def test_dask_local_cluster_gives_identical_tables(tmp_path):
