@@ -271,3 +271,18 @@ def test_dlrm_matched_across_ranks(tmp_path):
     assert got[0]["skew_ms"]["median"] == pytest.approx(statistics.median(skews) / 1e6,
                                                         abs=1e-9)
     assert {r["rank"] for r in rep["network"]["per_rank"]} == set(range(8))
+
+
+def test_truncated_rank_is_noted(tmp_path):
+    synthesize(SynthConfig(tp=2, pp=2, dp=1, microbatches=2, layers=4, truncate_rank=1),
+               tmp_path / "job")
+    out = tmp_path / "r.txt"
+    result = CliRunner().invoke(main, ["report", str(tmp_path / "job"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    rep = json.loads(out.with_suffix(".json").read_text())
+    cut = [n for n in rep["notes"] if n.startswith("rank 1: its trace is cut at byte ")]
+    assert len(cut) == 1
+    size = len((tmp_path / "job" / "iteration_10" / "rank_0001_iter_10.pt.trace.json")
+               .read_bytes())
+    assert int(cut[0].split("byte ")[1].split(";")[0]) <= size
+    assert rep["configuration"]["ranks"] == [0, 1, 2, 3]

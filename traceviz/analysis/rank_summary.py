@@ -36,6 +36,7 @@ class RankSummary:
     group_ns: dict[tuple[str, str], int]         # |COMM kernels of the key|
     group_hidden_ns: dict[tuple[str, str], int]  # |COMM kernels of the key ∩ COMP|
     calls: RankCalls
+    truncated_at: int | None = None    # byte offset where a cut trace ends
 
 
 def _device_name(meta: dict) -> str | None:
@@ -77,4 +78,5 @@ def summarize(table: pa.Table) -> RankSummary:
         first_ts=int(ts.min()) if ts.size else 0, last_end=int(end.max()) if ts.size else 0,
         comm_ns=int((comm[1] - comm[0]).sum()), comp_ns=int((comp[1] - comp[0]).sum()),
         overlap_ns=measure(*intersect(comm, comp)), group_ns=group_ns,
-        group_hidden_ns=hidden, calls=rank_calls(table, rank))
+        group_hidden_ns=hidden, calls=rank_calls(table, rank),
+        truncated_at=(meta.get("stats") or {}).get("truncated_at"))

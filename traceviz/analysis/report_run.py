@@ -103,6 +103,8 @@ def make_report(root: str | os.PathLike, *, config_file: str | None = None,
         raise TraceVizError(f"{root}: no such file or folder")
     summaries, failed = summaries_of(root)
     notes = [f"skipped: {msg}" for msg in failed]
+    notes += [f"rank {s.rank}: its trace is cut at byte {s.truncated_at}; its calls after "
+              "the cut are missing" for s in summaries if s.truncated_at is not None]
     folder = root if root.is_dir() else root.parent
     layout, layout_note = job_layout(root, folder, topology)
     if layout_note:
