@@ -33,7 +33,8 @@ def render(rep: dict) -> str:
              f"Sequence Length: {c['seq_len'] or 'n/a'}",
              f"Device: {c['device'] or 'n/a'} (peak {_f(c['peak_tflops'], ' TFLOP/s')})",
              "Parallelism:"]
-    lines += [f"  {k}: {v}" for k, v in (c["parallelism"] or c["config_parallelism"]).items()]
+    par = c["parallelism"] or c["config_parallelism"]
+    lines += [f"  {k}: {v}" for k, v in par.items()] or ["  unknown (no topology; see NOTES)"]
 
     _heading(lines, "1. THROUGHPUT")
     m = t["mean"]
