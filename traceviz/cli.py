@@ -593,31 +593,51 @@ def pipeline(root, vpp, iteration, all_groups, topology_file, outdir) -> None:
         click.echo(line)
 
 
+def _run_options(func):
+    """The run facts traces do not state (report, html), and --topology."""
+    for option in reversed((
+            click.option("--global-batch-size", type=click.IntRange(min=1),
+                         help="Sequences per iteration over all replicas."),
+            click.option("--seq-len", type=click.IntRange(min=1),
+                         help="Tokens per sequence."),
+            click.option("--flops-per-token", type=float,
+                         help="Training FLOPs per token (forward + backward)."),
+            click.option("--params", type=float,
+                         help="Model parameters, in billions: FLOPs per token = 6 x params."),
+            click.option("--model", help="Model name, for the header and the file name."),
+            click.option("--peak-tflops", type=float,
+                         help="Peak TFLOP/s per GPU for MFU [default: from the device name]."),
+            click.option("--peak-bw", type=float,
+                         help="Peak bus bandwidth (GB/s) for utilization."),
+            click.option("--topology", type=click.Path(dir_okay=False),
+                         help="unique_parallel_groups_*.txt [default: found next to the "
+                              "traces]."))):
+        func = option(func)
+    return func
+
+
+def _run_overrides(global_batch_size, seq_len, flops_per_token, params, model, peak_tflops,
+                   peak_bw) -> dict:
+    """:class:`~.analysis.run_config.RunConfig` values from :func:`_run_options`."""
+    if flops_per_token is None and params is not None:
+        flops_per_token = 6.0 * params * 1e9
+    return {"global_batch_size": global_batch_size, "seq_len": seq_len,
+            "flops_per_token": flops_per_token, "model": model, "peak_tflops": peak_tflops,
+            "peak_bw_gbps": peak_bw}
+
+
 @main.command()
 @click.argument("root", type=click.Path())
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="TorchTitan train config (TOML): model, batch, sequence length, "
                    "parallelism.")
-@click.option("--global-batch-size", type=click.IntRange(min=1),
-              help="Sequences per iteration over all replicas.")
-@click.option("--seq-len", type=click.IntRange(min=1), help="Tokens per sequence.")
-@click.option("--flops-per-token", type=float,
-              help="Training FLOPs per token (forward + backward).")
-@click.option("--params", type=float,
-              help="Model parameters, in billions: FLOPs per token = 6 x params.")
-@click.option("--model", help="Model name, for the header and the file name.")
-@click.option("--peak-tflops", type=float,
-              help="Peak TFLOP/s per GPU for MFU [default: from the device name].")
-@click.option("--peak-bw", type=float, help="Peak bus bandwidth (GB/s) for utilization.")
-@click.option("--topology", type=click.Path(dir_okay=False),
-              help="unique_parallel_groups_*.txt [default: found next to the traces].")
+@_run_options
 @click.option("--no-clock-sync", is_flag=True,
               help="Use each rank's own clock (no offsets from collective ends).")
 @click.option("-o", "--output", help="Text report path [default: trace_analysis/"
               "<time>_<model>_dp<X>_tp<Y>_pp<Z>_gpu<N>.txt]; the JSON twin sits next to it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report, not the text.")
-def report(root, config_file, global_batch_size, seq_len, flops_per_token, params, model,
-           peak_tflops, peak_bw, topology, no_clock_sync, output, as_json) -> None:
+def report(root, config_file, topology, no_clock_sync, output, as_json, **facts) -> None:
     """Collectives and throughput report of one profiled iteration's ranks (traces or
     'traceviz batch' tables): throughput and MFU, overlap, bus bandwidth per collective
     and parallel group (nccl-tests definitions), and cross-rank matching (arrival skew,
@@ -630,13 +650,8 @@ def report(root, config_file, global_batch_size, seq_len, flops_per_token, param
     """
     from .analysis.report_run import run
 
-    if flops_per_token is None and params is not None:
-        flops_per_token = 6.0 * params * 1e9
-    files = run(root, config_file=config_file, overrides={
-        "global_batch_size": global_batch_size, "seq_len": seq_len,
-        "flops_per_token": flops_per_token, "model": model, "peak_tflops": peak_tflops,
-        "peak_bw_gbps": peak_bw}, output=output, topology=topology,
-        clock_sync=not no_clock_sync)
+    files = run(root, config_file=config_file, overrides=_run_overrides(**facts),
+                output=output, topology=topology, clock_sync=not no_clock_sync)
     if as_json:
         click.echo(files.json.read_text())
     else:
@@ -658,8 +673,9 @@ def export(source, output, kernels, no_clock_sync) -> None:
     size and bus bandwidth, a collectives-in-flight counter.
 
     SOURCE is one trace (written back whole, with the tracks added) or a folder of one
-    profiled iteration's ranks (traces or 'traceviz batch' tables: one file of every
-    rank's kernels and tracks on clock-synced time).
+    profiled iteration's ranks (one file of every rank's kernels and tracks on
+    clock-synced time; its traces are parsed once into SOURCE/traceviz by 'traceviz
+    batch' when it has no tables yet).
 
     \b
     Examples:
@@ -679,14 +695,8 @@ def export(source, output, kernels, no_clock_sync) -> None:
 @click.argument("root", type=click.Path())
 @click.option("-o", "--output", default="traceviz_report.html", show_default=True,
               help="The HTML file.")
-@click.option("--global-batch-size", type=click.IntRange(min=1),
-              help="Sequences per iteration over all replicas (for tokens/s).")
-@click.option("--seq-len", type=click.IntRange(min=1), help="Tokens per sequence.")
-@click.option("--params", type=float, help="Model parameters in billions (for MFU).")
-@click.option("--peak-tflops", type=float, help="Peak TFLOP/s per GPU [default: by device].")
-@click.option("--topology", type=click.Path(dir_okay=False),
-              help="unique_parallel_groups_*.txt [default: found next to the traces].")
-def html(root, output, global_batch_size, seq_len, params, peak_tflops, topology) -> None:
+@_run_options
+def html(root, output, topology, **facts) -> None:
     """One self-contained HTML page (figures embedded, no server, no network) for a job:
     summary (layout, iteration time, MFU), overlap per rank, pipeline view, top kernels,
     collectives and stragglers, linked to each other.
@@ -700,8 +710,5 @@ def html(root, output, global_batch_size, seq_len, params, peak_tflops, topology
     """
     from .analysis.html_run import run
 
-    out = run(root, output, overrides={
-        "global_batch_size": global_batch_size, "seq_len": seq_len,
-        "flops_per_token": 6.0 * params * 1e9 if params else None,
-        "peak_tflops": peak_tflops}, topology=topology)
+    out = run(root, output, overrides=_run_overrides(**facts), topology=topology)
     click.echo(f"wrote {out}", err=True)

@@ -51,9 +51,9 @@ def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> dict[
     lines = pipeline_run.run(job, out / "pipeline")
     steps["pipeline (measured vs ideal 1F1B)"] = out / "pipeline"
     echo(f"pipeline: {lines[0]}")
-    page = html_run.run(job, out / "traceviz_report.html", overrides={
-        "global_batch_size": DEMO.microbatches * DEMO.dp * DEMO.micro_batch_size,
-        "seq_len": DEMO.seq_len})
+    page = html_run.write_page(out / "traceviz_report.html", "traceviz demo job",
+                               rep.report, result.tables, out / "breakdown",
+                               out / "pipeline", lines, "")
     steps["HTML report (open in a browser)"] = page
     echo(f"html: {page}")
     echo(f"done in {time.perf_counter() - start:.1f} s")

@@ -23,9 +23,9 @@ from ..errors import TraceVizError
 from ..output import atomic_path, write_parquet
 from .aggregate import (COLUMNS, RankActivities, category_spans, microbatch_table,
                         rank_activities)
-from .breakdown import is_activity_table
 from .calls import COLUMNS as CALL_COLUMNS
 from .clocks import ClockSync, collective_ends, synchronize
+from .inputs import is_activity_table, rank_tables
 
 
 
@@ -48,23 +48,10 @@ def _csv(table: pa.Table, path: Path) -> Path:
 
 
 def _load(folder: Path) -> tuple[dict[int, pa.Table], list[str]]:
-    import traceviz
-
-    tables, failed = {}, []
-    for path in sorted(folder.glob("*.parquet")):
-        if not is_activity_table(path):
-            continue
-        try:
-            table = traceviz.load(path, columns=list(dict.fromkeys(COLUMNS + CALL_COLUMNS)))
-        except TraceVizError as exc:
-            failed.append(str(exc))
-            continue
-        except KeyError as exc:
-            failed.append(f"{path}: not a traceviz table (no column {exc})")
-            continue
-        rank = int(traceviz.metadata(table).get("rank", -1))
-        tables[rank] = table
-    return tables, failed
+    files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
+    failed: list[str] = []
+    columns = tuple(dict.fromkeys(COLUMNS + CALL_COLUMNS))
+    return {rank: t for rank, _, t in rank_tables(files, columns, failed)}, failed
 
 
 def job_layout(root: Path, folder: Path, topology: str | os.PathLike | None):

@@ -20,7 +20,8 @@ from .idle import idle_breakdown
 from .kernels import top_kernels
 from .launch import launch_stats_summary
 from .queue import memory_bw_summary, queue_length_summary
-from .select import COLUMNS, Activities, Options, select
+from .inputs import input_files, rank_tables
+from .select import COLUMNS, OPTIONAL_COLUMNS, Activities, Options, select
 from .temporal import kernel_type_breakdown, sweep, temporal_breakdown
 
 
@@ -33,57 +34,6 @@ class Result:
     failed: list[str] = field(default_factory=list)
 
 
-def is_activity_table(path: Path) -> bool:
-    """Whether ``path`` is a GPU activity table written by ``traceviz parse`` (not a CPU
-    table, not an analysis output)."""
-    import pyarrow.parquet as pq
-
-    from ..parse.table import METADATA_KEY
-
-    if path.name.endswith(".cpu.parquet"):
-        return False
-    try:
-        schema = pq.read_schema(path)
-    except (OSError, pa.ArrowInvalid):
-        return True  # let the loader report the unreadable file
-    return METADATA_KEY in (schema.metadata or {}) and "kind" in schema.names
-
-
-def input_files(paths: list[str | os.PathLike]) -> list[Path]:
-    """Trace and parquet files named by ``paths`` (folders searched recursively)."""
-    from ..discover import find_traces
-
-    out: list[Path] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            parquet = sorted(x for x in p.rglob("*.parquet") if is_activity_table(x))
-            out += parquet or [t.path for t in find_traces(p)]
-        elif p.exists():
-            out.append(p)
-        else:
-            raise TraceVizError(f"{p}: no such file or folder")
-    if not out:
-        from ..discover import no_traces_message
-
-        raise TraceVizError("; ".join(no_traces_message(p) for p in paths))
-    return out
-
-
-def load_table(path: Path, columns: tuple[str, ...] = COLUMNS) -> pa.Table:
-    """A parsed table (only ``columns``, those there are), or a trace parsed now."""
-    import traceviz
-
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            present = set(pq.read_schema(path).names)
-        except (OSError, pa.ArrowInvalid):
-            present = set(columns)  # traceviz.load reports the unreadable file
-        return traceviz.load(path, columns=[c for c in columns if c in present])
-    return traceviz.parse(path)
-
-
 def run(paths: list[str | os.PathLike], options: Options = Options(), *,
         ranks: tuple[int, ...] | None = None, kernel_wait_ns: int = 30_000,
         runtime_cutoff_ns: int = 50_000, launch_delay_cutoff_ns: int = 100_000,
@@ -91,12 +41,8 @@ def run(paths: list[str | os.PathLike], options: Options = Options(), *,
     """Load, select and analyse every rank of ``paths``."""
     selected: list[Activities] = []
     failed: list[str] = []
-    for path in input_files(paths):
-        try:
-            acts = select(load_table(path), options)
-        except TraceVizError as exc:
-            failed.append(str(exc))
-            continue
+    for _, _, table in rank_tables(input_files(paths), COLUMNS, failed, OPTIONAL_COLUMNS):
+        acts = select(table, options)
         if ranks is None or acts.rank in ranks:
             selected.append(acts)
     if not selected:

@@ -1,5 +1,6 @@
 """Run ``traceviz export``: one trace gets traceviz's tracks added to a copy of itself;
-a folder of one profiled iteration's ranks becomes one clock-synced Chrome trace."""
+a folder of one profiled iteration's ranks becomes one clock-synced Chrome trace (its
+traces are parsed once, by ``traceviz batch``, when it has no tables yet)."""
 from __future__ import annotations
 
 import os
@@ -7,22 +8,10 @@ from pathlib import Path
 
 from ..errors import TraceVizError
 from ..render.export import COLUMNS, rank_events, write_job
-from .breakdown import input_files, load_table
 from .calls import COLUMNS as CALL_COLUMNS
 from .calls import rank_calls
 from .clocks import offsets_from_calls
-from .report_run import one_folder
-
-
-def _rank_of(table, path: Path, k: int) -> int:
-    from ..api import metadata
-    from ..discover import rank_from_name
-
-    rank = int(metadata(table).get("rank", -1))
-    if rank < 0:
-        named = rank_from_name(path.name)
-        rank = named if named is not None else k
-    return rank
+from .inputs import input_files, load_table, rank_of, rank_tables, tables_folder
 
 
 def default_output(source: Path) -> Path:
@@ -44,24 +33,19 @@ def run(source: str | os.PathLike, output: str | os.PathLike | None = None,
 
         from ..render.trace_inject import write_with_events
 
-        table = traceviz.parse(source)
-        events = rank_events(table, _rank_of(table, source, 0), 0, bool(kernels))
         if not str(out).endswith(".gz"):
             raise TraceVizError(f"{out}: a trace's annotated copy is written gzipped; "
                                 "name it .json.gz")
+        table = traceviz.parse(source)
+        events = rank_events(table, rank_of(table, source, 0), 0, bool(kernels))
         return out, write_with_events(source, out, events), notes
-    files = one_folder(input_files([source]), source)
-    ranks = {}
-    calls = []
-    for k, path in enumerate(files):
-        table = load_table(path, CALL_COLUMNS)
-        rank = _rank_of(table, path, k)
-        ranks[rank] = path
+    files = input_files([tables_folder(source)])
+    calls, paths, failed = [], {}, []
+    for rank, path, table in rank_tables(files, CALL_COLUMNS, failed):
+        paths[rank] = path
         calls.append(rank_calls(table, rank))
+    notes += [f"skipped: {msg}" for msg in failed]
     offsets = offsets_from_calls(calls, notes)[0] if clock_sync else {}
-
-    def tables():
-        for rank, path in sorted(ranks.items()):
-            yield rank, load_table(path, COLUMNS)
-
-    return out, write_job(tables(), offsets, out, kernels is not False), notes
+    # second pass over the (parquet) tables: only the export's columns, one rank at a time
+    tables = ((rank, load_table(paths[rank], COLUMNS)) for rank in sorted(paths))
+    return out, write_job(tables, offsets, out, kernels is not False), notes

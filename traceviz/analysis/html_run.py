@@ -16,25 +16,12 @@ from ..render.html_report import (esc, fmt, group_link, image, page, rank_link, 
 MB = 1e6
 
 
-def tables_folder(root: Path) -> Path:
-    """The folder of parsed rank tables of ``root``'s one profiled iteration (parsing
-    the traces with ``traceviz batch`` first when there are none)."""
-    from .. import runner
-    from .breakdown import input_files
-    from .report_run import one_folder
-
-    files = input_files([root])
-    if not all(f.suffix == ".parquet" for f in files):
-        runner.run(root, jobs=min(2, os.cpu_count() or 1), quiet=True)
-        files = input_files([runner.output_root(root, None)])
-    return one_folder(files, root)[0].parent
-
-
 def _summary(rep: dict) -> str:
     c, t = rep["configuration"], rep["throughput"]["mean"]
-    kpis = [("iteration time", fmt(t["time_ms"]) + " ms"), ("tokens/s", fmt(t["tokens_per_s"], 0)),
-            ("TFLOP/s per GPU", fmt(t["tflops_per_gpu"])), ("MFU", fmt(t["mfu_pct"]) + " %"),
-            ("comm-compute overlap", fmt(rep["overlap"]["average_pct"]) + " %")]
+    kpis = [("iteration time", fmt(t["time_ms"], unit=" ms")),
+            ("tokens/s", fmt(t["tokens_per_s"], 0)),
+            ("TFLOP/s per GPU", fmt(t["tflops_per_gpu"])), ("MFU", fmt(t["mfu_pct"], unit=" %")),
+            ("comm-compute overlap", fmt(rep["overlap"]["average_pct"], unit=" %"))]
     par = c["parallelism"] or c["config_parallelism"] or {}
     rows = [["GPUs traced / world", f"{c['gpus']} / {c['world_size']}"],
             ["parallelism", esc(", ".join(f"{k} {v}" for k, v in par.items()) or "unknown")],
@@ -43,7 +30,7 @@ def _summary(rep: dict) -> str:
             ["iterations", esc(", ".join(map(str, c["iterations"])))]]
     notes = "".join(f"<li>{esc(n)}</li>" for n in rep["notes"])
     return ("".join(f"<div class='kpi'>{k}<b>{v}</b></div>" for k, v in kpis)
-            + table(["", ""], rows) + (f"<ul class='note'>{notes}</ul>" if notes else ""))
+            + table(None, rows) + (f"<ul class='note'>{notes}</ul>" if notes else ""))
 
 
 def _overlap(rep: dict, temporal, figures: Path) -> str:
@@ -130,10 +117,30 @@ def _stragglers(rep: dict) -> str:
                      "transfer ms", "last to arrive"], slow))
 
 
+def write_page(output: str | os.PathLike, title: str, rep: dict, tables: dict,
+               figures: Path, pipeline: Path | None, lines: list[str], why: str) -> Path:
+    """Write the page from what the analyses produced: the report dict, the breakdown's
+    tables and figure folder, the pipeline folder (None: ``why`` there is none) and the
+    lines ``traceviz pipeline`` printed."""
+    sections = {
+        "summary": _summary(rep),
+        "overlap": _overlap(rep, tables["temporal_breakdown"].to_pylist(), figures),
+        "pipeline": _pipeline(pipeline, lines, why),
+        "kernels": _kernels(tables["top_kernels"].to_pylist(), figures),
+        "collectives": _collectives(rep),
+        "stragglers": _stragglers(rep)}
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out) as tmp_path:
+        Path(tmp_path).write_text(page(title, sections))
+    return out
+
+
 def run(root: str | os.PathLike, output: str | os.PathLike, overrides: dict | None = None,
         topology: str | None = None) -> Path:
-    """Write the page for the job under ``root``."""
+    """Run the analyses on the job under ``root`` and write the page."""
     from . import breakdown, pipeline_run
+    from .inputs import tables_folder
     from .report_run import make_report
 
     root = Path(root)
@@ -150,15 +157,5 @@ def run(root: str | os.PathLike, output: str | os.PathLike, overrides: dict | No
             lines = pipeline_run.run(root, pipe, topology=topology)
         except TraceVizError as exc:
             pipe, why = None, f"no pipeline view: {exc}"
-        sections = {
-            "summary": _summary(rep),
-            "overlap": _overlap(rep, result.tables["temporal_breakdown"].to_pylist(), figures),
-            "pipeline": _pipeline(pipe, lines, why),
-            "kernels": _kernels(result.tables["top_kernels"].to_pylist(), figures),
-            "collectives": _collectives(rep),
-            "stragglers": _stragglers(rep)}
-    out = Path(output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out) as tmp_path:
-        Path(tmp_path).write_text(page(f"traceviz: {root.resolve().name}", sections))
-    return out
+        return write_page(output, f"traceviz: {root.resolve().name}", rep, result.tables,
+                          figures, pipe, lines, why)

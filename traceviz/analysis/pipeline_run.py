@@ -49,7 +49,7 @@ def _rank_extras(folder: Path, ranks: list[int], it: int
     import traceviz
 
     from ..parse.table import METADATA_KEY
-    from .breakdown import is_activity_table
+    from .inputs import is_activity_table
 
     offsets = {}
     if (folder / "clock_offsets.csv").exists():

@@ -33,8 +33,8 @@ class RankSummary:
     comp_ns: int                       # |COMP kernels|
     overlap_ns: int                    # |COMM ∩ COMP|
     # keyed by ("comm_group", group) and ("collective", type):
-    group_ns: dict[tuple[str, str], int]         # |COMM kernels of the key|
-    group_hidden_ns: dict[tuple[str, str], int]  # |COMM kernels of the key ∩ COMP|
+    busy_by: dict[tuple[str, str], int]    # |COMM kernels of the key|
+    hidden_by: dict[tuple[str, str], int]  # |COMM kernels of the key ∩ COMP|
     calls: RankCalls
     truncated_at: int | None = None    # byte offset where a cut trace ends
 
@@ -48,26 +48,25 @@ def _device_name(meta: dict) -> str | None:
     return None
 
 
-def summarize(table: pa.Table) -> RankSummary:
-    """The summary of one rank's activity table."""
+def summarize(table: pa.Table, rank: int) -> RankSummary:
+    """The summary of one rank's activity table (``rank``: see :func:`.inputs.rank_of`)."""
     from ..api import metadata
 
     meta = metadata(table)
-    rank = int(meta.get("rank", -1))
     ts = np.asarray(table["ts"].to_numpy(zero_copy_only=False), dtype=np.int64)
     end = ts + np.maximum(pc.fill_null(table["dur"], 0).to_numpy(zero_copy_only=False), 0)
     kind = index_in(table["kind"], KINDS)
     comp = union(ts[kind == 0], end[kind == 0])
     comm_rows = kind == 1
     comm = union(ts[comm_rows], end[comm_rows])
-    group_ns, hidden = {}, {}
+    busy_by, hidden = {}, {}
     for column, labels in (("comm_group", GROUPS), ("collective", COLLECTIVES)):
         codes = index_in(table[column], labels)
         for g in np.unique(codes[comm_rows]).tolist():
             rows = comm_rows & (codes == g)
             gu = union(ts[rows], end[rows])
             key = (column, labels[g] if g >= 0 else "unknown")
-            group_ns[key] = int((gu[1] - gu[0]).sum())
+            busy_by[key] = int((gu[1] - gu[0]).sum())
             hidden[key] = measure(*intersect(gu, comp))
     steps = [(int(s.get("iteration", -1)), int(s["ts"]), int(s["dur"]))
              for s in meta.get("steps") or [] if s.get("ts") is not None]
@@ -77,6 +76,6 @@ def summarize(table: pa.Table) -> RankSummary:
         device_name=_device_name(meta), steps=sorted(steps, key=lambda s: s[1]),
         first_ts=int(ts.min()) if ts.size else 0, last_end=int(end.max()) if ts.size else 0,
         comm_ns=int((comm[1] - comm[0]).sum()), comp_ns=int((comp[1] - comp[0]).sum()),
-        overlap_ns=measure(*intersect(comm, comp)), group_ns=group_ns,
-        group_hidden_ns=hidden, calls=rank_calls(table, rank),
+        overlap_ns=measure(*intersect(comm, comp)), busy_by=busy_by,
+        hidden_by=hidden, calls=rank_calls(table, rank),
         truncated_at=(meta.get("stats") or {}).get("truncated_at"))

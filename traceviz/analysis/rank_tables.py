@@ -7,7 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from ..errors import TraceVizError
-from .breakdown import input_files
+from .inputs import input_files
 
 
 def rank_tables(path: Path, rank: int | None) -> tuple[pa.Table, pa.Table | None]:

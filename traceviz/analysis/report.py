@@ -202,8 +202,8 @@ def build(summaries: list[RankSummary], config: RunConfig, offsets: dict[int, in
     def shares(column: str, labels):
         def extra(code: int) -> dict:
             key = (column, labels[code] if code >= 0 else "unknown")
-            busy = sum(s.group_ns.get(key, 0) for s in summaries)
-            hidden = sum(s.group_hidden_ns.get(key, 0) for s in summaries)
+            busy = sum(s.busy_by.get(key, 0) for s in summaries)
+            hidden = sum(s.hidden_by.get(key, 0) for s in summaries)
             return {"share_of_iteration_pct": _pct(busy, step_ns),
                     "hidden_pct": _pct(hidden, busy)}
         return extra

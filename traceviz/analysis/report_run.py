@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..errors import TraceVizError
 from ..output import atomic_path
-from .breakdown import input_files, load_table
+from .inputs import input_files, one_folder, rank_tables
 from .calls import COLUMNS as CALL_COLUMNS
 from .clocks import offsets_from_calls
 from .rank_summary import RankSummary, summarize
@@ -30,38 +30,13 @@ class ReportFiles:
     text_body: str
 
 
-def one_folder(files: list[Path], root: Path) -> list[Path]:
-    folders = sorted({f.parent for f in files})
-    if len(folders) > 1:
-        names = ", ".join(str(f.relative_to(root)) if f.is_relative_to(root) else str(f)
-                          for f in folders[:6])
-        raise TraceVizError(f"{root}: holds the ranks of several profiled iterations "
-                            f"({names}{', ...' if len(folders) > 6 else ''}); pass one of "
-                            "those folders")
-    return files
-
-
 def summaries_of(root: Path) -> tuple[list[RankSummary], list[str]]:
     """Every rank's summary (ranks unknown to their trace numbered from file names) and
     the one-line reasons of the files that failed."""
-    from ..discover import rank_from_name
-
     summaries, failed = [], []
     files = one_folder(input_files([root]), root)
-    for k, path in enumerate(files):
-        try:
-            s = summarize(load_table(path, COLUMNS))
-        except TraceVizError as exc:
-            failed.append(str(exc))
-            continue
-        except KeyError as exc:
-            failed.append(f"{path}: not a traceviz table (no column {exc})")
-            continue
-        if s.rank < 0:
-            named = rank_from_name(path.name)
-            s.rank = named if named is not None else k
-            s.calls.rank = s.rank
-        summaries.append(s)
+    for rank, _, table in rank_tables(files, COLUMNS, failed):
+        summaries.append(summarize(table, rank))
     ranks = [s.rank for s in summaries]
     if len(set(ranks)) != len(ranks):
         raise TraceVizError(f"{root}: several files are rank "

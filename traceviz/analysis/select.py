@@ -21,6 +21,7 @@ from ..api import metadata
 CATS = ("COMP", "COMM", "MEM", "OTHER")
 COLUMNS = ("device", "ts", "dur", "launch_ts", "launch_dur", "iteration", "stream", "name",
            "cat", "kind", "launch_name", "bytes", "memory_bw_gbps")  # the columns :func:`select` reads
+OPTIONAL_COLUMNS = ("memory_bw_gbps",)  # tables parsed before it existed lack it
 COMP, COMM, MEM, OTHER = range(4)
 US = 1000  # ns per µs
 
@@ -152,7 +153,7 @@ def select(table: pa.Table, options: Options = Options()) -> Activities:
     nbytes = _ints(table["bytes"])
     with np.errstate(divide="ignore", invalid="ignore"):
         bandwidth = np.where((nbytes >= 0) & (dur > 0), nbytes / np.maximum(dur, 1), np.nan)
-    if "memory_bw_gbps" in table.column_names:  # tables parsed before it existed lack it
+    if "memory_bw_gbps" in table.column_names:
         given = table["memory_bw_gbps"].to_numpy(zero_copy_only=False).astype(np.float64)
         bandwidth = np.where(np.isnan(given), bandwidth, given)
     return Activities(

@@ -108,7 +108,8 @@ def top_kernel_pies(table: pa.Table, kernel_type: str, path: Path) -> Path:
     colors = dict(zip(names, plt.get_cmap("tab20")(np.linspace(0, 1, max(len(names), 1)))))
     cols = min(4, len(ranks))
     nrows = -(-len(ranks) // cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(3 * cols + 4, 3 * nrows), squeeze=False)
+    fig, axes = plt.subplots(nrows, cols, squeeze=False, layout="constrained",
+                             figsize=(max(3 * cols, 8), 3 * nrows + 0.18 * len(names) + 0.5))
     for ax in axes.flat:
         ax.axis("off")
     for ax, rank in zip(axes.flat, ranks):
@@ -117,7 +118,7 @@ def top_kernel_pies(table: pa.Table, kernel_type: str, path: Path) -> Path:
         ax.set_title(f"rank {rank}", fontsize="small")
     handles = [plt.Rectangle((0, 0), 1, 1, color=colors[n]) for n in names]
     fig.legend(handles, [n if len(n) <= 70 else n[:67] + "..." for n in names],
-               fontsize="x-small", loc="upper left", bbox_to_anchor=(1, 1))
+               fontsize="x-small", loc="outside lower center", ncols=1, frameon=False)
     fig.suptitle(f"Top {kernel_type} kernels per rank"
                  + (f" (first {MAX_PIES} ranks)" if len(ranks) < len({r['rank'] for r in rows})
                     else ""))

@@ -52,7 +52,8 @@ def rank_events(table: pa.Table, rank: int, offset_ns: int = 0,
                 kernels: bool = False) -> Iterator[dict]:
     """The tracks of one rank's activity table (see the module doc)."""
     from ..analysis.calls import factors, operation_bytes
-    from ..analysis.select import index_in
+    from ..analysis.select import codes_of, index_in
+    from ..intervals import grouped_span
     from ..parse.table import COLLECTIVES
 
     pid = PID_BASE + rank
@@ -65,27 +66,30 @@ def rank_events(table: pa.Table, rank: int, offset_ns: int = 0,
                "args": {"name": name}}
     ts = _col(table, "ts").astype(np.int64) - offset_ns
     end = ts + np.maximum(_col(table, "dur", 0).astype(np.int64), 0)
-    kind, phase = _text(table, "kind"), _text(table, "phase")
+    kind = index_in(table["kind"], ("COMP", "COMM", "MEM"))
+    phase_code, phases = codes_of(table["phase"])
     it, mb, chunk = (_col(table, c).astype(np.int64) for c in ("iteration", "microbatch",
                                                                 "chunk"))
-    # micro-batch steps and optimizer steps
-    key = {}
-    for i in np.argsort(ts, kind="stable").tolist():
-        if mb[i] >= 0:
-            k = (int(it[i]), phase[i], int(mb[i]), int(chunk[i]))
-        elif phase[i] == "OPTIMIZER":
-            k = (int(it[i]), "OPTIMIZER", -1, -1)
-        else:
-            continue
-        span = key.setdefault(k, [ts[i], end[i], 0])
-        span[0], span[1], span[2] = min(span[0], ts[i]), max(span[1], end[i]), span[2] + 1
-    for (i_, ph, m, c), (a, b, n) in sorted(key.items(), key=lambda kv: kv[1][0]):
+    # micro-batch steps, and the optimizer step of each iteration (micro-batch / chunk -1)
+    opt = phases.index("OPTIMIZER") if "OPTIMIZER" in phases else -2
+    rows = np.flatnonzero((mb >= 0) | (phase_code == opt))
+    in_step = mb[rows] >= 0
+    keys = np.stack([it[rows], phase_code[rows], np.where(in_step, mb[rows], -1),
+                     np.where(in_step, chunk[rows], -1)], axis=1)
+    uniq, group = np.unique(keys, axis=0, return_inverse=True)
+    group = group.ravel()
+    lo, hi = grouped_span(ts[rows], end[rows], group, uniq.shape[0])
+    count = np.bincount(group, minlength=uniq.shape[0])
+    for k in np.argsort(lo, kind="stable").tolist():
+        i_, p, m, c = uniq[k].tolist()
+        ph = phases[p]
         name = ph if m < 0 else f"{ph} mb{m}" + (f" chunk{c}" if c > 0 else "")
-        yield {"ph": "X", "name": name, "pid": pid, "tid": 1, "ts": int(a), "dur": int(b - a),
-               "args": {"iteration": i_, "phase": ph, "microbatch": m, "chunk": c,
-                        "kernels": n}}
+        yield {"ph": "X", "name": name, "pid": pid, "tid": 1, "ts": int(lo[k]),
+               "dur": int(hi[k] - lo[k]), "args": {"iteration": i_, "phase": ph,
+                                                  "microbatch": m, "chunk": c,
+                                                  "kernels": int(count[k])}}
     # communication
-    comm = np.flatnonzero(np.array([k == "COMM" for k in kind], dtype=bool))
+    comm = np.flatnonzero(kind == 1)
     coll = index_in(table["collective"], COLLECTIVES)
     size = _col(table, "group_size").astype(np.int64)
     nbytes = operation_bytes(coll, _col(table, "msg_in_bytes").astype(np.int64),
@@ -110,12 +114,12 @@ def rank_events(table: pa.Table, rank: int, offset_ns: int = 0,
         yield {"ph": "C", "name": "collectives in flight", "pid": pid, "ts": when,
                "args": {"collectives": n}}
     if kernels:
-        yield from _kernel_events(table, pid, ts, end, kind, phase, mb, group)
+        yield from _kernel_events(table, pid, ts, end, mb, group)
 
 
-def _kernel_events(table, pid, ts, end, kind, phase, mb, group) -> Iterator[dict]:
+def _kernel_events(table, pid, ts, end, mb, group) -> Iterator[dict]:
     stream = _col(table, "stream").astype(np.int64)
-    names = _text(table, "name")
+    names, kind, phase = (_text(table, c) for c in ("name", "kind", "phase"))
     for s in np.unique(stream).tolist():
         yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": 100 + s, "ts": 0,
                "args": {"name": f"stream {s}"}}

@@ -32,12 +32,13 @@ def esc(value) -> str:
     return html.escape(str(value))
 
 
-def fmt(value, digits: int = 2) -> str:
+def fmt(value, digits: int = 2, unit: str = "") -> str:
+    """A number for a cell (``unit`` after it), "n/a" for None."""
     if value is None:
         return "n/a"
     if isinstance(value, float):
-        return f"{value:,.{digits}f}"
-    return esc(value)
+        return f"{value:,.{digits}f}{unit}"
+    return esc(value) + unit
 
 
 def rank_link(rank) -> str:
@@ -48,16 +49,18 @@ def group_link(group) -> str:
     return f"<a href='#group-{esc(group)}'>{esc(group)}</a>"
 
 
-def table(head: list[str], rows: list[list[str]], row_ids: list[str] | None = None) -> str:
-    """An HTML table; cells are HTML already (escape text with :func:`esc`); the first
-    column is left-aligned."""
-    th = "".join(f"<th class='{'l' if i == 0 else ''}'>{h}</th>" for i, h in enumerate(head))
+def table(head: list[str] | None, rows: list[list[str]],
+          row_ids: list[str] | None = None) -> str:
+    """An HTML table (no header row when ``head`` is None); cells are HTML already
+    (escape text with :func:`esc`); the first column is left-aligned."""
+    th = "".join(f"<th class='{'l' if i == 0 else ''}'>{h}</th>" for i, h in
+                 enumerate(head or []))
     body = []
     for k, row in enumerate(rows):
         rid = f" id='{row_ids[k]}'" if row_ids else ""
         body.append(f"<tr{rid}>" + "".join(f"<td class='{'l' if i == 0 else ''}'>{c}</td>"
                                            for i, c in enumerate(row)) + "</tr>")
-    return f"<table><tr>{th}</tr>{''.join(body)}</table>"
+    return f"<table>{f'<tr>{th}</tr>' if head else ''}{''.join(body)}</table>"
 
 
 def image(path: Path, alt: str) -> str:
