@@ -76,7 +76,8 @@ def _default_output(trace: str) -> str:
               help="TOML file overriding the shipped name patterns.")
 @click.option("--strict", is_flag=True, help="Treat a truncated trace as an error (exit 1).")
 @click.option("--memory-budget", type=click.IntRange(min=16), default=512, show_default=True,
-              help="MB of column buffers to hold in memory before spilling to disk.")
+              help="Memory budget of the parse in MB (the whole process); past its "
+              "shares, column buffers and joins spill to disk.")
 @click.option("--topology", "topology_file", type=click.Path(dir_okay=False),
               help="unique_parallel_groups_*.txt of the job (for groups the trace does "
                    "not describe).")
@@ -466,7 +467,7 @@ def sequences(trace, operator, rank, min_len, top_k, outdir) -> None:
               help="Worker processes [default: one per core, at most one per trace].")
 @click.option("--force", is_flag=True, help="Re-parse traces whose table is up to date.")
 @click.option("--memory-budget", type=click.IntRange(min=16), default=512, show_default=True,
-              help="MB per worker; the batch peaks near workers x this.")
+              help="MB per worker (each parse's memory budget, as in 'parse').")
 @click.option("--topology", "topology_file", type=click.Path(dir_okay=False),
               help="unique_parallel_groups_*.txt [default: found in ROOT or a parent].")
 @click.option("--vpp", type=click.IntRange(min=1), default=1, show_default=True,

@@ -63,7 +63,17 @@ def parquet_sink(dest: str | os.PathLike) -> Iterator:
             raise TraceVizError(f"{dest}: cannot write: {exc}") from None
 
 
+def writer_options(schema: pa.Schema) -> dict:
+    """Parquet writer options: zstd, and dictionary encoding only for the columns that
+    are dictionaries already. Dictionary-encoding int64 columns (times, ids: mostly
+    unique) builds a hash table of every value before falling back to plain pages; on
+    our activity tables that made files twice as large, writing twice as slow and cost
+    ~70 MB of memory per row group."""
+    return {"compression": "zstd",
+            "use_dictionary": [f.name for f in schema if pa.types.is_dictionary(f.type)]}
+
+
 def write_parquet(table: pa.Table, dest: str | os.PathLike) -> None:
-    """Write ``table`` (zstd-compressed parquet) to ``dest`` or ``"-"``."""
+    """Write ``table`` (see :func:`writer_options`) to ``dest`` or ``"-"``."""
     with parquet_sink(dest) as sink:
-        pq.write_table(table, sink, compression="zstd")
+        pq.write_table(table, sink, **writer_options(table.schema))

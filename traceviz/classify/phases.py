@@ -45,7 +45,7 @@ class LaunchFacts:
 
     ts: np.ndarray          # launch start (ns); -1 where no launch
     end: np.ndarray         # launch end (ns)
-    thread: np.ndarray      # thread index of the launch; -1 none
+    thread: np.ndarray      # thread index of the launch (int32); -1 none
     iteration: np.ndarray   # ProfilerStep number (-1 outside)
     p2p: np.ndarray         # 0 not P2P, 1 send, 2 receive
     recompute: np.ndarray   # nearest autograd node / frame says recompute

@@ -4,16 +4,20 @@ The budget bounds the whole process (what a user sizes a machine or a batch of w
 by). The runtime itself (interpreter, numba/LLVM with the compiled scanner, Arrow) takes
 a fixed part, measured when the parse starts; the rest, the data share, is split:
 
-* while scanning, half of it holds sealed column blocks (more spill to disk);
-* when building the tables, the joins' working set and the output columns held in memory
-  get a quarter each. A trace that spilled while scanning spills its remaining blocks
-  first, so the scan's half is free for the per-activity link arrays.
+* while scanning, an eighth holds sealed column blocks (more spill to disk);
+* when building the tables, the joins' working set gets a sixth and the output columns
+  held in memory an eighth. A trace that spilled while scanning spills its remaining
+  blocks first.
 
-Only the per-activity arrays (tens of bytes per GPU activity, the compact columns) grow
-with the trace beyond these shares.
+The rest is for the per-activity arrays (the compact columns: ~60 bytes per GPU activity
+while linking), the only memory that grows with the trace, and for the allocator's
+slack. The shares are small on purpose: spilling costs ~12 % of the parse time on a
+0.5 GB trace (the files stay in the page cache), and holding more only raises the peak
+(measured in benchmarks/RESULTS.md).
 """
 from __future__ import annotations
 
+import ctypes
 import resource
 import sys
 from dataclasses import dataclass
@@ -28,6 +32,16 @@ def use_system_allocator() -> None:
     import pyarrow as pa
 
     pa.set_memory_pool(pa.system_memory_pool())
+
+
+def release_free_memory() -> None:
+    """Give the heap's free pages back to the OS (glibc ``malloc_trim``; a no-op where
+    there is none). glibc keeps the memory of freed scan blocks and link arrays in its
+    heap, and the parquet writer's buffers do not all fit in those holes: without this,
+    writing a 4 GB trace's table added ~20 MB to the parse's peak."""
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
 
 
 def current_rss() -> int:
@@ -67,12 +81,12 @@ class MemoryPlan:
 
     @property
     def scan_blocks(self) -> int:
-        return self.data // 2
+        return self.data // 8
 
     @property
     def join_work(self) -> int:
-        return self.data // 4
+        return self.data // 6
 
     @property
     def output_held(self) -> int:
-        return self.data // 4
+        return self.data // 8

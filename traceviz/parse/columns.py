@@ -4,8 +4,8 @@ The scanner writes rows into a store's *active block*, an ``int64`` array of sha
 ``(fields, rows)`` (a slice of the scanner's ``blocks`` array). When the block is full the driver *seals* it: each field is
 cast to its narrow dtype (:data:`.layout.FIELDS`) and kept as a sealed block. A
 :class:`SpillBudget` shared by all stores of one trace counts the bytes of sealed blocks
-held in memory; past its limit blocks are written (one file per block) to a private
-temporary folder and dropped from memory, the least needed stores first (flow events,
+held in memory; past its limit blocks are appended (one file per store, opened once) to
+a private temporary folder and dropped from memory, the least needed stores first (flow events,
 then python frames, CPU ops, launches, and GPU activities last).
 
 Later stages read a store block by block (:meth:`ColumnStore.blocks`) or one whole
@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 
 from .layout import FIELDS
 
@@ -37,17 +38,51 @@ class Block:
     ts_min: int = 0
     ts_max: int = 0
     columns: dict[str, np.ndarray] = field(default_factory=dict)
-    path: str | None = None  # the spill file: every column, one after the other
+    spill: SpillFile | None = None  # where the columns went, once spilled
     layout: dict[str, tuple[int, np.dtype]] = field(default_factory=dict)  # name -> (offset, dtype)
 
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.columns.values())
 
     def get(self, name: str) -> np.ndarray:
-        if self.path is None:
+        if self.spill is None:
             return self.columns[name]
         offset, dtype = self.layout[name]
-        return np.fromfile(self.path, dtype=dtype, count=self.rows, offset=offset)
+        return self.spill.read(offset, np.dtype(dtype), self.rows)
+
+
+class SpillFile:
+    """One store's spill file: arrays appended, read back by byte offset. One open file
+    for the whole parse (opening a file per block cost more than the writes)."""
+
+    def __init__(self, path: str) -> None:
+        self._fh = open(path, "w+b", buffering=0)
+        self.size = 0
+
+    def append(self, arr: np.ndarray) -> int:
+        """Write ``arr`` at the end; returns its byte offset."""
+        offset = self.size
+        view = memoryview(np.ascontiguousarray(arr)).cast("B")
+        self._fh.seek(offset)
+        while view:
+            view = view[self._fh.write(view):]
+        self.size += arr.nbytes
+        return offset
+
+    def read(self, offset: int, dtype: np.dtype, count: int) -> np.ndarray:
+        """``count`` items of ``dtype`` written at ``offset``."""
+        out = np.empty(count, dtype=dtype)
+        view = memoryview(out).cast("B")
+        self._fh.seek(offset)
+        while view:
+            got = self._fh.readinto(view)
+            if not got:
+                raise OSError(f"spill file {self._fh.name} ends early")
+            view = view[got:]
+        return out
+
+    def close(self) -> None:
+        self._fh.close()
 
 
 class SpillBudget:
@@ -62,6 +97,7 @@ class SpillBudget:
         self.held = 0
         self.spilled_bytes = 0
         self._held: dict[str, list[Block]] = {name: [] for name in SPILL_ORDER}
+        self._files: dict[str, SpillFile] = {}
         self._dir: str | None = None
         self._count = 0
 
@@ -88,21 +124,22 @@ class SpillBudget:
                 self._spill(self._held[name].pop(0))
 
     def _spill(self, block: Block) -> None:
-        path = self.new_path("b")
+        if block.store not in self._files:
+            self._files[block.store] = SpillFile(self.new_path(block.store))
+        file = self._files[block.store]
         size = block.nbytes()
-        offset = 0
-        with open(path, "wb") as fh:
-            for name, arr in block.columns.items():
-                arr.tofile(fh)
-                block.layout[name] = (offset, arr.dtype)
-                offset += arr.nbytes
+        for name, arr in block.columns.items():
+            block.layout[name] = (file.append(arr), arr.dtype)
         block.columns = {}
-        block.path = path
+        block.spill = file
         self.held -= size
         self.spilled_bytes += size
 
     def close(self) -> None:
         """Delete the spill folder (idempotent)."""
+        for file in self._files.values():
+            file.close()
+        self._files.clear()
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
@@ -155,17 +192,15 @@ class ColumnStore:
     def gatherer(self, rows: np.ndarray):
         """A function ``name -> field[rows]`` that groups ``rows`` by block only once.
 
-        It keeps ``rows`` and one int32/int64 array of the same length (the positions of
-        the valid rows, grouped by block).
+        It keeps ``rows`` and one int32 (int64 past 2**31 rows) array of the positions
+        of the valid rows, grouped by block; nothing else of their length is made.
         """
-        valid = np.flatnonzero(rows >= 0)
         starts = np.array([b.start for b in self.sealed], dtype=np.int64)
-        which = np.searchsorted(starts, rows[valid], side="right") - 1
-        order = np.argsort(which, kind="stable")
-        bounds = np.searchsorted(which[order], np.arange(len(self.sealed) + 1))
-        pos_type = np.int32 if rows.shape[0] < 2**31 else np.int64
-        positions = valid[order].astype(pos_type)  # valid positions, grouped by block
-        del valid, which, order
+        bounds = np.zeros(len(self.sealed) + 1, dtype=np.int64)
+        positions = np.empty(int((rows >= 0).sum()),
+                             dtype=np.int32 if rows.shape[0] < 2**31 else np.int64)
+        if positions.shape[0]:
+            _group_by_block(rows, starts, positions, bounds)
         n = rows.shape[0]
 
         def get(name: str) -> np.ndarray:
@@ -186,3 +221,33 @@ class ColumnStore:
 
     def __len__(self) -> int:
         return self.rows
+
+
+@njit(cache=True, nogil=True)
+def _block_of(starts: np.ndarray, row) -> int:
+    """Index of the block holding ``row``: the last start <= row."""
+    lo, hi = 0, starts.shape[0]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if starts[mid] <= row:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True, nogil=True)
+def _group_by_block(rows, starts, positions, bounds) -> None:
+    """Counting sort of the positions of the valid (>= 0) ``rows`` by block: block k's
+    positions, ascending, are ``positions[bounds[k]:bounds[k+1]]``."""
+    for i in range(rows.shape[0]):
+        if rows[i] >= 0:
+            bounds[_block_of(starts, rows[i]) + 1] += 1
+    for k in range(1, bounds.shape[0]):
+        bounds[k] += bounds[k - 1]
+    fill = bounds[:-1].copy()
+    for i in range(rows.shape[0]):
+        if rows[i] >= 0:
+            k = _block_of(starts, rows[i])
+            positions[fill[k]] = i
+            fill[k] += 1

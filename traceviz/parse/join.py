@@ -6,6 +6,8 @@ numba sweep per thread.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from numba import njit
 
@@ -22,7 +24,8 @@ def find_sorted(sorted_values: np.ndarray, values: np.ndarray) -> np.ndarray:
     return out
 
 
-def match_by_key(query: np.ndarray, key: np.ndarray, query_ts: np.ndarray,
+def match_by_key(query: np.ndarray, key: np.ndarray,
+                 query_ts: Callable[[np.ndarray], np.ndarray],
                  key_ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each ``query`` value find the row of ``key`` with the same value.
 
@@ -30,7 +33,8 @@ def match_by_key(query: np.ndarray, key: np.ndarray, query_ts: np.ndarray,
     none) and ``count`` how many rows of ``key`` carry the value. Negative values never
     match. When several rows match, the one that starts last at or before the query's
     time (``key_ts <= query_ts``) is taken, else the earliest: one row per query, never a
-    duplicate (HTA duplicates such rows).
+    duplicate (HTA duplicates such rows). ``query_ts(positions)`` gives the times of the
+    queries at those positions; it is called only for such queries (usually none).
     """
     order = np.argsort(key, kind="stable")
     sorted_key = key[order]
@@ -43,19 +47,21 @@ def match_by_key(query: np.ndarray, key: np.ndarray, query_ts: np.ndarray,
     row[single] = order[left[single]]
     multi = np.flatnonzero(count > 1)
     if multi.size:
-        _pick_latest_before(multi, left, right, order, key_ts, query_ts, row)
+        _pick_latest_before(multi, left, right, order, key_ts, query_ts(multi), row)
     return row, count
 
 
 @njit(nogil=True, cache=True)
-def _pick_latest_before(multi, left, right, order, key_ts, query_ts, row):
-    for m in multi:
+def _pick_latest_before(multi, left, right, order, key_ts, multi_ts, row):
+    """``row[m]`` for each query ``m = multi[j]`` (time ``multi_ts[j]``)."""
+    for j in range(multi.shape[0]):
+        m = multi[j]
         best = -1
         best_ts = np.int64(0)
         for p in range(left[m], right[m]):
             r = order[p]
             t = key_ts[r]
-            if t <= query_ts[m] and (best < 0 or t > best_ts):
+            if t <= multi_ts[j] and (best < 0 or t > best_ts):
                 best = r
                 best_ts = t
         if best < 0:

@@ -23,9 +23,13 @@ from .join import find_sorted, innermost_enclosing, match_by_key, match_flows, s
 from .partition import Parts, bucket_edges
 from .reader import ScannedTrace
 
-# working-set bytes per row of the in-memory joins (keys, sort order, scratch)
+# working-set bytes per row of the in-memory joins (keys, sort order, scratch), measured
+# with tracemalloc on a 4 GB trace: a launch costs ~24 bytes in its part and ~16 more
+# sorted; a span ~32 in its bucket, as much again while the carried spans are joined,
+# then its end, sort keys, order and the sweep's stack
 _CORR_BYTES_PER_ROW = 64
-_SPAN_BYTES_PER_ROW = 80
+_SPAN_BYTES_PER_ROW = 144
+_QUERY_BYTES_PER_ROW = 48  # a query point in a sweep: its time, thread, sort order, result
 
 
 def row_dtype(scanned: ScannedTrace) -> type:
@@ -36,9 +40,11 @@ def row_dtype(scanned: ScannedTrace) -> type:
 
 @dataclass
 class Links:
-    """Per-activity results, all aligned with ``rows`` (GPU-store rows, ascending)."""
+    """Per-activity results, all aligned with ``rows``: GPU-store rows in the output
+    table's order (by ``ts``, ties in file order), so no column is re-ordered later."""
 
-    # row numbers are row_dtype (int32 unless a store is huge); times and ids int64
+    # row numbers are row_dtype (int32 unless a store is huge), thread indexes int32;
+    # times and ids int64
     rows: np.ndarray         # GPU-store rows that are kernels / memcpy / memset
     cls: np.ndarray          # category class (layout.CLS_*) per activity
     corr: np.ndarray         # correlation id used (after the flow fallback); -1 none
@@ -74,78 +80,87 @@ class Lookups:
 
 
 def activity_rows(scanned: ScannedTrace, cls_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """GPU-store rows that are activities, and their category classes."""
-    rows, classes = [], []
-    for start, cols in scanned.stores["gpu"].blocks("cat"):
+    """GPU-store rows that are activities, ordered by ``ts`` then file order, and their
+    category classes."""
+    rows, classes, ts = [], [], []
+    for start, cols in scanned.stores["gpu"].blocks("cat", "ts"):
         c = cls_of[cols["cat"]]
         keep = np.flatnonzero(np.isin(c, L.ACTIVITY_CLASSES))
-        rows.append(start + keep)
+        rows.append((start + keep).astype(np.int64))
         classes.append(c[keep])
+        ts.append(cols["ts"][keep])
+    rdt = row_dtype(scanned)
     if not rows:
-        return np.empty(0, np.int64), np.empty(0, np.int8)
-    return np.concatenate(rows).astype(np.int64), np.concatenate(classes)
+        return np.empty(0, rdt), np.empty(0, np.int8)
+    # store rows are in file order, so a stable sort by ts breaks ties in file order
+    order = np.argsort(np.concatenate(ts), kind="stable")
+    del ts
+    return np.concatenate(rows).astype(rdt)[order], np.concatenate(classes)[order]
 
 
 def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int) -> Links:
-    """Compute :class:`Links` (see :class:`Lookups` for the per-string inputs)."""
+    """Compute :class:`Links` (see :class:`Lookups` for the per-string inputs).
+
+    Per-activity arrays are the memory that grows with the trace, so each is made as
+    narrow as it can be, as late as it can be, and dropped after its last use; fields
+    needed twice (the activity's own ``ts``) are gathered twice rather than held.
+    """
     cls_of, step_number = lookups.category_class, lookups.step_number
     gpu, launch, ops = (scanned.stores[k] for k in ("gpu", "launch", "ops"))
+    rdt = row_dtype(scanned)
     rows, cls = activity_rows(scanned, cls_of)
     g = gpu.gatherer(rows)
     corr = np.maximum(g("correlation"), -1)  # any negative id is absent
-    ts = g("ts")
     stats: dict[str, int] = {"activities": int(rows.shape[0])}
 
     launch_fix_rows, launch_fix_corr, from_flows = _flow_fallback(
         scanned, cls_of, corr, rows, work_bytes)
     stats["correlation from flow events"] = from_flows
-    launch_row, count = _correlation_join(launch, corr, ts, launch_fix_rows, launch_fix_corr,
-                                          scanned, work_bytes)
-    has_launch = launch_row >= 0
+    launch_row, no_launch, several = _correlation_join(
+        launch, corr, lambda at: gpu.gather("ts", rows[at]), launch_fix_rows,
+        launch_fix_corr, scanned, work_bytes, rdt)
+    del launch_fix_rows, launch_fix_corr
     stats.update({
-        "launched": int(has_launch.sum()),
+        "launched": int((launch_row >= 0).sum()),
         "no correlation id": int((corr < 0).sum()),
-        "correlation without launch": int(((corr >= 0) & (count == 0)).sum()),
-        "correlation with several launches (one kept)": int((count > 1).sum()),
+        "correlation without launch": no_launch,
+        "correlation with several launches (one kept)": several,
     })
-    del count
     lg = launch.gatherer(launch_row)
     launch_ts = lg("ts")
-    lg_end = np.where(launch_ts >= 0, launch_ts + lg("dur"), -1)
-    launch_thread = lg("thread").astype(np.int64)
-    del lg
+    launch_thread = lg("thread")
 
     queries = [SpanQuery("cat", cls_of == L.CLS_CPU_OP), SpanQuery("name", lookups.is_node)]
     small = lookups.is_optimizer_annotation
     steps, rpc, annotations = _ops_pass(ops, queries, step_number, lookups.is_rpc, small,
-                                        launch_ts, launch_thread, scanned, work_bytes)
+                                        launch_ts, launch_thread, scanned, work_bytes, rdt)
     op_row, node_row = queries[0].result, queries[1].result
+    del queries
     stats["launch inside a cpu_op"] = int((op_row >= 0).sum())
     node = ops.gatherer(node_row)
     recompute = lookups.is_recompute_node[node("name")]
     main = _main_thread(steps, launch_thread)
     forward_ts = _forward_times(ops, node("seq_number"), main)
-    del node
+    del node, node_row
     optimizer = _inside(annotations["ts"], annotations["dur"], annotations["thread"],
                         launch_ts, launch_thread)
     frames = _frames(scanned, lookups)
     recompute |= _inside(*frames["recompute_frame"], launch_ts, launch_thread)
     optimizer |= _inside(*frames["optimizer_frame"], launch_ts, launch_thread)
-    at = np.where(has_launch, launch_ts, ts)
-    iteration = step_of(at, steps["ts"], steps["dur"], steps["number"])
+    iteration = step_of(np.where(launch_row >= 0, launch_ts, g("ts")), steps["ts"],
+                        steps["dur"], steps["number"])
     comm_row = _comm_rows(scanned, rows, lookups.is_comm_kernel[g("name")], rpc,
-                          launch_ts, launch_thread)
-    rdt = row_dtype(scanned)
-    rows, launch_row, op_row, comm_row = (a.astype(rdt) for a in (rows, launch_row, op_row,
-                                                                 comm_row))
-    launch_thread = launch_thread.astype(np.int32)
+                          launch_ts, launch_thread, rdt)
+    del g
+    launch_end = np.where(launch_ts >= 0, launch_ts + lg("dur"), -1)
+    del lg
     stats["collective metadata"] = int((comm_row >= 0).sum())
     step_list = [{"iteration": int(n), "ts": int(t), "dur": int(d)} for t, d, n in sorted(
         zip(steps["ts"].tolist(), steps["dur"].tolist(), steps["number"].tolist()))]
     return Links(rows=rows, cls=cls, corr=corr, launch_row=launch_row, launch_ts=launch_ts,
                  launch_thread=launch_thread, op_row=op_row, iteration=iteration,
                  comm_row=comm_row, steps=step_list, stats=stats, recompute=recompute,
-                 optimizer=optimizer, launch_end=lg_end, main_thread=main,
+                 optimizer=optimizer, launch_end=launch_end, main_thread=main,
                  frames={k: frames[k][:2] for k in ("forward_step", "backward_step")},
                  forward_ts=forward_ts)
 
@@ -242,10 +257,12 @@ def _flow_fallback(scanned, cls_of, corr, rows, work_bytes):
     return l_rows, l_corr, int((a_corr >= 0).sum() + (l_corr >= 0).sum())
 
 
-def _correlation_join(launch, corr, ts, fix_rows, fix_corr, scanned, work_bytes):
-    """(launch row, number of launches with the id) per activity; hash-partitioned."""
+def _correlation_join(launch, corr, ts_of, fix_rows, fix_corr, scanned, work_bytes, rdt):
+    """Launch row per activity (-1: none; ``rdt``), and how many activities have an id
+    without a launch and with several launches; hash-partitioned. ``ts_of(positions)``
+    gives activities' start times (needed only where an id has several launches)."""
     n_parts = max(1, math.ceil(len(launch) * _CORR_BYTES_PER_ROW / max(work_bytes, 1)))
-    parts = Parts(n_parts, ("corr", "ts", "row"), scanned.budget)
+    parts = Parts(n_parts, ("corr", "ts", "row"), scanned.budget, work_bytes // 4)
     fix_order = np.argsort(fix_rows)
     fix_rows_s, fix_corr_s = fix_rows[fix_order], fix_corr[fix_order]
     for start, cols in launch.blocks("correlation", "ts"):
@@ -256,19 +273,26 @@ def _correlation_join(launch, corr, ts, fix_rows, fix_corr, scanned, work_bytes)
         keep = np.flatnonzero(c >= 0)
         parts.add(c[keep] % n_parts, {"corr": c[keep], "ts": cols["ts"][keep],
                                       "row": start + keep})
-    launch_row = np.full(corr.shape[0], -1, dtype=np.int64)
-    count = np.zeros(corr.shape[0], dtype=np.int64)
-    has = corr >= 0
-    part_of = np.where(has, corr % n_parts, -1)
+    launch_row = np.full(corr.shape[0], -1, dtype=rdt)
+    no_launch = several = 0
+    part_of = None
+    if n_parts > 1:
+        part_of = corr % n_parts
+        part_of[corr < 0] = -1
+        part_of = part_of.astype(np.int32)
     for p in range(n_parts):
-        sel = np.flatnonzero(part_of == p)
-        got = parts.get(p)
-        if sel.size == 0 or got["row"].size == 0:
+        sel = np.flatnonzero(corr >= 0 if part_of is None else part_of == p)
+        if sel.size == 0:
             continue
-        r, k = match_by_key(corr[sel], got["corr"], ts[sel], got["ts"])
+        got = parts.get(p)
+        if got["row"].size == 0:
+            no_launch += sel.size
+            continue
+        r, k = match_by_key(corr[sel], got["corr"], lambda j: ts_of(sel[j]), got["ts"])
         launch_row[sel] = np.where(r >= 0, got["row"][np.maximum(r, 0)], -1)
-        count[sel] = k
-    return launch_row, count
+        no_launch += int((k == 0).sum())
+        several += int((k > 1).sum())
+    return launch_row, no_launch, several
 
 
 @dataclass
@@ -283,9 +307,10 @@ class SpanQuery:
 
 
 def _ops_pass(ops, queries: list[SpanQuery], step_number, is_rpc, small: np.ndarray,
-              q_ts, q_thread, scanned, work_bytes):
-    """Innermost span of every query around each launch (time-bucketed sweeps), plus the
-    step spans, the record_param_comms ops and the ``small`` named spans (in memory)."""
+              q_ts, q_thread, scanned, work_bytes, rdt):
+    """Innermost span of every query around each launch (time-bucketed sweeps; ops rows
+    as ``rdt``), plus the step spans, the record_param_comms ops and the ``small`` named
+    spans (in memory)."""
     lo, hi = ops.ts_range()
     grid = np.linspace(lo, hi + 1, 4097).astype(np.int64)
     for q in queries:
@@ -318,7 +343,7 @@ def _ops_pass(ops, queries: list[SpanQuery], step_number, is_rpc, small: np.ndar
         edges = (np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max])
                  if q.count <= per_bucket else bucket_edges(q.hist, grid, per_bucket))
         plans.append((edges, Parts(edges.shape[0] - 1, ("ts", "end", "thread", "row"),
-                                   scanned.budget)))
+                                   scanned.budget, work_bytes // 8)))
     for start, cols in ops.blocks("ts", "dur", "thread", "cat", "name"):
         for q, (edges, parts) in zip(queries, plans):
             sel = np.flatnonzero(q.select[cols[q.field]])
@@ -327,43 +352,57 @@ def _ops_pass(ops, queries: list[SpanQuery], step_number, is_rpc, small: np.ndar
                       {"ts": t, "end": t + np.maximum(cols["dur"][sel], 0),
                        "thread": cols["thread"][sel], "row": start + sel})
     for q, (edges, parts) in zip(queries, plans):
-        q.result = _bucketed_sweep(edges, parts, q_ts, q_thread)
+        q.result = _bucketed_sweep(edges, parts, q_ts, q_thread, rdt,
+                                   max(1024, work_bytes // 2 // _QUERY_BYTES_PER_ROW))
     return found["steps"], found["rpc"], found["small"]
 
 
-def _bucketed_sweep(edges, parts: Parts, q_ts, q_thread) -> np.ndarray:
-    """Innermost span per query point, bucket by bucket; spans still open at a bucket's
-    end are carried into the next one."""
-    out = np.full(q_ts.shape[0], -1, dtype=np.int64)
-    q_bucket = np.searchsorted(edges, q_ts, side="right") - 1
+def _bucketed_sweep(edges, parts: Parts, q_ts, q_thread, rdt, query_rows: int
+                    ) -> np.ndarray:
+    """Innermost span (its ``row``, as ``rdt``) per query point, bucket by bucket
+    (bucket b holds ``edges[b] <= ts < edges[b+1]``); spans still open at a bucket's end
+    are carried into the next one. Queries are taken ``query_rows`` positions at a time,
+    so their sort keys and results never span the whole trace."""
+    out = np.full(q_ts.shape[0], -1, dtype=rdt)
     carried = {f: np.empty(0, np.int64) for f in ("ts", "end", "thread", "row")}
     n_buckets = edges.shape[0] - 1
     for b in range(n_buckets):
         got = parts.get(b)
         spans = got if b == 0 else {f: np.concatenate([carried[f], got[f]]) for f in carried}
-        qsel = np.flatnonzero((q_bucket == b) & (q_thread >= 0))
-        if qsel.size and spans["row"].size:
-            r = innermost_enclosing(spans["ts"], spans["end"] - spans["ts"], spans["thread"],
-                                    q_ts[qsel], q_thread[qsel], span_key=spans["row"])
-            out[qsel] = np.where(r >= 0, spans["row"][np.maximum(r, 0)], -1)
+        del got
+        if spans["row"].size:
+            dur = spans["end"] - spans["ts"]
+            for lo in range(0, q_ts.shape[0], query_rows):
+                hi = lo + query_rows
+                mine = q_thread[lo:hi] >= 0
+                if n_buckets > 1:
+                    mine &= (q_ts[lo:hi] >= edges[b]) & (q_ts[lo:hi] < edges[b + 1])
+                qsel = lo + np.flatnonzero(mine)
+                if qsel.size:
+                    r = innermost_enclosing(spans["ts"], dur, spans["thread"], q_ts[qsel],
+                                            q_thread[qsel], span_key=spans["row"])
+                    out[qsel] = np.where(r >= 0, spans["row"][np.maximum(r, 0)], -1)
+            del dur
         if b + 1 < n_buckets:
             still_open = spans["end"] > edges[b + 1]
             carried = {f: v[still_open] for f, v in spans.items()}
     return out
 
 
-def _comm_rows(scanned, rows, is_comm, rpc, launch_ts, launch_thread):
-    """Comm-store entry per activity: its own args, else the record_param_comms around
-    its launch (only for COMM activities)."""
+def _comm_rows(scanned, rows, is_comm, rpc, launch_ts, launch_thread, rdt):
+    """Comm-store entry (as ``rdt``) per activity: its own args, else the
+    record_param_comms around its launch (only for COMM activities)."""
     comm = scanned.stores["comm"]
-    out = np.full(rows.shape[0], -1, dtype=np.int64)
+    out = np.full(rows.shape[0], -1, dtype=rdt)
     if len(comm) == 0:
         return out
     cstore = comm.column("store")
     crow = comm.column("row")
     own = np.flatnonzero(cstore == L.GPU)
-    pos = find_sorted(rows, crow[own])
-    out[pos[pos >= 0]] = own[pos >= 0]
+    by_row = np.argsort(rows)
+    pos = find_sorted(rows[by_row], crow[own])
+    out[by_row[pos[pos >= 0]]] = own[pos >= 0]
+    del by_row
     need = np.flatnonzero((out < 0) & is_comm & (launch_thread >= 0))
     on_ops = np.flatnonzero(cstore == L.OPS)
     if need.size == 0 or rpc["row"].size == 0 or on_ops.size == 0:

@@ -12,7 +12,7 @@ import os
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..output import parquet_sink
+from ..output import parquet_sink, writer_options
 from .columns import SpillBudget
 
 ROW_GROUP = 1 << 17
@@ -87,8 +87,9 @@ class OutputColumns:
 
     def write_parquet(self, dest: str) -> None:
         """Write to ``dest`` (a path written atomically, or ``-`` for stdout)."""
-        with parquet_sink(dest) as sink, pq.ParquetWriter(sink, self.schema,
-                                                          compression="zstd") as writer:
+        schema = self.schema
+        with parquet_sink(dest) as sink, pq.ParquetWriter(sink, schema,
+                                                          **writer_options(schema)) as writer:
             for k in range(self.n_groups()):
                 writer.write_table(self._group(k), row_group_size=self.row_group)
 

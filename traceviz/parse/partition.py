@@ -2,7 +2,7 @@
 
 :class:`Parts` collects rows of a few int64 columns into ``n`` parts. Each part buffers
 in memory and is appended to its own files when the buffer fills, so building parts
-holds at most ``n * flush_rows`` rows. :func:`bucket_edges` picks time boundaries that
+holds at most about ``buffer_bytes``. :func:`bucket_edges` picks time boundaries that
 give each time bucket about the same number of rows.
 """
 from __future__ import annotations
@@ -18,10 +18,12 @@ class Parts:
     """Rows of ``fields`` (int64 columns) split into ``n`` parts."""
 
     def __init__(self, n: int, fields: tuple[str, ...], budget: SpillBudget,
-                 flush_rows: int = 1 << 16) -> None:
+                 buffer_bytes: int = 16 << 20) -> None:
+        """``buffer_bytes``: rows buffered in memory by all parts together before they
+        are appended to the parts' files (at least 1024 rows per part)."""
         self.n = n
         self.fields = fields
-        self.flush_rows = flush_rows
+        self.flush_rows = max(1024, buffer_bytes // (n * len(fields) * 8))
         self._buf: list[dict[str, list[np.ndarray]]] = [{f: [] for f in fields}
                                                          for _ in range(n)]
         self._rows = [0] * n

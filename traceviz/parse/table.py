@@ -28,7 +28,7 @@ from ..classify.collectives import dtype_bytes, parse_ranks
 from ..classify.kinds import COMM, KINDS, MEM, first_match, name_kinds
 from ..classify.patterns import Patterns
 from . import layout as L
-from .budget import MemoryPlan
+from .budget import MemoryPlan, release_free_memory
 from ..classify.groups import GROUPS, comm_groups
 from ..classify.phases import PHASES, LaunchFacts, classify
 from ..topology.layout import Layout
@@ -133,22 +133,26 @@ class Strings:
         return values[ids]
 
     def dictionary(self, ids: np.ndarray) -> pa.DictionaryArray:
-        """Dictionary column of string ids (-1 -> null) holding only the texts used."""
+        """Dictionary column of string ids (-1 -> null) holding only the texts used.
+        Works in int32 (the indices' type): 9 bytes per row besides the result."""
         canon = self.canon_lookup()[ids]  # -1 stays -1 (last entry)
         used = np.zeros(len(self.texts) + 1, dtype=bool)
         used[canon] = True
         used[-1] = False
-        code = np.cumsum(used, dtype=np.int64) - 1  # dense code of each used id, O(rows)
+        code = np.cumsum(used, dtype=np.int32) - 1  # dense code of each used id, O(rows)
+        code[-1] = 0  # absent rows: any valid index, masked below
         mask = canon < 0
-        indices = np.where(mask, 0, code[canon]).astype(np.int32)
+        indices = code[canon]
+        del canon
         dictionary = pa.array([self.texts[i] for i in np.flatnonzero(used[:-1]).tolist()],
                               pa.string())
         return pa.DictionaryArray.from_arrays(pa.array(indices, mask=mask), dictionary)
 
     def canon_lookup(self) -> np.ndarray:
-        """Canonical id per string id, with the id -1 entry last (see the class doc)."""
+        """Canonical id (int32) per string id, with the id -1 entry last (see the class
+        doc)."""
         if not hasattr(self, "_canon_lookup"):
-            self._canon_lookup = np.append(self.canon.astype(np.int64), -1)
+            self._canon_lookup = np.append(self.canon, np.int32(-1))
         return self._canon_lookup
 
 
@@ -207,83 +211,79 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
         frame={k: s.matches(ph[k]) for k in ("forward_step", "backward_step",
                                              "recompute_frame", "optimizer_frame")})
     links = link(scanned, lookups, work_bytes)
-    g = gpu.gatherer(links.rows)  # one GPU field at a time, in activity order
+    n = links.rows.shape[0]
+    out = OutputColumns(n, scanned.budget, spill_bytes=plan.output_held,
+                        names=ACTIVITY_COLUMNS)
+
+    def put(col: str, values, mask=None, type_=None):
+        out.add(col, values if isinstance(values, pa.Array)
+                else pa.array(values, type=type_, mask=mask))
+
+    # The per-activity arrays (tens of MB each at a few million activities) are put and
+    # dropped as soon as nothing later needs them: those the phases do not read go first,
+    # so the phases and the columns held never meet them.
+    put("correlation", links.corr)
+    links.corr = None
+    no_launch = links.launch_row < 0
+    lg = launch.gatherer(links.launch_row)
+    links.launch_row = None
+    put("launch_dur", lg("dur"), no_launch, pa.int64())
+    put("launch_name", s.dictionary(lg("name")))
+    del lg
+    og = ops.gatherer(links.op_row)
+    links.op_row = None
+    put("cpu_op", s.dictionary(og("name")))
+    op_ext = og("external_id")
+    put("cpu_op_external_id", op_ext, op_ext < 0, pa.int64())
+    del op_ext, og
+    g = gpu.gatherer(links.rows)  # one GPU field at a time, in output order
     name = g("name")
     kind = kind_of_name[name]
     kind[(links.cls == L.CLS_MEMCPY) | (links.cls == L.CLS_MEMSET)] = MEM
     coll = _collective_meta(scanned, s, patterns, links.comm_row, kind == COMM, topology)
+    links.comm_row = None
     phase, microbatch, chunk, evidence = _phases(s, patterns, links, coll, pp, vpp)
-    # The per-activity arrays are dropped right after their last use below: at a few
-    # million activities each is tens of MB.
-    stats, steps, rows, cls = links.stats, links.steps, links.rows, links.cls
-    corr, launch_row, launch_ts, launch_thread = (links.corr, links.launch_row,
-                                                  links.launch_ts, links.launch_thread)
-    op_row, iteration = links.op_row, links.iteration
+    stats, steps, cls = links.stats, links.steps, links.cls
+    launch_ts, launch_thread, iteration = links.launch_ts, links.launch_thread, links.iteration
     del links
-    n = rows.shape[0]
     classification = {"vpp": vpp, "pp": pp, "microbatch_evidence": evidence,
                       "phases": {PHASES[k]: int(c) for k, c in
                                  enumerate(np.bincount(phase, minlength=len(PHASES))) if c},
                       "comm_group_evidence": coll.evidence}
-    out = OutputColumns(n, scanned.budget, spill_bytes=plan.output_held,
-                        names=ACTIVITY_COLUMNS)
-    ts, index = g("ts"), g("index")
-    order = np.lexsort((index, ts)).astype(np.int32 if n < 2**31 else np.int64)
-
-    def put(col: str, values, mask=None, type_=None):
-        if isinstance(values, pa.Array):
-            out.add(col, values.take(pa.array(order)))
-        else:
-            values = np.asarray(values)[order]
-            out.add(col, pa.array(values, type=type_,
-                                  mask=None if mask is None else np.asarray(mask)[order]))
-
-    put("ts", ts)
-    put("index", index)
-    del ts, index
-    put("dur", g("dur"))
-    thread = g("thread")
-    put("device", np.where((d := g("device")) >= 0, d, pid_of[thread]).astype(np.int32))
-    put("stream", np.where((st := g("stream")) >= 0, st, tid_of[thread]).astype(np.int64))
-    del thread, d, st
-    put("external_id", np.maximum(g("external_id"), -1))
-    put("name", s.dictionary(name))
-    put("kind", _fixed_dictionary(kind.astype(np.int32), KINDS))
-    bytes_ = g("bytes")
-    put("bytes", bytes_, (bytes_ < 0) | (kind != MEM), pa.int64())
-    bw = s.floats(g("bandwidth"))
-    put("memory_bw_gbps", bw, np.isnan(bw) | (kind != MEM), pa.float64())
-    del bytes_, bw, rows, g
-    cat_codes = np.select([cls == L.CLS_KERNEL, cls == L.CLS_MEMCPY], [0, 1], 2)
-    put("cat", _fixed_dictionary(cat_codes, ("kernel", "gpu_memcpy", "gpu_memset")))
-    del cat_codes, cls
-    put("correlation", corr)
-    del corr
-    no_launch = launch_row < 0
     put("launch_ts", launch_ts, no_launch, pa.int64())
-    del launch_ts
-    lg = launch.gatherer(launch_row)
-    put("launch_dur", lg("dur"), no_launch, pa.int64())
-    put("launch_name", s.dictionary(lg("name")))
-    del launch_row, no_launch, lg
+    del launch_ts, no_launch
     launch_tid = np.where(launch_thread >= 0, tid_of[np.maximum(launch_thread, 0)], -1)
     put("launch_tid", launch_tid, launch_tid < 0, pa.int64())
     del launch_thread, launch_tid
-    og = ops.gatherer(op_row)
-    put("cpu_op", s.dictionary(og("name")))
-    op_ext = og("external_id")
-    put("cpu_op_external_id", op_ext, op_ext < 0, pa.int64())
-    del op_row, op_ext, og
     put("iteration", iteration)
     del iteration
     put("phase", _fixed_dictionary(phase.astype(np.int32), PHASES))
     put("microbatch", microbatch)
     put("chunk", chunk)
     del phase, microbatch, chunk
+    _collective_columns(coll, s, patterns, name, kind, put)
+    del coll
+    cat_codes = np.select([cls == L.CLS_KERNEL, cls == L.CLS_MEMCPY], [0, 1], 2)
+    put("cat", _fixed_dictionary(cat_codes, ("kernel", "gpu_memcpy", "gpu_memset")))
+    del cat_codes, cls
+    put("name", s.dictionary(name))
+    del name
+    put("kind", _fixed_dictionary(kind.astype(np.int32), KINDS))
+    put("ts", g("ts"))
+    put("index", g("index"))
+    put("dur", g("dur"))
+    thread = g("thread")
+    put("device", np.where((d := g("device")) >= 0, d, pid_of[thread]).astype(np.int32))
+    put("stream", np.where((st := g("stream")) >= 0, st, tid_of[thread]).astype(np.int64))
+    del thread, d, st
+    put("external_id", np.maximum(g("external_id"), -1))
+    bytes_ = g("bytes")
+    put("bytes", bytes_, (bytes_ < 0) | (kind != MEM), pa.int64())
+    bw = s.floats(g("bandwidth"))
+    put("memory_bw_gbps", bw, np.isnan(bw) | (kind != MEM), pa.float64())
+    del bytes_, bw, g
     rank, rank_source = scanned.header.rank(scanned.source)
     put("rank", np.full(n, rank, dtype=np.int32))
-    _collective_columns(coll, s, patterns, name, kind, put)
-    del coll, name
     kinds = {KINDS[k]: int(c) for k, c in enumerate(np.bincount(kind, minlength=len(KINDS)))
              if c}
     meta = trace_metadata(scanned, rank, rank_source, stats, steps, kinds)
@@ -293,6 +293,7 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     if cpu:
         cpu_out = cpu_columns(scanned, s, pid_of, tid_of, plan.output_held)
         cpu_out.metadata = dict(out.metadata)
+    release_free_memory()
     return ParsedTrace(meta=meta, warnings=list(scanned.warnings), columns=out,
                        cpu_columns=cpu_out)
 
@@ -317,9 +318,10 @@ class CollectiveMeta:
     groups: np.ndarray
     evidence: dict[str, int]
 
-    def full(self, values: np.ndarray) -> np.ndarray:
-        """Per-activity int64 array: ``values`` at ``has``, -1 elsewhere."""
-        out = np.full(self.n, -1, dtype=np.int64)
+    def full(self, values: np.ndarray, dtype=np.int32) -> np.ndarray:
+        """Per-activity array: ``values`` at ``has``, -1 elsewhere (int32 unless the
+        values need more: counts, bytes, sequence numbers)."""
+        out = np.full(self.n, -1, dtype=dtype)
         out[self.has] = values
         return out
 
@@ -340,7 +342,7 @@ def _collective_meta(scanned: ScannedTrace, s: Strings, patterns: Patterns,
     ranks, size, desc_code, descs = _group_facts(
         s, scanned.header.distributed, fields["pg_name"], fields["pg_desc"],
         fields["pg_ranks"], fields["group_size"])
-    code = np.full(comm_row.shape[0], -1, dtype=np.int64)
+    code = np.full(comm_row.shape[0], -1, dtype=np.int32)
     code[has] = desc_code
     groups, evidence = comm_groups(is_comm, code, descs, dict(zip(has.tolist(), ranks)),
                                    patterns, topology)
@@ -368,12 +370,12 @@ def _collective_columns(coll: CollectiveMeta, s: Strings, patterns: Patterns,
                      for d in f["dtype"].tolist()], dtype=np.int64)
     for col, nel_field in (("msg_in_bytes", "in_nelems"), ("msg_out_bytes", "out_nelems")):
         nel = f[nel_field]
-        v = full(np.where((nel >= 0) & (elem > 0), nel * elem, -1))
+        v = full(np.where((nel >= 0) & (elem > 0), nel * elem, -1), np.int64)
         put(col, v, v < 0, pa.int64())
     put("dtype", s.dictionary(full(f["dtype"])))
     for col, t in (("seq", pa.int64()), ("in_nelems", pa.int64()), ("out_nelems", pa.int64()),
                    ("src_rank", pa.int32()), ("dst_rank", pa.int32())):
-        v = full(f[col])
+        v = full(f[col], np.int64 if t == pa.int64() else np.int32)
         put(col, v, v < 0, t)
 
 
@@ -398,7 +400,7 @@ def _phases(s: Strings, patterns: Patterns, links, coll: CollectiveMeta, pp: int
     p2p = np.where(pipeline & s.matches(ph["p2p_send"])[name], 1,
                    np.where(pipeline & s.matches(ph["p2p_recv"])[name], 2, 0)).astype(np.int8)
     facts = LaunchFacts(ts=links.launch_ts, end=links.launch_end,
-                        thread=links.launch_thread.astype(np.int64),
+                        thread=links.launch_thread,
                         iteration=links.iteration, p2p=p2p, recompute=links.recompute,
                         optimizer=links.optimizer, forward_ts=links.forward_ts)
     frames = {k: (ts, ts + dur) for k, (ts, dur) in links.frames.items()}
