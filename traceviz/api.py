@@ -14,7 +14,7 @@ from .classify.patterns import Patterns, load_patterns
 from .errors import TraceError
 from .parse.budget import MemoryPlan
 from .parse.reader import DEFAULT_BUDGET, DEFAULT_CHUNK, jit_loaded, scan_trace
-from .parse.table import METADATA_KEY, ParsedTrace, build, keep_alive
+from .parse.table import CPU_ONLY_FIELDS, METADATA_KEY, ParsedTrace, build, keep_alive
 from .topology.layout import Layout
 
 
@@ -39,7 +39,8 @@ def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
     if not isinstance(patterns, Patterns):
         patterns = load_patterns(patterns)
     plan = plan or MemoryPlan.measure(memory_budget, jit_loaded())
-    scanned = scan_trace(src, memory_budget=plan.scan_blocks, chunk_size=chunk_size)
+    scanned = scan_trace(src, memory_budget=plan.scan_blocks, chunk_size=chunk_size,
+                         drop=None if cpu else CPU_ONLY_FIELDS)
     try:
         parsed = build(scanned, patterns, plan, cpu=cpu, topology=topology, vpp=vpp)
     except BaseException:

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..grouping import group_positions
+
 PHASES = ("FWD", "BWD", "RECOMPUTE", "OPTIMIZER", "OTHER")
 FWD, BWD, RECOMPUTE, OPTIMIZER, OTHER = range(5)
 F_OP, B_OP = 0, 1
@@ -95,17 +97,19 @@ def ops_from_threads(facts: LaunchFacts, rows: np.ndarray, main_thread: int
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Micro-batch ops as runs of launches (see the module doc) among ``rows``.
 
-    Returns (start, end, kind, op index per row; -1 for P2P and optimizer rows).
+    Returns (start, end, kind, op index per element of ``rows``; -1 for P2P and
+    optimizer rows).
     """
-    order = rows[np.argsort(facts.ts[rows], kind="stable")]
+    local = np.argsort(facts.ts[rows], kind="stable")
+    order = rows[local]
     kind = np.where(facts.thread[order] == main_thread, F_OP, B_OP)
     breaker = (facts.p2p[order] > 0) | facts.optimizer[order]
     new_run = np.ones(order.shape[0], dtype=bool)
     new_run[1:] = (kind[1:] != kind[:-1]) | breaker[:-1]
     run = np.cumsum(new_run & ~breaker) - 1
     member = ~breaker
-    op_of = np.full(facts.ts.shape[0], -1, dtype=np.int64)
-    op_of[order[member]] = run[member]
+    op_of = np.full(rows.shape[0], -1, dtype=np.int64)
+    op_of[local[member]] = run[member]
     n_ops = int(run[member].max()) + 1 if member.any() else 0
     start = np.full(n_ops, np.iinfo(np.int64).max)
     end = np.full(n_ops, np.iinfo(np.int64).min)
@@ -119,6 +123,8 @@ def ops_from_threads(facts: LaunchFacts, rows: np.ndarray, main_thread: int
 def classify_iteration(facts: LaunchFacts, rows: np.ndarray, ops, op_of: np.ndarray | None,
                        pp: int, vpp: int, out_phase, out_mb, out_chunk) -> tuple[int, int]:
     """Assign phase / micro-batch / chunk to ``rows`` (activities of one iteration).
+    ``op_of`` is :func:`ops_from_threads`' op per launched row (the ``rows`` with a
+    launch, in order), or None to place launches in the ops' spans (frames).
     Returns (backward ops linked to their forward op by Sequence number, backward ops)."""
     start, end, kind = ops
     training = bool((kind == B_OP).any())
@@ -142,8 +148,8 @@ def classify_iteration(facts: LaunchFacts, rows: np.ndarray, ops, op_of: np.ndar
         pos = np.searchsorted(start, t, side="right") - 1
         inside = (pos >= 0) & (t < end[np.maximum(pos, 0)])
         op = np.where(inside, pos, -1)
-    else:
-        op = op_of[launched]
+    else:  # ops_from_threads' op per launched row
+        op = op_of
     linked = _link_backward_ops(facts.forward_ts[launched], op, start, end, kind, op_phase,
                                 op_mb, op_chunk)
     p2p = facts.p2p[launched]
@@ -209,8 +215,11 @@ def classify(facts: LaunchFacts, frames: dict[str, tuple[np.ndarray, np.ndarray]
     chunk = np.zeros(n, dtype=np.int32)
     use_frames = frames["forward_step"][0].shape[0] > 0
     linked = backward = 0
-    for it in np.unique(facts.iteration):
-        rows = np.flatnonzero(facts.iteration == it)
+    its = np.unique(facts.iteration)  # -1 (outside every step) first, if any
+    shift = its[0] if n else 0
+    by_iteration, bounds = group_positions(facts.iteration - shift, its - shift)
+    for k in range(its.shape[0]):
+        rows = by_iteration[bounds[k]:bounds[k + 1]]  # ascending
         if use_frames:
             lo = facts.ts[rows][facts.ts[rows] >= 0].min(initial=np.iinfo(np.int64).max)
             hi = facts.end[rows].max(initial=np.iinfo(np.int64).min)

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
-from numba import njit
 
+from ..grouping import group_positions
 from .layout import FIELDS
 
 # stores spilled first come first; GPU activities stay in memory longest
@@ -148,10 +148,13 @@ class SpillBudget:
 class ColumnStore:
     """Rows of one event class, built block by block by the scanner."""
 
-    def __init__(self, store: str, block: np.ndarray, budget: SpillBudget) -> None:
-        """``block`` is this store's active block: ``(>= fields, rows)`` int64."""
+    def __init__(self, store: str, block: np.ndarray, budget: SpillBudget,
+                 drop: tuple[str, ...] = ()) -> None:
+        """``block`` is this store's active block: ``(>= fields, rows)`` int64. Fields
+        in ``drop`` are not kept when a block is sealed (reading them fails)."""
         self.name = store
         self.fields = FIELDS[store]
+        self.drop = frozenset(drop)
         self.dtypes = dict(self.fields)
         self.block = block
         self.budget = budget
@@ -165,7 +168,8 @@ class ColumnStore:
             return
         block = Block(start=self.rows, rows=fill, store=self.name)
         for k, (name, dtype) in enumerate(self.fields):
-            block.columns[name] = self.block[k, :fill].astype(dtype)
+            if name not in self.drop:
+                block.columns[name] = self.block[k, :fill].astype(dtype)
         if self._ts is not None:
             block.ts_min = int(self.block[self._ts, :fill].min())
             block.ts_max = int(self.block[self._ts, :fill].max())
@@ -195,12 +199,7 @@ class ColumnStore:
         It keeps ``rows`` and one int32 (int64 past 2**31 rows) array of the positions
         of the valid rows, grouped by block; nothing else of their length is made.
         """
-        starts = np.array([b.start for b in self.sealed], dtype=np.int64)
-        bounds = np.zeros(len(self.sealed) + 1, dtype=np.int64)
-        positions = np.empty(int((rows >= 0).sum()),
-                             dtype=np.int32 if rows.shape[0] < 2**31 else np.int64)
-        if positions.shape[0]:
-            _group_by_block(rows, starts, positions, bounds)
+        positions, bounds = group_positions(rows, [b.start for b in self.sealed])
         n = rows.shape[0]
 
         def get(name: str) -> np.ndarray:
@@ -222,32 +221,3 @@ class ColumnStore:
     def __len__(self) -> int:
         return self.rows
 
-
-@njit(cache=True, nogil=True)
-def _block_of(starts: np.ndarray, row) -> int:
-    """Index of the block holding ``row``: the last start <= row."""
-    lo, hi = 0, starts.shape[0]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if starts[mid] <= row:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-@njit(cache=True, nogil=True)
-def _group_by_block(rows, starts, positions, bounds) -> None:
-    """Counting sort of the positions of the valid (>= 0) ``rows`` by block: block k's
-    positions, ascending, are ``positions[bounds[k]:bounds[k+1]]``."""
-    for i in range(rows.shape[0]):
-        if rows[i] >= 0:
-            bounds[_block_of(starts, rows[i]) + 1] += 1
-    for k in range(1, bounds.shape[0]):
-        bounds[k] += bounds[k - 1]
-    fill = bounds[:-1].copy()
-    for i in range(rows.shape[0]):
-        if rows[i] >= 0:
-            k = _block_of(starts, rows[i])
-            positions[fill[k]] = i
-            fill[k] += 1

@@ -86,7 +86,7 @@ def activity_rows(scanned: ScannedTrace, cls_of: np.ndarray) -> tuple[np.ndarray
     for start, cols in scanned.stores["gpu"].blocks("cat", "ts"):
         c = cls_of[cols["cat"]]
         keep = np.flatnonzero(np.isin(c, L.ACTIVITY_CLASSES))
-        rows.append((start + keep).astype(np.int64))
+        rows.append(start + keep)
         classes.append(c[keep])
         ts.append(cols["ts"][keep])
     rdt = row_dtype(scanned)

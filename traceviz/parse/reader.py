@@ -64,11 +64,13 @@ def _grow_threads(thr: np.ndarray, count: int) -> np.ndarray:
 
 
 def scan_trace(src: str | os.PathLike | BinaryIO, *, memory_budget: int = DEFAULT_BUDGET,
-               chunk_size: int = DEFAULT_CHUNK) -> ScannedTrace:
+               chunk_size: int = DEFAULT_CHUNK,
+               drop: dict[str, tuple[str, ...]] | None = None) -> ScannedTrace:
     """Read one trace in a single streaming pass into column stores.
 
     ``memory_budget`` bounds the bytes of sealed column blocks held in memory (more are
-    spilled to disk). Raises :class:`~traceviz.errors.TraceError` for input that is not a
+    spilled to disk). ``drop`` names, per store, fields not to keep (those only an
+    output that is not wanted reads). Raises :class:`~traceviz.errors.TraceError` for input that is not a
     readable Kineto trace. A trace cut short (a profiler killed while writing) is not an
     error: every complete event before the cut is kept and ``truncated_at`` holds the
     byte offset.
@@ -76,7 +78,7 @@ def scan_trace(src: str | os.PathLike | BinaryIO, *, memory_budget: int = DEFAUL
     source = ByteSource(src)
     budget = SpillBudget(memory_budget)
     try:
-        return _scan(source, budget, chunk_size)
+        return _scan(source, budget, chunk_size, drop or {})
     except BaseException:
         budget.close()
         raise
@@ -84,9 +86,10 @@ def scan_trace(src: str | os.PathLike | BinaryIO, *, memory_budget: int = DEFAUL
         source.close()
 
 
-def _scan(source: ByteSource, budget: SpillBudget, chunk_size: int) -> ScannedTrace:
+def _scan(source: ByteSource, budget: SpillBudget, chunk_size: int,
+          drop: dict[str, tuple[str, ...]]) -> ScannedTrace:
     blocks = np.empty((L.N_STORES, L.MAX_FIELDS, BLOCK_ROWS), dtype=np.int64)
-    stores = {name: ColumnStore(name, blocks[s], budget)
+    stores = {name: ColumnStore(name, blocks[s], budget, drop.get(name, ()))
               for s, name in enumerate(L.STORE_NAMES)}
     w = L.new_state()
     strings = StringTable()
