@@ -7,10 +7,13 @@ import json
 import subprocess
 import sys
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
 import traceviz
+from traceviz.parse import reader
+from traceviz.parse.table import CPU_ONLY_FIELDS
 from conftest import shared
 from reference import read_bytes
 
@@ -78,3 +81,37 @@ def test_cpu_table_and_load_round_trip(tmp_path):
     assert meta["stats"]["events_by_cat"]["kernel"] == 2700
     assert meta["device_properties"][0]["name"] == "NVIDIA A100-PG509-200"
     assert meta["base_time_ns"] is not None
+
+
+
+def test_parquet_encodings(tmp_path):
+    """Only dictionary (string) columns are dictionary-encoded in the file (int64 times
+    and ids are not: that doubled the file and cost ~70 MB per row group); the table
+    reads back equal to the parsed one."""
+    out = tmp_path / "r.parquet"
+    parsed = traceviz.parse_trace(shared(TRACE))
+    parsed.columns.write_parquet(str(out))
+    schema = pq.read_schema(out)
+    meta = pq.ParquetFile(out).metadata
+    for c in range(meta.num_columns):
+        chunk = meta.row_group(0).column(c)
+        field = schema.field(chunk.path_in_schema.split(".")[0])
+        dictionary = any("DICTIONARY" in e for e in chunk.encodings)
+        assert dictionary == pa.types.is_dictionary(field.type), chunk.path_in_schema
+    assert traceviz.load(out).equals(parsed.activities)
+
+
+def test_cpu_only_fields_dropped_without_cpu():
+    """Without --cpu the scan keeps none of the CPU table's own fields, keeps the others,
+    and the GPU table is the same as with --cpu."""
+    scanned = reader.scan_trace(shared(TRACE), drop=CPU_ONLY_FIELDS)
+    try:
+        for store, fields in CPU_ONLY_FIELDS.items():
+            kept = set(scanned.stores[store].dtypes) - set(fields)
+            for block in scanned.stores[store].sealed:
+                assert set(block.columns) == kept
+    finally:
+        scanned.close()
+    plain = traceviz.parse_trace(shared(TRACE)).activities
+    with_cpu = traceviz.parse_trace(shared(TRACE), cpu=True).activities
+    assert _strip(with_cpu).equals(_strip(plain))
