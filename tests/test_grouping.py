@@ -1,6 +1,7 @@
 """group_positions (the counting sort behind store gatherers and per-iteration grouping)
 against a plain numpy reference."""
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from traceviz.grouping import group_positions
@@ -33,3 +34,10 @@ def test_empty():
     assert positions.shape == (0,) and bounds.tolist() == [0]
     positions, bounds = group_positions(np.array([-1, -2]), np.array([0]))
     assert positions.shape == (0,) and bounds.tolist() == [0, 0]
+
+
+def test_values_before_the_first_start_are_refused():
+    with pytest.raises(ValueError):
+        group_positions(np.array([1, 5]), np.array([2, 4]))
+    with pytest.raises(ValueError):
+        group_positions(np.array([0]), np.empty(0, np.int64))

@@ -21,6 +21,9 @@ def group_positions(values: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray,
     positions = np.empty(int((values >= 0).sum()),
                          dtype=np.int32 if values.shape[0] < 2**31 else np.int64)
     if positions.shape[0]:
+        lowest = np.min(values, where=values >= 0, initial=np.iinfo(values.dtype).max)
+        if starts.shape[0] == 0 or lowest < starts[0]:
+            raise ValueError("every value >= 0 must lie at or after starts[0]")
         _group(values, starts, positions, bounds)
     return positions, bounds
 
