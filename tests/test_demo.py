@@ -27,8 +27,6 @@ def test_demo_runs_every_step(tmp_path):
     assert (it / "Model_Group_0" / "Model_Group_0_all_ranks_combined.png").exists()
     # the report: iteration time over all ranks equals the ProfilerStep spans of the
     # job's ground truth, clocks synced
-
-
     rep = json.loads((out / "report" / "report.json").read_text())
     truth = json.loads((out / "job" / "ground_truth" / "ground_truth.json").read_text())
     spans = [(a - truth["skew_ns"][int(r)], b - truth["skew_ns"][int(r)])

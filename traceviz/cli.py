@@ -351,17 +351,14 @@ def diff(control, test, outdir, control_rank, test_rank, control_iterations,
     from pathlib import Path
 
     from .analysis import diff as D
-    from .output import atomic_path, write_parquet
+    from .output import write_csv_and_parquet
     from .render.diff_figure import draw
-    import pyarrow.csv as pacsv
 
     a = D.load_side(control, "control", control_rank, _int_list(control_iterations))
     b = D.load_side(test, "test", test_rank, _int_list(test_iterations))
     table = D.compare(a, b, short_names=not full_names)
     out = Path(outdir)
-    with atomic_path(out / "trace_diff.csv") as tmp:
-        pacsv.write_csv(table, tmp)
-    write_parquet(table, out / "trace_diff.parquet")
+    write_csv_and_parquet(table, out, "trace_diff")
     draw(table, out / "trace_diff.png")
     click.echo(D.summary(table, a, b))
     click.echo(f"wrote trace_diff.csv, trace_diff.parquet, trace_diff.png to {out}", err=True)
@@ -433,11 +430,9 @@ def sequences(trace, operator, rank, min_len, top_k, outdir) -> None:
     """
     from pathlib import Path
 
-    import pyarrow.csv as pacsv
-
     from .analysis.rank_tables import rank_tables
     from .analysis.sequences import frequent_sequences
-    from .output import atomic_path, write_parquet
+    from .output import write_csv_and_parquet
     from .render.sequence_figure import draw, label
 
     gpu, cpu = rank_tables(Path(trace), rank)
@@ -445,9 +440,7 @@ def sequences(trace, operator, rank, min_len, top_k, outdir) -> None:
         raise UsageError(f"{trace}: no CPU table; pass the trace, or parse it with --cpu")
     table = frequent_sequences(gpu, cpu, operator, min_len)
     out = Path(outdir)
-    with atomic_path(out / "frequent_sequences.csv") as tmp:
-        pacsv.write_csv(table, tmp)
-    write_parquet(table, out / "frequent_sequences.parquet")
+    write_csv_and_parquet(table, out, "frequent_sequences")
     draw(table, out / "frequent_sequences.png", top_k)
     if not table.num_rows:
         click.echo(f"no op containing {operator!r} launches {min_len} or more kernels")
@@ -545,7 +538,8 @@ def aggregate(root, outdir, alignment, topology_file, jobs, no_figures) -> None:
 @click.argument("outdir", default="traceviz_demo", type=click.Path(file_okay=False))
 def demo(outdir) -> None:
     """Synthesize a small Megatron-like job (tp2 pp4 dp2, 8 micro-batches) and run
-    batch, aggregate and breakdown on it; prints where everything went.
+    batch, aggregate, breakdown, report, pipeline and html on it; prints where
+    everything went.
 
     \b
     Examples:

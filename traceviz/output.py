@@ -10,6 +10,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -77,3 +78,21 @@ def write_parquet(table: pa.Table, dest: str | os.PathLike) -> None:
     """Write ``table`` (see :func:`writer_options`) to ``dest`` or ``"-"``."""
     with parquet_sink(dest) as sink:
         pq.write_table(table, sink, **writer_options(table.schema))
+
+
+def write_csv(table: pa.Table, dest: str | os.PathLike) -> Path:
+    """Write ``table`` as CSV to ``dest`` (atomically); returns the path."""
+    import pyarrow.csv as pacsv
+
+    with atomic_path(dest) as tmp:
+        pacsv.write_csv(table, tmp)
+    return Path(dest)
+
+
+def write_csv_and_parquet(table: pa.Table, folder: str | os.PathLike, name: str
+                          ) -> list[Path]:
+    """``folder/name.csv`` and ``folder/name.parquet``; returns both paths."""
+    folder = Path(folder)
+    paths = [write_csv(table, folder / f"{name}.csv"), folder / f"{name}.parquet"]
+    write_parquet(table, paths[1])
+    return paths

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.csv as pacsv
+import pyarrow.compute as pc
 
 from ..errors import TraceVizError
-from ..output import atomic_path, write_parquet
-from .aggregate import (COLUMNS, RankActivities, category_spans, microbatch_table,
+from ..output import write_csv, write_csv_and_parquet
+from .aggregate import (COLUMNS, category_spans, microbatch_table,
                         rank_activities)
 from .calls import COLUMNS as CALL_COLUMNS
 from .clocks import ClockSync, collective_ends, synchronize
@@ -39,12 +39,6 @@ class FolderResult:
     written: list[Path] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-
-
-def _csv(table: pa.Table, path: Path) -> Path:
-    with atomic_path(path) as tmp:
-        pacsv.write_csv(table, tmp)
-    return path
 
 
 def _load(folder: Path) -> tuple[dict[int, pa.Table], list[str]]:
@@ -84,25 +78,21 @@ def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
     result = FolderResult(folder, sorted(tables), sync, failed=failed)
     mb, spans = microbatch_table(ranks), category_spans(ranks)
     for name, table in (("microbatches", mb), ("category_spans", spans)):
-        result.written += [_csv(table, folder / f"{name}.csv"), folder / f"{name}.parquet"]
-        write_parquet(table, folder / f"{name}.parquet")
-    result.written.append(_csv(sync.table(), folder / "clock_offsets.csv"))
+        result.written += write_csv_and_parquet(table, folder, name)
+    result.written.append(write_csv(sync.table(), folder / "clock_offsets.csv"))
     by_rank = {ra.rank: ra for ra in ranks}
-    mb_rows, span_rows = mb.to_pylist(), spans.to_pylist()
     for ra in ranks:
         r = ra.rank
         out = folder / f"rank_{r:04d}"
-        mine = [x for x in mb_rows if x["rank"] == r]
+        mine = mb.filter(pc.equal(mb["rank"], r))
         result.written += [
-            _csv(pa.Table.from_pylist(mine, schema=mb.schema),
-                 out / f"Rank{r}_commcompOverlap_analysis.csv"),
-            _csv(pa.Table.from_pylist([x for x in span_rows if x["rank"] == r],
-                                      schema=spans.schema), out / f"Rank{r}_statistics.csv")]
+            write_csv(mine, out / f"Rank{r}_commcompOverlap_analysis.csv"),
+            write_csv(spans.filter(pc.equal(spans["rank"], r)), out / f"Rank{r}_statistics.csv")]
         if figures:
             result.written += [
                 timeline([("", [ra])], out / "overlapping_timeline.png",
                          f"Rank {r} timeline", alignment),
-                overlap_bars(mine, r, out / f"comm_comp_overlap_combined_rank{r}.png")]
+                overlap_bars(mine.to_pylist(), r, out / f"comm_comp_overlap_combined_rank{r}.png")]
     layout, note = job_layout(root, folder, topology)
     if note:
         result.notes.append(f"{note}; PP and model-group figures skipped")

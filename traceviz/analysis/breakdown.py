@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.csv as pacsv
 
 from ..errors import TraceVizError
-from ..output import atomic_path, write_parquet
+from ..output import write_csv_and_parquet
 from .idle import idle_breakdown
 from .kernels import top_kernels
 from .launch import launch_stats_summary
@@ -70,11 +69,7 @@ def write(result: Result, outdir: str | os.PathLike) -> list[Path]:
     outdir = Path(outdir)
     written = []
     for name, table in result.tables.items():
-        csv_path = outdir / f"{name}.csv"
-        with atomic_path(csv_path) as tmp:
-            pacsv.write_csv(table, tmp)
-        write_parquet(table, outdir / f"{name}.parquet")
-        written += [csv_path, outdir / f"{name}.parquet"]
+        written += write_csv_and_parquet(table, outdir, name)
     return written + draw_all(result.tables, outdir)
 
 

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from ..classify.groups import GROUPS
 from ..parse.table import COLLECTIVES
-from .select import codes_of, index_in
+from .select import codes_of, index_in, ints
 
 COLUMNS = ("kind", "collective", "comm_group", "pg_name", "seq", "group_size",
            "msg_in_bytes", "msg_out_bytes", "ts", "dur", "iteration")
@@ -79,10 +79,6 @@ class RankCalls:
         return self.start.shape[0]
 
 
-def _ints(col, fill: int = -1) -> np.ndarray:
-    return np.asarray(pc.fill_null(col, fill).to_numpy(zero_copy_only=False), dtype=np.int64)
-
-
 def operation_bytes(collective: np.ndarray, in_bytes: np.ndarray, out_bytes: np.ndarray,
                     size: np.ndarray) -> np.ndarray:
     """nccl-tests' S per kernel from Kineto's message sizes (-1 unknown)."""
@@ -105,9 +101,9 @@ def rank_calls(table: pa.Table, rank: int) -> RankCalls:
     gcode, gnames = codes_of(comm["pg_name"])
     groups = [str(g) for g in gnames] + [""]
     gcode = np.where(gcode < 0, len(groups) - 1, gcode)
-    ts, dur = _ints(comm["ts"]), np.maximum(_ints(comm["dur"], 0), 0)
-    seq, size = _ints(comm["seq"]), _ints(comm["group_size"])
-    in_b, out_b = _ints(comm["msg_in_bytes"]), _ints(comm["msg_out_bytes"])
+    ts, dur = ints(comm["ts"]), np.maximum(ints(comm["dur"], 0), 0)
+    seq, size = ints(comm["seq"]), ints(comm["group_size"])
+    in_b, out_b = ints(comm["msg_in_bytes"]), ints(comm["msg_out_bytes"])
     p2p = (coll == COLLECTIVES.index("SendRecv")) & (cgroup == GROUPS.index("PP"))
     # order within the group by start: the call number where there is no Seq
     order = np.lexsort((ts, gcode))
@@ -137,5 +133,5 @@ def rank_calls(table: pa.Table, rank: int) -> RankCalls:
         collective=coll[head], comm_group=cgroup[head], size=size[head],
         nbytes=np.where(unknown > 0, -1, nbytes), start=ts[head], end=end,
         busy=np.bincount(call, weights=dur, minlength=n).astype(np.int64),
-        kernels=np.bincount(call, minlength=n), iteration=_ints(comm["iteration"])[head],
+        kernels=np.bincount(call, minlength=n), iteration=ints(comm["iteration"])[head],
         p2p=p2p[head])

@@ -13,7 +13,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from ..errors import TraceVizError
-from ..output import atomic_path, write_parquet
+from ..output import write_csv_and_parquet
 from .pipeline import pipeline_view
 
 
@@ -126,10 +126,7 @@ def _html_gaps(gaps: list[dict]) -> str:
 
 
 def _write_table(tables: list[pa.Table], outdir: Path) -> None:
-    table = pa.concat_tables(tables)
-    with atomic_path(outdir / "pipeline_stages.csv") as tmp:
-        pacsv.write_csv(table, tmp)
-    write_parquet(table, outdir / "pipeline_stages.parquet")
+    write_csv_and_parquet(pa.concat_tables(tables), outdir, "pipeline_stages")
 
 
 def _run_timer_dumps(root: Path, outdir: Path, all_groups: bool) -> list[str]:

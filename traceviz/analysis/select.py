@@ -90,7 +90,8 @@ class Activities:
         return self.ts.shape[0]
 
 
-def _ints(col: pa.ChunkedArray, fill: int = -1) -> np.ndarray:
+def ints(col: pa.ChunkedArray | pa.Array, fill: int = -1) -> np.ndarray:
+    """An int column as int64, nulls as ``fill``."""
     return np.asarray(pc.fill_null(col, fill).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
@@ -116,12 +117,12 @@ def index_in(col: pa.ChunkedArray | pa.Array, values: tuple[str, ...]) -> np.nda
 def select(table: pa.Table, options: Options = Options()) -> Activities:
     """The activities of one rank's table that ``options`` keep."""
     meta = metadata(table)
-    ts, dur = _ints(table["ts"]), _ints(table["dur"], 0)
+    ts, dur = ints(table["ts"]), ints(table["dur"], 0)
     end = ts + np.maximum(dur, 0)
-    launch_ts = _ints(table["launch_ts"])
-    launch_end = np.where(launch_ts >= 0, launch_ts + _ints(table["launch_dur"], 0), -1)
-    iteration = _ints(table["iteration"])
-    stream = _ints(table["stream"])
+    launch_ts = ints(table["launch_ts"])
+    launch_end = np.where(launch_ts >= 0, launch_ts + ints(table["launch_dur"], 0), -1)
+    iteration = ints(table["iteration"])
+    stream = ints(table["stream"])
     name, names = codes_of(table["name"])
     cat_code, cat_names = codes_of(table["cat"])
     cat = np.array([{"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2}[c] for c in cat_names]
@@ -150,7 +151,7 @@ def select(table: pa.Table, options: Options = Options()) -> Activities:
     rows = np.flatnonzero(keep)
     rows = rows[np.argsort(ts[rows], kind="stable")]
     launch_name, launch_names = codes_of(table["launch_name"])
-    nbytes = _ints(table["bytes"])
+    nbytes = ints(table["bytes"])
     with np.errstate(divide="ignore", invalid="ignore"):
         bandwidth = np.where((nbytes >= 0) & (dur > 0), nbytes / np.maximum(dur, 1), np.nan)
     if "memory_bw_gbps" in table.column_names:
@@ -158,7 +159,7 @@ def select(table: pa.Table, options: Options = Options()) -> Activities:
         bandwidth = np.where(np.isnan(given), bandwidth, given)
     return Activities(
         rank=int(meta.get("rank", -1)), ts=ts[rows], end=end[rows], kind=kind[rows],
-        name=name[rows], names=names, device=_ints(table["device"])[rows],
+        name=name[rows], names=names, device=ints(table["device"])[rows],
         stream=stream[rows], iteration=iteration[rows],
         launch_ts=launch_ts[rows], launch_end=launch_end[rows],
         launch_name=launch_name[rows], launch_names=launch_names, cat=cat[rows],

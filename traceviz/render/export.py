@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from ..analysis.select import codes_of, index_in, ints
 from ..output import atomic_path
 from .trace_inject import event_json
 
@@ -36,13 +36,7 @@ COLUMNS = ("ts", "dur", "kind", "name", "stream", "iteration", "phase", "microba
            "msg_in_bytes", "msg_out_bytes")
 
 
-def _col(table: pa.Table, name: str, fill=-1) -> np.ndarray:
-    return np.asarray(pc.fill_null(table[name], fill).to_numpy(zero_copy_only=False))
-
-
 def _text(table: pa.Table, name: str) -> list:
-    from ..analysis.select import codes_of
-
     codes, values = codes_of(table[name])
     values = values + [None]
     return [values[c] for c in codes.tolist()]
@@ -52,7 +46,6 @@ def rank_events(table: pa.Table, rank: int, offset_ns: int = 0,
                 kernels: bool = False) -> Iterator[dict]:
     """The tracks of one rank's activity table (see the module doc)."""
     from ..analysis.calls import factors, operation_bytes
-    from ..analysis.select import codes_of, index_in
     from ..intervals import grouped_span
     from ..parse.table import COLLECTIVES
 
@@ -64,11 +57,11 @@ def rank_events(table: pa.Table, rank: int, offset_ns: int = 0,
     for tid, name in ((1, "steps"), (2, "communication")):
         yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "ts": 0,
                "args": {"name": name}}
-    ts = _col(table, "ts").astype(np.int64) - offset_ns
-    end = ts + np.maximum(_col(table, "dur", 0).astype(np.int64), 0)
+    ts = ints(table["ts"]) - offset_ns
+    end = ts + np.maximum(ints(table["dur"], 0), 0)
     kind = index_in(table["kind"], ("COMP", "COMM", "MEM"))
     phase_code, phases = codes_of(table["phase"])
-    it, mb, chunk = (_col(table, c).astype(np.int64) for c in ("iteration", "microbatch",
+    it, mb, chunk = (ints(table[c]) for c in ("iteration", "microbatch",
                                                                 "chunk"))
     # micro-batch steps, and the optimizer step of each iteration (micro-batch / chunk -1)
     opt = phases.index("OPTIMIZER") if "OPTIMIZER" in phases else -2
@@ -91,11 +84,11 @@ def rank_events(table: pa.Table, rank: int, offset_ns: int = 0,
     # communication
     comm = np.flatnonzero(kind == 1)
     coll = index_in(table["collective"], COLLECTIVES)
-    size = _col(table, "group_size").astype(np.int64)
-    nbytes = operation_bytes(coll, _col(table, "msg_in_bytes").astype(np.int64),
-                             _col(table, "msg_out_bytes").astype(np.int64), size)
+    size = ints(table["group_size"])
+    nbytes = operation_bytes(coll, ints(table["msg_in_bytes"]),
+                             ints(table["msg_out_bytes"]), size)
     factor = factors(coll, size)
-    group, pg, seq = _text(table, "comm_group"), _text(table, "pg_name"), _col(table, "seq")
+    group, pg, seq = _text(table, "comm_group"), _text(table, "pg_name"), ints(table["seq"])
     for i in comm.tolist():
         dur = int(end[i] - ts[i])
         args = {"group": group[i], "collective": COLLECTIVES[coll[i]] if coll[i] >= 0 else None,
@@ -118,7 +111,7 @@ def rank_events(table: pa.Table, rank: int, offset_ns: int = 0,
 
 
 def _kernel_events(table, pid, ts, end, mb, group) -> Iterator[dict]:
-    stream = _col(table, "stream").astype(np.int64)
+    stream = ints(table["stream"])
     names, kind, phase = (_text(table, c) for c in ("name", "kind", "phase"))
     for s in np.unique(stream).tolist():
         yield {"ph": "M", "name": "thread_name", "pid": pid, "tid": 100 + s, "ts": 0,

@@ -223,7 +223,7 @@ def _launching_ops(w: RankWriter, item: Item, tl, idx, forward_op_ts, members_of
                    comm_args_now) -> int:
     """The cpu_op chain around an item's launch; returns the External id of the launch.
     ``comm_args_now()`` gives a collective's record_param_comms arguments."""
-    i0, l0, l1 = tl.issue[idx], tl.launch[idx], tl.launch_end[idx]
+    i0, l1 = tl.issue[idx], tl.launch_end[idx]
     th = item.thread
     if item.kind in ("coll", "send", "recv"):
         outer, note = C10D[item.collective]
