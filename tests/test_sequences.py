@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import needs_shared, shared
-from traceviz.analysis.rank_tables import rank_tables
+from traceviz.analysis.rank_tables import gpu_and_cpu
 from traceviz.analysis.sequences import frequent_sequences
 from traceviz.cli import main
 from traceviz.synth import SynthConfig, synthesize
@@ -53,7 +53,7 @@ def _truth(path, operator: str, min_len: int) -> Counter:
                                               ("aten::", 2)])
 def test_real_trace_against_raw_events(operator, min_len):
     path = shared("hta/trace_filter/sampled_rank-0.json.gz")
-    gpu, cpu = rank_tables(path, None)
+    gpu, cpu = gpu_and_cpu(path, None)
     table = frequent_sequences(gpu, cpu, operator, min_len).to_pylist()
     want = _truth(path, operator, min_len)
     assert {r["pattern"]: r["count"] for r in table} == dict(want)

@@ -430,12 +430,12 @@ def sequences(trace, operator, rank, min_len, top_k, outdir) -> None:
     """
     from pathlib import Path
 
-    from .analysis.rank_tables import rank_tables
+    from .analysis.rank_tables import gpu_and_cpu
     from .analysis.sequences import frequent_sequences
     from .output import write_csv_and_parquet
     from .render.sequence_figure import draw, label
 
-    gpu, cpu = rank_tables(Path(trace), rank)
+    gpu, cpu = gpu_and_cpu(Path(trace), rank)
     if cpu is None:
         raise UsageError(f"{trace}: no CPU table; pass the trace, or parse it with --cpu")
     table = frequent_sequences(gpu, cpu, operator, min_len)

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from ..errors import TraceVizError
 from ..parse.join import step_of
-from .rank_tables import rank_tables
+from .rank_tables import gpu_and_cpu
 from .select import MEM, codes_of, hta_kind
 
 DEVICES = ("GPU", "CPU")
@@ -63,7 +63,7 @@ def load_side(path: str | os.PathLike, label: str, rank: int | None = None,
     """Read one side (see the module doc)."""
     import traceviz
 
-    gpu, cpu = rank_tables(Path(path), rank)
+    gpu, cpu = gpu_and_cpu(Path(path), rank)
     meta = traceviz.metadata(gpu)
     steps = meta.get("steps", [])
     numbers = sorted(s["iteration"] for s in steps)

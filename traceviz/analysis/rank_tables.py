@@ -10,7 +10,7 @@ from ..errors import TraceVizError
 from .inputs import input_files
 
 
-def rank_tables(path: Path, rank: int | None) -> tuple[pa.Table, pa.Table | None]:
+def gpu_and_cpu(path: Path, rank: int | None) -> tuple[pa.Table, pa.Table | None]:
     """GPU activity table and CPU table of one rank of ``path`` (a trace, a parsed table
     with its ``.cpu.parquet`` sibling, or a folder of either)."""
     import traceviz
