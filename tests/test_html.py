@@ -3,12 +3,15 @@ through selenium) with no console errors, every section shown, figures decoded a
 links that land on their targets."""
 from __future__ import annotations
 
+import html
 import re
 import shutil
 
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from traceviz.analysis import pipeline_run
 from traceviz.analysis.report_run import make_report
 from traceviz.cli import main
 from traceviz.synth import SynthConfig, synthesize
@@ -43,7 +46,13 @@ def test_page_is_self_contained(page):
     assert tp["stragglers"][0]["rank"] == STRAGGLER
     assert f"<a href='#rank-{STRAGGLER}'>rank {STRAGGLER}</a>" in text
     assert f"<tr id='rank-{STRAGGLER}'>" in text
-
+    # the pipeline section lists the gaps of the pipeline view's gaps table
+    pipeline_run.run(root / "job", root / "pipe")
+    gaps = pq.read_table(root / "pipe" / "pipeline_gaps.parquet").to_pylist()
+    assert gaps
+    for g in gaps:
+        line = f"{g['ns'] / 1e6:.3f} ms: {g['what']}"
+        assert f"<li>{html.escape(line)}</li>" in text
 
 def _driver():
     browser = shutil.which("chromium") or shutil.which("chromium-browser")

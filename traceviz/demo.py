@@ -53,7 +53,7 @@ def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> dict[
     echo(f"pipeline: {lines[0]}")
     page = html_run.write_page(out / "traceviz_report.html", "traceviz demo job",
                                rep.report, result.tables, out / "breakdown",
-                               out / "pipeline", lines, "")
+                               out / "pipeline", "")
     steps["HTML report (open in a browser)"] = page
     echo(f"html: {page}")
     echo(f"done in {time.perf_counter() - start:.1f} s")

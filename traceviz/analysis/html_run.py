@@ -47,7 +47,7 @@ def _overlap(rep: dict, temporal, figures: Path) -> str:
             + (image(fig, "temporal breakdown per rank") if fig.exists() else ""))
 
 
-def _pipeline(folder: Path | None, lines: list[str], why: str) -> str:
+def _pipeline(folder: Path | None, why: str) -> str:
     if folder is None:
         return f"<p class='note'>{esc(why)}</p>"
     stages = pq.read_table(folder / "pipeline_stages.parquet").to_pylist()
@@ -57,8 +57,11 @@ def _pipeline(folder: Path | None, lines: list[str], why: str) -> str:
              "critical" if s["critical"] else ""] for s in stages if s["pp_group"] ==
             stages[0]["pp_group"]]
     pngs = sorted(folder.glob("pipeline_*.png"))
-    gaps = "".join(f"<li>{esc(line.split('largest gap: ', 1)[1])}</li>" for line in lines
-                   if "largest gap:" in line)
+    from .pipeline_run import gap_text
+
+    gaps = "".join(f"<li>{esc(gap_text(g))}</li>"
+                   for g in pq.read_table(folder / "pipeline_gaps.parquet").to_pylist()
+                   if g["pp_group"] == stages[0]["pp_group"])
     return ((image(pngs[0], "pipeline schedule, measured and ideal") if pngs else "")
             + table(["stage", "rank", "busy ms", "bubble %", "bubble % of iteration",
                      "ideal bubble %", "warm-up / steady / cool-down", ""], rows)
@@ -118,14 +121,13 @@ def _stragglers(rep: dict) -> str:
 
 
 def write_page(output: str | os.PathLike, title: str, rep: dict, tables: dict,
-               figures: Path, pipeline: Path | None, lines: list[str], why: str) -> Path:
+               figures: Path, pipeline: Path | None, why: str) -> Path:
     """Write the page from what the analyses produced: the report dict, the breakdown's
-    tables and figure folder, the pipeline folder (None: ``why`` there is none) and the
-    lines ``traceviz pipeline`` printed."""
+    tables and figure folder, and the pipeline folder (None: ``why`` there is none)."""
     sections = {
         "summary": _summary(rep),
         "overlap": _overlap(rep, tables["temporal_breakdown"].to_pylist(), figures),
-        "pipeline": _pipeline(pipeline, lines, why),
+        "pipeline": _pipeline(pipeline, why),
         "kernels": _kernels(tables["top_kernels"].to_pylist(), figures),
         "collectives": _collectives(rep),
         "stragglers": _stragglers(rep)}
@@ -152,10 +154,10 @@ def run(root: str | os.PathLike, output: str | os.PathLike, overrides: dict | No
         figures = Path(tmp) / "breakdown"
         result = breakdown.run([folder])
         breakdown.write(result, figures)
-        pipe, lines, why = Path(tmp) / "pipeline", [], ""
+        pipe, why = Path(tmp) / "pipeline", ""
         try:
-            lines = pipeline_run.run(root, pipe, topology=topology)
+            pipeline_run.run(root, pipe, topology=topology)
         except TraceVizError as exc:
             pipe, why = None, f"no pipeline view: {exc}"
         return write_page(output, f"traceviz: {root.resolve().name}", rep, result.tables,
-                          figures, pipe, lines, why)
+                          figures, pipe, why)

@@ -86,9 +86,20 @@ def _rank_extras(folder: Path, ranks: list[int], it: int
     return lengths, marks
 
 
+GAPS_SCHEMA = pa.schema([("pp_group", pa.int32()), ("kind", pa.string()),
+                         ("ns", pa.int64()), ("stage", pa.int32()), ("what", pa.string())])
+
+
+def gap_text(gap: dict) -> str:
+    """One largest gap as a line: its size and what caused it."""
+    return f"{gap['ns'] / 1e6:.3f} ms: {gap['what']}"
+
+
 def _write_view(view, group: list[int], i: int, title: str, stem: Path,
-                marks: list[tuple[int, str, int, int]], lines: list[str]) -> pa.Table:
-    """Figures of one group's view; appends its summary lines, returns its table."""
+                marks: list[tuple[int, str, int, int]], lines: list[str]
+                ) -> tuple[pa.Table, pa.Table]:
+    """Figures of one group's view; appends its summary lines, returns its stage table
+    and its gaps table."""
     from ..render.pipeline_figure import Mark, draw, write_html
 
     stage = {r: p for p, r in enumerate(group)}
@@ -113,20 +124,21 @@ def _write_view(view, group: list[int], i: int, title: str, stem: Path,
                      f"analytic {s['analytic_bubble_pct']:.1f} %{whole}); warm-up "
                      f"{s['warmup_steps']}, steady {s['steady_pairs']} pairs, cool-down "
                      f"{s['cooldown_steps']}")
-    for g in view.gaps:
-        lines.append(f"  largest gap: {g['ns'] / 1e6:.3f} ms: {g['what']}")
+    lines += [f"  largest gap: {gap_text(g)}" for g in view.gaps]
+    gaps = pa.Table.from_pylist([{"pp_group": i, **g} for g in view.gaps], schema=GAPS_SCHEMA)
     return view.stages.append_column("pp_group", pa.array([i] * view.stages.num_rows,
-                                                          pa.int32()))
+                                                          pa.int32())), gaps
 
 
 def _html_gaps(gaps: list[dict]) -> str:
-    items = "".join(f"<li>{g['ns'] / 1e6:.3f} ms: {html.escape(g['what'])}</li>"
-                    for g in gaps)
+    items = "".join(f"<li>{html.escape(gap_text(g))}</li>" for g in gaps)
     return f"<h2>Largest gaps against the ideal schedule</h2><ul>{items}</ul>" if gaps else ""
 
 
-def _write_table(tables: list[pa.Table], outdir: Path) -> None:
-    write_csv_and_parquet(pa.concat_tables(tables), outdir, "pipeline_stages")
+def _write_tables(views: list[tuple[pa.Table, pa.Table]], outdir: Path) -> None:
+    """``pipeline_stages`` and ``pipeline_gaps`` (.csv and .parquet) of every view."""
+    write_csv_and_parquet(pa.concat_tables([s for s, _ in views]), outdir, "pipeline_stages")
+    write_csv_and_parquet(pa.concat_tables([g for _, g in views]), outdir, "pipeline_gaps")
 
 
 def _run_timer_dumps(root: Path, outdir: Path, all_groups: bool) -> list[str]:
@@ -135,15 +147,16 @@ def _run_timer_dumps(root: Path, outdir: Path, all_groups: bool) -> list[str]:
     from .timer_dump import NAME, find_dumps, read_group
 
     ids = sorted({int(NAME.match(p.name).group(3)) for p in find_dumps(root)})
-    lines, tables = [], []
+    lines, views = [], []
     for i in ids if all_groups else ids[:1]:
         g = read_group(root, i)
         view = pipeline_view(g.rows, g.ranks, g.vpp, g.total_ns)
         title = f"PP group of TPxCPxDP rank {i} (ranks {g.ranks}), from timer dumps"
-        tables.append(_write_view(view, g.ranks, i, title,
-                                  outdir / f"pipeline_timers_group{i}", [], lines))
-    _write_table(tables, outdir)
-    lines.append(f"wrote pipeline_stages.csv, .parquet and the figures to {outdir}")
+        views.append(_write_view(view, g.ranks, i, title,
+                                 outdir / f"pipeline_timers_group{i}", [], lines))
+    _write_tables(views, outdir)
+    lines.append(f"wrote pipeline_stages / pipeline_gaps (.csv, .parquet) and the figures "
+                 f"to {outdir}")
     return lines
 
 
@@ -172,13 +185,14 @@ def run(root: Path, outdir: Path, vpp: int = 1, iteration: int | None = None,
                   if set(g) <= have]
         if not groups:
             raise TraceVizError(f"{path.parent}: no PP group has all its ranks")
-        tables = []
+        views = []
         for i, group in enumerate(groups if all_groups else groups[:1]):
             lengths, marks = _rank_extras(path.parent, group, it)
             view = pipeline_view(rows, group, vpp, lengths)
             title = f"PP group {i} (ranks {group}), ProfilerStep {it}"
-            tables.append(_write_view(view, group, i, title,
-                                      outdir / f"pipeline_group{i}_iter{it}", marks, lines))
-        _write_table(tables, outdir)
-    lines.append(f"wrote pipeline_stages.csv, .parquet and the figures to {outdir}")
+            views.append(_write_view(view, group, i, title,
+                                     outdir / f"pipeline_group{i}_iter{it}", marks, lines))
+        _write_tables(views, outdir)
+    lines.append(f"wrote pipeline_stages / pipeline_gaps (.csv, .parquet) and the figures "
+                 f"to {outdir}")
     return lines
