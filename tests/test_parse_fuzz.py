@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import io
 import json
+from decimal import ROUND_HALF_UP, Decimal, localcontext
 
+import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import traceviz
 from traceviz.parse.budget import MemoryPlan
+from traceviz.parse.lexer import NUM_BAD, NUM_OK, number_token
 from jsonwriter import Raw, dumps
 from reference import DEVICE_SIDE, activities, complete, event_count, load
 
@@ -138,3 +141,20 @@ def test_numbers_exact_beyond_float():
                      table.column("dur").to_pylist()))
     assert [(t, d) for _, t, d in got] == [(t, d) for _, _, t, d in cases]
     assert json.loads("1704161511420306.491") * 1000 != 1704161511420306491  # float would fail
+
+
+@settings(max_examples=2000, deadline=None)
+@given(text=st.from_regex(r"-?[0-9]{1,21}(\.[0-9]{0,7})?([eE][-+]?[0-9])?", fullmatch=True),
+       scale=st.sampled_from([0, 3]), delim=st.sampled_from([",", "}", "]", " ", "\n"]))
+def test_number_token_exact(text, scale, delim):
+    """Both paths of number_token (plain decimals, and exponents / rounding / 19+
+    digits) give the decimal value times 10**scale, rounded half away from zero."""
+    buf = np.frombuffer((text + delim).encode(), dtype=np.uint8)
+    end, value, status = number_token(buf, 0, buf.shape[0], scale)
+    with localcontext() as ctx:
+        ctx.prec = 80
+        exact = int(Decimal(text).scaleb(scale).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+    if -2**63 < exact < 2**63:
+        assert (end, value, status) == (len(text), exact, NUM_OK)
+    else:
+        assert status == NUM_BAD

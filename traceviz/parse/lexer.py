@@ -1,7 +1,9 @@
 """Byte-level JSON primitives for the numba scanner.
 
 Every function takes the byte buffer ``buf`` (``uint8`` array), a position ``i`` and the
-number of valid bytes ``n``; none allocates. Positions are indices into ``buf``.
+number of valid bytes ``n``; none allocates, so all are compiled without numba's
+runtime (``_nrt=False``: no reference counting of ``buf`` per call, see
+:mod:`.scanner`). Positions are indices into ``buf``.
 
 Return conventions shared by all functions here:
 
@@ -43,12 +45,12 @@ def fnv1a(data: bytes) -> int:
     return h - (1 << 64) if h >= (1 << 63) else h
 
 
-@njit(nogil=True, cache=True, inline="always")
+@njit(nogil=True, cache=True, _nrt=False, inline="always")
 def is_ws(c: int) -> bool:
     return c == 32 or c == 10 or c == 13 or c == 9
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, _nrt=False)
 def skip_ws(buf, i, n):
     """Index of the first non-whitespace byte at or after ``i`` (``n`` if none)."""
     while i < n and (buf[i] == 32 or buf[i] == 10 or buf[i] == 13 or buf[i] == 9):
@@ -56,7 +58,7 @@ def skip_ws(buf, i, n):
     return i
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, _nrt=False)
 def scan_string(buf, i, n):
     """Read the string whose opening quote is at ``i``.
 
@@ -81,7 +83,7 @@ def scan_string(buf, i, n):
     return INCOMPLETE, np.int64(h), esc
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, _nrt=False)
 def skip_string(buf, i, n):
     """Like :func:`scan_string` without the hash: the end position or INCOMPLETE."""
     i += 1
@@ -95,12 +97,12 @@ def skip_string(buf, i, n):
     return INCOMPLETE
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, _nrt=False)
 def _is_delim(c):
     return c == 44 or c == 125 or c == 93 or c == 32 or c == 10 or c == 13 or c == 9 or c == 58
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, _nrt=False)
 def skip_literal(buf, i, n):
     """Skip a number / true / false / null token (loosely: up to the next delimiter)."""
     c = buf[i]
@@ -117,7 +119,7 @@ def skip_literal(buf, i, n):
     return INCOMPLETE
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, _nrt=False)
 def skip_value(buf, i, n):
     """Skip one JSON value starting at ``i`` (no leading whitespace).
 
@@ -163,7 +165,7 @@ def skip_value(buf, i, n):
     return INCOMPLETE
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, _nrt=False)
 def decimal_at(buf, i, n, scale):
     """Parse the decimal number at ``i`` and return it times ``10**scale`` as an int64.
 
@@ -246,13 +248,44 @@ def decimal_at(buf, i, n, scale):
     return i, value, NUM_OK
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, _nrt=False)
 def number_token(buf, i, n, scale):
     """A JSON number token at ``i`` scaled by ``10**scale``: ``(end, value, status)``.
 
     ``end`` is INCOMPLETE when the buffer ends inside the token and SYNTAX when the token
-    is not followed by a delimiter.
+    is not followed by a delimiter. Plain decimals (``-?digits(.digits)?`` with at most
+    ``scale`` fraction digits and at most 18 digits once scaled: nearly every number of
+    a trace) are exact without rounding or overflow checks and take a fast path; every
+    other form goes through :func:`decimal_at`.
     """
+    j = i
+    if j < n and buf[j] == 45:
+        j += 1
+    first = j
+    mant = np.uint64(0)  # unsigned: wraps harmlessly on long inputs, which fall through
+    while j < n and 48 <= buf[j] <= 57:
+        mant = mant * np.uint64(10) + np.uint64(buf[j] - 48)
+        j += 1
+    n_int = j - first
+    n_frac = 0
+    if j < n and buf[j] == 46:
+        j += 1
+        first = j
+        while j < n and 48 <= buf[j] <= 57:
+            mant = mant * np.uint64(10) + np.uint64(buf[j] - 48)
+            j += 1
+        n_frac = j - first
+    if j < n and n_int > 0 and n_frac <= scale and n_int + scale <= 18 and _is_delim(buf[j]):
+        for _ in range(scale - n_frac):
+            mant *= np.uint64(10)
+        value = np.int64(mant)
+        return j, -value if buf[i] == 45 else value, NUM_OK
+    return _general_number_token(buf, i, n, scale)
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def _general_number_token(buf, i, n, scale):
+    """:func:`number_token` for any number form (exponents, rounding, overflow)."""
     j, v, st = decimal_at(buf, i, n, scale)
     if j >= n:
         return INCOMPLETE, v, st
@@ -266,7 +299,7 @@ def number_token(buf, i, n, scale):
     return j, v, st
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, _nrt=False)
 def string_number(buf, start, end, scale):
     """Parse the raw string content ``buf[start:end]`` as a decimal: ``(value, status)``.
 

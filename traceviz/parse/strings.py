@@ -19,7 +19,7 @@ from numba import njit
 from . import layout as L
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, _nrt=False)
 def intern(strs, w, h, off, length):
     """Id of the string with hash ``h`` whose raw bytes are ``buf[off:off+length]``.
 
