@@ -25,6 +25,16 @@ def _strip(table):
     return table.replace_schema_metadata(None)
 
 
+class _ReadOnly:
+    """A file object with only ``read``, returning short reads (like a socket)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = io.BytesIO(data)
+
+    def read(self, size: int = -1) -> bytes:
+        return self._data.read(min(size, 4093) if size >= 0 else size)
+
+
 def test_compressions_and_layouts_agree(tmp_path):
     data = read_bytes(shared(TRACE))
     doc = json.loads(data)
@@ -45,6 +55,9 @@ def test_compressions_and_layouts_agree(tmp_path):
         path.write_bytes(payload)
         tables[name] = traceviz.parse(path)
     tables["fileobj"] = traceviz.parse(io.BytesIO(gzip.compress(data)))
+    tables["plain fileobj"] = traceviz.parse(io.BytesIO(data))
+    tables["read-only fileobj"] = traceviz.parse(_ReadOnly(data))
+    tables["read-only gz fileobj"] = traceviz.parse(_ReadOnly(gzip.compress(data)))
     base = _strip(tables["plain.json"])
     assert base.num_rows == 3774
     for name, table in tables.items():
