@@ -6,7 +6,7 @@ a fixed part, measured when the parse starts; the rest, the data share, is split
 
 * while scanning, an eighth holds sealed column blocks (more spill to disk);
 * when building the tables, the joins' working set gets a sixth and the output columns
-  held in memory an eighth. A trace that spilled while scanning spills its remaining
+  held in memory a tenth. A trace that spilled while scanning spills its remaining
   blocks first.
 
 The rest is for the per-activity arrays (the compact columns: ~60 bytes per GPU activity
@@ -89,4 +89,4 @@ class MemoryPlan:
 
     @property
     def output_held(self) -> int:
-        return self.data // 8
+        return self.data // 10

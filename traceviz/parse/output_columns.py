@@ -1,9 +1,10 @@
 """The columns of an output table, built one at a time under a memory bound.
 
-Small tables stay in memory. Past ``spill_bytes`` each finished column is written to an
-Arrow IPC file as row-group-sized batches and dropped from memory; writing parquet then
-reads one row group of every column at a time. So a table larger than memory is never
-held whole, unless :meth:`OutputColumns.table` is asked for it.
+Columns stay in memory while they fit in ``spill_bytes``; a column that does not fit is
+written to an Arrow IPC file as row-group-sized batches and dropped from memory. Writing
+parquet then reads one row group of every spilled column at a time. So a table larger
+than memory is never held whole (unless :meth:`OutputColumns.table` is asked for it),
+and only the columns past the bound pay for the round trip through the disk.
 """
 from __future__ import annotations
 
@@ -33,19 +34,17 @@ class OutputColumns:
         self._fields: list[pa.Field] = []
         self._memory: dict[str, pa.Array] = {}
         self._files: dict[str, str] = {}
-        self._bytes = 0
+        self._held = 0  # bytes of the columns kept in memory
 
     def add(self, name: str, array: pa.Array) -> None:
         if len(array) != self.n_rows:
             raise ValueError(f"column {name} has {len(array)} rows, expected {self.n_rows}")
         self._fields.append(pa.field(name, array.type))
-        self._bytes += array.nbytes
-        if self._bytes > self.spill_bytes:
-            for old in list(self._memory):
-                self._spill(old, self._memory.pop(old))
+        if self._held + array.nbytes > self.spill_bytes:
             self._spill(name, array)
         else:
             self._memory[name] = array
+            self._held += array.nbytes
 
     def _spill(self, name: str, array: pa.Array) -> None:
         path = self.budget.new_path("c") + ".arrow"
