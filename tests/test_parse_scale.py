@@ -6,9 +6,13 @@ import os
 import tempfile
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 import traceviz
 from traceviz.parse.budget import MemoryPlan
+from traceviz.parse.columns import SpillBudget
+from traceviz.parse.output_columns import OutputColumns
 
 
 def big_trace(n: int, threads: int) -> bytes:
@@ -66,3 +70,22 @@ def test_growth_flush_and_spill():
     assert t["cpu_op_external_id"] == idx.tolist()
     assert t["iteration"] == (idx // (n // 4)).tolist()
     assert stats["join"]["launched"] == n
+
+
+def test_output_columns_spill_only_past_the_bound(tmp_path):
+    """Columns stay in memory while they fit; only the one past the bound goes to disk,
+    and the table and its parquet file hold every column either way."""
+    n = 300_000
+    columns = {"a": pa.array(np.arange(n)), "b": pa.array(np.arange(n) * 2),
+               "c": pa.array((np.arange(n) % 100).astype(np.int8))}
+    budget = SpillBudget(0)
+    out = OutputColumns(n, budget, spill_bytes=8 * n + n, row_group=1 << 16)
+    for name, array in columns.items():
+        out.add(name, array)
+    assert len(os.listdir(budget.folder())) == 1  # b: a (8n bytes) and c (n) fit
+    expected = pa.table(columns)
+    assert out.table().replace_schema_metadata(None).equals(expected)
+    out.write_parquet(str(tmp_path / "t.parquet"))
+    assert pq.read_table(tmp_path / "t.parquet").replace_schema_metadata(None).equals(expected)
+    out.close()
+    budget.close()
