@@ -5,6 +5,7 @@ and what to do; partial results may have been written); 2 a usage error.
 """
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import time
@@ -55,6 +56,9 @@ def main() -> None:
     from .parse.budget import use_system_allocator
 
     use_system_allocator()
+    # The modules and numba's typing tables live until exit: the collector need not walk
+    # them again, at each full collection or at exit (~50 ms).
+    gc.freeze()
 
 
 def _default_output(trace: str) -> str:
