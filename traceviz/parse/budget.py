@@ -5,9 +5,10 @@ by). The runtime itself (interpreter, numba/LLVM with the compiled scanner, Arro
 a fixed part, measured when the parse starts; the rest, the data share, is split:
 
 * while scanning, an eighth holds sealed column blocks (more spill to disk);
-* when building the tables, the joins' working set gets a sixth and the output columns
-  held in memory a tenth. A trace that spilled while scanning spills its remaining
-  blocks first.
+* when building the tables, the joins' working set gets a sixth, and the output columns
+  held in memory an eighth less what the per-activity link arrays take while the
+  columns are made (so on large traces every output column spills). A trace that
+  spilled while scanning spills its remaining blocks first.
 
 The rest is for the per-activity arrays (the compact columns: ~60 bytes per GPU activity
 while linking), the only memory that grows with the trace, and for the allocator's
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 
 MIN_DATA = 32 << 20  # floor of the data share when the budget barely covers the runtime
 JIT_RESERVE = 64 << 20  # loading the compiled scanner the first time in a process
+LINK_BYTES_PER_ACTIVITY = 60  # per-activity link arrays alive while output columns are made
 
 
 def use_system_allocator() -> None:
@@ -87,6 +89,7 @@ class MemoryPlan:
     def join_work(self) -> int:
         return self.data // 6
 
-    @property
-    def output_held(self) -> int:
-        return self.data // 10
+    def output_held(self, activities: int) -> int:
+        """Bytes of output columns held in memory (the rest spill) for a table of
+        ``activities`` rows."""
+        return max(self.data // 8 - activities * LINK_BYTES_PER_ACTIVITY, 0)

@@ -212,7 +212,7 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
                                              "recompute_frame", "optimizer_frame")})
     links = link(scanned, lookups, work_bytes)
     n = links.rows.shape[0]
-    out = OutputColumns(n, scanned.budget, spill_bytes=plan.output_held,
+    out = OutputColumns(n, scanned.budget, spill_bytes=plan.output_held(n),
                         names=ACTIVITY_COLUMNS)
 
     def put(col: str, values, mask=None, type_=None):
@@ -291,7 +291,7 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     out.metadata = {METADATA_KEY: json.dumps(meta).encode()}
     cpu_out = None
     if cpu:
-        cpu_out = cpu_columns(scanned, s, pid_of, tid_of, plan.output_held)
+        cpu_out = cpu_columns(scanned, s, pid_of, tid_of, plan.output_held(n))
         cpu_out.metadata = dict(out.metadata)
     release_free_memory()
     return ParsedTrace(meta=meta, warnings=list(scanned.warnings), columns=out,
