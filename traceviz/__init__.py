@@ -9,18 +9,8 @@ Public API::
 """
 from __future__ import annotations
 
-import gc as _gc
-
 __version__ = "0.1.0"
 
-# Importing numba and pyarrow makes ~170k objects, none of them garbage; the cyclic
-# collector ran ~260 times over them (~0.1 s). It is paused only for this import.
-_collecting = _gc.isenabled()
-_gc.disable()
-try:
-    from .api import load, metadata, parse, parse_trace  # noqa: E402
-finally:
-    if _collecting:
-        _gc.enable()
+from .api import load, metadata, parse, parse_trace  # noqa: E402
 
 __all__ = ["__version__", "load", "metadata", "parse", "parse_trace"]

@@ -57,7 +57,7 @@ def main() -> None:
 
     use_system_allocator()
     # The modules and numba's typing tables live until exit: the collector need not walk
-    # them again, at each full collection or at exit (~50 ms).
+    # them again, at each full collection or at exit (0.5 GB parse: ~70 ms, median of 11).
     gc.freeze()
 
 

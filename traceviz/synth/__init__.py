@@ -2,8 +2,19 @@
 
 Never imports traceviz.parse, traceviz.classify or traceviz.analysis: a synthesizer that
 shares code with what it checks proves nothing.
+
+``synthesize`` is imported on first use: the command line reads :class:`SynthConfig`
+to build its options, and every other command would otherwise pay for the writer's
+imports (~40 ms).
 """
 from .config import SynthConfig
-from .job import synthesize
 
 __all__ = ["SynthConfig", "synthesize"]
+
+
+def __getattr__(name: str):
+    if name == "synthesize":
+        from .job import synthesize
+
+        return synthesize
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
