@@ -248,7 +248,7 @@ def decimal_at(buf, i, n, scale):
     return i, value, NUM_OK
 
 
-@njit(nogil=True, cache=True, _nrt=False)
+@njit(nogil=True, cache=True, _nrt=False, inline="always")
 def number_token(buf, i, n, scale):
     """A JSON number token at ``i`` scaled by ``10**scale``: ``(end, value, status)``.
 
