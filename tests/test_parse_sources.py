@@ -9,9 +9,11 @@ import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 import zstandard
 
 import traceviz
+from traceviz.errors import TraceError
 from traceviz.parse import reader
 from traceviz.parse.table import CPU_ONLY_FIELDS
 from conftest import shared
@@ -128,3 +130,32 @@ def test_cpu_only_fields_dropped_without_cpu():
     plain = traceviz.parse_trace(shared(TRACE)).activities
     with_cpu = traceviz.parse_trace(shared(TRACE), cpu=True).activities
     assert _strip(with_cpu).equals(_strip(plain))
+
+
+class _FailingStream(io.RawIOBase):
+    """Delivers ``data`` in 1 MiB reads, then fails like a disk error."""
+
+    def __init__(self, data: bytes, fail_after: int) -> None:
+        self._data = data
+        self._fail_after = fail_after
+        self.delivered = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        if self.delivered >= self._fail_after:
+            raise OSError(5, "Input/output error")
+        k = min(len(b), 1 << 20, len(self._data) - self.delivered)
+        b[:k] = self._data[self.delivered:self.delivered + k]
+        self.delivered += k
+        return k
+
+
+def test_read_error_names_the_byte_offset():
+    data = read_bytes(shared(TRACE))
+    stream = _FailingStream(data, fail_after=3 << 20)
+    with pytest.raises(TraceError) as err:
+        traceviz.parse(stream)
+    assert f"byte {stream.delivered}: read failed" in str(err.value)
+    assert "Input/output error" in str(err.value)

@@ -1,12 +1,13 @@
 """Append-only column stores that stay under a memory budget by spilling to disk.
 
 The scanner writes rows into a store's *active block*, an ``int64`` array of shape
-``(fields, rows)`` (a slice of the scanner's ``blocks`` array). When the block is full the driver *seals* it: each field is
-cast to its narrow dtype (:data:`.layout.FIELDS`) and kept as a sealed block. A
+``(fields, rows)`` (a slice of the scanner's ``blocks`` array). When the block is full
+the driver *seals* it: each field is cast to its narrow dtype (:data:`.layout.FIELDS`)
+and kept as a sealed block. A
 :class:`SpillBudget` shared by all stores of one trace counts the bytes of sealed blocks
-held in memory; past its limit blocks are appended (one file per store, opened once) to
-a private temporary folder and dropped from memory, the least needed stores first (flow events,
-then python frames, CPU ops, launches, and GPU activities last).
+held in memory; past its limit blocks are appended (one file per store, opened once)
+to a private temporary folder and dropped from memory, the least needed stores first
+(flow events, then python frames, CPU ops, launches, and GPU activities last).
 
 Later stages read a store block by block (:meth:`ColumnStore.blocks`) or one whole
 field at a time (:meth:`ColumnStore.column`), so they never need every field at once.

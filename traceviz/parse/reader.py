@@ -70,10 +70,10 @@ def scan_trace(src: str | os.PathLike | BinaryIO, *, memory_budget: int = DEFAUL
 
     ``memory_budget`` bounds the bytes of sealed column blocks held in memory (more are
     spilled to disk). ``drop`` names, per store, fields not to keep (those only an
-    output that is not wanted reads). Raises :class:`~traceviz.errors.TraceError` for input that is not a
-    readable Kineto trace. A trace cut short (a profiler killed while writing) is not an
-    error: every complete event before the cut is kept and ``truncated_at`` holds the
-    byte offset.
+    output that is not wanted reads). Raises :class:`~traceviz.errors.TraceError` for
+    input that is not a readable Kineto trace. A trace cut short (a profiler killed while
+    writing) is not an error: every complete event before the cut is kept and
+    ``truncated_at`` holds the byte offset.
     """
     source = ByteSource(src)
     budget = SpillBudget(memory_budget)

@@ -4,9 +4,10 @@ The compression is sniffed from the magic bytes, never from the file name. A wor
 thread reads (and decompresses) the input into a bounded queue of chunks, so I/O and
 decompression overlap with scanning (file reads, ``zlib`` and ``zstandard`` release the
 GIL, and so does the scanner). Plain input is read into a few recycled buffers: a fresh
-4 MB ``bytes`` per read cost a page fault and a zeroed page per 4 KB, ~8 % of a parse. A gzip or zstd stream that ends early is not an error
-here: the bytes decompressed so far are delivered and :attr:`ByteSource.stream_truncated`
-is set, so the scanner can keep every complete event.
+4 MB ``bytes`` per read cost a page fault and a zeroed page per 4 KB, ~8 % of a parse.
+A gzip or zstd stream that ends early is not an error here: the bytes decompressed so
+far are delivered and :attr:`ByteSource.stream_truncated` is set, so the scanner can
+keep every complete event.
 """
 from __future__ import annotations
 
@@ -73,13 +74,22 @@ class ByteSource:
 
     # ---- raw input ------------------------------------------------------------------
     def _read_raw(self, size: int) -> bytes:
+        data = self._raw(self._fh.read, size) or b""
+        self.compressed_bytes += len(data)
+        return data
+
+    def _read_raw_into(self, readinto, chunk: bytearray) -> int:
+        got = self._raw(readinto, chunk) or 0
+        self.compressed_bytes += got
+        return got
+
+    def _raw(self, read, arg):
+        """``read(arg)`` with a read error turned into a TraceError at the offset."""
         try:
-            data = self._fh.read(size)
+            return read(arg)
         except OSError as exc:
             raise TraceError(self.name, f"read failed: {exc}",
                              offset=self.compressed_bytes) from None
-        self.compressed_bytes += len(data)
-        return data or b""
 
     def _produce(self) -> None:
         q = _StoppableQueue(self._queue, self._stop)
@@ -116,18 +126,14 @@ class ByteSource:
             while data := self._read_raw(_OUT_CHUNK):
                 q.put(data)
             return
+        free = _StoppableQueue(self._free, self._stop)
         for _ in range(_PLAIN_BUFFERS):
-            self._free.put(bytearray(_OUT_CHUNK))
+            free.put(bytearray(_OUT_CHUNK))
         while True:
-            chunk = q.take(self._free)
-            try:
-                got = readinto(chunk) or 0
-            except OSError as exc:
-                raise TraceError(self.name, f"read failed: {exc}",
-                                 offset=self.compressed_bytes) from None
+            chunk = free.get()
+            got = self._read_raw_into(readinto, chunk)
             if not got:
                 return
-            self.compressed_bytes += got
             q.put(memoryview(chunk)[:got])
 
     def _gunzip(self, q: queue.Queue) -> None:
@@ -214,7 +220,8 @@ class ByteSource:
 
 
 class _StoppableQueue:
-    """``put`` that gives up (raising _Stopped) once the consumer has closed the source."""
+    """``put`` and ``get`` that give up (raising _Stopped) once the consumer has closed
+    the source."""
 
     def __init__(self, q: queue.Queue, stop: threading.Event) -> None:
         self._q = q
@@ -229,11 +236,10 @@ class _StoppableQueue:
                 continue
         raise _Stopped
 
-    def take(self, free: queue.Queue):
-        """``free.get()`` that gives up (raising _Stopped) once the consumer has closed."""
+    def get(self):
         while not self._stop.is_set():
             try:
-                return free.get(timeout=0.05)
+                return self._q.get(timeout=0.05)
             except queue.Empty:
                 continue
         raise _Stopped

@@ -43,7 +43,8 @@ COLLECTIVES = ("AllReduce", "AllGather", "ReduceScatter", "AllToAll", "Broadcast
 ACTIVITY_COLUMNS = (
     "rank", "device", "stream", "cat", "name", "ts", "dur", "correlation", "external_id",
     "launch_ts", "launch_dur", "launch_tid", "launch_name", "cpu_op", "cpu_op_external_id",
-    "kind", "iteration", "phase", "microbatch", "chunk", "comm_group", "collective", "pg_name", "pg_desc", "group_size", "group_ranks",
+    "kind", "iteration", "phase", "microbatch", "chunk", "comm_group", "collective",
+    "pg_name", "pg_desc", "group_size", "group_ranks",
     "msg_in_bytes", "msg_out_bytes", "dtype", "seq", "in_nelems", "out_nelems",
     "src_rank", "dst_rank", "bytes", "memory_bw_gbps", "index")
 
