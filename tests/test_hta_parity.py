@@ -16,7 +16,7 @@ from hta_cases import HTA_ONLY_ROWS, case_table, reference
 from traceviz.analysis.idle import idle_breakdown
 from traceviz.analysis.kernels import top_kernels
 from traceviz.analysis.launch import launch_stats_summary
-from traceviz.analysis.queue import memory_bw_summary, queue_length_summary
+from traceviz.analysis.queue import bandwidth_series, memory_bw_summary, queue_length_summary
 from traceviz.analysis.select import COMM, COMP, Options, select
 from traceviz.analysis.temporal import kernel_type_breakdown, sweep, temporal_breakdown
 from traceviz.intervals import measure
@@ -267,25 +267,35 @@ def test_top_kernels_exact_stats_are_real_durations():
 
 
 MEMBW = _rows("rounded", "memory_bw_summary.csv")
-# HTA sorts +bw / -bw change points with an unstable sort, so where copies start and end
-# at one µs the order, and the float residue (~1e-15 GB/s) its running sum leaves once
-# every copy has ended, differ; HTA counts residue > 0 as bandwidth. Count, mean and the
-# quartiles then differ by those points; max and the other subtypes are exact.
+# HTA sums +bw / -bw change points in float64, in the order of an unstable sort. Where
+# copies start and end at one µs, that order decides the running sum's values at the tie
+# points (an intermediate can hold both copies, or 0), and ended copies leave float
+# residue (~1e-13 GB/s) that HTA counts as bandwidth (> 0); the order depends on the sort
+# implementation (numpy version, the CPU's SIMD sort), not on the trace. For these
+# subtypes HTA's numbers (and ours with hta_compat) are checked against what no order
+# changes: the value once every change at a time is applied, which every order samples.
+# Every other subtype is compared exactly.
 RESIDUE = {("ns_resolution_trace", "Memcpy DtoD"), ("trace_diff_test", "Memcpy DtoD")}
 
 
 @pytest.mark.parametrize("ref", MEMBW, ids=[f"{r['case']}-{r['rank']}-{r['name']}"
                                             for r in MEMBW])
 def test_memory_bw_summary(ref):
-    rows = {r["name"]: r for r in memory_bw_summary(
-        [_compat(ref["case"], int(ref["rank"]))], hta_compat=True).to_pylist()}
+    acts = _compat(ref["case"], int(ref["rank"]))
+    rows = {r["name"]: r for r in memory_bw_summary([acts], hta_compat=True).to_pylist()}
     got = rows[ref["name"]]
-    noisy = (ref["case"], ref["name"]) in RESIDUE
+    if (ref["case"], ref["name"]) in RESIDUE:
+        t, bw = bandwidth_series(acts)[ref["name"]]
+        settled = bw[np.r_[t[1:] != t[:-1], True]]  # after the last change at each time
+        for count, top in ((float(ref["memory_bw_gbps_count"]),
+                            float(ref["memory_bw_gbps_max"])),
+                           (got["memory_bw_gbps_count"], got["memory_bw_gbps_max"])):
+            assert (settled > 1e-12).sum() <= count <= bw.size
+            assert top >= settled.max() - 1e-9
+        return
     for stat in ("count", "mean", "std", "min", "25%", "50%", "75%", "max"):
         key = f"memory_bw_gbps_{stat}"
         if ref[key] == "":
             assert math.isnan(got[key]), stat
-        elif noisy and stat not in ("max",):
-            assert got[key] == pytest.approx(float(ref[key]), rel=0.01, abs=0.01), stat
         else:
-            assert got[key] == pytest.approx(float(ref[key]), rel=1e-9), stat
+            assert got[key] == pytest.approx(float(ref[key]), rel=1e-9, abs=1e-9), stat
