@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from traceviz.cli import main
-from traceviz.discover import find_traces
+from traceviz.ingest.discover import find_traces
 from traceviz.synth import SynthConfig, synthesize
 
 

@@ -19,9 +19,11 @@ from click.testing import CliRunner
 import traceviz
 from traceviz.classify.phases import BWD, FWD, LaunchFacts, classify, schedule_position
 from traceviz.cli import main
-from traceviz.discover import find_topology_file, find_traces
+from traceviz.ingest.discover import find_traces
+from traceviz.ingest.topology import find_topology_file
 from traceviz.synth import SynthConfig, synthesize
-from traceviz.topology.model import from_file, from_traces
+from traceviz.ingest.topology import from_traces
+from traceviz.topology.groups_file import from_file
 
 from conftest import shared
 

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from conftest import needs_shared, shared
 from traceviz.cli import main
-from traceviz.render.trace_inject import write_with_events
+from traceviz.parsing.source import ByteSource
+from traceviz.render.trace_copy import write_with_events
 from traceviz.synth import SynthConfig, synthesize
 
 LAUNCHES = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cudaMemcpyAsync",
@@ -104,7 +105,9 @@ def test_insertion_in_every_layout(tmp_path, text, events):
     src = tmp_path / "t.json"
     src.write_text(text)
     added = [{"ph": "C", "name": "n", "pid": 0, "ts": 1500, "args": {"v": 1}}]
-    assert write_with_events(src, tmp_path / "o.json.gz", added) == 1
+    source = ByteSource(src)
+    assert write_with_events(source, str(src), tmp_path / "o.json.gz", added) == 1
+    source.close()
     out = _events(tmp_path / "o.json.gz")
     got = out if isinstance(out, list) else out["traceEvents"]
     assert got == [{"ph": "C", "name": "n", "pid": 0, "ts": 1.5, "args": {"v": 1}}] + events

@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import REFERENCE, TRACES, needs_shared
-from traceviz.analysis.diff import compare, load_side, short_name
+from traceviz.analysis.diff import compare, short_name
+from traceviz.commands.diff import load_side
 from traceviz.cli import main
 from traceviz.synth import SynthConfig, synthesize
 

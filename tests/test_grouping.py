@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from traceviz.grouping import group_positions
+from traceviz.table.arrays import group_positions
 
 
 def _reference(values, starts):

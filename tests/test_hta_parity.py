@@ -17,7 +17,9 @@ from traceviz.analysis.idle import idle_breakdown
 from traceviz.analysis.kernels import top_kernels
 from traceviz.analysis.launch import launch_stats_summary
 from traceviz.analysis.queue import bandwidth_series, memory_bw_summary, queue_length_summary
-from traceviz.analysis.select import COMM, COMP, Options, select
+from traceviz.analysis.activities import Options
+from traceviz.analysis.activities import activities as select
+from traceviz.table.schema import COMM, COMP
 from traceviz.analysis.temporal import kernel_type_breakdown, sweep, temporal_breakdown
 from traceviz.intervals import measure
 

@@ -11,8 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from traceviz.analysis import pipeline_run
-from traceviz.analysis.report_run import make_report
+from traceviz.commands import pipeline
+from traceviz.commands.result import write
+from traceviz.commands.report import make_report
 from traceviz.cli import main
 from traceviz.synth import SynthConfig, synthesize
 
@@ -47,7 +48,7 @@ def test_page_is_self_contained(page):
     assert f"<a href='#rank-{STRAGGLER}'>rank {STRAGGLER}</a>" in text
     assert f"<tr id='rank-{STRAGGLER}'>" in text
     # the pipeline section lists the gaps of the pipeline view's gaps table
-    pipeline_run.run(root / "job", root / "pipe")
+    write(pipeline.run(root / "job"), root / "pipe")
     gaps = pq.read_table(root / "pipe" / "pipeline_gaps.parquet").to_pylist()
     assert gaps
     for g in gaps:

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from conftest import REFERENCE, ROOT
 from traceviz.cli import main
-from traceviz.megatron import layout_file_text
+from traceviz.integrations.megatron import layout_file_text
 from traceviz.topology.groups_file import parse
 
 PATCH = ROOT / "patch" / "enable_traceviz.patch"
@@ -80,7 +80,7 @@ def test_topology_writer_equals_megatron_groups(name):
 
 WORKER = textwrap.dedent("""
     import sys, torch, torch.distributed as dist
-    from traceviz.megatron import save_parallel_groups, trace_handler
+    from traceviz.integrations.megatron import save_parallel_groups, trace_handler
     rank, init, log_dir = int(sys.argv[1]), sys.argv[2], sys.argv[3]
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
     tp = dist.new_group([0, 1])              # tp 2, pp 1, dp 1

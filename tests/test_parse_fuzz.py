@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import traceviz
-from traceviz.parse.budget import MemoryPlan
-from traceviz.parse.lexer import NUM_BAD, NUM_OK, number_token
+from traceviz.parsing.budget import MemoryPlan
+from traceviz.parsing.lexer import NUM_BAD, NUM_OK, number_token
 from jsonwriter import Raw, dumps
 from reference import DEVICE_SIDE, activities, complete, event_count, load
 

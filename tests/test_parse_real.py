@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 
 import traceviz
-from traceviz.parse.budget import MemoryPlan
+from traceviz.parsing.budget import MemoryPlan
 from conftest import needs_shared, shared_traces, trace_id
 from reference import activities, event_count, load, read_bytes
 

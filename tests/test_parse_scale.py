@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import traceviz
-from traceviz.parse.budget import MemoryPlan
-from traceviz.parse.columns import SpillBudget
-from traceviz.parse.output_columns import OutputColumns
+from traceviz.parsing.budget import MemoryPlan
+from traceviz.parsing.columns import SpillBudget
+from traceviz.parsing.output_columns import OutputColumns
 
 
 def big_trace(n: int, threads: int) -> bytes:

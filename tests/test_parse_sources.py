@@ -14,8 +14,8 @@ import zstandard
 
 import traceviz
 from traceviz.errors import TraceError
-from traceviz.parse import reader
-from traceviz.parse.table import CPU_ONLY_FIELDS
+from traceviz.parsing import reader
+from traceviz.parsing.cpu_table import CPU_ONLY_FIELDS
 from conftest import shared
 from reference import read_bytes
 

@@ -12,7 +12,7 @@ import json
 from test_batch_aggregate import PP_DP
 from test_breakdown_cli import union_length
 from traceviz.cli import main
-from traceviz.schedule import simulate, stage_order
+from traceviz.analysis.schedule import simulate, stage_order
 from traceviz.synth import SynthConfig, synthesize
 
 

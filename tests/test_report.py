@@ -225,7 +225,7 @@ def _raw_comm_kernels(path: Path) -> list[dict]:
 def test_real_collective_metadata(name):
     import traceviz
     from traceviz.analysis.calls import rank_calls
-    from traceviz.parse.table import COLLECTIVES
+    from traceviz.table.schema import COLLECTIVES
 
     path = shared(name)
     raw = sorted(_raw_comm_kernels(path), key=lambda e: float(e["ts"]))

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import needs_shared, shared
-from traceviz.analysis.rank_tables import gpu_and_cpu
+from traceviz.ingest.tables import gpu_and_cpu
 from traceviz.analysis.sequences import frequent_sequences
 from traceviz.cli import main
 from traceviz.synth import SynthConfig, synthesize

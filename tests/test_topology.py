@@ -11,7 +11,7 @@ import pytest
 from conftest import REFERENCE
 from traceviz.errors import TraceVizError, UsageError
 from traceviz.topology import groups_file
-from traceviz.topology.from_traces import layout_from_groups, observed_groups
+from traceviz.topology.derive import layout_from_groups, observed_groups
 from traceviz.topology.layout import Layout
 
 DATA = Path(__file__).parent / "data"

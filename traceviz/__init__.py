@@ -1,16 +1,40 @@
 """traceviz: analysis of PyTorch-profiler (Kineto) traces of distributed LLM training.
 
-Public API::
+Public API (imported on first use, so ``import traceviz`` is instant)::
 
     traceviz.parse(path_or_fileobj) -> pyarrow.Table      # GPU activity table of one rank
     traceviz.parse_trace(path, cpu=True) -> ParsedTrace   # + CPU table, metadata, warnings
     traceviz.load(parquet_path) -> pyarrow.Table
     traceviz.metadata(table) -> dict                      # rank-level facts of a table
+    traceviz.Job(path)                                    # a whole job, for notebooks
+
+Nothing inside the package imports this module: it is the face for users only.
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from ._version import __version__
 
-from .api import load, metadata, parse, parse_trace  # noqa: E402
+_PUBLIC = {
+    "parse": ("traceviz.ingest.build", "parse"),
+    "parse_trace": ("traceviz.ingest.build", "parse_trace"),
+    "load": ("traceviz.table.io", "read_table"),
+    "metadata": ("traceviz.table.schema", "metadata"),
+    "Job": ("traceviz.job", "Job"),
+}
 
-__all__ = ["__version__", "load", "metadata", "parse", "parse_trace"]
+__all__ = ["__version__", *_PUBLIC]
+
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        import importlib
+
+        module, attr = _PUBLIC[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'traceviz' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

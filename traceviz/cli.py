@@ -12,13 +12,24 @@ import time
 
 import click
 
-from . import __version__
+from ._version import __version__
 from .errors import TraceVizError, UsageError
 
 
 def _fail(message: str, code: int = 1) -> None:
     click.echo(f"traceviz: error: {message}", err=True)
     sys.exit(code)
+
+
+def _echo_all(lines: list[str], err: bool = False) -> None:
+    for line in lines:
+        click.echo(line, err=err)
+
+
+def _write(result, outdir) -> list:
+    from .commands.result import write
+
+    return write(result, outdir)
 
 
 class _Group(click.Group):
@@ -53,21 +64,12 @@ def main() -> None:
     Example:
       traceviz parse rank0.pt.trace.json.gz -o rank0.parquet
     """
-    from .parse.budget import use_system_allocator
+    from .parsing.budget import use_system_allocator
 
     use_system_allocator()
     # The modules and numba's typing tables live until exit: the collector need not walk
     # them again, at each full collection or at exit (0.5 GB parse: ~70 ms, median of 11).
     gc.freeze()
-
-
-def _default_output(trace: str) -> str:
-    base = os.path.basename(trace)
-    for suffix in (".json.gz", ".json.zst", ".json.zstd", ".json", ".gz", ".zst"):
-        if base.endswith(suffix):
-            base = base[: -len(suffix)]
-            break
-    return base + ".parquet"
 
 
 @main.command()
@@ -100,35 +102,21 @@ def parse(trace: str, output: str | None, cpu: bool, patterns: str | None, stric
       traceviz parse rank0.json.gz --cpu -o out/rank0.parquet
       cat trace.json.gz | traceviz parse - -o - > rank0.parquet
     """
-    from .api import parse_trace
+    from .commands import parse as command
 
     if output is None:
-        output = "-" if trace == "-" and not sys.stdout.isatty() else _default_output(
+        output = "-" if trace == "-" and not sys.stdout.isatty() else command.default_output(
             "stdin" if trace == "-" else trace)
     if cpu and output == "-":
         raise UsageError("--cpu writes a second file: give -o FILE, not '-'")
     start = time.perf_counter()
-    topology = None
-    if topology_file:
-        from .topology.model import from_file
-
-        topology = from_file(topology_file)
-    result = parse_trace(trace, cpu=cpu, patterns=patterns,
-                         memory_budget=memory_budget << 20, topology=topology, vpp=vpp)
+    result = command.run(trace, cpu=cpu, patterns=patterns, memory_budget=memory_budget << 20,
+                         topology_file=topology_file, vpp=vpp)
     for warning in result.warnings:
         click.echo(f"traceviz: warning: {warning}", err=True)
-    if strict and result.meta["stats"]["truncated_at"] is not None:
-        raise TraceVizError(f"{result.meta['source']}: truncated trace rejected (--strict); "
-                            "nothing written")
-    result.columns.write_parquet(output)
-    written = [output]
-    if cpu and result.cpu_columns is not None:
-        cpu_path = (output[:-len(".parquet")] if output.endswith(".parquet") else output)
-        cpu_path += ".cpu.parquet"
-        result.cpu_columns.write_parquet(cpu_path)
-        written.append(cpu_path)
+    written = command.write(result, output, cpu=cpu, strict=strict)
     if not quiet:
-        _summary(result, time.perf_counter() - start, written)
+        _echo_all(command.summary_lines(result, time.perf_counter() - start, written), err=True)
 
 
 @main.command()
@@ -162,58 +150,15 @@ def topology(world, tp, pp, cp, ep, expert_tp, order, gbs, from_traces, from_fil
       traceviz topology --from-traces tensorboard_dir/iteration_13 --json
       traceviz topology --from-file tensorboard_dir/unique_parallel_groups_*.txt --json
     """
-    import json
+    from .commands import topology as command
 
-    from .output import atomic_path
-    from .topology import groups_file
-    from .topology.layout import Layout
-    from .topology.model import from_file as read_file
-    from .topology.model import from_traces as derive
-    from .topology.model import to_json
-
-    if from_traces:
-        layout = derive(from_traces)
-    elif from_file:
-        layout = read_file(from_file)
-    elif world is None:
-        raise UsageError("give --world (with --tp/--pp/...), --from-traces DIR or "
-                         "--from-file FILE")
-    else:
-        layout = Layout(world=world, tp=tp, pp=pp, cp=cp, ep=ep, expert_tp=expert_tp,
-                        order=order)
-    if as_json:
-        text = json.dumps(to_json(layout), indent=1)
-    else:
-        text = groups_file.render(groups_file.GroupsFile.from_layout(layout, gbs))
+    layout = command.layout_of(world=world, tp=tp, pp=pp, cp=cp, ep=ep, expert_tp=expert_tp,
+                               order=order, traces=from_traces, file=from_file)
+    text = command.text_of(layout, as_json, gbs)
     if output is None:
         click.echo(text)
         return
-    if os.path.isdir(output):
-        output = os.path.join(output, "topology.json" if as_json
-                              else groups_file.default_name())
-    with atomic_path(output) as tmp, open(tmp, "w") as fh:
-        fh.write(text)
-    click.echo(f"wrote {output}", err=True)
-
-
-def _summary(result, seconds: float, written: list[str]) -> None:
-    meta = result.meta
-    stats = meta["stats"]
-    kind_text = ", ".join(f"{v} {k}" for k, v in stats["kinds"].items()) or "none"
-    steps = sorted({s["iteration"] for s in meta["steps"]})
-    mb = stats["bytes_read"] / 1e6
-    click.echo(
-        f"rank {meta['rank']}: {result.columns.n_rows} GPU activities ({kind_text}); "
-        f"{len(steps)} iteration(s); {stats['events']} events, {mb:.1f} MB in {seconds:.2f} s "
-        f"({mb / max(seconds, 1e-9):.0f} MB/s) -> {', '.join(written)}", err=True)
-    skipped = sum(stats["skipped"].values())
-    if skipped:
-        click.echo(f"  skipped {skipped} events: " + "; ".join(
-            f"{v} {k}" for k, v in stats["skipped"].items()), err=True)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()
+    click.echo(f"wrote {command.write(text, output, as_json)}", err=True)
 
 
 def _synth_options(func):
@@ -309,19 +254,20 @@ def breakdown(inputs, outdir, ranks, iterations, streams, drop_last_step, hta_co
       traceviz breakdown job/iteration_10 -o breakdown/
       traceviz breakdown rank0.json.gz --hta-compat
     """
-    from .analysis import breakdown as B
-    from .analysis.select import Options
+    from .analysis.activities import Options
+    from .analysis.breakdown import Params
+    from .commands import breakdown as command
 
     opts = Options(drop_last_step=drop_last_step or hta_compat,
                    iterations=_int_list(iterations), streams=_int_list(streams),
                    hta_compat=hta_compat)
-    result = B.run(list(inputs), opts, ranks=_int_list(ranks),
-                   kernel_wait_ns=round(kernel_wait_us * 1000),
-                   runtime_cutoff_ns=round(runtime_cutoff_us * 1000),
-                   launch_delay_cutoff_ns=round(launch_delay_cutoff_us * 1000),
-                   num_kernels=num_kernels, duration_ratio=duration_ratio)
-    written = B.write(result, outdir)
-    click.echo(B.summary(result))
+    params = Params(kernel_wait_ns=round(kernel_wait_us * 1000),
+                    runtime_cutoff_ns=round(runtime_cutoff_us * 1000),
+                    launch_delay_cutoff_ns=round(launch_delay_cutoff_us * 1000),
+                    num_kernels=num_kernels, duration_ratio=duration_ratio)
+    result = command.run(list(inputs), opts, ranks=_int_list(ranks), params=params)
+    written = _write(result, outdir)
+    _echo_all(result.lines)
     click.echo(f"wrote {len(written)} files to {outdir}", err=True)
 
 
@@ -352,20 +298,15 @@ def diff(control, test, outdir, control_rank, test_rank, control_iterations,
       traceviz diff baseline/rank0.json.gz candidate/rank0.json.gz -o diff/
       traceviz diff run_a/ run_b/ --control-rank 3 --test-rank 3 --full-names
     """
-    from pathlib import Path
+    from .commands import diff as command
 
-    from .analysis import diff as D
-    from .output import write_csv_and_parquet
-    from .render.diff_figure import draw
-
-    a = D.load_side(control, "control", control_rank, _int_list(control_iterations))
-    b = D.load_side(test, "test", test_rank, _int_list(test_iterations))
-    table = D.compare(a, b, short_names=not full_names)
-    out = Path(outdir)
-    write_csv_and_parquet(table, out, "trace_diff")
-    draw(table, out / "trace_diff.png")
-    click.echo(D.summary(table, a, b))
-    click.echo(f"wrote trace_diff.csv, trace_diff.parquet, trace_diff.png to {out}", err=True)
+    result = command.run(control, test, control_rank=control_rank, test_rank=test_rank,
+                         control_iterations=_int_list(control_iterations),
+                         test_iterations=_int_list(test_iterations), full_names=full_names)
+    _write(result, outdir)
+    _echo_all(result.lines)
+    click.echo(f"wrote trace_diff.csv, trace_diff.parquet, trace_diff.png to {outdir}",
+               err=True)
 
 
 @main.command()
@@ -386,7 +327,9 @@ def counters(traces, output, series) -> None:
     """
     from pathlib import Path
 
-    from .analysis.counters import SERIES, default_output, write_trace_with_counters
+    from .analysis.counters import SERIES
+    from .commands.counters import default_output
+    from .commands.counters import run as write_trace_with_counters
 
     chosen = tuple(x.strip() for x in series.split(",") if x.strip())
     unknown = sorted(set(chosen) - set(SERIES))
@@ -432,26 +375,12 @@ def sequences(trace, operator, rank, min_len, top_k, outdir) -> None:
       traceviz sequences rank0.json.gz --op aten::linear
       traceviz sequences job/iteration_10 --rank 3 --op "autograd::engine" --min-len 2
     """
-    from pathlib import Path
+    from .commands import sequences as command
 
-    from .analysis.rank_tables import gpu_and_cpu
-    from .analysis.sequences import frequent_sequences
-    from .output import write_csv_and_parquet
-    from .render.sequence_figure import draw, label
-
-    gpu, cpu = gpu_and_cpu(Path(trace), rank)
-    if cpu is None:
-        raise UsageError(f"{trace}: no CPU table; pass the trace, or parse it with --cpu")
-    table = frequent_sequences(gpu, cpu, operator, min_len)
-    out = Path(outdir)
-    write_csv_and_parquet(table, out, "frequent_sequences")
-    draw(table, out / "frequent_sequences.png", top_k)
-    if not table.num_rows:
-        click.echo(f"no op containing {operator!r} launches {min_len} or more kernels")
-    for r in table.slice(0, top_k).to_pylist():
-        click.echo(f"{r['count']:6d} x  GPU {r['gpu_time_ns'] / 1e6:9.3f} ms  "
-                   f"{label(r['pattern'])}")
-    click.echo(f"wrote frequent_sequences.csv, .parquet, .png to {out}", err=True)
+    result = command.run(trace, operator, rank, min_len, top_k)
+    _write(result, outdir)
+    _echo_all(result.lines)
+    click.echo(f"wrote frequent_sequences.csv, .parquet, .png to {outdir}", err=True)
 
 
 @main.command()
@@ -486,7 +415,7 @@ def batch(root, outdir, folders, jobs, force, memory_budget, topology_file, vpp,
       traceviz batch tensorboard_dir/ --folders 'iteration_*' -o parsed/
       traceviz batch /shared/job --scheduler tcp://10.0.0.5:8786
     """
-    from . import runner
+    from .ingest import batch as runner
 
     start = time.perf_counter()
     outcomes = runner.run(root, outdir, folders=folders, jobs=jobs, force=force,
@@ -522,20 +451,17 @@ def aggregate(root, outdir, alignment, topology_file, jobs, no_figures) -> None:
       traceviz aggregate tensorboard_dir/
       traceviz aggregate tensorboard_dir/ --alignment global --topology groups.txt
     """
-    from .analysis.aggregate_job import run as run_aggregate
+    from .commands import aggregate as command
 
-    results = run_aggregate(root, outdir, alignment=alignment, topology=topology_file,
-                            jobs=jobs, figures=not no_figures)
-    for res in results:
-        sync = res.sync
+    for res in command.run(root, outdir, alignment=alignment, topology=topology_file,
+                           jobs=jobs, figures=not no_figures):
+        written = _write(res, res.data["folder"])
+        sync = res.data["sync"]
         worst = max((x for x in sync.max_abs_residual if x == x), default=0.0)
-        click.echo(f"{res.folder}: {len(res.ranks)} ranks, {len(res.written)} files; "
-                   f"clock offsets up to {abs(sync.offsets).max() / 1e3:.1f} µs "
+        click.echo(f"{res.data['folder']}: {len(res.data['ranks'])} ranks, {len(written)} "
+                   f"files; clock offsets up to {abs(sync.offsets).max() / 1e3:.1f} µs "
                    f"(largest residual {worst / 1e3:.1f} µs)")
-        for msg in res.failed:
-            click.echo(f"  skipped: {msg}")
-        for note in res.notes:
-            click.echo(f"  note: {note}")
+        _echo_all([f"  {note}" for note in res.notes])
 
 
 @main.command()
@@ -550,7 +476,7 @@ def demo(outdir) -> None:
       traceviz demo                 # into ./traceviz_demo
       traceviz demo /tmp/tv_demo
     """
-    from .demo import run as run_demo
+    from .commands.demo import run as run_demo
 
     steps = run_demo(outdir, click.echo)
     click.echo("\nwhere to look:")
@@ -583,13 +509,14 @@ def pipeline(root, vpp, iteration, all_groups, topology_file, outdir) -> None:
       traceviz pipeline job/ --vpp 2 --all-groups -o pp/
       traceviz pipeline pp_timer_logs/ -o pp/
     """
-    from pathlib import Path
+    from .commands import pipeline as command
 
-    from .analysis import pipeline_run
-
-    for line in pipeline_run.run(Path(root), Path(outdir), vpp=vpp, iteration=iteration,
-                                 all_groups=all_groups, topology=topology_file):
-        click.echo(line)
+    result = command.run(root, vpp=vpp, iteration=iteration, all_groups=all_groups,
+                         topology=topology_file)
+    _write(result, outdir)
+    _echo_all(result.lines)
+    click.echo(f"wrote pipeline_stages / pipeline_gaps (.csv, .parquet) and the figures to "
+               f"{outdir}")
 
 
 def _run_options(func):
@@ -619,7 +546,9 @@ def _run_overrides(global_batch_size, seq_len, flops_per_token, params, model, p
                    peak_bw) -> dict:
     """:class:`~.analysis.run_config.RunConfig` values from :func:`_run_options`."""
     if flops_per_token is None and params is not None:
-        flops_per_token = 6.0 * params * 1e9
+        from .analysis.run_config import training_flops_per_token
+
+        flops_per_token = training_flops_per_token(params * 1e9)
     return {"global_batch_size": global_batch_size, "seq_len": seq_len,
             "flops_per_token": flops_per_token, "model": model, "peak_tflops": peak_tflops,
             "peak_bw_gbps": peak_bw}
@@ -647,15 +576,13 @@ def report(root, config_file, topology, no_clock_sync, output, as_json, **facts)
       traceviz report job/iteration_10 --global-batch-size 64 --seq-len 4096 --params 8
       traceviz report outputs/profile_trace/iteration_10 --config llama3_8b.toml -o r.txt
     """
-    from .analysis.report_run import run
+    from .commands import report as command
 
-    files = run(root, config_file=config_file, overrides=_run_overrides(**facts),
-                output=output, topology=topology, clock_sync=not no_clock_sync)
-    if as_json:
-        click.echo(files.json.read_text())
-    else:
-        click.echo(files.text_body, nl=False)
-    click.echo(f"wrote {files.text} and {files.json}", err=True)
+    result = command.run(root, config_file=config_file, overrides=_run_overrides(**facts),
+                         output=output, topology=topology, clock_sync=not no_clock_sync)
+    _write(result, ".")
+    click.echo(result.texts[str(result.data["json" if as_json else "text"])], nl=False)
+    click.echo(f"wrote {result.data['text']} and {result.data['json']}", err=True)
 
 
 @main.command()
@@ -681,7 +608,7 @@ def export(source, output, kernels, no_clock_sync) -> None:
       traceviz export rank0.pt.trace.json.gz -o rank0_annotated.json.gz
       traceviz export job/traceviz/iteration_10 -o job_iter10.json.gz
     """
-    from .analysis.export_run import run
+    from .commands.export import run
 
     out, count, notes = run(source, output, kernels, clock_sync=not no_clock_sync)
     for note in notes:
@@ -707,7 +634,7 @@ def html(root, output, topology, **facts) -> None:
     Examples:
       traceviz html job/ -o job.html --global-batch-size 64 --seq-len 4096 --params 8
     """
-    from .analysis.html_run import run
+    from .commands import html as command
 
-    out = run(root, output, overrides=_run_overrides(**facts), topology=topology)
-    click.echo(f"wrote {out}", err=True)
+    _write(command.run(root, output, overrides=_run_overrides(**facts), topology=topology), ".")
+    click.echo(f"wrote {output}", err=True)

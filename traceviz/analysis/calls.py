@@ -20,9 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..classify.groups import GROUPS
-from ..parse.table import COLLECTIVES
-from .select import codes_of, index_in, ints
+from ..table.arrays import codes_of, index_in, ints
+from ..table.schema import COLLECTIVES, GROUPS
 
 COLUMNS = ("kind", "collective", "comm_group", "pg_name", "seq", "group_size",
            "msg_in_bytes", "msg_out_bytes", "ts", "dur", "iteration")

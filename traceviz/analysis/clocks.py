@@ -67,7 +67,7 @@ def collective_ends(table: pa.Table) -> CollectiveEnds:
 def ends_of(calls) -> CollectiveEnds:
     """The calls (a :class:`~.calls.RankCalls`) that clocks are synced on: those of a
     known process group, send / receive kernels left out (see the module doc)."""
-    from ..parse.table import COLLECTIVES
+    from ..table.schema import COLLECTIVES
 
     keep = ((calls.collective != COLLECTIVES.index("SendRecv"))
             & (calls.group != len(calls.groups) - 1))

@@ -12,17 +12,16 @@ kernels keep their name). Durations are int64 ns.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from ..errors import TraceVizError
-from ..parse.join import step_of
-from .rank_tables import gpu_and_cpu
-from .select import MEM, codes_of, hta_kind
+from ..intervals import step_of
+from ..table.arrays import codes_of
+from ..table.schema import MEM, metadata
+from .hta_compat import hta_kind
 
 DEVICES = ("GPU", "CPU")
 
@@ -58,22 +57,20 @@ class Side:
     durations: dict[str, np.ndarray]
 
 
-def load_side(path: str | os.PathLike, label: str, rank: int | None = None,
-              iterations: tuple[int, ...] | None = None) -> Side:
-    """Read one side (see the module doc)."""
-    import traceviz
-
-    gpu, cpu = gpu_and_cpu(Path(path), rank)
-    meta = traceviz.metadata(gpu)
+def side(gpu: pa.Table, cpu: pa.Table | None, where: str, label: str,
+         iterations: tuple[int, ...] | None = None) -> Side:
+    """One side (see the module doc) from one rank's GPU table and CPU table (None: no
+    CPU side); ``where`` names it in errors."""
+    meta = metadata(gpu)
     steps = meta.get("steps", [])
     numbers = sorted(s["iteration"] for s in steps)
     if not numbers:
-        raise TraceVizError(f"{path}: the trace has no ProfilerStep to compare; record it "
+        raise TraceVizError(f"{where}: the trace has no ProfilerStep to compare; record it "
                             "with torch.profiler's schedule and prof.step()")
     chosen = list(iterations) if iterations else numbers[:1]
     missing = sorted(set(chosen) - set(numbers))
     if missing:
-        raise TraceVizError(f"{path}: no ProfilerStep {missing} (the trace has {numbers})")
+        raise TraceVizError(f"{where}: no ProfilerStep {missing} (the trace has {numbers})")
     names, durations = {}, {}
     launched = np.asarray(gpu["launch_ts"].is_valid())
     it = np.where(launched, gpu["iteration"].fill_null(-1).to_numpy(), -1)
@@ -139,24 +136,3 @@ def compare(control: Side, test: Side, short_names: bool = True) -> pa.Table:
                                  pa.string() if c in ("device", "name", "change",
                                                       "counts_change_categories")
                                  else pa.int64()) for c in cols})
-
-
-def summary(table: pa.Table, control: Side, test: Side) -> str:
-    """Per device: names, total time on each side, and how many names changed how."""
-    lines = [f"control: rank {control.rank}, ProfilerStep {control.iterations}; "
-             f"test: rank {test.rank}, ProfilerStep {test.iterations}"]
-    rows = table.to_pylist()
-    for device in DEVICES:
-        mine = [r for r in rows if r["device"] == device]
-        if not mine:
-            lines.append(f"{device}: not compared (a side has no CPU table; parse it with "
-                         "--cpu or pass the trace)" if device == "CPU" else f"{device}: none")
-            continue
-        changes = {c: sum(r["change"] == c for r in mine) for c in
-                   ("added", "deleted", "increased", "decreased", "unchanged")}
-        lines.append(
-            f"{device}: {len(mine)} names, "
-            f"{sum(r['control_total_duration_ns'] for r in mine) / 1e6:.3f} ms -> "
-            f"{sum(r['test_total_duration_ns'] for r in mine) / 1e6:.3f} ms; "
-            + ", ".join(f"{v} {k}" for k, v in changes.items()))
-    return "\n".join(lines)

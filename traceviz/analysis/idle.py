@@ -11,13 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .describe import STATS, describe
-from .select import Activities
+from .activities import RankActivities
+from .stats import STATS, describe
 
 CATEGORIES = ("host_wait", "kernel_wait", "other")
 
 
-def gaps(acts: Activities, kernel_wait_ns: int = 30_000
+def gaps(acts: RankActivities, kernel_wait_ns: int = 30_000
          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(stream, gap ns, category index) of every gap between consecutive activities of
     a stream."""
@@ -33,7 +33,7 @@ def gaps(acts: Activities, kernel_wait_ns: int = 30_000
     return stream[1:][same], gap, cat
 
 
-def idle_breakdown(ranks: list[Activities], kernel_wait_ns: int = 30_000) -> pa.Table:
+def idle_breakdown(ranks: list[RankActivities], kernel_wait_ns: int = 30_000) -> pa.Table:
     """Per rank, stream and category: idle time (ns), its share of the stream's idle
     time (NaN when the stream has none), and the statistics of its gaps (ns)."""
     cols: dict[str, list] = {k: [] for k in ("rank", "stream", "idle_category", "idle_ns",

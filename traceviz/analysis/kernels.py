@@ -22,7 +22,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .select import COMM, COMP, MEM, Activities
+from ..table.schema import COMM, COMP, MEM
+from .activities import RankActivities
 
 KERNEL_TYPES = {COMP: "COMPUTATION", COMM: "COMMUNICATION", MEM: "MEMORY"}
 OTHERS = "others"
@@ -57,7 +58,7 @@ def _folded(sums: np.ndarray, num_kernels: int, duration_ratio: float,
     return (before >= duration_ratio * cum[-1]) | (pos >= num_kernels)
 
 
-def _rank_rows(acts: Activities, kind: int, num_kernels: int, duration_ratio: float,
+def _rank_rows(acts: RankActivities, kind: int, num_kernels: int, duration_ratio: float,
                hta_compat: bool) -> list[dict]:
     sel = acts.kind == kind
     if not sel.any():
@@ -89,7 +90,7 @@ def _rank_rows(acts: Activities, kind: int, num_kernels: int, duration_ratio: fl
              **{k: stats[k][i] for k in stats}} for i, n in enumerate(names)]
 
 
-def top_kernels(ranks: list[Activities], num_kernels: int = 10,
+def top_kernels(ranks: list[RankActivities], num_kernels: int = 10,
                 duration_ratio: float = 0.8, hta_compat: bool = False) -> pa.Table:
     """One row per (rank, kernel type, kernel name or ``others``); see the module doc.
     Rows sorted by rank, type and descending sum."""

@@ -14,13 +14,13 @@ import re
 import numpy as np
 import pyarrow as pa
 
-from .select import Activities
+from .activities import RankActivities
 
 LAUNCH_CALLS = re.compile(r"^(cudaLaunchKernel|cudaLaunchKernelExC|cudaMemcpyAsync|"
                           r"cudaMemsetAsync)$|^runFunction")
 
 
-def launch_pairs(acts: Activities) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def launch_pairs(acts: RankActivities) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(rows, cpu_ns, gpu_ns, delay_ns) of the activities launched by a launch call."""
     is_call = np.array([bool(LAUNCH_CALLS.search(n)) for n in acts.launch_names] + [False])
     rows = np.flatnonzero(is_call[acts.launch_name] & (acts.launch_ts >= 0))
@@ -30,7 +30,7 @@ def launch_pairs(acts: Activities) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
     return rows, cpu, gpu, delay
 
 
-def launch_stats_summary(ranks: list[Activities], runtime_cutoff_ns: int = 50_000,
+def launch_stats_summary(ranks: list[RankActivities], runtime_cutoff_ns: int = 50_000,
                          launch_delay_cutoff_ns: int = 100_000) -> pa.Table:
     """Per rank: pairs, short kernels, runtime and launch-delay outliers, mean cpu / gpu
     duration and launch delay, median and max delay (ns; NaN without pairs)."""

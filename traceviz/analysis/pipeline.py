@@ -1,7 +1,7 @@
 """Pipeline-parallel schedule, measured vs ideal (PP-Schedule-Visualization's view).
 
 For one PP group and one iteration, each stage's forward and backward steps are the
-micro-batch rows of :func:`.aggregate.microbatch_table` (first kernel start to last
+micro-batch rows of :func:`.microbatches.microbatch_table` (first kernel start to last
 kernel end of the step, clock-synced). Per stage:
 
 * ``busy`` = |union of its steps|; ``makespan`` = last step end - first step start of
@@ -27,8 +27,10 @@ import numpy as np
 import pyarrow as pa
 
 from ..intervals import measure
-from ..schedule import Step, simulate
+from ..table.schema import COMM, OPTIMIZER, collective, group
+from .activities import RankActivities
 from .pipeline_phases import largest_gaps, phases
+from .schedule import Step, simulate
 
 
 @dataclass
@@ -125,3 +127,25 @@ def pipeline_view(rows: list[dict], ranks: list[int], vpp: int = 1,
             cols[k].append(ph[k])
     gaps = largest_gaps(steps, pp, vpp, p2p, fwd, bwd, ranks)
     return PipelineView(ranks, steps, ideal, pa.table(cols), p2p, gaps, t0)
+
+
+def stage_marks(acts: RankActivities, iteration: int) -> list[tuple[str, int, int]]:
+    """What is drawn over one stage's row for ProfilerStep ``iteration``: its pipeline
+    P2P kernels ``("P2P", start, end)`` and its optimizer work's span
+    ``("optimizer", first start, last end)``; times as the activities have them."""
+    in_it = acts.iteration == iteration
+    p2p = np.flatnonzero(in_it & (acts.kind == COMM) & (acts.group == group("PP"))
+                         & (acts.collective == collective("SendRecv")))
+    marks = [("P2P", a, b) for a, b in zip(acts.ts[p2p].tolist(), acts.end[p2p].tolist())]
+    opt = in_it & (acts.phase == OPTIMIZER)
+    if opt.any():
+        marks.append(("optimizer", int(acts.ts[opt].min()), int(acts.end[opt].max())))
+    return marks
+
+
+def step_length(meta: dict, iteration: int) -> int | None:
+    """The length (ns) of ProfilerStep ``iteration`` in a rank's metadata (None: absent)."""
+    for step in meta.get("steps") or []:
+        if step.get("iteration") == iteration:
+            return int(step["dur"])
+    return None

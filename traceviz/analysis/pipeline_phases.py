@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..schedule import Step
+from .schedule import Step
 
 
 def phases(steps: list[Step]) -> dict:

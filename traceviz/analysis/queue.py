@@ -17,8 +17,9 @@ import re
 import numpy as np
 import pyarrow as pa
 
-from .describe import describe
-from .select import MEM, Activities
+from ..table.schema import MEM
+from .activities import RankActivities
+from .stats import describe
 
 QUEUE_CALLS = re.compile(
     r"^(cudaLaunchKernel|cudaLaunchKernelExC|cuLaunchKernel|cuLaunchKernelEx|"
@@ -27,7 +28,7 @@ QUEUE_CALLS = re.compile(
 MAX_QUEUE = 1024  # CUDA's launch queue per stream
 
 
-def queue_series(acts: Activities) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def queue_series(acts: RankActivities) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(stream, ts, length) change points, sorted by stream then time (launches before
     starts at equal times; HTA's order at a tie is its unstable sort's)."""
     is_call = np.array([bool(QUEUE_CALLS.search(n)) for n in acts.launch_names] + [False])
@@ -44,7 +45,7 @@ def queue_series(acts: Activities) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return stream, t, length - np.repeat(before, np.diff(np.r_[first, stream.size]))
 
 
-def queue_length_summary(ranks: list[Activities]) -> pa.Table:
+def queue_length_summary(ranks: list[RankActivities]) -> pa.Table:
     """Per rank and stream: describe() of the queue length, and the time (ns) and share
     of the rank's trace span during which the queue was full (>= 1024)."""
     cols: dict[str, list] = {"rank": [], "stream": [], "blocked_ns": [], "blocked_ratio": []}
@@ -72,7 +73,7 @@ def memcpy_subtype(name: str) -> str:
     return "Memset" if name.startswith("Memset") else name[:11]
 
 
-def bandwidth_series(acts: Activities, sort_kind: str = "stable"
+def bandwidth_series(acts: RankActivities, sort_kind: str = "stable"
                      ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per memcpy / memset subtype: (ts, total GB/s from ts on) change points: +bw at each
     copy's start, -bw at its end (a zero-length copy lasts 1 µs, as in HTA), summed in
@@ -92,7 +93,7 @@ def bandwidth_series(acts: Activities, sort_kind: str = "stable"
     return out
 
 
-def memory_bw_summary(ranks: list[Activities], hta_compat: bool = False) -> pa.Table:
+def memory_bw_summary(ranks: list[RankActivities], hta_compat: bool = False) -> pa.Table:
     """Per rank and subtype: describe() of the concurrent bandwidth (GB/s) where > 0.
 
     The running sum leaves float residue (~1e-15 GB/s) where every copy has ended; it

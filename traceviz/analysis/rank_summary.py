@@ -7,15 +7,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from ..classify.groups import GROUPS
-from ..parse.table import COLLECTIVES
-from ..intervals.core import intersect, measure, union
+from ..table.arrays import index_in, ints
+from ..table.schema import COLLECTIVES, COMM, GROUPS, KINDS, metadata
 from .calls import RankCalls, rank_calls
-from .select import index_in
-
-KINDS = ("COMP", "COMM", "MEM")
+from .overlap import comm_by_key, comm_comp
 
 
 @dataclass
@@ -49,25 +45,22 @@ def _device_name(meta: dict) -> str | None:
 
 
 def summarize(table: pa.Table, rank: int) -> RankSummary:
-    """The summary of one rank's activity table (``rank``: see :func:`.inputs.rank_of`)."""
-    from ..api import metadata
-
+    """The summary of one rank's activity table (``rank``: see
+    :func:`traceviz.ingest.tables.rank_of`)."""
     meta = metadata(table)
-    ts = np.asarray(table["ts"].to_numpy(zero_copy_only=False), dtype=np.int64)
-    end = ts + np.maximum(pc.fill_null(table["dur"], 0).to_numpy(zero_copy_only=False), 0)
+    ts = ints(table["ts"])
+    end = ts + np.maximum(ints(table["dur"], 0), 0)
     kind = index_in(table["kind"], KINDS)
-    comp = union(ts[kind == 0], end[kind == 0])
-    comm_rows = kind == 1
-    comm = union(ts[comm_rows], end[comm_rows])
+    whole = comm_comp(ts, end, kind, np.zeros(ts.shape[0], np.int64), 1)
     busy_by, hidden = {}, {}
     for column, labels in (("comm_group", GROUPS), ("collective", COLLECTIVES)):
         codes = index_in(table[column], labels)
-        for g in np.unique(codes[comm_rows]).tolist():
-            rows = comm_rows & (codes == g)
-            gu = union(ts[rows], end[rows])
+        values = np.unique(codes[kind == COMM])
+        cc = comm_by_key(ts, end, kind, np.searchsorted(values, codes), values.size)
+        for k, g in enumerate(values.tolist()):
             key = (column, labels[g] if g >= 0 else "unknown")
-            busy_by[key] = int((gu[1] - gu[0]).sum())
-            hidden[key] = measure(*intersect(gu, comp))
+            busy_by[key] = int(cc.comm[k])
+            hidden[key] = int(cc.overlap[k])
     steps = [(int(s.get("iteration", -1)), int(s["ts"]), int(s["dur"]))
              for s in meta.get("steps") or [] if s.get("ts") is not None]
     world = meta.get("world_size")
@@ -75,7 +68,7 @@ def summarize(table: pa.Table, rank: int) -> RankSummary:
         rank=rank, world_size=int(world) if isinstance(world, int) else None,
         device_name=_device_name(meta), steps=sorted(steps, key=lambda s: s[1]),
         first_ts=int(ts.min()) if ts.size else 0, last_end=int(end.max()) if ts.size else 0,
-        comm_ns=int((comm[1] - comm[0]).sum()), comp_ns=int((comp[1] - comp[0]).sum()),
-        overlap_ns=measure(*intersect(comm, comp)), busy_by=busy_by,
-        hidden_by=hidden, calls=rank_calls(table, rank),
+        comm_ns=int(whole.comm[0]), comp_ns=int(whole.comp[0]),
+        overlap_ns=int(whole.overlap[0]), busy_by=busy_by, hidden_by=hidden,
+        calls=rank_calls(table, rank),
         truncated_at=(meta.get("stats") or {}).get("truncated_at"))

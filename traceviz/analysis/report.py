@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..classify.groups import GROUPS
-from ..parse.table import COLLECTIVES
+from ..table.schema import COLLECTIVES, GROUPS
 from .calls import factors
 from .matching import Matched, match, stragglers
 from .rank_summary import RankSummary

@@ -26,6 +26,12 @@ MODEL_PARAMS = {
 }
 
 
+def training_flops_per_token(params: float) -> float:
+    """Training FLOPs per token of a dense transformer with ``params`` parameters: 6N
+    (2N in the forward pass, 4N in the backward; attention's own FLOPs left out)."""
+    return 6.0 * params
+
+
 def peak_tflops_of(device_name: str | None) -> float | None:
     """Dense BF16 peak of a device, from its deviceProperties name (None: unknown)."""
     if not device_name:
@@ -99,7 +105,7 @@ def from_torchtitan_toml(path: str | os.PathLike, world: int | None) -> RunConfi
         model=f"{name}{flavor or ''}" if name else None,
         global_batch_size=int(local) * rep * shard if local else None,
         seq_len=training.get("seq_len"),
-        flops_per_token=6.0 * params if params else None,
+        flops_per_token=training_flops_per_token(params) if params else None,
         backend=cfg.get("comm", {}).get("backend"),
         parallelism={"dp_replicate": rep, "dp_shard": shard,
                      **{k: v for k, v in sorted(par.items())}},

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import TraceVizError
-from .select import codes_of
+from ..table.arrays import codes_of
 
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver", "Runtime", "Driver")
 

@@ -8,7 +8,7 @@ OTHER activities (:func:`..intervals.grouped_combination_times`):
 * our finer split of the same span: compute-only (COMP, no COMM), compute overlapped
   with communication (COMP and COMM), comm-only, mem-only, other-only, idle; they sum
   to ``kernel_time``;
-* overlap % = 100 |U(COMM) ∩ U(COMP)| / |U(COMM)| (HTA's definition; null without COMM);
+* overlap % = 100 |U(COMM) ∩ U(COMP)| / |U(COMM)| (:mod:`.overlap`; null without COMM);
 * kernel-type breakdown: time in every combination of COMP / COMM / MEM (OTHER and idle
   left out), labelled as HTA does ("COMPUTATION overlapping COMMUNICATION"), summed over
   ranks.
@@ -23,10 +23,13 @@ import numpy as np
 import pyarrow as pa
 
 from ..intervals import grouped_combination_times, grouped_span
-from .select import CATS, COMM, COMP, MEM, OTHER, Activities
+from ..table.schema import COMM, COMP, MEM
+from .activities import SWEEP_KINDS, RankActivities
+from .hta_compat import HTA_OTHER
+from .overlap import from_sweep, percent
 
 _LABEL = {COMP: "COMPUTATION", COMM: "COMMUNICATION", MEM: "MEMORY"}
-_MASKS = np.arange(1 << len(CATS))
+_MASKS = np.arange(1 << len(SWEEP_KINDS))
 
 
 def _has(bit: int) -> np.ndarray:
@@ -46,22 +49,18 @@ class RankSweep:
     times: np.ndarray
 
 
-def sweep(acts: Activities) -> RankSweep:
+def sweep(acts: RankActivities) -> RankSweep:
     """Sweep one rank's activities (all iterations and the whole rank in one pass)."""
     its = np.unique(acts.iteration)
     key_of_it = np.searchsorted(its, acts.iteration) + 1
     n = len(acts)
     keys = np.concatenate([np.zeros(n, np.int64), key_of_it])
     ts, end, kind = (np.concatenate([a, a]) for a in (acts.ts, acts.end, acts.kind))
-    times = grouped_combination_times(ts, end, kind, keys, its.shape[0] + 1, len(CATS))
+    times = grouped_combination_times(ts, end, kind, keys, its.shape[0] + 1,
+                                      len(SWEEP_KINDS))
     lo, hi = grouped_span(ts, end, keys, its.shape[0] + 1)
     spans = np.where(hi >= lo, hi - lo, 0)
     return RankSweep(acts.rank, n, np.concatenate([[-1], its]), spans, times)
-
-
-def _pct(x: np.ndarray, total: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(total > 0, 100.0 * x / np.maximum(total, 1), np.nan)
 
 
 def temporal_breakdown(sweeps: list[RankSweep]) -> pa.Table:
@@ -76,9 +75,8 @@ def temporal_breakdown(sweeps: list[RankSweep]) -> pa.Table:
         if not sw.activities:
             continue
         busy = t[:, 1:].sum(axis=1)
-        compute = t[:, comp].sum(axis=1)
-        comm_t = t[:, comm].sum(axis=1)
-        both = t[:, comp & comm].sum(axis=1)
+        cc = from_sweep(t)
+        compute, comm_t, both = cc.comp, cc.comm, cc.overlap
         cols["rank"] += [sw.rank] * its.shape[0]
         cols["iteration"] += its.tolist()
         cols["kernel_time_ns"] += span.tolist()
@@ -89,15 +87,15 @@ def temporal_breakdown(sweeps: list[RankSweep]) -> pa.Table:
         cols["compute_overlapped_comm_ns"] += both.tolist()
         cols["comm_only_ns"] += (comm_t - both).tolist()
         cols["mem_only_ns"] += t[:, mem & ~comp & ~comm].sum(axis=1).tolist()
-        cols["other_only_ns"] += t[:, 1 << OTHER].tolist()
+        cols["other_only_ns"] += t[:, 1 << HTA_OTHER].tolist()
         cols["comm_ns"] += comm_t.tolist()
-        cols["overlap_pct"] += _pct(both, comm_t).tolist()
+        cols["overlap_pct"] += cc.pct().tolist()
     table = {k: pa.array(v, pa.float64() if k == "overlap_pct" else
                          pa.int32() if k in ("rank",) else pa.int64(),
                          from_pandas=True) for k, v in cols.items()}
     span = np.array(cols["kernel_time_ns"], dtype=np.int64)
     for part in ("idle", "compute", "non_compute"):
-        table[f"{part}_pct"] = pa.array(_pct(np.array(cols[f"{part}_ns"], np.int64), span))
+        table[f"{part}_pct"] = pa.array(percent(np.array(cols[f"{part}_ns"], np.int64), span))
     return pa.table(table)
 
 
@@ -116,4 +114,4 @@ def kernel_type_breakdown(sweeps: list[RankSweep]) -> pa.Table:
     times = total[masks]
     return pa.table({"kernel_type": [kernel_type_label(m) for m in masks],
                      "time_ns": pa.array(times, pa.int64()),
-                     "percentage": pa.array(_pct(times, np.full(len(masks), times.sum())))})
+                     "percentage": pa.array(percent(times, np.full(len(masks), times.sum())))})

@@ -1,7 +1,15 @@
-"""Facts about collective metadata as Kineto records it (``record_param_comms`` args)."""
+"""Collective metadata as Kineto records it (``record_param_comms`` args and kernel args):
+element sizes, rank lists, the group facts completed from ``pg_config``, and the
+collective type of each communication activity."""
 from __future__ import annotations
 
 import re
+
+import numpy as np
+
+from ..table.schema import COLLECTIVES
+from .kinds import first_match
+from .patterns import Patterns
 
 # c10::ScalarType names as Kineto writes them in the `dtype` arg -> bytes per element
 DTYPE_BYTES = {
@@ -33,3 +41,61 @@ def parse_ranks(text: str | None) -> list[int] | None:
         return None
     ranks = [int(x) for x in _INT.findall(text)]
     return ranks or None
+
+
+def group_facts(texts: list[str], dist: dict, pg_name: np.ndarray, pg_desc: np.ndarray,
+                pg_ranks: np.ndarray, group_size: np.ndarray
+                ) -> tuple[list, np.ndarray, np.ndarray, list[str]]:
+    """Group ranks, size and description of rows with collective metadata, completed from
+    ``distributedInfo.pg_config``. Returns (ranks lists, sizes, description codes into
+    the returned description texts); -1 / None where unknown. ``pg_name`` ... are
+    ids into ``texts`` (-1 absent), ``group_size`` ints (-1 unknown)."""
+    config = {str(pg.get("pg_name")): pg for pg in dist.get("pg_config") or []
+              if isinstance(pg, dict)}
+    k = pg_name.shape[0]
+    lists: list[list[int] | None] = [None] * k
+    size = group_size.copy()
+    desc_code = np.full(k, -1, dtype=np.int64)
+    descs: dict[str, int] = {}
+    facts: dict[tuple, tuple] = {}
+    for j, key in enumerate(zip(pg_name.tolist(), pg_desc.tolist(), pg_ranks.tolist(),
+                                group_size.tolist())):
+        if key not in facts:
+            name_id, desc_id, ranks_id, gsize = key
+            pg = config.get(texts[name_id]) if name_id >= 0 else None
+            ranks = parse_ranks(texts[ranks_id]) if ranks_id >= 0 else None
+            if ranks is None and pg is not None and isinstance(pg.get("ranks"), list):
+                ranks = [int(r) for r in pg["ranks"]]
+            desc = texts[desc_id] if desc_id >= 0 else None
+            if desc is None and pg is not None and pg.get("pg_desc") is not None:
+                desc = str(pg["pg_desc"])
+            if gsize < 0:
+                if pg is not None and isinstance(pg.get("pg_size"), int):
+                    gsize = pg["pg_size"]
+                elif ranks is not None:
+                    gsize = len(ranks)
+            facts[key] = (ranks, gsize,
+                          -1 if desc is None else descs.setdefault(desc, len(descs)))
+        lists[j], size[j], desc_code[j] = facts[key]
+    return lists, size, desc_code, list(descs)
+
+
+def collective_types(texts: list[str], patterns: Patterns, coll_name: np.ndarray,
+                     kernel_name: np.ndarray, comm_rows: np.ndarray) -> np.ndarray:
+    """Index into COLLECTIVES for ``comm_rows`` (``coll_name`` / ``kernel_name``: ids into
+    ``texts``, -1 absent): from the ``Collective name`` arg when the
+    patterns know it, else from the kernel name; -1 for other rows and unknowns."""
+    code_of = {c: i for i, c in enumerate(COLLECTIVES)}
+    out = np.full(coll_name.shape[0], -1, dtype=np.int32)
+
+    def assign(ids: np.ndarray, rows: np.ndarray) -> None:
+        if not rows.any():
+            return
+        uniq = np.unique(ids[rows])
+        names = first_match([texts[i] for i in uniq.tolist()], patterns.collectives)
+        lut = np.array([code_of[c] if c else -1 for c in names], dtype=np.int32)
+        out[rows] = lut[np.searchsorted(uniq, ids[rows])]
+
+    assign(coll_name, comm_rows & (coll_name >= 0))
+    assign(kernel_name, comm_rows & (out < 0))
+    return out

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..table.schema import GROUPS
 from ..topology.layout import Layout
 from .patterns import Patterns
 
-GROUPS = ("TP", "CP", "EP", "ETP", "DP", "EDP", "PP", "OTHER")
 # when one rank set is several Megatron groups (e.g. DP == DP-with-CP when cp = 1), the
 # first description in this order names it
 DESC_PRIORITY = ("TENSOR_MODEL_PARALLEL_GROUP", "CONTEXT_PARALLEL_GROUP",

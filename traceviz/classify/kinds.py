@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..table.schema import COMM, COMP, MEM
 from .patterns import Patterns
-
-KINDS = ("COMP", "COMM", "MEM")
-COMP, COMM, MEM = range(3)
 
 
 def name_kinds(texts: list[str], patterns: Patterns) -> np.ndarray:
@@ -24,14 +22,6 @@ def name_kinds(texts: list[str], patterns: Patterns) -> np.ndarray:
         elif any(p.search(text) for p in patterns.comm):
             out[i] = COMM
     return out
-
-
-def activity_kinds(name: np.ndarray, is_memory_cat: np.ndarray, by_name: np.ndarray
-                   ) -> np.ndarray:
-    """Kind per activity row from its name id and whether its category is memcpy/memset."""
-    kinds = by_name[name]
-    kinds[is_memory_cat] = MEM
-    return kinds
 
 
 def first_match(texts: list[str], named_patterns) -> list[str | None]:

@@ -34,10 +34,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..grouping import group_positions
+from ..table.arrays import group_positions
+from ..table.schema import BWD, FWD, OPTIMIZER, OTHER, RECOMPUTE
 
-PHASES = ("FWD", "BWD", "RECOMPUTE", "OPTIMIZER", "OTHER")
-FWD, BWD, RECOMPUTE, OPTIMIZER, OTHER = range(5)
 F_OP, B_OP = 0, 1
 
 

@@ -1,12 +1,23 @@
-"""Interval algebra over int64 nanosecond arrays (numba).
+"""Interval algebra over int64 nanosecond arrays (numba): unions, measures,
+intersections, k-way sweeps (:mod:`.core`) and containment queries
+(:mod:`.containment`).
 
 An interval is ``[start, end)`` with ``end >= start``. A *union* is a sorted array pair of
 disjoint intervals; intervals that touch (``start == running end``) are merged, as HTA
-does. Every function is O(n log n) at most and loops only inside numba.
+does. Every function is O(n log n) at most and loops only inside numba. This package
+imports numpy and numba only.
 """
-from .core import (combination_times, grouped_combination_times, grouped_measure,
-                   grouped_span, intersect,
-                   measure, union)
+from .containment import innermost_enclosing, step_of
+from .core import (
+                   combination_times,
+                   grouped_combination_times,
+                   grouped_measure,
+                   grouped_span,
+                   intersect,
+                   measure,
+                   union,
+)
 
 __all__ = ["union", "measure", "intersect", "combination_times",
-           "grouped_combination_times", "grouped_measure", "grouped_span"]
+           "grouped_combination_times", "grouped_measure", "grouped_span",
+           "innermost_enclosing", "step_of"]

@@ -1,13 +1,13 @@
-"""Figures of ``traceviz breakdown``: temporal breakdown per rank, kernel-type shares,
-idle time per stream. Each is written atomically as PNG."""
+"""Figures of the breakdown: temporal breakdown per rank, kernel-type shares, idle time
+per stream, top kernels and their durations. Each function returns a matplotlib figure
+(see :mod:`.figures`)."""
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from matplotlib import colormaps
 
-from ..output import atomic_path
+from .figures import Figure, new_figure, swatch
 
 PARTS = (("compute_only_ns", "compute only"),
          ("compute_overlapped_comm_ns", "compute overlapped with comm"),
@@ -15,36 +15,19 @@ PARTS = (("compute_only_ns", "compute only"),
          ("other_only_ns", "other only"), ("idle_ns", "idle"))
 
 
-def _figure():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(plt, fig, path: Path) -> Path:
-    """Write the PNG atomically and free the figure."""
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
-
-
-def _finish(plt, fig, ax, title: str, path: Path, legend: dict | None = None) -> Path:
-    """Title, optional legend, write the PNG atomically, free the figure."""
+def _finish(fig, ax, title: str, legend: dict | None = None):
+    """Title and optional legend."""
     ax.set_title(title)
     if legend is not None:
         ax.legend(fontsize="small", **legend)
-    return _save(plt, fig, path)
+    return fig
 
 
-def temporal(table: pa.Table, path: Path) -> Path:
+def temporal(table: pa.Table):
     """Stacked bars: share of each rank's span per part (whole selection)."""
-    plt = _figure()
     rows = [r for r in table.to_pylist() if r["iteration"] == -1]
-    fig, ax = plt.subplots(figsize=(max(4, 0.5 * len(rows) + 2), 4))
+    fig = new_figure((max(4, 0.5 * len(rows) + 2), 4))
+    ax = fig.subplots()
     bottom = np.zeros(len(rows))
     x = np.arange(len(rows))
     for col, label in PARTS:
@@ -55,15 +38,15 @@ def temporal(table: pa.Table, path: Path) -> Path:
     ax.set_xticks(x, [str(r["rank"]) for r in rows])
     ax.set_xlabel("rank")
     ax.set_ylabel("% of GPU span")
-    return _finish(plt, fig, ax, "Temporal breakdown", path,
+    return _finish(fig, ax, "Temporal breakdown",
                    {"loc": "upper left", "bbox_to_anchor": (1, 1)})
 
 
-def kernel_types(table: pa.Table, path: Path) -> Path:
+def kernel_types(table: pa.Table):
     """Pie of the COMP / COMM / MEM combinations."""
-    plt = _figure()
     rows = table.to_pylist()
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig = new_figure((6, 4))
+    ax = fig.subplots()
     if rows:
         # slices too thin to label are named in the legend (with their share) only
         wedges, _, _ = ax.pie([r["time_ns"] for r in rows],
@@ -71,15 +54,15 @@ def kernel_types(table: pa.Table, path: Path) -> Path:
                               textprops={"fontsize": "small"})
         ax.legend(wedges, [f"{r['kernel_type']} ({r['percentage']:.1f}%)" for r in rows],
                   fontsize="small", loc="upper left", bbox_to_anchor=(1, 1))
-    return _finish(plt, fig, ax, "Kernel time by type (all ranks)", path)
+    return _finish(fig, ax, "Kernel time by type (all ranks)")
 
 
-def idle(table: pa.Table, path: Path) -> Path:
+def idle(table: pa.Table):
     """Idle time per (rank, stream), stacked by cause."""
-    plt = _figure()
     rows = table.to_pylist()
     keys = sorted({(r["rank"], r["stream"]) for r in rows})
-    fig, ax = plt.subplots(figsize=(max(4, 0.5 * len(keys) + 2), 4))
+    fig = new_figure((max(4, 0.5 * len(keys) + 2), 4))
+    ax = fig.subplots()
     x = np.arange(len(keys))
     bottom = np.zeros(len(keys))
     for cat in ("host_wait", "kernel_wait", "other"):
@@ -91,52 +74,51 @@ def idle(table: pa.Table, path: Path) -> Path:
     ax.set_xticks(x, [f"{r}/{s}" for r, s in keys], rotation=90, fontsize="small")
     ax.set_xlabel("rank / stream")
     ax.set_ylabel("idle ms")
-    return _finish(plt, fig, ax, "Idle time by cause", path, {})
+    return _finish(fig, ax, "Idle time by cause", {})
 
 
 MAX_PIES = 16  # ranks drawn per kernel type in the top-kernel pies
 
 
-def top_kernel_pies(table: pa.Table, kernel_type: str, path: Path) -> Path:
+def top_kernel_pies(table: pa.Table, kernel_type: str):
     """Per rank (the first ``MAX_PIES``), a pie of the top kernels of one type; one
     legend, colors fixed per kernel name across the pies."""
-    plt = _figure()
     rows = [r for r in table.to_pylist() if r["kernel_type"] == kernel_type]
     ranks = sorted({r["rank"] for r in rows})[:MAX_PIES]
     names = sorted({r["name"] for r in rows if r["rank"] in ranks},
                    key=lambda n: (n == "others", n))
-    colors = dict(zip(names, plt.get_cmap("tab20")(np.linspace(0, 1, max(len(names), 1)))))
+    colors = dict(zip(names, colormaps["tab20"](np.linspace(0, 1, max(len(names), 1)))))
     cols = min(4, len(ranks))
     nrows = -(-len(ranks) // cols)
-    fig, axes = plt.subplots(nrows, cols, squeeze=False, layout="constrained",
-                             figsize=(max(3 * cols, 8), 3 * nrows + 0.18 * len(names) + 0.5))
+    fig = new_figure((max(3 * cols, 8), 3 * nrows + 0.18 * len(names) + 0.5),
+                     layout="constrained")
+    axes = fig.subplots(nrows, cols, squeeze=False)
     for ax in axes.flat:
         ax.axis("off")
     for ax, rank in zip(axes.flat, ranks):
         mine = [r for r in rows if r["rank"] == rank]
         ax.pie([r["sum_ns"] for r in mine], colors=[colors[r["name"]] for r in mine])
         ax.set_title(f"rank {rank}", fontsize="small")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=colors[n]) for n in names]
+    handles = [swatch(colors[n]) for n in names]
     fig.legend(handles, [n if len(n) <= 70 else n[:67] + "..." for n in names],
                fontsize="x-small", loc="outside lower center", ncols=1, frameon=False)
     fig.suptitle(f"Top {kernel_type} kernels per rank"
                  + (f" (first {MAX_PIES} ranks)" if len(ranks) < len({r['rank'] for r in rows})
                     else ""))
-    return _save(plt, fig, path)
+    return fig
 
 
-def kernel_durations(table: pa.Table, kernel_type: str, path: Path) -> Path:
+def kernel_durations(table: pa.Table, kernel_type: str):
     """For each named top kernel of one type (up to 10, by total time over ranks): per
     rank its mean duration, error bars down to the min and up to the max."""
-    plt = _figure()
     rows = [r for r in table.to_pylist()
             if r["kernel_type"] == kernel_type and r["name"] != "others"]
     total: dict[str, int] = {}
     for r in rows:
         total[r["name"]] = total.get(r["name"], 0) + r["sum_ns"]
     names = sorted(total, key=lambda n: -total[n])[:10]
-    fig, axes = plt.subplots(len(names), 1, figsize=(8, 1.6 * len(names) + 0.8),
-                             squeeze=False, sharex=True, layout="constrained")
+    fig = new_figure((8, 1.6 * len(names) + 0.8), layout="constrained")
+    axes = fig.subplots(len(names), 1, squeeze=False, sharex=True)
     for ax, name in zip(axes[:, 0], names):
         mine = sorted((r for r in rows if r["name"] == name), key=lambda r: r["rank"])
         x = np.array([r["rank"] for r in mine])
@@ -150,15 +132,17 @@ def kernel_durations(table: pa.Table, kernel_type: str, path: Path) -> Path:
     axes[-1, 0].set_xlabel("rank")
     axes[-1, 0].xaxis.get_major_locator().set_params(integer=True)
     fig.suptitle(f"{kernel_type} kernel durations per rank (mean, min-max)")
-    return _save(plt, fig, path)
+    return fig
 
 
-def draw_all(tables: dict[str, pa.Table], outdir: Path) -> list[Path]:
+def breakdown_figures(tables: dict[str, pa.Table]) -> dict[str, Figure]:
+    """Every figure of the breakdown by file name (PNG), from its tables."""
     top = tables["top_kernels"]
-    types = sorted(set(top.column("kernel_type").to_pylist()))
-    return [temporal(tables["temporal_breakdown"], outdir / "temporal_breakdown.png"),
-            kernel_types(tables["kernel_type_breakdown"], outdir / "kernel_type_breakdown.png"),
-            idle(tables["idle_time_breakdown"], outdir / "idle_time_breakdown.png")] + [
-        draw(top, t, outdir / f"{stem}_{t.lower()}.png") for t in types
-        for draw, stem in ((top_kernel_pies, "top_kernels"),
-                           (kernel_durations, "kernel_durations"))]
+    figures = {"temporal_breakdown.png": Figure(temporal, tables["temporal_breakdown"]),
+               "kernel_type_breakdown.png": Figure(kernel_types,
+                                                   tables["kernel_type_breakdown"]),
+               "idle_time_breakdown.png": Figure(idle, tables["idle_time_breakdown"])}
+    for t in sorted(set(top.column("kernel_type").to_pylist())):
+        figures[f"top_kernels_{t.lower()}.png"] = Figure(top_kernel_pies, top, t)
+        figures[f"kernel_durations_{t.lower()}.png"] = Figure(kernel_durations, top, t)
+    return figures

@@ -1,24 +1,21 @@
 """Figure of ``traceviz diff``: the names whose total time changed most, per device."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pyarrow as pa
 
-from .breakdown_figures import _figure, _save
+from .figures import new_figure
 
 TOP = 15  # names shown per device
 
 
-def draw(table: pa.Table, path: Path, control: str = "control", test: str = "test") -> Path:
+def draw(table: pa.Table, control: str = "control", test: str = "test"):
     """Per device, horizontal bars of control and test total time (ms) for the ``TOP``
     names with the largest absolute change, each labelled with its counts."""
-    plt = _figure()
     rows = table.to_pylist()
     devices = [d for d in ("GPU", "CPU") if any(r["device"] == d for r in rows)]
-    fig, axes = plt.subplots(1, max(len(devices), 1), figsize=(7 * max(len(devices), 1), 6),
-                             squeeze=False, layout="constrained")
+    fig = new_figure((7 * max(len(devices), 1), 6), layout="constrained")
+    axes = fig.subplots(1, max(len(devices), 1), squeeze=False)
     for ax, device in zip(axes[0], devices):
         mine = sorted((r for r in rows if r["device"] == device),
                       key=lambda r: -abs(r["diff_duration_ns"]))[:TOP][::-1]
@@ -32,4 +29,4 @@ def draw(table: pa.Table, path: Path, control: str = "control", test: str = "tes
         ax.set_xlabel("total time (ms)")
         ax.set_title(f"{device}: largest changes in total time", fontsize="small")
         ax.legend(fontsize="small", loc="lower right")
-    return _save(plt, fig, path)
+    return fig

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from pathlib import Path
 
-from ..output import atomic_path
-from ..schedule import Step
-from .breakdown_figures import _figure, _save
+from ..analysis.schedule import Step
+from .figures import new_figure, swatch
 
 COLOR = {"F": ("#82AAE7", "#496CCE"), "B": ("#F7A6BF", "#C03F67")}  # chunk 0, chunk 1+
 MARK_COLOR = {"P2P": "#2E8B57", "optimizer": "#8C8C8C"}
@@ -35,16 +33,15 @@ def _label(s: Step) -> str:
     return f"{s.microbatch}" + (f".{s.chunk}" if s.chunk else "") + ("r" if s.recompute else "")
 
 
-def draw(panels: list[tuple[str, list[Step]]], ranks: list[int], path: Path,
-         title: str, marks: list[Mark] = ()) -> Path:
+def draw(panels: list[tuple[str, list[Step]]], ranks: list[int], title: str,
+         marks: list[Mark] = ()):
     """Stacked panels (e.g. measured, ideal) on one time axis (ms); ``marks`` go on the
     first. A backward that re-ran its forward (recompute) is hatched, labelled ``r``."""
-    plt = _figure()
     pp = len(ranks)
     span = max([s.end for _, steps in panels for s in steps] + [m.end for m in marks]
                + [1])
-    fig, axes = plt.subplots(len(panels), 1, figsize=(14, 1.0 + 0.55 * pp * len(panels)),
-                             squeeze=False, sharex=True, layout="constrained")
+    fig = new_figure((14, 1.0 + 0.55 * pp * len(panels)), layout="constrained")
+    axes = fig.subplots(len(panels), 1, squeeze=False, sharex=True)
     for ax, (name, steps) in zip(axes[:, 0], panels):
         for s in steps:
             y = pp - 1 - s.stage
@@ -66,21 +63,20 @@ def draw(panels: list[tuple[str, list[Step]]], ranks: list[int], path: Path,
         ax.grid(axis="x", linestyle="--", alpha=0.3)
     axes[-1, 0].set_xlabel("ms from the group's first step")
     axes[-1, 0].set_xlim(0, span / 1e6)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in
-               (COLOR["F"][0], COLOR["F"][1], COLOR["B"][0], COLOR["B"][1],
-                MARK_COLOR["P2P"], MARK_COLOR["optimizer"])]
-    handles.append(plt.Rectangle((0, 0), 1, 1, facecolor=COLOR["B"][0], hatch="///"))
+    handles = [swatch(c) for c in (COLOR["F"][0], COLOR["F"][1], COLOR["B"][0],
+                                   COLOR["B"][1], MARK_COLOR["P2P"], MARK_COLOR["optimizer"])]
+    handles.append(swatch(COLOR["B"][0], hatch="///"))
     fig.legend(handles, ["forward", "forward (chunk > 0)", "backward",
                          "backward (chunk > 0)", "pipeline P2P", "optimizer",
                          "backward with recompute (r)"], loc="outside lower center",
                ncols=7, fontsize="small", frameon=False)
     fig.suptitle(title, fontweight="bold")
-    return _save(plt, fig, path)
+    return fig
 
 
-def write_html(panels: list[tuple[str, list[Step]]], ranks: list[int], path: Path,
-               title: str, table_html: str = "", marks: list[Mark] = ()) -> Path:
-    """One HTML file, no script and no network: SVG bars with hover titles."""
+def page(panels: list[tuple[str, list[Step]]], ranks: list[int], title: str,
+         table_html: str = "", marks: list[Mark] = ()) -> str:
+    """One HTML document, no script and no network: SVG bars with hover titles."""
     pp = len(ranks)
     span = max([s.end for _, steps in panels for s in steps] + [m.end for m in marks]
                + [1])
@@ -124,6 +120,25 @@ def write_html(panels: list[tuple[str, list[Step]]], ranks: list[int], path: Pat
                      f"<text x='{left + width}' y='{h - 5}' font-size='11' "
                      f"text-anchor='end'>{span / 1e6:.2f} ms</text></svg>")
     parts.append(table_html + "</body></html>")
-    with atomic_path(path) as tmp, open(tmp, "w") as fh:
-        fh.write("\n".join(parts))
-    return path
+    return "\n".join(parts)
+
+
+def gap_text(gap: dict) -> str:
+    """One largest gap as a line: its size and what caused it."""
+    return f"{gap['ns'] / 1e6:.3f} ms: {gap['what']}"
+
+
+def stages_html(table) -> str:
+    """The per-stage table (a ``pyarrow.Table``) as HTML."""
+    rows = table.to_pylist()
+    head = "".join(f"<th>{html.escape(k)}</th>" for k in table.column_names)
+    body = "".join("<tr>" + "".join(
+        f"<td>{v:.2f}</td>" if isinstance(v, float) else f"<td>{html.escape(str(v))}</td>"
+        for v in r.values()) + "</tr>" for r in rows)
+    return f"<h2>Per stage</h2><table><tr>{head}</tr>{body}</table>"
+
+
+def gaps_html(gaps: list[dict]) -> str:
+    """The largest gaps as an HTML list (empty without gaps)."""
+    items = "".join(f"<li>{html.escape(gap_text(g))}</li>" for g in gaps)
+    return f"<h2>Largest gaps against the ideal schedule</h2><ul>{items}</ul>" if gaps else ""

@@ -1,13 +1,11 @@
 """Figure of ``traceviz sequences``: occurrences of the most frequent kernel sequences."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pyarrow as pa
 
 from ..analysis.diff import short_name
-from .breakdown_figures import _figure, _save
+from .figures import new_figure
 
 
 def label(pattern: str, width: int = 110) -> str:
@@ -17,11 +15,11 @@ def label(pattern: str, width: int = 110) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-def draw(table: pa.Table, path: Path, top_k: int = 5) -> Path:
+def draw(table: pa.Table, top_k: int = 5):
     """Horizontal bars: count of each of the ``top_k`` sequences, GPU time annotated."""
-    plt = _figure()
     rows = table.slice(0, top_k).to_pylist()[::-1]
-    fig, ax = plt.subplots(figsize=(10, 0.6 * max(len(rows), 1) + 1.2), layout="constrained")
+    fig = new_figure((10, 0.6 * max(len(rows), 1) + 1.2), layout="constrained")
+    ax = fig.subplots()
     y = np.arange(len(rows))
     ax.barh(y, [r["count"] for r in rows])
     for i, r in enumerate(rows):
@@ -32,4 +30,4 @@ def draw(table: pa.Table, path: Path, top_k: int = 5) -> Path:
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_title("Most frequent kernel sequences" if rows else "No kernel sequence found",
                  fontsize="small")
-    return _save(plt, fig, path)
+    return fig

@@ -1,4 +1,4 @@
-"""Timelines of ``traceviz aggregate`` (Megatron-TraceViz's figures, readable at scale).
+"""Timelines of the aggregation (Megatron-TraceViz's figures, readable at scale).
 
 One row per rank. Each category's kernels are merged into their union and drawn as one
 collection; categories that overlap are nested bars of different heights (earlier in
@@ -12,13 +12,11 @@ kernel, and the axis says so.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
-from ..analysis.aggregate import CATEGORIES, RankActivities
+from ..analysis.microbatches import CATEGORIES, RankCategories
 from ..intervals import union
-from .breakdown_figures import _figure, _save
+from .figures import new_figure, swatch
 
 COLORS = {
     "optimizer_computation": "#095624", "optimizer_communication": "#4E9A5E",
@@ -32,7 +30,6 @@ ORDER = ("optimizer_computation", "optimizer_communication", "dp_communication",
          "pp_communication", "fwd_communication", "bwd_communication",
          "bwd_communication_recompute", "bwd_computation_recompute", "fwd_computation",
          "bwd_computation", "memory", "other")  # thin (top) to tall (behind)
-ALIGNMENTS = ("synced", "global", "individual")
 
 
 def _heights(present: list[str]) -> dict[str, float]:
@@ -54,7 +51,7 @@ def _coalesce(s: np.ndarray, e: np.ndarray, gap: int) -> tuple[np.ndarray, np.nd
     return s[np.r_[0, cut + 1]], e[np.r_[cut, s.size - 1]]
 
 
-def _rows(ranks: list[RankActivities], categories: tuple[str, ...] | None, gap: int
+def _rows(ranks: list[RankCategories], categories: tuple[str, ...] | None, gap: int
           ) -> list[dict[str, tuple[np.ndarray, np.ndarray]]]:
     """Per rank, the union of each category's intervals, gaps up to ``gap`` ns closed
     (invisible at the figure's resolution; drawing stays fast at millions of kernels)."""
@@ -69,14 +66,14 @@ def _rows(ranks: list[RankActivities], categories: tuple[str, ...] | None, gap: 
     return out
 
 
-def time_window(ranks: list[RankActivities]) -> tuple[int, int]:
+def time_window(ranks: list[RankCategories]) -> tuple[int, int]:
     """(first start, last end) in ns over ``ranks``."""
     starts = [int(ra.ts.min()) for ra in ranks if ra.ts.size]
     ends = [int(ra.end.max()) for ra in ranks if ra.end.size]
     return (min(starts, default=0), max(ends, default=0))
 
 
-def _draw(ax, ranks: list[RankActivities], spans: list[dict], present: list[str],
+def _draw(ax, ranks: list[RankCategories], spans: list[dict], present: list[str],
           alignment: str, window: tuple[int, int]) -> None:
     height = _heights(present)
     for row, (ra, rows) in enumerate(zip(ranks, spans)):
@@ -106,38 +103,37 @@ XLABEL = {"individual": "ms since each rank's first kernel",
           "synced": "ms (clock-synced, from the earliest kernel)"}
 
 
-def timeline(panels: list[tuple[str, list[RankActivities]]], path: Path, title: str,
+def timeline(panels: list[tuple[str, list[RankCategories]]], title: str,
              alignment: str = "synced", categories: tuple[str, ...] | None = None,
-             window: tuple[int, int] | None = None) -> Path:
+             window: tuple[int, int] | None = None):
     """One panel per (title, ranks), stacked, one row per rank (lowest on top), sharing
     the time axis ``window`` (ns; default: the span of all the data)."""
-    plt = _figure()
     window = window or time_window([ra for _, ranks in panels for ra in ranks])
     gap = (window[1] - window[0]) // PIXELS
     spans = [_rows(ranks, categories, gap) for _, ranks in panels]
     present = sorted({c for rows in spans for r in rows for c in r}, key=ORDER.index)
     heights = [max(len(ranks), 1) for _, ranks in panels]
     fig_h = 0.9 + 0.45 * sum(heights) + 0.5 * len(panels) + 0.25 * ((len(present) + 3) // 4)
-    fig, axes = plt.subplots(len(panels), 1, figsize=(13, fig_h), layout="constrained",
-                             squeeze=False, sharex=alignment != "individual",
-                             height_ratios=heights)
+    fig = new_figure((13, fig_h), layout="constrained")
+    axes = fig.subplots(len(panels), 1, squeeze=False, sharex=alignment != "individual",
+                        height_ratios=heights)
     for ax, (name, ranks), rows in zip(axes[:, 0], panels, spans):
         _draw(ax, ranks, rows, present, alignment, window)
         if name:
             ax.set_title(name, fontsize="small", loc="left")
     axes[-1, 0].set_xlabel(XLABEL[alignment])
     fig.suptitle(title, fontsize="medium", fontweight="bold")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=COLORS[c]) for c in present]
+    handles = [swatch(COLORS[c]) for c in present]
     fig.legend(handles, present, loc="outside lower center", ncols=min(4, max(len(present), 1)),
                fontsize="small", frameon=False)
-    return _save(plt, fig, path)
+    return fig
 
 
-def overlap_bars(rows: list[dict], rank: int, path: Path) -> Path:
+def overlap_bars(rows: list[dict], rank: int):
     """Per micro-batch (x), stacked comp-only / overlap / comm-only (ms), wall clock as a
     line; Forward and Backward panels."""
-    plt = _figure()
-    fig, axes = plt.subplots(2, 1, figsize=(12, 8), layout="constrained")
+    fig = new_figure((12, 8), layout="constrained")
+    axes = fig.subplots(2, 1)
     for ax, phase in zip(axes, ("Forward", "Backward")):
         mine = sorted((r for r in rows if r["phase"] == phase),
                       key=lambda r: (r["iteration"], r["start_ns"]))
@@ -162,4 +158,4 @@ def overlap_bars(rows: list[dict], rank: int, path: Path) -> Path:
     fig.legend(handles, labels, loc="outside lower center", ncols=5, fontsize="small",
                frameon=False)
     fig.suptitle(f"Communication & computation overlap per micro-batch (rank {rank})")
-    return _save(plt, fig, path)
+    return fig

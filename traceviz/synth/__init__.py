@@ -1,6 +1,7 @@
 """Deterministic synthetic Megatron-like multi-rank Kineto traces with ground truth.
 
-Never imports traceviz.parse, traceviz.classify or traceviz.analysis: a synthesizer that
+Imports only traceviz.topology (and errors, table io): never the parse, classify, ingest
+or analysis code it checks, nor their schedule order: a synthesizer that
 shares code with what it checks proves nothing.
 
 ``synthesize`` is imported on first use: the command line reads :class:`SynthConfig`

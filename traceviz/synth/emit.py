@@ -18,7 +18,6 @@ real Megatron trace contains is reproduced (research/pp_collectives_megatron.md 
 from __future__ import annotations
 
 import dataclasses
-
 import json
 
 from .program import GROUPS, STREAMS, Item

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import schedule
 from .config import SynthConfig
+from .schedule import stage_order as megatron_order
 
 # streams (Kineto stream ids) per lane
 STREAMS = {"compute": 7, "tp": 20, "cp": 24, "ep": 28, "dp": 32, "edp": 36, "mp": 40,
@@ -63,7 +63,7 @@ class Item:
 
 def stage_order(cfg: SynthConfig, p: int) -> list[tuple[str, int, int]]:
     """(``F``/``B``, micro-batch, chunk) in the order stage ``p`` runs them."""
-    return schedule.stage_order(cfg.pp, cfg.microbatches, p, cfg.vpp)
+    return megatron_order(cfg.pp, cfg.microbatches, p, cfg.vpp)
 
 
 _GEMM = ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1"

@@ -9,8 +9,10 @@ traceviz) wrote.
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ..errors import TraceVizError
 from .layout import Layout
@@ -169,3 +171,12 @@ def _read_groups(lines: list[str], start: int, source: str) -> list[tuple[int, l
         ranks = [int(x) for x in m.group(2).split(",") if x.strip()]
         out.append((int(m.group(1)), ranks))
     return out
+
+
+def from_file(path: str | os.PathLike) -> Layout:
+    """Layout stated by a ``unique_parallel_groups_*.txt`` file."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise TraceVizError(f"{path}: cannot read topology file: {exc.strerror}") from None
+    return parse(text, str(path)).layout()

@@ -176,3 +176,15 @@ class Layout:
                 r //= size
             groups.setdefault(coords[3], []).append(rank)
         return dict(sorted(groups.items()))
+
+
+def to_json(layout: Layout) -> dict:
+    """The layout as JSON: sizes, every group by group_desc, per-rank coordinates."""
+    return {
+        "config": {"world_size": layout.world, "tp": layout.tp, "pp": layout.pp,
+                   "cp": layout.cp, "ep": layout.ep, "expert_tp": layout.etp,
+                   "order": layout.order, "dp": layout.dp, "expert_dp": layout.edp},
+        "groups_by_group_desc": layout.groups(),
+        "model_replicas": {str(k): v for k, v in layout.model_replicas().items()},
+        "per_rank": [{"rank": r, **layout.coordinates(r)} for r in range(layout.world)],
+    }

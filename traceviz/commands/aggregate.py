@@ -1,0 +1,121 @@
+"""``traceviz aggregate``: every folder of parsed rank tables of a job (one per profiled
+iteration; traces are parsed first when there are none): its micro-batch and category
+tables, clock offsets, per-rank figures and group figures.
+
+Output, in each folder of rank tables:
+
+* ``microbatches.csv|parquet``, ``category_spans.csv|parquet``, ``clock_offsets.csv``;
+* ``rank_XXXX/``: ``Rank{r}_commcompOverlap_analysis.csv``, ``Rank{r}_statistics.csv``,
+  ``overlapping_timeline.png``, ``comm_comp_overlap_combined_rank{r}.png``;
+* ``PP_group_{i}/pp_group_{i}_ranks_{r1_r2_..}_{alignment}.png`` per pipeline group;
+* ``Model_Group_{g}/Model_Group_{g}_all_pp_groups_concatenated.png`` (a panel per PP
+  group, one time axis) and ``Model_Group_{g}_all_ranks_combined.png`` per replica.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow.compute as pc
+
+from ..analysis.activities import activities
+from ..analysis.calls import COLUMNS as CALL_COLUMNS
+from ..analysis.clocks import collective_ends, synchronize
+from ..analysis.microbatches import (
+    COLUMNS,
+    categorized,
+    category_spans,
+    microbatch_table,
+)
+from ..errors import TraceVizError
+from ..ingest.tables import ensure_tables, rank_tables
+from ..ingest.topology import job_layout
+from ..render.figures import Figure
+from ..render.timeline import overlap_bars, time_window, timeline
+from ..table.schema import is_activity_table
+from .result import Result
+
+
+def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
+                     topology: str | os.PathLike | None = None,
+                     figures: bool = True) -> Result:
+    """Tables and figures of one folder of rank tables (see the module doc); paths are
+    relative to ``folder``. ``data``: folder, ranks, sync, failed."""
+    files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
+    failed: list[str] = []
+    columns = tuple(dict.fromkeys(COLUMNS + CALL_COLUMNS))
+    tables = {rank: t for rank, _, t in rank_tables(files, columns, failed)}
+    if not tables:
+        raise TraceVizError(f"{folder}: no parsed rank tables (run 'traceviz batch' first)")
+    sync = synchronize({r: collective_ends(t) for r, t in tables.items()})
+    ranks = [activities(tables[r], rank=r,
+                        offset_ns=sync.offset_of(r) if alignment == "synced" else 0)
+             for r in sorted(tables)]
+    del tables
+    cats = [categorized(a) for a in ranks]
+    mb, spans = microbatch_table(ranks), category_spans(cats)
+    res = Result(tables={"microbatches": mb, "category_spans": spans},
+                 csv={"clock_offsets.csv": sync.table()},
+                 data={"folder": folder, "ranks": [a.rank for a in ranks], "sync": sync,
+                       "failed": failed})
+    res.notes += [f"skipped: {msg}" for msg in failed]
+    for rc in cats:
+        r = rc.rank
+        mine = mb.filter(pc.equal(mb["rank"], r))
+        res.csv[f"rank_{r:04d}/Rank{r}_commcompOverlap_analysis.csv"] = mine
+        res.csv[f"rank_{r:04d}/Rank{r}_statistics.csv"] = spans.filter(
+            pc.equal(spans["rank"], r))
+        if figures:
+            res.figures[f"rank_{r:04d}/overlapping_timeline.png"] = Figure(
+                timeline, [("", [rc])], f"Rank {r} timeline", alignment)
+            res.figures[f"rank_{r:04d}/comm_comp_overlap_combined_rank{r}.png"] = Figure(
+                overlap_bars, mine.to_pylist(), r)
+    layout, note = job_layout(root, folder, topology)
+    if note:
+        res.notes.append(f"note: {note}; PP and model-group figures skipped")
+    if layout is None or not figures:
+        return res
+    by_rank = {rc.rank: rc for rc in cats}
+    if layout.world < max(by_rank) + 1:
+        res.notes.append(f"note: topology has {layout.world} ranks but rank {max(by_rank)} "
+                         "exists; group figures skipped")
+        return res
+    pipes = layout.groups()["PIPELINE_MODEL_PARALLEL_GROUP"]
+    for i, grp in enumerate(pipes):
+        have = [by_rank[r] for r in grp if r in by_rank]
+        if len(have) < 2:
+            continue
+        name = "_".join(str(r) for r in grp)
+        res.figures[f"PP_group_{i}/pp_group_{i}_ranks_{name}_{alignment}.png"] = Figure(
+            timeline, [("", have)], f"PP group {i} (ranks {grp}, {alignment} time)",
+            alignment)
+    for g, members in layout.model_replicas().items():
+        have = [by_rank[r] for r in members if r in by_rank]
+        if not have:
+            continue
+        window = time_window(have)
+        panels = [(f"PP group {i}: ranks {grp}", [by_rank[r] for r in grp if r in by_rank])
+                  for i, grp in enumerate(pipes) if set(grp) <= set(members)]
+        panels = [p for p in panels if p[1]]
+        stem = f"Model_Group_{g}/Model_Group_{g}"
+        if panels:
+            res.figures[f"{stem}_all_pp_groups_concatenated.png"] = Figure(
+                timeline, panels, f"Model group {g}: its pipeline groups ({alignment} time)",
+                alignment, window=window)
+        res.figures[f"{stem}_all_ranks_combined.png"] = Figure(
+            timeline, [("", have)],
+            f"Model group {g}: all ranks combined ({len(have)} ranks)", alignment,
+            window=window)
+    return res
+
+
+def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
+        alignment: str = "synced", topology: str | os.PathLike | None = None,
+        jobs: int = 0, figures: bool = True, quiet: bool = False,
+        vpp: int = 1) -> list[Result]:
+    """One result per folder of rank tables of ``root`` (parsed into ``outdir`` first
+    when ``root`` has none); each is written into its own folder
+    (``result.data["folder"]``)."""
+    root = Path(root)
+    folders = ensure_tables(root, outdir, jobs=jobs, topology=topology, vpp=vpp, quiet=quiet)
+    return [aggregate_folder(root, f, alignment, topology, figures) for f in folders]

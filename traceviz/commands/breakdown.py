@@ -1,0 +1,51 @@
+"""``traceviz breakdown``: every HTA-style analysis over a set of ranks (traces, parsed
+tables or folders of either): tables as CSV and parquet, and their figures.
+
+Each rank is loaded and selected on its own; a rank that fails to load is reported and
+skipped (the others still finish).
+"""
+from __future__ import annotations
+
+import os
+
+from ..analysis.activities import Options, RankActivities, activities
+from ..analysis.breakdown import COLUMNS, OPTIONAL_COLUMNS, Params, breakdown_tables
+from ..errors import TraceVizError
+from ..ingest.tables import input_files, rank_tables
+from ..render.breakdown_figures import breakdown_figures
+from .result import Result
+
+
+def run(paths: list[str | os.PathLike], options: Options = Options(), *,
+        ranks: tuple[int, ...] | None = None, params: Params = Params()) -> Result:
+    """Load, select and analyse every rank of ``paths``."""
+    selected: list[RankActivities] = []
+    failed: list[str] = []
+    for _, _, table in rank_tables(input_files(paths), COLUMNS, failed, OPTIONAL_COLUMNS):
+        acts = activities(table, options)
+        if ranks is None or acts.rank in ranks:
+            selected.append(acts)
+    if not selected:
+        raise TraceVizError("no rank could be analysed" + (
+            ": " + "; ".join(failed) if failed else " (check --ranks)"))
+    selected.sort(key=lambda a: a.rank)
+    tables = breakdown_tables(selected, params, options.hta_compat)
+    return Result(tables=tables, figures=breakdown_figures(tables),
+                  lines=summary_lines(tables, failed),
+                  data={"ranks": [a.rank for a in selected], "failed": failed})
+
+
+def summary_lines(tables: dict, failed: list[str]) -> list[str]:
+    """Per rank the shares of the span and the overlap; then the skipped inputs."""
+    lines = []
+    for r in tables["temporal_breakdown"].to_pylist():
+        if r["iteration"] != -1:
+            continue
+        overlap = r["overlap_pct"]
+        lines.append(
+            f"rank {r['rank']}: span {r['kernel_time_ns'] / 1e6:.3f} ms; compute "
+            f"{r['compute_pct']:.2f} %, non-compute {r['non_compute_pct']:.2f} %, idle "
+            f"{r['idle_pct']:.2f} %; comm-comp overlap "
+            + ("n/a (no communication)" if overlap is None or overlap != overlap
+               else f"{overlap:.2f} %"))
+    return lines + [f"skipped: {msg}" for msg in failed]

@@ -1,0 +1,64 @@
+"""``traceviz demo``: synthesize a small Megatron-like job and run every analysis on it.
+
+The job (tp2 pp4 dp2, 8 micro-batches, clocks skewed per node) is written to
+``OUTDIR/job``; the analyses write beside it. Nothing is read from the network.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from ..ingest import batch
+from ..synth import SynthConfig, synthesize
+from . import aggregate, breakdown, html, pipeline, report
+from .result import Result, write
+
+DEMO = SynthConfig(tp=2, pp=4, dp=2, microbatches=8, layers=8, with_stack=False,
+                   skew_us=250.0, gpus_per_node=8)
+
+
+def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> dict[str, Path]:
+    """Synthesize the demo job and run batch, aggregate, breakdown, report, pipeline and
+    the HTML page on it; returns where each step wrote."""
+    out = Path(outdir)
+    job = out / "job"
+    steps: dict[str, Path] = {}
+    start = time.perf_counter()
+    synthesize(DEMO, job)
+    steps["synthesized job (16 ranks)"] = job
+    echo(f"synthesized a 16-rank job (tp2 pp4 dp2, 8 micro-batches) in {job}")
+    outcomes = batch.run(job, jobs=min(2, os.cpu_count() or 1), quiet=True)
+    tables = batch.output_root(job, None)
+    steps["parsed tables"] = tables
+    echo(f"batch: {sum(o.status == 'parsed' for o in outcomes)} ranks parsed -> {tables}")
+    agg = aggregate.run(job, quiet=True)[0]
+    folder = agg.data["folder"]
+    written = write(agg, folder)
+    steps["aggregate (micro-batches, clocks, figures)"] = folder
+    echo(f"aggregate: {len(written)} tables and figures -> {folder}")
+    brk = breakdown.run([tables])
+    written = write(brk, out / "breakdown")
+    steps["breakdown (HTA-style tables and figures)"] = out / "breakdown"
+    echo(f"breakdown: {len(written)} files -> {out / 'breakdown'}")
+    echo(brk.lines[0])
+    rep = report.run(folder, overrides={
+        "global_batch_size": DEMO.microbatches * DEMO.dp * DEMO.micro_batch_size,
+        "seq_len": DEMO.seq_len, "model": "demo"}, output=str(out / "report" / "report.txt"))
+    write(rep, ".")
+    steps["report (throughput, bus bandwidth, stragglers)"] = rep.data["text"]
+    mean = rep.data["report"]["throughput"]["mean"]
+    echo(f"report: {mean['time_ms']:.1f} ms per iteration, {mean['tokens_per_s']:,.0f} "
+         f"tokens/s -> {rep.data['text']} (+ .json)")
+    pipe = pipeline.run(job)
+    write(pipe, out / "pipeline")
+    steps["pipeline (measured vs ideal 1F1B)"] = out / "pipeline"
+    echo(f"pipeline: {pipe.lines[0]}")
+    page = out / "traceviz_report.html"
+    write(Result(texts={str(page): html.page_of("traceviz demo job",
+                                                rep.data["report"], brk, pipe, "")}), ".")
+    steps["HTML report (open in a browser)"] = page
+    echo(f"html: {page}")
+    echo(f"done in {time.perf_counter() - start:.1f} s")
+    return steps

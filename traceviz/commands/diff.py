@@ -1,0 +1,51 @@
+"""``traceviz diff``: HTA's trace diff of two runs (:mod:`traceviz.analysis.diff`)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..analysis.diff import Side, compare, side
+from ..ingest.tables import gpu_and_cpu
+from ..render.diff_figure import draw
+from ..render.figures import Figure
+from .result import Result
+
+
+def load_side(path: str | os.PathLike, label: str, rank: int | None = None,
+              iterations: tuple[int, ...] | None = None) -> Side:
+    """One side: a rank (default: the lowest) of a trace, a parsed table or a folder."""
+    gpu, cpu = gpu_and_cpu(Path(path), rank)
+    return side(gpu, cpu, os.fspath(path), label, iterations)
+
+
+def run(control: str | os.PathLike, test: str | os.PathLike, *,
+        control_rank: int | None = None, test_rank: int | None = None,
+        control_iterations: tuple[int, ...] | None = None,
+        test_iterations: tuple[int, ...] | None = None, full_names: bool = False) -> Result:
+    """The comparison table (``trace_diff``), its figure and summary lines."""
+    a = load_side(control, "control", control_rank, control_iterations)
+    b = load_side(test, "test", test_rank, test_iterations)
+    table = compare(a, b, short_names=not full_names)
+    return Result(tables={"trace_diff": table}, figures={"trace_diff.png": Figure(draw, table)},
+                  lines=summary_lines(table, a, b), data={"control": a, "test": b})
+
+
+def summary_lines(table, control: Side, test: Side) -> list[str]:
+    """Per device: names, total time on each side, and how many names changed how."""
+    lines = [f"control: rank {control.rank}, ProfilerStep {control.iterations}; "
+             f"test: rank {test.rank}, ProfilerStep {test.iterations}"]
+    rows = table.to_pylist()
+    for device in ("GPU", "CPU"):
+        mine = [r for r in rows if r["device"] == device]
+        if not mine:
+            lines.append(f"{device}: not compared (a side has no CPU table; parse it with "
+                         "--cpu or pass the trace)" if device == "CPU" else f"{device}: none")
+            continue
+        changes = {c: sum(r["change"] == c for r in mine) for c in
+                   ("added", "deleted", "increased", "decreased", "unchanged")}
+        lines.append(
+            f"{device}: {len(mine)} names, "
+            f"{sum(r['control_total_duration_ns'] for r in mine) / 1e6:.3f} ms -> "
+            f"{sum(r['test_total_duration_ns'] for r in mine) / 1e6:.3f} ms; "
+            + ", ".join(f"{v} {k}" for k, v in changes.items()))
+    return lines

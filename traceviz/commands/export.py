@@ -1,0 +1,57 @@
+"""``traceviz export``: one trace gets traceviz's tracks added to a copy of itself; a
+folder of one profiled iteration's ranks becomes one clock-synced Chrome trace (its
+traces are parsed once, by ``traceviz batch``, when it has no tables yet)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..analysis.calls import COLUMNS as CALL_COLUMNS
+from ..analysis.calls import rank_calls
+from ..analysis.clocks import offsets_from_calls
+from ..analysis.tracks import COLUMNS, rank_tracks
+from ..errors import TraceVizError
+from ..ingest.build import parse
+from ..ingest.tables import input_files, load_table, rank_of, rank_tables, tables_folder
+from ..parsing.source import ByteSource
+from ..render.perfetto import rank_events, write_job
+from ..render.trace_copy import write_with_events
+
+
+def default_output(source: Path) -> Path:
+    stem = source.name.split(".")[0] if source.is_file() else source.name
+    return Path(f"{stem}_traceviz.json.gz")
+
+
+def run(source: str | os.PathLike, output: str | os.PathLike | None = None,
+        kernels: bool | None = None, clock_sync: bool = True) -> tuple[Path, int, list[str]]:
+    """Write the export; (output path, events written, notes). ``kernels`` defaults to
+    False for one trace (its own kernels are there) and True for a job. The export
+    streams to its file as it is computed (one rank in memory at a time)."""
+    source = Path(source)
+    if not source.exists():
+        raise TraceVizError(f"{source}: no such file or folder")
+    out = Path(output) if output else default_output(source)
+    notes: list[str] = []
+    if source.is_file() and source.suffix != ".parquet":
+        if not str(out).endswith(".gz"):
+            raise TraceVizError(f"{out}: a trace's annotated copy is written gzipped; "
+                                "name it .json.gz")
+        table = parse(source)
+        events = rank_events(rank_tracks(table, rank_of(table, source, 0)), bool(kernels))
+        src = ByteSource(source)
+        try:
+            return out, write_with_events(src, os.fspath(source), out, events), notes
+        finally:
+            src.close()
+    files = input_files([tables_folder(source)])
+    calls, paths, failed = [], {}, []
+    for rank, path, table in rank_tables(files, CALL_COLUMNS, failed):
+        paths[rank] = path
+        calls.append(rank_calls(table, rank))
+    notes += [f"skipped: {msg}" for msg in failed]
+    offsets = offsets_from_calls(calls, notes)[0] if clock_sync else {}
+    # second pass over the (parquet) tables: only the export's columns, one rank at a time
+    tracks = (rank_tracks(load_table(paths[r], COLUMNS), r, offsets.get(r, 0))
+              for r in sorted(paths))
+    return out, write_job(tracks, out, kernels is not False), notes

@@ -1,0 +1,71 @@
+"""``traceviz parse``: one rank's trace into its GPU activity table (and CPU table).
+
+The tables are written from their spillable columns (:mod:`traceviz.parsing.output_columns`)
+without ever being whole in memory, so this command writes as it goes instead of
+returning a :class:`~.result.Result`."""
+from __future__ import annotations
+
+import os
+
+from ..errors import TraceVizError, UsageError
+from ..ingest.build import ParsedTrace, parse_trace
+from ..topology.groups_file import from_file
+
+SUFFIXES = (".json.gz", ".json.zst", ".json.zstd", ".json", ".gz", ".zst")
+
+
+def default_output(trace: str) -> str:
+    """``TRACE``'s name with ``.parquet``, in the current folder."""
+    base = os.path.basename(trace)
+    for suffix in SUFFIXES:
+        if base.endswith(suffix):
+            return base[: -len(suffix)] + ".parquet"
+    return base + ".parquet"
+
+
+def cpu_output(output: str) -> str:
+    """Where the CPU table of ``output`` goes: its name with ``.cpu.parquet``."""
+    return (output[:-len(".parquet")] if output.endswith(".parquet") else output) + ".cpu.parquet"
+
+
+def run(trace: str, *, cpu: bool = False, patterns: str | None = None,
+        memory_budget: int = 512 << 20, topology_file: str | None = None,
+        vpp: int = 1) -> ParsedTrace:
+    """Parse ``trace`` (its warnings are in the result)."""
+    topology = from_file(topology_file) if topology_file else None
+    return parse_trace(trace, cpu=cpu, patterns=patterns, memory_budget=memory_budget,
+                       topology=topology, vpp=vpp)
+
+
+def write(result: ParsedTrace, output: str, *, cpu: bool = False,
+          strict: bool = False) -> list[str]:
+    """Write the table(s) to ``output`` (``-``: stdout) and, with ``cpu``, the CPU table
+    next to it; returns the paths written. ``strict`` rejects a truncated trace."""
+    if cpu and output == "-":
+        raise UsageError("--cpu writes a second file: give -o FILE, not '-'")
+    if strict and result.meta["stats"]["truncated_at"] is not None:
+        raise TraceVizError(f"{result.meta['source']}: truncated trace rejected (--strict); "
+                            "nothing written")
+    result.columns.write_parquet(output)
+    written = [output]
+    if cpu and result.cpu_columns is not None:
+        written.append(cpu_output(output))
+        result.cpu_columns.write_parquet(written[-1])
+    return written
+
+
+def summary_lines(result: ParsedTrace, seconds: float, written: list[str]) -> list[str]:
+    """What was parsed, how fast, where it went, and what was skipped."""
+    meta = result.meta
+    stats = meta["stats"]
+    kind_text = ", ".join(f"{v} {k}" for k, v in stats["kinds"].items()) or "none"
+    steps = sorted({s["iteration"] for s in meta["steps"]})
+    mb = stats["bytes_read"] / 1e6
+    lines = [f"rank {meta['rank']}: {result.columns.n_rows} GPU activities ({kind_text}); "
+             f"{len(steps)} iteration(s); {stats['events']} events, {mb:.1f} MB in "
+             f"{seconds:.2f} s ({mb / max(seconds, 1e-9):.0f} MB/s) -> {', '.join(written)}"]
+    skipped = sum(stats["skipped"].values())
+    if skipped:
+        lines.append(f"  skipped {skipped} events: " + "; ".join(
+            f"{v} {k}" for k, v in stats["skipped"].items()))
+    return lines

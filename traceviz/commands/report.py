@@ -1,0 +1,102 @@
+"""``traceviz report``: the collectives and throughput report of one profiled iteration's
+ranks: summarize each rank (one table in memory at a time), sync clocks, build the
+report (:mod:`traceviz.analysis.report`), render it as text and JSON."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+from pathlib import Path
+
+from ..analysis.calls import COLUMNS as CALL_COLUMNS
+from ..analysis.clocks import offsets_from_calls
+from ..analysis.rank_summary import RankSummary, summarize
+from ..analysis.report import build
+from ..analysis.run_config import RunConfig, from_torchtitan_toml
+from ..errors import TraceVizError
+from ..ingest.tables import input_files, one_folder, rank_tables
+from ..ingest.topology import job_layout
+from ..render.report_text import render
+from .result import Result
+
+COLUMNS = tuple(dict.fromkeys(CALL_COLUMNS + ("comm_group",)))
+
+
+def summaries_of(root: Path) -> tuple[list[RankSummary], list[str]]:
+    """Every rank's summary (ranks unknown to their trace numbered from file names) and
+    the one-line reasons of the files that failed."""
+    summaries, failed = [], []
+    files = one_folder(input_files([root]), root)
+    for rank, _, table in rank_tables(files, COLUMNS, failed):
+        summaries.append(summarize(table, rank))
+    ranks = [s.rank for s in summaries]
+    if len(set(ranks)) != len(ranks):
+        raise TraceVizError(f"{root}: several files are rank "
+                            f"{sorted({r for r in ranks if ranks.count(r) > 1})}; pass a "
+                            "folder with one trace per rank")
+    if not summaries:
+        raise TraceVizError(f"{root}: no rank could be read: " + "; ".join(failed))
+    return summaries, failed
+
+
+def _finite(value):
+    """``value`` with every NaN or infinity replaced by None (JSON has neither)."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def default_name(report: dict, when: dt.datetime) -> str:
+    """``<YYYYmmdd-HHMMSS>_<model>_dp<X>_tp<Y>_pp<Z>_gpu<N>.txt``."""
+    c = report["configuration"]
+    p = c["parallelism"] or {}
+    model = (c["model"] or "model").replace("/", "-").replace(" ", "")
+    return (f"{when:%Y%m%d-%H%M%S}_{model}_dp{p.get('dp', 'X')}_tp{p.get('tp', 'X')}"
+            f"_pp{p.get('pp', 'X')}_gpu{c['gpus']}.txt")
+
+
+def make_report(root: str | os.PathLike, *, config_file: str | None = None,
+                overrides: dict | None = None, topology: str | None = None,
+                clock_sync: bool = True) -> dict:
+    """The report dict of ``root`` (NaN-free: JSON-ready)."""
+    root = Path(root)
+    if not root.exists():
+        raise TraceVizError(f"{root}: no such file or folder")
+    summaries, failed = summaries_of(root)
+    notes = [f"skipped: {msg}" for msg in failed]
+    notes += [f"rank {s.rank}: its trace is cut at byte {s.truncated_at}; its calls after "
+              "the cut are missing" for s in summaries if s.truncated_at is not None]
+    folder = root if root.is_dir() else root.parent
+    layout, layout_note = job_layout(root, folder, topology)
+    if layout_note:
+        notes.append(f"parallel layout unknown: {layout_note}")
+    world = max([s.world_size or 0 for s in summaries] + [len(summaries)])
+    config = from_torchtitan_toml(config_file, world) if config_file else RunConfig()
+    config = config.updated(**(overrides or {}))
+    offsets, synced = (offsets_from_calls([s.calls for s in summaries], notes)
+                       if clock_sync else ({}, False))
+    return _finite(build(summaries, config, offsets, layout, notes, synced))
+
+
+def run(root: str | os.PathLike, *, config_file: str | None = None,
+        overrides: dict | None = None, output: str | None = None,
+        topology: str | None = None, clock_sync: bool = True) -> Result:
+    """The report of ``root`` as text (``output``, default
+    ``trace_analysis/<default_name>``) and its JSON twin next to it (``output`` ending in
+    .json names the JSON; the text gets .txt); ``data["report"]`` is the dict,
+    ``data["text"]`` / ``data["json"]`` the two paths."""
+    report = make_report(root, config_file=config_file, overrides=overrides,
+                         topology=topology, clock_sync=clock_sync)
+    text = Path(output) if output else Path("trace_analysis") / default_name(
+        report, dt.datetime.now())
+    twin = text.with_suffix(".json")
+    if text == twin:  # -o x.json names the JSON report; the text goes next to it
+        text = text.with_suffix(".txt")
+    return Result(texts={str(twin): json.dumps(report, indent=1, allow_nan=False),
+                         str(text): render(report)},
+                  data={"report": report, "text": text, "json": twin})

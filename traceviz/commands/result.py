@@ -1,0 +1,43 @@
+"""What a command produced, in memory, and the one writer that puts it on disk."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from ..render.figures import Figure
+from ..table.io import write_csv, write_csv_and_parquet, write_text
+
+
+@dataclass
+class Result:
+    """Outputs by path relative to the output folder: ``tables`` are written as
+    ``<name>.csv`` and ``<name>.parquet``, ``csv`` as CSV only, ``figures`` as PNG,
+    ``texts`` as UTF-8 text. ``lines`` go to stdout, ``notes`` to stderr; ``data`` holds
+    structured results for the Python API (e.g. the report dict)."""
+
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+    csv: dict[str, pa.Table] = field(default_factory=dict)
+    figures: dict[str, Figure] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)
+    lines: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    data: dict = field(default_factory=dict)
+
+
+def write(result: Result, outdir: str | os.PathLike) -> list[Path]:
+    """Write every output of ``result`` under ``outdir`` (atomically, file by file);
+    returns the paths written."""
+    out = Path(outdir)
+    written: list[Path] = []
+    for name, table in result.tables.items():
+        written += write_csv_and_parquet(table, (out / name).parent, Path(name).name)
+    for name, table in result.csv.items():
+        written.append(write_csv(table, out / name))
+    for name, text in result.texts.items():
+        written.append(write_text(text, out / name))
+    for name, figure in result.figures.items():
+        written.append(figure.save(out / name))
+    return written

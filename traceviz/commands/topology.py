@@ -1,0 +1,43 @@
+"""``traceviz topology``: Megatron's parallel groups of a job, from its sizes, its traces'
+``pg_config`` or a topology file, as the Megatron-TraceViz text file or JSON."""
+from __future__ import annotations
+
+import json
+import os
+
+from ..errors import UsageError
+from ..ingest.topology import from_traces
+from ..table.io import write_text
+from ..topology import groups_file
+from ..topology.layout import Layout, to_json
+
+
+def layout_of(*, world: int | None = None, tp: int = 1, pp: int = 1, cp: int = 1,
+              ep: int = 1, expert_tp: int | None = None, order: str = "tp-cp-ep-dp-pp",
+              traces: str | None = None, file: str | None = None) -> Layout:
+    """The layout from the traces under ``traces``, a topology ``file``, or the sizes."""
+    if traces:
+        return from_traces(traces)
+    if file:
+        return groups_file.from_file(file)
+    if world is None:
+        raise UsageError("give --world (with --tp/--pp/...), --from-traces DIR or "
+                         "--from-file FILE")
+    return Layout(world=world, tp=tp, pp=pp, cp=cp, ep=ep, expert_tp=expert_tp, order=order)
+
+
+def text_of(layout: Layout, as_json: bool, global_batch_size: str = "N/A") -> str:
+    """The layout as JSON or as the Megatron-TraceViz file's text."""
+    if as_json:
+        return json.dumps(to_json(layout), indent=1)
+    return groups_file.render(groups_file.GroupsFile.from_layout(layout, global_batch_size))
+
+
+def write(text: str, output: str, as_json: bool) -> str:
+    """Write ``text`` to ``output`` (a folder gets ``topology.json`` or
+    ``unique_parallel_groups_<timestamp>.txt``); returns the path."""
+    if os.path.isdir(output):
+        output = os.path.join(output, "topology.json" if as_json
+                              else groups_file.default_name())
+    write_text(text, output)
+    return output

@@ -1,0 +1,224 @@
+"""Batch: parse every rank trace of a job in parallel processes.
+
+Traces are found by :func:`.discover.find_traces` (every known layout). Each trace is
+parsed in a worker process with the per-rank memory budget, so the peak memory of the
+batch is about ``workers x budget``, never the sum of the traces. Each parsed table goes
+to ``OUTDIR/<the trace's folder relative to DIR>/rank_XXXX.parquet`` (its CPU table next
+to it with ``--cpu``); a table newer than its trace is kept unless ``force``. A rank that
+fails is reported with its one-line reason and the others still finish; a truncated
+trace is parsed up to its cut and listed with a warning.
+
+Work runs on a local process pool, or on a Dask distributed cluster
+(``scheduler="tcp://host:port"``, or ``"local"`` for a ``LocalCluster`` on this machine).
+"""
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from multiprocessing import get_context
+from pathlib import Path
+
+from ..errors import TraceVizError, UsageError
+from ..table.io import atomic_path
+from .discover import TraceFile, find_traces
+from .topology import find_topology_file
+
+SUMMARY = "batch_summary.json"
+
+
+@dataclass(frozen=True)
+class Task:
+    """One trace to parse: its path, rank (-1 unknown), output table, size in bytes."""
+
+    trace: str
+    rank: int
+    output: str
+    size: int
+
+
+@dataclass
+class Outcome:
+    """What became of one task: ``status`` is parsed / skipped / failed."""
+
+    trace: str
+    rank: int
+    output: str
+    status: str
+    seconds: float = 0.0
+    events: int = 0
+    warnings: list[str] = field(default_factory=list)
+    error: str = ""
+
+
+def output_root(root: str | os.PathLike, outdir: str | os.PathLike | None) -> Path:
+    """Where a batch writes: ``outdir``, else ``traceviz/`` in the job's folder."""
+    root = Path(root)
+    return Path(outdir) if outdir else (root if root.is_dir() else root.parent) / "traceviz"
+
+
+def plan(root: str | os.PathLike, outdir: str | os.PathLike | None = None,
+         folders: str | None = None, force: bool = False) -> tuple[list[Task], list[Task]]:
+    """(tasks to run, tasks whose table is up to date). ``folders`` is a glob on the
+    name of the trace's parent folder (e.g. ``iteration_*``)."""
+    root = Path(root)
+    if not root.exists():
+        raise TraceVizError(f"{root}: no such folder")
+    out = output_root(root, outdir)
+    traces: list[TraceFile] = find_traces(root)
+    if folders:
+        traces = [t for t in traces if fnmatch.fnmatch(t.path.parent.name, folders)]
+    if not traces:
+        if folders:
+            raise TraceVizError(f"{root}: no Kineto traces in folders matching {folders!r}")
+        from .discover import no_traces_message
+
+        raise TraceVizError(no_traces_message(root))
+    todo, fresh = [], []
+    seen: dict[Path, str] = {}
+    for t in traces:
+        rel = t.path.parent.relative_to(root) if root.is_dir() else Path()
+        name = f"rank_{t.rank:04d}.parquet" if t.rank >= 0 else \
+            t.path.name.split(".json")[0] + ".parquet"
+        dest = out / rel / name
+        if dest in seen:
+            raise UsageError(f"{t.path} and {seen[dest]} both claim rank {t.rank} in one "
+                             "folder; keep one trace per rank and iteration")
+        seen[dest] = str(t.path)
+        task = Task(str(t.path), t.rank, str(dest), t.path.stat().st_size)
+        up_to_date = dest.exists() and dest.stat().st_mtime >= t.path.stat().st_mtime
+        (fresh if up_to_date and not force else todo).append(task)
+    return todo, fresh
+
+
+def parse_one(task: Task, memory_budget: int, topology_file: str | None, cpu: bool,
+              vpp: int) -> Outcome:
+    """Parse one trace into its table (runs in a worker). Never raises for bad input."""
+    start = time.perf_counter()
+    try:
+        from ..topology.groups_file import from_file
+        from .build import parse_trace
+
+        topology = from_file(topology_file) if topology_file else None
+        result = parse_trace(task.trace, cpu=cpu, memory_budget=memory_budget,
+                             topology=topology, vpp=vpp)
+        result.columns.write_parquet(task.output)
+        if cpu and result.cpu_columns is not None:
+            result.cpu_columns.write_parquet(task.output[:-len(".parquet")] + ".cpu.parquet")
+        rank = int(result.meta.get("rank", task.rank))
+        return Outcome(task.trace, rank, task.output, "parsed",
+                       time.perf_counter() - start, result.columns.n_rows,
+                       list(result.warnings))
+    except TraceVizError as exc:
+        return Outcome(task.trace, task.rank, task.output, "failed",
+                       time.perf_counter() - start, error=str(exc))
+    except MemoryError:
+        return Outcome(task.trace, task.rank, task.output, "failed",
+                       time.perf_counter() - start,
+                       error=f"{task.trace}: out of memory; lower --memory-budget or -j")
+    except Exception as exc:  # a bug: reported for this rank, the batch goes on
+        return Outcome(task.trace, task.rank, task.output, "failed",
+                       time.perf_counter() - start,
+                       error=f"{task.trace}: internal error: {type(exc).__name__}: {exc}")
+
+
+def _progress(total_bytes: int, n: int, quiet: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024,
+                desc=f"ranks 0/{n}", disable=quiet, dynamic_ncols=True, leave=True)
+
+
+def _run_local(tasks: list[Task], jobs: int, args: tuple, done) -> list[Outcome]:
+    if jobs == 1:
+        out = []
+        for t in tasks:
+            out.append(parse_one(t, *args))
+            done(t, out[-1])
+        return out
+    out = []
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+        futures = {pool.submit(parse_one, t, *args): t for t in tasks}
+        for fut in as_completed(futures):
+            out.append(fut.result())
+            done(futures[fut], out[-1])
+    return out
+
+
+def _run_dask(tasks: list[Task], scheduler: str, args: tuple, done) -> list[Outcome]:
+    try:
+        from distributed import Client, LocalCluster
+        from distributed import as_completed as dask_completed
+    except ImportError:
+        raise UsageError("--scheduler needs Dask: pip install 'traceviz[dask]'") from None
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, host="127.0.0.1",
+                           dashboard_address=None) if scheduler == "local" else None
+    try:
+        with Client(cluster or scheduler) as client:
+            futures = {client.submit(parse_one, t, *args, pure=False): t for t in tasks}
+            out = []
+            for fut in dask_completed(list(futures)):
+                out.append(fut.result())
+                done(futures[fut], out[-1])
+            return out
+    except OSError as exc:
+        raise TraceVizError(f"cannot reach the Dask scheduler {scheduler}: {exc}") from None
+    finally:
+        if cluster is not None:
+            cluster.close()
+
+
+def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
+        folders: str | None = None, jobs: int = 0, force: bool = False,
+        memory_budget: int = 512 << 20, topology: str | os.PathLike | None = None,
+        cpu: bool = False, vpp: int = 1, scheduler: str | None = None,
+        quiet: bool = False) -> list[Outcome]:
+    """Parse every trace under ``root``; write ``batch_summary.json`` into the output
+    folder; return one outcome per trace (skipped ones included), in rank order."""
+    todo, fresh = plan(root, outdir, folders, force)
+    if topology is None:
+        found = find_topology_file(root if Path(root).is_dir() else Path(root).parent)
+        topology = str(found) if found else None
+    args = (memory_budget, str(topology) if topology else None, cpu, vpp)
+    jobs = jobs or min(len(todo), os.cpu_count() or 1) or 1
+    bar = _progress(sum(t.size for t in todo), len(todo), quiet)
+    finished = [0]
+
+    def done(task: Task, outcome: Outcome) -> None:
+        finished[0] += 1
+        bar.set_description(f"ranks {finished[0]}/{len(todo)}")
+        bar.update(task.size)
+        if outcome.status == "failed":
+            bar.write(f"traceviz: error: {outcome.error}")
+
+    try:
+        if scheduler:
+            outcomes = _run_dask(todo, scheduler, args, done)
+        else:
+            outcomes = _run_local(todo, jobs, args, done)
+    finally:
+        bar.close()
+    outcomes += [Outcome(t.trace, t.rank, t.output, "skipped") for t in fresh]
+    outcomes.sort(key=lambda o: (o.rank, o.trace))
+    with atomic_path(output_root(root, outdir) / SUMMARY) as tmp, open(tmp, "w") as fh:
+        json.dump({"root": str(root), "topology": args[1],
+                   "outcomes": [asdict(o) for o in outcomes]}, fh, indent=1)
+    return outcomes
+
+
+def summary(outcomes: list[Outcome], seconds: float) -> str:
+    """Counts, throughput, and one line per failed or truncated rank."""
+    parsed = [o for o in outcomes if o.status == "parsed"]
+    failed = [o for o in outcomes if o.status == "failed"]
+    skipped = [o for o in outcomes if o.status == "skipped"]
+    lines = [f"{len(parsed)} parsed, {len(skipped)} up to date (use --force to re-parse), "
+             f"{len(failed)} failed in {seconds:.1f} s"]
+    for o in failed:
+        lines.append(f"  failed rank {o.rank}: {o.error}")
+    for o in parsed:
+        for w in o.warnings:
+            lines.append(f"  warning rank {o.rank}: {w}")
+    return "\n".join(lines)

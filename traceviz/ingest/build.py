@@ -1,0 +1,409 @@
+"""The per-rank build: parse a trace, classify its activities, assemble its tables.
+
+This is where parsing (:mod:`traceviz.parse`: bytes -> columns -> joins) meets meaning
+(:mod:`traceviz.classify`: kind, phase, micro-batch, group, collective). The GPU
+activity table has one row per kernel, memcpy and memset of one rank (columns in
+:data:`~traceviz.table.schema.ACTIVITY_COLUMNS`). Rows are sorted by ``ts`` (ties in
+file order). Times are int64 ns on the rank's clock as written in the trace (Kineto's
+``ts`` in µs times 1000, exactly). Rank-level facts go into the schema metadata under
+``b"traceviz"`` as JSON (see :func:`traceviz.parsing.metadata.trace_metadata`).
+
+Where the launch of an activity is unknown (no correlation, or no runtime event with
+it), ``iteration`` is taken from the activity's own start; everything ``launch_*`` and
+``cpu_op*`` is null. Columns are built one at a time
+(:class:`~traceviz.parsing.output_columns.OutputColumns`) so memory stays bounded on
+traces larger than it.
+
+The CPU table (``cpu=True``) holds every CPU-side complete event (runtime / driver
+calls, cpu_op, user_annotation, python_function, ...) in file order.
+"""
+from __future__ import annotations
+
+import json
+import os
+import weakref
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+import numpy as np
+import pyarrow as pa
+
+from ..classify.collectives import collective_types, dtype_bytes, group_facts
+from ..classify.groups import comm_groups
+from ..classify.kinds import name_kinds
+from ..classify.patterns import Patterns, load_patterns
+from ..classify.phases import LaunchFacts, classify
+from ..parsing import fields as L
+from ..parsing.budget import MemoryPlan, release_free_memory
+from ..parsing.cpu_table import CPU_ONLY_FIELDS, cpu_columns
+from ..parsing.links import Lookups, link
+from ..parsing.metadata import thread_numbers, trace_metadata
+from ..parsing.names import Strings
+from ..parsing.output_columns import OutputColumns
+from ..parsing.reader import (
+    DEFAULT_BUDGET,
+    DEFAULT_CHUNK,
+    ScannedTrace,
+    jit_loaded,
+    scan_trace,
+)
+from ..table.arrays import fixed_dictionary
+from ..table.schema import (
+    ACTIVITY_CATS,
+    ACTIVITY_COLUMNS,
+    COLLECTIVES,
+    COMM,
+    GROUPS,
+    KERNEL,
+    KINDS,
+    MEM,
+    MEMCPY,
+    MEMSET,
+    METADATA_KEY,
+    PHASES,
+)
+from ..topology.layout import Layout
+
+
+def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
+                patterns: Patterns | str | os.PathLike | None = None,
+                memory_budget: int = DEFAULT_BUDGET,
+                chunk_size: int = DEFAULT_CHUNK, plan: MemoryPlan | None = None,
+                topology: Layout | None = None, vpp: int = 1) -> ParsedTrace:
+    """Parse one rank's Kineto trace (path, ``"-"`` for stdin, or a binary file object).
+
+    ``memory_budget`` (bytes) bounds the memory of the process during the parse; see
+    :mod:`traceviz.parsing.budget` for how it is shared (past its shares, column buffers
+    spill to a temporary folder and the joins run on parts); ``plan`` gives the shares
+    explicitly instead. ``topology`` (the job's layout) resolves process groups the trace
+    does not describe; ``vpp`` is the number of model chunks per pipeline stage
+    (interleaved schedule). ``chunk_size`` (bytes) is the read buffer (it grows to hold
+    any single event larger than it). Raises :class:`~traceviz.errors.TraceError` on
+    input that is not a readable Kineto trace; a truncated trace is parsed up to the cut
+    and reported in ``ParsedTrace.warnings`` and ``meta["stats"]["truncated_at"]``.
+    """
+    if not isinstance(patterns, Patterns):
+        patterns = load_patterns(patterns)
+    plan = plan or MemoryPlan.measure(memory_budget, jit_loaded())
+    scanned = scan_trace(src, memory_budget=plan.scan_blocks, chunk_size=chunk_size,
+                         drop=None if cpu else CPU_ONLY_FIELDS)
+    try:
+        parsed = build(scanned, patterns, plan, cpu=cpu, topology=topology, vpp=vpp)
+    except BaseException:
+        scanned.close()
+        raise
+    return keep_alive(parsed, scanned)
+
+
+def parse(src: str | os.PathLike | BinaryIO, **kwargs) -> pa.Table:
+    """The GPU activity table of one rank's trace (see :func:`parse_trace`)."""
+    return parse_trace(src, **kwargs).activities
+
+
+@dataclass
+class ParsedTrace:
+    """The tables of one rank (built lazily from spillable columns) and its metadata."""
+
+    meta: dict
+    warnings: list[str]
+    columns: OutputColumns
+    cpu_columns: OutputColumns | None = None
+    _tables: dict = field(default_factory=dict)
+    _close: object = None
+
+    def close(self) -> None:
+        """Delete the temporary files behind the columns (tables already read stay)."""
+        if self._close is not None:
+            self._close()
+
+    def __enter__(self) -> ParsedTrace:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def activities(self) -> pa.Table:
+        """The GPU activity table, in memory."""
+        if "gpu" not in self._tables:
+            self._tables["gpu"] = self.columns.table()
+        return self._tables["gpu"]
+
+    @property
+    def cpu(self) -> pa.Table | None:
+        """The CPU table (``cpu=True`` only), in memory."""
+        if self.cpu_columns is None:
+            return None
+        if "cpu" not in self._tables:
+            self._tables["cpu"] = self.cpu_columns.table()
+        return self._tables["cpu"]
+
+
+def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
+          cpu: bool = False, topology: Layout | None = None, vpp: int = 1) -> ParsedTrace:
+    """Link, classify and assemble the output tables of ``scanned``.
+
+    ``plan`` bounds the joins' working set and the output columns held in memory (larger
+    tables are spilled to the trace's temporary folder, which lives until
+    ``scanned.close()``). A trace that spilled while scanning spills the rest of its
+    blocks first, to make room for the per-activity arrays. ``topology`` (the job's
+    layout) resolves groups the trace does not describe; ``vpp`` is the number of model
+    chunks per stage (interleaved schedule).
+    """
+    if scanned.budget.spilled_bytes:
+        scanned.budget.spill_all()
+    work_bytes = plan.join_work
+    s = Strings(scanned)
+    pp = _pipeline_size(scanned, topology)
+    gpu, launch, ops = (scanned.stores[k] for k in ("gpu", "launch", "ops"))
+    pid_of, tid_of = thread_numbers(scanned.threads)
+    kind_of_name = _name_kinds(s, gpu, patterns)
+    lookups = _lookups(s, patterns, kind_of_name)
+    links = link(scanned, lookups, work_bytes)
+    n = links.rows.shape[0]
+    out = OutputColumns(n, scanned.budget, spill_bytes=plan.output_held(n),
+                        names=ACTIVITY_COLUMNS)
+
+    def put(col: str, values, mask=None, type_=None):
+        out.add(col, values if isinstance(values, pa.Array)
+                else pa.array(values, type=type_, mask=mask))
+
+    # The per-activity arrays (tens of MB each at a few million activities) are put and
+    # dropped as soon as nothing later needs them: those the phases do not read go first,
+    # so the phases and the columns held never meet them.
+    put("correlation", links.corr)
+    links.corr = None
+    no_launch = links.launch_row < 0
+    lg = launch.gatherer(links.launch_row)
+    links.launch_row = None
+    put("launch_dur", lg("dur"), no_launch, pa.int64())
+    put("launch_name", s.dictionary(lg("name")))
+    del lg
+    og = ops.gatherer(links.op_row)
+    links.op_row = None
+    put("cpu_op", s.dictionary(og("name")))
+    op_ext = og("external_id")
+    put("cpu_op_external_id", op_ext, op_ext < 0, pa.int64())
+    del op_ext, og
+    g = gpu.gatherer(links.rows)  # one GPU field at a time, in output order
+    name = g("name")
+    kind = kind_of_name[name]
+    kind[(links.cls == L.CLS_MEMCPY) | (links.cls == L.CLS_MEMSET)] = MEM
+    coll = _collective_meta(scanned, s, patterns, links.comm_row, kind == COMM, topology)
+    links.comm_row = None
+    phase, microbatch, chunk, evidence = _phases(s, patterns, links, coll, pp, vpp)
+    stats, steps, cls = links.stats, links.steps, links.cls
+    launch_ts, launch_thread, iteration = links.launch_ts, links.launch_thread, links.iteration
+    del links
+    classification = {"vpp": vpp, "pp": pp, "microbatch_evidence": evidence,
+                      "phases": {PHASES[k]: int(c) for k, c in
+                                 enumerate(np.bincount(phase, minlength=len(PHASES))) if c},
+                      "comm_group_evidence": coll.evidence}
+    put("launch_ts", launch_ts, no_launch, pa.int64())
+    del launch_ts, no_launch
+    launch_tid = np.where(launch_thread >= 0, tid_of[np.maximum(launch_thread, 0)], -1)
+    put("launch_tid", launch_tid, launch_tid < 0, pa.int64())
+    del launch_thread, launch_tid
+    put("iteration", iteration)
+    del iteration
+    put("phase", fixed_dictionary(phase.astype(np.int32), PHASES))
+    put("microbatch", microbatch)
+    put("chunk", chunk)
+    del phase, microbatch, chunk
+    _collective_columns(coll, s, patterns, name, kind, put)
+    del coll
+    cat_codes = np.select([cls == L.CLS_KERNEL, cls == L.CLS_MEMCPY], [KERNEL, MEMCPY],
+                          MEMSET)
+    put("cat", fixed_dictionary(cat_codes, ACTIVITY_CATS))
+    del cat_codes, cls
+    put("name", s.dictionary(name))
+    del name
+    put("kind", fixed_dictionary(kind.astype(np.int32), KINDS))
+    put("ts", g("ts"))
+    put("index", g("index"))
+    put("dur", g("dur"))
+    thread = g("thread")
+    put("device", np.where((d := g("device")) >= 0, d, pid_of[thread]).astype(np.int32))
+    put("stream", np.where((st := g("stream")) >= 0, st, tid_of[thread]).astype(np.int64))
+    del thread, d, st
+    put("external_id", np.maximum(g("external_id"), -1))
+    bytes_ = g("bytes")
+    put("bytes", bytes_, (bytes_ < 0) | (kind != MEM), pa.int64())
+    bw = s.floats(g("bandwidth"))
+    put("memory_bw_gbps", bw, np.isnan(bw) | (kind != MEM), pa.float64())
+    del bytes_, bw, g
+    rank, rank_source = scanned.header.rank(scanned.source)
+    put("rank", np.full(n, rank, dtype=np.int32))
+    kinds = {KINDS[k]: int(c) for k, c in enumerate(np.bincount(kind, minlength=len(KINDS)))
+             if c}
+    meta = trace_metadata(scanned, rank, rank_source, stats, steps, kinds)
+    meta["classification"] = classification
+    out.metadata = {METADATA_KEY: json.dumps(meta).encode()}
+    cpu_out = None
+    if cpu:
+        cpu_out = cpu_columns(scanned, s, pid_of, tid_of, plan.output_held(n))
+        cpu_out.metadata = dict(out.metadata)
+    release_free_memory()
+    return ParsedTrace(meta=meta, warnings=list(scanned.warnings), columns=out,
+                       cpu_columns=cpu_out)
+
+
+@dataclass
+class CollectiveMeta:
+    """Collective metadata of the activities that have it (a small share of the rows).
+
+    ``has`` holds their row numbers (activity order); ``fields`` the comm store's int64
+    fields per such row (-1 unknown); ``ranks`` / ``size`` / ``desc_code`` the group
+    facts completed from pg_config (see
+    :func:`~traceviz.classify.collectives.group_facts`); ``groups`` the comm_group per
+    activity (index into GROUPS, -1 for non-COMM rows).
+    """
+
+    n: int
+    has: np.ndarray
+    fields: dict[str, np.ndarray]
+    ranks: list
+    size: np.ndarray
+    desc_code: np.ndarray
+    descs: list[str]
+    groups: np.ndarray
+    evidence: dict[str, int]
+
+    def full(self, values: np.ndarray, dtype=np.int32) -> np.ndarray:
+        """Per-activity array: ``values`` at ``has``, -1 elsewhere (int32 unless the
+        values need more: counts, bytes, sequence numbers)."""
+        out = np.full(self.n, -1, dtype=dtype)
+        out[self.has] = values
+        return out
+
+
+COMM_FIELDS = ("collective", "dtype", "pg_name", "pg_desc", "pg_ranks", "group_size",
+               "in_nelems", "out_nelems", "seq", "src_rank", "dst_rank")
+
+
+def _collective_meta(scanned: ScannedTrace, s: Strings, patterns: Patterns,
+                     comm_row: np.ndarray, is_comm: np.ndarray,
+                     topology: Layout | None) -> CollectiveMeta:
+    """Gather the collective metadata of the rows that have it and their comm_group."""
+    comm = scanned.stores["comm"]
+    has = np.flatnonzero(comm_row >= 0)
+    entry = comm_row[has]
+    fields = {f: (comm.column(f)[entry].astype(np.int64) if has.size
+                  else np.zeros(0, dtype=np.int64)) for f in COMM_FIELDS}
+    ranks, size, desc_code, descs = group_facts(
+        s.texts, scanned.header.distributed, fields["pg_name"], fields["pg_desc"],
+        fields["pg_ranks"], fields["group_size"])
+    code = np.full(comm_row.shape[0], -1, dtype=np.int32)
+    code[has] = desc_code
+    groups, evidence = comm_groups(is_comm, code, descs, dict(zip(has.tolist(), ranks)),
+                                   patterns, topology)
+    return CollectiveMeta(comm_row.shape[0], has, fields, ranks, size, desc_code, descs,
+                          groups, evidence)
+
+
+def _collective_columns(coll: CollectiveMeta, s: Strings, patterns: Patterns,
+                        name: np.ndarray, kind: np.ndarray, put) -> None:
+    """Put the collective metadata columns and comm_group. Each column is expanded to
+    full length just before ``put``."""
+    n, f, full = coll.n, coll.fields, coll.full
+    put("collective", fixed_dictionary(
+        collective_types(s.texts, patterns, full(f["collective"]), name, kind == COMM), COLLECTIVES))
+    put("pg_name", s.dictionary(full(f["pg_name"])))
+    code = full(coll.desc_code)
+    put("pg_desc", pa.DictionaryArray.from_arrays(
+        pa.array(np.maximum(code, 0).astype(np.int32), mask=code < 0),
+        pa.array(coll.descs, pa.string())))
+    size = full(coll.size)
+    put("group_size", size, size < 0, pa.int32())
+    put("group_ranks", _list_column(n, coll.has, coll.ranks))
+    put("comm_group", fixed_dictionary(coll.groups, GROUPS))
+    elem = np.array([dtype_bytes(s.texts[d]) or 0 if d >= 0 else 0
+                     for d in f["dtype"].tolist()], dtype=np.int64)
+    for col, nel_field in (("msg_in_bytes", "in_nelems"), ("msg_out_bytes", "out_nelems")):
+        nel = f[nel_field]
+        v = full(np.where((nel >= 0) & (elem > 0), nel * elem, -1), np.int64)
+        put(col, v, v < 0, pa.int64())
+    put("dtype", s.dictionary(full(f["dtype"])))
+    for col, t in (("seq", pa.int64()), ("in_nelems", pa.int64()), ("out_nelems", pa.int64()),
+                   ("src_rank", pa.int32()), ("dst_rank", pa.int32())):
+        v = full(f[col], np.int64 if t == pa.int64() else np.int32)
+        put(col, v, v < 0, t)
+
+
+def _name_kinds(s: Strings, gpu, patterns: Patterns) -> np.ndarray:
+    """Per-string lookup: the kind of every string used as a GPU activity's name (each
+    distinct name is classified once)."""
+    kind_of_name = s.lookup(np.int8, 0)
+    is_used = s.lookup(bool, False)
+    for _, cols in gpu.blocks("name"):
+        is_used[cols["name"]] = True
+    names_used = np.flatnonzero(is_used[:-1])
+    kind_of_name[names_used] = name_kinds([s.texts[i] for i in names_used.tolist()], patterns)
+    return kind_of_name
+
+
+def _lookups(s: Strings, patterns: Patterns, kind_of_name: np.ndarray) -> Lookups:
+    """The per-string facts the joins need (which names are steps, autograd nodes,
+    frames, ...), from the patterns."""
+    ph = patterns.phases
+    is_rpc = s.lookup(bool, False)
+    is_rpc[s.ids_of("record_param_comms")] = True
+    recompute_node = s.matches(ph["recompute_op"])
+    return Lookups(
+        category_class=s.cls, step_number=s.numbers(patterns.iteration), is_rpc=is_rpc,
+        is_comm_kernel=kind_of_name == COMM,
+        is_node=s.matches(ph["autograd_node"]) | recompute_node,
+        is_recompute_node=recompute_node,
+        is_optimizer_annotation=s.matches(ph["optimizer_annotation"]),
+        frame={k: s.matches(ph[k]) for k in ("forward_step", "backward_step",
+                                             "recompute_frame", "optimizer_frame")})
+
+
+def _pipeline_size(scanned: ScannedTrace, topology: Layout | None) -> int:
+    """PP size from the topology, else this rank's PIPELINE_MODEL_PARALLEL_GROUP."""
+    if topology is not None:
+        return topology.pp
+    for pg in scanned.header.distributed.get("pg_config") or []:
+        if isinstance(pg, dict) and pg.get("pg_desc") == "PIPELINE_MODEL_PARALLEL_GROUP":
+            return int(pg.get("pg_size") or len(pg.get("ranks") or [1]))
+    return 1
+
+
+def _phases(s: Strings, patterns: Patterns, links, coll: CollectiveMeta, pp: int,
+            vpp: int):
+    """Phase, micro-batch and chunk per activity (see classify.phases). P2P sends and
+    receives are those of the pipeline group (or of an unknown group): CP's ring
+    exchanges are sends / receives too, but inside one micro-batch op."""
+    ph = patterns.phases
+    name = coll.full(coll.fields["collective"])
+    pipeline = (coll.groups == GROUPS.index("PP")) | (coll.groups == GROUPS.index("OTHER"))
+    p2p = np.where(pipeline & s.matches(ph["p2p_send"])[name], 1,
+                   np.where(pipeline & s.matches(ph["p2p_recv"])[name], 2, 0)).astype(np.int8)
+    facts = LaunchFacts(ts=links.launch_ts, end=links.launch_end,
+                        thread=links.launch_thread,
+                        iteration=links.iteration, p2p=p2p, recompute=links.recompute,
+                        optimizer=links.optimizer, forward_ts=links.forward_ts)
+    frames = {k: (ts, ts + dur) for k, (ts, dur) in links.frames.items()}
+    return classify(facts, frames, links.main_thread, pp, vpp)
+
+
+def _list_column(n: int, rows: np.ndarray, lists: list) -> pa.ListArray:
+    """A list<int32> column of ``n`` rows holding ``lists[j]`` at ``rows[j]`` (else null)."""
+    lengths = np.zeros(n, dtype=np.int32)
+    lengths[rows] = [len(x) if x is not None else 0 for x in lists]
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    values = np.array([r for x in lists if x is not None for r in x], dtype=np.int32)
+    valid = np.zeros(n, dtype=bool)
+    valid[rows] = [x is not None for x in lists]
+    # from buffers: ListArray.from_arrays(mask=...) imports pyarrow.compute (~75 ms of
+    # every parse's start-up)
+    return pa.Array.from_buffers(
+        pa.list_(pa.int32()), n,
+        [pa.py_buffer(np.packbits(valid, bitorder="little")), pa.py_buffer(offsets)],
+        children=[pa.array(values, pa.int32())])
+
+
+def keep_alive(parsed: ParsedTrace, scanned: ScannedTrace) -> ParsedTrace:
+    """Delete ``scanned``'s temporary folder on ``parsed.close()`` or once it is garbage."""
+    parsed._close = weakref.finalize(parsed, scanned.close)
+    return parsed

@@ -1,0 +1,178 @@
+"""Where the analyses find their ranks: trace files, parsed tables (``.parquet``) or
+folders of either; parsing a job's traces first when it has no tables (one function,
+:func:`ensure_tables`, for every command); loading one rank's table with a one-line
+reason when it fails; the rank a table belongs to."""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+
+from ..errors import TraceVizError
+from ..table.io import read_table
+from ..table.schema import is_activity_table, metadata
+
+
+def input_files(paths: list[str | os.PathLike]) -> list[Path]:
+    """Trace and parquet files named by ``paths`` (folders searched recursively; a folder
+    with parsed tables gives those, else its traces)."""
+    from .discover import find_traces, no_traces_message
+
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            parquet = sorted(x for x in p.rglob("*.parquet") if is_activity_table(x))
+            out += parquet or [t.path for t in find_traces(p)]
+        elif p.exists():
+            out.append(p)
+        else:
+            raise TraceVizError(f"{p}: no such file or folder")
+    if not out:
+        raise TraceVizError("; ".join(no_traces_message(p) for p in paths))
+    return out
+
+
+def one_folder(files: list[Path], root: Path) -> list[Path]:
+    """``files`` when they sit in one folder (one profiled iteration), else an error
+    naming the folders to choose from."""
+    only_folder(sorted({f.parent for f in files}), root)
+    return files
+
+
+def only_folder(folders: list[Path], root: Path) -> Path:
+    """The one folder of ``folders`` (one profiled iteration's ranks), else an error
+    naming the folders to choose from."""
+    if len(folders) > 1:
+        names = ", ".join(str(f.relative_to(root)) if f.is_relative_to(root) else str(f)
+                          for f in folders[:6])
+        raise TraceVizError(f"{root}: holds the ranks of several profiled iterations "
+                            f"({names}{', ...' if len(folders) > 6 else ''}); pass one of "
+                            "those folders")
+    return folders[0]
+
+
+def table_folders(root: Path) -> list[Path]:
+    """The folders under ``root`` (itself included) that hold parsed rank tables."""
+    if not root.is_dir():
+        return []
+    return sorted({p.parent for p in root.rglob("*.parquet") if is_activity_table(p)})
+
+
+def ensure_tables(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
+                  jobs: int = 0, topology: str | os.PathLike | None = None, vpp: int = 1,
+                  quiet: bool = True) -> list[Path]:
+    """The folders of parsed rank tables of ``root`` (one per profiled iteration).
+
+    ``root`` holding tables gives them as they are. Otherwise its traces are parsed by
+    :func:`traceviz.ingest.batch.run` into ``outdir`` (default: the batch output folder),
+    which keeps the tables that are newer than their trace, and those folders are given.
+    """
+    from . import batch
+
+    root = Path(root)
+    if not root.exists():
+        raise TraceVizError(f"{root}: no such file or folder")
+    if root.is_file() and root.suffix == ".parquet":
+        return [root.parent]
+    have = table_folders(root)
+    if have:
+        return have
+    out = batch.output_root(root, outdir)
+    batch.run(root, out, jobs=jobs or min(2, os.cpu_count() or 1), topology=topology,
+              vpp=vpp, quiet=quiet)
+    folders = table_folders(out)
+    if not folders:
+        raise TraceVizError(f"{root}: no traces or parsed rank tables found")
+    return folders
+
+
+def tables_folder(root: Path, **options) -> Path:
+    """The one folder of parsed rank tables of ``root``'s one profiled iteration (see
+    :func:`ensure_tables`), else an error naming the folders to choose from."""
+    return only_folder(ensure_tables(root, **options), Path(root))
+
+
+def load_table(path: Path, columns: tuple[str, ...] | None = None) -> pa.Table:
+    """A parsed table (only ``columns``, those there are; all when None), or a trace
+    parsed now."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        if columns is None:
+            return read_table(path)
+        try:
+            present = set(pq.read_schema(path).names)
+        except (OSError, pa.ArrowInvalid):
+            present = set(columns)  # read_table reports the unreadable file
+        return read_table(path, columns=[c for c in columns if c in present])
+    from .build import parse
+
+    return parse(path)
+
+
+def rank_of(table: pa.Table, path: Path, fallback: int) -> int:
+    """The table's rank (``distributedInfo``), else the file name's, else ``fallback``."""
+    from .discover import rank_from_name
+
+    rank = int(metadata(table).get("rank", -1))
+    if rank >= 0:
+        return rank
+    named = rank_from_name(path.name)
+    return named if named is not None else fallback
+
+
+def rank_tables(files: list[Path], columns: tuple[str, ...] | None, failed: list[str],
+                optional: tuple[str, ...] = ()) -> Iterator[tuple[int, Path, pa.Table]]:
+    """(rank, path, table) of each file that loads, one at a time; the one-line reason of
+    each file that does not, or that lacks one of ``columns`` not named ``optional``
+    (tables parsed by older versions), goes to ``failed``."""
+    for k, path in enumerate(files):
+        try:
+            table = load_table(path, columns)
+        except TraceVizError as exc:
+            failed.append(str(exc))
+            continue
+        missing = [c for c in columns or () if c not in table.column_names
+                   and c not in optional]
+        if missing:
+            failed.append(f"{path}: not a traceviz activity table (no column "
+                          f"{', '.join(missing)}); parse the trace again")
+            continue
+        yield rank_of(table, path, k), path, table
+
+
+def gpu_and_cpu(path: Path, rank: int | None) -> tuple[pa.Table, pa.Table | None]:
+    """GPU activity table and CPU table of one rank of ``path`` (a trace, a parsed table
+    with its ``.cpu.parquet`` sibling, or a folder of either); the lowest rank when
+    ``rank`` is None."""
+    from .build import parse_trace
+    from .discover import describe
+
+    def known_rank(f: Path) -> int:
+        """The rank a trace's header or name gives, without parsing it (-1 unknown)."""
+        info = describe(f) if f.suffix != ".parquet" else None
+        return info.rank if info else -1
+
+    known = {f: known_rank(f) for f in input_files([path])}
+    # lowest known rank first; files whose rank shows only once parsed come last
+    files = sorted(known, key=lambda f: (known[f] < 0, known[f]))
+    chosen = None
+    for f in files:
+        if f.suffix == ".parquet":
+            gpu = read_table(f)
+            sibling = f.with_name(f.name[:-len(".parquet")] + ".cpu.parquet")
+            cpu = read_table(sibling) if sibling.exists() else None
+        else:
+            parsed = parse_trace(f, cpu=True)
+            gpu, cpu = parsed.activities, parsed.cpu
+        r = int(metadata(gpu).get("rank", -1))
+        if rank is None or r == rank:
+            if chosen is None or r < chosen[0]:
+                chosen = (r, gpu, cpu)
+            if rank is not None or known[f] >= 0:
+                break
+    if chosen is None:
+        raise TraceVizError(f"{path}: no rank {rank} among its traces")
+    return chosen[1], chosen[2]

@@ -1,0 +1,74 @@
+"""A job's parallel layout, from whichever source states it: a topology file given or
+found next to the traces (``unique_parallel_groups_*.txt``), else the process groups the
+traces (or parsed tables) record in ``distributedInfo.pg_config``."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..errors import TraceVizError
+from ..table.schema import file_metadata
+from ..topology.derive import layout_from_groups, observed_groups
+from ..topology.groups_file import from_file
+from ..topology.layout import Layout
+
+TOPOLOGY_GLOB = "unique_parallel_groups*.txt"
+
+
+def find_topology_file(folder: str | os.PathLike) -> Path | None:
+    """The newest ``unique_parallel_groups*.txt`` in ``folder`` or one of its parents."""
+    folder = Path(folder).resolve()
+    for where in (folder, *folder.parents):
+        files = sorted(where.glob(TOPOLOGY_GLOB))
+        if files:
+            return files[-1]  # names carry a sortable timestamp: the newest
+    return None
+
+
+def pg_configs_of(paths: list[Path]) -> tuple[list[list[dict]], int]:
+    """(pg_config of each trace or parsed table, largest world size stated)."""
+    from ..parsing.header import read_header
+
+    configs, world = [], 0
+    for path in paths:
+        if path.suffix == ".parquet":
+            info = file_metadata(path).get("distributed", {})
+        else:
+            header = read_header(path) or {}
+            info = header.get("distributedInfo") or {}
+        configs.append(info.get("pg_config") or [])
+        if isinstance(info.get("world_size"), int):
+            world = max(world, info["world_size"])
+    return configs, world
+
+
+def from_traces(root: str | os.PathLike) -> Layout:
+    """Layout derived from the ``pg_config`` of every trace (or parsed table) under root."""
+    from .discover import find_traces
+
+    root = Path(root)
+    paths = [t.path for t in find_traces(root)]
+    if root.is_dir():
+        paths += sorted(root.rglob("*.parquet"))
+    if not paths:
+        raise TraceVizError(f"{root}: no traces or parsed tables found")
+    configs, world = pg_configs_of(paths)
+    if not world:
+        raise TraceVizError(f"{root}: the traces state no world size (distributedInfo)")
+    return layout_from_groups(observed_groups(configs), world, str(root))
+
+
+def job_layout(root: Path, folder: Path, topology: str | os.PathLike | None
+               ) -> tuple[Layout | None, str | None]:
+    """(layout, None) of the job whose tables are in ``folder``: ``topology`` when given,
+    else a topology file in ``folder`` / ``root`` or a parent, else the traces'
+    pg_config; (None, why) when none states it."""
+    if topology:
+        return from_file(topology), None
+    found = find_topology_file(folder) or find_topology_file(root)
+    if found:
+        return from_file(found), None
+    try:
+        return from_traces(folder), None
+    except TraceVizError as exc:
+        return None, f"no topology ({exc})"

@@ -1,0 +1,73 @@
+"""Which interval holds each point: the innermost enclosing span per thread (a numba
+sweep), and the step number of each time. Times are int64 ns; spans are ``[ts, ts+dur)``.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+def innermost_enclosing(span_ts: np.ndarray, span_dur: np.ndarray, span_thread: np.ndarray,
+                        q_ts: np.ndarray, q_thread: np.ndarray,
+                        span_key: np.ndarray | None = None) -> np.ndarray:
+    """Row of the innermost span on the same thread whose ``[ts, ts+dur)`` holds ``q_ts``.
+
+    Innermost = the latest-starting span that still contains the point; ties: the
+    shortest, then the largest ``span_key`` (default: the later row). Returns -1 where
+    no span contains the point. Points with a negative thread are never matched.
+    """
+    out = np.full(q_ts.shape[0], -1, dtype=np.int64)
+    if span_ts.shape[0] == 0 or q_ts.shape[0] == 0:
+        return out
+    span_end = span_ts + np.maximum(span_dur, 0)
+    if span_key is None:
+        span_key = np.arange(span_ts.shape[0])
+    s_order = np.lexsort((span_key, -span_end, span_ts, span_thread))
+    q_order = np.lexsort((q_ts, q_thread))
+    _sweep(span_ts, span_end, span_thread, s_order, q_ts, q_thread, q_order, out)
+    return out
+
+
+@njit(nogil=True, cache=True)
+def _sweep(s_ts, s_end, s_thread, s_order, q_ts, q_thread, q_order, out):
+    stack = np.empty(s_order.shape[0], dtype=np.int64)
+    depth = 0
+    sp = 0
+    ns = s_order.shape[0]
+    cur_thread = np.int64(-(1 << 62))
+    for qi in range(q_order.shape[0]):
+        q = q_order[qi]
+        th = q_thread[q]
+        if th < 0:
+            continue
+        t = q_ts[q]
+        if th != cur_thread:
+            cur_thread = th
+            depth = 0
+            while sp < ns and s_thread[s_order[sp]] < th:
+                sp += 1
+        while sp < ns and s_thread[s_order[sp]] == th and s_ts[s_order[sp]] <= t:
+            r = s_order[sp]
+            while depth > 0 and s_end[stack[depth - 1]] <= s_ts[r]:
+                depth -= 1
+            stack[depth] = r
+            depth += 1
+            sp += 1
+        while depth > 0 and s_end[stack[depth - 1]] <= t:
+            depth -= 1
+        if depth > 0:
+            out[q] = stack[depth - 1]
+
+
+def step_of(t: np.ndarray, step_ts: np.ndarray, step_dur: np.ndarray,
+            step_number: np.ndarray) -> np.ndarray:
+    """Number of the step whose ``[ts, ts+dur)`` holds ``t`` (-1 outside every step).
+
+    ProfilerStep#N spans follow each other; should they overlap, the innermost one
+    (latest start, ties: shortest) wins, as in :func:`innermost_enclosing`.
+    """
+    zeros = np.zeros(step_ts.shape[0], dtype=np.int64)
+    row = innermost_enclosing(step_ts, step_dur, zeros, t, np.zeros(t.shape[0], np.int64))
+    out = np.full(t.shape[0], -1, dtype=np.int32)
+    out[row >= 0] = step_number[row[row >= 0]]
+    return out

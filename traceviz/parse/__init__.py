@@ -1,1 +1,0 @@
-"""Trace bytes -> typed columns -> the GPU activity table, in one streaming pass."""

@@ -1,0 +1,417 @@
+"""Link every GPU activity to its launch, enclosing cpu_op, step and collective metadata.
+
+Memory stays bounded by ``work_bytes`` whatever the trace size: stores are read block by
+block, and the two big joins run on parts that fit in memory:
+
+* activity <-> launch by correlation id: a partitioned hash join (part = id mod P);
+* launch -> innermost enclosing cpu_op on its thread: a sweep over time buckets; ops
+  still open at a bucket's end are carried into the next bucket, so an op spanning many
+  buckets is found from every one of them.
+
+With P = 1 (the usual case) both are plain in-memory joins. Results are per-activity
+arrays (the compact columns the output is built from).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..intervals.containment import innermost_enclosing, step_of
+from . import fields as L
+from .join import find_sorted, match_by_key, match_flows
+from .partition import Parts, bucket_edges
+from .reader import ScannedTrace
+
+# working-set bytes per row of the in-memory joins (keys, sort order, scratch), measured
+# with tracemalloc on a 4 GB trace: a launch costs ~24 bytes in its part and ~16 more
+# sorted; a span ~32 in its bucket, as much again while the carried spans are joined,
+# then its end, sort keys, order and the sweep's stack
+_CORR_BYTES_PER_ROW = 64
+_SPAN_BYTES_PER_ROW = 144
+_QUERY_BYTES_PER_ROW = 48  # a query point in a sweep: its time, thread, sort order, result
+
+
+def row_dtype(scanned: ScannedTrace) -> type:
+    """int32 for row numbers while every store has fewer than 2**31 rows, else int64."""
+    biggest = max((len(store) for store in scanned.stores.values()), default=0)
+    return np.int32 if biggest < np.iinfo(np.int32).max else np.int64
+
+
+@dataclass
+class Links:
+    """Per-activity results, all aligned with ``rows``: GPU-store rows in the output
+    table's order (by ``ts``, ties in file order), so no column is re-ordered later."""
+
+    # row numbers are row_dtype (int32 unless a store is huge), thread indexes int32;
+    # times and ids int64
+    rows: np.ndarray         # GPU-store rows that are kernels / memcpy / memset
+    cls: np.ndarray          # category class (layout.CLS_*) per activity
+    corr: np.ndarray         # correlation id used (after the flow fallback); -1 none
+    launch_row: np.ndarray   # launch-store row; -1 none
+    launch_ts: np.ndarray    # launch start (ns); -1 where no launch
+    launch_thread: np.ndarray  # thread index of the launch; -1 none
+    op_row: np.ndarray       # ops-store row of the innermost cpu_op around the launch
+    iteration: np.ndarray    # ProfilerStep number; -1 outside every step
+    comm_row: np.ndarray     # comm-store entry holding collective metadata; -1 none
+    steps: list[dict]
+    stats: dict
+    recompute: np.ndarray    # launch's nearest autograd node / frame is recomputation
+    optimizer: np.ndarray    # launch inside an optimizer annotation / frame
+    launch_end: np.ndarray   # launch end (ns); -1 where no launch
+    main_thread: int         # thread of the ProfilerStep annotations
+    frames: dict             # forward_step / backward_step python frames: (ts, dur)
+    forward_ts: np.ndarray   # start (ns) of the forward op that the launch's autograd
+    #                          node differentiates (same Sequence number, main thread); -1
+
+
+@dataclass
+class Lookups:
+    """Per-string lookup arrays (one entry per string id plus a last one for id -1)."""
+
+    category_class: np.ndarray      # layout.CLS_* of a category
+    step_number: np.ndarray         # N of ProfilerStep#N, -1 otherwise
+    is_rpc: np.ndarray              # record_param_comms
+    is_comm_kernel: np.ndarray      # a COMM kernel name
+    is_node: np.ndarray             # autograd node or checkpoint op
+    is_recompute_node: np.ndarray   # checkpoint (recompute) op
+    is_optimizer_annotation: np.ndarray
+    frame: dict[str, np.ndarray]    # phase frame patterns (forward_step, ...)
+
+
+def activity_rows(scanned: ScannedTrace, cls_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """GPU-store rows that are activities, ordered by ``ts`` then file order, and their
+    category classes."""
+    rows, classes, ts = [], [], []
+    for start, cols in scanned.stores["gpu"].blocks("cat", "ts"):
+        c = cls_of[cols["cat"]]
+        keep = np.flatnonzero(np.isin(c, L.ACTIVITY_CLASSES))
+        rows.append(start + keep)
+        classes.append(c[keep])
+        ts.append(cols["ts"][keep])
+    rdt = row_dtype(scanned)
+    if not rows:
+        return np.empty(0, rdt), np.empty(0, np.int8)
+    # store rows are in file order, so a stable sort by ts breaks ties in file order
+    order = np.argsort(np.concatenate(ts), kind="stable")
+    del ts
+    return np.concatenate(rows).astype(rdt)[order], np.concatenate(classes)[order]
+
+
+def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int) -> Links:
+    """Compute :class:`Links` (see :class:`Lookups` for the per-string inputs).
+
+    Per-activity arrays are the memory that grows with the trace, so each is made as
+    narrow as it can be, as late as it can be, and dropped after its last use; fields
+    needed twice (the activity's own ``ts``) are gathered twice rather than held.
+    """
+    cls_of, step_number = lookups.category_class, lookups.step_number
+    gpu, launch, ops = (scanned.stores[k] for k in ("gpu", "launch", "ops"))
+    rdt = row_dtype(scanned)
+    rows, cls = activity_rows(scanned, cls_of)
+    g = gpu.gatherer(rows)
+    corr = np.maximum(g("correlation"), -1)  # any negative id is absent
+    stats: dict[str, int] = {"activities": int(rows.shape[0])}
+
+    launch_fix_rows, launch_fix_corr, from_flows = _flow_fallback(
+        scanned, cls_of, corr, rows, work_bytes)
+    stats["correlation from flow events"] = from_flows
+    launch_row, no_launch, several = _correlation_join(
+        launch, corr, lambda at: gpu.gather("ts", rows[at]), launch_fix_rows,
+        launch_fix_corr, scanned, work_bytes, rdt)
+    del launch_fix_rows, launch_fix_corr
+    stats.update({
+        "launched": int((launch_row >= 0).sum()),
+        "no correlation id": int((corr < 0).sum()),
+        "correlation without launch": no_launch,
+        "correlation with several launches (one kept)": several,
+    })
+    lg = launch.gatherer(launch_row)
+    launch_ts = lg("ts")
+    launch_thread = lg("thread")
+
+    queries = [SpanQuery("cat", cls_of == L.CLS_CPU_OP), SpanQuery("name", lookups.is_node)]
+    small = lookups.is_optimizer_annotation
+    steps, rpc, annotations = _ops_pass(ops, queries, step_number, lookups.is_rpc, small,
+                                        launch_ts, launch_thread, scanned, work_bytes, rdt)
+    op_row, node_row = queries[0].result, queries[1].result
+    del queries
+    stats["launch inside a cpu_op"] = int((op_row >= 0).sum())
+    node = ops.gatherer(node_row)
+    recompute = lookups.is_recompute_node[node("name")]
+    main = _main_thread(steps, launch_thread)
+    forward_ts = _forward_times(ops, node("seq_number"), main)
+    del node, node_row
+    optimizer = _inside(annotations["ts"], annotations["dur"], annotations["thread"],
+                        launch_ts, launch_thread)
+    frames = _frames(scanned, lookups)
+    recompute |= _inside(*frames["recompute_frame"], launch_ts, launch_thread)
+    optimizer |= _inside(*frames["optimizer_frame"], launch_ts, launch_thread)
+    iteration = step_of(np.where(launch_row >= 0, launch_ts, g("ts")), steps["ts"],
+                        steps["dur"], steps["number"])
+    comm_row = _comm_rows(scanned, rows, lookups.is_comm_kernel[g("name")], rpc,
+                          launch_ts, launch_thread, rdt)
+    del g
+    launch_end = np.where(launch_ts >= 0, launch_ts + lg("dur"), -1)
+    del lg
+    stats["collective metadata"] = int((comm_row >= 0).sum())
+    step_list = [{"iteration": int(n), "ts": int(t), "dur": int(d)} for t, d, n in sorted(
+        zip(steps["ts"].tolist(), steps["dur"].tolist(), steps["number"].tolist()))]
+    return Links(rows=rows, cls=cls, corr=corr, launch_row=launch_row, launch_ts=launch_ts,
+                 launch_thread=launch_thread, op_row=op_row, iteration=iteration,
+                 comm_row=comm_row, steps=step_list, stats=stats, recompute=recompute,
+                 optimizer=optimizer, launch_end=launch_end, main_thread=main,
+                 frames={k: frames[k][:2] for k in ("forward_step", "backward_step")},
+                 forward_ts=forward_ts)
+
+
+def _forward_times(ops, node_seq: np.ndarray, main_thread: int) -> np.ndarray:
+    """Per activity: start of the earliest main-thread op with the ``Sequence number`` of
+    the autograd node around its launch (the forward op it differentiates); -1 where
+    the node has no number or no such op is in the trace. One pass over the ops, only
+    when some node has a number."""
+    out = np.full(node_seq.shape[0], -1, dtype=np.int64)
+    wanted = np.unique(node_seq[node_seq >= 0])
+    if not wanted.size:
+        return out
+    first = np.full(wanted.shape[0], np.iinfo(np.int64).max)
+    for _, cols in ops.blocks("ts", "thread", "seq_number"):
+        seq = cols["seq_number"]
+        pos = np.searchsorted(wanted, seq)
+        pos[pos == wanted.shape[0]] = 0
+        hit = np.flatnonzero((cols["thread"] == main_thread) & (wanted[pos] == seq))
+        np.minimum.at(first, pos[hit], cols["ts"][hit])
+    has = node_seq >= 0
+    found = first[np.searchsorted(wanted, node_seq[has])]
+    out[has] = np.where(found < np.iinfo(np.int64).max, found, -1)
+    return out
+
+
+def _main_thread(steps: dict, launch_thread: np.ndarray) -> int:
+    """The thread of the ProfilerStep annotations, else the one launching the most."""
+    if steps["thread"].size:
+        values, counts = np.unique(steps["thread"], return_counts=True)
+        return int(values[np.argmax(counts)])
+    launched = launch_thread[launch_thread >= 0]
+    if not launched.size:
+        return -1
+    values, counts = np.unique(launched, return_counts=True)
+    return int(values[np.argmax(counts)])
+
+
+def _inside(ts, dur, thread, q_ts, q_thread) -> np.ndarray:
+    """Whether each point lies in one of the spans on its thread (few spans)."""
+    row = innermost_enclosing(ts, dur, thread, q_ts, q_thread)
+    return row >= 0
+
+
+def _frames(scanned: ScannedTrace, lookups: Lookups) -> dict[str, tuple]:
+    """(ts, dur, thread) of the python frames each phase pattern selects."""
+    out = {key: ([], [], []) for key in lookups.frame}
+    for _, cols in scanned.stores["python"].blocks("ts", "dur", "thread", "name"):
+        for key, select in lookups.frame.items():
+            rows = np.flatnonzero(select[cols["name"]])
+            out[key][0].append(cols["ts"][rows])
+            out[key][1].append(cols["dur"][rows])
+            out[key][2].append(cols["thread"][rows].astype(np.int64))
+    return {key: tuple(np.concatenate(v) if v else np.empty(0, np.int64) for v in parts)
+            for key, parts in out.items()}
+
+
+def _flow_fallback(scanned, cls_of, corr, rows, work_bytes):
+    """Correlation ids from launch-flow endpoints for activities and launches lacking one.
+
+    Fills ``corr`` in place; returns (launch rows lacking one, their ids, count filled).
+    """
+    launch = scanned.stores["launch"]
+    flows = scanned.stores["flow"]
+    miss_l_rows, miss_l_thread, miss_l_ts = [], [], []
+    for start, cols in launch.blocks("correlation", "thread", "ts"):
+        m = np.flatnonzero(cols["correlation"] < 0)
+        miss_l_rows.append(start + m)
+        miss_l_thread.append(cols["thread"][m].astype(np.int64))
+        miss_l_ts.append(cols["ts"][m])
+    l_rows = np.concatenate(miss_l_rows) if miss_l_rows else np.empty(0, np.int64)
+    l_corr = np.full(l_rows.shape[0], -1, dtype=np.int64)
+    missing = np.flatnonzero(corr < 0)
+    if len(flows) == 0 or (missing.size == 0 and l_rows.size == 0):
+        return l_rows, l_corr, 0
+    g = scanned.stores["gpu"].gatherer(rows[missing])
+    a_thread = g("thread").astype(np.int64)
+    a_ts = g("ts")
+    l_thread = np.concatenate(miss_l_thread) if miss_l_thread else np.empty(0, np.int64)
+    l_ts = np.concatenate(miss_l_ts) if miss_l_ts else np.empty(0, np.int64)
+    a_corr = np.full(missing.shape[0], -1, dtype=np.int64)
+    for _, cols in flows.blocks("ph", "cat", "id", "thread", "ts"):
+        is_launch_flow = cls_of[cols["cat"]] == L.CLS_LAUNCH_FLOW
+        for ph, found, thread, t in ((ord("f"), a_corr, a_thread, a_ts),
+                                     (ord("s"), l_corr, l_thread, l_ts)):
+            sel = is_launch_flow & (cols["ph"] == ph)
+            todo = np.flatnonzero(found < 0)
+            if todo.size == 0 or not sel.any():
+                continue
+            hit = match_flows(cols["id"][sel], cols["thread"][sel].astype(np.int64),
+                              cols["ts"][sel], thread[todo], t[todo])
+            found[todo] = hit
+    corr[missing] = a_corr
+    return l_rows, l_corr, int((a_corr >= 0).sum() + (l_corr >= 0).sum())
+
+
+def _correlation_join(launch, corr, ts_of, fix_rows, fix_corr, scanned, work_bytes, rdt):
+    """Launch row per activity (-1: none; ``rdt``), and how many activities have an id
+    without a launch and with several launches; hash-partitioned. ``ts_of(positions)``
+    gives activities' start times (needed only where an id has several launches)."""
+    n_parts = max(1, math.ceil(len(launch) * _CORR_BYTES_PER_ROW / max(work_bytes, 1)))
+    parts = Parts(n_parts, ("corr", "ts", "row"), scanned.budget, work_bytes // 4)
+    fix_order = np.argsort(fix_rows)
+    fix_rows_s, fix_corr_s = fix_rows[fix_order], fix_corr[fix_order]
+    for start, cols in launch.blocks("correlation", "ts"):
+        c = cols["correlation"].astype(np.int64)
+        m = np.flatnonzero(c < 0)
+        pos = find_sorted(fix_rows_s, start + m)
+        c[m[pos >= 0]] = fix_corr_s[pos[pos >= 0]]
+        keep = np.flatnonzero(c >= 0)
+        parts.add(c[keep] % n_parts, {"corr": c[keep], "ts": cols["ts"][keep],
+                                      "row": start + keep})
+    launch_row = np.full(corr.shape[0], -1, dtype=rdt)
+    no_launch = several = 0
+    part_of = None
+    if n_parts > 1:
+        part_of = corr % n_parts
+        part_of[corr < 0] = -1
+        part_of = part_of.astype(np.int32)
+    for p in range(n_parts):
+        sel = np.flatnonzero(corr >= 0 if part_of is None else part_of == p)
+        if sel.size == 0:
+            continue
+        got = parts.get(p)
+        if got["row"].size == 0:
+            no_launch += sel.size
+            continue
+        r, k = match_by_key(corr[sel], got["corr"], lambda j: ts_of(sel[j]), got["ts"])
+        launch_row[sel] = np.where(r >= 0, got["row"][np.maximum(r, 0)], -1)
+        no_launch += int((k == 0).sum())
+        several += int((k > 1).sum())
+    return launch_row, no_launch, several
+
+
+@dataclass
+class SpanQuery:
+    """Innermost span per launch among ops whose ``field`` (cat or name id) is selected."""
+
+    field: str
+    select: np.ndarray  # per-string lookup (see :func:`link`)
+    count: int = 0
+    hist: np.ndarray | None = None
+    result: np.ndarray | None = None  # ops row per launch (-1: none)
+
+
+def _ops_pass(ops, queries: list[SpanQuery], step_number, is_rpc, small: np.ndarray,
+              q_ts, q_thread, scanned, work_bytes, rdt):
+    """Innermost span of every query around each launch (time-bucketed sweeps; ops rows
+    as ``rdt``), plus the step spans, the record_param_comms ops and the ``small`` named
+    spans (in memory)."""
+    lo, hi = ops.ts_range()
+    grid = np.linspace(lo, hi + 1, 4097).astype(np.int64)
+    for q in queries:
+        q.hist = np.zeros(4096, dtype=np.int64)
+    collect = {"steps": {"ts": [], "dur": [], "number": [], "thread": []},
+               "rpc": {"ts": [], "dur": [], "thread": [], "row": []},
+               "small": {"ts": [], "dur": [], "thread": [], "name": []}}
+    for start, cols in ops.blocks("ts", "dur", "thread", "cat", "name"):
+        for q in queries:
+            sel = q.select[cols[q.field]]
+            q.count += int(sel.sum())
+            q.hist += np.histogram(cols["ts"][sel], bins=grid)[0]
+        num = step_number[cols["name"]]
+        st = np.flatnonzero(num >= 0)
+        collect["steps"]["ts"].append(cols["ts"][st])
+        collect["steps"]["dur"].append(cols["dur"][st])
+        collect["steps"]["number"].append(num[st])
+        collect["steps"]["thread"].append(cols["thread"][st].astype(np.int64))
+        for key, pick in (("rpc", is_rpc), ("small", small)):
+            rows = np.flatnonzero(pick[cols["name"]])
+            for f in ("ts", "dur", "thread"):
+                collect[key][f].append(cols[f][rows].astype(np.int64))
+            collect[key]["row" if key == "rpc" else "name"].append(
+                start + rows if key == "rpc" else cols["name"][rows].astype(np.int64))
+    found = {key: {k: np.concatenate(v) if v else np.empty(0, np.int64) for k, v in d.items()}
+             for key, d in collect.items()}
+    per_bucket = max(1, work_bytes // _SPAN_BYTES_PER_ROW)
+    plans = []
+    for q in queries:
+        edges = (np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max])
+                 if q.count <= per_bucket else bucket_edges(q.hist, grid, per_bucket))
+        plans.append((edges, Parts(edges.shape[0] - 1, ("ts", "end", "thread", "row"),
+                                   scanned.budget, work_bytes // 8)))
+    for start, cols in ops.blocks("ts", "dur", "thread", "cat", "name"):
+        for q, (edges, parts) in zip(queries, plans):
+            sel = np.flatnonzero(q.select[cols[q.field]])
+            t = cols["ts"][sel]
+            parts.add(np.searchsorted(edges, t, side="right") - 1,
+                      {"ts": t, "end": t + np.maximum(cols["dur"][sel], 0),
+                       "thread": cols["thread"][sel], "row": start + sel})
+    for q, (edges, parts) in zip(queries, plans):
+        q.result = _bucketed_sweep(edges, parts, q_ts, q_thread, rdt,
+                                   max(1024, work_bytes // 2 // _QUERY_BYTES_PER_ROW))
+    return found["steps"], found["rpc"], found["small"]
+
+
+def _bucketed_sweep(edges, parts: Parts, q_ts, q_thread, rdt, query_rows: int
+                    ) -> np.ndarray:
+    """Innermost span (its ``row``, as ``rdt``) per query point, bucket by bucket
+    (bucket b holds ``edges[b] <= ts < edges[b+1]``); spans still open at a bucket's end
+    are carried into the next one. Queries are taken ``query_rows`` positions at a time,
+    so their sort keys and results never span the whole trace."""
+    out = np.full(q_ts.shape[0], -1, dtype=rdt)
+    carried = {f: np.empty(0, np.int64) for f in ("ts", "end", "thread", "row")}
+    n_buckets = edges.shape[0] - 1
+    for b in range(n_buckets):
+        got = parts.get(b)
+        spans = got if b == 0 else {f: np.concatenate([carried[f], got[f]]) for f in carried}
+        del got
+        if spans["row"].size:
+            dur = spans["end"] - spans["ts"]
+            for lo in range(0, q_ts.shape[0], query_rows):
+                hi = lo + query_rows
+                mine = q_thread[lo:hi] >= 0
+                if n_buckets > 1:
+                    mine &= (q_ts[lo:hi] >= edges[b]) & (q_ts[lo:hi] < edges[b + 1])
+                qsel = lo + np.flatnonzero(mine)
+                if qsel.size:
+                    r = innermost_enclosing(spans["ts"], dur, spans["thread"], q_ts[qsel],
+                                            q_thread[qsel], span_key=spans["row"])
+                    out[qsel] = np.where(r >= 0, spans["row"][np.maximum(r, 0)], -1)
+            del dur
+        if b + 1 < n_buckets:
+            still_open = spans["end"] > edges[b + 1]
+            carried = {f: v[still_open] for f, v in spans.items()}
+    return out
+
+
+def _comm_rows(scanned, rows, is_comm, rpc, launch_ts, launch_thread, rdt):
+    """Comm-store entry (as ``rdt``) per activity: its own args, else the
+    record_param_comms around its launch (only for COMM activities)."""
+    comm = scanned.stores["comm"]
+    out = np.full(rows.shape[0], -1, dtype=rdt)
+    if len(comm) == 0:
+        return out
+    cstore = comm.column("store")
+    crow = comm.column("row")
+    own = np.flatnonzero(cstore == L.GPU)
+    by_row = np.argsort(rows)
+    pos = find_sorted(rows[by_row], crow[own])
+    out[by_row[pos[pos >= 0]]] = own[pos >= 0]
+    del by_row
+    need = np.flatnonzero((out < 0) & is_comm & (launch_thread >= 0))
+    on_ops = np.flatnonzero(cstore == L.OPS)
+    if need.size == 0 or rpc["row"].size == 0 or on_ops.size == 0:
+        return out
+    order = np.argsort(crow[on_ops])
+    found = innermost_enclosing(rpc["ts"], rpc["dur"], rpc["thread"], launch_ts[need],
+                                launch_thread[need], span_key=rpc["row"])
+    ok = found >= 0
+    entry = find_sorted(crow[on_ops][order], rpc["row"][found[ok]])
+    out[need[ok][entry >= 0]] = on_ops[order][entry[entry >= 0]]
+    return out

@@ -1,0 +1,55 @@
+"""The rank-level facts of a scanned trace, stored as JSON under ``traceviz`` in the
+parquet metadata (see :mod:`traceviz.table.schema`), and thread numbers."""
+from __future__ import annotations
+
+import numpy as np
+
+from .._version import __version__
+from ..table.schema import SCHEMA_VERSION
+from .reader import ScannedTrace
+
+
+def thread_numbers(threads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(pid, tid) numbers per thread index; -1 where the trace gave a non-numeric name."""
+    if threads.size == 0:
+        return np.full(1, -1, np.int64), np.full(1, -1, np.int64)
+    return (np.where(threads[1] < 0, threads[0], -1), np.where(threads[3] < 0, threads[2], -1))
+
+
+def trace_metadata(scanned: ScannedTrace, rank: int, rank_source: str, join_stats: dict,
+                   steps: list[dict], kinds: dict) -> dict:
+    """The rank-level facts stored as JSON under ``traceviz`` in the parquet metadata."""
+    h = scanned.header
+    values = dict(h.values)
+    dist = values.pop("distributedInfo", {})
+    dist = dist if isinstance(dist, dict) else {}
+    stats = dict(scanned.stats)
+    stats.update(join=join_stats, kinds=kinds, bytes_read=scanned.bytes_read,
+                 compressed_bytes=scanned.compressed_bytes, truncated_at=scanned.truncated_at,
+                 spilled_bytes=scanned.budget.spilled_bytes,
+                 rows={name: len(store) for name, store in scanned.stores.items()})
+    threads = []
+    for idx in range(scanned.threads.shape[1]):
+        pidn, pids, tidn, tids = scanned.threads[:, idx].tolist()
+        pid = pidn if pids < 0 else scanned.strings.texts[pids]
+        tid = tidn if tids < 0 else scanned.strings.texts[tids]
+        threads.append({"pid": pid, "tid": tid, "name": h.thread_names.get((pid, tid)),
+                        "process": h.process_names.get(pid),
+                        "label": h.process_labels.get(pid)})
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "traceviz_version": __version__,
+        "source": scanned.source,
+        "compression": scanned.compression,
+        "rank": rank,
+        "rank_source": rank_source,
+        "world_size": h.world_size(),
+        "distributed": dist,
+        "pg_config": dist.get("pg_config", []),
+        "device_properties": values.pop("deviceProperties", []),
+        "base_time_ns": values.pop("baseTimeNanoseconds", None),
+        "header": values,
+        "steps": steps,
+        "threads": threads,
+        "stats": stats,
+    }

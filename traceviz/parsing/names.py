@@ -1,0 +1,78 @@
+"""Per-string-id facts of one scanned trace: texts, canonical ids, category classes, and
+per-string lookup arrays (a pattern matched once per distinct string, never per event)."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from . import fields as L
+from .reader import ScannedTrace
+
+
+class Strings:
+    """Per-string-id facts of one trace: texts, canonical ids, category classes.
+
+    Every per-string lookup array here has ``len(texts) + 1`` entries: the last one is the
+    value for id -1 (absent), so ``table[ids]`` is right even where ids are -1.
+    """
+
+    def __init__(self, scanned: ScannedTrace) -> None:
+        self.texts = scanned.strings.texts
+        self.canon = scanned.strings.canonical()
+        self.cls = np.array([L.CATEGORY_CLASS.get(t, L.CLS_OTHER) for t in self.texts]
+                            + [L.CLS_NONE], dtype=np.int8)
+
+    def lookup(self, dtype, absent) -> np.ndarray:
+        """A per-string lookup array filled with ``absent`` (see the class doc)."""
+        return np.full(len(self.texts) + 1, absent, dtype=dtype)
+
+    def ids_of(self, text: str) -> np.ndarray:
+        return np.array([i for i, t in enumerate(self.texts) if t == text], dtype=np.int64)
+
+    def matches(self, pattern) -> np.ndarray:
+        """Per-string lookup: whether ``pattern.search`` finds the string."""
+        out = self.lookup(bool, False)
+        out[:-1] = [bool(pattern.search(t)) for t in self.texts]
+        return out
+
+    def numbers(self, pattern) -> np.ndarray:
+        """Group 1 of ``pattern.match`` as an int per string (-1: no match)."""
+        out = self.lookup(np.int64, -1)
+        for i, text in enumerate(self.texts):
+            m = pattern.match(text)
+            if m:
+                out[i] = int(m.group(1))
+        return out
+
+    def floats(self, ids: np.ndarray) -> np.ndarray:
+        """The float value of each id's text (NaN: absent or not a number)."""
+        values = self.lookup(np.float64, np.nan)
+        for i in np.unique(ids[ids >= 0]).tolist():
+            try:
+                values[i] = float(self.texts[i])
+            except ValueError:
+                pass
+        return values[ids]
+
+    def dictionary(self, ids: np.ndarray) -> pa.DictionaryArray:
+        """Dictionary column of string ids (-1 -> null) holding only the texts used.
+        Works in int32 (the indices' type): 9 bytes per row besides the result."""
+        canon = self.canon_lookup()[ids]  # -1 stays -1 (last entry)
+        used = np.zeros(len(self.texts) + 1, dtype=bool)
+        used[canon] = True
+        used[-1] = False
+        code = np.cumsum(used, dtype=np.int32) - 1  # dense code of each used id, O(rows)
+        code[-1] = 0  # absent rows: any valid index, masked below
+        mask = canon < 0
+        indices = code[canon]
+        del canon
+        dictionary = pa.array([self.texts[i] for i in np.flatnonzero(used[:-1]).tolist()],
+                              pa.string())
+        return pa.DictionaryArray.from_arrays(pa.array(indices, mask=mask), dictionary)
+
+    def canon_lookup(self) -> np.ndarray:
+        """Canonical id (int32) per string id, with the id -1 entry last (see the class
+        doc)."""
+        if not hasattr(self, "_canon_lookup"):
+            self._canon_lookup = np.append(self.canon, np.int32(-1))
+        return self._canon_lookup

@@ -1,0 +1,100 @@
+"""The columns of an output table, built one at a time under a memory bound.
+
+Columns stay in memory while they fit in ``spill_bytes``; a column that does not fit is
+written to an Arrow IPC file as row-group-sized batches and dropped from memory. Writing
+parquet then reads one row group of every spilled column at a time. So a table larger
+than memory is never held whole (unless :meth:`OutputColumns.table` is asked for it),
+and only the columns past the bound pay for the round trip through the disk.
+"""
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..table.io import parquet_sink, writer_options
+from .columns import SpillBudget
+
+ROW_GROUP = 1 << 17
+
+
+class OutputColumns:
+    """Named columns of ``n_rows`` rows plus the table's schema metadata."""
+
+    def __init__(self, n_rows: int, budget: SpillBudget, spill_bytes: int,
+                 row_group: int = ROW_GROUP, names: tuple[str, ...] | None = None) -> None:
+        """``names``: the schema's column order (default: the order columns are added)."""
+        self.n_rows = n_rows
+        self.names = names
+        self.budget = budget
+        self.spill_bytes = spill_bytes
+        self.row_group = row_group
+        self.metadata: dict[bytes, bytes] = {}
+        self._fields: list[pa.Field] = []
+        self._memory: dict[str, pa.Array] = {}
+        self._files: dict[str, str] = {}
+        self._held = 0  # bytes of the columns kept in memory
+
+    def add(self, name: str, array: pa.Array) -> None:
+        if len(array) != self.n_rows:
+            raise ValueError(f"column {name} has {len(array)} rows, expected {self.n_rows}")
+        self._fields.append(pa.field(name, array.type))
+        if self._held + array.nbytes > self.spill_bytes:
+            self._spill(name, array)
+        else:
+            self._memory[name] = array
+            self._held += array.nbytes
+
+    def _spill(self, name: str, array: pa.Array) -> None:
+        path = self.budget.new_path("c") + ".arrow"
+        schema = pa.schema([pa.field(name, array.type)])
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+            for lo in range(0, max(self.n_rows, 1), self.row_group):
+                writer.write_batch(pa.record_batch([array.slice(lo, self.row_group)],
+                                                   schema=schema))
+        self._files[name] = path
+
+    @property
+    def schema(self) -> pa.Schema:
+        fields = self._fields
+        if self.names is not None:
+            rank = {name: k for k, name in enumerate(self.names)}
+            fields = sorted(fields, key=lambda f: rank.get(f.name, len(rank)))
+        return pa.schema(fields, metadata=self.metadata)
+
+    def _group(self, k: int) -> pa.Table:
+        """Row group ``k`` of every column, as a table."""
+        arrays = []
+        for f in self.schema:
+            if f.name in self._memory:
+                arrays.append(self._memory[f.name].slice(k * self.row_group, self.row_group))
+            else:
+                with pa.OSFile(self._files[f.name], "rb") as src:
+                    arrays.append(pa.ipc.open_file(src).get_batch(k).column(0))
+        return pa.Table.from_arrays(arrays, schema=self.schema)
+
+    def n_groups(self) -> int:
+        return max(1, -(-self.n_rows // self.row_group))
+
+    def table(self) -> pa.Table:
+        """The whole table in memory."""
+        if not self._files:
+            return pa.Table.from_arrays([self._memory[f.name] for f in self.schema],
+                                        schema=self.schema)
+        return pa.concat_tables(self._group(k) for k in range(self.n_groups()))
+
+    def write_parquet(self, dest: str) -> None:
+        """Write to ``dest`` (a path written atomically, or ``-`` for stdout)."""
+        schema = self.schema
+        with parquet_sink(dest) as sink, pq.ParquetWriter(sink, schema,
+                                                          **writer_options(schema)) as writer:
+            for k in range(self.n_groups()):
+                writer.write_table(self._group(k), row_group_size=self.row_group)
+
+    def close(self) -> None:
+        for path in self._files.values():
+            if os.path.exists(path):
+                os.unlink(path)
+        self._files.clear()
+        self._memory.clear()

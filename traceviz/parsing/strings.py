@@ -1,0 +1,125 @@
+"""String interning shared across the chunks of one trace.
+
+Inside the numba scan loop a string is only hashed (FNV-1a of its raw bytes) and looked
+up in an open-addressing table (rows ``SR_KEY`` / ``SR_ID`` of the ``strs`` array); a
+hash seen for the first time gets the next id and its byte span is queued in the
+``SR_PEND_*`` rows. After each scanner call (before the chunk buffer is reused)
+:meth:`StringTable.take_pending` decodes only those new spans, so Python touches each
+distinct string once, never each event.
+
+Two raw spellings of one text (``"A"`` and ``"\\u0041"``) get two ids with the same
+decoded text; :meth:`StringTable.canonical` maps every id to the first id of its text.
+"""
+from __future__ import annotations
+
+import numpy as np
+import orjson
+from numba import njit
+
+from . import fields as L
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def intern(strs, w, h, off, length):
+    """Id of the string with hash ``h`` whose raw bytes are ``buf[off:off+length]``.
+
+    ``w[W_NSTR]`` counts strings, ``w[W_NPEND]`` pending spans. The caller guarantees
+    free room (load factor below 1/2, hence a free pending slot too).
+    """
+    if h == 0:
+        h = np.int64(1)
+    mask = strs.shape[1] - 1
+    slot = h & mask
+    while True:
+        k = strs[L.SR_KEY, slot]
+        if k == h:
+            return strs[L.SR_ID, slot]
+        if k == 0:
+            sid = w[L.W_NSTR]
+            strs[L.SR_KEY, slot] = h
+            strs[L.SR_ID, slot] = sid
+            w[L.W_NSTR] = sid + 1
+            p = w[L.W_NPEND]
+            strs[L.SR_PEND_ID, p] = sid
+            strs[L.SR_PEND_OFF, p] = off
+            strs[L.SR_PEND_LEN, p] = length
+            w[L.W_NPEND] = p + 1
+            return sid
+        slot = (slot + 1) & mask
+
+
+@njit(nogil=True, cache=True)
+def rehash(old, new, key_row, id_row):
+    """Insert every key of table ``old`` into the empty, larger table ``new``."""
+    mask = new.shape[1] - 1
+    for i in range(old.shape[1]):
+        h = old[key_row, i]
+        if h == 0:
+            continue
+        slot = h & mask
+        while new[key_row, slot] != 0:
+            slot = (slot + 1) & mask
+        new[key_row, slot] = h
+        new[id_row, slot] = old[id_row, i]
+
+
+def decode_raw(raw: bytes) -> str:
+    """Text of a JSON string body (without quotes); invalid UTF-8 becomes U+FFFD."""
+    if b"\\" in raw:
+        try:
+            return orjson.loads(b'"' + raw + b'"')
+        except orjson.JSONDecodeError:
+            import json
+
+            text = json.loads(b'"' + raw + b'"')
+            return text.encode("utf-8", errors="replace").decode("utf-8")
+    return raw.decode("utf-8", errors="replace")
+
+
+class StringTable:
+    """The interned strings of one trace: the numba-side table plus decoded texts.
+
+    ``strs`` rows: SR_KEY / SR_ID (hash table), per string id SR_CLASS (category class,
+    -1 until known) and SR_COUNT (events with that category), and the SR_PEND_* queue.
+    """
+
+    def __init__(self, capacity: int = 1 << 16) -> None:
+        self.strs = np.zeros((7, capacity), dtype=np.int64)
+        self.strs[L.SR_CLASS] = -1
+        self.texts: list[str] = []
+        self._first_of: dict[str, int] = {}
+        self._canon: list[int] = []
+
+    def grow(self, count: int, headroom: int) -> None:
+        """Make room for ``headroom`` more strings (``count`` exist) at load factor <= 1/2."""
+        size = self.strs.shape[1]
+        while (count + headroom) * 2 > size:
+            size *= 2
+        if size != self.strs.shape[1]:
+            new = np.zeros((7, size), dtype=np.int64)
+            new[L.SR_CLASS] = -1
+            rehash(self.strs, new, L.SR_KEY, L.SR_ID)
+            new[L.SR_CLASS, :count] = self.strs[L.SR_CLASS, :count]
+            new[L.SR_COUNT, :count] = self.strs[L.SR_COUNT, :count]
+            self.strs = new
+
+    def take_pending(self, buf: np.ndarray, w: np.ndarray) -> None:
+        """Decode the spans queued since the last call; ``buf`` is the scanned buffer."""
+        count = int(w[L.W_NPEND])
+        if count == 0:
+            return
+        mem = buf.data
+        for sid, off, ln in self.strs[L.SR_PEND_ID:L.SR_PEND_LEN + 1, :count].T.tolist():
+            text = decode_raw(bytes(mem[off:off + ln]))
+            assert sid == len(self.texts)
+            self.texts.append(text)
+            self._canon.append(self._first_of.setdefault(text, sid))
+        w[L.W_NPEND] = 0
+
+    def canonical(self) -> np.ndarray:
+        """``int32`` array mapping every id to the first id with the same text."""
+        return np.asarray(self._canon, dtype=np.int32)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+

@@ -1,0 +1,50 @@
+"""Figures drawn on demand: a command's result holds :class:`Figure` objects (what to
+draw, with its data); nothing is drawn until it is saved as PNG or embedded in a page.
+Drawing uses matplotlib's object API (no pyplot state), Agg backend."""
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from ..table.io import atomic_path
+
+DPI = 110
+
+
+def new_figure(figsize: tuple[float, float], **kwargs):
+    """A matplotlib figure (``layout`` etc. passed on), not registered with pyplot."""
+    from matplotlib.figure import Figure as MplFigure
+
+    return MplFigure(figsize=figsize, **kwargs)
+
+
+def swatch(color, **kwargs):
+    """A legend handle: a filled rectangle of ``color``."""
+    from matplotlib.patches import Rectangle
+
+    return Rectangle((0, 0), 1, 1, facecolor=color, **kwargs)
+
+
+class Figure:
+    """``draw(*args, **kwargs)`` -> a matplotlib figure, called when the figure is saved."""
+
+    def __init__(self, draw: Callable, *args, **kwargs) -> None:
+        self._draw, self._args, self._kwargs = draw, args, kwargs
+
+    def figure(self):
+        return self._draw(*self._args, **self._kwargs)
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the PNG atomically; returns the path."""
+        fig = self.figure()
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=DPI, bbox_inches="tight")
+        return Path(path)
+
+    def png(self) -> bytes:
+        """The PNG bytes."""
+        buf = io.BytesIO()
+        self.figure().savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+        return buf.getvalue()

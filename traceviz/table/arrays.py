@@ -1,0 +1,95 @@
+"""Array helpers shared by every stage: Arrow columns as numpy codes and ints, fixed
+dictionary columns, and grouping positions by value interval in linear time.
+
+:func:`group_positions` is a counting sort: two passes over the values, no n-sized
+temporaries besides the result (one int32 per grouped position, int64 past 2**31
+values); ``np.argsort`` would make an int64 order array and a sorted copy. Used to group
+GPU activities by store block and by iteration.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+from numba import njit
+
+
+def ints(col: pa.ChunkedArray | pa.Array, fill: int = -1) -> np.ndarray:
+    """An int column as int64, nulls as ``fill``."""
+    import pyarrow.compute as pc
+
+    return np.asarray(pc.fill_null(col, fill).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def codes_of(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
+    """A string column as (int64 code per row, -1 for null; the distinct values). Only
+    the dictionary becomes Python objects, never the rows."""
+    import pyarrow.compute as pc
+
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if not pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_encode()
+    codes = np.asarray(pc.fill_null(arr.indices, -1).to_numpy(zero_copy_only=False),
+                       dtype=np.int64)
+    return codes, arr.dictionary.to_pylist()
+
+
+def index_in(col: pa.ChunkedArray | pa.Array, values: tuple[str, ...]) -> np.ndarray:
+    """Per row, the position of its value in ``values`` (-1: null or not listed): the
+    codes of an enum column of :mod:`traceviz.table.schema`."""
+    codes, dictionary = codes_of(col)
+    position = np.array([values.index(d) if d in values else -1 for d in dictionary]
+                        + [-1], dtype=np.int64)
+    return position[codes]
+
+
+def fixed_dictionary(codes: np.ndarray, names: tuple[str, ...]) -> pa.DictionaryArray:
+    """A dictionary column of ``names`` from codes into them (negative codes: null)."""
+    mask = codes < 0
+    return pa.DictionaryArray.from_arrays(
+        pa.array(np.where(mask, 0, codes).astype(np.int32), mask=mask),
+        pa.array(list(names), pa.string()))
+
+
+def group_positions(values: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(positions, bounds)``: the positions ``i`` with ``values[i] >= 0``, grouped by
+    the interval ``starts[k] <= values[i] < starts[k+1]`` they fall in (``starts``
+    ascending, ``starts[0] <= min value``); group k's positions, ascending, are
+    ``positions[bounds[k]:bounds[k+1]]``."""
+    starts = np.asarray(starts, dtype=np.int64)
+    bounds = np.zeros(starts.shape[0] + 1, dtype=np.int64)
+    positions = np.empty(int((values >= 0).sum()),
+                         dtype=np.int32 if values.shape[0] < 2**31 else np.int64)
+    if positions.shape[0]:
+        lowest = np.min(values, where=values >= 0, initial=np.iinfo(values.dtype).max)
+        if starts.shape[0] == 0 or lowest < starts[0]:
+            raise ValueError("every value >= 0 must lie at or after starts[0]")
+        _group(values, starts, positions, bounds)
+    return positions, bounds
+
+
+@njit(cache=True, nogil=True)
+def _interval_of(starts: np.ndarray, value) -> int:
+    """Index of the interval holding ``value``: the last start <= value."""
+    lo, hi = 0, starts.shape[0]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if starts[mid] <= value:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True, nogil=True)
+def _group(values, starts, positions, bounds) -> None:
+    for i in range(values.shape[0]):
+        if values[i] >= 0:
+            bounds[_interval_of(starts, values[i]) + 1] += 1
+    for k in range(1, bounds.shape[0]):
+        bounds[k] += bounds[k - 1]
+    fill = bounds[:-1].copy()
+    for i in range(values.shape[0]):
+        if values[i] >= 0:
+            k = _interval_of(starts, values[i])
+            positions[fill[k]] = i
+            fill[k] += 1

@@ -1,0 +1,84 @@
+"""The GPU activity table's schema: its columns, the enums of its dictionary columns
+(each named once, here), and the rank-level metadata stored with it.
+
+A dictionary column holds the *names* below; analyses turn them into codes (the name's
+position in its tuple) with :func:`traceviz.table.arrays.index_in`, and never write a
+code as a bare number. The metadata is JSON under :data:`METADATA_KEY` in the parquet
+key-value metadata (see :func:`metadata`).
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+METADATA_KEY = b"traceviz"
+
+ACTIVITY_COLUMNS = (
+    "rank", "device", "stream", "cat", "name", "ts", "dur", "correlation", "external_id",
+    "launch_ts", "launch_dur", "launch_tid", "launch_name", "cpu_op", "cpu_op_external_id",
+    "kind", "iteration", "phase", "microbatch", "chunk", "comm_group", "collective",
+    "pg_name", "pg_desc", "group_size", "group_ranks",
+    "msg_in_bytes", "msg_out_bytes", "dtype", "seq", "in_nelems", "out_nelems",
+    "src_rank", "dst_rank", "bytes", "memory_bw_gbps", "index")
+
+# ``cat``: the activity's category (old spellings Kernel / Memcpy / Memset normalized)
+ACTIVITY_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+KERNEL, MEMCPY, MEMSET = range(3)
+
+# ``kind``: what the activity does
+KINDS = ("COMP", "COMM", "MEM")
+COMP, COMM, MEM = range(3)
+
+# ``phase``: the training phase of the CPU call that launched it
+PHASES = ("FWD", "BWD", "RECOMPUTE", "OPTIMIZER", "OTHER")
+FWD, BWD, RECOMPUTE, OPTIMIZER, OTHER = range(5)
+
+# ``comm_group``: the parallel group of a COMM activity
+GROUPS = ("TP", "CP", "EP", "ETP", "DP", "EDP", "PP", "OTHER")
+
+# ``collective``: the collective type of a COMM activity
+COLLECTIVES = ("AllReduce", "AllGather", "ReduceScatter", "AllToAll", "Broadcast",
+               "SendRecv", "Reduce", "Gather", "Scatter", "Barrier")
+
+
+def group(name: str) -> int:
+    """Code of a ``comm_group`` name."""
+    return GROUPS.index(name)
+
+
+def collective(name: str) -> int:
+    """Code of a ``collective`` name."""
+    return COLLECTIVES.index(name)
+
+
+def metadata(table: pa.Table) -> dict:
+    """The rank-level facts (``traceviz`` schema metadata) of a table; {} when absent."""
+    raw = (table.schema.metadata or {}).get(METADATA_KEY)
+    return json.loads(raw) if raw else {}
+
+
+def file_metadata(path: str | os.PathLike) -> dict:
+    """The rank-level facts of a parquet file, read from its footer only ({} when the
+    file has none; OSError / ArrowInvalid when it is not a readable parquet file)."""
+    import pyarrow.parquet as pq
+
+    raw = (pq.read_schema(path).metadata or {}).get(METADATA_KEY)
+    return json.loads(raw) if raw else {}
+
+
+def is_activity_table(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a GPU activity table written by ``traceviz parse`` (not a CPU
+    table, not an analysis output). An unreadable ``.parquet`` counts as one, so that
+    its loader reports why it cannot be read."""
+    import pyarrow.parquet as pq
+
+    if os.fspath(path).endswith(".cpu.parquet"):
+        return False
+    try:
+        schema = pq.read_schema(path)
+    except (OSError, pa.ArrowInvalid):
+        return True
+    return METADATA_KEY in (schema.metadata or {}) and "kind" in schema.names
