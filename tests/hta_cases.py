@@ -6,9 +6,9 @@ from functools import lru_cache
 from pathlib import Path
 
 import pyarrow as pa
+from helpers import REFERENCE, TRACES
 
 import traceviz
-from conftest import REFERENCE, TRACES
 
 HTA = TRACES / "hta"
 # Cases whose quirk traceviz does not reproduce even with --hta-compat (see the README's

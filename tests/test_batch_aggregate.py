@@ -9,13 +9,11 @@ import json
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from helpers import PP_DP, union_length
 
-from test_breakdown_cli import union_length
 from traceviz.cli import main
 from traceviz.synth import SynthConfig, synthesize
 from traceviz.synth.emit import TS_OFFSET_NS  # truth ts = trace ts - this
-
-PP_DP = ("PP", "DP", "EDP")
 
 
 def _truth_rows(root) -> tuple[list[dict], list[int]]:

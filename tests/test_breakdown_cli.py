@@ -7,22 +7,11 @@ import csv
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from helpers import union_length
 
 from traceviz.cli import main
 from traceviz.ingest.discover import find_traces
 from traceviz.synth import SynthConfig, synthesize
-
-
-def union_length(spans: list[tuple[int, int]]) -> int:
-    total, cur_s, cur_e = 0, None, None
-    for s, e in sorted(spans):
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        else:
-            cur_e = max(cur_e, e)
-    return total + (cur_e - cur_s if cur_e is not None else 0)
 
 
 @pytest.fixture(scope="module")

@@ -15,17 +15,15 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from helpers import shared
 
 import traceviz
 from traceviz.classify.phases import BWD, FWD, LaunchFacts, classify, schedule_position
 from traceviz.cli import main
 from traceviz.ingest.discover import find_traces
-from traceviz.ingest.topology import find_topology_file
+from traceviz.ingest.topology import find_topology_file, from_traces
 from traceviz.synth import SynthConfig, synthesize
-from traceviz.ingest.topology import from_traces
 from traceviz.topology.groups_file import from_file
-
-from conftest import shared
 
 FIELDS = ("phase", "microbatch", "chunk", "comm_group")
 

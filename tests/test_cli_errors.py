@@ -7,8 +7,7 @@ import subprocess
 import sys
 
 import pytest
-
-from conftest import shared
+from helpers import shared
 from reference import read_bytes
 
 GOOD = '{"traceEvents":[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,"dur":2}]}'

@@ -8,8 +8,8 @@ from collections import defaultdict
 
 import pytest
 from click.testing import CliRunner
+from helpers import needs_shared, shared
 
-from conftest import needs_shared, shared
 from traceviz.cli import main
 from traceviz.parsing.source import ByteSource
 from traceviz.render.trace_copy import write_with_events

@@ -8,11 +8,11 @@ from collections import Counter
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from helpers import REFERENCE, TRACES, needs_shared
 
-from conftest import REFERENCE, TRACES, needs_shared
 from traceviz.analysis.diff import compare, short_name
-from traceviz.commands.diff import load_side
 from traceviz.cli import main
+from traceviz.commands.diff import load_side
 from traceviz.synth import SynthConfig, synthesize
 
 PAIRS = {"trace_diff": ("trace_diff/control", "trace_diff/test"),

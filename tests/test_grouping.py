@@ -2,7 +2,8 @@
 against a plain numpy reference."""
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from traceviz.table.arrays import group_positions
 

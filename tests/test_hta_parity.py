@@ -10,18 +10,22 @@ import math
 
 import numpy as np
 import pytest
-
-from conftest import needs_shared
+from helpers import needs_shared
 from hta_cases import HTA_ONLY_ROWS, case_table, reference
+
+from traceviz.analysis.activities import Options
+from traceviz.analysis.activities import activities as select
 from traceviz.analysis.idle import idle_breakdown
 from traceviz.analysis.kernels import top_kernels
 from traceviz.analysis.launch import launch_stats_summary
-from traceviz.analysis.queue import bandwidth_series, memory_bw_summary, queue_length_summary
-from traceviz.analysis.activities import Options
-from traceviz.analysis.activities import activities as select
-from traceviz.table.schema import COMM, COMP
+from traceviz.analysis.queue import (
+    bandwidth_series,
+    memory_bw_summary,
+    queue_length_summary,
+)
 from traceviz.analysis.temporal import kernel_type_breakdown, sweep, temporal_breakdown
 from traceviz.intervals import measure
+from traceviz.table.schema import COMM, COMP
 
 pytestmark = needs_shared
 US = 1000

@@ -11,10 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from traceviz.commands import pipeline
-from traceviz.commands.result import write
-from traceviz.commands.report import make_report
 from traceviz.cli import main
+from traceviz.commands import pipeline
+from traceviz.commands.report import make_report
+from traceviz.commands.result import write
 from traceviz.synth import SynthConfig, synthesize
 
 SECTIONS = ("summary", "overlap", "pipeline", "kernels", "collectives", "stragglers")

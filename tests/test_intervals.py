@@ -5,8 +5,14 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceviz.intervals import (combination_times, grouped_combination_times,
-                                grouped_measure, intersect, measure, union)
+from traceviz.intervals import (
+    combination_times,
+    grouped_combination_times,
+    grouped_measure,
+    intersect,
+    measure,
+    union,
+)
 
 intervals = st.lists(st.tuples(st.integers(0, 60), st.integers(0, 12), st.integers(0, 2),
                                st.integers(0, 3)), max_size=40)

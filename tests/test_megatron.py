@@ -14,11 +14,11 @@ import textwrap
 
 import pytest
 from click.testing import CliRunner
+from helpers import REFERENCE, ROOT
 
-from conftest import REFERENCE, ROOT
 from traceviz.cli import main
 from traceviz.integrations.megatron import layout_file_text
-from traceviz.topology.groups_file import parse
+from traceviz.topology.groups_file import parse_text
 
 PATCH = ROOT / "patch" / "enable_traceviz.patch"
 PATCHED_FILES = {"megatron/training/training.py", "megatron/training/traceviz_profiling.py"}
@@ -68,7 +68,7 @@ def test_topology_writer_equals_megatron_groups(name):
     by_desc = ref["groups_by_group_desc"]
     per_rank = [{d: next(g for g in by_desc[d] if r in g) for d in DENSE if d in by_desc}
                 for r in range(world)]
-    f = parse(layout_file_text(per_rank, world, 64))
+    f = parse_text(layout_file_text(per_rank, world, 64))
     assert f.groups["tp"] == sorted(by_desc["TENSOR_MODEL_PARALLEL_GROUP"])
     assert f.groups["pp"] == sorted(by_desc["PIPELINE_MODEL_PARALLEL_GROUP"])
     assert f.groups["dp"] == sorted(by_desc["DATA_PARALLEL_GROUP"])

@@ -9,12 +9,12 @@ from decimal import ROUND_HALF_UP, Decimal, localcontext
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from jsonwriter import Raw, dumps
+from reference import DEVICE_SIDE, activities, complete, event_count, load
 
 import traceviz
 from traceviz.parsing.budget import MemoryPlan
 from traceviz.parsing.lexer import NUM_BAD, NUM_OK, number_token
-from jsonwriter import Raw, dumps
-from reference import DEVICE_SIDE, activities, complete, event_count, load
 
 NUMBER = st.from_regex(r"-?(0|[1-9][0-9]{0,12})(\.[0-9]{1,12})?([eE][-+]?[0-9]{1,2})?",
                        fullmatch=True).map(Raw)

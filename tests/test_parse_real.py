@@ -4,11 +4,11 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from helpers import needs_shared, shared_traces, trace_id
+from reference import activities, event_count, load, read_bytes
 
 import traceviz
 from traceviz.parsing.budget import MemoryPlan
-from conftest import needs_shared, shared_traces, trace_id
-from reference import activities, event_count, load, read_bytes
 
 TRACES = shared_traces()
 

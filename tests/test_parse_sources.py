@@ -11,13 +11,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
+from helpers import shared
+from reference import read_bytes
 
 import traceviz
 from traceviz.errors import TraceError
 from traceviz.parsing import reader
 from traceviz.parsing.cpu_table import CPU_ONLY_FIELDS
-from conftest import shared
-from reference import read_bytes
 
 TRACE = "hta/nccl_parser_config/nccl_data.json.gz"  # pretty-printed, fractional µs
 

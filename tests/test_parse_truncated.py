@@ -8,10 +8,10 @@ import random
 import zlib
 
 import pytest
+from helpers import shared
+from reference import activities, load, read_bytes
 
 import traceviz
-from conftest import shared
-from reference import activities, load, read_bytes
 from traceviz.errors import TraceError
 
 TRACE = "param/dlrm_kineto/worker3_step_12.1694128201557.pt.trace.json"

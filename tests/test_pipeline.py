@@ -2,17 +2,16 @@
 ground truth, the ideal simulation matches a uniform job, a slow stage is named."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from helpers import PP_DP, union_length
 
-import json
-
-from test_batch_aggregate import PP_DP
-from test_breakdown_cli import union_length
-from traceviz.cli import main
 from traceviz.analysis.schedule import simulate, stage_order
+from traceviz.cli import main
 from traceviz.synth import SynthConfig, synthesize
 
 

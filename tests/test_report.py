@@ -21,12 +21,11 @@ import orjson
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from helpers import shared
 
 from traceviz.cli import main
 from traceviz.synth import SynthConfig, synthesize
 from traceviz.synth.truth import intersection, length, merged
-
-from conftest import shared
 
 STRAGGLER = 3
 ELEM = {"BFloat16": 2, "Float": 4, "Long": 8, "Half": 2}

@@ -9,11 +9,11 @@ from collections import Counter
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from helpers import needs_shared, shared
 
-from conftest import needs_shared, shared
-from traceviz.ingest.tables import gpu_and_cpu
 from traceviz.analysis.sequences import frequent_sequences
 from traceviz.cli import main
+from traceviz.ingest.tables import gpu_and_cpu
 from traceviz.synth import SynthConfig, synthesize
 
 RUNTIME = ("cuda_runtime", "cuda_driver")

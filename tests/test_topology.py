@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import REFERENCE
 
-from conftest import REFERENCE
 from traceviz.errors import TraceVizError, UsageError
 from traceviz.topology import groups_file
 from traceviz.topology.derive import layout_from_groups, observed_groups
@@ -61,11 +61,11 @@ def test_layout_from_recorded_groups(path):
 def test_patch_file_byte_for_byte():
     text = (DATA / "unique_parallel_groups_20260105_144840.txt").read_text()
     assert not text.endswith("\n")
-    assert groups_file.render(groups_file.parse(text)) == text
+    assert groups_file.render(groups_file.parse_text(text)) == text
     built = groups_file.GroupsFile.from_layout(Layout(32, tp=4, pp=4), 48,
                                                "2026-01-05 14:48:40.123456")
     assert groups_file.render(built) == text
-    assert groups_file.parse(text).layout() == Layout(32, tp=4, pp=4)
+    assert groups_file.parse_text(text).layout() == Layout(32, tp=4, pp=4)
 
 
 @pytest.mark.parametrize("layout", [Layout(8, tp=1, pp=2, ep=2), Layout(16, tp=2, pp=2, cp=2),
@@ -75,7 +75,7 @@ def test_round_trip(layout):
     f = groups_file.GroupsFile.from_layout(layout, 96)
     f.errors = {3: "timeout collecting groups"} if layout.world > 8 else {}
     text = groups_file.render(f)
-    again = groups_file.parse(text)
+    again = groups_file.parse_text(text)
     assert groups_file.render(again) == text
     assert again.layout() == layout
     assert again.groups["tp"] == sorted(layout.generator("dense", "tp"))
@@ -109,7 +109,7 @@ def test_cli(tmp_path):
     assert proc.returncode == 0, proc.stderr
     written = list(tmp_path.glob("unique_parallel_groups_*.txt"))
     assert len(written) == 1
-    parsed = groups_file.parse(written[0].read_text())
+    parsed = groups_file.parse_text(written[0].read_text())
     assert parsed.groups["dp"][0] == [0, 4] and parsed.global_batch_size == "48"
     proc = run("--world", "16", "--tp", "2", "--pp", "2", "--cp", "2", "--json")
     data = json.loads(proc.stdout)

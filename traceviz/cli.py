@@ -325,26 +325,15 @@ def counters(traces, output, series) -> None:
       traceviz counters rank0.json.gz        # writes rank0_with_counters.json.gz
       traceviz counters job/*.json -o counters/ --series queue_length
     """
-    from pathlib import Path
+    from .commands import counters as command
 
-    from .analysis.counters import SERIES
-    from .commands.counters import default_output
-    from .commands.counters import run as write_trace_with_counters
-
-    chosen = tuple(x.strip() for x in series.split(",") if x.strip())
-    unknown = sorted(set(chosen) - set(SERIES))
-    if unknown or not chosen:
-        raise UsageError(f"--series: unknown {unknown or series!r}; choose from "
-                         f"{', '.join(SERIES)}")
     failed = 0
     for trace in traces:
-        out = None
-        if output:
-            out = Path(output)
-            if len(traces) > 1 or out.is_dir():
-                out = out / default_output(trace).name
         try:
-            path, n = write_trace_with_counters(trace, out, chosen)
+            path, n = command.run(trace, command.output_for(trace, output, len(traces)),
+                                  command.series_of(series))
+        except UsageError:
+            raise
         except TraceVizError as exc:
             click.echo(f"traceviz: error: {exc}", err=True)
             failed += 1

@@ -125,8 +125,8 @@ def activities(table: pa.Table, options: Options = Options(), offset_ns: int = 0
         given = table["memory_bw_gbps"].to_numpy(zero_copy_only=False).astype(np.float64)
         bandwidth = np.where(np.isnan(given), bandwidth, given)
     return RankActivities(
-        rank=int(meta.get("rank", -1)) if rank is None else rank, meta=meta, ts=ts[rows] - offset_ns,
-        end=end[rows] - offset_ns, kind=kind[rows],
+        rank=int(meta.get("rank", -1)) if rank is None else rank, meta=meta,
+        ts=ts[rows] - offset_ns, end=end[rows] - offset_ns, kind=kind[rows],
         phase=_column(table, "phase", lambda c: index_in(c, PHASES))[rows],
         microbatch=_column(table, "microbatch", ints)[rows],
         chunk=_column(table, "chunk", ints)[rows],

@@ -77,6 +77,33 @@ class RankCalls:
     def __len__(self) -> int:
         return self.start.shape[0]
 
+    def table(self, offset_ns: int = 0) -> pa.Table:
+        """One row per call: rank, process group, call number, collective, parallel group,
+        group size, S (bytes, null unknown), start / end (ns, minus ``offset_ns``), summed
+        kernel time, kernels, iteration, point-to-point, and bus bandwidth from the
+        summed kernel time (GB/s, null unknown)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            busbw = np.where((self.nbytes >= 0) & (self.busy > 0),
+                             self.nbytes * factors(self.collective, self.size)
+                             / np.maximum(self.busy, 1), np.nan)
+        return pa.table({
+            "rank": pa.array(np.full(len(self), self.rank), pa.int32()),
+            "process_group": pa.array([self.groups[g] or None for g in self.group.tolist()],
+                                      pa.string()),
+            "number": pa.array(self.number, pa.int64()),
+            "collective": pa.array([COLLECTIVES[c] if c >= 0 else None
+                                    for c in self.collective.tolist()], pa.string()),
+            "comm_group": pa.array([GROUPS[g] for g in self.comm_group.tolist()], pa.string()),
+            "group_size": pa.array(self.size, pa.int64(), mask=self.size < 0),
+            "bytes": pa.array(self.nbytes, pa.int64(), mask=self.nbytes < 0),
+            "start_ns": pa.array(self.start - offset_ns, pa.int64()),
+            "end_ns": pa.array(self.end - offset_ns, pa.int64()),
+            "busy_ns": pa.array(self.busy, pa.int64()),
+            "kernels": pa.array(self.kernels, pa.int64()),
+            "iteration": pa.array(self.iteration, pa.int64()),
+            "p2p": pa.array(self.p2p, pa.bool_()),
+            "busbw_gbps": pa.array(busbw, pa.float64(), mask=np.isnan(busbw))})
+
 
 def operation_bytes(collective: np.ndarray, in_bytes: np.ndarray, out_bytes: np.ndarray,
                     size: np.ndarray) -> np.ndarray:

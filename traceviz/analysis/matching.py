@@ -49,7 +49,6 @@ class Matched:
     member_call: np.ndarray
     member_rank: np.ndarray
     member_wait: np.ndarray  # ns
-    member_busy: np.ndarray  # ns
     member_busbw: np.ndarray  # GB/s from the member's own kernel time
 
     def __len__(self) -> int:
@@ -108,7 +107,7 @@ def match(calls: list[RankCalls], offsets: dict[int, int]) -> Matched:
         delay=a["start"][last] - a["start"][second], transfer=transfer,
         span=end_max - a["start"][first], busbw_transfer=_gbps(nbytes, factor, transfer),
         iteration=a["iteration"][first], member_call=call, member_rank=a["rank"],
-        member_wait=a["start"][last][call] - a["start"], member_busy=a["busy"],
+        member_wait=a["start"][last][call] - a["start"],
         member_busbw=_gbps(nbytes[call], factor[call], a["busy"]))
 
 

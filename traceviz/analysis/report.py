@@ -181,8 +181,8 @@ def _cross_rank(m: Matched) -> dict:
             for i in slow.tolist()]}
 
 
-def build(summaries: list[RankSummary], config: RunConfig, offsets: dict[int, int],
-          layout=None, notes: list[str] | None = None, synced: bool = False) -> dict:
+def build_report(summaries: list[RankSummary], config: RunConfig, offsets: dict[int, int],
+                 layout=None, notes: list[str] | None = None, synced: bool = False) -> dict:
     """The report of a job's ranks (sorted by rank); ``synced``: whether ``offsets``
     come from a clock sync."""
     summaries = sorted(summaries, key=lambda s: s.rank)

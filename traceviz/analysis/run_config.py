@@ -50,7 +50,6 @@ class RunConfig:
     flops_per_token: float | None = None
     peak_tflops: float | None = None
     peak_bw_gbps: float | None = None
-    backend: str | None = None
     parallelism: dict = field(default_factory=dict)
     source: str = "traces"
 
@@ -106,7 +105,6 @@ def from_torchtitan_toml(path: str | os.PathLike, world: int | None) -> RunConfi
         global_batch_size=int(local) * rep * shard if local else None,
         seq_len=training.get("seq_len"),
         flops_per_token=training_flops_per_token(params) if params else None,
-        backend=cfg.get("comm", {}).get("backend"),
         parallelism={"dp_replicate": rep, "dp_shard": shard,
                      **{k: v for k, v in sorted(par.items())}},
         source=str(path))

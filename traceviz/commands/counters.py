@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..analysis.activities import activities
 from ..analysis.counters import SERIES, counter_tracks
+from ..errors import UsageError
 from ..ingest.build import parse
 from ..parsing.source import ByteSource
 from ..render.perfetto import counter_events
@@ -19,6 +20,26 @@ def default_output(trace: str | os.PathLike, suffix: str = "_with_counters") -> 
     path = Path(trace)
     stem = path.name.split(".json")[0] if ".json" in path.name else path.stem
     return path.with_name(f"{stem}{suffix}.json.gz")
+
+
+def series_of(text: str) -> tuple[str, ...]:
+    """The counter tracks named in a comma-separated list (a usage error for others)."""
+    chosen = tuple(x.strip() for x in text.split(",") if x.strip())
+    unknown = sorted(set(chosen) - set(SERIES))
+    if unknown or not chosen:
+        raise UsageError(f"--series: unknown {unknown or text!r}; choose from "
+                         f"{', '.join(SERIES)}")
+    return chosen
+
+
+def output_for(trace: str | os.PathLike, output: str | os.PathLike | None,
+               traces: int) -> Path | None:
+    """Where ``trace``'s copy goes: ``output`` itself for one trace and a file name,
+    else its default name in the folder ``output`` (None: next to the trace)."""
+    if not output:
+        return None
+    out = Path(output)
+    return out / default_output(trace).name if traces > 1 or out.is_dir() else out
 
 
 def run(trace: str | os.PathLike, output: str | os.PathLike | None = None,

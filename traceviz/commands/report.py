@@ -12,12 +12,12 @@ from pathlib import Path
 from ..analysis.calls import COLUMNS as CALL_COLUMNS
 from ..analysis.clocks import offsets_from_calls
 from ..analysis.rank_summary import RankSummary, summarize
-from ..analysis.report import build
+from ..analysis.report import build_report
 from ..analysis.run_config import RunConfig, from_torchtitan_toml
 from ..errors import TraceVizError
 from ..ingest.tables import input_files, one_folder, rank_tables
 from ..ingest.topology import job_layout
-from ..render.report_text import render
+from ..render.report_text import report_text
 from .result import Result
 
 COLUMNS = tuple(dict.fromkeys(CALL_COLUMNS + ("comm_group",)))
@@ -80,7 +80,7 @@ def make_report(root: str | os.PathLike, *, config_file: str | None = None,
     config = config.updated(**(overrides or {}))
     offsets, synced = (offsets_from_calls([s.calls for s in summaries], notes)
                        if clock_sync else ({}, False))
-    return _finite(build(summaries, config, offsets, layout, notes, synced))
+    return _finite(build_report(summaries, config, offsets, layout, notes, synced))
 
 
 def run(root: str | os.PathLike, *, config_file: str | None = None,
@@ -98,5 +98,5 @@ def run(root: str | os.PathLike, *, config_file: str | None = None,
     if text == twin:  # -o x.json names the JSON report; the text goes next to it
         text = text.with_suffix(".txt")
     return Result(texts={str(twin): json.dumps(report, indent=1, allow_nan=False),
-                         str(text): render(report)},
+                         str(text): report_text(report)},
                   data={"report": report, "text": text, "json": twin})

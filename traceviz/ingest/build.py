@@ -306,8 +306,8 @@ def _collective_columns(coll: CollectiveMeta, s: Strings, patterns: Patterns,
     """Put the collective metadata columns and comm_group. Each column is expanded to
     full length just before ``put``."""
     n, f, full = coll.n, coll.fields, coll.full
-    put("collective", fixed_dictionary(
-        collective_types(s.texts, patterns, full(f["collective"]), name, kind == COMM), COLLECTIVES))
+    types = collective_types(s.texts, patterns, full(f["collective"]), name, kind == COMM)
+    put("collective", fixed_dictionary(types, COLLECTIVES))
     put("pg_name", s.dictionary(full(f["pg_name"])))
     code = full(coll.desc_code)
     put("pg_desc", pa.DictionaryArray.from_arrays(

@@ -45,11 +45,6 @@ FIELDS: dict[str, list[tuple[str, str]]] = {
 }
 
 
-def field_index(store: str, name: str) -> int:
-    """Row of field ``name`` in the block of ``store``."""
-    return [f for f, _ in FIELDS[store]].index(name)
-
-
 def _idx(store):
     return {f: i for i, (f, _) in enumerate(FIELDS[store])}
 
@@ -96,7 +91,6 @@ CATEGORY_CLASS = {
     "fwdbwd": CLS_FWDBWD,
 }
 ACTIVITY_CLASSES = (CLS_KERNEL, CLS_MEMCPY, CLS_MEMSET)
-NORMALIZED_CAT = {CLS_KERNEL: "kernel", CLS_MEMCPY: "gpu_memcpy", CLS_MEMSET: "gpu_memset"}
 
 # ---- event keys and arg keys ---------------------------------------------------------
 (K_PH, K_NAME, K_CAT, K_PID, K_TID, K_TS, K_DUR, K_ID, K_BP, K_ARGS) = range(1, 11)
@@ -120,8 +114,6 @@ ARG_KEYS = {
     b"Process Group Description": A_PGDESC, b"Process Group Ranks": A_PGRANKS,
     b"memory bandwidth (GB/s)": A_BW,
 }
-COMM_ARGS = (A_COLL, A_DTYPE, A_IN, A_OUT, A_GSIZE, A_PGNAME, A_PGDESC, A_PGRANKS, A_SEQ,
-             A_SRC, A_DST)
 
 TRACE_EVENTS_KEY = b"traceEvents"
 

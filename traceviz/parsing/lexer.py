@@ -45,11 +45,6 @@ def fnv1a(data: bytes) -> int:
     return h - (1 << 64) if h >= (1 << 63) else h
 
 
-@njit(nogil=True, cache=True, _nrt=False, inline="always")
-def is_ws(c: int) -> bool:
-    return c == 32 or c == 10 or c == 13 or c == 9
-
-
 @njit(nogil=True, cache=True, _nrt=False)
 def skip_ws(buf, i, n):
     """Index of the first non-whitespace byte at or after ``i`` (``n`` if none)."""

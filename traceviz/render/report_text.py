@@ -23,7 +23,7 @@ def _bw(stats: dict) -> str:
             f"{_f(stats['p95'])}, min/max {_f(stats['min'])} / {_f(stats['max'])} GB/s")
 
 
-def render(rep: dict) -> str:
+def report_text(rep: dict) -> str:
     """The text report."""
     c, t, o, n = rep["configuration"], rep["throughput"], rep["overlap"], rep["network"]
     lines = [RULE, "TRACEVIZ DISTRIBUTED TRAINING PERFORMANCE REPORT", RULE,

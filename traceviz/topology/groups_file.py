@@ -2,8 +2,8 @@
 
 :func:`render` writes exactly the patch's text (80 ``=`` header lines, 50 ``-`` section
 underlines, groups numbered from 1 and sorted, full-model groups numbered by their DP
-coordinate, no trailing newline); :func:`parse` reads it back into the same
-:class:`GroupsFile`, so ``render(parse(text)) == text`` for any file the patch (or
+coordinate, no trailing newline); :func:`parse_text` reads it back into the same
+:class:`GroupsFile`, so ``render(parse_text(text)) == text`` for any file the patch (or
 traceviz) wrote.
 """
 from __future__ import annotations
@@ -115,7 +115,7 @@ def render(f: GroupsFile) -> str:
     return "\n".join(lines)
 
 
-def parse(text: str, source: str = "<topology>") -> GroupsFile:
+def parse_text(text: str, source: str = "<topology>") -> GroupsFile:
     """Read a topology file (as written by the patch or :func:`render`)."""
     lines = text.split("\n")
 
@@ -179,4 +179,4 @@ def from_file(path: str | os.PathLike) -> Layout:
         text = Path(path).read_text()
     except OSError as exc:
         raise TraceVizError(f"{path}: cannot read topology file: {exc.strerror}") from None
-    return parse(text, str(path)).layout()
+    return parse_text(text, str(path)).layout()

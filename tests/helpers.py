@@ -1,0 +1,52 @@
+"""Helpers shared by the tests: where the real traces are (a skip when they are absent),
+and small independent references (plain-Python interval unions)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+TRACES = SHARED / "traces"
+REFERENCE = SHARED / "reference"
+# communication that Megatron-TraceViz's micro-batch rule leaves out of a step
+PP_DP = ("PP", "DP", "EDP")
+
+
+def shared_traces() -> list[Path]:
+    """Every trace file under ../shared/traces (empty when the folder is absent)."""
+    if not TRACES.is_dir():
+        return []
+    return sorted(p for p in TRACES.rglob("*") if p.is_file() and ".json" in p.name)
+
+
+def trace_id(path: Path) -> str:
+    return str(path.relative_to(TRACES))
+
+
+needs_shared = pytest.mark.skipif(
+    not TRACES.is_dir(),
+    reason="../shared/traces is absent (real traces are only in the development checkout; "
+           "CI always has them)")
+
+
+def shared(path: str) -> Path:
+    """A file under ../shared/traces; skips the test when the folder is absent."""
+    p = TRACES / path
+    if not TRACES.is_dir():
+        pytest.skip("../shared/traces is absent")
+    return p
+
+
+def union_length(spans: list[tuple[int, int]]) -> int:
+    """Length of the union of ``[s, e)`` spans, in plain Python (touching spans merge)."""
+    total, cur_s, cur_e = 0, None, None
+    for s, e in sorted(spans):
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    return total + (cur_e - cur_s if cur_e is not None else 0)

@@ -1,0 +1,129 @@
+"""The notebook API (traceviz.Job) gives the command line's numbers: every table equals
+the one the CLI wrote for the same job, the report equals its JSON, the collectives
+agree with the report's per-rank counts, and a second profiled iteration is found by
+its number."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+from helpers import union_length
+
+import traceviz
+from traceviz.cli import main
+from traceviz.errors import TraceVizError
+from traceviz.synth import SynthConfig, synthesize
+
+CFG = SynthConfig(tp=2, pp=2, dp=2, microbatches=4, layers=4, skew_us=120.0,
+                  gpus_per_node=4, with_stack=False)
+
+
+@pytest.fixture(scope="module")
+def cli_job(tmp_path_factory):
+    """A job analysed by the CLI: (job folder, CLI output folder)."""
+    root = tmp_path_factory.mktemp("job")
+    job, out = root / "job", root / "cli"
+    synthesize(CFG, job)
+    runner = CliRunner()
+    for args in (["batch", str(job), "-q"], ["breakdown", str(job), "-o", str(out / "brk")],
+                 ["aggregate", str(job)], ["pipeline", str(job), "-o", str(out / "pipe")],
+                 ["report", str(job / "traceviz" / "iteration_10"), "-o",
+                  str(out / "report.txt")]):
+        result = runner.invoke(main, args)
+        assert result.exit_code == 0, (args, result.output)
+    return job, out
+
+
+def _rows(table) -> list[dict]:
+    """Rows with NaN as None (NaN != NaN would fail any comparison)."""
+    return [{k: None if isinstance(v, float) and math.isnan(v) else v for k, v in r.items()}
+            for r in table.to_pylist()]
+
+
+def _equal(a, b) -> None:
+    assert a.schema.remove_metadata() == b.schema.remove_metadata()
+    assert _rows(a) == _rows(b)
+
+
+def test_tables_equal_the_cli(cli_job):
+    job_dir, out = cli_job
+    job = traceviz.Job(job_dir)
+    assert job.ranks == list(range(CFG.world))
+    assert job.folder == job_dir / "traceviz" / "iteration_10"
+    for name, get in (("temporal_breakdown", job.temporal_breakdown),
+                      ("kernel_type_breakdown", job.kernel_type_breakdown),
+                      ("top_kernels", job.top_kernels),
+                      ("idle_time_breakdown", job.idle_time),
+                      ("launch_stats", job.launch_stats)):
+        _equal(get(), pq.read_table(out / "brk" / f"{name}.parquet"))
+    for name, get in (("microbatches", job.microbatches),
+                      ("category_spans", job.category_spans)):
+        _equal(get(), pq.read_table(job.folder / f"{name}.parquet"))
+    _equal(job.pipeline(), pq.read_table(out / "pipe" / "pipeline_stages.parquet"))
+    _equal(job.pipeline_gaps(), pq.read_table(out / "pipe" / "pipeline_gaps.parquet"))
+    offsets = job.clock_offsets()
+    assert offsets.column("rank").to_pylist() == job.ranks
+    assert job.report() == json.loads((out / "report.json").read_text())
+
+
+def test_overlap_and_collectives_agree_with_the_report(cli_job):
+    job = traceviz.Job(cli_job[0])
+    rep = job.report()
+    overlap = {r["rank"]: r for r in job.overlap().to_pylist()}
+    for r in rep["overlap"]["per_rank"]:
+        assert overlap[r["rank"]]["overlap_ns"] == round(r["overlap_ms"] * 1e6)
+        assert overlap[r["rank"]]["comm_ns"] == round(r["comm_ms"] * 1e6)
+    calls = job.collectives()
+    for r in rep["network"]["per_rank"]:
+        mine = calls.filter(pc.equal(calls["rank"], r["rank"]))
+        assert mine.num_rows == r["operations"]
+        assert pc.sum(pc.fill_null(mine["bytes"], 0)).as_py() == r["bytes"]
+
+
+def test_overlap_is_the_union_definition(cli_job):
+    """Overlap per rank recomputed from the rank's table in plain Python."""
+    job = traceviz.Job(cli_job[0])
+    for row in job.overlap().to_pylist():
+        t = job.table(row["rank"], ("ts", "dur", "kind")).to_pylist()
+        comp = [(k["ts"], k["ts"] + k["dur"]) for k in t if k["kind"] == "COMP"]
+        comm = [(k["ts"], k["ts"] + k["dur"]) for k in t if k["kind"] == "COMM"]
+        both = union_length(comp) + union_length(comm) - union_length(comp + comm)
+        assert (row["comp_ns"], row["comm_ns"], row["overlap_ns"]) == (
+            union_length(comp), union_length(comm), both)
+        assert row["overlap_pct"] == pytest.approx(100 * both / union_length(comm))
+
+
+def test_figures_on_request(cli_job):
+    figures = traceviz.Job(cli_job[0]).figures()
+    assert {"temporal_breakdown.png", "idle_time_breakdown.png"} <= set(figures)
+    assert any(name.startswith("pipeline_group0_iter10") for name in figures)
+    assert any(name.startswith("PP_group_0/") for name in figures)
+    assert figures["temporal_breakdown.png"].png().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_to_pandas(cli_job):
+    df = traceviz.Job(cli_job[0]).microbatches().to_pandas()
+    assert len(df) == CFG.world * CFG.microbatches * 2
+
+
+def test_iteration_picks_its_folder(tmp_path):
+    """A job with two profiled iterations (one folder each): the first by default, the
+    other by its number; a number never profiled is a one-line error."""
+    root = tmp_path / "job"
+    synthesize(SynthConfig(tp=1, pp=2, dp=1, microbatches=2, layers=2), root)
+    synthesize(SynthConfig(tp=1, pp=2, dp=1, microbatches=2, layers=2, first_iteration=20),
+               tmp_path / "other")
+    shutil.move(tmp_path / "other" / "iteration_20", root / "iteration_20")
+    assert traceviz.Job(root).folder.name == "iteration_10"
+    job = traceviz.Job(root, iteration=20)
+    assert job.folder.name == "iteration_20"
+    assert set(job.microbatches().column("iteration").to_pylist()) == {20}
+    with pytest.raises(TraceVizError, match="no profiled iteration 30"):
+        traceviz.Job(root, iteration=30).folder
+    with pytest.raises(TraceVizError, match="no such file"):
+        traceviz.Job(tmp_path / "absent")

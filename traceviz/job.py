@@ -1,0 +1,209 @@
+"""The notebook face of traceviz: one profiled job, every analysis a method.
+
+    import traceviz
+    job = traceviz.Job("tensorboard_dir/")   # parses what has no table yet
+    job.ranks                                 # [0, 1, ...]
+    job.temporal_breakdown()                  # pyarrow.Table (.to_pandas(), polars.from_arrow)
+    job.microbatches()
+    job.report(global_batch_size=64, seq_len=4096, params=8)
+
+Each method runs the same code as the command line (:mod:`traceviz.commands`), so a
+number here is the number the CLI prints and writes. Tables are loaded when a method
+needs them and results are kept, so asking twice costs nothing. A job folder with
+several profiled iterations (``iteration_N/`` folders) is looked at one folder at a
+time: ``Job(path, iteration=N)`` picks one (default: the first).
+"""
+from __future__ import annotations
+
+import os
+from functools import cached_property
+from pathlib import Path
+
+import pyarrow as pa
+
+from .analysis.activities import Options
+from .analysis.breakdown import Params
+from .analysis.calls import COLUMNS as CALL_COLUMNS
+from .analysis.calls import rank_calls
+from .analysis.run_config import training_flops_per_token
+from .commands import aggregate, breakdown, pipeline, report
+from .commands.result import Result
+from .errors import TraceVizError
+from .ingest.tables import ensure_tables, input_files, load_table, rank_tables
+from .render.figures import Figure
+from .table.schema import file_metadata
+
+
+class Job:
+    """A profiled job: a trace, a folder of traces (any layout ``traceviz batch`` knows)
+    or a folder of parsed tables.
+
+    ``tables``: where traces without a table are parsed to (default: the batch output
+    folder); ``iteration``: which profiled iteration's folder to look at (default: the
+    first); ``topology``: the job's ``unique_parallel_groups_*.txt`` (default: found
+    next to the traces, else from their pg_config); ``vpp``: model chunks per stage;
+    ``jobs``: worker processes for the traces still to parse (default 1: in this
+    process; more starts new Python processes, which a script must allow with an
+    ``if __name__ == "__main__":`` guard).
+    """
+
+    def __init__(self, path: str | os.PathLike, *, tables: str | os.PathLike | None = None,
+                 iteration: int | None = None, topology: str | os.PathLike | None = None,
+                 vpp: int = 1, jobs: int = 1) -> None:
+        self.path = Path(path)
+        if not self.path.exists():
+            raise TraceVizError(f"{self.path}: no such file or folder")
+        self._tables, self._iteration = tables, iteration
+        self.topology = os.fspath(topology) if topology else None
+        self.vpp, self._jobs = vpp, jobs
+        self._results: dict[tuple, Result] = {}
+
+    def __repr__(self) -> str:
+        return f"Job({str(self.path)!r}, ranks={len(self.ranks)}, folder={str(self.folder)!r})"
+
+    # ---- where the tables are ---------------------------------------------------------
+
+    @cached_property
+    def folders(self) -> list[Path]:
+        """Every folder of rank tables (one per profiled iteration), parsed if needed."""
+        return ensure_tables(self.path, self._tables, jobs=self._jobs,
+                             topology=self.topology, vpp=self.vpp)
+
+    @cached_property
+    def folder(self) -> Path:
+        """The folder of rank tables looked at (see ``iteration``)."""
+        if self._iteration is None:
+            return self.folders[0]
+        for folder in self.folders:
+            steps = {s.get("iteration") for f in sorted(folder.glob("*.parquet"))[:1]
+                     for s in file_metadata(f).get("steps") or []}
+            if self._iteration in steps or folder.name == f"iteration_{self._iteration}":
+                return folder
+        raise TraceVizError(f"{self.path}: no profiled iteration {self._iteration}")
+
+    @cached_property
+    def files(self) -> list[Path]:
+        """The rank tables of :attr:`folder`."""
+        return input_files([self.folder])
+
+    @cached_property
+    def ranks(self) -> list[int]:
+        """The ranks traced (from the tables' metadata, else their file names)."""
+        return sorted(r for r, _, _ in rank_tables(self.files, ("ts",), []))
+
+    def table(self, rank: int, columns: tuple[str, ...] | None = None) -> pa.Table:
+        """One rank's GPU activity table (only ``columns`` when given)."""
+        for r, path, _ in rank_tables(self.files, ("ts",), []):
+            if r == rank:
+                return load_table(path, columns)
+        raise TraceVizError(f"{self.folder}: no rank {rank} (ranks {self.ranks})")
+
+    # ---- analyses ---------------------------------------------------------------------
+
+    def _run(self, key: tuple, make) -> Result:
+        if key not in self._results:
+            self._results[key] = make()
+        return self._results[key]
+
+    def breakdown(self, *, hta_compat: bool = False, drop_last_step: bool = False,
+                  params: Params = Params()) -> dict[str, pa.Table]:
+        """Every HTA-style table by name (``traceviz breakdown``)."""
+        options = Options(drop_last_step=drop_last_step or hta_compat, hta_compat=hta_compat)
+        return self._run(("breakdown", options, params), lambda: breakdown.run(
+            [self.folder], options, params=params)).tables
+
+    def temporal_breakdown(self, **options) -> pa.Table:
+        """Per rank and iteration: idle / compute / non-compute (HTA), the finer split of
+        the span and the comm-compute overlap; iteration -1 is the whole trace."""
+        return self.breakdown(**options)["temporal_breakdown"]
+
+    def kernel_type_breakdown(self, **options) -> pa.Table:
+        """Time in every COMP / COMM / MEM combination, summed over ranks."""
+        return self.breakdown(**options)["kernel_type_breakdown"]
+
+    def top_kernels(self, **options) -> pa.Table:
+        """Per rank and kernel type, the kernels with the most time (and ``others``)."""
+        return self.breakdown(**options)["top_kernels"]
+
+    def idle_time(self, **options) -> pa.Table:
+        """Per rank and stream, idle time by cause."""
+        return self.breakdown(**options)["idle_time_breakdown"]
+
+    def launch_stats(self, **options) -> pa.Table:
+        """Per rank, kernel launch statistics."""
+        return self.breakdown(**options)["launch_stats"]
+
+    def overlap(self) -> pa.Table:
+        """Per rank over the whole trace: compute, communication and their overlap (ns),
+        and the overlap as a share of communication (%, null without communication)."""
+        t = self.temporal_breakdown()
+        t = t.filter(pa.compute.equal(t["iteration"], -1))
+        return pa.table({"rank": t["rank"], "comp_ns": t["compute_ns"],
+                         "comm_ns": t["comm_ns"], "overlap_ns": t["compute_overlapped_comm_ns"],
+                         "overlap_pct": t["overlap_pct"]})
+
+    def _aggregate(self, alignment: str = "synced") -> Result:
+        return self._run(("aggregate", alignment), lambda: aggregate.aggregate_folder(
+            self.path, self.folder, alignment, self.topology, figures=True))
+
+    def microbatches(self, alignment: str = "synced") -> pa.Table:
+        """Per rank, iteration, phase and micro-batch: wall clock, compute,
+        communication, overlap, idle, recompute (ns; ``traceviz aggregate``)."""
+        return self._aggregate(alignment).tables["microbatches"]
+
+    def category_spans(self, alignment: str = "synced") -> pa.Table:
+        """Per rank, iteration and Megatron-TraceViz category: span, busy time, kernels."""
+        return self._aggregate(alignment).tables["category_spans"]
+
+    def clock_offsets(self) -> pa.Table:
+        """Per rank, its clock offset from collective end times, with residuals (ns)."""
+        return self._aggregate().csv["clock_offsets.csv"]
+
+    def collectives(self) -> pa.Table:
+        """Every collective call of every rank, on its own clock (one row per call)."""
+        return pa.concat_tables([rank_calls(table, rank).table()
+                                 for rank, _, table in rank_tables(self.files, CALL_COLUMNS,
+                                                                   [])])
+
+    def report(self, *, global_batch_size: int | None = None, seq_len: int | None = None,
+               params: float | None = None, flops_per_token: float | None = None,
+               peak_tflops: float | None = None, model: str | None = None,
+               clock_sync: bool = True) -> dict:
+        """The collectives and throughput report (``traceviz report``) as a dict;
+        ``params`` in billions gives 6N FLOPs per token."""
+        if flops_per_token is None and params is not None:
+            flops_per_token = training_flops_per_token(params * 1e9)
+        return report.make_report(self.folder, overrides={
+            "global_batch_size": global_batch_size, "seq_len": seq_len,
+            "flops_per_token": flops_per_token, "peak_tflops": peak_tflops, "model": model},
+            topology=self.topology, clock_sync=clock_sync)
+
+    def _pipeline(self, iteration: int | None, all_groups: bool) -> Result:
+        return self._run(("pipeline", iteration, all_groups), lambda: pipeline.run(
+            self.folder, vpp=self.vpp, iteration=iteration, all_groups=all_groups,
+            topology=self.topology))
+
+    def pipeline(self, iteration: int | None = None, all_groups: bool = False) -> pa.Table:
+        """Per PP stage: busy time, bubbles (measured, ideal, analytic), warm-up / steady
+        / cool-down, the critical stage (``traceviz pipeline``)."""
+        return self._pipeline(iteration, all_groups).tables["pipeline_stages"]
+
+    def pipeline_gaps(self, iteration: int | None = None, all_groups: bool = False
+                      ) -> pa.Table:
+        """The largest losses against the ideal schedule, per PP group."""
+        return self._pipeline(iteration, all_groups).tables["pipeline_gaps"]
+
+    # ---- figures ----------------------------------------------------------------------
+
+    def figures(self) -> dict[str, Figure]:
+        """Every figure the breakdown, the aggregation and the pipeline view draw, by file
+        name; ``figure.figure()`` is a matplotlib figure (shown inline in Jupyter),
+        ``figure.save(path)`` writes the PNG. Nothing is drawn until asked."""
+        self.breakdown()
+        out = dict(self._results[("breakdown", Options(), Params())].figures)
+        out.update(self._aggregate().figures)
+        try:
+            out.update(self._pipeline(None, False).figures)
+        except TraceVizError:
+            pass  # no pipeline in this job
+        return out
