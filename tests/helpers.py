@@ -10,8 +10,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared"
 TRACES = SHARED / "traces"
 REFERENCE = SHARED / "reference"
-# communication that Megatron-TraceViz's micro-batch rule leaves out of a step
-PP_DP = ("PP", "DP", "EDP")
+# the phases of a micro-batch step (a backward step holds its recompute)
+STEP_PHASES = ("FWD", "BWD", "RECOMPUTE")
 
 
 def shared_traces() -> list[Path]:

@@ -9,11 +9,12 @@ import json
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-from helpers import PP_DP, union_length
+from helpers import STEP_PHASES, union_length
 
 from traceviz.cli import main
 from traceviz.synth import SynthConfig, synthesize
 from traceviz.synth.emit import TS_OFFSET_NS  # truth ts = trace ts - this
+from traceviz.table.schema import GROUPS
 
 
 def _truth_rows(root) -> tuple[list[dict], list[int]]:
@@ -21,25 +22,47 @@ def _truth_rows(root) -> tuple[list[dict], list[int]]:
     return pq.read_table(root / "ground_truth" / "kernels.parquet").to_pylist(), truth["skew_ns"]
 
 
+def _spans(ks) -> list[tuple[int, int]]:
+    return [(k["ts"], k["ts"] + k["dur"]) for k in ks]
+
+
+def _hidden(a: list[tuple[int, int]], b: list[tuple[int, int]]) -> int:
+    """|U(a) ∩ U(b)| by inclusion-exclusion of plain unions."""
+    return union_length(a) + union_length(b) - union_length(a + b)
+
+
 def _expected_microbatches(root, ranks) -> dict[tuple, dict]:
+    """Per step (README "Definitions"): the window holds every kernel of the step but its
+    pipeline P2P hand-offs; per-group comm and overlap; recompute split by kind."""
     kernels, skew = _truth_rows(root)
     groups: dict[tuple, list[dict]] = {}
     for k in kernels:
-        if (k["rank"] in ranks and k["phase"] in ("FWD", "BWD", "RECOMPUTE")
-                and k["microbatch"] >= 0 and k["kind"] in ("COMP", "COMM")
-                and not (k["kind"] == "COMM" and k["comm_group"] in PP_DP)):
+        if k["rank"] in ranks and k["phase"] in STEP_PHASES and k["microbatch"] >= 0:
             key = (k["rank"], k["iteration"], "Forward" if k["phase"] == "FWD" else "Backward",
                    k["microbatch"], k["chunk"])
             groups.setdefault(key, []).append(k)
     out = {}
     for key, ks in groups.items():
-        comp = [(k["ts"], k["ts"] + k["dur"]) for k in ks if k["kind"] == "COMP"]
-        comm = [(k["ts"], k["ts"] + k["dur"]) for k in ks if k["kind"] == "COMM"]
-        both = union_length(comp) + union_length(comm) - union_length(comp + comm)
-        start = min(s for s, _ in comp + comm)
-        out[key] = {"comp_ns": union_length(comp), "comm_ns": union_length(comm),
-                    "overlap_ns": both, "start_ns": start + TS_OFFSET_NS - skew[key[0]],
-                    "wall_clock_ns": max(e for _, e in comp + comm) - start}
+        own = [k for k in ks if not k["p2p"]]
+        comp = _spans(k for k in own if k["kind"] == "COMP")
+        comm = _spans(k for k in own if k["kind"] == "COMM")
+        rc = [k for k in own if k["phase"] == "RECOMPUTE"]
+        start = min(s for s, _ in _spans(own))
+        end = max(e for _, e in _spans(own))
+        want = {"comp_ns": union_length(comp), "comm_ns": union_length(comm),
+                "mem_ns": union_length(_spans(k for k in own if k["kind"] == "MEM")),
+                "overlap_ns": _hidden(comp, comm), "start_ns": start + TS_OFFSET_NS
+                - skew[key[0]], "wall_clock_ns": end - start,
+                "idle_ns": end - start - union_length(_spans(own)),
+                "recompute_ns": union_length(_spans(rc)),
+                "recompute_comp_ns": union_length(_spans(k for k in rc if k["kind"] == "COMP")),
+                "recompute_comm_ns": union_length(_spans(k for k in rc if k["kind"] == "COMM")),
+                "p2p_ns": union_length(_spans(k for k in ks if k["p2p"]))}
+        for g in GROUPS:
+            mine = _spans(k for k in own if k["kind"] == "COMM" and k["comm_group"] == g)
+            want[f"comm_{g.lower()}_ns"] = union_length(mine)
+            want[f"overlap_{g.lower()}_ns"] = _hidden(comp, mine)
+        out[key] = want
     return out
 
 
@@ -52,6 +75,20 @@ def _check_microbatches(root, out, ranks) -> None:
     for key, w in want.items():
         for col, v in w.items():
             assert got[key][col] == v, (key, col)
+    # the synthesizer's own truth (synth/truth.py) says the same
+    truth = json.loads((root / "ground_truth" / "ground_truth.json").read_text())
+    for r in ranks:
+        for m in truth["ranks"][str(r)]["microbatches"]:
+            g = got[(r, m["iteration"], "Forward" if m["op"] == "F" else "Backward",
+                     m["microbatch"], m["chunk"])]
+            assert (g["wall_clock_ns"], g["comp_ns"], g["comm_ns"], g["mem_ns"],
+                    g["overlap_ns"], g["idle_ns"], g["recompute_ns"], g["recompute_comp_ns"],
+                    g["recompute_comm_ns"], g["p2p_ns"]) == (
+                m["wall"], m["comp"], m["comm"], m["mem"], m["overlap"], m["idle"],
+                m["recompute"], m["recompute_comp"], m["recompute_comm"], m["p2p"])
+            for grp, (comm, hidden) in m["groups"].items():
+                assert (g[f"comm_{grp.lower()}_ns"], g[f"overlap_{grp.lower()}_ns"]) == (
+                    comm, hidden), grp
 
 
 @pytest.fixture(scope="module")

@@ -35,6 +35,11 @@ JOBS = {
                                with_stack=False),
     "interleaved-stacks": dict(tp=1, pp=2, dp=2, vpp=3, schedule="interleaved", layers=12,
                                microbatches=4),
+    # micro-batches not a multiple of pp: Megatron's schedule table's last group is larger
+    "interleaved-uneven": dict(tp=1, pp=4, dp=1, vpp=2, schedule="interleaved", layers=16,
+                               microbatches=6, with_stack=False),
+    "interleaved-recompute": dict(tp=2, pp=2, dp=1, vpp=2, schedule="interleaved", layers=8,
+                                  microbatches=2, recompute=True, with_stack=False),
     "recompute": dict(tp=2, pp=2, dp=2, recompute=True, with_stack=False, iterations=2),
     "recompute-stacks": dict(tp=1, pp=2, dp=2, recompute=True, microbatches=4),
     "moe-cp": dict(tp=2, pp=2, dp=2, cp=2, ep=2, moe_every=2, with_stack=False,
@@ -51,7 +56,8 @@ def job(request, tmp_path_factory):
     synthesize(cfg, root)
     topo = find_topology_file(root)
     layout = from_file(topo) if topo else None
-    tables = {t.rank: traceviz.parse_trace(t.path, vpp=cfg.vpp, topology=layout).activities
+    # no vpp given: the schedule and its model chunks are found from the traces
+    tables = {t.rank: traceviz.parse_trace(t.path, topology=layout).activities
               for t in find_traces(root)}
     return cfg, root, tables
 
@@ -102,7 +108,10 @@ def test_phase_totals_and_evidence(job):
             got[ph] += d
         assert got == want
         meta = traceviz.metadata(table)["classification"]
+        assert meta["vpp"] == cfg.vpp
         ev = meta["microbatch_evidence"]
+        assert ev["schedule"].startswith("1F1B" if cfg.vpp == 1 else
+                                         f"interleaved 1F1B, {cfg.vpp} model chunks")
         assert ev["micro-batch ops"].startswith("python frames" if cfg.with_stack
                                                 else "launching threads")
         # every backward op is paired with its forward op through the Sequence numbers

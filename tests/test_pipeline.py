@@ -8,9 +8,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-from helpers import PP_DP, union_length
+from helpers import STEP_PHASES, union_length
 
-from traceviz.analysis.schedule import simulate, stage_order
+from traceviz.analysis.schedule import simulate
+from traceviz.topology.schedule import stage_order
 from traceviz.cli import main
 from traceviz.synth import SynthConfig, synthesize
 
@@ -19,9 +20,8 @@ def _truth_bars(root, ranks) -> dict[int, list[tuple[int, int]]]:
     """Per rank, (start, end) of each forward / backward step from the ground truth."""
     steps: dict[tuple, list[int]] = {}
     for k in pq.read_table(root / "ground_truth" / "kernels.parquet").to_pylist():
-        if (k["rank"] in ranks and k["phase"] in ("FWD", "BWD", "RECOMPUTE")
-                and k["microbatch"] >= 0 and k["kind"] in ("COMP", "COMM")
-                and not (k["kind"] == "COMM" and k["comm_group"] in PP_DP)):
+        if (k["rank"] in ranks and k["phase"] in STEP_PHASES and k["microbatch"] >= 0
+                and not k["p2p"]):  # the step's window (README "Definitions")
             key = (k["rank"], k["phase"] == "FWD", k["microbatch"], k["chunk"])
             s = steps.setdefault(key, [k["ts"], k["ts"] + k["dur"]])
             s[0], s[1] = min(s[0], k["ts"]), max(s[1], k["ts"] + k["dur"])

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from traceviz.analysis.schedule import simulate, stage_order
+from traceviz.analysis.schedule import simulate
+from traceviz.topology.schedule import stage_order
 
 
 @pytest.mark.parametrize("pp,m", [(2, 4), (4, 8), (4, 4), (8, 32), (3, 1)])

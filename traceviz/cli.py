@@ -87,8 +87,9 @@ def main() -> None:
 @click.option("--topology", "topology_file", type=click.Path(dir_okay=False),
               help="unique_parallel_groups_*.txt of the job (for groups the trace does "
                    "not describe).")
-@click.option("--vpp", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Model chunks per pipeline stage (interleaved schedule).")
+@click.option("--vpp", type=click.IntRange(min=1),
+              help="Model chunks per pipeline stage (interleaved schedule) [default: found "
+                   "from the trace].")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
 def parse(trace: str, output: str | None, cpu: bool, patterns: str | None, strict: bool,
           memory_budget: int, topology_file: str | None, vpp: int, quiet: bool) -> None:
@@ -385,8 +386,9 @@ def sequences(trace, operator, rank, min_len, top_k, outdir) -> None:
               help="MB per worker (each parse's memory budget, as in 'parse').")
 @click.option("--topology", "topology_file", type=click.Path(dir_okay=False),
               help="unique_parallel_groups_*.txt [default: found in ROOT or a parent].")
-@click.option("--vpp", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Model chunks per pipeline stage (interleaved schedule).")
+@click.option("--vpp", type=click.IntRange(min=1),
+              help="Model chunks per pipeline stage (interleaved schedule) [default: found "
+                   "from the trace].")
 @click.option("--cpu", is_flag=True, help="Also write each rank's CPU table.")
 @click.option("--scheduler", help="Run on a Dask cluster: tcp://HOST:PORT, or 'local'.")
 @click.option("--dask", "use_dask", is_flag=True, help="Same as --scheduler local.")
@@ -447,9 +449,11 @@ def aggregate(root, outdir, alignment, topology_file, jobs, no_figures) -> None:
         written = _write(res, res.data["folder"])
         sync = res.data["sync"]
         worst = max((x for x in sync.max_abs_residual if x == x), default=0.0)
+        clocks = (f"clock offsets up to {abs(sync.offsets).max() / 1e3:.1f} µs (largest "
+                  f"residual {worst / 1e3:.1f} µs)" if sync.linked().any()
+                  else "clocks not synced")
         click.echo(f"{res.data['folder']}: {len(res.data['ranks'])} ranks, {len(written)} "
-                   f"files; clock offsets up to {abs(sync.offsets).max() / 1e3:.1f} µs "
-                   f"(largest residual {worst / 1e3:.1f} µs)")
+                   f"files; {clocks}")
         _echo_all([f"  {note}" for note in res.notes])
 
 
@@ -475,8 +479,9 @@ def demo(outdir) -> None:
 
 @main.command()
 @click.argument("root", type=click.Path(exists=True))
-@click.option("--vpp", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Model chunks per stage (interleaved 1F1B).")
+@click.option("--vpp", type=click.IntRange(min=1),
+              help="Model chunks per stage (interleaved 1F1B) [default: as the tables were "
+                   "parsed, found from the traces].")
 @click.option("--iteration", type=int, help="ProfilerStep number [default: the first].")
 @click.option("--all-groups", is_flag=True, help="Every PP group, not only the first "
               "complete one.")

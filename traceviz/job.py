@@ -41,7 +41,8 @@ class Job:
     ``tables``: where traces without a table are parsed to (default: the batch output
     folder); ``iteration``: which profiled iteration's folder to look at (default: the
     first); ``topology``: the job's ``unique_parallel_groups_*.txt`` (default: found
-    next to the traces, else from their pg_config); ``vpp``: model chunks per stage;
+    next to the traces, else from their pg_config); ``vpp``: model chunks per stage
+    (default: found from the traces);
     ``jobs``: worker processes for the traces still to parse (default 1: in this
     process; more starts new Python processes, which a script must allow with an
     ``if __name__ == "__main__":`` guard).
@@ -49,7 +50,7 @@ class Job:
 
     def __init__(self, path: str | os.PathLike, *, tables: str | os.PathLike | None = None,
                  iteration: int | None = None, topology: str | os.PathLike | None = None,
-                 vpp: int = 1, jobs: int = 1) -> None:
+                 vpp: int | None = None, jobs: int = 1) -> None:
         self.path = Path(path)
         if not self.path.exists():
             raise TraceVizError(f"{self.path}: no such file or folder")

@@ -33,13 +33,23 @@ class ClockSync:
     median_abs_residual: np.ndarray  # ns
     max_abs_residual: np.ndarray     # ns
 
+    def linked(self) -> np.ndarray:
+        """Per rank: whether a collective links its clock to another rank's."""
+        _, inverse, counts = np.unique(self.reference, return_inverse=True,
+                                       return_counts=True)
+        return counts[inverse.ravel()] > 1
+
     def offset_of(self, rank: int) -> int:
         i = np.searchsorted(self.ranks, rank)
         return int(self.offsets[i]) if i < self.ranks.size and self.ranks[i] == rank else 0
 
     def table(self) -> pa.Table:
+        """Per rank: whether it is synced (a collective links it to another rank), its
+        offset (ns; null when not synced), reference rank, calls used and residuals."""
+        linked = self.linked()
         return pa.table({"rank": pa.array(self.ranks, pa.int32()),
-                         "offset_ns": pa.array(self.offsets, pa.int64()),
+                         "synced": pa.array(linked, pa.bool_()),
+                         "offset_ns": pa.array(self.offsets, pa.int64(), mask=~linked),
                          "reference_rank": pa.array(self.reference, pa.int32()),
                          "calls": pa.array(self.calls, pa.int64()),
                          "median_abs_residual_ns": pa.array(self.median_abs_residual),

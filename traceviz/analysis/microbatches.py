@@ -8,13 +8,29 @@ kind ``fwd_computation``, ``fwd_communication``, ``bwd_computation``,
 ``optimizer_computation``, ``optimizer_communication``, else ``other``; memory kernels
 count as ``memory``.
 
-Per rank, iteration, phase (Forward; Backward = backward and recompute work) and
-micro-batch (Megatron-TraceViz's definitions, its communication without PP / DP):
-``wall_clock`` = last end - first start of its compute and communication kernels;
-``comp`` = |U(compute)|; ``comm`` = |U(communication)|; ``overlap`` = |U(comp) ∩
-U(comm)|; ``idle`` = wall - (comp + comm - overlap). Per category: first start, last
-end, union length, kernels, summed durations. All times int64 ns; ``start_ns`` is on the
-synced clock (the rank's ts minus its offset).
+Per rank, iteration, step (Forward; Backward = the backward and the recompute of its
+forward) and micro-batch (and model chunk), the step's **window** holds every GPU
+activity the step launched (its compute, its memory copies and its communication in every
+group: the TP / CP / EP collectives of its layers, the DP reduce-scatters that backward
+hooks launch inside the last backward, ...) except its pipeline P2P hand-offs (sends /
+receives on the PP group, which the schedule issues between steps and which wait for the
+neighbouring stage; reported as ``p2p_ns``):
+
+* ``start_ns`` / ``wall_clock_ns``: first start and last end - first start of the window;
+* ``comp_ns`` = |U(COMP)|, ``comm_ns`` = |U(COMM)|, ``mem_ns`` = |U(MEM)|, ``overlap_ns``
+  = |U(COMP) ∩ U(COMM)|, ``comp_only_ns`` / ``comm_only_ns`` the rest of each,
+  ``idle_ns`` = wall - |U(all of the window)|;
+* per parallel group G: ``comm_G_ns`` = |U(COMM of G)| and ``overlap_G_ns`` =
+  |U(COMM of G) ∩ U(COMP)| (communication of G hidden behind the step's compute);
+* ``recompute_ns`` = |U(what the recomputed forward launched)| (phase RECOMPUTE), split
+  into ``recompute_comp_ns`` and ``recompute_comm_ns``;
+* ``p2p_ns`` = |U(the step's pipeline P2P kernels)|.
+
+Megatron-TraceViz's own micro-batch numbers leave DP and PP communication out; its comm is
+``comm_tp_ns`` + ``comm_cp_ns`` + ``comm_ep_ns`` + ``comm_etp_ns`` when the groups do not
+overlap in time. Per category: first start, last end, union length, kernels, summed
+durations. All times int64 ns; ``start_ns`` is on the synced clock (the rank's ts minus
+its offset).
 """
 from __future__ import annotations
 
@@ -24,7 +40,18 @@ import numpy as np
 import pyarrow as pa
 
 from ..intervals import grouped_measure, grouped_span
-from ..table.schema import BWD, COMM, COMP, FWD, MEM, OPTIMIZER, RECOMPUTE, group
+from ..table.schema import (
+    BWD,
+    COMM,
+    COMP,
+    FWD,
+    GROUPS,
+    MEM,
+    OPTIMIZER,
+    RECOMPUTE,
+    collective,
+    group,
+)
 from .activities import RankActivities
 from .overlap import comm_comp
 
@@ -32,7 +59,8 @@ CATEGORIES = ("optimizer_computation", "optimizer_communication", "dp_communicat
               "pp_communication", "fwd_computation", "fwd_communication",
               "bwd_computation", "bwd_communication", "bwd_computation_recompute",
               "bwd_communication_recompute", "memory", "other")
-COLUMNS = ("ts", "dur", "kind", "phase", "microbatch", "chunk", "comm_group", "iteration")
+COLUMNS = ("ts", "dur", "kind", "phase", "microbatch", "chunk", "comm_group", "collective",
+           "iteration")
 
 
 def categorize(acts: RankActivities) -> np.ndarray:
@@ -67,22 +95,30 @@ def categorized(acts: RankActivities) -> RankCategories:
     return RankCategories(acts.rank, acts.ts, acts.end, categorize(acts), acts.iteration)
 
 
+GROUP_COLUMNS = tuple(f"comm_{g.lower()}_ns" for g in GROUPS) + tuple(
+    f"overlap_{g.lower()}_ns" for g in GROUPS)
+MICROBATCH_COLUMNS = (
+    "rank", "iteration", "phase", "microbatch", "chunk", "start_ns", "wall_clock_ns",
+    "comp_ns", "comm_ns", "mem_ns", "overlap_ns", "comp_only_ns", "comm_only_ns", "idle_ns",
+    "recompute_ns", "recompute_comp_ns", "recompute_comm_ns", "p2p_ns") + GROUP_COLUMNS
+
+
+def is_p2p(acts: RankActivities) -> np.ndarray:
+    """Pipeline send / receive kernels (SendRecv on the PP group): the schedule issues
+    them between steps, and they wait for the neighbouring stage."""
+    return (acts.kind == COMM) & (acts.group == group("PP")) & (
+        acts.collective == collective("SendRecv"))
+
+
 def microbatch_table(ranks: list[RankActivities]) -> pa.Table:
-    """One row per (rank, iteration, phase, micro-batch, chunk); see the module doc."""
-    out: dict[str, list] = {k: [] for k in (
-        "rank", "iteration", "phase", "microbatch", "chunk", "start_ns", "wall_clock_ns",
-        "comp_ns", "comm_ns", "overlap_ns", "comp_only_ns", "comm_only_ns", "idle_ns",
-        "recompute_ns")}
-    pp_dp = [CATEGORIES.index("pp_communication"), CATEGORIES.index("dp_communication")]
-    recompute = [CATEGORIES.index("bwd_computation_recompute"),
-                 CATEGORIES.index("bwd_communication_recompute")]
+    """One row per (rank, iteration, step, micro-batch, chunk); see the module doc."""
+    out: dict[str, list] = {k: [] for k in MICROBATCH_COLUMNS}
     for ra in ranks:
-        category = categorize(ra)
         forward = ra.phase == FWD
         backward = (ra.phase == BWD) | (ra.phase == RECOMPUTE)
-        sel = np.flatnonzero((forward | backward) & (ra.microbatch >= 0)
-                             & ((ra.kind == COMP) | (ra.kind == COMM))
-                             & ~np.isin(category, pp_dp))
+        step = (forward | backward) & (ra.microbatch >= 0)
+        p2p = is_p2p(ra)
+        sel = np.flatnonzero(step)
         if not sel.size:
             continue
         keys = np.stack([ra.iteration[sel], backward[sel].astype(np.int64),
@@ -90,26 +126,45 @@ def microbatch_table(ranks: list[RankActivities]) -> pa.Table:
         uniq, grp = np.unique(keys, axis=0, return_inverse=True)
         grp = grp.ravel()
         n = uniq.shape[0]
-        ts, end = ra.ts[sel], ra.end[sel]
-        cc = comm_comp(ts, end, ra.kind[sel], grp, n)
-        rc = np.isin(category[sel], recompute)
-        rc_times = grouped_measure(ts[rc], end[rc], grp[rc], n)
-        lo, hi = grouped_span(ts, end, grp, n)
-        wall = hi - lo
+        own = ~p2p[sel]  # the window: every activity of the step but its P2P hand-offs
+        w = sel[own]
+        ts, end, kind, g = ra.ts[w], ra.end[w], ra.kind[w], grp[own]
+        cc = comm_comp(ts, end, kind, g, n)
+        lo, hi = grouped_span(ts, end, g, n)
+        wall = np.where(hi >= lo, hi - lo, 0)
+        mem = kind == MEM
+        rc = ra.phase[w] == RECOMPUTE
+        cols = {
+            "start_ns": np.where(hi >= lo, lo, -1), "wall_clock_ns": wall,
+            "comp_ns": cc.comp, "comm_ns": cc.comm,
+            "mem_ns": grouped_measure(ts[mem], end[mem], g[mem], n),
+            "overlap_ns": cc.overlap, "comp_only_ns": cc.comp_only,
+            "comm_only_ns": cc.comm_only,
+            "idle_ns": wall - grouped_measure(ts, end, g, n),
+            "recompute_ns": grouped_measure(ts[rc], end[rc], g[rc], n),
+            "recompute_comp_ns": grouped_measure(ts[rc & (kind == COMP)],
+                                                 end[rc & (kind == COMP)], g[rc & (kind == COMP)],
+                                                 n),
+            "recompute_comm_ns": grouped_measure(ts[rc & (kind == COMM)],
+                                                 end[rc & (kind == COMM)], g[rc & (kind == COMM)],
+                                                 n),
+            "p2p_ns": grouped_measure(ra.ts[sel][~own], ra.end[sel][~own], grp[~own], n)}
+        comp, comm_group = kind == COMP, np.where(kind == COMM, ra.group[w], -1)
+        for code, name in enumerate(GROUPS):
+            comm_col, overlap_col = f"comm_{name.lower()}_ns", f"overlap_{name.lower()}_ns"
+            if not (comm_group == code).any():
+                cols[comm_col] = cols[overlap_col] = np.zeros(n, dtype=np.int64)
+                continue
+            mine = comp | (comm_group == code)
+            by = comm_comp(ts[mine], end[mine], kind[mine], g[mine], n)
+            cols[comm_col], cols[overlap_col] = by.comm, by.overlap
         out["rank"] += [ra.rank] * n
         out["iteration"] += uniq[:, 0].tolist()
         out["phase"] += ["Backward" if b else "Forward" for b in uniq[:, 1].tolist()]
         out["microbatch"] += uniq[:, 2].tolist()
         out["chunk"] += uniq[:, 3].tolist()
-        out["start_ns"] += lo.tolist()
-        out["wall_clock_ns"] += wall.tolist()
-        out["comp_ns"] += cc.comp.tolist()
-        out["comm_ns"] += cc.comm.tolist()
-        out["overlap_ns"] += cc.overlap.tolist()
-        out["comp_only_ns"] += cc.comp_only.tolist()
-        out["comm_only_ns"] += cc.comm_only.tolist()
-        out["idle_ns"] += (wall - cc.busy).tolist()
-        out["recompute_ns"] += rc_times.tolist()
+        for k, v in cols.items():
+            out[k] += v.tolist()
     return pa.table({k: pa.array(v, pa.string() if k == "phase" else
                                  pa.int32() if k == "rank" else pa.int64())
                      for k, v in out.items()})

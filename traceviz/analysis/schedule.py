@@ -1,12 +1,6 @@
-"""Pipeline-parallel schedules: the order each stage runs its forward / backward steps
-(Megatron's 1F1B and interleaved 1F1B, as Megatron-Core runs them today: its older
-releases ran every step of an interleaved schedule as warm-up when the micro-batches
-equal the stages), and an ideal simulation of that order.
-
-A step is ``(phase, micro-batch, chunk)`` with phase ``"F"`` or ``"B"``. Under the
-interleaved schedule stage ``p`` holds model chunks ``0..vpp-1``; chunk ``c`` of stage
-``p`` is virtual stage ``c * pp + p``. Times are int64 ns.
-"""
+"""An ideal simulation of a pipeline schedule: every stage runs Megatron's order
+(:mod:`traceviz.topology.schedule`) as fast as its dependencies allow. Times are int64
+ns."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -14,35 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import TraceVizError
-
-
-def stage_order(pp: int, microbatches: int, stage: int, vpp: int = 1
-                ) -> list[tuple[str, int, int]]:
-    """The steps of ``stage`` in the order Megatron runs them (1F1B when ``vpp`` is 1,
-    interleaved 1F1B otherwise; then ``microbatches`` must be a multiple of ``pp``)."""
-    P, M, v, p = pp, microbatches, vpp, stage
-    if v == 1:
-        warm = min(P - p - 1, M)
-        order = [("F", m, 0) for m in range(warm)]
-        for i in range(M - warm):
-            order += [("F", warm + i, 0), ("B", i, 0)]
-        return order + [("B", M - warm + i, 0) for i in range(warm)]
-    if M % P:
-        raise TraceVizError(f"the interleaved schedule needs micro-batches ({M}) divisible "
-                            f"by pp ({P})")
-    total = M * v
-
-    def fwd(k: int) -> tuple[str, int, int]:
-        return "F", (k // (P * v)) * P + k % P, (k // P) % v
-
-    def bwd(k: int) -> tuple[str, int, int]:
-        return "B", (k // (P * v)) * P + k % P, v - 1 - (k // P) % v
-
-    warm = min((P - p - 1) * 2 + (v - 1) * P, total)  # current Megatron: no M == P case
-    order = [fwd(k) for k in range(warm)]
-    for k in range(total - warm):
-        order += [fwd(warm + k), bwd(k)]
-    return order + [bwd(total - warm + k) for k in range(warm)]
+from ..topology.schedule import stage_order
 
 
 @dataclass

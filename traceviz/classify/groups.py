@@ -4,7 +4,9 @@ Evidence, in order: the collective's Process Group Description (Megatron's group
 recorded by PyTorch >= 2.4) matched against the ``comm_group`` patterns (a specific
 description matching none is OTHER); where the description is absent or generic
 (``undefined``, ``default_pg``), its ranks matched against the job topology (when one is
-known: ``--topology``, the topology file or the traces' pg_config); else OTHER.
+known: ``--topology``, the topology file or the traces' pg_config; a rank set that is
+several groups is the pipeline group for sends / receives and the embedding group for
+other collectives); else OTHER.
 """
 from __future__ import annotations
 
@@ -29,23 +31,40 @@ def group_of_desc(desc: str | None, patterns: Patterns) -> str | None:
     return next((g for g, p in patterns.comm_groups if p.search(desc)), None)
 
 
-def desc_by_ranks(layout: Layout) -> dict[frozenset, str]:
-    """Megatron group description of every rank set of the layout (by priority)."""
+def descs_by_ranks(layout: Layout) -> dict[frozenset, list[str]]:
+    """The Megatron group descriptions of every rank set of the layout, by priority (one
+    rank set can be several groups: DP == DP-with-CP when cp = 1, the embedding group ==
+    the pipeline group when pp = 2)."""
     groups = layout.groups()
-    out: dict[frozenset, str] = {}
-    for desc in DESC_PRIORITY + tuple(sorted(groups)):
+    out: dict[frozenset, list[str]] = {}
+    for desc in dict.fromkeys(DESC_PRIORITY + tuple(sorted(groups))):
         for g in groups.get(desc, []):
-            out.setdefault(frozenset(g), desc)
+            out.setdefault(frozenset(g), []).append(desc)
     return out
+
+
+def desc_of(descs: list[str], p2p: bool) -> str:
+    """The description a collective on a rank set with these ``descs`` has: the first,
+    but the pipeline group carries Megatron's send / receive and the embedding groups
+    its all-reduces, so those pick each other out."""
+    pipeline, embedding = "PIPELINE_MODEL_PARALLEL_GROUP", ("EMBEDDING_GROUP",
+                                                              "POSITION_EMBEDDING_GROUP")
+    if p2p and pipeline in descs:
+        return pipeline
+    if not p2p:
+        descs = [d for d in descs if d != pipeline
+                 or not any(e in descs for e in embedding)] or descs
+    return descs[0]
 
 
 def comm_groups(is_comm: np.ndarray, desc_codes: np.ndarray, descs: list[str],
                 rank_lists: dict[int, list[int] | None], patterns: Patterns,
-                layout: Layout | None) -> tuple[np.ndarray, dict[str, int]]:
+                layout: Layout | None, p2p: set[int] = frozenset()
+                ) -> tuple[np.ndarray, dict[str, int]]:
     """Index into GROUPS per row (-1 for non-COMM rows) and counts per evidence.
 
     ``desc_codes`` index ``descs`` (-1 unknown); ``rank_lists`` maps a row to its group's
-    member list (absent or None: unknown).
+    member list (absent or None: unknown); ``p2p``: the rows that are sends / receives.
     """
     out = np.full(is_comm.shape[0], -1, dtype=np.int32)
     other = GROUPS.index("OTHER")
@@ -58,16 +77,16 @@ def comm_groups(is_comm: np.ndarray, desc_codes: np.ndarray, descs: list[str],
     todo = rows[out[rows] < 0]
     by_ranks = 0
     if layout is not None and todo.size:
-        known = desc_by_ranks(layout)
+        known = descs_by_ranks(layout)
         cache: dict[tuple, int] = {}
         for i in todo.tolist():
             ranks = rank_lists.get(i)
             if ranks is None:
                 continue
-            key = tuple(ranks)
+            key = (tuple(ranks), i in p2p)
             if key not in cache:
-                desc = known.get(frozenset(ranks))
-                g = group_of_desc(desc, patterns)
+                found = known.get(frozenset(ranks))
+                g = group_of_desc(desc_of(found, key[1]), patterns) if found else None
                 cache[key] = GROUPS.index(g) if g else -1
             out[i] = cache[key]
             by_ranks += out[i] >= 0

@@ -9,19 +9,30 @@ preference:
 2. otherwise the launching threads: a run of launches from the main thread (the thread
    of the ``ProfilerStep#N`` annotations) is a forward op, a run from another thread (the
    autograd engine) a backward op; runs are split where the thread changes or a P2P call
-   is issued (Megatron sends / receives between micro-batch ops).
+   is issued (Megatron sends / receives between micro-batch ops). The memsets that open
+   an iteration (Megatron zeroes the gradient buffers before the schedule runs) and a
+   run that launches only memory copies / sets are no micro-batch op. A backward op's
+   main-thread prelude (Megatron's ``backward_step`` on the last stage scales the loss
+   and makes the root gradient on the main thread before the autograd thread runs)
+   belongs to it: the main-thread launches from the forward op that its first autograd
+   node differentiates (the loss scaling) on, when that op was started after the op
+   before the preceding run ended.
 
 The k-th forward op of an iteration is micro-batch ``k`` under 1F1B; under interleaved
-1F1B (``vpp`` > 1, ``pp`` stages) Megatron's order maps k to (micro-batch, chunk). A
+1F1B (``vpp`` > 1 model chunks per stage) Megatron's schedule table maps k to
+(micro-batch, chunk): micro-batches in groups of ``pp``, every chunk per group. The
+schedule and ``vpp`` are found from the trace (:func:`detect_vpp`: the forward ops a stage
+runs before its first backward, as Megatron's schedules count their warm-up, and the
+interleaved schedule's frame when there are python frames); a given ``vpp`` overrides. A
 backward op takes the micro-batch and chunk of the forward op it differentiates, as the
 trace states it: its autograd nodes' ``Sequence number`` is that of forward ops on the
 main thread (the ``fwdbwd`` flows join the same pairs); the most common answer among its
 activities wins. Backward ops without that link fall back to their schedule position
 (the k-th backward op, Megatron's order). Then per activity, by its launch:
 
-* inside a forward op -> FWD; inside a backward op -> BWD, or RECOMPUTE when the launch's
-  nearest autograd node is a checkpoint function (``CheckpointFunctionBackward``) or it
-  runs in a recompute frame (``custom_forward``);
+* inside a forward op -> FWD; inside a backward op -> BWD, or RECOMPUTE when it is what
+  a recomputed forward launched (``LaunchFacts.recompute``: inside a checkpoint
+  function's backward before its nested backward began, or in a recompute frame);
 * a P2P send belongs to the op just before it, a receive to the op just after it (the
   activation / gradient it moves), taking that op's phase and micro-batch;
 * inside ``Optimizer.step#...`` or optimizer / finalize frames, or after the iteration's
@@ -36,8 +47,10 @@ import numpy as np
 
 from ..table.arrays import group_positions
 from ..table.schema import BWD, FWD, OPTIMIZER, OTHER, RECOMPUTE
+from ..topology.schedule import schedule_table, warmup
 
 F_OP, B_OP = 0, 1
+MEMCPY, MEMSET = 1, 2  # LaunchFacts.memory
 
 
 @dataclass
@@ -52,6 +65,7 @@ class LaunchFacts:
     recompute: np.ndarray   # nearest autograd node / frame says recompute
     optimizer: np.ndarray   # inside an optimizer annotation or frame
     forward_ts: np.ndarray  # start of the forward op its autograd node differentiates; -1
+    memory: np.ndarray | None = None  # 1 memcpy, 2 memset, 0 other (None: unknown, 0)
 
 
 def root_spans(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -66,18 +80,20 @@ def root_spans(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return ts[keep], end[keep]
 
 
-def schedule_position(k: np.ndarray, backward: bool, pp: int, vpp: int
-                      ) -> tuple[np.ndarray, np.ndarray]:
-    """(micro-batch, chunk) of the k-th forward or backward op of a stage.
-
-    1F1B: (k, 0). Interleaved (Megatron): micro-batches go in groups of ``pp`` per chunk.
-    """
+def schedule_position(k: np.ndarray, backward: bool, pp: int, vpp: int,
+                      microbatches: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(micro-batch, chunk) of the k-th forward or backward op of a stage (Megatron's
+    schedule table, :mod:`traceviz.topology.schedule`; a backward runs its chunk
+    mirrored); -1 past the table. ``microbatches`` defaults to the ops given over
+    ``vpp``."""
+    k = np.asarray(k, dtype=np.int64)
     if vpp <= 1:
         return k.astype(np.int32), np.zeros(k.shape[0], dtype=np.int32)
-    mb = (k // (pp * vpp)) * pp + k % pp
-    chunk = (k // pp) % vpp
+    m = microbatches if microbatches is not None else -(-(int(k.max(initial=-1)) + 1) // vpp)
+    table = np.array(schedule_table(m, vpp, pp) + [(-1, 0)], dtype=np.int64)
+    mb, chunk = table[np.where(k < table.shape[0] - 1, k, -1)].T
     if backward:
-        chunk = vpp - 1 - chunk
+        chunk = np.where(mb >= 0, vpp - 1 - chunk, 0)
     return mb.astype(np.int32), chunk.astype(np.int32)
 
 
@@ -96,8 +112,8 @@ def ops_from_threads(facts: LaunchFacts, rows: np.ndarray, main_thread: int
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Micro-batch ops as runs of launches (see the module doc) among ``rows``.
 
-    Returns (start, end, kind, op index per element of ``rows``; -1 for P2P and
-    optimizer rows).
+    Returns (start, end, kind, op index per element of ``rows``; -1 for P2P, optimizer
+    and memory-only runs' rows), ops in time order.
     """
     local = np.argsort(facts.ts[rows], kind="stable")
     order = rows[local]
@@ -105,18 +121,59 @@ def ops_from_threads(facts: LaunchFacts, rows: np.ndarray, main_thread: int
     breaker = (facts.p2p[order] > 0) | facts.optimizer[order]
     new_run = np.ones(order.shape[0], dtype=bool)
     new_run[1:] = (kind[1:] != kind[:-1]) | breaker[:-1]
-    run = np.cumsum(new_run & ~breaker) - 1
-    member = ~breaker
+    run = np.where(breaker, -1, np.cumsum(new_run & ~breaker) - 1)
+    if facts.memory is not None and order.size:
+        memory = facts.memory[order]
+        # the memsets that open the iteration (gradient buffers zeroed) are no step's
+        run[:int(np.argmax(memory != MEMSET)) if (memory != MEMSET).any() else None] = -1
+        # a run of memory copies / sets only is no micro-batch op
+        work = np.zeros(int(run.max()) + 2, dtype=bool)
+        work[run[memory == 0]] = True
+        run = np.where(work[run], run, -1)
+    _move_preludes(facts, order, kind, run)
+    kept, run = np.unique(run, return_inverse=True)  # dense, in time order
+    run = run.ravel() - int(kept[0] < 0 if kept.size else 0)
+    member = run >= 0
     op_of = np.full(rows.shape[0], -1, dtype=np.int64)
     op_of[local[member]] = run[member]
-    n_ops = int(run[member].max()) + 1 if member.any() else 0
+    n_ops = int(run.max()) + 1 if member.any() else 0
     start = np.full(n_ops, np.iinfo(np.int64).max)
     end = np.full(n_ops, np.iinfo(np.int64).min)
     op_kind = np.zeros(n_ops, dtype=np.int64)
     np.minimum.at(start, run[member], facts.ts[order[member]])
     np.maximum.at(end, run[member], facts.end[order[member]])
-    op_kind[run[member]] = kind[member]
+    np.maximum.at(op_kind, run[member], kind[member])  # a backward keeps its prelude
     return start, end, op_kind, op_of
+
+
+def _move_preludes(facts: LaunchFacts, order: np.ndarray, kind: np.ndarray,
+                   run: np.ndarray) -> None:
+    """Give each backward run its main-thread prelude (see the module doc), in place:
+    the launches of the forward run just before it from the start of the forward op that
+    the backward run's first linked autograd node differentiates on, when that op began
+    after the run before the forward run ended. ``run``: run number per launch in time
+    order (-1: none), non-decreasing over the others."""
+    pos = np.flatnonzero(run >= 0)
+    if not pos.size:
+        return
+    r = run[pos]
+    first = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+    bounds = np.r_[first, r.size]
+    run_kind = kind[pos[first]]
+    ends = np.maximum.reduceat(facts.end[order[pos]], first)
+    fwd_ts = facts.forward_ts[order[pos]]
+    ts = facts.ts[order[pos]]
+    for b in range(1, first.size):
+        if run_kind[b] != B_OP or run_kind[b - 1] != F_OP:
+            continue
+        linked = np.flatnonzero(fwd_ts[bounds[b]:bounds[b + 1]] >= 0)
+        if not linked.size:
+            continue
+        root = fwd_ts[bounds[b] + linked[0]]
+        before = ends[b - 2] if b >= 2 else np.iinfo(np.int64).min
+        if before < root <= ends[b - 1]:
+            lo, hi = bounds[b - 1], bounds[b]
+            run[pos[lo + np.flatnonzero(ts[lo:hi] >= root)]] = r[bounds[b]]
 
 
 def classify_iteration(facts: LaunchFacts, rows: np.ndarray, ops, op_of: np.ndarray | None,
@@ -204,19 +261,67 @@ def _link_backward_ops(forward_ts, op, start, end, kind, op_phase, op_mb, op_chu
     return int(b.shape[0])
 
 
+def _forwards_first(pp: int, stage: int, vpp: int, forwards: int) -> int:
+    """Forward steps Megatron runs before a stage's first backward: its warm-up, and the
+    first steady-state forward when warm-up is not all of them."""
+    warm = warmup(pp, stage, vpp, forwards)
+    return warm + 1 if warm < forwards else forwards
+
+
+def detect_vpp(kinds: list[np.ndarray], pp: int, stage: int | None,
+               interleaved: bool | None) -> tuple[int, str]:
+    """(model chunks per stage, the evidence) from the op kinds (F_OP / B_OP, time order)
+    of each iteration of a stage: the forward steps before the first backward are
+    Megatron's warm-up and one more, which tells 1F1B (warm-up ``pp - stage - 1``) from
+    the interleaved schedule (``2 (pp - stage - 1) + (vpp - 1) pp``, at least ``pp``
+    micro-batches); ``interleaved`` is what the schedule's python frame says (None: no
+    frame). 1 when nothing tells."""
+    if pp <= 1:
+        return 1, "no pipeline parallelism"
+    frame = {True: "; the interleaved schedule's frame is in the trace",
+             False: "; the 1F1B schedule's frame is in the trace", None: ""}[interleaved]
+    if stage is None:
+        return 1, "stage unknown (no pipeline group for this rank): 1F1B assumed" + frame
+    for k in kinds:
+        if not (k == B_OP).any():
+            continue
+        last_b = np.flatnonzero(k == B_OP)[-1]
+        forwards = int((k[:last_b] == F_OP).sum())
+        warm = int(np.argmax(k == B_OP))
+        # Megatron's interleaved schedule needs at least pp micro-batches
+        fits = [v for v in range(1, forwards + 1) if forwards % v == 0
+                and (v == 1 or forwards // v >= pp)
+                and _forwards_first(pp, stage, v, forwards) == warm
+                and (interleaved is None or interleaved == (v > 1))]
+        said = (f"{warm} forward steps before the first backward and {forwards} in all "
+                f"on stage {stage} of {pp}")
+        if len(fits) == 1:
+            v = fits[0]
+            kind = "1F1B" if v == 1 else f"interleaved 1F1B, {v} model chunks per stage"
+            return v, f"{kind}: {said}" + frame
+        if len(fits) > 1:
+            return 1, (f"ambiguous ({said} fit vpp {fits}); 1F1B assumed, pass --vpp"
+                       + frame)
+        return 1, f"no Megatron schedule fits ({said}); 1F1B assumed" + frame
+    return 1, "no backward step: 1F1B assumed" + frame
+
+
 def classify(facts: LaunchFacts, frames: dict[str, tuple[np.ndarray, np.ndarray]],
-             main_thread: int, pp: int, vpp: int) -> tuple[np.ndarray, np.ndarray,
-                                                            np.ndarray, dict]:
-    """Phase codes, micro-batch and chunk per activity, and the evidence used."""
+             main_thread: int, pp: int, vpp: int | None, stage: int | None = 0,
+             interleaved: bool | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                       dict]:
+    """Phase codes, micro-batch and chunk per activity, and the evidence used. ``vpp``
+    None: found from the trace (:func:`detect_vpp`; ``stage``: this rank's pipeline
+    stage, None unknown; ``interleaved``: what the schedule's frame says)."""
     n = facts.ts.shape[0]
     phase = np.full(n, OTHER, dtype=np.int8)
     mb = np.full(n, -1, dtype=np.int32)
     chunk = np.zeros(n, dtype=np.int32)
     use_frames = frames["forward_step"][0].shape[0] > 0
-    linked = backward = 0
     its = np.unique(facts.iteration)  # -1 (outside every step) first, if any
     shift = its[0] if n else 0
     by_iteration, bounds = group_positions(facts.iteration - shift, its - shift)
+    found = []  # per iteration: (rows, ops, op_of)
     for k in range(its.shape[0]):
         rows = by_iteration[bounds[k]:bounds[k + 1]]  # ascending
         if use_frames:
@@ -227,18 +332,24 @@ def classify(facts: LaunchFacts, frames: dict[str, tuple[np.ndarray, np.ndarray]
                 ts, end = frames[key]
                 sel = (end > lo) & (ts < hi)
                 spans[key] = (ts[sel], end[sel])
-            ops = ops_from_frames(*spans["forward_step"], *spans["backward_step"])
-            counts = classify_iteration(facts, rows, ops, None, pp, vpp, phase, mb, chunk)
+            found.append((rows, ops_from_frames(*spans["forward_step"],
+                                                *spans["backward_step"]), None))
         else:
-            launched = rows[facts.ts[rows] >= 0]
-            *ops, op_of = ops_from_threads(facts, launched, main_thread)
-            counts = classify_iteration(facts, rows, tuple(ops), op_of, pp, vpp, phase, mb,
-                                        chunk)
+            *ops, op_of = ops_from_threads(facts, rows[facts.ts[rows] >= 0], main_thread)
+            found.append((rows, tuple(ops), op_of))
+    if vpp is None:
+        vpp, schedule = detect_vpp([ops[2] for _, ops, _ in found], pp, stage, interleaved)
+    else:
+        schedule = f"vpp {vpp} given"
+    linked = backward = 0
+    for rows, ops, op_of in found:
+        counts = classify_iteration(facts, rows, ops, op_of, pp, vpp, phase, mb, chunk)
         linked, backward = linked + counts[0], backward + counts[1]
     evidence = {
         "micro-batch ops": ("python frames forward_step / backward_step" if use_frames else
                             "launching threads (main-thread forward runs, autograd-thread "
                             "backward runs, split at P2P calls)"),
+        "schedule": schedule, "vpp": vpp,
         "backward ops": backward,
         "backward ops paired with their forward op by Sequence number": linked,
         "backward ops paired by schedule position": backward - linked}

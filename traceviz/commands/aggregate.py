@@ -48,6 +48,17 @@ def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
     if not tables:
         raise TraceVizError(f"{folder}: no parsed rank tables (run 'traceviz batch' first)")
     sync = synchronize({r: collective_ends(t) for r, t in tables.items()})
+    notes = []
+    linked = sync.linked()
+    if alignment == "synced" and len(tables) > 1 and not linked.all():
+        unlinked = sync.ranks[~linked].tolist()
+        if not linked.any():
+            alignment = "global"
+            notes.append("note: clocks not synced: no collective of a known process group "
+                         "links the ranks; tables and figures use each rank's own clock")
+        else:
+            notes.append(f"note: clocks of ranks {unlinked} not synced (no collective links "
+                         "them to another rank): they keep their own clock")
     ranks = [activities(tables[r], rank=r,
                         offset_ns=sync.offset_of(r) if alignment == "synced" else 0)
              for r in sorted(tables)]
@@ -58,7 +69,8 @@ def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
                  csv={"clock_offsets.csv": sync.table()},
                  data={"folder": folder, "ranks": [a.rank for a in ranks], "sync": sync,
                        "failed": failed})
-    res.notes += [f"skipped: {msg}" for msg in failed]
+    res.notes += [f"skipped: {msg}" for msg in failed] + notes
+    res.data["alignment"] = alignment
     for rc in cats:
         r = rc.rank
         mine = mb.filter(pc.equal(mb["rank"], r))
@@ -112,7 +124,7 @@ def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
 def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
         alignment: str = "synced", topology: str | os.PathLike | None = None,
         jobs: int = 0, figures: bool = True, quiet: bool = False,
-        vpp: int = 1) -> list[Result]:
+        vpp: int | None = None) -> list[Result]:
     """One result per folder of rank tables of ``root`` (parsed into ``outdir`` first
     when ``root`` has none); each is written into its own folder
     (``result.data["folder"]``)."""

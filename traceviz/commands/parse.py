@@ -30,7 +30,7 @@ def cpu_output(output: str) -> str:
 
 def run(trace: str, *, cpu: bool = False, patterns: str | None = None,
         memory_budget: int = 512 << 20, topology_file: str | None = None,
-        vpp: int = 1) -> ParsedTrace:
+        vpp: int | None = None) -> ParsedTrace:
     """Parse ``trace`` (its warnings are in the result)."""
     topology = from_file(topology_file) if topology_file else None
     return parse_trace(trace, cpu=cpu, patterns=patterns, memory_budget=memory_budget,

@@ -74,7 +74,7 @@ def _from_timer_dumps(root: Path, all_groups: bool) -> Result:
     return res
 
 
-def _from_tables(root: Path, folder: Path, vpp: int, iteration: int | None,
+def _from_tables(root: Path, folder: Path, vpp: int | None, iteration: int | None,
                  all_groups: bool, topology, res: Result) -> bool:
     """Add the views of one folder of rank tables; False when it lacks ``iteration``."""
     files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
@@ -99,6 +99,12 @@ def _from_tables(root: Path, folder: Path, vpp: int, iteration: int | None,
     if not groups:
         raise TraceVizError(f"{folder}: no PP group has all its ranks")
     for i, grp in enumerate(groups if all_groups else groups[:1]):
+        if vpp is None:  # as the tables were classified (found from the traces)
+            found = {(ranks[r].meta.get("classification") or {}).get("vpp") or 1 for r in grp}
+            if len(found) > 1:
+                raise TraceVizError(f"{folder}: the stages of PP group {grp} were parsed with "
+                                    f"different vpp {sorted(found)}; parse again with --vpp")
+            vpp = found.pop()
         lengths = {r: step_length(ranks[r].meta, it) for r in grp}
         marks = [(r, *m) for r in grp for m in stage_marks(ranks[r], it)]
         view = pipeline_view(rows, grp, vpp, {r: n for r, n in lengths.items() if n})
@@ -107,10 +113,11 @@ def _from_tables(root: Path, folder: Path, vpp: int, iteration: int | None,
     return True
 
 
-def run(root: str | os.PathLike, vpp: int = 1, iteration: int | None = None,
+def run(root: str | os.PathLike, vpp: int | None = None, iteration: int | None = None,
         all_groups: bool = False, topology: str | os.PathLike | None = None) -> Result:
     """The views (from timer dumps when ``root`` holds them, else from its rank tables:
-    the first profiled iteration, or ``iteration`` wherever it was profiled)."""
+    the first profiled iteration, or ``iteration`` wherever it was profiled). ``vpp``
+    None: as the tables were classified (found from the traces)."""
     root = Path(root)
     if find_dumps(root):
         return _from_timer_dumps(root, all_groups)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from ..errors import TraceVizError, UsageError
 from ..table.io import atomic_path
+from ..table.schema import file_metadata
 from .discover import TraceFile, find_traces
 from .topology import find_topology_file
 
@@ -61,9 +62,13 @@ def output_root(root: str | os.PathLike, outdir: str | os.PathLike | None) -> Pa
 
 
 def plan(root: str | os.PathLike, outdir: str | os.PathLike | None = None,
-         folders: str | None = None, force: bool = False) -> tuple[list[Task], list[Task]]:
-    """(tasks to run, tasks whose table is up to date). ``folders`` is a glob on the
-    name of the trace's parent folder (e.g. ``iteration_*``)."""
+         folders: str | None = None, force: bool = False, options: dict | None = None
+         ) -> tuple[list[Task], list[Task], set[str]]:
+    """(tasks to run, tasks whose table is up to date, traces whose table is stale).
+    ``folders`` is a glob on the name of the trace's parent folder (e.g.
+    ``iteration_*``). A table is up to date when it is newer than its trace and was parsed
+    with ``options`` (see :func:`traceviz.ingest.build.parse_options`; the traceviz
+    version included)."""
     root = Path(root)
     if not root.exists():
         raise TraceVizError(f"{root}: no such folder")
@@ -78,6 +83,7 @@ def plan(root: str | os.PathLike, outdir: str | os.PathLike | None = None,
 
         raise TraceVizError(no_traces_message(root))
     todo, fresh = [], []
+    stale: set[str] = set()
     seen: dict[Path, str] = {}
     for t in traces:
         rel = t.path.parent.relative_to(root) if root.is_dir() else Path()
@@ -90,12 +96,23 @@ def plan(root: str | os.PathLike, outdir: str | os.PathLike | None = None,
         seen[dest] = str(t.path)
         task = Task(str(t.path), t.rank, str(dest), t.path.stat().st_size)
         up_to_date = dest.exists() and dest.stat().st_mtime >= t.path.stat().st_mtime
+        if up_to_date and options is not None and _parsed_with(dest) != options:
+            up_to_date = False
+            stale.add(str(t.path))
         (fresh if up_to_date and not force else todo).append(task)
-    return todo, fresh
+    return todo, fresh, stale
+
+
+def _parsed_with(table: Path) -> dict | None:
+    """The parse options a table's metadata records (None: unreadable or none)."""
+    try:
+        return file_metadata(table).get("parse_options")
+    except (OSError, ValueError):
+        return None
 
 
 def parse_one(task: Task, memory_budget: int, topology_file: str | None, cpu: bool,
-              vpp: int) -> Outcome:
+              vpp: int | None) -> Outcome:
     """Parse one trace into its table (runs in a worker). Never raises for bad input."""
     start = time.perf_counter()
     try:
@@ -174,14 +191,21 @@ def _run_dask(tasks: list[Task], scheduler: str, args: tuple, done) -> list[Outc
 def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
         folders: str | None = None, jobs: int = 0, force: bool = False,
         memory_budget: int = 512 << 20, topology: str | os.PathLike | None = None,
-        cpu: bool = False, vpp: int = 1, scheduler: str | None = None,
+        cpu: bool = False, vpp: int | None = None, scheduler: str | None = None,
         quiet: bool = False) -> list[Outcome]:
-    """Parse every trace under ``root``; write ``batch_summary.json`` into the output
-    folder; return one outcome per trace (skipped ones included), in rank order."""
-    todo, fresh = plan(root, outdir, folders, force)
+    """Parse every trace under ``root`` whose table is missing, older than the trace or
+    parsed with other options (``vpp``, topology, patterns, traceviz version); write
+    ``batch_summary.json`` into the output folder; return one outcome per trace
+    (skipped ones included), in rank order."""
+    from ..classify.patterns import load_patterns
+    from ..topology.groups_file import from_file
+    from .build import parse_options
+
     if topology is None:
         found = find_topology_file(root if Path(root).is_dir() else Path(root).parent)
         topology = str(found) if found else None
+    options = parse_options(from_file(topology) if topology else None, load_patterns(), vpp)
+    todo, fresh, stale = plan(root, outdir, folders, force, options)
     args = (memory_budget, str(topology) if topology else None, cpu, vpp)
     jobs = jobs or min(len(todo), os.cpu_count() or 1) or 1
     bar = _progress(sum(t.size for t in todo), len(todo), quiet)
@@ -202,6 +226,10 @@ def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
     finally:
         bar.close()
     outcomes += [Outcome(t.trace, t.rank, t.output, "skipped") for t in fresh]
+    for o in outcomes:
+        if o.trace in stale and o.status == "parsed":
+            o.warnings.append("parsed again: its table was parsed with other options (vpp, "
+                              "topology, patterns) or by another traceviz version")
     outcomes.sort(key=lambda o: (o.rank, o.trace))
     with atomic_path(output_root(root, outdir) / SUMMARY) as tmp, open(tmp, "w") as fh:
         json.dump({"root": str(root), "topology": args[1],

@@ -19,6 +19,7 @@ calls, cpu_op, user_annotation, python_function, ...) in file order.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import weakref
@@ -28,6 +29,7 @@ from typing import BinaryIO
 import numpy as np
 import pyarrow as pa
 
+from .._version import __version__
 from ..classify.collectives import collective_types, dtype_bytes, group_facts
 from ..classify.groups import comm_groups
 from ..classify.kinds import name_kinds
@@ -62,14 +64,14 @@ from ..table.schema import (
     METADATA_KEY,
     PHASES,
 )
-from ..topology.layout import Layout
+from ..topology.layout import Layout, to_json
 
 
 def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
                 patterns: Patterns | str | os.PathLike | None = None,
                 memory_budget: int = DEFAULT_BUDGET,
                 chunk_size: int = DEFAULT_CHUNK, plan: MemoryPlan | None = None,
-                topology: Layout | None = None, vpp: int = 1) -> ParsedTrace:
+                topology: Layout | None = None, vpp: int | None = None) -> ParsedTrace:
     """Parse one rank's Kineto trace (path, ``"-"`` for stdin, or a binary file object).
 
     ``memory_budget`` (bytes) bounds the memory of the process during the parse; see
@@ -77,10 +79,12 @@ def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
     spill to a temporary folder and the joins run on parts); ``plan`` gives the shares
     explicitly instead. ``topology`` (the job's layout) resolves process groups the trace
     does not describe; ``vpp`` is the number of model chunks per pipeline stage
-    (interleaved schedule). ``chunk_size`` (bytes) is the read buffer (it grows to hold
-    any single event larger than it). Raises :class:`~traceviz.errors.TraceError` on
-    input that is not a readable Kineto trace; a truncated trace is parsed up to the cut
-    and reported in ``ParsedTrace.warnings`` and ``meta["stats"]["truncated_at"]``.
+    (interleaved schedule; None: found from the trace). ``chunk_size`` (bytes) is the
+    read buffer (it grows to hold any single event larger than it). Raises
+    :class:`~traceviz.errors.TraceError` on input that is not a readable Kineto trace; a
+    truncated trace is parsed up to the cut and reported in ``ParsedTrace.warnings`` and
+    ``meta["stats"]["truncated_at"]``. The metadata's ``parse_options``
+    (:func:`parse_options`) say what the table was parsed with.
     """
     if not isinstance(patterns, Patterns):
         patterns = load_patterns(patterns)
@@ -92,7 +96,21 @@ def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
     except BaseException:
         scanned.close()
         raise
+    parsed.set_meta("parse_options", parse_options(topology, patterns, vpp))
     return keep_alive(parsed, scanned)
+
+
+def parse_options(topology: Layout | None, patterns: Patterns, vpp: int | None) -> dict:
+    """What a table is parsed with, as stored in its metadata (``parse_options``): the
+    vpp given (None: found from the trace), digests of the topology and the patterns,
+    and the traceviz version. A table whose options differ from a request is stale."""
+    def digest(value) -> str | None:
+        if value is None:
+            return None
+        return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
+
+    return {"vpp": vpp, "topology": digest(None if topology is None else to_json(topology)),
+            "patterns": digest(patterns.raw), "traceviz_version": __version__}
 
 
 def parse(src: str | os.PathLike | BinaryIO, **kwargs) -> pa.Table:
@@ -110,6 +128,13 @@ class ParsedTrace:
     cpu_columns: OutputColumns | None = None
     _tables: dict = field(default_factory=dict)
     _close: object = None
+
+    def set_meta(self, key: str, value) -> None:
+        """Add a rank-level fact to the metadata (of both tables)."""
+        self.meta[key] = value
+        for columns in (self.columns, self.cpu_columns):
+            if columns is not None:
+                columns.metadata = {METADATA_KEY: json.dumps(self.meta).encode()}
 
     def close(self) -> None:
         """Delete the temporary files behind the columns (tables already read stay)."""
@@ -140,7 +165,8 @@ class ParsedTrace:
 
 
 def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
-          cpu: bool = False, topology: Layout | None = None, vpp: int = 1) -> ParsedTrace:
+          cpu: bool = False, topology: Layout | None = None,
+          vpp: int | None = None) -> ParsedTrace:
     """Link, classify and assemble the output tables of ``scanned``.
 
     ``plan`` bounds the joins' working set and the output columns held in memory (larger
@@ -148,13 +174,14 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     ``scanned.close()``). A trace that spilled while scanning spills the rest of its
     blocks first, to make room for the per-activity arrays. ``topology`` (the job's
     layout) resolves groups the trace does not describe; ``vpp`` is the number of model
-    chunks per stage (interleaved schedule).
+    chunks per stage (interleaved schedule; None: found from the trace).
     """
     if scanned.budget.spilled_bytes:
         scanned.budget.spill_all()
     work_bytes = plan.join_work
     s = Strings(scanned)
-    pp = _pipeline_size(scanned, topology)
+    rank, rank_source = scanned.header.rank(scanned.source)
+    pipeline = _pipeline(scanned, topology, rank)
     gpu, launch, ops = (scanned.stores[k] for k in ("gpu", "launch", "ops"))
     pid_of, tid_of = thread_numbers(scanned.threads)
     kind_of_name = _name_kinds(s, gpu, patterns)
@@ -191,11 +218,15 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     kind[(links.cls == L.CLS_MEMCPY) | (links.cls == L.CLS_MEMSET)] = MEM
     coll = _collective_meta(scanned, s, patterns, links.comm_row, kind == COMM, topology)
     links.comm_row = None
-    phase, microbatch, chunk, evidence = _phases(s, patterns, links, coll, pp, vpp)
+    memory = np.select([links.cls == L.CLS_MEMCPY, links.cls == L.CLS_MEMSET], [1, 2], 0)
+    phase, microbatch, chunk, evidence = _phases(s, patterns, links, coll,
+                                                 memory.astype(np.int8), pipeline, vpp)
+    del memory
     stats, steps, cls = links.stats, links.steps, links.cls
     launch_ts, launch_thread, iteration = links.launch_ts, links.launch_thread, links.iteration
     del links
-    classification = {"vpp": vpp, "pp": pp, "microbatch_evidence": evidence,
+    classification = {"vpp": evidence.pop("vpp"), "pp": pipeline[0], "stage": pipeline[1],
+                      "microbatch_evidence": evidence,
                       "phases": {PHASES[k]: int(c) for k, c in
                                  enumerate(np.bincount(phase, minlength=len(PHASES))) if c},
                       "comm_group_evidence": coll.evidence}
@@ -232,7 +263,6 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     bw = s.floats(g("bandwidth"))
     put("memory_bw_gbps", bw, np.isnan(bw) | (kind != MEM), pa.float64())
     del bytes_, bw, g
-    rank, rank_source = scanned.header.rank(scanned.source)
     put("rank", np.full(n, rank, dtype=np.int32))
     kinds = {KINDS[k]: int(c) for k, c in enumerate(np.bincount(kind, minlength=len(KINDS)))
              if c}
@@ -295,8 +325,11 @@ def _collective_meta(scanned: ScannedTrace, s: Strings, patterns: Patterns,
         fields["pg_ranks"], fields["group_size"])
     code = np.full(comm_row.shape[0], -1, dtype=np.int32)
     code[has] = desc_code
+    ph = patterns.phases
+    p2p_name = s.matches(ph["p2p_send"]) | s.matches(ph["p2p_recv"])
+    p2p = set(has[p2p_name[fields["collective"]]].tolist())
     groups, evidence = comm_groups(is_comm, code, descs, dict(zip(has.tolist(), ranks)),
-                                   patterns, topology)
+                                   patterns, topology, p2p)
     return CollectiveMeta(comm_row.shape[0], has, fields, ranks, size, desc_code, descs,
                           groups, evidence)
 
@@ -356,35 +389,45 @@ def _lookups(s: Strings, patterns: Patterns, kind_of_name: np.ndarray) -> Lookup
         is_recompute_node=recompute_node,
         is_optimizer_annotation=s.matches(ph["optimizer_annotation"]),
         frame={k: s.matches(ph[k]) for k in ("forward_step", "backward_step",
-                                             "recompute_frame", "optimizer_frame")})
+                                             "recompute_frame", "optimizer_frame",
+                                             "interleaved_schedule", "pipelined_schedule")})
 
 
-def _pipeline_size(scanned: ScannedTrace, topology: Layout | None) -> int:
-    """PP size from the topology, else this rank's PIPELINE_MODEL_PARALLEL_GROUP."""
+def _pipeline(scanned: ScannedTrace, topology: Layout | None, rank: int
+              ) -> tuple[int, int | None]:
+    """(PP size, this rank's stage; None unknown) from the topology, else from this
+    rank's PIPELINE_MODEL_PARALLEL_GROUP in pg_config."""
     if topology is not None:
-        return topology.pp
+        stage = topology.coordinates(rank)["pp_rank"] if 0 <= rank < topology.world else None
+        return topology.pp, stage
     for pg in scanned.header.distributed.get("pg_config") or []:
         if isinstance(pg, dict) and pg.get("pg_desc") == "PIPELINE_MODEL_PARALLEL_GROUP":
-            return int(pg.get("pg_size") or len(pg.get("ranks") or [1]))
-    return 1
+            ranks = pg.get("ranks") if isinstance(pg.get("ranks"), list) else []
+            size = int(pg.get("pg_size") or len(ranks) or 1)
+            return size, ranks.index(rank) if rank in ranks else None
+    return 1, 0
 
 
-def _phases(s: Strings, patterns: Patterns, links, coll: CollectiveMeta, pp: int,
-            vpp: int):
+def _phases(s: Strings, patterns: Patterns, links, coll: CollectiveMeta, memory: np.ndarray,
+            pipeline: tuple[int, int | None], vpp: int | None):
     """Phase, micro-batch and chunk per activity (see classify.phases). P2P sends and
     receives are those of the pipeline group (or of an unknown group): CP's ring
     exchanges are sends / receives too, but inside one micro-batch op."""
     ph = patterns.phases
     name = coll.full(coll.fields["collective"])
-    pipeline = (coll.groups == GROUPS.index("PP")) | (coll.groups == GROUPS.index("OTHER"))
-    p2p = np.where(pipeline & s.matches(ph["p2p_send"])[name], 1,
-                   np.where(pipeline & s.matches(ph["p2p_recv"])[name], 2, 0)).astype(np.int8)
+    pp_group = (coll.groups == GROUPS.index("PP")) | (coll.groups == GROUPS.index("OTHER"))
+    p2p = np.where(pp_group & s.matches(ph["p2p_send"])[name], 1,
+                   np.where(pp_group & s.matches(ph["p2p_recv"])[name], 2, 0)).astype(np.int8)
     facts = LaunchFacts(ts=links.launch_ts, end=links.launch_end,
                         thread=links.launch_thread,
                         iteration=links.iteration, p2p=p2p, recompute=links.recompute,
-                        optimizer=links.optimizer, forward_ts=links.forward_ts)
+                        optimizer=links.optimizer, forward_ts=links.forward_ts,
+                        memory=memory)
     frames = {k: (ts, ts + dur) for k, (ts, dur) in links.frames.items()}
-    return classify(facts, frames, links.main_thread, pp, vpp)
+    interleaved = (True if links.schedule_frames["interleaved_schedule"] else
+                   False if links.schedule_frames["pipelined_schedule"] else None)
+    pp, stage = pipeline
+    return classify(facts, frames, links.main_thread, pp, vpp, stage, interleaved)
 
 
 def _list_column(n: int, rows: np.ndarray, lists: list) -> pa.ListArray:

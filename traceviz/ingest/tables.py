@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from ..errors import TraceVizError
 from ..table.io import read_table
-from ..table.schema import is_activity_table, metadata
+from ..table.schema import file_metadata, is_activity_table, metadata
 
 
 def input_files(paths: list[str | os.PathLike]) -> list[Path]:
@@ -61,31 +61,54 @@ def table_folders(root: Path) -> list[Path]:
 
 
 def ensure_tables(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
-                  jobs: int = 0, topology: str | os.PathLike | None = None, vpp: int = 1,
-                  quiet: bool = True) -> list[Path]:
+                  jobs: int = 0, topology: str | os.PathLike | None = None,
+                  vpp: int | None = None, quiet: bool = True) -> list[Path]:
     """The folders of parsed rank tables of ``root`` (one per profiled iteration).
 
-    ``root`` holding tables gives them as they are. Otherwise its traces are parsed by
-    :func:`traceviz.ingest.batch.run` into ``outdir`` (default: the batch output folder),
-    which keeps the tables that are newer than their trace, and those folders are given.
+    A ``root`` of traces is parsed by :func:`traceviz.ingest.batch.run` into ``outdir``
+    (default: the batch output folder), which keeps the tables that are up to date (newer
+    than their trace, parsed with these options); a ``root`` of tables only is taken as
+    it is, but a ``vpp`` it contradicts is a one-line error.
     """
     from . import batch
+    from .discover import find_traces, no_traces_message
 
     root = Path(root)
     if not root.exists():
         raise TraceVizError(f"{root}: no such file or folder")
     if root.is_file() and root.suffix == ".parquet":
-        return [root.parent]
-    have = table_folders(root)
-    if have:
-        return have
-    out = batch.output_root(root, outdir)
-    batch.run(root, out, jobs=jobs or min(2, os.cpu_count() or 1), topology=topology,
-              vpp=vpp, quiet=quiet)
-    folders = table_folders(out)
+        folders = [root.parent]
+    elif find_traces(root):
+        out = batch.output_root(root, outdir)
+        batch.run(root, out, jobs=jobs or min(2, os.cpu_count() or 1), topology=topology,
+                  vpp=vpp, quiet=quiet)
+        folders = table_folders(out)
+    else:
+        folders = table_folders(root)
+        if not folders:
+            raise TraceVizError(no_traces_message(root))
     if not folders:
-        raise TraceVizError(f"{root}: no traces or parsed rank tables found")
+        raise TraceVizError(f"{root}: no trace could be parsed into a table")
+    if vpp is not None:
+        for folder in folders:
+            check_vpp(folder, vpp)
     return folders
+
+
+def check_vpp(folder: Path, vpp: int) -> None:
+    """A one-line error when the tables of ``folder`` were classified with another vpp."""
+    for path in sorted(folder.glob("*.parquet")):
+        if not is_activity_table(path):
+            continue
+        try:
+            used = (file_metadata(path).get("classification") or {}).get("vpp")
+        except (OSError, ValueError):
+            continue
+        if used is not None and used != vpp:
+            raise TraceVizError(
+                f"{path}: parsed with vpp {used}, not {vpp}; parse the traces again with "
+                f"'traceviz batch TRACES --vpp {vpp}' (or leave --vpp out: it is found from "
+                "the traces)")
 
 
 def tables_folder(root: Path, **options) -> Path:

@@ -62,6 +62,7 @@ class Links:
     launch_end: np.ndarray   # launch end (ns); -1 where no launch
     main_thread: int         # thread of the ProfilerStep annotations
     frames: dict             # forward_step / backward_step python frames: (ts, dur)
+    schedule_frames: dict    # frames of each schedule pattern: how many
     forward_ts: np.ndarray   # start (ns) of the forward op that the launch's autograd
     #                          node differentiates (same Sequence number, main thread); -1
 
@@ -140,6 +141,8 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int) -> Links:
     stats["launch inside a cpu_op"] = int((op_row >= 0).sum())
     node = ops.gatherer(node_row)
     recompute = lookups.is_recompute_node[node("name")]
+    if recompute.any():  # what the recomputed forward launched, not the nested backward
+        recompute &= launch_ts < _nested_backward_start(ops, lookups, node_row, recompute)
     main = _main_thread(steps, launch_thread)
     forward_ts = _forward_times(ops, node("seq_number"), main)
     del node, node_row
@@ -163,6 +166,8 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int) -> Links:
                  comm_row=comm_row, steps=step_list, stats=stats, recompute=recompute,
                  optimizer=optimizer, launch_end=launch_end, main_thread=main,
                  frames={k: frames[k][:2] for k in ("forward_step", "backward_step")},
+                 schedule_frames={k: int(frames[k][0].shape[0]) for k in
+                                  ("interleaved_schedule", "pipelined_schedule")},
                  forward_ts=forward_ts)
 
 
@@ -185,6 +190,30 @@ def _forward_times(ops, node_seq: np.ndarray, main_thread: int) -> np.ndarray:
     has = node_seq >= 0
     found = first[np.searchsorted(wanted, node_seq[has])]
     out[has] = np.where(found < np.iinfo(np.int64).max, found, -1)
+    return out
+
+
+def _nested_backward_start(ops, lookups: Lookups, node_row: np.ndarray,
+                           recompute: np.ndarray) -> np.ndarray:
+    """Per launch whose innermost autograd node is a checkpoint function (``recompute``):
+    when the checkpoint's nested backward began, i.e. the start of the first other
+    autograd node inside the checkpoint's span (int64 max: none). A checkpoint's backward
+    recomputes its forward, then runs ``torch.autograd.backward`` on it: only what it
+    launched before that is recomputation. One pass over the ops."""
+    where = np.flatnonzero(recompute)
+    checkpoints, of_launch = np.unique(node_row[where], return_inverse=True)
+    ck = ops.gatherer(checkpoints)
+    ck_ts, ck_dur, ck_thread = ck("ts"), ck("dur"), ck("thread").astype(np.int64)
+    first = np.full(checkpoints.shape[0], np.iinfo(np.int64).max)
+    nested = lookups.is_node & ~lookups.is_recompute_node
+    for _, cols in ops.blocks("ts", "thread", "name"):
+        sel = np.flatnonzero(nested[cols["name"]])
+        inside = innermost_enclosing(ck_ts, ck_dur, ck_thread, cols["ts"][sel],
+                                     cols["thread"][sel].astype(np.int64))
+        hit = inside >= 0
+        np.minimum.at(first, inside[hit], cols["ts"][sel][hit])
+    out = np.full(node_row.shape[0], np.iinfo(np.int64).max)
+    out[where] = first[of_launch.ravel()]
     return out
 
 

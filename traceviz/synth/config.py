@@ -66,8 +66,8 @@ class SynthConfig:
         if self.schedule == "interleaved":
             if self.vpp < 2:
                 raise UsageError("the interleaved schedule needs vpp >= 2")
-            if self.microbatches % self.pp:
-                raise UsageError("the interleaved schedule needs microbatches divisible by pp")
+            if self.microbatches < self.pp:  # Megatron: microbatch_group_size_per_vp_stage
+                raise UsageError("the interleaved schedule needs microbatches >= pp")
         if self.layers % (self.pp * self.vpp):
             raise UsageError(f"layers ({self.layers}) must be divisible by pp*vpp "
                              f"({self.pp * self.vpp})")

@@ -53,12 +53,15 @@ FORWARD_OPS = {
     "cross_entropy": ("aten::cross_entropy_loss", "aten::_log_softmax"),
     "grouped_gemm": ("GroupedMLP", "aten::bmm"),
     "optimizer": ("FusedAdam", "multi_tensor_adam"), "copy": ("aten::copy_", "aten::copy_"),
+    "zero": ("aten::zero_", "aten::fill_"), "mul": ("aten::mul", "aten::mul"),
+    "ones_like": ("aten::ones_like", "aten::fill_"), "nested_add": ("aten::add", "aten::add"),
 }
 BACKWARD_NODES = {
     "mm_backward": ("MmBackward0", "aten::mm"), "add_backward": ("AddBackward0", "aten::add"),
     "gelu_backward": ("GeluBackward0", "aten::gelu_backward"),
     "layer_norm_backward": ("NativeLayerNormBackward0", "aten::native_layer_norm_backward"),
     "flash_attn_backward": ("FlashAttnFuncBackward", "flash_attn::_flash_attn_backward"),
+    "mul_backward": ("MulBackward0", "aten::mul"),
 }
 BACKWARD_COMM_NODE = {  # Megatron's autograd functions around its collectives
     "_allgather_base": "_GatherFromSequenceParallelRegionBackward",
@@ -171,7 +174,8 @@ def emit_rank(w: RankWriter, program: list[Item], tl, *, device: int, iterations
         root = 0
         if with_stack:
             root = w.frame(FRAMES["step"], step0 + 5, step1 - 5, "main", 0)
-            body = [base + k for k, item in enumerate(program) if item.phase != "OPTIMIZER"]
+            body = [base + k for k, item in enumerate(program)
+                    if item.phase != "OPTIMIZER" and item.frame != "zero_grad"]
             if body:
                 w.frame(FRAMES[schedule], tl.issue[body[0]] - 8,
                         max(tl.launch_end[i] for i in body) + 8, "main", root)
@@ -189,7 +193,9 @@ def emit_rank(w: RankWriter, program: list[Item], tl, *, device: int, iterations
                 w.flow("s", "fwdbwd", flow_id, t_f, w.pid, w.tid["main"])
                 w.flow("f", "fwdbwd", flow_id, ns(tl.issue[idx]) + w.skew, w.pid,
                        w.tid["bwd"])
-            runtime = ("cudaMemcpyAsync" if item.kind == "mem" else
+            memset = item.name.startswith("Memset")
+            runtime = (("cudaMemsetAsync" if memset else "cudaMemcpyAsync")
+                       if item.kind == "mem" else
                        "cudaLaunchKernel" if item.kind == "comp" else "cudaLaunchKernelExC")
             t_launch = w._event("cuda_runtime", runtime, tl.launch[idx], tl.launch_end[idx],
                                 item.thread, {"External id": ext, "cbid": 211,
@@ -201,7 +207,7 @@ def emit_rank(w: RankWriter, program: list[Item], tl, *, device: int, iterations
                 nbytes = 4 << 20
                 dur_ns = max(ns(tl.end[idx]) - ns(tl.start[idx]), 1)
                 kargs.update({"bytes": nbytes, "memory bandwidth (GB/s)": nbytes / dur_ns})
-                cat = "gpu_memcpy"
+                cat = "gpu_memset" if memset else "gpu_memcpy"
             else:
                 cat = "kernel"
                 kargs.update({"registers per thread": 128, "shared memory": 0,
@@ -241,7 +247,7 @@ def _launching_ops(w: RankWriter, item: Item, tl, idx, forward_op_ts, members_of
         w.cpu_op("record_param_comms", i0 + 1.0, l1 + 1.5, th, **comm_args_now())
         w.cpu_op(note, i0 + 3.0, l1 + 1.0, th, cat="user_annotation")
         return w.ext
-    if th == "bwd" and item.phase == "BWD":
+    if th == "bwd" and item.op in BACKWARD_NODES:
         node, inner = BACKWARD_NODES[item.op]
         w.cpu_op(f"autograd::engine::evaluate_function: {node}", i0, l1 + 1.5, th,
                  **{"Sequence number": item.seq_op, "Fwd thread id": 1})
@@ -252,7 +258,7 @@ def _launching_ops(w: RankWriter, item: Item, tl, idx, forward_op_ts, members_of
     outer, inner = FORWARD_OPS[item.op]
     t = w.cpu_op(outer, i0, l1 + 1.5, th, **{"Sequence number": item.seq_op,
                                             "Fwd thread id": 0})
-    if item.phase == "FWD" and item.seq_op >= 0:
+    if th == "main" and item.seq_op >= 0:  # a forward op (of the graph backward runs)
         forward_op_ts.setdefault(item.seq_op, t)
     w.cpu_op(inner, i0 + 1.5, l1 + 0.5, th)
     return w.ext

@@ -200,6 +200,5 @@ def _write_truth(out: Path, cfg, layout, all_groups, skew, per_rank, rows) -> No
     summary = {"config": cfg.to_dict(),
                "layout": {"world": layout.world, "tp": layout.tp, "pp": layout.pp,
                           "cp": layout.cp, "ep": layout.ep, "dp": layout.dp},
-               "groups": all_groups, "skew_ns": skew, "ranks": per_rank,
-               "excluded_from_microbatch_comm": ["DP", "PP"]}
+               "groups": all_groups, "skew_ns": skew, "ranks": per_rank}
     (folder / "ground_truth.json").write_text(json.dumps(summary, indent=1))

@@ -5,7 +5,11 @@ pipeline schedule (1F1B or Megatron's interleaved 1F1B) and a transformer layer 
 sequence-parallel TP all-gather / reduce-scatter around attention and MLP, a CP ring
 exchange, MoE all-to-all on the expert group, recompute of the forward in backward, DP
 reduce-scatter of gradient buckets launched by backward hooks of the last micro-batch,
-then gradient finalization and the (distributed) optimizer step.
+then gradient finalization and the (distributed) optimizer step. The iteration starts by
+zeroing the gradient buffers (memsets on the main thread, before the first micro-batch);
+on the last virtual stage each backward step begins on the main thread (loss scaling and
+the root gradient) before the autograd thread takes over; a checkpointed layer's
+backward launches an ``aten::add`` of its own once its nested backward has begun.
 
 Each item carries its ground truth: phase (FWD / BWD / RECOMPUTE / OPTIMIZER / OTHER),
 micro-batch, model chunk and parallel group. All ranks of a stage run the same program;
@@ -29,7 +33,7 @@ GROUPS = {
     "dp-cp": ("DP", "DATA_PARALLEL_GROUP_WITH_CP"),
     "edp": ("EDP", "EXPERT_DATA_PARALLEL_GROUP"),
     "tp-pp": ("OTHER", "MODEL_PARALLEL_GROUP"),
-    "emb": ("PP", "EMBEDDING_GROUP"),
+    "emb": ("EMB", "EMBEDDING_GROUP"),
     "pp": ("PP", "PIPELINE_MODEL_PARALLEL_GROUP"),
 }
 LANE_OF_GROUP = {"tp": "tp", "cp": "cp", "ep": "ep", "dp-cp": "dp", "edp": "edp",
@@ -93,6 +97,9 @@ _GELU = ("void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDA
          ">(int, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)"
          "::{lambda()#2}::operator()() const::{lambda()#4}::operator()() const::{lambda(c10::"
          "BFloat16)#1}, std::array<char*, 2ul>)")
+_FILL = ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<c10::"
+         "BFloat16>, std::array<char*, 1ul> >(int, at::native::FillFunctor<c10::BFloat16>, "
+         "std::array<char*, 1ul>)")
 _ADAM = ("void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<float, float, "
          "int>, float, float, float, float, float, float, adamMode_t, float>(long, int volatile"
          "*, TensorListMetadata<4>, AdamFunctor<float, float, int>, float, float, float, "
@@ -175,9 +182,12 @@ class StageProgram:
         self.seq += 1
         return self.seq
 
-    def layer_backward(self, layer: int, moe: bool, fwd_seqs: list[int], **kw) -> None:
+    def layer_backward(self, layer: int, moe: bool, fwd_seqs: list[int],
+                       nested: bool = False, **kw) -> None:
         """Backward of a layer: the forward's kernels reversed, gemms split in dgrad and
-        wgrad, collectives mirrored (AG <-> RS)."""
+        wgrad, collectives mirrored (AG <-> RS). ``nested``: it runs inside a checkpoint's
+        backward, whose ``torch.autograd.backward`` launches an ``aten::add`` of its own
+        (no autograd node) once the nested backward has begun."""
         c = self.cfg
         b = c.bwd_factor
         act = c.seq_len * c.micro_batch_size // c.cp * c.hidden
@@ -192,6 +202,8 @@ class StageProgram:
             self.comp(_GEMM_NT, "mm_backward", share * b, layer=layer, seq_op=sq, **kw)
 
         self.comp(_ELT, "add_backward", 0.02 * b, layer=layer, seq_op=s(), **kw)
+        if nested:
+            self.comp(_ELT, "nested_add", 0.01, layer=layer, **kw)
         self.coll("tp", "_allgather_base", shard, act, layer=layer, **kw)
         if moe:
             self.coll("ep", "all_to_allv", act, act, layer=layer, **kw)
@@ -264,12 +276,21 @@ class StageProgram:
             self.p2p("recv", ("grad", m, vs + 1), +1, frame="recv_backward", **kw)
         kw["frame"] = "backward_step"
         seqs = self.fwd_seqs.pop((m, chunk))
+        if vs == c.pp * c.vpp - 1:
+            # Megatron's backward_step on the last stage, on the main thread: the loss
+            # scaling (grad_scale_func, an op of the graph: its MulBackward0 is the first
+            # node of the backward) and the root gradient (torch.ones_like)
+            scale = self.next_seq()
+            self.comp(_ELT, "mul", 0.004, thread="main", seq_op=scale, **kw)
+            self.comp(_FILL, "ones_like", 0.002, thread="main", **kw)
+            self.comp(_ELT, "mul_backward", 0.004, thread="bwd", seq_op=scale, **kw)
         layers = list(reversed(self.chunk_layers(chunk)))
         for k, layer in enumerate(layers):
             if c.recompute:
                 self.layer_forward(layer, self.is_moe(layer), thread="bwd", phase="RECOMPUTE",
                                    mb=m, chunk=chunk, frame="recompute")
-            self.layer_backward(layer, self.is_moe(layer), seqs[layer], thread="bwd", **kw)
+            self.layer_backward(layer, self.is_moe(layer), seqs[layer], nested=c.recompute,
+                                thread="bwd", **kw)
             if last_mb and (k % 2 == 1 or k == len(layers) - 1):  # a gradient bucket is done
                 params = 12 * c.hidden * c.hidden // c.tp * (2 if k % 2 else 1)
                 grads = params // (c.dp * c.cp) if c.dp * c.cp > 1 else params
@@ -307,6 +328,9 @@ class StageProgram:
 
     def build(self) -> list[Item]:
         self.fwd_seqs: dict = {}
+        for _ in range(2):  # the iteration starts by zeroing the gradient buffers
+            self.items.append(Item("mem", "compute", "Memset (Device)", "zero", dur=6.0,
+                                   thread="main", frame="zero_grad"))
         for kind, m, chunk in stage_order(self.cfg, self.p):
             if kind == "F":
                 self.forward(m, chunk)

@@ -3,18 +3,17 @@
 Deliberately self-contained (its own interval union): it must not share code with the
 analyses it checks.
 
-Per-micro-batch metrics follow Megatron-TraceViz's definitions on the kernels of one
-(iteration, phase, micro-batch, chunk) of a rank: ``wall`` = last end - first start,
-``comp`` = |union of COMP kernels|, ``comm`` = |union of COMM kernels|, ``overlap`` =
-|comp union ∩ comm union|. DP gradient reduce-scatters (launched by backward hooks) and
-pipeline P2P transfers are not part of a micro-batch's comm: they are counted once,
-under their group (DP, PP), in the per-group totals.
+Per micro-batch step (forward; backward = the backward and its recompute) of a rank, the
+step's window holds every kernel the step launched but its pipeline P2P hand-offs (the
+schedule's sends / receives between steps): ``wall`` = last end - first start, ``comp``
+/ ``comm`` / ``mem`` = |union| of each kind, ``overlap`` = |comp ∩ comm|, per parallel
+group G ``groups[G]`` = (|comm of G|, |comm of G ∩ comp|), ``recompute`` (and its comp /
+comm) = |union of what the recomputed forward launched|, ``p2p`` = |union of the step's
+P2P kernels|.
 """
 from __future__ import annotations
 
 from collections import defaultdict
-
-EXCLUDED_FROM_MICROBATCH_COMM = ("DP", "PP")
 
 
 def merged(intervals: list[tuple[int, int]]) -> list[list[int]]:
@@ -45,24 +44,40 @@ def intersection(a: list[list[int]], b: list[list[int]]) -> int:
     return total
 
 
+def _span(ks: list[dict]) -> list[tuple[int, int]]:
+    return [(k["ts"], k["ts"] + k["dur"]) for k in ks]
+
+
 def microbatch_metrics(rows: list[dict]) -> list[dict]:
-    """One dict per (iteration, phase, microbatch, chunk) of one rank's kernel rows."""
-    groups: dict[tuple, list[dict]] = defaultdict(list)
+    """One dict per (iteration, step F / B, micro-batch, chunk) of one rank's kernel
+    rows (see the module doc)."""
+    steps: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
-        if r["microbatch"] >= 0:
-            groups[(r["iteration"], r["phase"], r["microbatch"], r["chunk"])].append(r)
+        if r["microbatch"] >= 0 and r["phase"] in ("FWD", "BWD", "RECOMPUTE"):
+            op = "F" if r["phase"] == "FWD" else "B"
+            steps[(r["iteration"], op, r["microbatch"], r["chunk"])].append(r)
     out = []
-    for (it, phase, mb, chunk), ks in sorted(groups.items()):
-        comp = merged([(k["ts"], k["ts"] + k["dur"]) for k in ks if k["kind"] == "COMP"])
-        comm = merged([(k["ts"], k["ts"] + k["dur"]) for k in ks if k["kind"] == "COMM"
-                       and k["comm_group"] not in EXCLUDED_FROM_MICROBATCH_COMM])
-        own = [k for k in ks if k["comm_group"] not in EXCLUDED_FROM_MICROBATCH_COMM]
-        start = min(k["ts"] for k in own) if own else 0
-        end = max(k["ts"] + k["dur"] for k in own) if own else 0
-        out.append({"iteration": it, "phase": phase, "microbatch": mb, "chunk": chunk,
-                    "start": start, "end": end, "wall": end - start, "comp": length(comp),
-                    "comm": length(comm), "overlap": intersection(comp, comm),
-                    "kernels": len(ks)})
+    for (it, op, mb, chunk), ks in sorted(steps.items()):
+        own = [k for k in ks if not k["p2p"]]
+        comp = merged(_span(k for k in own if k["kind"] == "COMP"))
+        comm = merged(_span(k for k in own if k["kind"] == "COMM"))
+        rc = [k for k in own if k["phase"] == "RECOMPUTE"]
+        groups = {}
+        for g in sorted({k["comm_group"] for k in own if k["kind"] == "COMM"}):
+            mine = merged(_span(k for k in own if k["kind"] == "COMM" and k["comm_group"] == g))
+            groups[g] = [length(mine), intersection(comp, mine)]
+        start = min(k["ts"] for k in own)
+        end = max(k["ts"] + k["dur"] for k in own)
+        out.append({
+            "iteration": it, "op": op, "microbatch": mb, "chunk": chunk, "start": start,
+            "end": end, "wall": end - start, "comp": length(comp), "comm": length(comm),
+            "mem": length(merged(_span(k for k in own if k["kind"] == "MEM"))),
+            "overlap": intersection(comp, comm), "idle": end - start - length(
+                merged(_span(own))), "groups": groups,
+            "recompute": length(merged(_span(rc))),
+            "recompute_comp": length(merged(_span(k for k in rc if k["kind"] == "COMP"))),
+            "recompute_comm": length(merged(_span(k for k in rc if k["kind"] == "COMM"))),
+            "p2p": length(merged(_span(k for k in ks if k["p2p"]))), "kernels": len(ks)})
     return out
 
 
@@ -82,17 +97,6 @@ def group_totals(rows: list[dict]) -> dict[str, dict]:
 
 
 def stage_ops(rows: list[dict]) -> list[dict]:
-    """F / B op spans (first kernel start .. last kernel end, compute and comm of the op
-    itself, P2P and DP excluded) of one rank, in time order."""
-    spans = [{"iteration": m["iteration"], "op": "F" if m["phase"] == "FWD" else "B",
-              "microbatch": m["microbatch"], "chunk": m["chunk"], "start": m["start"],
-              "end": m["end"]}
-             for m in microbatch_metrics(rows) if m["phase"] in ("FWD", "BWD")]
-    recompute = {(m["iteration"], m["microbatch"], m["chunk"]): m
-                 for m in microbatch_metrics(rows) if m["phase"] == "RECOMPUTE"}
-    for s in spans:  # a backward op includes the recompute of its layers
-        rc = recompute.get((s["iteration"], s["microbatch"], s["chunk"]))
-        if s["op"] == "B" and rc:
-            s["start"] = min(s["start"], rc["start"])
-            s["end"] = max(s["end"], rc["end"])
-    return sorted(spans, key=lambda s: s["start"])
+    """F / B step windows (see the module doc) of one rank, in time order."""
+    return sorted(({k: m[k] for k in ("iteration", "op", "microbatch", "chunk", "start", "end")}
+                   for m in microbatch_metrics(rows)), key=lambda s: s["start"])

@@ -36,8 +36,10 @@ COMP, COMM, MEM = range(3)
 PHASES = ("FWD", "BWD", "RECOMPUTE", "OPTIMIZER", "OTHER")
 FWD, BWD, RECOMPUTE, OPTIMIZER, OTHER = range(5)
 
-# ``comm_group``: the parallel group of a COMM activity
-GROUPS = ("TP", "CP", "EP", "ETP", "DP", "EDP", "PP", "OTHER")
+# ``comm_group``: the parallel group of a COMM activity (Megatron's group_desc -> group:
+# README, "Definitions"); EMB / POS_EMB are the (position) embedding groups of the first
+# and last pipeline stages, apart from PP's send / receive
+GROUPS = ("TP", "CP", "EP", "ETP", "DP", "EDP", "PP", "EMB", "POS_EMB", "OTHER")
 
 # ``collective``: the collective type of a COMM activity
 COLLECTIVES = ("AllReduce", "AllGather", "ReduceScatter", "AllToAll", "Broadcast",
