@@ -23,10 +23,14 @@ except ModuleNotFoundError:  # pragma: no cover
 
 import zstandard
 
-ACTIVITY = {"kernel": "kernel", "Kernel": "kernel", "gpu_memcpy": "gpu_memcpy",
-            "Memcpy": "gpu_memcpy", "gpu_memset": "gpu_memset", "Memset": "gpu_memset"}
-DEVICE_SIDE = set(ACTIVITY) | {"gpu_user_annotation", "cuda_sync"}
-LAUNCH = {"cuda_runtime", "cuda_driver", "Runtime", "Driver"}
+# Kineto's device activity types (libkineto ActivityType.h): CUDA / ROCm / XPU kernels,
+# memcpy, memset and MTIA's on-device CCP events; the host-side launch types
+ACTIVITY = {"kernel": "kernel", "Kernel": "kernel", "mtia_ccp_events": "kernel",
+            "gpu_memcpy": "gpu_memcpy", "Memcpy": "gpu_memcpy", "gpu_memset": "gpu_memset",
+            "Memset": "gpu_memset"}
+DEVICE_SIDE = set(ACTIVITY) | {"gpu_user_annotation", "cuda_sync", "xpu_sync"}
+LAUNCH = {"cuda_runtime", "cuda_driver", "Runtime", "Driver", "mtia_runtime", "xpu_runtime",
+          "xpu_driver", "hpu_op", "privateuse1_runtime", "privateuse1_driver"}
 CPU_OP = {"cpu_op", "Operator"}
 LAUNCH_FLOWS = {"ac2g", "async", "async_cpu_to_gpu"}
 INT64 = (-(1 << 63), (1 << 63) - 1)

@@ -33,14 +33,15 @@ def test_breakdown_matches_ground_truth(job, tmp_path):
     assert {"temporal_breakdown.png", "kernel_type_breakdown.png",
             "idle_time_breakdown.png"} <= names
     truth = pq.read_table(job / "ground_truth" / "kernels.parquet").to_pylist()
-    rows = {(int(r["rank"]), int(r["iteration"])): r
+    # the whole trace is the row with no iteration (empty in the CSV)
+    rows = {(int(r["rank"]), r["iteration"]): r
             for r in csv.DictReader(open(out / "temporal_breakdown.csv"))}
     for rank in range(4):
         mine = [t for t in truth if t["rank"] == rank]
         spans = {k: [(t["ts"], t["ts"] + t["dur"]) for t in mine if t["kind"] == k]
                  for k in ("COMP", "COMM", "MEM")}
         everything = [s for v in spans.values() for s in v]
-        r = rows[(rank, -1)]
+        r = rows[(rank, "")]
         assert int(r["compute_ns"]) == union_length(spans["COMP"])
         assert int(r["comm_ns"]) == union_length(spans["COMM"])
         span = max(e for _, e in everything) - min(s for s, _ in everything)

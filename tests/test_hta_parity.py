@@ -43,10 +43,18 @@ def _ours(case: str, rank: int, mode: str):
     if table is None:
         pytest.skip(f"{case}: its trace is not among ../shared/traces (HTA's own test data "
                     "only)")
-    return select(table, Options(drop_last_step=True, hta_compat=mode == "rounded"))
+    return select(table, Options(drop_last_step=True, hta_compat=mode != "exact_ns"))
 
 
-TEMPORAL = [(m, r) for m in ("exact_ns", "rounded") for r in _rows(m, "temporal_breakdown.csv")]
+# mtia/: HTA (rounded µs) on an MTIA trace, whose device activities are mtia_ccp_events
+COMPAT = ("rounded", "mtia")
+TEMPORAL = [(m, r) for m in ("exact_ns", *COMPAT) for r in _rows(m, "temporal_breakdown.csv")]
+
+
+def _negative_us(acts) -> float:
+    """Total length (µs) of the activities HTA's rounding gives a negative duration."""
+    neg = acts.end < acts.ts
+    return float((acts.ts[neg] - acts.end[neg]).sum()) / US
 
 
 @pytest.mark.parametrize("mode,ref", TEMPORAL,
@@ -54,19 +62,26 @@ TEMPORAL = [(m, r) for m in ("exact_ns", "rounded") for r in _rows(m, "temporal_
 def test_temporal_breakdown(mode, ref):
     acts = _ours(ref["case"], int(ref["rank"]), mode)
     row = temporal_breakdown([sweep(acts)]).to_pylist()[0]
-    assert row["iteration"] == -1
+    assert row["iteration"] is None  # the whole trace
     got = {k: row[f"{k}_ns"] / US for k in ("idle", "compute", "non_compute", "kernel_time")}
     want = {k: float(ref[f"{k}_time(us)"]) for k in ("idle", "compute", "non_compute",
                                                       "kernel")}
     want["kernel_time"] = want.pop("kernel")
-    if mode == "rounded" and ref["case"] in HTA_ONLY_ROWS:
+    slack = _negative_us(acts)
+    if slack:
+        # HTA's µs rounding gives some activities negative durations; its interval
+        # sums then depend on its (unstable) sort order, by at most their total length
+        for k in got:
+            assert abs(got[k] - want[k]) <= slack, k
+        return
+    if mode != "exact_ns" and ref["case"] in HTA_ONLY_ROWS:
         # HTA's number includes rows traceviz does not treat as GPU activities; ours is
         # checked against an independent union of the selected activities instead
         assert row["kernel_time_ns"] - row["idle_ns"] == measure(acts.ts, acts.end)
         assert got != pytest.approx(want, abs=1), HTA_ONLY_ROWS[ref["case"]]
         return
     # exact_ns: HTA holds epoch µs (~1.7e15) in float64, whose spacing there is 0.25 µs
-    assert got == pytest.approx(want, abs=1 if mode == "rounded" else 0.25)
+    assert got == pytest.approx(want, abs=1 if mode != "exact_ns" else 0.25)
     for k in ("idle", "compute", "non_compute"):
         assert round(row[f"{k}_pct"], 2) == pytest.approx(float(ref[f"{k}_time_pctg"]),
                                                            abs=0.0101)
@@ -76,7 +91,7 @@ def test_temporal_breakdown(mode, ref):
     assert sum(row[f"{p}_ns"] for p in parts) == row["kernel_time_ns"]
 
 
-OVERLAP = [(m, r) for m in ("exact_ns", "rounded") for r in _rows(m, "comm_comp_overlap.csv")]
+OVERLAP = [(m, r) for m in ("exact_ns", *COMPAT) for r in _rows(m, "comm_comp_overlap.csv")]
 
 
 @pytest.mark.parametrize("mode,ref", OVERLAP,
@@ -111,25 +126,30 @@ def _kernel_types(mode: str) -> list[tuple[str, str, dict]]:
     return [(mode, c, v) for c, v in sorted(by_case.items())]
 
 
-KTYPES = _kernel_types("rounded")
+KTYPES = _kernel_types("rounded") + _kernel_types("mtia")
 
 
 @pytest.mark.parametrize("mode,case,want", KTYPES, ids=[c for _, c, _ in KTYPES])
 def test_kernel_type_breakdown_rounded(mode, case, want):
     if case in HTA_ONLY_ROWS:
         pytest.skip(f"{case}: {HTA_ONLY_ROWS[case]} (see test_temporal_breakdown)")
-    acts = [_ours(case, rank, mode) for rank in _ranks_of(case)]
+    acts = [_ours(case, rank, mode) for rank in _ranks_of(case, mode)]
     got = {r["kernel_type"]: (r["time_ns"] / US, r["percentage"])
            for r in kernel_type_breakdown([sweep(a) for a in acts]).to_pylist()}
+    slack = sum(_negative_us(a) for a in acts)
+    if slack:  # negative rounded durations: see test_temporal_breakdown
+        for k in got.keys() | want.keys():
+            assert abs(got.get(k, (0, 0))[0] - want.get(k, (0, 0))[0]) <= slack, k
+        return
     assert {k: v[0] for k, v in got.items()} == pytest.approx({k: v[0] for k, v in
                                                                want.items()}, abs=1)
     assert {k: round(v[1], 1) for k, v in got.items()} == {k: v[1] for k, v in want.items()}
 
 
-def _ranks_of(case: str) -> list[int]:
+def _ranks_of(case: str, mode: str) -> list[int]:
     """The case's ranks, as HTA's temporal breakdown lists them (the type table sums
     over them)."""
-    return sorted({int(r["rank"]) for r in _rows("rounded", "temporal_breakdown.csv")
+    return sorted({int(r["rank"]) for r in _rows(mode, "temporal_breakdown.csv")
                    if r["case"] == case})
 
 
@@ -160,7 +180,7 @@ def _compat(case: str, rank: int):
     return _ours(case, rank, "rounded")
 
 
-IDLE = _rows("rounded", "idle_time_breakdown.csv")
+IDLE = [r for m in COMPAT for r in _rows(m, "idle_time_breakdown.csv")]
 
 
 @pytest.mark.parametrize("ref", IDLE, ids=[f"{r['case']}-{r['stream']}-{r['idle_category']}"
@@ -182,12 +202,13 @@ def test_idle_time_breakdown(ref):
     assert total == int((ts[order][1:] - end[order][:-1]).sum())
 
 
-LAUNCH = _rows("rounded", "launch_stats_summary.csv")
+LAUNCH = [r for m in COMPAT for r in _rows(m, "launch_stats_summary.csv")]
 
 
 @pytest.mark.parametrize("ref", LAUNCH, ids=[f"{r['case']}-{r['rank']}" for r in LAUNCH])
 def test_launch_stats(ref):
-    got = launch_stats_summary([_compat(ref["case"], int(ref["rank"]))]).to_pylist()[0]
+    got = launch_stats_summary([_compat(ref["case"], int(ref["rank"]))],
+                               hta_compat=True).to_pylist()[0]
     counts = ("launch_kernel_pairs", "short_gpu_kernels", "runtime_outliers",
               "launch_delay_outliers")
     ref_counts = [k for k in ref if k.startswith("n_")]
@@ -203,7 +224,7 @@ def test_launch_stats(ref):
             assert got[ours] / US == pytest.approx(float(ref[theirs]), abs=1e-4, rel=1e-5)
 
 
-QUEUE = _rows("rounded", "queue_length_summary.csv")
+QUEUE = [r for m in COMPAT for r in _rows(m, "queue_length_summary.csv")]
 
 
 @pytest.mark.parametrize("ref", QUEUE, ids=[f"{r['case']}-{r['stream']}" for r in QUEUE])
@@ -222,15 +243,15 @@ def test_queue_length_summary(ref):
                                                      rel=0.01, abs=0.5)
 
 
-TOP = sorted({(r["case"], int(r["rank"])) for r in _rows("rounded",
-                                                          "kernel_breakdown_top10.csv")})
+TOP = sorted({(m, r["case"], int(r["rank"])) for m in COMPAT
+              for r in _rows(m, "kernel_breakdown_top10.csv")})
 
 
-@pytest.mark.parametrize("case,rank", TOP, ids=[f"{c}-{r}" for c, r in TOP])
-def test_top_kernels_hta_compat(case, rank):
+@pytest.mark.parametrize("mode,case,rank", TOP, ids=[f"{c}-{r}" for _, c, r in TOP])
+def test_top_kernels_hta_compat(mode, case, rank):
     if case in HTA_ONLY_ROWS:
         pytest.skip(f"{case}: {HTA_ONLY_ROWS[case]} (a documented deliberate difference)")
-    want = {(r["kernel_type"], r["name"]): r for r in _rows("rounded", "kernel_breakdown_top10.csv")
+    want = {(r["kernel_type"], r["name"]): r for r in _rows(mode, "kernel_breakdown_top10.csv")
             if r["case"] == case and int(r["rank"]) == rank}
     # HTA's export cuts names at 160 characters
     got = {(r["kernel_type"], r["name"][:160]): r

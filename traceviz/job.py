@@ -115,7 +115,8 @@ class Job:
 
     def temporal_breakdown(self, **options) -> pa.Table:
         """Per rank and iteration: idle / compute / non-compute (HTA), the finer split of
-        the span and the comm-compute overlap; iteration -1 is the whole trace."""
+        the span and the comm-compute overlap; iteration null is the whole trace, -1 the
+        activities outside every ProfilerStep."""
         return self.breakdown(**options)["temporal_breakdown"]
 
     def kernel_type_breakdown(self, **options) -> pa.Table:
@@ -138,7 +139,7 @@ class Job:
         """Per rank over the whole trace: compute, communication and their overlap (ns),
         and the overlap as a share of communication (%, null without communication)."""
         t = self.temporal_breakdown()
-        t = t.filter(pa.compute.equal(t["iteration"], -1))
+        t = t.filter(pa.compute.is_null(t["iteration"]))
         return pa.table({"rank": t["rank"], "comp_ns": t["compute_ns"],
                          "comm_ns": t["comm_ns"], "overlap_ns": t["compute_overlapped_comm_ns"],
                          "overlap_pct": t["overlap_pct"]})

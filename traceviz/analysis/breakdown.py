@@ -42,7 +42,7 @@ def breakdown_tables(ranks: list[RankActivities], params: Params = Params(),
                                    hta_compat),
         "idle_time_breakdown": idle_breakdown(ranks, params.kernel_wait_ns),
         "launch_stats": launch_stats_summary(ranks, params.runtime_cutoff_ns,
-                                             params.launch_delay_cutoff_ns),
+                                             params.launch_delay_cutoff_ns, hta_compat),
         "queue_length_summary": queue_length_summary(ranks),
         "memory_bw_summary": memory_bw_summary(ranks, hta_compat),
     }

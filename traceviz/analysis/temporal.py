@@ -13,7 +13,8 @@ OTHER activities (:func:`..intervals.grouped_combination_times`):
   left out), labelled as HTA does ("COMPUTATION overlapping COMMUNICATION"), summed over
   ranks.
 
-Times are int64 ns; ``iteration`` -1 is the whole selection of a rank.
+Times are int64 ns; ``iteration`` null is the whole selection of a rank, -1 its
+activities outside every ProfilerStep.
 """
 from __future__ import annotations
 
@@ -38,9 +39,10 @@ def _has(bit: int) -> np.ndarray:
 
 @dataclass
 class RankSweep:
-    """One rank's sweep: per group (the whole selection first as iteration -1, then each
-    iteration) the kernel_time span (ns) and the time per category mask
-    (int64[groups, 16]). Every table of this module is read from it."""
+    """One rank's sweep: per group (the whole selection first, then each iteration: -1
+    for the activities outside every ProfilerStep) the kernel_time span (ns) and the
+    time per category mask (int64[groups, 16]). ``iterations`` holds the iteration of
+    each group but the first. Every table of this module is read from it."""
 
     rank: int
     activities: int
@@ -60,7 +62,7 @@ def sweep(acts: RankActivities) -> RankSweep:
                                       len(SWEEP_KINDS))
     lo, hi = grouped_span(ts, end, keys, its.shape[0] + 1)
     spans = np.where(hi >= lo, hi - lo, 0)
-    return RankSweep(acts.rank, n, np.concatenate([[-1], its]), spans, times)
+    return RankSweep(acts.rank, n, its, spans, times)
 
 
 def temporal_breakdown(sweeps: list[RankSweep]) -> pa.Table:
@@ -77,8 +79,8 @@ def temporal_breakdown(sweeps: list[RankSweep]) -> pa.Table:
         busy = t[:, 1:].sum(axis=1)
         cc = from_sweep(t)
         compute, comm_t, both = cc.comp, cc.comm, cc.overlap
-        cols["rank"] += [sw.rank] * its.shape[0]
-        cols["iteration"] += its.tolist()
+        cols["rank"] += [sw.rank] * (its.shape[0] + 1)
+        cols["iteration"] += [None] + its.tolist()  # None: the whole trace
         cols["kernel_time_ns"] += span.tolist()
         cols["idle_ns"] += (span - busy).tolist()
         cols["compute_ns"] += compute.tolist()
@@ -95,7 +97,8 @@ def temporal_breakdown(sweeps: list[RankSweep]) -> pa.Table:
                          from_pandas=True) for k, v in cols.items()}
     span = np.array(cols["kernel_time_ns"], dtype=np.int64)
     for part in ("idle", "compute", "non_compute"):
-        table[f"{part}_pct"] = pa.array(percent(np.array(cols[f"{part}_ns"], np.int64), span))
+        table[f"{part}_pct"] = pa.array(percent(np.array(cols[f"{part}_ns"], np.int64), span),
+                                        from_pandas=True)
     return pa.table(table)
 
 

@@ -39,7 +39,7 @@ def summary_lines(tables: dict, failed: list[str]) -> list[str]:
     """Per rank the shares of the span and the overlap; then the skipped inputs."""
     lines = []
     for r in tables["temporal_breakdown"].to_pylist():
-        if r["iteration"] != -1:
+        if r["iteration"] is not None:  # the whole-trace rows only
             continue
         overlap = r["overlap_pct"]
         lines.append(

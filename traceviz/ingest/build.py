@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import weakref
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -65,6 +66,9 @@ from ..table.schema import (
     PHASES,
 )
 from ..topology.layout import Layout, to_json
+
+
+GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)GraphLaunch")
 
 
 def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
@@ -202,10 +206,14 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     links.corr = None
     no_launch = links.launch_row < 0
     lg = launch.gatherer(links.launch_row)
-    links.launch_row = None
     put("launch_dur", lg("dur"), no_launch, pa.int64())
-    put("launch_name", s.dictionary(lg("name")))
-    del lg
+    launch_name = lg("name")
+    graph = s.matches(GRAPH_LAUNCH)[launch_name]  # CUDA / HIP graph replays
+    links.stats["launched by a graph launch"] = int(graph.sum())
+    links.stats["graph launches"] = int(np.unique(links.launch_row[graph]).shape[0])
+    links.launch_row = None
+    put("launch_name", s.dictionary(launch_name))
+    del lg, launch_name, graph
     og = ops.gatherer(links.op_row)
     links.op_row = None
     put("cpu_op", s.dictionary(og("name")))
@@ -269,6 +277,14 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     meta = trace_metadata(scanned, rank, rank_source, stats, steps, kinds)
     meta["classification"] = classification
     out.metadata = {METADATA_KEY: json.dumps(meta).encode()}
+    unread = _unknown_device_events(scanned, s)
+    if unread:
+        meta["stats"]["device events not read"] = unread
+        scanned.warnings.append(
+            f"{scanned.source}: " + ", ".join(f"{n} {cat or '(no category)'}"
+                                              for cat, n in unread.items())
+            + " events on a device's timeline are of a kind traceviz does not read as "
+              "device activities; their time is not in the tables")
     cpu_out = None
     if cpu:
         cpu_out = cpu_columns(scanned, s, pid_of, tid_of, plan.output_held(n))
@@ -361,6 +377,28 @@ def _collective_columns(coll: CollectiveMeta, s: Strings, patterns: Patterns,
                    ("src_rank", pa.int32()), ("dst_rank", pa.int32())):
         v = full(f[col], np.int64 if t == pa.int64() else np.int32)
         put(col, v, v < 0, t)
+
+
+DEVICE_LABEL = re.compile(r"^(GPU|NPU|XPU|HPU|MTIA|TPU|Device)\b|Ascend Hardware", re.I)
+
+
+def _unknown_device_events(scanned: ScannedTrace, s: Strings) -> dict[str, int]:
+    """Complete events of an unknown (or no) category on a device's timeline (a process
+    Kineto labels ``GPU N`` and the like): category -> count."""
+    h = scanned.header
+    device_pids = {pid for pid, text in {**h.process_names, **h.process_labels}.items()
+                   if DEVICE_LABEL.search(str(text))}
+    if not device_pids or not len(scanned.stores["ops"]):
+        return {}
+    pid_of, _ = thread_numbers(scanned.threads)
+    on_device = np.array([p in device_pids for p in pid_of.tolist()] + [False])
+    unknown = np.isin(s.cls, (L.CLS_OTHER, L.CLS_NONE))
+    counts: dict[int, int] = {}
+    for _, cols in scanned.stores["ops"].blocks("cat", "thread"):
+        hit = on_device[cols["thread"]] & unknown[cols["cat"]]
+        for cat, n in zip(*np.unique(cols["cat"][hit], return_counts=True)):
+            counts[int(cat)] = counts.get(int(cat), 0) + int(n)
+    return {(s.texts[c] if c >= 0 else ""): n for c, n in sorted(counts.items())}
 
 
 def _name_kinds(s: Strings, gpu, patterns: Patterns) -> np.ndarray:

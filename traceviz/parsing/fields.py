@@ -76,14 +76,20 @@ F_PH, F_CAT, F_ID, F_THREAD, F_TS, F_BP = (
  CLS_DRIVER, CLS_CPU_OP, CLS_USER_ANNOT, CLS_PYTHON, CLS_OTHER, CLS_LAUNCH_FLOW,
  CLS_FWDBWD) = range(14)
 
+# Kineto's activity types (libkineto/include/ActivityType.h) and older spellings. Device
+# activities: CUDA / ROCm / XPU kernels, memcpy, memset; MTIA's on-device CCP events.
+# Launches: the runtime / driver calls of CUDA, ROCm (HIP through cuda_runtime), MTIA,
+# XPU, HPU and PrivateUse1 backends.
 CATEGORY_CLASS = {
-    "kernel": CLS_KERNEL, "Kernel": CLS_KERNEL,
+    "kernel": CLS_KERNEL, "Kernel": CLS_KERNEL, "mtia_ccp_events": CLS_KERNEL,
     "gpu_memcpy": CLS_MEMCPY, "Memcpy": CLS_MEMCPY,
     "gpu_memset": CLS_MEMSET, "Memset": CLS_MEMSET,
     "gpu_user_annotation": CLS_GPU_ANNOT,
-    "cuda_sync": CLS_SYNC,
-    "cuda_runtime": CLS_RUNTIME, "Runtime": CLS_RUNTIME,
-    "cuda_driver": CLS_DRIVER, "Driver": CLS_DRIVER,
+    "cuda_sync": CLS_SYNC, "xpu_sync": CLS_SYNC,
+    "cuda_runtime": CLS_RUNTIME, "Runtime": CLS_RUNTIME, "mtia_runtime": CLS_RUNTIME,
+    "xpu_runtime": CLS_RUNTIME, "hpu_op": CLS_RUNTIME, "privateuse1_runtime": CLS_RUNTIME,
+    "cuda_driver": CLS_DRIVER, "Driver": CLS_DRIVER, "xpu_driver": CLS_DRIVER,
+    "privateuse1_driver": CLS_DRIVER,
     "cpu_op": CLS_CPU_OP, "Operator": CLS_CPU_OP,
     "user_annotation": CLS_USER_ANNOT,
     "python_function": CLS_PYTHON,

@@ -25,7 +25,7 @@ def _finish(fig, ax, title: str, legend: dict | None = None):
 
 def temporal(table: pa.Table):
     """Stacked bars: share of each rank's span per part (whole selection)."""
-    rows = [r for r in table.to_pylist() if r["iteration"] == -1]
+    rows = [r for r in table.to_pylist() if r["iteration"] is None]  # whole trace
     fig = new_figure((max(4, 0.5 * len(rows) + 2), 4))
     ax = fig.subplots()
     bottom = np.zeros(len(rows))

@@ -104,7 +104,7 @@ def _summary(rep: dict) -> str:
 
 
 def _overlap(rep: dict, temporal, figure: bytes | None) -> str:
-    shares = {r["rank"]: r for r in temporal if r["iteration"] == -1}
+    shares = {r["rank"]: r for r in temporal if r["iteration"] is None}  # whole trace
     rows, ids = [], []
     for r in rep["overlap"]["per_rank"]:
         s = shares.get(r["rank"], {})
