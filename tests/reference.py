@@ -92,9 +92,17 @@ def thread_key(ev: dict):
     return one(ev.get("pid")), one(ev.get("tid"))
 
 
-def kind_of(cat: str, name: str) -> str:
+COLLECTIVE_ARGS = ("Collective name", "Process Group Name", "In msg nelems", "Group size",
+                   "Process Group Ranks")
+
+
+def kind_of(cat: str, name: str, collective: bool = False) -> str:
+    """MEM for memory activities, COMM for a kernel the trace states is a collective
+    (``collective``) or whose name matches a communication pattern, else COMP."""
     if cat in ("gpu_memcpy", "gpu_memset"):
         return "MEM"
+    if collective:
+        return "COMM"
     k = PATTERNS["kind"]
     if any(re.search(p, name) for p in k["memory"]):
         return "MEM"
@@ -111,7 +119,7 @@ def complete(ev) -> bool:
 def activities(doc) -> dict[int, dict]:
     """Expected activity rows keyed by the event's position in traceEvents."""
     events = events_of(doc)
-    launches, ops, steps, flows = [], [], [], []
+    launches, ops, steps, flows, rpc = [], [], [], [], []
     step_re = re.compile(PATTERNS["steps"]["iteration"])
     for idx, ev in enumerate(events):
         if isinstance(ev, dict) and ev.get("ph") in ("s", "f") and ev.get("cat") in LAUNCH_FLOWS:
@@ -127,6 +135,8 @@ def activities(doc) -> dict[int, dict]:
             launches.append(row)
         elif cat in CPU_OP:
             ops.append(row)
+        if name == "record_param_comms":
+            rpc.append(row)
         if (cat not in DEVICE_SIDE and cat not in LAUNCH and cat != "python_function"
                 and name and step_re.match(name)):
             steps.append((ts, dur, int(step_re.match(name).group(1)), idx))
@@ -198,7 +208,10 @@ def activities(doc) -> dict[int, dict]:
             "cpu_op_external_id": (arg_int(op["args"], "External id", "external id")
                                    if op else None),
             "iteration": iteration,
-            "kind": kind_of(cat, name or ""),
+            "kind": kind_of(cat, name or "", cat == "kernel" and (
+                any(k in args for k in COLLECTIVE_ARGS) or (launch is not None and any(
+                    r["thread"] == launch["thread"]
+                    and r["ts"] <= launch["ts"] < r["ts"] + max(r["dur"], 0) for r in rpc)))),
         }
     return out
 

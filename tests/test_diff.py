@@ -27,7 +27,8 @@ def test_matches_hta_trace_diff(pair):
                 if r["pair"] == pair}
     control, test = (load_side(TRACES / "hta" / p, label) for p, label in
                      zip(PAIRS[pair], ("control", "test")))
-    got = {(r["device"], r["name"]): r for r in compare(control, test).to_pylist()}
+    got = {(r["device"], r["name"]): r
+           for r in compare(control, test, hta_compat=True).to_pylist()}
     assert got.keys() == want.keys()
     for key, w in want.items():
         g = got[key]
@@ -57,7 +58,18 @@ def test_matches_hta_trace_diff(pair):
     ("std::vector<int> foo(bar<baz>)", "foo"),
 ])
 def test_short_name(name, short):
-    assert short_name(name) == short
+    assert short_name(name) == short_name(name, hta_compat=True) == short
+
+
+@pytest.mark.parametrize("name,ours,hta", [
+    ("<built-in method to of Tensor object at 0x7f>", "<built-in method to of Tensor object "
+     "at 0x7f>", ""),
+    ("void at::native::(anonymous namespace)::reduce_kernel<512, 1>(float*)",
+     "at::native::(anonymous namespace)::reduce_kernel", "at::native::::reduce_kernel"),
+    ("(x)", "(x)", ""),
+])
+def test_short_name_keeps_what_hta_loses(name, ours, hta):
+    assert (short_name(name), short_name(name, hta_compat=True)) == (ours, hta)
 
 
 @pytest.fixture(scope="module")

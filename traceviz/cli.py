@@ -269,6 +269,7 @@ def breakdown(inputs, outdir, ranks, iterations, streams, drop_last_step, hta_co
     result = command.run(list(inputs), opts, ranks=_int_list(ranks), params=params)
     written = _write(result, outdir)
     _echo_all(result.lines)
+    _echo_all(result.notes, err=True)
     click.echo(f"wrote {len(written)} files to {outdir}", err=True)
 
 
@@ -284,10 +285,13 @@ def breakdown(inputs, outdir, ranks, iterations, streams, drop_last_step, hta_co
 @click.option("--test-iterations", help="Comma-separated ProfilerStep numbers "
               "[default: the first].")
 @click.option("--full-names", is_flag=True,
-              help="Compare full names (default: HTA's short names, arguments and "
-              "templates stripped).")
+              help="Compare full names (default: short names, arguments and templates "
+              "stripped).")
+@click.option("--hta-compat", is_flag=True,
+              help="HTA's short names exactly (they empty Python's <built-in ...> names and "
+                   "drop '(anonymous namespace)').")
 def diff(control, test, outdir, control_rank, test_rank, control_iterations,
-         test_iterations, full_names) -> None:
+         test_iterations, full_names, hta_compat) -> None:
     """Compare two traces: kernels and CPU ops added, deleted, run more or less often,
     and their change in total time (HTA's trace diff).
 
@@ -303,7 +307,8 @@ def diff(control, test, outdir, control_rank, test_rank, control_iterations,
 
     result = command.run(control, test, control_rank=control_rank, test_rank=test_rank,
                          control_iterations=_int_list(control_iterations),
-                         test_iterations=_int_list(test_iterations), full_names=full_names)
+                         test_iterations=_int_list(test_iterations), full_names=full_names,
+                         hta_compat=hta_compat)
     _write(result, outdir)
     _echo_all(result.lines)
     click.echo(f"wrote trace_diff.csv, trace_diff.parquet, trace_diff.png to {outdir}",

@@ -33,6 +33,7 @@ class RankSummary:
     hidden_by: dict[tuple[str, str], int]  # |COMM kernels of the key ∩ COMP|
     calls: RankCalls
     truncated_at: int | None = None    # byte offset where a cut trace ends
+    backward: bool = False             # a backward pass was traced
 
 
 def _device_name(meta: dict) -> str | None:
@@ -71,4 +72,5 @@ def summarize(table: pa.Table, rank: int) -> RankSummary:
         comm_ns=int(whole.comm[0]), comp_ns=int(whole.comp[0]),
         overlap_ns=int(whole.overlap[0]), busy_by=busy_by, hidden_by=hidden,
         calls=rank_calls(table, rank),
-        truncated_at=(meta.get("stats") or {}).get("truncated_at"))
+        truncated_at=(meta.get("stats") or {}).get("truncated_at"),
+        backward=bool(((meta.get("classification") or {}).get("phases") or {}).get("BWD")))

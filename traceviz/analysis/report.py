@@ -4,8 +4,10 @@ rendered from it by :mod:`traceviz.render.report_text`).
 Definitions (all times are GPU kernel times in ns unless named otherwise):
 
 * Throughput per traced iteration: the ProfilerStep span from the earliest start to the
-  latest end over all ranks (clock-synced); tokens/s = global batch x sequence length /
-  that time; TFLOP/s per GPU = FLOPs per token x tokens / time / GPUs; MFU = that / peak.
+  latest end over all ranks (clock-synced; without synced clocks the longest rank's own
+  span); tokens/s = global batch x sequence length / that time; TFLOP/s per GPU = FLOPs
+  per token x tokens / time / the job's GPUs (its world size, not the ranks traced); MFU
+  = that / peak, never above 100 % (inputs that give more are reported, not used).
   Without ProfilerSteps the traced GPU window stands in for one iteration.
 * Overlap per rank = |COMM ∩ COMP| / |COMM| over GPU kernels (interval unions).
 * Per call on one rank: S (nccl-tests' operation size), algbw = S / kernel time, busbw =
@@ -60,23 +62,37 @@ class _RankCalls:
             self.algbw = np.where(known & (self.busy > 0), self.nbytes / self.busy, np.nan)
 
 
-def _iterations(summaries: list[RankSummary], offsets: dict[int, int]) -> list[dict]:
-    spans: dict[int, list[int]] = {}
+def _iterations(summaries: list[RankSummary], offsets: dict[int, int], synced: bool
+                ) -> list[dict]:
+    """Per traced iteration its start and time (ns): from the earliest start to the
+    latest end over all ranks on synced clocks; without synced clocks (several ranks that
+    nothing links) the longest rank's own span, as ranks' clocks cannot be compared.
+    Without ProfilerSteps the traced GPU window stands in (iteration None)."""
+    spans: dict = {}
+    cross_rank = synced or len(summaries) == 1
     for s in summaries:
         off = offsets.get(s.rank, 0)
-        for it, ts, dur in s.steps:
-            lo, hi = spans.setdefault(it, [ts - off, ts + dur - off])
-            spans[it] = [min(lo, ts - off), max(hi, ts + dur - off)]
-    if not spans:  # no ProfilerStep: the whole traced GPU window
-        with_work = [s for s in summaries if s.last_end > s.first_ts]
-        if with_work:
-            spans[-1] = [min(s.first_ts - offsets.get(s.rank, 0) for s in with_work),
-                         max(s.last_end - offsets.get(s.rank, 0) for s in with_work)]
+        own = [(it, ts - off, ts + dur - off) for it, ts, dur in s.steps]
+        if not own and s.last_end > s.first_ts:  # no ProfilerStep: the GPU window
+            own = [(None, s.first_ts - off, s.last_end - off)]
+        for it, lo, hi in own:
+            if it not in spans:
+                spans[it] = [lo, hi]
+            elif cross_rank:
+                spans[it] = [min(spans[it][0], lo), max(spans[it][1], hi)]
+            elif hi - lo > spans[it][1] - spans[it][0]:
+                spans[it] = [lo, hi]
+    if None in spans and len(spans) > 1:  # ranks with steps decide
+        del spans[None]
     return [{"iteration": it, "start_ns": lo, "time_ns": hi - lo}
-            for it, (lo, hi) in sorted(spans.items())]
+            for it, (lo, hi) in sorted(spans.items(), key=lambda kv: (kv[0] is None,
+                                                                      kv[0] or 0))]
 
 
-def _throughput(iters: list[dict], config: RunConfig, gpus: int) -> dict:
+def _throughput(iters: list[dict], config: RunConfig, gpus: int, notes: list[str]) -> dict:
+    """Per iteration: time, tokens/s, samples/s, TFLOP/s per GPU (over the job's ``gpus``,
+    not the ranks traced) and MFU. An MFU above 100 % is impossible: it is left out
+    (null), with a note on what does not fit."""
     tokens = config.tokens_per_iteration
     rows = []
     for r in iters:
@@ -89,13 +105,21 @@ def _throughput(iters: list[dict], config: RunConfig, gpus: int) -> dict:
         if tokens and config.flops_per_token and sec > 0:
             row["tflops_per_gpu"] = config.flops_per_token * tokens / sec / gpus / 1e12
             if config.peak_tflops:
-                row["mfu_pct"] = 100.0 * row["tflops_per_gpu"] / config.peak_tflops
+                mfu = 100.0 * row["tflops_per_gpu"] / config.peak_tflops
+                if mfu <= 100.0:
+                    row["mfu_pct"] = mfu
+                else:
+                    row["tflops_per_gpu"] = None
+                    notes.append(
+                        f"iteration {r['iteration']}: {mfu:,.0f} % MFU is impossible: the "
+                        "FLOPs per token, batch, sequence length, world size or peak given "
+                        "do not fit these traces; TFLOP/s and MFU left out")
         rows.append(row)
     mean = {k: (float(np.mean([r[k] for r in rows])) if rows and rows[0][k] is not None
                 else None)
             for k in ("time_ms", "tokens_per_s", "samples_per_s", "tflops_per_gpu", "mfu_pct")}
     return {"iterations": rows, "mean": mean,
-            "window": "ProfilerStep spans" if iters and iters[0]["iteration"] >= 0
+            "window": "ProfilerStep spans" if iters and iters[0]["iteration"] is not None
             else "traced GPU window (no ProfilerStep)"}
 
 
@@ -117,8 +141,8 @@ def _by(rc: _RankCalls, codes: np.ndarray, labels, extra=None) -> list[dict]:
         busy = rc.busy[sel]
         known = rc.nbytes[sel] >= 0
         row = {"count": int(sel.sum()),
-               "bytes": int(rc.nbytes[sel][known].sum()),
-               "bus_bytes": float(np.nansum(rc.bus_bytes[sel])),
+               "bytes": int(rc.nbytes[sel][known].sum()) if known.any() else None,
+               "bus_bytes": float(np.nansum(rc.bus_bytes[sel])) if known.any() else None,
                "time_ms": float(busy.sum()) / MS,
                "avg_time_ms": float(busy.mean()) / MS,
                "busbw_gbps": _stats(rc.busbw[sel]), "algbw_gbps": _stats(rc.algbw[sel]),
@@ -134,12 +158,14 @@ def _per_rank_network(rc: _RankCalls, summaries: list[RankSummary]) -> list[dict
         sel = rc.rank == s.rank
         bus = rc.bus_bytes[sel]
         ok = np.isfinite(rc.busbw[sel]) & np.isfinite(bus)
+        known = np.isfinite(bus).any()
         rows.append({
             "rank": s.rank, "operations": int(sel.sum()),
-            "bytes": int(np.maximum(rc.nbytes[sel], 0).sum()),
-            "bus_bytes": float(np.nansum(bus)),
+            "bytes": int(np.maximum(rc.nbytes[sel], 0).sum()) if known else None,
+            "bus_bytes": float(np.nansum(bus)) if known else None,
             # bus bytes over the time any communication kernel ran
-            "simple_busbw_gbps": float(np.nansum(bus) / s.comm_ns) if s.comm_ns else None,
+            "simple_busbw_gbps": (float(np.nansum(bus) / s.comm_ns)
+                                  if s.comm_ns and known else None),
             # per-call busbw weighted by bus bytes
             "collective_busbw_gbps": (float(np.average(rc.busbw[sel][ok], weights=bus[ok]))
                                       if ok.any() and bus[ok].sum() > 0 else None)})
@@ -186,15 +212,24 @@ def build_report(summaries: list[RankSummary], config: RunConfig, offsets: dict[
     """The report of a job's ranks (sorted by rank); ``synced``: whether ``offsets``
     come from a clock sync."""
     summaries = sorted(summaries, key=lambda s: s.rank)
+    notes = list(notes or [])
     gpus = len(summaries)
     device = next((s.device_name for s in summaries if s.device_name), None)
     if config.peak_tflops is None:
         config = config.updated(peak_tflops=peak_tflops_of(device))
-    world = max([s.world_size or 0 for s in summaries] + [gpus])
+    stated = max([s.world_size or 0 for s in summaries]
+                 + [layout.world if layout is not None else 0])
+    world = max(stated, gpus)
+    if not stated and config.flops_per_token:
+        notes.append("world size unknown (no distributedInfo, no layout): TFLOP/s per GPU "
+                     f"counts the {gpus} traced GPU(s) only")
     parallel = ({"dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp,
                  "ep": layout.ep} if layout is not None else {})
     rc = _RankCalls(summaries)
-    iters = _iterations(summaries, offsets)
+    iters = _iterations(summaries, offsets, synced)
+    if not synced and gpus > 1:
+        notes.append("iteration time: the longest rank's own span (clocks not synced, "
+                     "spans across ranks cannot be compared)")
     step_ns = sum(sum(d for _, _, d in s.steps) or (s.last_end - s.first_ts)
                   for s in summaries)
 
@@ -208,7 +243,7 @@ def build_report(summaries: list[RankSummary], config: RunConfig, offsets: dict[
         return extra
 
     by_collective = _by(rc, rc.collective, COLLECTIVES, shares("collective", COLLECTIVES))
-    total_bytes = sum(r["bytes"] for r in by_collective)
+    total_bytes = sum(r["bytes"] or 0 for r in by_collective)
     traffic = sorted(({"name": r["name"], "count": r["count"], "bytes": r["bytes"],
                        "pct_of_bytes": _pct(r["bytes"], total_bytes),
                        "avg_time_ms": r["avg_time_ms"]} for r in by_collective),
@@ -217,8 +252,10 @@ def build_report(summaries: list[RankSummary], config: RunConfig, offsets: dict[
     coll_bw = [r["collective_busbw_gbps"] for r in per_rank
                if r["collective_busbw_gbps"] is not None]
     avg_bw = float(np.mean(coll_bw)) if coll_bw else None
-    matched = match([s.calls for s in summaries], offsets)
+    matched = match([s.calls for s in summaries], offsets) if gpus > 1 else None
+    training = any(s.backward for s in summaries)
     return {
+        "kind": "training" if training else "inference (no backward pass traced)",
         "configuration": {
             "gpus": gpus, "world_size": world, "model": config.model,
             "global_batch_size": config.global_batch_size, "seq_len": config.seq_len,
@@ -228,16 +265,19 @@ def build_report(summaries: list[RankSummary], config: RunConfig, offsets: dict[
             "parallelism": parallel, "config_parallelism": config.parallelism,
             "config_source": config.source, "iterations": [r["iteration"] for r in iters],
             "ranks": [s.rank for s in summaries]},
-        "throughput": _throughput(iters, config, gpus),
+        "throughput": _throughput(iters, config, world, notes),
         "overlap": _overlap(summaries),
         "network": {
             "average_collective_busbw_gbps": avg_bw,
             "utilization_pct": (_pct(avg_bw, config.peak_bw_gbps)
                                 if avg_bw is not None and config.peak_bw_gbps else None),
-            "total_bytes": int(total_bytes), "per_rank": per_rank,
+            "total_bytes": int(total_bytes) if any(r["bytes"] is not None
+                                                   for r in by_collective) else None,
+            "per_rank": per_rank,
             "by_collective": by_collective,
             "by_group": _by(rc, rc.comm_group, GROUPS, shares("comm_group", GROUPS))},
         "traffic": traffic,
-        "cross_rank": {**_cross_rank(matched), "clock_synced": synced},
-        "notes": list(notes or []),
+        "cross_rank": ({**_cross_rank(matched), "clock_synced": synced} if matched is not None
+                       else None),
+        "notes": notes,
     }

@@ -1,7 +1,7 @@
 """What the Perfetto export draws for one rank, computed from its activity table:
 
 * steps: one span per micro-batch step (iteration, phase, micro-batch, chunk: first
-  kernel start to last kernel end) and one per iteration's optimizer work;
+  kernel start to last kernel end) and one per stretch of optimizer work between steps;
 * communication: every COMM kernel with its group, collective, process group, Seq, group
   size, operation size S (nccl-tests', :func:`.calls.operation_bytes`) and bus bandwidth
   from its own kernel time (GB/s = bytes/ns);
@@ -78,9 +78,15 @@ def rank_tracks(table: pa.Table, rank: int, offset_ns: int = 0) -> RankTracks:
     phase = index_in(table["phase"], PHASES)
     it, mb, chunk = (ints(table[c]) for c in ("iteration", "microbatch", "chunk"))
     rows = np.flatnonzero((mb >= 0) | (phase == OPTIMIZER))
+    rows = rows[np.argsort(ts[rows], kind="stable")]
     in_step = mb[rows] >= 0
+    # optimizer work is one span per stretch between micro-batch steps (zero_grad before
+    # the forward and the step after the backward are two spans, not one over both)
+    stretch = np.cumsum(np.r_[0, (phase[rows][1:] == OPTIMIZER)
+                              & (phase[rows][:-1] != OPTIMIZER)])
     keys = np.stack([it[rows], phase[rows], np.where(in_step, mb[rows], -1),
-                     np.where(in_step, chunk[rows], -1)], axis=1)
+                     np.where(in_step, chunk[rows], -1), np.where(in_step, -1, stretch)],
+                    axis=1)
     uniq, grp = np.unique(keys, axis=0, return_inverse=True)
     grp = grp.ravel()
     lo, hi = grouped_span(ts[rows], end[rows], grp, uniq.shape[0])

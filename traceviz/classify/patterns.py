@@ -24,6 +24,7 @@ class Patterns:
     iteration: re.Pattern
     phases: dict[str, re.Pattern]
     comm_groups: tuple[tuple[str, re.Pattern], ...]
+    kernel_groups: tuple[tuple[str, re.Pattern], ...]
     generic_pg_desc: re.Pattern
     raw: dict
 
@@ -63,6 +64,8 @@ def load_patterns(path: str | Path | None = None) -> Patterns:
             phases={k: _compile(v, where) for k, v in data["phases"].items()},
             comm_groups=tuple((c["group"], _compile(c["pattern"], where))
                               for c in data["comm_group"]),
+            kernel_groups=tuple((c["group"], _compile(c["pattern"], where))
+                                for c in data.get("comm_group_by_kernel", [])),
             generic_pg_desc=_compile(data["process_groups"]["generic_description"], where),
             raw=data,
         )

@@ -16,7 +16,8 @@ preference:
    and makes the root gradient on the main thread before the autograd thread runs)
    belongs to it: the main-thread launches from the forward op that its first autograd
    node differentiates (the loss scaling) on, when that op was started after the op
-   before the preceding run ended.
+   before the preceding run ended; where no Sequence number tells, surplus small forward
+   runs right before a backward run (more forward runs than backward runs) join it.
 
 The k-th forward op of an iteration is micro-batch ``k`` under 1F1B; under interleaved
 1F1B (``vpp`` > 1 model chunks per stage) Megatron's schedule table maps k to
@@ -37,7 +38,9 @@ activities wins. Backward ops without that link fall back to their schedule posi
   activation / gradient it moves), taking that op's phase and micro-batch;
 * inside ``Optimizer.step#...`` or optimizer / finalize frames, or after the iteration's
   last backward op (gradient finalization and the optimizer step) -> OPTIMIZER;
-* anything else (and activities without a known launch) -> OTHER.
+* anything else (and activities without a known launch) -> OTHER;
+* a kernel whose own or launching op's name says it is backward work
+  (``phases.backward_name``) is never FWD or OPTIMIZER: BWD (micro-batch unknown).
 """
 from __future__ import annotations
 
@@ -66,6 +69,7 @@ class LaunchFacts:
     optimizer: np.ndarray   # inside an optimizer annotation or frame
     forward_ts: np.ndarray  # start of the forward op its autograd node differentiates; -1
     memory: np.ndarray | None = None  # 1 memcpy, 2 memset, 0 other (None: unknown, 0)
+    backward_named: np.ndarray | None = None  # its kernel or op name says backward
 
 
 def root_spans(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -131,6 +135,7 @@ def ops_from_threads(facts: LaunchFacts, rows: np.ndarray, main_thread: int
         work[run[memory == 0]] = True
         run = np.where(work[run], run, -1)
     _move_preludes(facts, order, kind, run)
+    _merge_excess_forwards(kind, run)
     kept, run = np.unique(run, return_inverse=True)  # dense, in time order
     run = run.ravel() - int(kept[0] < 0 if kept.size else 0)
     member = run >= 0
@@ -144,6 +149,35 @@ def ops_from_threads(facts: LaunchFacts, rows: np.ndarray, main_thread: int
     np.maximum.at(end, run[member], facts.end[order[member]])
     np.maximum.at(op_kind, run[member], kind[member])  # a backward keeps its prelude
     return start, end, op_kind, op_of
+
+
+EXCESS_RUN_LAUNCHES = 4  # a forward run this small can be a backward's prelude
+
+
+def _merge_excess_forwards(kind: np.ndarray, run: np.ndarray) -> None:
+    """When an iteration has more forward runs than backward runs (before its last
+    backward), the surplus are backward preludes the Sequence numbers did not place (the
+    root gradient ``torch.autograd.backward`` makes on the calling thread): the smallest
+    forward runs (at most :data:`EXCESS_RUN_LAUNCHES` launches) directly before a backward
+    run join it, in place, until the counts agree."""
+    pos = np.flatnonzero(run >= 0)
+    if not pos.size:
+        return
+    r = run[pos]
+    first = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+    size = np.diff(np.r_[first, r.size])
+    run_kind = kind[pos[first]]
+    backs = np.flatnonzero(run_kind == B_OP)
+    if not backs.size:
+        return
+    last_b = backs[-1]
+    excess = int((run_kind[:last_b] == F_OP).sum()) - backs.size
+    if excess <= 0:
+        return
+    cands = [b - 1 for b in backs if b >= 1 and run_kind[b - 1] == F_OP
+             and size[b - 1] <= EXCESS_RUN_LAUNCHES]
+    for c in sorted(cands, key=lambda c: size[c])[:excess]:
+        run[pos[first[c]:first[c] + size[c]]] = r[first[c + 1]]
 
 
 def _move_preludes(facts: LaunchFacts, order: np.ndarray, kind: np.ndarray,
@@ -345,6 +379,11 @@ def classify(facts: LaunchFacts, frames: dict[str, tuple[np.ndarray, np.ndarray]
     for rows, ops, op_of in found:
         counts = classify_iteration(facts, rows, ops, op_of, pp, vpp, phase, mb, chunk)
         linked, backward = linked + counts[0], backward + counts[1]
+    renamed = 0
+    if facts.backward_named is not None:  # a backward kernel is never forward or optimizer
+        wrong = facts.backward_named & ((phase == FWD) | (phase == OPTIMIZER))
+        renamed = int(wrong.sum())
+        phase[wrong], mb[wrong], chunk[wrong] = BWD, -1, 0
     evidence = {
         "micro-batch ops": ("python frames forward_step / backward_step" if use_frames else
                             "launching threads (main-thread forward runs, autograd-thread "
@@ -352,5 +391,6 @@ def classify(facts: LaunchFacts, frames: dict[str, tuple[np.ndarray, np.ndarray]
         "schedule": schedule, "vpp": vpp,
         "backward ops": backward,
         "backward ops paired with their forward op by Sequence number": linked,
-        "backward ops paired by schedule position": backward - linked}
+        "backward ops paired by schedule position": backward - linked,
+        "backward kernels by name outside a backward op": renamed}
     return phase, mb, chunk, evidence

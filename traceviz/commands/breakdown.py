@@ -7,6 +7,7 @@ skipped (the others still finish).
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from ..analysis.activities import Options, RankActivities, activities
 from ..analysis.breakdown import COLUMNS, OPTIONAL_COLUMNS, Params, breakdown_tables
@@ -21,8 +22,14 @@ def run(paths: list[str | os.PathLike], options: Options = Options(), *,
     """Load, select and analyse every rank of ``paths``."""
     selected: list[RankActivities] = []
     failed: list[str] = []
-    for _, _, table in rank_tables(input_files(paths), COLUMNS, failed, OPTIONAL_COLUMNS):
-        acts = activities(table, options)
+    seen: dict[int, Path] = {}
+    for rank, path, table in rank_tables(input_files(paths), COLUMNS, failed,
+                                         OPTIONAL_COLUMNS):
+        if rank in seen:
+            raise TraceVizError(f"{path} and {seen[rank]} are both rank {rank}; pass one "
+                                "trace per rank (one job, one profiled iteration)")
+        seen[rank] = path
+        acts = activities(table, options, rank=rank)
         if ranks is None or acts.rank in ranks:
             selected.append(acts)
     if not selected:
@@ -30,8 +37,9 @@ def run(paths: list[str | os.PathLike], options: Options = Options(), *,
             ": " + "; ".join(failed) if failed else " (check --ranks)"))
     selected.sort(key=lambda a: a.rank)
     tables = breakdown_tables(selected, params, options.hta_compat)
-    return Result(tables=tables, figures=breakdown_figures(tables),
-                  lines=summary_lines(tables, failed),
+    notes: list[str] = []
+    return Result(tables=tables, figures=breakdown_figures(tables, notes),
+                  lines=summary_lines(tables, failed), notes=notes,
                   data={"ranks": [a.rank for a in selected], "failed": failed})
 
 

@@ -21,19 +21,23 @@ def load_side(path: str | os.PathLike, label: str, rank: int | None = None,
 def run(control: str | os.PathLike, test: str | os.PathLike, *,
         control_rank: int | None = None, test_rank: int | None = None,
         control_iterations: tuple[int, ...] | None = None,
-        test_iterations: tuple[int, ...] | None = None, full_names: bool = False) -> Result:
+        test_iterations: tuple[int, ...] | None = None, full_names: bool = False,
+        hta_compat: bool = False) -> Result:
     """The comparison table (``trace_diff``), its figure and summary lines."""
     a = load_side(control, "control", control_rank, control_iterations)
     b = load_side(test, "test", test_rank, test_iterations)
-    table = compare(a, b, short_names=not full_names)
+    table = compare(a, b, short_names=not full_names, hta_compat=hta_compat)
     return Result(tables={"trace_diff": table}, figures={"trace_diff.png": Figure(draw, table)},
                   lines=summary_lines(table, a, b), data={"control": a, "test": b})
 
 
 def summary_lines(table, control: Side, test: Side) -> list[str]:
     """Per device: names, total time on each side, and how many names changed how."""
-    lines = [f"control: rank {control.rank}, ProfilerStep {control.iterations}; "
-             f"test: rank {test.rank}, ProfilerStep {test.iterations}"]
+    def steps(side: Side) -> str:
+        return f"ProfilerStep {side.iterations}" if side.iterations else "whole trace"
+
+    lines = [f"control: rank {control.rank}, {steps(control)}; "
+             f"test: rank {test.rank}, {steps(test)}"]
     rows = table.to_pylist()
     for device in ("GPU", "CPU"):
         mine = [r for r in rows if r["device"] == device]
@@ -43,9 +47,11 @@ def summary_lines(table, control: Side, test: Side) -> list[str]:
             continue
         changes = {c: sum(r["change"] == c for r in mine) for c in
                    ("added", "deleted", "increased", "decreased", "unchanged")}
+        times = {c: sum(r["time_change"] == c for r in mine) for c in ("slower", "faster")}
         lines.append(
             f"{device}: {len(mine)} names, "
             f"{sum(r['control_total_duration_ns'] for r in mine) / 1e6:.3f} ms -> "
-            f"{sum(r['test_total_duration_ns'] for r in mine) / 1e6:.3f} ms; "
-            + ", ".join(f"{v} {k}" for k, v in changes.items()))
+            f"{sum(r['test_total_duration_ns'] for r in mine) / 1e6:.3f} ms; counts: "
+            + ", ".join(f"{v} {k}" for k, v in changes.items())
+            + "; time: " + ", ".join(f"{v} {k}" for k, v in times.items()))
     return lines

@@ -67,7 +67,6 @@ from ..table.schema import (
 )
 from ..topology.layout import Layout, to_json
 
-
 GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)GraphLaunch")
 
 
@@ -189,7 +188,7 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     gpu, launch, ops = (scanned.stores[k] for k in ("gpu", "launch", "ops"))
     pid_of, tid_of = thread_numbers(scanned.threads)
     kind_of_name = _name_kinds(s, gpu, patterns)
-    lookups = _lookups(s, patterns, kind_of_name)
+    lookups = _lookups(s, patterns)
     links = link(scanned, lookups, work_bytes)
     n = links.rows.shape[0]
     out = OutputColumns(n, scanned.budget, spill_bytes=plan.output_held(n),
@@ -216,20 +215,28 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     del lg, launch_name, graph
     og = ops.gatherer(links.op_row)
     links.op_row = None
-    put("cpu_op", s.dictionary(og("name")))
+    op_name = og("name")
+    put("cpu_op", s.dictionary(op_name))
     op_ext = og("external_id")
     put("cpu_op_external_id", op_ext, op_ext < 0, pa.int64())
     del op_ext, og
     g = gpu.gatherer(links.rows)  # one GPU field at a time, in output order
     name = g("name")
+    said_backward = s.matches(patterns.phases["backward_name"])
+    backward_named = said_backward[name] | said_backward[op_name]
+    del op_name
     kind = kind_of_name[name]
+    # a kernel with collective metadata (its own args, or the record_param_comms its
+    # launch ran in) is a collective whatever its name says
+    kind[(links.comm_row >= 0) & (links.cls == L.CLS_KERNEL)] = COMM
     kind[(links.cls == L.CLS_MEMCPY) | (links.cls == L.CLS_MEMSET)] = MEM
-    coll = _collective_meta(scanned, s, patterns, links.comm_row, kind == COMM, topology)
+    coll = _collective_meta(scanned, s, patterns, links.comm_row, kind == COMM, topology, name)
     links.comm_row = None
     memory = np.select([links.cls == L.CLS_MEMCPY, links.cls == L.CLS_MEMSET], [1, 2], 0)
     phase, microbatch, chunk, evidence = _phases(s, patterns, links, coll,
-                                                 memory.astype(np.int8), pipeline, vpp)
-    del memory
+                                                 memory.astype(np.int8), backward_named,
+                                                 pipeline, vpp)
+    del memory, backward_named
     stats, steps, cls = links.stats, links.steps, links.cls
     launch_ts, launch_thread, iteration = links.launch_ts, links.launch_thread, links.iteration
     del links
@@ -329,7 +336,7 @@ COMM_FIELDS = ("collective", "dtype", "pg_name", "pg_desc", "pg_ranks", "group_s
 
 def _collective_meta(scanned: ScannedTrace, s: Strings, patterns: Patterns,
                      comm_row: np.ndarray, is_comm: np.ndarray,
-                     topology: Layout | None) -> CollectiveMeta:
+                     topology: Layout | None, name: np.ndarray) -> CollectiveMeta:
     """Gather the collective metadata of the rows that have it and their comm_group."""
     comm = scanned.stores["comm"]
     has = np.flatnonzero(comm_row >= 0)
@@ -344,8 +351,11 @@ def _collective_meta(scanned: ScannedTrace, s: Strings, patterns: Patterns,
     ph = patterns.phases
     p2p_name = s.matches(ph["p2p_send"]) | s.matches(ph["p2p_recv"])
     p2p = set(has[p2p_name[fields["collective"]]].tolist())
+    by_kernel = s.lookup(np.int32, -1)
+    for label, pattern in reversed(patterns.kernel_groups):  # the first pattern wins
+        by_kernel[s.matches(pattern)] = GROUPS.index(label)
     groups, evidence = comm_groups(is_comm, code, descs, dict(zip(has.tolist(), ranks)),
-                                   patterns, topology, p2p)
+                                   patterns, topology, p2p, by_kernel[name])
     return CollectiveMeta(comm_row.shape[0], has, fields, ranks, size, desc_code, descs,
                           groups, evidence)
 
@@ -413,7 +423,7 @@ def _name_kinds(s: Strings, gpu, patterns: Patterns) -> np.ndarray:
     return kind_of_name
 
 
-def _lookups(s: Strings, patterns: Patterns, kind_of_name: np.ndarray) -> Lookups:
+def _lookups(s: Strings, patterns: Patterns) -> Lookups:
     """The per-string facts the joins need (which names are steps, autograd nodes,
     frames, ...), from the patterns."""
     ph = patterns.phases
@@ -422,7 +432,6 @@ def _lookups(s: Strings, patterns: Patterns, kind_of_name: np.ndarray) -> Lookup
     recompute_node = s.matches(ph["recompute_op"])
     return Lookups(
         category_class=s.cls, step_number=s.numbers(patterns.iteration), is_rpc=is_rpc,
-        is_comm_kernel=kind_of_name == COMM,
         is_node=s.matches(ph["autograd_node"]) | recompute_node,
         is_recompute_node=recompute_node,
         is_optimizer_annotation=s.matches(ph["optimizer_annotation"]),
@@ -447,7 +456,7 @@ def _pipeline(scanned: ScannedTrace, topology: Layout | None, rank: int
 
 
 def _phases(s: Strings, patterns: Patterns, links, coll: CollectiveMeta, memory: np.ndarray,
-            pipeline: tuple[int, int | None], vpp: int | None):
+            backward_named: np.ndarray, pipeline: tuple[int, int | None], vpp: int | None):
     """Phase, micro-batch and chunk per activity (see classify.phases). P2P sends and
     receives are those of the pipeline group (or of an unknown group): CP's ring
     exchanges are sends / receives too, but inside one micro-batch op."""
@@ -460,7 +469,7 @@ def _phases(s: Strings, patterns: Patterns, links, coll: CollectiveMeta, memory:
                         thread=links.launch_thread,
                         iteration=links.iteration, p2p=p2p, recompute=links.recompute,
                         optimizer=links.optimizer, forward_ts=links.forward_ts,
-                        memory=memory)
+                        memory=memory, backward_named=backward_named)
     frames = {k: (ts, ts + dur) for k, (ts, dur) in links.frames.items()}
     interleaved = (True if links.schedule_frames["interleaved_schedule"] else
                    False if links.schedule_frames["pipelined_schedule"] else None)

@@ -74,7 +74,6 @@ class Lookups:
     category_class: np.ndarray      # layout.CLS_* of a category
     step_number: np.ndarray         # N of ProfilerStep#N, -1 otherwise
     is_rpc: np.ndarray              # record_param_comms
-    is_comm_kernel: np.ndarray      # a COMM kernel name
     is_node: np.ndarray             # autograd node or checkpoint op
     is_recompute_node: np.ndarray   # checkpoint (recompute) op
     is_optimizer_annotation: np.ndarray
@@ -153,7 +152,7 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int) -> Links:
     optimizer |= _inside(*frames["optimizer_frame"], launch_ts, launch_thread)
     iteration = step_of(np.where(launch_row >= 0, launch_ts, g("ts")), steps["ts"],
                         steps["dur"], steps["number"])
-    comm_row = _comm_rows(scanned, rows, lookups.is_comm_kernel[g("name")], rpc,
+    comm_row = _comm_rows(scanned, rows, cls == L.CLS_KERNEL, rpc,
                           launch_ts, launch_thread, rdt)
     del g
     launch_end = np.where(launch_ts >= 0, launch_ts + lg("dur"), -1)
@@ -419,9 +418,10 @@ def _bucketed_sweep(edges, parts: Parts, q_ts, q_thread, rdt, query_rows: int
     return out
 
 
-def _comm_rows(scanned, rows, is_comm, rpc, launch_ts, launch_thread, rdt):
-    """Comm-store entry (as ``rdt``) per activity: its own args, else the
-    record_param_comms around its launch (only for COMM activities)."""
+def _comm_rows(scanned, rows, is_kernel, rpc, launch_ts, launch_thread, rdt):
+    """Comm-store entry (as ``rdt``) per activity: its own args, else (kernels only) the
+    record_param_comms around its launch: the trace's own statement that the kernel is
+    a collective, whatever its name."""
     comm = scanned.stores["comm"]
     out = np.full(rows.shape[0], -1, dtype=rdt)
     if len(comm) == 0:
@@ -433,7 +433,7 @@ def _comm_rows(scanned, rows, is_comm, rpc, launch_ts, launch_thread, rdt):
     pos = find_sorted(rows[by_row], crow[own])
     out[by_row[pos[pos >= 0]]] = own[pos >= 0]
     del by_row
-    need = np.flatnonzero((out < 0) & is_comm & (launch_thread >= 0))
+    need = np.flatnonzero((out < 0) & is_kernel & (launch_thread >= 0))
     on_ops = np.flatnonzero(cstore == L.OPS)
     if need.size == 0 or rpc["row"].size == 0 or on_ops.size == 0:
         return out

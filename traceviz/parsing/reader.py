@@ -19,7 +19,7 @@ from .columns import ColumnStore, SpillBudget
 from .header import Header
 from .scanner import scan
 from .source import ByteSource
-from .strings import StringTable, rehash
+from .strings import BadString, StringTable, rehash
 
 DEFAULT_CHUNK = 8 << 20
 DEFAULT_BUDGET = 512 << 20
@@ -114,7 +114,12 @@ def _scan(source: ByteSource, budget: SpillBudget, chunk_size: int,
             n += got
 
     def drain() -> None:
-        strings.take_pending(buf, w)
+        try:
+            strings.take_pending(buf, w)
+        except BadString as exc:
+            raise TraceError(source.name, str(exc), offset=offset + exc.offset,
+                             hint="the file is not valid JSON there; re-export the trace"
+                             ) from None
         mem = buf.data
         for k0, k1, v0, v1 in spans[L.SP_KEY0:L.SP_VAL1 + 1, :int(w[L.ST_NTOP])].T.tolist():
             key = bytes(mem[k0:k1]).decode("utf-8", errors="replace")

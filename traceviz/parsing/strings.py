@@ -63,15 +63,26 @@ def rehash(old, new, key_row, id_row):
         new[id_row, slot] = old[id_row, i]
 
 
-def decode_raw(raw: bytes) -> str:
-    """Text of a JSON string body (without quotes); invalid UTF-8 becomes U+FFFD."""
-    if b"\\" in raw:
+class BadString(ValueError):
+    """A JSON string body that JSON cannot decode (an invalid escape)."""
+
+
+def decode_raw(raw: bytes, string: bool = True) -> str:
+    """Text of a JSON string body (``string``; without its quotes), else the text of a
+    non-string value kept as written (a number or list in a string slot). Invalid UTF-8
+    and lone surrogates become U+FFFD; raw control characters are kept. An invalid escape
+    raises :class:`BadString`."""
+    if string and b"\\" in raw:
         try:
             return orjson.loads(b'"' + raw + b'"')
         except orjson.JSONDecodeError:
             import json
 
-            text = json.loads(b'"' + raw + b'"')
+            try:  # lone surrogates, raw control characters, invalid UTF-8
+                text = json.loads('"' + raw.decode("utf-8", errors="replace") + '"',
+                                  strict=False)
+            except json.JSONDecodeError as exc:
+                raise BadString(f"invalid escape in a string ({exc.msg})") from None
             return text.encode("utf-8", errors="replace").decode("utf-8")
     return raw.decode("utf-8", errors="replace")
 
@@ -104,13 +115,21 @@ class StringTable:
             self.strs = new
 
     def take_pending(self, buf: np.ndarray, w: np.ndarray) -> None:
-        """Decode the spans queued since the last call; ``buf`` is the scanned buffer."""
+        """Decode the spans queued since the last call; ``buf`` is the scanned buffer. A
+        span right after a quote is a string body, else a non-string value's text. A
+        string JSON cannot decode raises :class:`BadString` with ``.offset`` (in
+        ``buf``)."""
         count = int(w[L.W_NPEND])
         if count == 0:
             return
         mem = buf.data
         for sid, off, ln in self.strs[L.SR_PEND_ID:L.SR_PEND_LEN + 1, :count].T.tolist():
-            text = decode_raw(bytes(mem[off:off + ln]))
+            try:
+                text = decode_raw(bytes(mem[off:off + ln]), off > 0 and buf[off - 1] == 34)
+            except BadString as exc:
+                w[L.W_NPEND] = 0
+                exc.offset = off
+                raise
             assert sid == len(self.texts)
             self.texts.append(text)
             self._canon.append(self._first_of.setdefault(text, sid))

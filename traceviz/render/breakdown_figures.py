@@ -135,14 +135,24 @@ def kernel_durations(table: pa.Table, kernel_type: str):
     return fig
 
 
-def breakdown_figures(tables: dict[str, pa.Table]) -> dict[str, Figure]:
-    """Every figure of the breakdown by file name (PNG), from its tables."""
+def breakdown_figures(tables: dict[str, pa.Table], notes: list[str]) -> dict[str, Figure]:
+    """Every figure of the breakdown by file name (PNG), from its tables; a figure that
+    cannot be drawn is left out with a line in ``notes``."""
     top = tables["top_kernels"]
     figures = {"temporal_breakdown.png": Figure(temporal, tables["temporal_breakdown"]),
-               "kernel_type_breakdown.png": Figure(kernel_types,
-                                                   tables["kernel_type_breakdown"]),
                "idle_time_breakdown.png": Figure(idle, tables["idle_time_breakdown"])}
+    types = tables["kernel_type_breakdown"]
+    if any(t < 0 for t in types.column("time_ns").to_pylist()):
+        notes.append("note: kernel_type_breakdown.png not drawn: some kernel types have a "
+                     "negative time (HTA's µs rounding makes short activities negative; the "
+                     "table has them)")
+    else:
+        figures["kernel_type_breakdown.png"] = Figure(kernel_types, types)
     for t in sorted(set(top.column("kernel_type").to_pylist())):
-        figures[f"top_kernels_{t.lower()}.png"] = Figure(top_kernel_pies, top, t)
+        if any(r["sum_ns"] < 0 for r in top.to_pylist() if r["kernel_type"] == t):
+            notes.append(f"note: top_kernels_{t.lower()}.png not drawn: a kernel's total "
+                         "time is negative (HTA's µs rounding); the table has it")
+        else:
+            figures[f"top_kernels_{t.lower()}.png"] = Figure(top_kernel_pies, top, t)
         figures[f"kernel_durations_{t.lower()}.png"] = Figure(kernel_durations, top, t)
     return figures

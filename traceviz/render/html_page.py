@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from .pipeline_figure import gap_text
+from .report_text import iterations_text
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:0;color:#222}
@@ -97,7 +98,7 @@ def _summary(rep: dict) -> str:
             ["parallelism", esc(", ".join(f"{k} {v}" for k, v in par.items()) or "unknown")],
             ["device", esc(c["device"] or "n/a")], ["model", esc(c["model"] or "n/a")],
             ["global batch, sequence", f"{fmt(c['global_batch_size'])}, {fmt(c['seq_len'])}"],
-            ["iterations", esc(", ".join(map(str, c["iterations"])))]]
+            ["iterations", esc(iterations_text(c["iterations"]))]]
     notes = "".join(f"<li>{esc(n)}</li>" for n in rep["notes"])
     return ("".join(f"<div class='kpi'>{k}<b>{v}</b></div>" for k, v in kpis)
             + table(None, rows) + (f"<ul class='note'>{notes}</ul>" if notes else ""))
@@ -164,6 +165,8 @@ def _collectives(rep: dict) -> str:
 
 def _stragglers(rep: dict) -> str:
     x = rep["cross_rank"]
+    if x is None:
+        return "<p class='note'>n/a: one rank traced.</p>"
     parts = []
     for g in x["by_group"]:
         s = g["stragglers"]

@@ -14,6 +14,13 @@ def _gb(nbytes) -> str:
     return "n/a" if nbytes is None else f"{nbytes / 1e9:,.2f} GB"
 
 
+def iterations_text(iterations: list) -> str:
+    """The profiled iterations, or what stands in for them."""
+    if iterations == [None]:
+        return "none (the whole trace, no ProfilerStep)"
+    return ", ".join(map(str, iterations)) or "none"
+
+
 def _heading(lines: list[str], title: str) -> None:
     lines += ["", RULE, title, RULE]
 
@@ -26,9 +33,11 @@ def _bw(stats: dict) -> str:
 def report_text(rep: dict) -> str:
     """The text report."""
     c, t, o, n = rep["configuration"], rep["throughput"], rep["overlap"], rep["network"]
-    lines = [RULE, "TRACEVIZ DISTRIBUTED TRAINING PERFORMANCE REPORT", RULE,
+    kind = "TRAINING" if rep["kind"] == "training" else "INFERENCE"
+    lines = [RULE, f"TRACEVIZ {'DISTRIBUTED ' if c['world_size'] > 1 else ''}{kind} "
+             "PERFORMANCE REPORT", RULE,
              f"Configuration: {c['gpus']} GPUs traced of {c['world_size']}, iterations "
-             f"{', '.join(map(str, c['iterations'])) or 'none'}",
+             f"{iterations_text(c['iterations'])}",
              f"Model: {c['model'] or 'n/a'}; Batch Size: {c['global_batch_size'] or 'n/a'}, "
              f"Sequence Length: {c['seq_len'] or 'n/a'}",
              f"Device: {c['device'] or 'n/a'} (peak {_f(c['peak_tflops'], ' TFLOP/s')})",
@@ -44,8 +53,9 @@ def report_text(rep: dict) -> str:
               f"Samples per Second: {_f(m['samples_per_s'])}",
               f"TFLOP/s per GPU: {_f(m['tflops_per_gpu'])}",
               f"MFU: {_f(m['mfu_pct'], '%')}", "Per Iteration:"]
-    lines += [f"  {r['iteration']}: {_f(r['time_ms'], ' ms')}, {_f(r['tokens_per_s'])} "
-              f"tokens/s, MFU {_f(r['mfu_pct'], '%')}" for r in t["iterations"]]
+    lines += [f"  {r['iteration'] if r['iteration'] is not None else 'whole trace'}: "
+              f"{_f(r['time_ms'], ' ms')}, {_f(r['tokens_per_s'])} tokens/s, MFU "
+              f"{_f(r['mfu_pct'], '%')}" for r in t["iterations"]]
 
     _heading(lines, "2. COMMUNICATION-COMPUTATION OVERLAP")
     lines += [f"Average Overlap: {_f(o['average_pct'], '%')}",
@@ -89,11 +99,14 @@ def report_text(rep: dict) -> str:
                   f"    Share of Iteration Time: {_f(r['share_of_iteration_pct'], '%')}, "
                   f"hidden behind compute: {_f(r['hidden_pct'], '%')}"]
 
-    x = rep["cross_rank"]
-    _heading(lines, "6. CROSS-RANK COLLECTIVES" + (" (clock-synced)" if x["clock_synced"]
-                                                  else " (each rank's own clock)"))
-    lines.append(f"Matched calls: {x['matched_calls']} ({x['calls_with_several_ranks']} seen "
-                 "on several ranks)")
+    x = rep["cross_rank"] or {"by_group": [], "slowest_calls": []}
+    if rep["cross_rank"] is None:
+        _heading(lines, "6. CROSS-RANK COLLECTIVES")
+        lines.append("n/a: one rank traced")
+    else:
+        _heading(lines, "6. CROSS-RANK COLLECTIVES" + (" (clock-synced)" if x["clock_synced"]
+                                                      else " (each rank's own clock)"))
+        lines.append(f"Matched calls: {x['calls_with_several_ranks']} seen on several ranks")
     for g in x["by_group"]:
         lines += [f"  {g['group']}: {g['calls']} calls",
                   f"    Arrival Skew: mean {_f(g['skew_ms']['mean'])}, median "
@@ -106,7 +119,8 @@ def report_text(rep: dict) -> str:
             lines.append(f"    straggler: rank {s['rank']} arrived last in {s['times_last']} "
                          f"of {s['calls']} calls, holding them up {_f(s['delay_ms'])} ms "
                          f"({_f(s['mean_delay_ms'])} ms per call)")
-    lines.append("Slowest Calls:")
+    if x["slowest_calls"]:
+        lines.append("Slowest Calls:")
     for s in x["slowest_calls"]:
         lines.append(f"  {s['group']} {s['collective'] or '?'} #{s['number']} on process group "
                      f"{s['process_group'] or '?'} (iteration "
