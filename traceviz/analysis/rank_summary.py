@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from ..intervals.core import clip, union
 from ..table.arrays import index_in, ints
 from ..table.schema import COLLECTIVES, COMM, GROUPS, KINDS, metadata
 from .calls import RankCalls, rank_calls
@@ -29,6 +30,7 @@ class RankSummary:
     comp_ns: int                       # |COMP kernels|
     overlap_ns: int                    # |COMM ∩ COMP|
     # keyed by ("comm_group", group) and ("collective", type):
+    # inside the ProfilerSteps (the whole trace without steps):
     busy_by: dict[tuple[str, str], int]    # |COMM kernels of the key|
     hidden_by: dict[tuple[str, str], int]  # |COMM kernels of the key ∩ COMP|
     calls: RankCalls
@@ -53,17 +55,25 @@ def summarize(table: pa.Table, rank: int) -> RankSummary:
     end = ts + np.maximum(ints(table["dur"], 0), 0)
     kind = index_in(table["kind"], KINDS)
     whole = comm_comp(ts, end, kind, np.zeros(ts.shape[0], np.int64), 1)
+    steps = [(int(s.get("iteration", -1)), int(s["ts"]), int(s["dur"]))
+             for s in meta.get("steps") or [] if s.get("ts") is not None]
+    # busy and hidden time per group / collective are shares of the iterations: only the
+    # parts of kernels inside a ProfilerStep count when there are steps
+    index = np.arange(ts.shape[0])
+    in_ts, in_end = ts, end
+    if steps:
+        starts = np.array([s[1] for s in steps], np.int64)
+        index, in_ts, in_end = clip(ts, end, union(starts, starts + [s[2] for s in steps]))
     busy_by, hidden = {}, {}
     for column, labels in (("comm_group", GROUPS), ("collective", COLLECTIVES)):
-        codes = index_in(table[column], labels)
-        values = np.unique(codes[kind == COMM])
-        cc = comm_by_key(ts, end, kind, np.searchsorted(values, codes), values.size)
+        codes = index_in(table[column], labels)[index]
+        values = np.unique(codes[kind[index] == COMM])
+        cc = comm_by_key(in_ts, in_end, kind[index], np.searchsorted(values, codes),
+                         values.size)
         for k, g in enumerate(values.tolist()):
             key = (column, labels[g] if g >= 0 else "unknown")
             busy_by[key] = int(cc.comm[k])
             hidden[key] = int(cc.overlap[k])
-    steps = [(int(s.get("iteration", -1)), int(s["ts"]), int(s["dur"]))
-             for s in meta.get("steps") or [] if s.get("ts") is not None]
     world = meta.get("world_size")
     return RankSummary(
         rank=rank, world_size=int(world) if isinstance(world, int) else None,

@@ -39,8 +39,9 @@ def _stats(values: np.ndarray) -> dict:
             "p95": float(np.percentile(v, 95)), "min": float(v.min()), "max": float(v.max())}
 
 
-def _pct(part: float, whole: float) -> float | None:
-    return 100.0 * part / whole if whole > 0 else None
+def _pct(part: float | None, whole: float) -> float | None:
+    """100 * part / whole; None (n/a) when the part is unknown or the whole is empty."""
+    return 100.0 * part / whole if part is not None and whole > 0 else None
 
 
 class _RankCalls:

@@ -7,7 +7,6 @@ skipped (the others still finish).
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from ..analysis.activities import Options, RankActivities, activities
 from ..analysis.breakdown import COLUMNS, OPTIONAL_COLUMNS, Params, breakdown_tables
@@ -22,13 +21,8 @@ def run(paths: list[str | os.PathLike], options: Options = Options(), *,
     """Load, select and analyse every rank of ``paths``."""
     selected: list[RankActivities] = []
     failed: list[str] = []
-    seen: dict[int, Path] = {}
-    for rank, path, table in rank_tables(input_files(paths), COLUMNS, failed,
-                                         OPTIONAL_COLUMNS):
-        if rank in seen:
-            raise TraceVizError(f"{path} and {seen[rank]} are both rank {rank}; pass one "
-                                "trace per rank (one job, one profiled iteration)")
-        seen[rank] = path
+    for rank, _, table in rank_tables(input_files(paths), COLUMNS, failed,
+                                      OPTIONAL_COLUMNS):
         acts = activities(table, options, rank=rank)
         if ranks is None or acts.rank in ranks:
             selected.append(acts)

@@ -30,11 +30,6 @@ def summaries_of(root: Path) -> tuple[list[RankSummary], list[str]]:
     files = one_folder(input_files([root]), root)
     for rank, _, table in rank_tables(files, COLUMNS, failed):
         summaries.append(summarize(table, rank))
-    ranks = [s.rank for s in summaries]
-    if len(set(ranks)) != len(ranks):
-        raise TraceVizError(f"{root}: several files are rank "
-                            f"{sorted({r for r in ranks if ranks.count(r) > 1})}; pass a "
-                            "folder with one trace per rank")
     if not summaries:
         raise TraceVizError(f"{root}: no rank could be read: " + "; ".join(failed))
     return summaries, failed

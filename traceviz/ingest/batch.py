@@ -146,7 +146,7 @@ def _progress(total_bytes: int, n: int, quiet: bool):
     from tqdm import tqdm
 
     return tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024,
-                desc=f"ranks 0/{n}", disable=quiet, dynamic_ncols=True, leave=True)
+                desc=f"ranks 0/{n}", disable=quiet or not n, dynamic_ncols=True, leave=True)
 
 
 def _run_local(tasks: list[Task], jobs: int, args: tuple, done) -> list[Outcome]:

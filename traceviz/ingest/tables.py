@@ -150,7 +150,9 @@ def rank_tables(files: list[Path], columns: tuple[str, ...] | None, failed: list
                 optional: tuple[str, ...] = ()) -> Iterator[tuple[int, Path, pa.Table]]:
     """(rank, path, table) of each file that loads, one at a time; the one-line reason of
     each file that does not, or that lacks one of ``columns`` not named ``optional``
-    (tables parsed by older versions), goes to ``failed``."""
+    (tables parsed by older versions), goes to ``failed``. Two files of one rank are a
+    one-line error (never one silently dropped)."""
+    seen: dict[int, Path] = {}
     for k, path in enumerate(files):
         try:
             table = load_table(path, columns)
@@ -163,7 +165,12 @@ def rank_tables(files: list[Path], columns: tuple[str, ...] | None, failed: list
             failed.append(f"{path}: not a traceviz activity table (no column "
                           f"{', '.join(missing)}); parse the trace again")
             continue
-        yield rank_of(table, path, k), path, table
+        rank = rank_of(table, path, k)
+        if rank in seen:
+            raise TraceVizError(f"{path} and {seen[rank]} are both rank {rank}; pass one "
+                                "trace per rank (one job, one profiled iteration)")
+        seen[rank] = path
+        yield rank, path, table
 
 
 def gpu_and_cpu(path: Path, rank: int | None) -> tuple[pa.Table, pa.Table | None]:

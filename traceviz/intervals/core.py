@@ -73,6 +73,24 @@ def intersect(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
     return _intersect(*_as_i8(a[0], a[1], b[0], b[1]))
 
 
+def clip(starts: np.ndarray, ends: np.ndarray, windows: tuple[np.ndarray, np.ndarray]
+         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The parts of each interval inside ``windows`` (a :func:`union`): ``(index, start,
+    end)`` with ``index`` the interval each part comes from, in input order; an interval
+    crossing k windows gives k parts, one outside them all gives none."""
+    starts, ends = _as_i8(starts, ends)
+    w_s, w_e = _as_i8(*windows)
+    first = np.searchsorted(w_e, starts, side="right")
+    count = np.maximum(np.searchsorted(w_s, ends, side="left") - first, 0)
+    index = np.repeat(np.arange(starts.shape[0]), count)
+    offset = np.arange(index.shape[0]) - np.repeat(np.cumsum(count) - count, count)
+    window = first[index] + offset
+    lo = np.maximum(starts[index], w_s[window])
+    hi = np.minimum(ends[index], w_e[window])
+    keep = lo < hi
+    return index[keep], lo[keep], hi[keep]
+
+
 @nb.njit(cache=True, nogil=True)
 def _sweep(t, delta, cat, key, n_keys, n_cats):
     """Endpoints sorted by (key, t): accumulate time per (key, open-category mask)."""

@@ -147,9 +147,13 @@ def _kernels(top, figures: list[tuple[str, bytes]]) -> str:
             + table(["kernel", "type", "total µs", "count", "mean µs"], rows) + figs)
 
 
+def _gb(nbytes: int | None) -> float | None:
+    return None if nbytes is None else nbytes / 1e9
+
+
 def _collectives(rep: dict) -> str:
     def rows_of(items, link):
-        return [[link(r["name"]), str(r["count"]), fmt(r["bytes"] / 1e9), fmt(r["time_ms"]),
+        return [[link(r["name"]), str(r["count"]), fmt(_gb(r["bytes"])), fmt(r["time_ms"]),
                  fmt(r["busbw_gbps"]["median"]), fmt(r["busbw_gbps"]["p95"]),
                  fmt(r.get("share_of_iteration_pct")), fmt(r.get("hidden_pct"))]
                 for r in items]

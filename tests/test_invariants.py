@@ -1,0 +1,152 @@
+"""Every command on every real trace (alone, and the multi-rank folders as jobs): never a
+traceback, and the numbers keep their invariants: no negative duration or gap the raw
+trace does not have, percentages in [0, 100] whose parts add up to their whole, MFU at
+most 100 %, one row per (rank, iteration), unknown values null (never 0), no claim of
+synced clocks without a collective that links the ranks."""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import shutil
+
+import numpy as np
+import pyarrow.compute as pc
+import pytest
+from click.testing import CliRunner
+from helpers import TRACES, needs_shared, shared_traces, trace_id
+from reference import events_of, load, read_bytes
+
+import traceviz
+from traceviz.cli import main
+from traceviz.commands import breakdown, report
+from traceviz.errors import TraceVizError
+from traceviz.table.schema import COLLECTIVES, GROUPS, KINDS, PHASES
+
+pytestmark = needs_shared
+TRACE_FILES = shared_traces()
+# folders whose traces are the ranks of one job
+JOBS = sorted({p.parent for p in TRACE_FILES
+               if sum(q.parent == p.parent for q in TRACE_FILES) > 1})
+
+
+def _pct_ok(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or \
+        -1e-9 <= value <= 100 + 1e-9
+
+
+def _walk(value):
+    """Every (key, value) of a nested dict / list."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield k, v
+            yield from _walk(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _walk(v)
+
+
+def _raw_negative_durations(path) -> int:
+    return sum(1 for e in events_of(load(read_bytes(path)))
+               if isinstance(e, dict) and e.get("ph") == "X"
+               and str(e.get("dur", "0")).strip().startswith("-"))
+
+
+@pytest.mark.parametrize("path", TRACE_FILES, ids=[trace_id(p) for p in TRACE_FILES])
+def test_every_trace_keeps_the_invariants(path, tmp_path):
+    try:
+        table = traceviz.parse(path)
+    except TraceVizError as exc:  # not a trace with device activities: one clear line
+        assert "\n" not in str(exc) and str(path) in str(exc)
+        return
+    stats = traceviz.metadata(table)["stats"]
+    assert sum(stats["kinds"].values()) == table.num_rows == stats["join"]["activities"]
+    assert stats["join"]["launched"] <= table.num_rows
+    # the table: enums from the schema, durations as the trace has them
+    for column, names in (("kind", KINDS), ("phase", PHASES), ("comm_group", GROUPS),
+                          ("collective", COLLECTIVES)):
+        assert set(pc.unique(table[column]).drop_null().to_pylist()) <= set(names), column
+    negative = int(pc.sum(pc.less(table["dur"], 0)).as_py() or 0)
+    assert negative <= _raw_negative_durations(path)
+    ts = table["ts"].to_numpy()
+    assert (np.diff(ts) >= 0).all()
+    is_comm = pc.equal(table["kind"], "COMM").to_numpy(zero_copy_only=False)
+    assert (table["comm_group"].is_null().to_numpy(zero_copy_only=False) == ~is_comm).all()
+
+    # the breakdown
+    result = breakdown.run([path])
+    temporal = result.tables["temporal_breakdown"].to_pylist()
+    keys = [(r["rank"], r["iteration"]) for r in temporal]
+    assert len(keys) == len(set(keys)), "one row per (rank, iteration)"
+    parts = ("compute_only_ns", "compute_overlapped_comm_ns", "comm_only_ns", "mem_only_ns",
+             "other_only_ns", "idle_ns")
+    for r in temporal:
+        assert sum(r[p] for p in parts) == r["kernel_time_ns"]
+        assert r["idle_ns"] + r["compute_ns"] + r["non_compute_ns"] == r["kernel_time_ns"]
+        assert min(r[p] for p in parts) >= 0
+        assert all(_pct_ok(r[k]) for k in ("idle_pct", "compute_pct", "non_compute_pct",
+                                          "overlap_pct"))
+        assert (r["overlap_pct"] is None) == (r["comm_ns"] == 0)
+    types = result.tables["kernel_type_breakdown"].to_pylist()
+    if types:
+        assert all(_pct_ok(r["percentage"]) for r in types)
+        assert sum(r["percentage"] for r in types) == pytest.approx(100)
+    for r in result.tables["idle_time_breakdown"].to_pylist():
+        assert r["idle_ns"] >= 0 and (math.isnan(r["idle_ratio"]) or 0 <= r["idle_ratio"] <= 1)
+
+    # the report, with run facts that give an impossible MFU on purpose
+    rep = report.make_report(path, overrides={"global_batch_size": 1024, "seq_len": 8192,
+                                              "flops_per_token": 6e15, "peak_tflops": 100.0})
+    for key, value in _walk(rep):
+        if key.endswith("_pct") and not isinstance(value, dict):
+            assert _pct_ok(value), key
+    for r in rep["throughput"]["iterations"]:
+        assert r["mfu_pct"] is None or r["mfu_pct"] <= 100
+        assert r["time_ms"] >= 0
+    for r in rep["network"]["by_collective"] + rep["network"]["by_group"]:
+        assert (r["bytes"] is None) == (r["with_size"] == 0)  # unknown is null, never 0
+    assert rep["cross_rank"] is None  # one rank: nothing to match
+
+    # the trace against itself: nothing changed
+    same = CliRunner().invoke(main, ["diff", str(path), str(path), "-o", str(tmp_path / "d")])
+    assert "Traceback" not in same.output and "internal error" not in same.output
+    if same.exit_code == 0:
+        assert "counts: 0 added, 0 deleted, 0 increased, 0 decreased" in same.output
+        assert "time: 0 slower, 0 faster" in same.output
+
+
+@pytest.mark.parametrize("job", JOBS, ids=[str(j.relative_to(TRACES)) for j in JOBS])
+def test_every_command_on_every_job(job, tmp_path):
+    """Each multi-trace folder as a job (copied: the shared folders are read-only)."""
+    root = tmp_path / "job"
+    shutil.copytree(job, root, copy_function=shutil.copyfile)
+    root.chmod(0o755)
+    runner = CliRunner()
+    outputs = {}
+    for args in (["batch", root, "-q", "-j", "1"], ["aggregate", root, "--no-figures"],
+                 ["breakdown", root, "-o", tmp_path / "bd"], ["pipeline", root, "-o",
+                                                              tmp_path / "pp"],
+                 ["report", root / "traceviz", "--json", "-o", tmp_path / "r.json"],
+                 ["export", root / "traceviz", "-o", tmp_path / "job.json.gz"],
+                 ["html", root, "-o", tmp_path / "job.html"]):
+        result = runner.invoke(main, [str(a) for a in args])
+        outputs[args[0]] = result
+        assert "Traceback" not in result.output and "internal error" not in result.output, \
+            (args[0], result.output)
+        assert result.exit_code in (0, 1), (args[0], result.output)
+        if result.exit_code:
+            assert result.output.strip().splitlines()[-1].startswith("traceviz: error:"), \
+                result.output
+    if outputs["report"].exit_code:  # only refused for traces that are not one job
+        assert "are both rank" in outputs["report"].output
+        return
+    rep = json.loads((tmp_path / "r.json").read_text())
+    x = rep["cross_rank"]
+    synced_claimed = x is not None and x["clock_synced"]
+    linked = x is not None and x["calls_with_several_ranks"] > 0
+    assert not synced_claimed or linked, "synced clocks need a collective that links ranks"
+    if "clocks not synced" in outputs["aggregate"].output:
+        assert "clock offsets up to" not in outputs["aggregate"].output
+    events = json.loads(gzip.open(tmp_path / "job.json.gz").read())["traceEvents"]
+    assert all(e.get("dur", 0) >= 0 for e in events)
+    assert (tmp_path / "job.html").read_text().count("<section") >= 6
