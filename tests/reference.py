@@ -32,7 +32,12 @@ DEVICE_SIDE = set(ACTIVITY) | {"gpu_user_annotation", "cuda_sync", "xpu_sync"}
 LAUNCH = {"cuda_runtime", "cuda_driver", "Runtime", "Driver", "mtia_runtime", "xpu_runtime",
           "xpu_driver", "hpu_op", "privateuse1_runtime", "privateuse1_driver"}
 CPU_OP = {"cpu_op", "Operator"}
-LAUNCH_FLOWS = {"ac2g", "async", "async_cpu_to_gpu"}
+LAUNCH_FLOWS = {"ac2g", "async", "async_cpu_to_gpu", "async_npu"}
+# torch_npu (Ascend): the NPU tasks are the uncategorized events of the process named
+# "Ascend Hardware"; an async_npu flow starts inside the launching op (its start is the
+# launch, of zero length) and ends at the task's start
+TASK_PROCESS = "Ascend Hardware"
+TASK_FLOWS = {"async_npu"}
 INT64 = (-(1 << 63), (1 << 63) - 1)
 PATTERNS = tomllib.loads((Path(__file__).parents[1] / "traceviz" / "classify"
                           / "patterns.toml").read_text())
@@ -121,9 +126,27 @@ def activities(doc) -> dict[int, dict]:
     events = events_of(doc)
     launches, ops, steps, flows, rpc = [], [], [], [], []
     step_re = re.compile(PATTERNS["steps"]["iteration"])
+    task_pids = {ev.get("pid") for ev in events if isinstance(ev, dict) and ev.get("ph") == "M"
+                 and ev.get("name") == "process_name"
+                 and (ev.get("args") or {}).get("name") == TASK_PROCESS}
+
+    def activity_cat(ev) -> str | None:
+        cat = ev.get("cat")
+        if cat in ACTIVITY:
+            return ACTIVITY[cat]
+        if (ev.get("pid") in task_pids and cat not in DEVICE_SIDE and cat not in LAUNCH
+                and cat != "python_function"):
+            return "kernel"
+        return None
+
     for idx, ev in enumerate(events):
         if isinstance(ev, dict) and ev.get("ph") in ("s", "f") and ev.get("cat") in LAUNCH_FLOWS:
             flows.append(ev)
+            if ev["ph"] == "s" and ev.get("cat") in TASK_FLOWS and scaled(ev.get("id"), 0) \
+                    is not None and scaled(ev.get("ts"), 3) is not None:
+                launches.append({"index": -1, "ts": scaled(ev["ts"], 3), "dur": 0,
+                                 "name": ev.get("name"), "thread": thread_key(ev),
+                                 "args": {"correlation": ev["id"]}})
         if not complete(ev):
             continue
         cat = ev.get("cat")
@@ -133,7 +156,7 @@ def activities(doc) -> dict[int, dict]:
                "args": ev.get("args") if isinstance(ev.get("args"), dict) else {}}
         if cat in LAUNCH:
             launches.append(row)
-        elif cat in CPU_OP:
+        elif cat in CPU_OP and activity_cat(ev) is None:
             ops.append(row)
         if name == "record_param_comms":
             rpc.append(row)
@@ -176,10 +199,10 @@ def activities(doc) -> dict[int, dict]:
             by_corr.setdefault(corr, []).append(lr)
     out = {}
     for idx, ev in enumerate(events):
-        if not complete(ev) or ev.get("cat") not in ACTIVITY:
+        if not complete(ev) or activity_cat(ev) is None:
             continue
         args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
-        cat = ACTIVITY[ev["cat"]]
+        cat = activity_cat(ev)
         name = ev.get("name") if isinstance(ev.get("name"), str) else None
         ts, dur = scaled(ev["ts"], 3), scaled(ev["dur"], 3)
         corr = arg_int(args, "correlation")

@@ -116,8 +116,9 @@ def _throughput(iters: list[dict], config: RunConfig, gpus: int, notes: list[str
                         "FLOPs per token, batch, sequence length, world size or peak given "
                         "do not fit these traces; TFLOP/s and MFU left out")
         rows.append(row)
-    mean = {k: (float(np.mean([r[k] for r in rows])) if rows and rows[0][k] is not None
-                else None)
+    # a mean of the iterations that have the value would hide the others: n/a then
+    mean = {k: (float(np.mean([r[k] for r in rows]))
+                if rows and all(r[k] is not None for r in rows) else None)
             for k in ("time_ms", "tokens_per_s", "samples_per_s", "tflops_per_gpu", "mfu_pct")}
     return {"iterations": rows, "mean": mean,
             "window": "ProfilerStep spans" if iters and iters[0]["iteration"] is not None

@@ -40,7 +40,13 @@ activities wins. Backward ops without that link fall back to their schedule posi
   last backward op (gradient finalization and the optimizer step) -> OPTIMIZER;
 * anything else (and activities without a known launch) -> OTHER;
 * a kernel whose own or launching op's name says it is backward work
-  (``phases.backward_name``) is never FWD or OPTIMIZER: BWD (micro-batch unknown).
+  (``phases.backward_name``) is BWD (micro-batch unknown) unless it is BWD or
+  RECOMPUTE already.
+
+Micro-batch ops come only from the main thread and autograd engine threads (those that
+launch inside an autograd node or launch backward-named work): launches of other threads
+(data loaders, an inference server's workers) are OTHER. A trace with no launch inside
+any cpu_op (GPU-only) states nothing about its work: OTHER but for backward names.
 """
 from __future__ import annotations
 
@@ -70,6 +76,23 @@ class LaunchFacts:
     forward_ts: np.ndarray  # start of the forward op its autograd node differentiates; -1
     memory: np.ndarray | None = None  # 1 memcpy, 2 memset, 0 other (None: unknown, 0)
     backward_named: np.ndarray | None = None  # its kernel or op name says backward
+    autograd: np.ndarray | None = None  # launch inside an autograd node (None: unknown)
+    in_op: np.ndarray | None = None     # launch inside a cpu_op (None: unknown)
+
+
+def op_threads(facts: LaunchFacts, main_thread: int) -> np.ndarray:
+    """Per activity: whether its launch thread can run micro-batch ops, i.e. is the main
+    thread or an autograd engine thread (one that launches inside an autograd node, or
+    launches work whose name says backward); every launching thread when that is
+    unknown. Launches of other threads (data loaders, inference servers' workers) are no
+    forward or backward work."""
+    launched = facts.thread >= 0
+    if facts.autograd is None:
+        return launched
+    said = facts.autograd if facts.backward_named is None else (
+        facts.autograd | facts.backward_named)
+    engine = np.unique(facts.thread[said & launched])
+    return launched & ((facts.thread == main_thread) | np.isin(facts.thread, engine))
 
 
 def root_spans(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -210,11 +233,13 @@ def _move_preludes(facts: LaunchFacts, order: np.ndarray, kind: np.ndarray,
             run[pos[lo + np.flatnonzero(ts[lo:hi] >= root)]] = r[bounds[b]]
 
 
-def classify_iteration(facts: LaunchFacts, rows: np.ndarray, ops, op_of: np.ndarray | None,
-                       pp: int, vpp: int, out_phase, out_mb, out_chunk) -> tuple[int, int]:
+def classify_iteration(facts: LaunchFacts, rows: np.ndarray, ops,
+                       op_of: tuple[np.ndarray, np.ndarray] | None, pp: int, vpp: int,
+                       out_phase, out_mb, out_chunk, eligible: np.ndarray) -> tuple[int, int]:
     """Assign phase / micro-batch / chunk to ``rows`` (activities of one iteration).
-    ``op_of`` is :func:`ops_from_threads`' op per launched row (the ``rows`` with a
-    launch, in order), or None to place launches in the ops' spans (frames).
+    ``op_of`` is (the rows :func:`ops_from_threads` was given, its op per row), or None
+    to place launches in the ops' spans (frames). Only ``eligible`` activities (see
+    :func:`op_threads`) get a phase from the ops or the optimizer tail.
     Returns (backward ops linked to their forward op by Sequence number, backward ops)."""
     start, end, kind = ops
     training = bool((kind == B_OP).any())
@@ -238,8 +263,9 @@ def classify_iteration(facts: LaunchFacts, rows: np.ndarray, ops, op_of: np.ndar
         pos = np.searchsorted(start, t, side="right") - 1
         inside = (pos >= 0) & (t < end[np.maximum(pos, 0)])
         op = np.where(inside, pos, -1)
-    else:  # ops_from_threads' op per launched row
-        op = op_of
+    else:  # ops_from_threads' op per row it was given
+        op = np.full(launched.shape[0], -1, dtype=np.int64)
+        op[np.searchsorted(launched, op_of[0])] = op_of[1]
     linked = _link_backward_ops(facts.forward_ts[launched], op, start, end, kind, op_phase,
                                 op_mb, op_chunk)
     p2p = facts.p2p[launched]
@@ -249,6 +275,7 @@ def classify_iteration(facts: LaunchFacts, rows: np.ndarray, ops, op_of: np.ndar
     after = np.searchsorted(end, t, side="right")
     op = np.where(p2p == 1, np.where(before >= 0, before, -1), op)
     op = np.where(p2p == 2, np.where(after < start.shape[0], after, -1), op)
+    op = np.where(eligible[launched], op, -1)
     has = op >= 0
     phase = np.full(launched.shape[0], OTHER, dtype=np.int8)
     phase[has] = op_phase[op[has]]
@@ -258,7 +285,7 @@ def classify_iteration(facts: LaunchFacts, rows: np.ndarray, ops, op_of: np.ndar
     phase[(phase == BWD) & facts.recompute[launched] & (p2p == 0)] = RECOMPUTE
     if training and end.shape[0]:
         last_b_end = end[np.flatnonzero(kind == B_OP)[-1]]
-        tail = (~has) & (t > last_b_end)
+        tail = (~has) & (t > last_b_end) & eligible[launched]
         phase[tail] = OPTIMIZER
     opt = facts.optimizer[launched]
     phase[opt] = OPTIMIZER
@@ -352,6 +379,11 @@ def classify(facts: LaunchFacts, frames: dict[str, tuple[np.ndarray, np.ndarray]
     mb = np.full(n, -1, dtype=np.int32)
     chunk = np.zeros(n, dtype=np.int32)
     use_frames = frames["forward_step"][0].shape[0] > 0
+    eligible = op_threads(facts, main_thread)
+    # no launch inside any cpu_op: nothing states what the work is (GPU-only traces)
+    unknown = not use_frames and facts.in_op is not None and not facts.in_op.any()
+    if unknown:
+        eligible[:] = False
     its = np.unique(facts.iteration)  # -1 (outside every step) first, if any
     shift = its[0] if n else 0
     by_iteration, bounds = group_positions(facts.iteration - shift, its - shift)
@@ -369,25 +401,29 @@ def classify(facts: LaunchFacts, frames: dict[str, tuple[np.ndarray, np.ndarray]
             found.append((rows, ops_from_frames(*spans["forward_step"],
                                                 *spans["backward_step"]), None))
         else:
-            *ops, op_of = ops_from_threads(facts, rows[facts.ts[rows] >= 0], main_thread)
-            found.append((rows, tuple(ops), op_of))
+            own = rows[(facts.ts[rows] >= 0) & eligible[rows]]
+            *ops, op_of = ops_from_threads(facts, own, main_thread)
+            found.append((rows, tuple(ops), (own, op_of)))
     if vpp is None:
         vpp, schedule = detect_vpp([ops[2] for _, ops, _ in found], pp, stage, interleaved)
     else:
         schedule = f"vpp {vpp} given"
     linked = backward = 0
     for rows, ops, op_of in found:
-        counts = classify_iteration(facts, rows, ops, op_of, pp, vpp, phase, mb, chunk)
+        counts = classify_iteration(facts, rows, ops, op_of, pp, vpp, phase, mb, chunk,
+                                    eligible)
         linked, backward = linked + counts[0], backward + counts[1]
     renamed = 0
-    if facts.backward_named is not None:  # a backward kernel is never forward or optimizer
-        wrong = facts.backward_named & ((phase == FWD) | (phase == OPTIMIZER))
+    if facts.backward_named is not None:  # a kernel whose name says backward is BWD
+        wrong = facts.backward_named & (phase != BWD) & (phase != RECOMPUTE)
         renamed = int(wrong.sum())
         phase[wrong], mb[wrong], chunk[wrong] = BWD, -1, 0
     evidence = {
         "micro-batch ops": ("python frames forward_step / backward_step" if use_frames else
-                            "launching threads (main-thread forward runs, autograd-thread "
-                            "backward runs, split at P2P calls)"),
+                            "none: no launch inside a cpu_op (phases OTHER but for "
+                            "backward-named kernels)" if unknown else
+                            "launching threads (main-thread forward runs, autograd-engine-"
+                            "thread backward runs, split at P2P calls)"),
         "schedule": schedule, "vpp": vpp,
         "backward ops": backward,
         "backward ops paired with their forward op by Sequence number": linked,

@@ -39,6 +39,7 @@ from ..classify.phases import LaunchFacts, classify
 from ..parsing import fields as L
 from ..parsing.budget import MemoryPlan, release_free_memory
 from ..parsing.cpu_table import CPU_ONLY_FIELDS, cpu_columns
+from ..parsing.device_tasks import adopt_device_tasks, device_threads, unread_device_events
 from ..parsing.links import Lookups, link
 from ..parsing.metadata import thread_numbers, trace_metadata
 from ..parsing.names import Strings
@@ -182,6 +183,7 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     if scanned.budget.spilled_bytes:
         scanned.budget.spill_all()
     work_bytes = plan.join_work
+    tasks = adopt_device_tasks(scanned)
     s = Strings(scanned)
     rank, rank_source = scanned.header.rank(scanned.source)
     pipeline = _pipeline(scanned, topology, rank)
@@ -190,6 +192,7 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     kind_of_name = _name_kinds(s, gpu, patterns)
     lookups = _lookups(s, patterns)
     links = link(scanned, lookups, work_bytes)
+    links.stats["device tasks without a category"] = tasks
     n = links.rows.shape[0]
     out = OutputColumns(n, scanned.budget, spill_bytes=plan.output_held(n),
                         names=ACTIVITY_COLUMNS)
@@ -228,7 +231,8 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     kind = kind_of_name[name]
     # a kernel with collective metadata (its own args, or the record_param_comms its
     # launch ran in) is a collective whatever its name says
-    kind[(links.comm_row >= 0) & (links.cls == L.CLS_KERNEL)] = COMM
+    kind[((links.comm_row >= 0) | links.in_rpc) & (links.cls == L.CLS_KERNEL)] = COMM
+    links.in_rpc = None
     kind[(links.cls == L.CLS_MEMCPY) | (links.cls == L.CLS_MEMSET)] = MEM
     coll = _collective_meta(scanned, s, patterns, links.comm_row, kind == COMM, topology, name)
     links.comm_row = None
@@ -284,7 +288,7 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     meta = trace_metadata(scanned, rank, rank_source, stats, steps, kinds)
     meta["classification"] = classification
     out.metadata = {METADATA_KEY: json.dumps(meta).encode()}
-    unread = _unknown_device_events(scanned, s)
+    unread = unread_device_events(scanned, s.cls)
     if unread:
         meta["stats"]["device events not read"] = unread
         scanned.warnings.append(
@@ -294,7 +298,8 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
               "device activities; their time is not in the tables")
     cpu_out = None
     if cpu:
-        cpu_out = cpu_columns(scanned, s, pid_of, tid_of, plan.output_held(n))
+        cpu_out = cpu_columns(scanned, s, pid_of, tid_of, plan.output_held(n),
+                              device_threads(scanned))
         cpu_out.metadata = dict(out.metadata)
     release_free_memory()
     return ParsedTrace(meta=meta, warnings=list(scanned.warnings), columns=out,
@@ -389,28 +394,6 @@ def _collective_columns(coll: CollectiveMeta, s: Strings, patterns: Patterns,
         put(col, v, v < 0, t)
 
 
-DEVICE_LABEL = re.compile(r"^(GPU|NPU|XPU|HPU|MTIA|TPU|Device)\b|Ascend Hardware", re.I)
-
-
-def _unknown_device_events(scanned: ScannedTrace, s: Strings) -> dict[str, int]:
-    """Complete events of an unknown (or no) category on a device's timeline (a process
-    Kineto labels ``GPU N`` and the like): category -> count."""
-    h = scanned.header
-    device_pids = {pid for pid, text in {**h.process_names, **h.process_labels}.items()
-                   if DEVICE_LABEL.search(str(text))}
-    if not device_pids or not len(scanned.stores["ops"]):
-        return {}
-    pid_of, _ = thread_numbers(scanned.threads)
-    on_device = np.array([p in device_pids for p in pid_of.tolist()] + [False])
-    unknown = np.isin(s.cls, (L.CLS_OTHER, L.CLS_NONE))
-    counts: dict[int, int] = {}
-    for _, cols in scanned.stores["ops"].blocks("cat", "thread"):
-        hit = on_device[cols["thread"]] & unknown[cols["cat"]]
-        for cat, n in zip(*np.unique(cols["cat"][hit], return_counts=True)):
-            counts[int(cat)] = counts.get(int(cat), 0) + int(n)
-    return {(s.texts[c] if c >= 0 else ""): n for c, n in sorted(counts.items())}
-
-
 def _name_kinds(s: Strings, gpu, patterns: Patterns) -> np.ndarray:
     """Per-string lookup: the kind of every string used as a GPU activity's name (each
     distinct name is classified once)."""
@@ -469,7 +452,8 @@ def _phases(s: Strings, patterns: Patterns, links, coll: CollectiveMeta, memory:
                         thread=links.launch_thread,
                         iteration=links.iteration, p2p=p2p, recompute=links.recompute,
                         optimizer=links.optimizer, forward_ts=links.forward_ts,
-                        memory=memory, backward_named=backward_named)
+                        memory=memory, backward_named=backward_named,
+                        autograd=links.autograd, in_op=links.in_op)
     frames = {k: (ts, ts + dur) for k, (ts, dur) in links.frames.items()}
     interleaved = (True if links.schedule_frames["interleaved_schedule"] else
                    False if links.schedule_frames["pipelined_schedule"] else None)

@@ -135,15 +135,18 @@ def load_table(path: Path, columns: tuple[str, ...] | None = None) -> pa.Table:
     return parse(path)
 
 
-def rank_of(table: pa.Table, path: Path, fallback: int) -> int:
-    """The table's rank (``distributedInfo``), else the file name's, else ``fallback``."""
+def stated_rank(table: pa.Table, path: Path) -> int | None:
+    """The table's rank (``distributedInfo``), else the file name's, else None."""
     from .discover import rank_from_name
 
     rank = int(metadata(table).get("rank", -1))
-    if rank >= 0:
-        return rank
-    named = rank_from_name(path.name)
-    return named if named is not None else fallback
+    return rank if rank >= 0 else rank_from_name(path.name)
+
+
+def rank_of(table: pa.Table, path: Path, fallback: int) -> int:
+    """The table's rank (:func:`stated_rank`), else ``fallback``."""
+    rank = stated_rank(table, path)
+    return rank if rank is not None else fallback
 
 
 def rank_tables(files: list[Path], columns: tuple[str, ...] | None, failed: list[str],
@@ -152,7 +155,7 @@ def rank_tables(files: list[Path], columns: tuple[str, ...] | None, failed: list
     each file that does not, or that lacks one of ``columns`` not named ``optional``
     (tables parsed by older versions), goes to ``failed``. Two files of one rank are a
     one-line error (never one silently dropped)."""
-    seen: dict[int, Path] = {}
+    seen: dict[int, tuple[Path, int | None]] = {}
     for k, path in enumerate(files):
         try:
             table = load_table(path, columns)
@@ -165,11 +168,17 @@ def rank_tables(files: list[Path], columns: tuple[str, ...] | None, failed: list
             failed.append(f"{path}: not a traceviz activity table (no column "
                           f"{', '.join(missing)}); parse the trace again")
             continue
-        rank = rank_of(table, path, k)
+        stated = stated_rank(table, path)
+        rank = stated if stated is not None else k
         if rank in seen:
-            raise TraceVizError(f"{path} and {seen[rank]} are both rank {rank}; pass one "
+            other, other_stated = seen[rank]
+            unstated = [str(p) for p, st in ((path, stated), (other, other_stated))
+                        if st is None]
+            why = (f" ({' and '.join(unstated)} states no rank: numbered by its position "
+                   "in the folder)" if unstated else "")
+            raise TraceVizError(f"{path} and {other} are both rank {rank}{why}; pass one "
                                 "trace per rank (one job, one profiled iteration)")
-        seen[rank] = path
+        seen[rank] = (path, stated)
         yield rank, path, table
 
 

@@ -178,6 +178,22 @@ class ColumnStore:
         self.rows += fill
         self.budget.add(block)
 
+    def append(self, columns: dict[str, np.ndarray]) -> None:
+        """Add rows after the scan as one sealed block (fields not given are -1)."""
+        n = len(next(iter(columns.values())))
+        if n == 0:
+            return
+        block = Block(start=self.rows, rows=n, store=self.name)
+        for name, dtype in self.fields:
+            if name not in self.drop:
+                block.columns[name] = np.asarray(columns.get(name, np.full(n, -1)), dtype)
+        if self._ts is not None:
+            block.ts_min = int(columns["ts"].min())
+            block.ts_max = int(columns["ts"].max())
+        self.sealed.append(block)
+        self.rows += n
+        self.budget.add(block)
+
     def blocks(self, *names: str) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
         """``(first global row, {field: array})`` per sealed block, in row order."""
         for block in self.sealed:

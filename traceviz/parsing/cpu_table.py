@@ -19,13 +19,16 @@ CPU_FIELDS = ("correlation", "external_id", "seq_number", "fwd_thread_id", "pyth
 # store fields that only the CPU table reads: not kept when it is not asked for (a
 # quarter of the CPU-side bytes, all of which would be spilled on a large trace)
 CPU_ONLY_FIELDS = {"launch": ("cat", "external_id", "index"),
-                   "ops": ("fwd_thread_id", "stream", "index"),
+                   "ops": ("fwd_thread_id", "stream"),
                    "python": ("python_id", "python_parent_id", "index")}
 
 
 def cpu_columns(scanned: ScannedTrace, s: Strings, pid_of: np.ndarray, tid_of: np.ndarray,
-                work_bytes: int) -> OutputColumns:
-    """CPU-side complete events (runtime/driver, cpu_op, annotations, python) in file order."""
+                work_bytes: int, device_threads: np.ndarray) -> OutputColumns:
+    """CPU-side complete events (runtime/driver, cpu_op, annotations, python) in file
+    order; not the events on ``device_threads`` (per thread index, see
+    :func:`~traceviz.parsing.device_tasks.device_threads`) nor the launches made of flows
+    (index -1)."""
     stores = [scanned.stores[k] for k in ("launch", "ops", "python")]
     python_cat = s.ids_of("python_function")
 
@@ -40,7 +43,10 @@ def cpu_columns(scanned: ScannedTrace, s: Strings, pid_of: np.ndarray, tid_of: n
                 parts.append(np.full(len(st), -1, dtype=np.int64))
         return np.concatenate(parts) if parts else np.empty(0, np.int64)
 
-    order = np.argsort(concat("index"), kind="stable")
+    index = concat("index")
+    keep = np.flatnonzero((index >= 0) & ~device_threads[concat("thread")])
+    order = keep[np.argsort(index[keep], kind="stable")]
+    del index, keep
     out = OutputColumns(order.shape[0], scanned.budget, spill_bytes=work_bytes)
     thread = concat("thread")[order]
     out.add("cat", s.dictionary(concat("cat")[order]))

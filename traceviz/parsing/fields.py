@@ -41,7 +41,7 @@ FIELDS: dict[str, list[tuple[str, str]]] = {
              ("src_rank", "i8"), ("dst_rank", "i8")],
     # flow events (s / f / t)
     "flow": [("ph", "i1"), ("cat", "i4"), ("id", "i8"), ("thread", "i4"), ("ts", "i8"),
-             ("bp", "i1")],
+             ("bp", "i1"), ("name", "i4")],
 }
 
 
@@ -68,8 +68,8 @@ C_STORE, C_ROW, C_COLL, C_DTYPE, C_IN, C_OUT, C_GSIZE = (
     _C["group_size"])
 C_PGNAME, C_PGDESC, C_PGRANKS, C_SEQ, C_SRC, C_DST = (
     _C["pg_name"], _C["pg_desc"], _C["pg_ranks"], _C["seq"], _C["src_rank"], _C["dst_rank"])
-F_PH, F_CAT, F_ID, F_THREAD, F_TS, F_BP = (
-    _F["ph"], _F["cat"], _F["id"], _F["thread"], _F["ts"], _F["bp"])
+F_PH, F_CAT, F_ID, F_THREAD, F_TS, F_BP, F_NAME = (
+    _F["ph"], _F["cat"], _F["id"], _F["thread"], _F["ts"], _F["bp"], _F["name"])
 
 # ---- category classes --------------------------------------------------------------
 (CLS_NONE, CLS_KERNEL, CLS_MEMCPY, CLS_MEMSET, CLS_GPU_ANNOT, CLS_SYNC, CLS_RUNTIME,
@@ -94,6 +94,7 @@ CATEGORY_CLASS = {
     "user_annotation": CLS_USER_ANNOT,
     "python_function": CLS_PYTHON,
     "ac2g": CLS_LAUNCH_FLOW, "async": CLS_LAUNCH_FLOW, "async_cpu_to_gpu": CLS_LAUNCH_FLOW,
+    "async_npu": CLS_LAUNCH_FLOW,  # torch_npu: from the launching op to the device task
     "fwdbwd": CLS_FWDBWD,
 }
 ACTIVITY_CLASSES = (CLS_KERNEL, CLS_MEMCPY, CLS_MEMSET)

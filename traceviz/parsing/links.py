@@ -65,6 +65,9 @@ class Links:
     schedule_frames: dict    # frames of each schedule pattern: how many
     forward_ts: np.ndarray   # start (ns) of the forward op that the launch's autograd
     #                          node differentiates (same Sequence number, main thread); -1
+    autograd: np.ndarray     # launch inside an autograd engine node (not a checkpoint)
+    in_op: np.ndarray        # launch inside a cpu_op
+    in_rpc: np.ndarray       # a kernel launched inside a record_param_comms
 
 
 @dataclass
@@ -139,10 +142,13 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int) -> Links:
     del queries
     stats["launch inside a cpu_op"] = int((op_row >= 0).sum())
     node = ops.gatherer(node_row)
-    recompute = lookups.is_recompute_node[node("name")]
+    node_name = node("name")
+    recompute = lookups.is_recompute_node[node_name]
+    autograd = (node_row >= 0) & ~recompute  # inside an autograd engine node
+    del node_name
     if recompute.any():  # what the recomputed forward launched, not the nested backward
         recompute &= launch_ts < _nested_backward_start(ops, lookups, node_row, recompute)
-    main = _main_thread(steps, launch_thread)
+    main = _main_thread(steps, launch_thread, autograd)
     forward_ts = _forward_times(ops, node("seq_number"), main)
     del node, node_row
     optimizer = _inside(annotations["ts"], annotations["dur"], annotations["thread"],
@@ -152,8 +158,8 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int) -> Links:
     optimizer |= _inside(*frames["optimizer_frame"], launch_ts, launch_thread)
     iteration = step_of(np.where(launch_row >= 0, launch_ts, g("ts")), steps["ts"],
                         steps["dur"], steps["number"])
-    comm_row = _comm_rows(scanned, rows, cls == L.CLS_KERNEL, rpc,
-                          launch_ts, launch_thread, rdt)
+    comm_row, in_rpc = _comm_rows(scanned, rows, cls == L.CLS_KERNEL, rpc,
+                                  launch_ts, launch_thread, rdt)
     del g
     launch_end = np.where(launch_ts >= 0, launch_ts + lg("dur"), -1)
     del lg
@@ -164,6 +170,7 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int) -> Links:
                  launch_thread=launch_thread, op_row=op_row, iteration=iteration,
                  comm_row=comm_row, steps=step_list, stats=stats, recompute=recompute,
                  optimizer=optimizer, launch_end=launch_end, main_thread=main,
+                 autograd=autograd, in_op=op_row >= 0, in_rpc=in_rpc,
                  frames={k: frames[k][:2] for k in ("forward_step", "backward_step")},
                  schedule_frames={k: int(frames[k][0].shape[0]) for k in
                                   ("interleaved_schedule", "pipelined_schedule")},
@@ -216,12 +223,17 @@ def _nested_backward_start(ops, lookups: Lookups, node_row: np.ndarray,
     return out
 
 
-def _main_thread(steps: dict, launch_thread: np.ndarray) -> int:
-    """The thread of the ProfilerStep annotations, else the one launching the most."""
+def _main_thread(steps: dict, launch_thread: np.ndarray, autograd: np.ndarray) -> int:
+    """The thread of the ProfilerStep annotations, else the one launching the most of
+    those that launch nothing inside an autograd node (the engine's threads), else of
+    all."""
     if steps["thread"].size:
         values, counts = np.unique(steps["thread"], return_counts=True)
         return int(values[np.argmax(counts)])
-    launched = launch_thread[launch_thread >= 0]
+    engine = np.unique(launch_thread[autograd])
+    launched = launch_thread[(launch_thread >= 0) & ~np.isin(launch_thread, engine)]
+    if not launched.size:
+        launched = launch_thread[launch_thread >= 0]
     if not launched.size:
         return -1
     values, counts = np.unique(launched, return_counts=True)
@@ -419,13 +431,36 @@ def _bucketed_sweep(edges, parts: Parts, q_ts, q_thread, rdt, query_rows: int
 
 
 def _comm_rows(scanned, rows, is_kernel, rpc, launch_ts, launch_thread, rdt):
-    """Comm-store entry (as ``rdt``) per activity: its own args, else (kernels only) the
-    record_param_comms around its launch: the trace's own statement that the kernel is
-    a collective, whatever its name."""
-    comm = scanned.stores["comm"]
+    """Per activity: the comm-store entry (as ``rdt``) of its own args, else (kernels
+    only) of the record_param_comms around its launch; and whether a kernel's launch is
+    inside a record_param_comms (the trace's own statement that the kernel is a
+    collective, whatever its name, with or without metadata)."""
     out = np.full(rows.shape[0], -1, dtype=rdt)
+    in_rpc = np.zeros(rows.shape[0], dtype=bool)
+    launched = np.flatnonzero(is_kernel & (launch_thread >= 0))
+    found = np.full(launched.shape[0], -1, dtype=np.int64)
+    if rpc["row"].size and launched.size:
+        found = innermost_enclosing(rpc["ts"], rpc["dur"], rpc["thread"], launch_ts[launched],
+                                    launch_thread[launched], span_key=rpc["row"])
+        in_rpc[launched] = found >= 0
+    comm = scanned.stores["comm"]
     if len(comm) == 0:
-        return out
+        return out, in_rpc
+    cstore = comm.column("store")
+    crow = comm.column("row")
+    own = np.flatnonzero(cstore == L.GPU)
+    by_row = np.argsort(rows)
+    pos = find_sorted(rows[by_row], crow[own])
+    out[by_row[pos[pos >= 0]]] = own[pos >= 0]
+    del by_row
+    on_ops = np.flatnonzero(cstore == L.OPS)
+    need = (out[launched] < 0) & (found >= 0)
+    if not need.any() or on_ops.size == 0:
+        return out, in_rpc
+    order = np.argsort(crow[on_ops])
+    entry = find_sorted(crow[on_ops][order], rpc["row"][found[need]])
+    out[launched[need][entry >= 0]] = on_ops[order][entry[entry >= 0]]
+    return out, in_rpc
     cstore = comm.column("store")
     crow = comm.column("row")
     own = np.flatnonzero(cstore == L.GPU)

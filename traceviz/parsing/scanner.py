@@ -377,6 +377,7 @@ def _commit(w, strs, thr, blocks, spans, start, end):
                                                w[EV + V_TIDN], w[EV + V_TIDS])
         blocks[store, L.F_TS, r] = w[EV + V_TS]
         blocks[store, L.F_BP, r] = w[EV + V_BP]
+        blocks[store, L.F_NAME, r] = w[EV + V_NAME]
         return
     if ph != 88:  # not 'X'
         w[L.S_OTHER_PH] += 1

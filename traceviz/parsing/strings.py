@@ -135,6 +135,14 @@ class StringTable:
             self._canon.append(self._first_of.setdefault(text, sid))
         w[L.W_NPEND] = 0
 
+    def add(self, text: str) -> int:
+        """The id of ``text``, added after the scan if the trace has no such string."""
+        if text not in self._first_of:
+            self._first_of[text] = len(self.texts)
+            self._canon.append(len(self.texts))
+            self.texts.append(text)
+        return self._first_of[text]
+
     def canonical(self) -> np.ndarray:
         """``int32`` array mapping every id to the first id with the same text."""
         return np.asarray(self._canon, dtype=np.int32)
