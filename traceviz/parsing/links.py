@@ -461,21 +461,3 @@ def _comm_rows(scanned, rows, is_kernel, rpc, launch_ts, launch_thread, rdt):
     entry = find_sorted(crow[on_ops][order], rpc["row"][found[need]])
     out[launched[need][entry >= 0]] = on_ops[order][entry[entry >= 0]]
     return out, in_rpc
-    cstore = comm.column("store")
-    crow = comm.column("row")
-    own = np.flatnonzero(cstore == L.GPU)
-    by_row = np.argsort(rows)
-    pos = find_sorted(rows[by_row], crow[own])
-    out[by_row[pos[pos >= 0]]] = own[pos >= 0]
-    del by_row
-    need = np.flatnonzero((out < 0) & is_kernel & (launch_thread >= 0))
-    on_ops = np.flatnonzero(cstore == L.OPS)
-    if need.size == 0 or rpc["row"].size == 0 or on_ops.size == 0:
-        return out
-    order = np.argsort(crow[on_ops])
-    found = innermost_enclosing(rpc["ts"], rpc["dur"], rpc["thread"], launch_ts[need],
-                                launch_thread[need], span_key=rpc["row"])
-    ok = found >= 0
-    entry = find_sorted(crow[on_ops][order], rpc["row"][found[ok]])
-    out[need[ok][entry >= 0]] = on_ops[order][entry[entry >= 0]]
-    return out
