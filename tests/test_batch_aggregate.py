@@ -166,8 +166,11 @@ def test_failed_rank_is_isolated(tmp_path):
         "rank_0000.parquet", "rank_0001.parquet", "rank_0003.parquet"]
     summary = json.loads((tmp_path / "traceviz" / "batch_summary.json").read_text())
     assert [o["status"] for o in summary["outcomes"]].count("failed") == 1
-    # aggregation goes on with the ranks that parsed
-    assert CliRunner().invoke(main, ["aggregate", str(tmp_path), "--no-figures"]).exit_code == 0
+    # aggregation goes on with the ranks that parsed, names the one that did not, exits 1
+    agg = CliRunner().invoke(main, ["aggregate", str(tmp_path), "--no-figures"])
+    assert agg.exit_code == 1 and "3 ranks" in agg.output
+    assert agg.output.count("failed: ") == 1 and str(bad) in agg.output
+    assert (out / "microbatches.csv").exists()
 
 
 def test_no_traces_is_one_line(tmp_path):

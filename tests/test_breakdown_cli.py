@@ -59,9 +59,11 @@ def test_breakdown_skips_a_bad_rank(job, tmp_path):
     broken.write_text("this is not a trace")
     args = ["breakdown", str(traces[0].path), str(broken), "-o", str(tmp_path / "o")]
     result = CliRunner().invoke(main, args)
-    assert result.exit_code == 0, result.output
-    assert "skipped:" in result.output and "notjson.json" in result.output
-    assert "rank 0: span" in result.output
+    # the other rank's outputs are written; the rank left out is named and the exit is 1
+    assert result.exit_code == 1, result.output
+    assert "failed: " in result.output and "notjson.json" in result.output
+    assert "1 rank(s) left out" in result.output
+    assert "rank 0: span" in result.output and (tmp_path / "o" / "temporal_breakdown.csv").exists()
     missing = CliRunner().invoke(main, ["breakdown", str(tmp_path / "nope")])
     assert missing.exit_code == 1 and "no such file" in missing.output
     assert "Traceback" not in missing.output

@@ -13,11 +13,11 @@ import time
 import click
 
 from ._version import __version__
-from .errors import TraceVizError, UsageError
+from .errors import TraceVizError, UsageError, one_line
 
 
 def _fail(message: str, code: int = 1) -> None:
-    click.echo(f"traceviz: error: {message}", err=True)
+    click.echo(f"traceviz: error: {one_line(message)}", err=True)
     sys.exit(code)
 
 
@@ -30,6 +30,14 @@ def _write(result, outdir) -> list:
     from .commands.result import write
 
     return write(result, outdir)
+
+
+def _left_out(failed: list[str]) -> None:
+    """Name the ranks the outputs leave out and exit 1 (the outputs of the others are
+    written): a job with a rank missing is not a success."""
+    if failed:
+        _echo_all([f"failed: {one_line(why)}" for why in failed], err=True)
+        _fail(f"{len(failed)} rank(s) left out (listed above); the outputs cover the others")
 
 
 class _Group(click.Group):
@@ -65,8 +73,11 @@ def main() -> None:
       traceviz parse rank0.pt.trace.json.gz -o rank0.parquet
     """
     from .parsing.budget import use_system_allocator
+    from .table.scratch import exit_on_sigterm, remove_dead_spills
 
     use_system_allocator()
+    exit_on_sigterm()  # SIGTERM: temporary files and spill folders go, exit 143
+    remove_dead_spills()  # what SIGKILLed runs left
     # The modules and numba's typing tables live until exit: the collector need not walk
     # them again, at each full collection or at exit (0.5 GB parse: ~70 ms, median of 11).
     gc.freeze()
@@ -114,7 +125,7 @@ def parse(trace: str, output: str | None, cpu: bool, patterns: str | None, stric
     result = command.run(trace, cpu=cpu, patterns=patterns, memory_budget=memory_budget << 20,
                          topology_file=topology_file, vpp=vpp)
     for warning in result.warnings:
-        click.echo(f"traceviz: warning: {warning}", err=True)
+        click.echo(f"traceviz: warning: {one_line(warning)}", err=True)
     written = command.write(result, output, cpu=cpu, strict=strict)
     if not quiet:
         _echo_all(command.summary_lines(result, time.perf_counter() - start, written), err=True)
@@ -271,6 +282,7 @@ def breakdown(inputs, outdir, ranks, iterations, streams, drop_last_step, hta_co
     _echo_all(result.lines)
     _echo_all(result.notes, err=True)
     click.echo(f"wrote {len(written)} files to {outdir}", err=True)
+    _left_out(result.failed)
 
 
 @main.command()
@@ -449,8 +461,10 @@ def aggregate(root, outdir, alignment, topology_file, jobs, no_figures) -> None:
     """
     from .commands import aggregate as command
 
+    failed = []
     for res in command.run(root, outdir, alignment=alignment, topology=topology_file,
                            jobs=jobs, figures=not no_figures):
+        failed += res.failed
         written = _write(res, res.data["folder"])
         sync = res.data["sync"]
         worst = max((x for x in sync.max_abs_residual if x == x), default=0.0)
@@ -460,6 +474,7 @@ def aggregate(root, outdir, alignment, topology_file, jobs, no_figures) -> None:
         click.echo(f"{res.data['folder']}: {len(res.data['ranks'])} ranks, {len(written)} "
                    f"files; {clocks}")
         _echo_all([f"  {note}" for note in res.notes])
+    _left_out(failed)
 
 
 @main.command()
@@ -514,8 +529,10 @@ def pipeline(root, vpp, iteration, all_groups, topology_file, outdir) -> None:
                          topology=topology_file)
     _write(result, outdir)
     _echo_all(result.lines)
+    _echo_all(result.notes, err=True)
     click.echo(f"wrote pipeline_stages / pipeline_gaps (.csv, .parquet) and the figures to "
                f"{outdir}")
+    _left_out(result.failed)
 
 
 def _run_options(func):
@@ -582,6 +599,7 @@ def report(root, config_file, topology, no_clock_sync, output, as_json, **facts)
     _write(result, ".")
     click.echo(result.texts[str(result.data["json" if as_json else "text"])], nl=False)
     click.echo(f"wrote {result.data['text']} and {result.data['json']}", err=True)
+    _left_out(result.failed)
 
 
 @main.command()
@@ -609,11 +627,12 @@ def export(source, output, kernels, no_clock_sync) -> None:
     """
     from .commands.export import run
 
-    out, count, notes = run(source, output, kernels, clock_sync=not no_clock_sync)
+    out, count, notes, failed = run(source, output, kernels, clock_sync=not no_clock_sync)
     for note in notes:
         click.echo(note, err=True)
     click.echo(f"wrote {out} ({count} traceviz events); open it in https://ui.perfetto.dev",
                err=True)
+    _left_out(failed)
 
 
 @main.command()
@@ -635,5 +654,7 @@ def html(root, output, topology, **facts) -> None:
     """
     from .commands import html as command
 
-    _write(command.run(root, output, overrides=_run_overrides(**facts), topology=topology), ".")
+    result = command.run(root, output, overrides=_run_overrides(**facts), topology=topology)
+    _write(result, ".")
     click.echo(f"wrote {output}", err=True)
+    _left_out(result.failed)

@@ -2,6 +2,12 @@
 from __future__ import annotations
 
 
+def one_line(text: str) -> str:
+    """``text`` with line breaks and other control characters escaped (a file name may
+    hold any of them), so a message stays one line."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
 class TraceVizError(Exception):
     """Base class of errors the CLI reports as one line (exit code 1)."""
 
@@ -27,3 +33,4 @@ class TraceError(TraceVizError):
 
 class UsageError(TraceVizError):
     """Arguments that do not fit together (exit code 2 in the CLI)."""
+

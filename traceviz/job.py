@@ -76,8 +76,13 @@ class Job:
         if self._iteration is None:
             return self.folders[0]
         for folder in self.folders:
-            steps = {s.get("iteration") for f in sorted(folder.glob("*.parquet"))[:1]
-                     for s in file_metadata(f).get("steps") or []}
+            steps = set()
+            for f in sorted(folder.glob("*.parquet")):  # the first readable table's steps
+                try:
+                    steps = {s.get("iteration") for s in file_metadata(f).get("steps") or []}
+                    break
+                except (OSError, ValueError):
+                    continue
             if self._iteration in steps or folder.name == f"iteration_{self._iteration}":
                 return folder
         raise TraceVizError(f"{self.path}: no profiled iteration {self._iteration}")

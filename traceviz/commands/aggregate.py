@@ -32,7 +32,7 @@ from ..ingest.tables import ensure_tables, rank_tables
 from ..ingest.topology import job_layout
 from ..render.figures import Figure
 from ..render.timeline import overlap_bars, time_window, timeline
-from ..table.schema import is_activity_table
+from ..table.schema import is_activity_table, metadata
 from .result import Result
 
 
@@ -40,7 +40,7 @@ def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
                      topology: str | os.PathLike | None = None,
                      figures: bool = True) -> Result:
     """Tables and figures of one folder of rank tables (see the module doc); paths are
-    relative to ``folder``. ``data``: folder, ranks, sync, failed."""
+    relative to ``folder``. ``data``: folder, ranks, sync."""
     files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
     failed: list[str] = []
     columns = tuple(dict.fromkeys(COLUMNS + CALL_COLUMNS))
@@ -48,7 +48,9 @@ def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
     if not tables:
         raise TraceVizError(f"{folder}: no parsed rank tables (run 'traceviz batch' first)")
     sync = synchronize({r: collective_ends(t) for r, t in tables.items()})
-    notes = []
+    notes = [f"note: rank {r}: its trace is cut at byte {cut}; what it ran after the cut is "
+             "missing" for r, t in sorted(tables.items())
+             if (cut := (metadata(t).get("stats") or {}).get("truncated_at")) is not None]
     linked = sync.linked()
     if alignment == "synced" and len(tables) > 1 and not linked.all():
         unlinked = sync.ranks[~linked].tolist()
@@ -67,9 +69,9 @@ def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
     mb, spans = microbatch_table(ranks), category_spans(cats)
     res = Result(tables={"microbatches": mb, "category_spans": spans},
                  csv={"clock_offsets.csv": sync.table()},
-                 data={"folder": folder, "ranks": [a.rank for a in ranks], "sync": sync,
-                       "failed": failed})
-    res.notes += [f"skipped: {msg}" for msg in failed] + notes
+                 data={"folder": folder, "ranks": [a.rank for a in ranks], "sync": sync},
+                 failed=failed)
+    res.notes += notes
     res.data["alignment"] = alignment
     for rc in cats:
         r = rc.rank

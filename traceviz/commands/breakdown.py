@@ -33,12 +33,12 @@ def run(paths: list[str | os.PathLike], options: Options = Options(), *,
     tables = breakdown_tables(selected, params, options.hta_compat)
     notes: list[str] = []
     return Result(tables=tables, figures=breakdown_figures(tables, notes),
-                  lines=summary_lines(tables, failed), notes=notes,
-                  data={"ranks": [a.rank for a in selected], "failed": failed})
+                  lines=summary_lines(tables), notes=notes,
+                  data={"ranks": [a.rank for a in selected]}, failed=failed)
 
 
-def summary_lines(tables: dict, failed: list[str]) -> list[str]:
-    """Per rank the shares of the span and the overlap; then the skipped inputs."""
+def summary_lines(tables: dict) -> list[str]:
+    """Per rank the shares of the span and the overlap."""
     lines = []
     for r in tables["temporal_breakdown"].to_pylist():
         if r["iteration"] is not None:  # the whole-trace rows only
@@ -50,4 +50,4 @@ def summary_lines(tables: dict, failed: list[str]) -> list[str]:
             f"{r['idle_pct']:.2f} %; comm-comp overlap "
             + ("n/a (no communication)" if overlap is None or overlap != overlap
                else f"{overlap:.2f} %"))
-    return lines + [f"skipped: {msg}" for msg in failed]
+    return lines

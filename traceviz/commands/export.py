@@ -24,8 +24,10 @@ def default_output(source: Path) -> Path:
 
 
 def run(source: str | os.PathLike, output: str | os.PathLike | None = None,
-        kernels: bool | None = None, clock_sync: bool = True) -> tuple[Path, int, list[str]]:
-    """Write the export; (output path, events written, notes). ``kernels`` defaults to
+        kernels: bool | None = None, clock_sync: bool = True
+        ) -> tuple[Path, int, list[str], list[str]]:
+    """Write the export; (output path, events written, notes, the ranks left out with
+    why). ``kernels`` defaults to
     False for one trace (its own kernels are there) and True for a job. The export
     streams to its file as it is computed (one rank in memory at a time)."""
     source = Path(source)
@@ -41,7 +43,7 @@ def run(source: str | os.PathLike, output: str | os.PathLike | None = None,
         events = rank_events(rank_tracks(table, rank_of(table, source, 0)), bool(kernels))
         src = ByteSource(source)
         try:
-            return out, write_with_events(src, os.fspath(source), out, events), notes
+            return out, write_with_events(src, os.fspath(source), out, events), notes, []
         finally:
             src.close()
     files = input_files([tables_folder(source)])
@@ -49,9 +51,8 @@ def run(source: str | os.PathLike, output: str | os.PathLike | None = None,
     for rank, path, table in rank_tables(files, CALL_COLUMNS, failed):
         paths[rank] = path
         calls.append(rank_calls(table, rank))
-    notes += [f"skipped: {msg}" for msg in failed]
     offsets = offsets_from_calls(calls, notes)[0] if clock_sync else {}
     # second pass over the (parquet) tables: only the export's columns, one rank at a time
     tracks = (rank_tracks(load_table(paths[r], COLUMNS), r, offsets.get(r, 0))
               for r in sorted(paths))
-    return out, write_job(tracks, out, kernels is not False), notes
+    return out, write_job(tracks, out, kernels is not False), notes, failed

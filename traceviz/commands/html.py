@@ -43,4 +43,5 @@ def run(root: str | os.PathLike, output: str | os.PathLike, overrides: dict | No
     except TraceVizError as exc:
         pipe, why = None, f"no pipeline view: {exc}"
     return Result(texts={os.fspath(output): page_of(f"traceviz: {root.resolve().name}", rep,
-                                                    brk, pipe, why)})
+                                                    brk, pipe, why)},
+                  failed=rep["failed"])

@@ -23,11 +23,6 @@ def default_output(trace: str) -> str:
     return base + ".parquet"
 
 
-def cpu_output(output: str) -> str:
-    """Where the CPU table of ``output`` goes: its name with ``.cpu.parquet``."""
-    return (output[:-len(".parquet")] if output.endswith(".parquet") else output) + ".cpu.parquet"
-
-
 def run(trace: str, *, cpu: bool = False, patterns: str | None = None,
         memory_budget: int = 512 << 20, topology_file: str | None = None,
         vpp: int | None = None) -> ParsedTrace:
@@ -46,12 +41,7 @@ def write(result: ParsedTrace, output: str, *, cpu: bool = False,
     if strict and result.meta["stats"]["truncated_at"] is not None:
         raise TraceVizError(f"{result.meta['source']}: truncated trace rejected (--strict); "
                             "nothing written")
-    result.columns.write_parquet(output)
-    written = [output]
-    if cpu and result.cpu_columns is not None:
-        written.append(cpu_output(output))
-        result.cpu_columns.write_parquet(written[-1])
-    return written
+    return result.write(output)
 
 
 def summary_lines(result: ParsedTrace, seconds: float, written: list[str]) -> list[str]:

@@ -79,7 +79,7 @@ def _from_tables(root: Path, folder: Path, vpp: int | None, iteration: int | Non
     """Add the views of one folder of rank tables; False when it lacks ``iteration``."""
     files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
     tables = {rank: t for rank, _, t in rank_tables(
-        files, tuple(dict.fromkeys(COLUMNS + CALL_COLUMNS)), res.notes)}
+        files, tuple(dict.fromkeys(COLUMNS + CALL_COLUMNS)), res.failed)}
     sync = synchronize({r: collective_ends(t) for r, t in tables.items()})
     ranks = {r: activities(t, rank=r, offset_ns=sync.offset_of(r)) for r, t in tables.items()}
     del tables

@@ -58,13 +58,13 @@ def default_name(report: dict, when: dt.datetime) -> str:
 def make_report(root: str | os.PathLike, *, config_file: str | None = None,
                 overrides: dict | None = None, topology: str | None = None,
                 clock_sync: bool = True) -> dict:
-    """The report dict of ``root`` (NaN-free: JSON-ready)."""
+    """The report dict of ``root`` (NaN-free: JSON-ready); ``failed`` lists the ranks
+    left out (their trace or table could not be read), one line each."""
     root = Path(root)
     if not root.exists():
         raise TraceVizError(f"{root}: no such file or folder")
     summaries, failed = summaries_of(root)
-    notes = [f"skipped: {msg}" for msg in failed]
-    notes += [f"rank {s.rank}: its trace is cut at byte {s.truncated_at}; its calls after "
+    notes = [f"rank {s.rank}: its trace is cut at byte {s.truncated_at}; its calls after "
               "the cut are missing" for s in summaries if s.truncated_at is not None]
     folder = root if root.is_dir() else root.parent
     layout, layout_note = job_layout(root, folder, topology)
@@ -75,7 +75,8 @@ def make_report(root: str | os.PathLike, *, config_file: str | None = None,
     config = config.updated(**(overrides or {}))
     offsets, synced = (offsets_from_calls([s.calls for s in summaries], notes)
                        if clock_sync else ({}, False))
-    return _finite(build_report(summaries, config, offsets, layout, notes, synced))
+    return _finite({**build_report(summaries, config, offsets, layout, notes, synced),
+                    "failed": failed})
 
 
 def run(root: str | os.PathLike, *, config_file: str | None = None,
@@ -94,4 +95,5 @@ def run(root: str | os.PathLike, *, config_file: str | None = None,
         text = text.with_suffix(".txt")
     return Result(texts={str(twin): json.dumps(report, indent=1, allow_nan=False),
                          str(text): report_text(report)},
-                  data={"report": report, "text": text, "json": twin})
+                  data={"report": report, "text": text, "json": twin},
+                  failed=report["failed"])

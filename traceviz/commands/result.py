@@ -16,7 +16,8 @@ class Result:
     """Outputs by path relative to the output folder: ``tables`` are written as
     ``<name>.csv`` and ``<name>.parquet``, ``csv`` as CSV only, ``figures`` as PNG,
     ``texts`` as UTF-8 text. ``lines`` go to stdout, ``notes`` to stderr; ``data`` holds
-    structured results for the Python API (e.g. the report dict)."""
+    structured results for the Python API (e.g. the report dict); ``failed`` names the
+    ranks the outputs leave out (a trace or table that could not be read), with why."""
 
     tables: dict[str, pa.Table] = field(default_factory=dict)
     csv: dict[str, pa.Table] = field(default_factory=dict)
@@ -25,6 +26,7 @@ class Result:
     lines: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     data: dict = field(default_factory=dict)
+    failed: list[str] = field(default_factory=list)  # ranks left out: one line each
 
 
 def write(result: Result, outdir: str | os.PathLike) -> list[Path]:

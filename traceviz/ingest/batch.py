@@ -13,18 +13,23 @@ Work runs on a local process pool, or on a Dask distributed cluster
 """
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import os
+import signal
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
 from multiprocessing import get_context
+from multiprocessing.connection import wait as mp_wait
 from pathlib import Path
 
-from ..errors import TraceVizError, UsageError
+from ..errors import TraceVizError, UsageError, one_line
 from ..table.io import atomic_path
 from ..table.schema import file_metadata
+from ..table.scratch import exit_on_sigterm
 from .discover import TraceFile, find_traces
 from .topology import find_topology_file
 
@@ -122,9 +127,7 @@ def parse_one(task: Task, memory_budget: int, topology_file: str | None, cpu: bo
         topology = from_file(topology_file) if topology_file else None
         result = parse_trace(task.trace, cpu=cpu, memory_budget=memory_budget,
                              topology=topology, vpp=vpp)
-        result.columns.write_parquet(task.output)
-        if cpu and result.cpu_columns is not None:
-            result.cpu_columns.write_parquet(task.output[:-len(".parquet")] + ".cpu.parquet")
+        result.write(task.output)
         rank = int(result.meta.get("rank", task.rank))
         return Outcome(task.trace, rank, task.output, "parsed",
                        time.perf_counter() - start, result.columns.n_rows,
@@ -149,20 +152,122 @@ def _progress(total_bytes: int, n: int, quiet: bool):
                 desc=f"ranks 0/{n}", disable=quiet or not n, dynamic_ncols=True, leave=True)
 
 
-def _run_local(tasks: list[Task], jobs: int, args: tuple, done) -> list[Outcome]:
+def _worker_init() -> None:
+    """A worker SIGTERMed removes its spill folder and temporary files and exits."""
+    exit_on_sigterm(None)
+
+
+def _run_local(tasks: list[Task], jobs: int, args: tuple, done,
+               work=parse_one) -> list[Outcome]:
+    """Outcomes of ``work(task, *args)`` for ``tasks`` on ``jobs`` worker processes (in
+    this process for 1). A worker that dies (OOM killer, a signal) breaks the pool: the
+    tasks it took down are run again, each in a process of its own, so the one that dies
+    again is named with its signal and every other finishes."""
     if jobs == 1:
         out = []
         for t in tasks:
-            out.append(parse_one(t, *args))
+            out.append(work(t, *args))
             done(t, out[-1])
         return out
-    out = []
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-        futures = {pool.submit(parse_one, t, *args): t for t in tasks}
+    out, broken = [], []
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
+                               initializer=_worker_init)
+    try:
+        futures = {pool.submit(work, t, *args): t for t in tasks}
+        workers = _workers(pool)  # the pool forgets a worker once it is broken
         for fut in as_completed(futures):
-            out.append(fut.result())
-            done(futures[fut], out[-1])
+            t = futures[fut]
+            try:
+                outcome = fut.result()
+            except BrokenProcessPool:
+                broken.append(t)
+                continue
+            out.append(outcome)
+            done(t, outcome)
+    except BaseException:
+        _stop(pool)
+        raise
+    pool.shutdown()
+    # the pool SIGTERMs its other workers when one dies: the cause is another signal
+    deaths = sorted({_death(p.exitcode) for p in workers
+                     if p.exitcode and p.exitcode != -signal.SIGTERM})
+    deaths = deaths or sorted({_death(p.exitcode) for p in workers if p.exitcode})
+    for t, outcome in _run_isolated(broken, jobs, args, work):
+        if outcome.status != "failed":
+            outcome.warnings.append(
+                "a worker of the batch died while this rank was queued or being parsed ("
+                + (", ".join(deaths) or "cause unknown") + "); parsed again in a process "
+                "of its own")
+        out.append(outcome)
+        done(t, outcome)
     return out
+
+
+def _workers(pool: ProcessPoolExecutor) -> list:
+    """The pool's worker processes (the executor keeps them privately; [] if not)."""
+    return list((getattr(pool, "_processes", None) or {}).values())
+
+
+def _death(code: int) -> str:
+    """How a process ended, from its exit code (negative: the signal; 143: SIGTERM, after
+    removing its temporary files)."""
+    if code == 128 + signal.SIGTERM:
+        code = -signal.SIGTERM
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name}" + (" (out of memory?)" if -code == signal.SIGKILL else "")
+    return f"exited with status {code}"
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Cancel what has not started and SIGTERM the workers (they clean up and exit)."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in _workers(pool):
+        with contextlib.suppress(Exception):
+            p.terminate()
+            p.join(5)
+
+
+def _child(conn, work, task: Task, args: tuple) -> None:
+    exit_on_sigterm(None)
+    conn.send(work(task, *args))
+    conn.close()
+
+
+def _run_isolated(tasks: list[Task], jobs: int, args: tuple, work):
+    """(task, outcome) for each task parsed in a fresh process of its own, ``jobs`` at a
+    time; a process that dies gives a failed outcome naming how."""
+    ctx = get_context("spawn")
+    waiting, running = list(tasks), []
+    try:
+        while waiting or running:
+            while waiting and len(running) < jobs:
+                t = waiting.pop(0)
+                recv, send = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_child, args=(send, work, t, args), daemon=True)
+                proc.start()
+                send.close()
+                running.append((t, proc, recv))
+            ready = mp_wait([r for _, _, r in running])
+            for item in [x for x in running if x[2] in ready]:
+                t, proc, recv = item
+                running.remove(item)
+                try:
+                    outcome = recv.recv()
+                except EOFError:  # died before it could answer
+                    proc.join()
+                    outcome = Outcome(t.trace, t.rank, t.output, "failed", error=(
+                        f"{t.trace}: the process parsing it {_death(proc.exitcode or 0)}; "
+                        "lower --memory-budget or -j, or check the trace"))
+                proc.join()
+                yield t, outcome
+    finally:
+        for _, proc, _ in running:
+            proc.terminate()
+            proc.join(5)
 
 
 def _run_dask(tasks: list[Task], scheduler: str, args: tuple, done) -> list[Outcome]:
@@ -178,8 +283,15 @@ def _run_dask(tasks: list[Task], scheduler: str, args: tuple, done) -> list[Outc
             futures = {client.submit(parse_one, t, *args, pure=False): t for t in tasks}
             out = []
             for fut in dask_completed(list(futures)):
-                out.append(fut.result())
-                done(futures[fut], out[-1])
+                t = futures[fut]
+                try:
+                    outcome = fut.result()
+                except Exception as exc:  # the worker died (KilledWorker) or was lost
+                    outcome = Outcome(t.trace, t.rank, t.output, "failed", error=(
+                        f"{t.trace}: the Dask worker parsing it died ({type(exc).__name__}: "
+                        f"{exc}); lower --memory-budget, or check the trace"))
+                out.append(outcome)
+                done(t, outcome)
             return out
     except OSError as exc:
         raise TraceVizError(f"cannot reach the Dask scheduler {scheduler}: {exc}") from None
@@ -215,8 +327,6 @@ def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
         finished[0] += 1
         bar.set_description(f"ranks {finished[0]}/{len(todo)}")
         bar.update(task.size)
-        if outcome.status == "failed":
-            bar.write(f"traceviz: error: {outcome.error}")
 
     try:
         if scheduler:
@@ -225,7 +335,15 @@ def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
             outcomes = _run_local(todo, jobs, args, done)
     finally:
         bar.close()
-    outcomes += [Outcome(t.trace, t.rank, t.output, "skipped") for t in fresh]
+    earlier = _earlier_outcomes(output_root(root, outdir))
+    for t in fresh:  # up to date: what the run that parsed it said, marked skipped
+        before = earlier.get(t.trace)
+        kept = Outcome(t.trace, t.rank, t.output, "skipped")
+        if before is not None and before.get("output") == t.output \
+                and before.get("status") in ("parsed", "skipped"):
+            kept.seconds, kept.events = before.get("seconds", 0.0), before.get("events", 0)
+            kept.warnings = list(before.get("warnings") or [])
+        outcomes.append(kept)
     for o in outcomes:
         if o.trace in stale and o.status == "parsed":
             o.warnings.append("parsed again: its table was parsed with other options (vpp, "
@@ -237,6 +355,27 @@ def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
     return outcomes
 
 
+def _earlier_outcomes(out: Path) -> dict[str, dict]:
+    """The outcomes of the last batch into ``out`` by trace path ({} if none / damaged)."""
+    try:
+        doc = json.loads((out / SUMMARY).read_text())
+        return {o["trace"]: o for o in doc["outcomes"] if isinstance(o, dict) and "trace" in o}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def failures_of(folder: Path) -> list[str]:
+    """The one-line reasons of the traces whose tables belong in ``folder`` but that the
+    last batch (its ``batch_summary.json`` in ``folder`` or a parent) failed to parse."""
+    folder = Path(folder).resolve()
+    for parent in (folder, *list(folder.parents)[:3]):
+        if (parent / SUMMARY).is_file():
+            return [o.get("error") or f"{o['trace']}: failed" for o in
+                    _earlier_outcomes(parent).values() if o.get("status") == "failed"
+                    and Path(o.get("output", "")).resolve().parent == folder]
+    return []
+
+
 def summary(outcomes: list[Outcome], seconds: float) -> str:
     """Counts, throughput, and one line per failed or truncated rank."""
     parsed = [o for o in outcomes if o.status == "parsed"]
@@ -245,8 +384,8 @@ def summary(outcomes: list[Outcome], seconds: float) -> str:
     lines = [f"{len(parsed)} parsed, {len(skipped)} up to date (use --force to re-parse), "
              f"{len(failed)} failed in {seconds:.1f} s"]
     for o in failed:
-        lines.append(f"  failed rank {o.rank}: {o.error}")
+        lines.append(f"  failed rank {o.rank}: {one_line(o.error)}")
     for o in parsed:
         for w in o.warnings:
-            lines.append(f"  warning rank {o.rank}: {w}")
+            lines.append(f"  warning rank {o.rank}: {one_line(w)}")
     return "\n".join(lines)

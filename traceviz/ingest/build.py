@@ -36,10 +36,15 @@ from ..classify.groups import comm_groups
 from ..classify.kinds import name_kinds
 from ..classify.patterns import Patterns, load_patterns
 from ..classify.phases import LaunchFacts, classify
+from ..errors import TraceVizError, UsageError
 from ..parsing import fields as L
 from ..parsing.budget import MemoryPlan, release_free_memory
 from ..parsing.cpu_table import CPU_ONLY_FIELDS, cpu_columns
-from ..parsing.device_tasks import adopt_device_tasks, device_threads, unread_device_events
+from ..parsing.device_tasks import (
+    adopt_device_tasks,
+    device_threads,
+    unread_device_events,
+)
 from ..parsing.links import Lookups, link
 from ..parsing.metadata import thread_numbers, trace_metadata
 from ..parsing.names import Strings
@@ -52,6 +57,7 @@ from ..parsing.reader import (
     scan_trace,
 )
 from ..table.arrays import fixed_dictionary
+from ..table.io import atomic_path
 from ..table.schema import (
     ACTIVITY_CATS,
     ACTIVITY_COLUMNS,
@@ -93,15 +99,33 @@ def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
     if not isinstance(patterns, Patterns):
         patterns = load_patterns(patterns)
     plan = plan or MemoryPlan.measure(memory_budget, jit_loaded())
-    scanned = scan_trace(src, memory_budget=plan.scan_blocks, chunk_size=chunk_size,
-                         drop=None if cpu else CPU_ONLY_FIELDS)
+    try:
+        scanned = scan_trace(src, memory_budget=plan.scan_blocks, chunk_size=chunk_size,
+                             drop=None if cpu else CPU_ONLY_FIELDS)
+    except OSError as exc:
+        raise _spill_error(src, exc) from None
     try:
         parsed = build(scanned, patterns, plan, cpu=cpu, topology=topology, vpp=vpp)
+    except OSError as exc:
+        scanned.close()
+        raise _spill_error(src, exc) from None
     except BaseException:
         scanned.close()
         raise
     parsed.set_meta("parse_options", parse_options(topology, patterns, vpp))
     return keep_alive(parsed, scanned)
+
+
+def _spill_error(src, exc: OSError) -> TraceVizError:
+    """An error writing the spill files (the temporary folder full, read-only, gone) as
+    one line naming the folder and what to do."""
+    import tempfile
+
+    name = src if isinstance(src, (str, os.PathLike)) else getattr(src, "name", "<stream>")
+    return TraceVizError(
+        f"{os.fspath(name)}: cannot write the spill files in {tempfile.gettempdir()}: "
+        f"{exc.strerror or exc}; free space there, point TMPDIR at a larger disk, or raise "
+        "--memory-budget so less is spilled")
 
 
 def parse_options(topology: Layout | None, patterns: Patterns, vpp: int | None) -> dict:
@@ -115,6 +139,11 @@ def parse_options(topology: Layout | None, patterns: Patterns, vpp: int | None) 
 
     return {"vpp": vpp, "topology": digest(None if topology is None else to_json(topology)),
             "patterns": digest(patterns.raw), "traceviz_version": __version__}
+
+
+def cpu_path(dest: str) -> str:
+    """Where the CPU table of a table written to ``dest`` goes: ``.cpu.parquet``."""
+    return (dest[:-len(".parquet")] if dest.endswith(".parquet") else dest) + ".cpu.parquet"
 
 
 def parse(src: str | os.PathLike | BinaryIO, **kwargs) -> pa.Table:
@@ -139,6 +168,20 @@ class ParsedTrace:
         for columns in (self.columns, self.cpu_columns):
             if columns is not None:
                 columns.metadata = {METADATA_KEY: json.dumps(self.meta).encode()}
+
+    def write(self, dest: str) -> list[str]:
+        """Write the GPU activity table to ``dest`` (``-``: stdout) and, when the CPU table
+        was built, the CPU table to :func:`cpu_path` of ``dest``: both or neither (a
+        failure leaves no file behind). Returns the paths written."""
+        if self.cpu_columns is None:
+            self.columns.write_parquet(dest)
+            return [dest]
+        if dest == "-":
+            raise UsageError("the CPU table is a second file: give -o FILE, not '-'")
+        with atomic_path(dest) as gpu_tmp, atomic_path(cpu_path(dest)) as cpu_tmp:
+            self.columns.write_parquet(gpu_tmp)
+            self.cpu_columns.write_parquet(cpu_tmp)
+        return [dest, cpu_path(dest)]
 
     def close(self) -> None:
         """Delete the temporary files behind the columns (tables already read stay)."""

@@ -62,13 +62,29 @@ def is_trace_name(name: str) -> bool:
     return name.endswith(TRACE_SUFFIXES) and not name.endswith((".info.json",))
 
 
+_RANK_PLACE = re.compile(r"^(iteration_\d+|torch_profile)$")
+
+
+def looks_like_rank_trace(path: Path) -> bool:
+    """Whether ``path`` is a rank's trace by its name or place, whatever its content:
+    ``rank*`` / ``worker*`` names, ``*.pt.trace.json*`` (tensorboard_trace_handler),
+    files in ``iteration_N`` (Megatron-TraceViz, TorchTitan) or ``torch_profile``
+    (Megatron-LM) folders. Such a file that cannot be read is a failed rank, never
+    skipped."""
+    return (rank_from_name(path.name) is not None or ".pt.trace.json" in path.name
+            or bool(_RANK_PLACE.match(path.parent.name)))
+
+
 def describe(path: Path) -> TraceFile | None:
-    """A :class:`TraceFile` if ``path`` starts like a Kineto trace, else None."""
+    """A :class:`TraceFile` if ``path`` starts like a Kineto trace or looks like a rank's
+    trace (:func:`looks_like_rank_trace`; its parse then says what is wrong), else
+    None."""
     try:
         header = read_header(path, limit=8 << 20)
     except Exception:  # unreadable: let the parse report it with its reason
         header = {}
-    if header is None and not _starts_with_event_array(path):
+    if header is None and not _starts_with_event_array(path) \
+            and not looks_like_rank_trace(path):
         return None
     dist = (header or {}).get("distributedInfo") or {}
     rank = dist.get("rank") if isinstance(dist, dict) else None

@@ -153,8 +153,13 @@ def rank_tables(files: list[Path], columns: tuple[str, ...] | None, failed: list
                 optional: tuple[str, ...] = ()) -> Iterator[tuple[int, Path, pa.Table]]:
     """(rank, path, table) of each file that loads, one at a time; the one-line reason of
     each file that does not, or that lacks one of ``columns`` not named ``optional``
-    (tables parsed by older versions), goes to ``failed``. Two files of one rank are a
-    one-line error (never one silently dropped)."""
+    (tables parsed by older versions), goes to ``failed``, and so do the traces the last
+    batch into the tables' folders failed to parse. Two files of one rank are a one-line
+    error (never one silently dropped)."""
+    from .batch import failures_of
+
+    for folder in sorted({f.parent for f in files if f.suffix == ".parquet"}):
+        failed += failures_of(folder)  # traces that never became a table
     seen: dict[int, tuple[Path, int | None]] = {}
     for k, path in enumerate(files):
         try:

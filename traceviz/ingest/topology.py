@@ -26,13 +26,16 @@ def find_topology_file(folder: str | os.PathLike) -> Path | None:
 
 
 def pg_configs_of(paths: list[Path]) -> tuple[list[list[dict]], int]:
-    """(pg_config of each trace or parsed table, largest world size stated)."""
+    """(pg_config of each trace or readable parsed table, largest world size stated)."""
     from ..parsing.header import read_header
 
     configs, world = [], 0
     for path in paths:
         if path.suffix == ".parquet":
-            info = file_metadata(path).get("distributed", {})
+            try:
+                info = file_metadata(path).get("distributed", {})
+            except (OSError, ValueError):  # damaged: the loaders name it
+                continue
         else:
             header = read_header(path) or {}
             info = header.get("distributedInfo") or {}

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..table.arrays import group_positions
+from ..table.scratch import release, spill_folder
 from .fields import FIELDS
 
 # stores spilled first come first; GPU activities stay in memory longest
@@ -104,7 +104,7 @@ class SpillBudget:
 
     def folder(self) -> str:
         if self._dir is None:
-            self._dir = tempfile.mkdtemp(prefix="traceviz-spill-")
+            self._dir = spill_folder()
         return self._dir
 
     def new_path(self, prefix: str) -> str:
@@ -143,6 +143,7 @@ class SpillBudget:
         self._files.clear()
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
+            release(self._dir)
             self._dir = None
 
 

@@ -11,8 +11,8 @@ Return conventions shared by all functions here:
 * ``INCOMPLETE`` (-1) means the buffer ended before the token did (more bytes may complete it);
 * ``SYNTAX`` (-2) means the bytes cannot be JSON at this point.
 
-Strings are hashed with 64-bit FNV-1a over their raw bytes (escapes included, quotes
-excluded), computed in ``uint64`` (signed overflow is undefined behaviour for LLVM, so
+Strings are hashed with 64-bit FNV-1a over their decoded UTF-8 bytes (escapes resolved,
+quotes excluded), computed in ``uint64`` (signed overflow is undefined behaviour for LLVM, so
 wrapping arithmetic must be unsigned) and returned as the same bits in an ``int64``;
 :func:`fnv1a` is the same hash in Python for building key constants.
 """
@@ -29,7 +29,8 @@ FNV_PRIME = np.uint64(0x100000001B3)
 
 # number parse status
 NUM_OK = 0
-NUM_BAD = 1  # not a number, or out of int64 range
+NUM_BAD = 1  # not a number
+NUM_RANGE = 2  # a number beyond the int64 range once scaled
 
 _QUOTE = 34
 _BACKSLASH = 92
@@ -54,10 +55,69 @@ def skip_ws(buf, i, n):
 
 
 @njit(nogil=True, cache=True, _nrt=False)
+def _mix(h, byte):
+    return (h ^ np.uint64(byte)) * FNV_PRIME
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def _hex4(buf, i):
+    """The value of the 4 hex digits at ``buf[i:i+4]`` (the caller checked they exist),
+    -1 if one is not a hex digit."""
+    v = 0
+    for k in range(4):
+        c = buf[i + k]
+        if 48 <= c <= 57:
+            d = c - 48
+        elif 97 <= c <= 102:
+            d = c - 87
+        elif 65 <= c <= 70:
+            d = c - 55
+        else:
+            return -1
+        v = v * 16 + d
+    return v
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def _simple_escape(e):
+    """The byte a one-letter escape stands for (``\\n`` -> 10), -1 if not one."""
+    if e == 34 or e == 92 or e == 47:
+        return e
+    if e == 98:
+        return 8
+    if e == 102:
+        return 12
+    if e == 110:
+        return 10
+    if e == 114:
+        return 13
+    if e == 116:
+        return 9
+    return -1
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def _mix_utf8(h, cp):
+    """``h`` mixed with the UTF-8 bytes of code point ``cp``."""
+    if cp < 0x80:
+        return _mix(h, cp)
+    if cp < 0x800:
+        return _mix(_mix(h, 0xC0 | (cp >> 6)), 0x80 | (cp & 0x3F))
+    if cp < 0x10000:
+        h = _mix(h, 0xE0 | (cp >> 12))
+        return _mix(_mix(h, 0x80 | ((cp >> 6) & 0x3F)), 0x80 | (cp & 0x3F))
+    h = _mix(_mix(h, 0xF0 | (cp >> 18)), 0x80 | ((cp >> 12) & 0x3F))
+    return _mix(_mix(h, 0x80 | ((cp >> 6) & 0x3F)), 0x80 | (cp & 0x3F))
+
+
+@njit(nogil=True, cache=True, _nrt=False)
 def scan_string(buf, i, n):
     """Read the string whose opening quote is at ``i``.
 
     Returns ``(end, hash, has_escape)``: ``end`` is past the closing quote, or INCOMPLETE.
+    The hash is of the decoded text's UTF-8 bytes, so ``"c\\u0061t"`` hashes as
+    ``"cat"`` (keys, categories and interned strings mean what JSON says); an invalid
+    escape is hashed as written (its decoding fails later, at its offset).
     """
     h = FNV_OFFSET
     esc = False
@@ -66,16 +126,61 @@ def scan_string(buf, i, n):
         c = buf[i]
         if c == _QUOTE:
             return i + 1, np.int64(h), esc
-        if c == _BACKSLASH:
-            esc = True
-            if i + 1 >= n:
-                return INCOMPLETE, np.int64(h), esc
-            h = (h ^ np.uint64(c)) * FNV_PRIME
+        if c != _BACKSLASH:
+            h = _mix(h, c)
             i += 1
-            c = buf[i]
-        h = (h ^ np.uint64(c)) * FNV_PRIME
-        i += 1
+            continue
+        esc = True
+        if i + 1 >= n:
+            return INCOMPLETE, np.int64(h), esc
+        e = buf[i + 1]
+        if e != 117:  # not \u
+            b = _simple_escape(e)
+            if b < 0:
+                h = _mix(_mix(h, c), e)
+            else:
+                h = _mix(h, b)
+            i += 2
+            continue
+        if i + 6 > n:
+            return INCOMPLETE, np.int64(h), esc
+        cp = _hex4(buf, i + 2)
+        if cp < 0:
+            h = _mix(_mix(h, c), e)
+            i += 2
+            continue
+        i += 6
+        if 0xD800 <= cp < 0xDC00:  # a high surrogate: its low half may follow
+            if i + 6 > n:
+                return INCOMPLETE, np.int64(h), esc
+            if buf[i] == _BACKSLASH and buf[i + 1] == 117:
+                lo = _hex4(buf, i + 2)
+                if 0xDC00 <= lo < 0xE000:
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00)
+                    i += 6
+        h = _mix_utf8(h, cp)
     return INCOMPLETE, np.int64(h), esc
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def first_char(buf, k, e):
+    """The first character of the string ``buf[k:e]`` (quotes included) when it is
+    ASCII, escapes decoded (``"\\u0058"`` -> ``X``); 0 if empty or not ASCII."""
+    if e - k <= 2:
+        return 0
+    c = buf[k + 1]
+    if c != _BACKSLASH:
+        return c if c < 0x80 else 0
+    if e - k < 4:
+        return 0
+    d = buf[k + 2]
+    if d != 117:
+        b = _simple_escape(d)
+        return b if b >= 0 else 0
+    if e - k < 8:
+        return 0
+    cp = _hex4(buf, k + 3)
+    return cp if 0 < cp < 0x80 else 0
 
 
 @njit(nogil=True, cache=True, _nrt=False)
@@ -167,8 +272,8 @@ def decimal_at(buf, i, n, scale):
     The digits are read exactly (never through float); the result is rounded half away
     from zero to an integer. Accepts ``-?digits(.digits)?([eE][+-]?digits)?`` and a
     leading ``+``. Returns ``(end, value, status)`` where ``end`` is the index after the
-    last byte of the number; ``status`` is NUM_OK or NUM_BAD (no digits, or the value
-    does not fit in int64).
+    last byte of the number; ``status`` is NUM_OK, NUM_BAD (no digits) or NUM_RANGE (the value
+    does not fit in int64: NUM_RANGE).
     """
     neg = False
     if i < n and (buf[i] == 45 or buf[i] == 43):
@@ -221,10 +326,10 @@ def decimal_at(buf, i, n, scale):
     value = mant
     if total >= 0:
         if value != 0 and total > 19:
-            return i, np.int64(0), NUM_BAD
+            return i, np.int64(0), NUM_RANGE
         for _ in range(total):
             if value > _MAX_DIV10:
-                return i, np.int64(0), NUM_BAD
+                return i, np.int64(0), NUM_RANGE
             value *= 10
         if total == 0 and dropped >= 5:  # the first digit past the mantissa rounds
             value += 1

@@ -19,7 +19,7 @@ from .columns import ColumnStore, SpillBudget
 from .header import Header
 from .scanner import scan
 from .source import ByteSource
-from .strings import BadString, StringTable, rehash
+from .strings import BadString, StringTable, decode_raw, rehash
 
 DEFAULT_CHUNK = 8 << 20
 DEFAULT_BUDGET = 512 << 20
@@ -103,6 +103,7 @@ def _scan(source: ByteSource, budget: SpillBudget, chunk_size: int,
     offset = 0  # absolute offset of buf[0] in the decompressed stream
     eof = False
     truncated_at = None
+    crash_tail = False
     warnings: list[str] = []
 
     def fill_buffer() -> None:
@@ -122,7 +123,10 @@ def _scan(source: ByteSource, budget: SpillBudget, chunk_size: int,
                              ) from None
         mem = buf.data
         for k0, k1, v0, v1 in spans[L.SP_KEY0:L.SP_VAL1 + 1, :int(w[L.ST_NTOP])].T.tolist():
-            key = bytes(mem[k0:k1]).decode("utf-8", errors="replace")
+            try:
+                key = decode_raw(bytes(mem[k0:k1]))
+            except BadString:  # an unreadable key names no value traceviz reads
+                continue
             header.add_value(key, bytes(mem[v0:v1]))
         w[L.ST_NTOP] = 0
         for r0, r1 in spans[L.SP_RAW0:L.SP_RAW1 + 1, :int(w[L.ST_NRAW])].T.tolist():
@@ -133,9 +137,15 @@ def _scan(source: ByteSource, budget: SpillBudget, chunk_size: int,
         w[L.ST_NRAW] = 0
 
     fill_buffer()
+    if n == 0 and source.stream_truncated:
+        raise TraceError(source.name, f"{source.compression} stream is cut before its first "
+                         "byte", offset=source.compressed_bytes,
+                         hint="the file is cut short; re-export or copy it again")
     if n == 0:
         raise TraceError(source.name, "is empty", offset=0,
                          hint="the profiler wrote nothing; re-run it or pick another file")
+    if n >= 3 and buf[0] == 0xEF and buf[1] == 0xBB and buf[2] == 0xBF:
+        w[L.ST_POS] = 3  # a UTF-8 byte-order mark: not part of the JSON text
     while True:
         status = scan(buf, n, eof, w, strings.strs, thr, blocks, spans)
         drain()
@@ -156,6 +166,10 @@ def _scan(source: ByteSource, budget: SpillBudget, chunk_size: int,
         elif status == L.R_ERROR:
             code = int(w[L.ST_ERRCODE])
             where = offset + int(w[L.ST_ERRPOS])
+            if w[L.S_EVENTS] and _crash_tail(buf[int(w[L.ST_ERRPOS]):n], source, eof):
+                truncated_at = where  # what a node that died mid-write leaves: a cut
+                crash_tail = True
+                break
             if code == L.E_NOT_JSON and int(w[L.ST_EVENT_INDEX]) == 0:
                 raise TraceError(source.name, "is not JSON (expected '{' or '[')",
                                  offset=where, hint=_not_json_hint(buf[:n], source.name))
@@ -192,7 +206,9 @@ def _scan(source: ByteSource, budget: SpillBudget, chunk_size: int,
     if truncated_at is not None:
         warnings.append(
             f"{source.name}: trace is truncated at byte {truncated_at} "
-            f"(kept the {int(w[L.S_EVENTS])} complete events before it)")
+            + ("(zero bytes or garbage from there to the end, as a node that died while "
+               "writing leaves) " if crash_tail else "")
+            + f"(kept the {int(w[L.S_EVENTS])} complete events before it)")
     if source.stream_truncated:
         warnings.append(f"{source.name}: {source.compression} stream ends early "
                         f"(decompressed {source.bytes_out} bytes)")
@@ -205,6 +221,33 @@ def _scan(source: ByteSource, budget: SpillBudget, chunk_size: int,
         stats=_stats_dict(w, strings, header), truncated_at=truncated_at, budget=budget,
         bytes_read=source.bytes_out, compressed_bytes=source.compressed_bytes,
         warnings=warnings)
+
+
+_EVENT_MARK = b'"ph"'
+
+
+def _crash_tail(rest: np.ndarray, source: ByteSource, eof: bool) -> bool:
+    """Whether the bytes from a JSON error to the end of the stream (``rest``, then what
+    ``source`` still has) hold no further event: zero bytes or garbage, not a corrupt
+    spot in a trace that goes on. Reads the rest of the stream."""
+    tail = bytes(rest)
+    if _EVENT_MARK in tail:
+        return False
+    if eof:
+        return True
+    chunk = bytearray(1 << 20)
+    keep = tail[-(len(_EVENT_MARK) - 1):]
+    while True:
+        try:
+            got = source.readinto(memoryview(chunk))
+        except TraceError:  # the stream itself is cut or corrupt there: still a tail
+            return True
+        if not got:
+            return True
+        window = keep + bytes(chunk[:got])
+        if _EVENT_MARK in window:
+            return False
+        keep = window[-(len(_EVENT_MARK) - 1):]
 
 
 def _stats_dict(w: np.ndarray, strings: StringTable, header: Header) -> dict:

@@ -38,7 +38,9 @@ from .lexer import (
     FNV_PRIME,
     INCOMPLETE,
     NUM_OK,
+    NUM_RANGE,
     SYNTAX,
+    first_char,
     number_token,
     scan_string,
     skip_string,
@@ -54,7 +56,7 @@ NEED_ROOM = -3  # an event could not intern a string: the string table must grow
 (V_PH, V_NAME, V_CAT, V_TS, V_TSST, V_DUR, V_DURST, V_PIDN, V_PIDS, V_TIDN, V_TIDS, V_ID,
  V_IDST, V_BP, V_SPARE) = range(L.N_EV)
 # number-field status
-MISSING, GOOD, BAD = 0, 1, 2
+MISSING, GOOD, BAD, RANGE = 0, 1, 2, 3
 
 _STR_TAG = np.uint64(0x5BD1E9955BD1E995)
 _MIX1 = np.uint64(0x9E3779B97F4A7C15)
@@ -103,11 +105,11 @@ def _number_field(buf, k, n, scale):
         if e < 0:
             return e, np.int64(0), BAD
         v, st = string_number(buf, k + 1, e - 1, scale)
-        return e, v, GOOD if st == NUM_OK else BAD
+        return e, v, GOOD if st == NUM_OK else RANGE if st == NUM_RANGE else BAD
     if c == 123 or c == 91:
         return skip_value(buf, k, n), np.int64(0), BAD
     e, v, st = number_token(buf, k, n, scale)
-    return e, v, GOOD if st == NUM_OK else BAD
+    return e, v, GOOD if st == NUM_OK else RANGE if st == NUM_RANGE else BAD
 
 
 @njit(nogil=True, cache=True, _nrt=False)
@@ -238,8 +240,8 @@ def _parse_event(buf, i, n, w, strs):
         elif key == L.K_PH:
             if c == 34:
                 e = skip_string(buf, k, n)
-                if e >= 0 and e - k > 2:
-                    w[EV + V_PH] = buf[k + 1]
+                if e >= 0:
+                    w[EV + V_PH] = first_char(buf, k, e)
             else:
                 e = skip_value(buf, k, n)
         elif key == L.K_PID or key == L.K_TID:
@@ -275,8 +277,8 @@ def _parse_event(buf, i, n, w, strs):
                 w[EV + V_IDST] = vst
         elif key == L.K_BP:
             e = skip_value(buf, k, n)
-            if c == 34 and e - k > 2:
-                w[EV + V_BP] = buf[k + 1]
+            if c == 34 and e >= 0:
+                w[EV + V_BP] = first_char(buf, k, e)
         elif key == L.K_ARGS and c == 123:
             e = _parse_args(buf, k, n, w, strs)
         else:
@@ -384,10 +386,14 @@ def _commit(w, strs, thr, blocks, spans, start, end):
         return
     w[L.S_COMPLETE] += 1
     if w[EV + V_TSST] != GOOD:
-        w[L.S_SKIP_NO_TS if w[EV + V_TSST] == MISSING else L.S_SKIP_BAD_TS] += 1
+        st = w[EV + V_TSST]
+        w[L.S_SKIP_NO_TS if st == MISSING else L.S_SKIP_RANGE_TS if st == RANGE
+          else L.S_SKIP_BAD_TS] += 1
         return
     if w[EV + V_DURST] != GOOD:
-        w[L.S_SKIP_NO_DUR if w[EV + V_DURST] == MISSING else L.S_SKIP_BAD_DUR] += 1
+        st = w[EV + V_DURST]
+        w[L.S_SKIP_NO_DUR if st == MISSING else L.S_SKIP_RANGE_DUR if st == RANGE
+          else L.S_SKIP_BAD_DUR] += 1
         return
     if w[EV + V_DUR] < 0:
         w[L.S_NEG_DUR] += 1

@@ -99,7 +99,8 @@ def _summary(rep: dict) -> str:
             ["device", esc(c["device"] or "n/a")], ["model", esc(c["model"] or "n/a")],
             ["global batch, sequence", f"{fmt(c['global_batch_size'])}, {fmt(c['seq_len'])}"],
             ["iterations", esc(iterations_text(c["iterations"]))]]
-    notes = "".join(f"<li>{esc(n)}</li>" for n in rep["notes"])
+    notes = "".join(f"<li>left out: {esc(n)}</li>" for n in rep.get("failed") or [])
+    notes += "".join(f"<li>{esc(n)}</li>" for n in rep["notes"])
     return ("".join(f"<div class='kpi'>{k}<b>{v}</b></div>" for k, v in kpis)
             + table(None, rows) + (f"<ul class='note'>{notes}</ul>" if notes else ""))
 

@@ -127,6 +127,9 @@ def report_text(rep: dict) -> str:
                      f"{s['iteration']}, {s['ranks']} ranks, {_gb(s['bytes'])}): "
                      f"{_f(s['span_ms'])} ms, skew {_f(s['skew_ms'])} ms, transfer "
                      f"{_f(s['transfer_ms'])} ms, last rank {s['last_rank']}")
+    if rep.get("failed"):
+        _heading(lines, f"RANKS LEFT OUT ({len(rep['failed'])})")
+        lines += [f"  {why}" for why in rep["failed"]]
     if rep["notes"]:
         _heading(lines, "NOTES")
         lines += [f"  {note}" for note in rep["notes"]]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import TraceError, TraceVizError
+from .scratch import release, temp_file_for
 
 
 @contextlib.contextmanager
@@ -24,13 +24,13 @@ def atomic_path(dest: str | os.PathLike) -> Iterator[str]:
     """Yield a temporary path next to ``dest``; on success it is renamed to ``dest``."""
     dest = os.fspath(dest)
     folder = os.path.dirname(os.path.abspath(dest))
+    if os.path.isdir(dest):
+        raise TraceVizError(f"{dest}: is a folder; name a file to write")
     try:
         os.makedirs(folder, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(dest) + ".",
-                                   suffix=".tmp", dir=folder)
+        tmp = temp_file_for(dest)
     except OSError as exc:
         raise TraceVizError(f"{dest}: cannot write: {exc.strerror or exc}") from None
-    os.close(fd)
     try:
         yield tmp
         os.chmod(tmp, 0o666 & ~_umask())
@@ -39,6 +39,8 @@ def atomic_path(dest: str | os.PathLike) -> Iterator[str]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+    finally:
+        release(tmp)
 
 
 def _umask() -> int:
@@ -112,5 +114,7 @@ def read_table(path: str | os.PathLike, columns: Sequence[str] | None = None) ->
     try:
         return pq.read_table(path, columns=list(columns) if columns else None)
     except (OSError, pa.ArrowInvalid) as exc:
-        raise TraceError(os.fspath(path), f"cannot read parquet: {exc}",
-                         hint="pass a file written by 'traceviz parse'") from None
+        reason = str(exc).split("': ", 1)[-1].split(". Either")[0]  # not the path again
+        raise TraceError(os.fspath(path), f"is not a readable table ({reason})",
+                         hint="parse its trace again (traceviz batch --force) or remove "
+                              "it") from None

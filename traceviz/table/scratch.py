@@ -1,0 +1,125 @@
+"""Temporary files and folders, named after the host and process that own them, so that
+a run removes what a killed one (SIGKILL, the OOM killer) left behind: spill folders in
+the temporary directory and the hidden temporary files of atomic writes next to their
+targets. Files of live processes, and of other hosts (shared filesystems), are kept.
+
+SIGTERM (``timeout``, Slurm, Kubernetes) is handled by :func:`exit_on_sigterm`: the
+process removes every temporary file and folder it holds and exits 143 at once (an
+exception raised from a signal handler can land in a finalizer, where Python drops it).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+
+SPILL_PREFIX = "traceviz-spill-"
+_HOST = re.sub(r"[^A-Za-z0-9]", "_", socket.gethostname())[:40] or "host"
+_OWNER = re.compile(r"^(?P<host>[A-Za-z0-9_]+)-(?P<pid>\d+)-")
+_swept_spills = False
+_held: set[str] = set()  # this process's temporary files and folders
+
+
+def _owner() -> str:
+    return f"{_HOST}-{os.getpid()}-"
+
+
+def _dead(name: str) -> bool:
+    """Whether ``name`` (after its prefix) belongs to a process of this host that is gone
+    (or a zombie nobody reaps, as in containers without an init)."""
+    m = _OWNER.match(name)
+    if not m or m["host"] != _HOST:
+        return False
+    pid = int(m["pid"])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError):
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return False
+
+
+def remove_dead_spills() -> None:
+    """Remove the spill folders of dead traceviz processes of this host (once per
+    process; every command starts with it)."""
+    global _swept_spills
+    if _swept_spills:
+        return
+    _swept_spills = True
+    with contextlib.suppress(OSError):
+        for old in Path(tempfile.gettempdir()).glob(SPILL_PREFIX + "*"):
+            if old.is_dir() and _dead(old.name[len(SPILL_PREFIX):]):
+                shutil.rmtree(old, ignore_errors=True)
+
+
+def spill_folder() -> str:
+    """A new private spill folder in the temporary directory (after
+    :func:`remove_dead_spills`)."""
+    remove_dead_spills()
+    path = tempfile.mkdtemp(prefix=SPILL_PREFIX + _owner(), dir=tempfile.gettempdir())
+    _held.add(path)
+    return path
+
+
+def temp_file_for(dest: str) -> str:
+    """A new hidden temporary file next to ``dest`` (``.<name>.<host>-<pid>-XXXX.tmp``);
+    those of ``dest`` left by dead processes are removed first."""
+    folder, name = os.path.split(os.path.abspath(dest))
+    prefix = f".{name}."
+    with contextlib.suppress(OSError):
+        for old in os.listdir(folder):
+            if old.startswith(prefix) and old.endswith(".tmp") and _dead(old[len(prefix):]):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(folder, old))
+    fd, tmp = tempfile.mkstemp(prefix=prefix + _owner(), suffix=".tmp", dir=folder)
+    os.close(fd)
+    _held.add(tmp)
+    return tmp
+
+
+def release(path: str) -> None:
+    """``path`` (from :func:`spill_folder` / :func:`temp_file_for`) is gone or renamed."""
+    _held.discard(path)
+
+
+def remove_held() -> None:
+    """Remove every temporary file and folder this process holds."""
+    for path in list(_held):
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        _held.discard(path)
+
+
+def exit_on_sigterm(message: str | None = "traceviz: error: terminated (SIGTERM); its "
+                    "temporary files were removed, nothing half-written was left") -> None:
+    """On SIGTERM: pass it on to this process's children (batch workers, which do the
+    same), remove what :func:`remove_held` removes, print ``message`` (None: nothing) and
+    exit with status 143 (128 + SIGTERM), at once."""
+    import multiprocessing
+    import signal
+    import sys
+
+    def handler(signum, frame):
+        for child in multiprocessing.active_children():
+            with contextlib.suppress(Exception):
+                child.terminate()
+        remove_held()
+        if message:
+            with contextlib.suppress(Exception):
+                sys.stderr.write(message + "\n")
+                sys.stderr.flush()
+        os._exit(128 + signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, handler)
