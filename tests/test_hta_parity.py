@@ -161,7 +161,8 @@ def test_kernel_type_breakdown_exact_ns_is_hta_truncating():
            for r in _rows("exact_ns", "kernel_type_breakdown.csv")}
     for case in ("ns_resolution_trace", "amd_trace"):
         acts = _ours(case, 0, "exact_ns")
-        exact = {r["kernel_type"]: r["time_ns"] for r in kernel_type_breakdown([sweep(acts)]).to_pylist()}
+        exact = {r["kernel_type"]: r["time_ns"]
+                 for r in kernel_type_breakdown([sweep(acts)]).to_pylist()}
         for kt in exact:
             assert exact[kt] / US != ref[(case, kt)]  # the reason the numbers differ
         # our exact numbers: the union of the exact COMP rows is the COMPUTATION part

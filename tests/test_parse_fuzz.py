@@ -106,7 +106,8 @@ def test_random_traces_match_reference(data, chunk):
             assert got[f][i] == exp[f], (f, idx)
     # CPU-side table: every other complete event, with exact names and times
     evs = doc if isinstance(doc, list) else doc["traceEvents"]
-    cpu_expected = {i: e for i, e in enumerate(evs) if complete(e) and e.get("cat") not in DEVICE_SIDE}
+    cpu_expected = {i: e for i, e in enumerate(evs)
+                    if complete(e) and e.get("cat") not in DEVICE_SIDE}
     cpu = result.cpu.to_pydict()
     assert sorted(cpu["index"]) == sorted(cpu_expected)
     for i, idx in enumerate(cpu["index"]):

@@ -11,9 +11,9 @@ from click.testing import CliRunner
 from helpers import STEP_PHASES, union_length
 
 from traceviz.analysis.schedule import simulate
-from traceviz.topology.schedule import stage_order
 from traceviz.cli import main
 from traceviz.synth import SynthConfig, synthesize
+from traceviz.topology.schedule import stage_order
 
 
 def _truth_bars(root, ranks) -> dict[int, list[tuple[int, int]]]:
