@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from decimal import Decimal
 
 import orjson
@@ -38,6 +38,34 @@ def _load(path):
     return orjson.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
 
 
+def _track_names(events) -> dict:
+    """(pid, tid) -> thread name."""
+    return {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+            if e.get("ph") == "M" and e.get("name") == "thread_name"}
+
+
+def _on(events, names, prefix):
+    """The X slices on the threads whose name starts with ``prefix``."""
+    return [e for e in events if e.get("ph") == "X"
+            and names.get((e.get("pid"), e.get("tid")), "").startswith(prefix)]
+
+
+def _no_partial_overlap(events):
+    """Per track, every slice starts at or after the previous one's end or nests in it
+    (what Perfetto draws right)."""
+    by_track = defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X":
+            by_track[(e["pid"], e["tid"])].append((_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])))
+    for spans in by_track.values():
+        open_ends = []
+        for start, end in sorted(spans, key=lambda x: (x[0], -x[1])):
+            while open_ends and open_ends[-1] <= start:
+                open_ends.pop()
+            assert not open_ends or end <= open_ends[-1], (start, end, open_ends[-1])
+            open_ends.append(end)
+
+
 def test_one_trace_keeps_its_events_and_gains_tracks(job, tmp_path):
     root, truth, _ = job
     trace = root / "iteration_10" / "rank_0002_iter_10.pt.trace.json"
@@ -48,6 +76,8 @@ def test_one_trace_keeps_its_events_and_gains_tracks(job, tmp_path):
     events = json.loads(gzip.decompress(out.read_bytes()), parse_float=Decimal)["traceEvents"]
     ours = [e for e in events if isinstance(e.get("pid"), int) and e["pid"] == PID_BASE + 2]
     assert len(events) == len(original) + len(ours)
+    names = _track_names(ours)
+    _no_partial_overlap(ours)
     mine = [k for k in truth if k["rank"] == 2]
     # one step slice per (iteration, phase, micro-batch, chunk), spanning its kernels
     spans = defaultdict(lambda: [None, None])
@@ -59,11 +89,11 @@ def test_one_trace_keeps_its_events_and_gains_tracks(job, tmp_path):
             s[1] = start + k["dur"] if s[1] is None else max(s[1], start + k["dur"])
     steps = {(e["args"]["iteration"], e["args"]["phase"], e["args"]["microbatch"],
               e["args"]["chunk"]): (_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"]))
-             for e in ours if e.get("tid") == 1 and e["ph"] == "X"
-             and e["args"]["microbatch"] >= 0}
+             for e in _on(ours, names, "") if names[(e["pid"], e["tid"])].split()[1:2]
+             == ["steps"] and e["args"]["microbatch"] >= 0}
     assert steps == {k: tuple(v) for k, v in spans.items()}
     comm = sorted((_ns(e["ts"]), _ns(e["dur"]), e["args"]["group"], e["args"].get("bytes"))
-                  for e in ours if e.get("tid") == 2 and e["ph"] == "X")
+                  for e in _on(ours, names, "comm "))
     want = sorted((k["ts"] + TS_OFFSET_NS, k["dur"], k["comm_group"],
                    k["msg_out_bytes"] if k["collective"] == "AllGather" else k["msg_in_bytes"])
                   for k in mine if k["kind"] == "COMM")
@@ -78,8 +108,10 @@ def test_job_on_one_clock(job, tmp_path):
     result = CliRunner().invoke(main, ["export", str(root / "iteration_10"), "-o", str(out)])
     assert result.exit_code == 0, result.output
     events = _load(out)
-    kernels = sorted((e["pid"] - PID_BASE, _ns(e["ts"]), _ns(e["dur"])) for e in events
-                     if e["ph"] == "X" and e.get("tid", 0) >= 100)
+    names = _track_names(events)
+    _no_partial_overlap(events)
+    kernels = sorted((e["pid"] - PID_BASE, _ns(e["ts"]), _ns(e["dur"]))
+                     for e in _on(events, names, "stream "))
     # the rank clocks' offsets are fitted to ns: the synced times are the true ones
     want = sorted((k["rank"], k["ts"] - skew[k["rank"]] + TS_OFFSET_NS, k["dur"])
                   for k in truth)
@@ -88,3 +120,45 @@ def test_job_on_one_clock(job, tmp_path):
         assert (r, d) == (wr, wd) and abs(t - wt) <= 2
     assert {e["args"]["name"] for e in events if e.get("name") == "process_name"} == {
         f"traceviz rank {r}" for r in range(4)}
+
+
+def test_job_flows_end_at_the_straggler(job, tmp_path):
+    """Every collective matched on several ranks is one flow through its members in
+    arrival order; it ends (``f``) on the rank that arrived last, as the ground truth's
+    kernels on the true clock say, and every flow event sits on a slice of its track."""
+    root, truth, skew = job
+    out = tmp_path / "job.json.gz"
+    assert CliRunner().invoke(main, ["export", str(root / "iteration_10"), "-o",
+                                     str(out)]).exit_code == 0
+    events = _load(out)
+    flows = defaultdict(list)
+    for e in events:
+        if e.get("ph") in ("s", "t", "f"):
+            flows[e["id"]].append(e)
+    assert flows
+    slices = defaultdict(list)
+    for e in events:
+        if e.get("ph") == "X":
+            slices[(e["pid"], e["tid"])].append((_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"])))
+    arrivals = defaultdict(dict)  # (process group, seq) -> rank -> true first start
+    for k in truth:
+        if k["kind"] == "COMM" and k["comm_group"] != "PP" and k["seq"] is not None:
+            key, t = (k["pg_name"], k["seq"]), k["ts"] - skew[k["rank"]]
+            arrivals[key][k["rank"]] = min(arrivals[key].get(k["rank"], t), t)
+    want = Counter()  # arrival orders of the calls on several ranks (last: straggler)
+    for members in arrivals.values():
+        if len(members) > 1:
+            want[tuple(sorted(members, key=lambda r: (members[r], r)))] += 1
+    got = Counter()
+    for chain in flows.values():
+        phases = [e["ph"] for e in chain]
+        assert phases[0] == "s" and phases[-1] == "f" and set(phases[1:-1]) <= {"t"}
+        assert [_ns(e["ts"]) for e in chain] == sorted(_ns(e["ts"]) for e in chain)
+        for e in chain:
+            t = _ns(e["ts"])
+            assert any(a <= t <= b for a, b in slices[(e["pid"], e["tid"])])
+        got[tuple(e["pid"] - PID_BASE for e in chain)] += 1
+    assert sum(got.values()) == sum(want.values())
+    # the same arrival orders, ending at the same stragglers (clock offsets are fitted to
+    # ns: members within 2 ns of each other may order either way)
+    assert sum((got & want).values()) >= 0.95 * sum(want.values())

@@ -149,4 +149,12 @@ def test_every_command_on_every_job(job, tmp_path):
         assert "clock offsets up to" not in outputs["aggregate"].output
     events = json.loads(gzip.open(tmp_path / "job.json.gz").read())["traceEvents"]
     assert all(e.get("dur", 0) >= 0 for e in events)
+    # traceviz's step and communication tracks: no two slices of a track overlap
+    tracks: dict = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("tid", 0) >= 1_000_000:
+            tracks.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    for spans in tracks.values():
+        spans.sort()
+        assert all(b[0] >= a[1] - 1e-3 for a, b in zip(spans, spans[1:]))
     assert (tmp_path / "job.html").read_text().count("<section") >= 6

@@ -9,6 +9,7 @@ from pathlib import Path
 from ..analysis.calls import COLUMNS as CALL_COLUMNS
 from ..analysis.calls import rank_calls
 from ..analysis.clocks import offsets_from_calls
+from ..analysis.matching import match
 from ..analysis.tracks import COLUMNS, rank_tracks
 from ..errors import TraceVizError
 from ..ingest.build import parse
@@ -52,7 +53,9 @@ def run(source: str | os.PathLike, output: str | os.PathLike | None = None,
         paths[rank] = path
         calls.append(rank_calls(table, rank))
     offsets = offsets_from_calls(calls, notes)[0] if clock_sync else {}
+    matched = match(calls, offsets)
+    del calls
     # second pass over the (parquet) tables: only the export's columns, one rank at a time
     tracks = (rank_tracks(load_table(paths[r], COLUMNS), r, offsets.get(r, 0))
               for r in sorted(paths))
-    return out, write_job(tracks, out, kernels is not False), notes, failed
+    return out, write_job(tracks, out, kernels is not False, matched), notes, failed

@@ -1,6 +1,6 @@
 """Interval algebra over int64 nanosecond arrays (numba): unions, measures,
-intersections, k-way sweeps (:mod:`.core`) and containment queries
-(:mod:`.containment`).
+intersections, k-way sweeps (:mod:`.core`), containment queries (:mod:`.containment`)
+and lanes of non-overlapping intervals (:mod:`.lanes`).
 
 An interval is ``[start, end)`` with ``end >= start``. A *union* is a sorted array pair of
 disjoint intervals; intervals that touch (``start == running end``) are merged, as HTA
@@ -17,7 +17,8 @@ from .core import (
                    measure,
                    union,
 )
+from .lanes import lanes
 
 __all__ = ["union", "measure", "intersect", "combination_times",
            "grouped_combination_times", "grouped_measure", "grouped_span",
-           "innermost_enclosing", "step_of"]
+           "innermost_enclosing", "step_of", "lanes"]
