@@ -34,6 +34,16 @@ def test_demo_runs_every_step(tmp_path):
     want_ms = (max(b for _, b in spans) - min(a for a, _ in spans)) / 1e6
     assert abs(rep["throughput"]["mean"]["time_ms"] - want_ms) < 1e-5
     assert (out / "report" / "report.txt").read_text().rstrip().endswith("=" * 80)
+    # TFLOP/s and MFU from the synthetic model's size (12 h^2 parameters per layer),
+    # recomputed here: 6 N tokens / time / 16 GPUs, over the H100's dense BF16 peak
+    params = 12 * 8 * 4096 ** 2
+    tokens = 8 * 2 * 1 * 4096
+    tflops = 6 * params * tokens / (want_ms / 1e3) / 16 / 1e12
+    mean = rep["throughput"]["mean"]
+    assert abs(mean["tflops_per_gpu"] - tflops) < 1e-6 * tflops
+    assert abs(mean["mfu_pct"] - 100 * tflops / 989.5) < 1e-6 * 100
+    assert 0 < mean["mfu_pct"] <= 100
+    assert "MFU" in result.output
     stages = list(csv.DictReader(open(out / "pipeline" / "pipeline_stages.csv")))
     assert [int(s["rank"]) for s in stages] == [0, 4, 8, 12]
     assert (out / "pipeline" / "pipeline_group0_iter10.png").stat().st_size > 0

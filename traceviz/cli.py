@@ -244,8 +244,12 @@ def _int_list(text: str | None) -> tuple[int, ...] | None:
               help="Reproduce HTA: µs rounding, its kernel types, last step dropped.")
 @click.option("--kernel-wait-us", type=float, default=30.0, show_default=True,
               help="Gaps shorter than this between kernels of a stream are kernel_wait.")
-@click.option("--runtime-cutoff-us", type=float, default=50.0, show_default=True)
-@click.option("--launch-delay-cutoff-us", type=float, default=100.0, show_default=True)
+@click.option("--runtime-cutoff-us", type=float, default=50.0, show_default=True,
+              help="Launch statistics: a launch call longer than this is a runtime outlier "
+                   "(and one at most this long launching a shorter kernel a short kernel).")
+@click.option("--launch-delay-cutoff-us", type=float, default=100.0, show_default=True,
+              help="Launch statistics: a kernel starting later than this after its launch "
+                   "call ended is a launch-delay outlier.")
 @click.option("--num-kernels", type=click.IntRange(min=1), default=10, show_default=True,
               help="Named kernels per rank and type in the top-kernel table.")
 @click.option("--duration-ratio", type=click.FloatRange(0, 1), default=0.8,

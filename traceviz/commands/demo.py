@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ..analysis.run_config import training_flops_per_token
 from ..ingest import batch
 from ..synth import SynthConfig, synthesize
 from . import aggregate, breakdown, html, pipeline, report
@@ -17,6 +18,12 @@ from .result import Result, write
 
 DEMO = SynthConfig(tp=2, pp=4, dp=2, microbatches=8, layers=8, with_stack=False,
                    skew_us=250.0, gpus_per_node=8)
+# what a user would pass: the synthetic model's size (12 h^2 parameters per transformer
+# layer), its batch and sequence length; the peak comes from the traces' device (H100)
+DEMO_FACTS = {"model": f"demo-{12 * DEMO.layers * DEMO.hidden ** 2 / 1e9:.1f}B",
+              "global_batch_size": DEMO.microbatches * DEMO.dp * DEMO.micro_batch_size,
+              "seq_len": DEMO.seq_len,
+              "flops_per_token": training_flops_per_token(12 * DEMO.layers * DEMO.hidden ** 2)}
 
 
 def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> dict[str, Path]:
@@ -43,14 +50,13 @@ def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> dict[
     steps["breakdown (HTA-style tables and figures)"] = out / "breakdown"
     echo(f"breakdown: {len(written)} files -> {out / 'breakdown'}")
     echo(brk.lines[0])
-    rep = report.run(folder, overrides={
-        "global_batch_size": DEMO.microbatches * DEMO.dp * DEMO.micro_batch_size,
-        "seq_len": DEMO.seq_len, "model": "demo"}, output=str(out / "report" / "report.txt"))
+    rep = report.run(folder, overrides=DEMO_FACTS, output=str(out / "report" / "report.txt"))
     write(rep, ".")
     steps["report (throughput, bus bandwidth, stragglers)"] = rep.data["text"]
     mean = rep.data["report"]["throughput"]["mean"]
     echo(f"report: {mean['time_ms']:.1f} ms per iteration, {mean['tokens_per_s']:,.0f} "
-         f"tokens/s -> {rep.data['text']} (+ .json)")
+         f"tokens/s, {mean['tflops_per_gpu']:.0f} TFLOP/s per GPU, MFU {mean['mfu_pct']:.1f} "
+         f"% -> {rep.data['text']} (+ .json)")
     pipe = pipeline.run(job)
     write(pipe, out / "pipeline")
     steps["pipeline (measured vs ideal 1F1B)"] = out / "pipeline"

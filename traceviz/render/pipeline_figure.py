@@ -63,13 +63,23 @@ def draw(panels: list[tuple[str, list[Step]]], ranks: list[int], title: str,
         ax.grid(axis="x", linestyle="--", alpha=0.3)
     axes[-1, 0].set_xlabel("ms from the group's first step")
     axes[-1, 0].set_xlim(0, span / 1e6)
-    handles = [swatch(c) for c in (COLOR["F"][0], COLOR["F"][1], COLOR["B"][0],
-                                   COLOR["B"][1], MARK_COLOR["P2P"], MARK_COLOR["optimizer"])]
-    handles.append(swatch(COLOR["B"][0], hatch="///"))
-    fig.legend(handles, ["forward", "forward (chunk > 0)", "backward",
-                         "backward (chunk > 0)", "pipeline P2P", "optimizer",
-                         "backward with recompute (r)"], loc="outside lower center",
-               ncols=7, fontsize="small", frameon=False)
+    steps = [s for _, st in panels for s in st]
+    kinds = {m.kind for m in marks}
+    entries = [  # only what the figure shows
+        (swatch(COLOR["F"][0]), "forward", any(s.phase == "F" and not s.chunk for s in steps)),
+        (swatch(COLOR["F"][1]), "forward (chunk > 0)",
+         any(s.phase == "F" and s.chunk for s in steps)),
+        (swatch(COLOR["B"][0]), "backward", any(s.phase == "B" and not s.chunk for s in steps)),
+        (swatch(COLOR["B"][1]), "backward (chunk > 0)",
+         any(s.phase == "B" and s.chunk for s in steps)),
+        (swatch(MARK_COLOR["P2P"]), "pipeline P2P", "P2P" in kinds),
+        (swatch(MARK_COLOR["optimizer"]), "optimizer", "optimizer" in kinds),
+        (swatch(COLOR["B"][0], hatch="///"), "backward with recompute (r)",
+         any(s.recompute for s in steps))]
+    shown = [(h, label) for h, label, present in entries if present]
+    fig.legend([h for h, _ in shown], [label for _, label in shown],
+               loc="outside lower center", ncols=len(shown) or 1, fontsize="small",
+               frameon=False)
     fig.suptitle(title, fontweight="bold")
     return fig
 
