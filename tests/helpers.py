@@ -39,6 +39,14 @@ def shared(path: str) -> Path:
     return p
 
 
+def out_dir(job: Path, cwd: Path | None = None) -> Path:
+    """Where the commands write for the job (or trace) ``job`` by default, written out
+    here as the README states it: ``./traceviz-out/<job folder name>`` under the current
+    folder ``cwd`` (default: this one; every test runs in its own ``tmp_path``, a module's
+    shared fixtures in ``module_folder``)."""
+    return (cwd or Path.cwd()) / "traceviz-out" / job.name
+
+
 def union_length(spans: list[tuple[int, int]]) -> int:
     """Length of the union of ``[s, e)`` spans, in plain Python (touching spans merge)."""
     total, cur_s, cur_e = 0, None, None

@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 from click.testing import CliRunner
-from helpers import needs_shared, shared
+from helpers import needs_shared, out_dir, shared
 from reference import activities, events_of, load, read_bytes
 
 import traceviz
@@ -297,7 +297,7 @@ def test_unrelated_rankless_traces_report_their_own_spans(tmp_path):
     runner = CliRunner()
     out = runner.invoke(main, ["batch", str(job), "-q", "-j", "1"])
     assert out.exit_code == 0, out.output
-    rep = report.make_report(job / "traceviz")
+    rep = report.make_report(out_dir(job))
     assert rep["configuration"]["ranks"] == [0, 1, 2]
     assert rep["throughput"]["iterations"][0]["time_ms"] == pytest.approx(max(spans) / 1e6)
     assert rep["cross_rank"]["clock_synced"] is False

@@ -9,7 +9,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-from helpers import STEP_PHASES, union_length
+from helpers import STEP_PHASES, out_dir, union_length
 
 from traceviz.cli import main
 from traceviz.synth import SynthConfig, synthesize
@@ -104,7 +104,7 @@ def test_batch_then_aggregate(job):
     result = runner.invoke(main, ["batch", str(job), "-j", "2", "-q"])
     assert result.exit_code == 0, result.output
     assert "16 parsed" in result.output and "warning rank 6" in result.output
-    out = job / "traceviz" / "iteration_10"
+    out = out_dir(job) / "iteration_10"
     assert len(list(out.glob("rank_*.parquet"))) == 16
     again = runner.invoke(main, ["batch", str(job), "-q"])
     assert "0 parsed, 16 up to date" in again.output
@@ -149,7 +149,7 @@ def test_microbatches_other_schedules(tmp_path, cfg):
     result = CliRunner().invoke(main, ["aggregate", str(tmp_path), "--no-figures"])
     assert result.exit_code == 0, result.output
     world = cfg.tp * cfg.pp * cfg.dp
-    _check_microbatches(tmp_path, tmp_path / "traceviz" / "iteration_10", range(world))
+    _check_microbatches(tmp_path, out_dir(tmp_path) / "iteration_10", range(world))
 
 
 def test_failed_rank_is_isolated(tmp_path):
@@ -161,10 +161,10 @@ def test_failed_rank_is_isolated(tmp_path):
     result = CliRunner().invoke(main, ["batch", str(tmp_path), "-q", "-j", "2"])
     assert result.exit_code == 1
     assert "failed rank 2:" in result.output and "Traceback" not in result.output
-    out = tmp_path / "traceviz" / "iteration_10"
+    out = out_dir(tmp_path) / "iteration_10"
     assert sorted(p.name for p in out.glob("rank_*.parquet")) == [
         "rank_0000.parquet", "rank_0001.parquet", "rank_0003.parquet"]
-    summary = json.loads((tmp_path / "traceviz" / "batch_summary.json").read_text())
+    summary = json.loads((out_dir(tmp_path) / "batch_summary.json").read_text())
     assert [o["status"] for o in summary["outcomes"]].count("failed") == 1
     # aggregation goes on with the ranks that parsed, names the one that did not, exits 1
     agg = CliRunner().invoke(main, ["aggregate", str(tmp_path), "--no-figures"])

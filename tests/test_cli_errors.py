@@ -83,9 +83,10 @@ def test_default_output_name(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "traceviz", "parse", str(trace)],
                           cwd=tmp_path, capture_output=True)
     assert proc.returncode == 0, proc.stderr
-    assert (tmp_path / "rank3.pt.trace.parquet").exists()
+    written = tmp_path / "traceviz-out" / "rank3.pt.trace" / "rank3.pt.trace.parquet"
+    assert written.exists()
     assert b"rank 3: 1 GPU activities" in proc.stderr  # rank from the file name
-    assert oct(os.stat(tmp_path / "rank3.pt.trace.parquet").st_mode & 0o077) != "0o0"
+    assert oct(os.stat(written).st_mode & 0o077) != "0o0"
 
 
 @pytest.mark.parametrize("command", ["batch", "aggregate", "report", "breakdown", "export",

@@ -68,7 +68,8 @@ def test_synthesized_rank(tmp_path):
     trace = next((tmp_path / "job").rglob("rank_0000*.json"))
     result = CliRunner().invoke(main, ["counters", str(trace)])
     assert result.exit_code == 0, result.output
-    out = trace.with_name(trace.name.split(".json")[0] + "_with_counters.json.gz")
+    stem = trace.name.split(".json")[0]
+    out = tmp_path / "traceviz-out" / stem / f"{stem}_with_counters.json.gz"
     assert out.exists() and "counter events added" in result.output
     _check(_events(trace), _events(out))
 

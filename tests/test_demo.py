@@ -14,7 +14,7 @@ def test_demo_runs_every_step(tmp_path):
     result = CliRunner().invoke(main, ["demo", str(out)])
     assert result.exit_code == 0, result.output
     assert "where to look:" in result.output
-    it = out / "job" / "traceviz" / "iteration_10"
+    it = out / "tables" / "iteration_10"
     assert len(list(it.glob("rank_*.parquet"))) == 16
     rows = list(csv.DictReader(open(it / "microbatches.csv")))
     # 16 ranks x 8 micro-batches x (forward, backward)

@@ -10,6 +10,7 @@ import shutil
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from helpers import out_dir
 
 from traceviz.cli import main
 from traceviz.commands import pipeline
@@ -30,17 +31,17 @@ def page(tmp_path_factory):
     result = CliRunner().invoke(main, ["html", str(root / "job"), "-o", str(out),
                                        "--global-batch-size", "8", "--seq-len", "4096"])
     assert result.exit_code == 0, result.output
-    return root, out
+    return root, out, out_dir(root / "job") / "iteration_10"
 
 
 def test_page_is_self_contained(page):
-    root, out = page
+    root, out, tables = page
     text = out.read_text()
     assert "<script" not in text
     assert not re.search(r"(src|href)\s*=\s*['\"](https?:)?//", text), "no network"
     for key in SECTIONS:
         assert f"<section id='{key}'>" in text
-    rep = make_report(root / "job" / "traceviz" / "iteration_10")
+    rep = make_report(tables)
     assert f"{rep['throughput']['mean']['time_ms']:,.2f} ms" in text
     top = rep["cross_rank"]["by_group"]
     tp = next(g for g in top if g["group"] == "TP")
@@ -48,7 +49,7 @@ def test_page_is_self_contained(page):
     assert f"<a href='#rank-{STRAGGLER}'>rank {STRAGGLER}</a>" in text
     assert f"<tr id='rank-{STRAGGLER}'>" in text
     # the pipeline section lists the gaps of the pipeline view's gaps table
-    write(pipeline.run(root / "job"), root / "pipe")
+    write(pipeline.run(tables), root / "pipe")
     gaps = pq.read_table(root / "pipe" / "pipeline_gaps.parquet").to_pylist()
     assert gaps
     for g in gaps:
@@ -75,7 +76,7 @@ def _driver():
 
 
 def test_page_in_headless_chromium(page):
-    _, out = page
+    _, out, _ = page
     driver = _driver()
     try:
         driver.get(out.as_uri())

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow.compute as pc
 import pytest
 from click.testing import CliRunner
-from helpers import TRACES, needs_shared, shared_traces, trace_id
+from helpers import TRACES, needs_shared, out_dir, shared_traces, trace_id
 from reference import events_of, load, read_bytes
 
 import traceviz
@@ -117,17 +117,20 @@ def test_every_trace_keeps_the_invariants(path, tmp_path):
 
 @pytest.mark.parametrize("job", JOBS, ids=[str(j.relative_to(TRACES)) for j in JOBS])
 def test_every_command_on_every_job(job, tmp_path):
-    """Each multi-trace folder as a job (copied: the shared folders are read-only)."""
+    """Each multi-trace folder as a job (copied: the shared folders are read-only, as
+    shared job folders often are: every command writes under ./traceviz-out or -o, never
+    into the job's folder)."""
     root = tmp_path / "job"
     shutil.copytree(job, root, copy_function=shutil.copyfile)
     root.chmod(0o755)
+    before = sorted(root.rglob("*"))
     runner = CliRunner()
     outputs = {}
     for args in (["batch", root, "-q", "-j", "1"], ["aggregate", root, "--no-figures"],
                  ["breakdown", root, "-o", tmp_path / "bd"], ["pipeline", root, "-o",
                                                               tmp_path / "pp"],
-                 ["report", root / "traceviz", "--json", "-o", tmp_path / "r.json"],
-                 ["export", root / "traceviz", "-o", tmp_path / "job.json.gz"],
+                 ["report", out_dir(root), "--json", "-o", tmp_path / "r.json"],
+                 ["export", out_dir(root), "-o", tmp_path / "job.json.gz"],
                  ["html", root, "-o", tmp_path / "job.html"]):
         result = runner.invoke(main, [str(a) for a in args])
         outputs[args[0]] = result
@@ -137,6 +140,7 @@ def test_every_command_on_every_job(job, tmp_path):
         if result.exit_code:
             assert result.output.strip().splitlines()[-1].startswith("traceviz: error:"), \
                 result.output
+    assert sorted(root.rglob("*")) == before, "nothing written into the job's folder"
     if outputs["report"].exit_code:  # only refused for traces that are not one job
         assert "are both rank" in outputs["report"].output
         return

@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-from helpers import union_length
+from helpers import out_dir, union_length
 
 import traceviz
 from traceviz.cli import main
@@ -24,7 +24,7 @@ CFG = SynthConfig(tp=2, pp=2, dp=2, microbatches=4, layers=4, skew_us=120.0,
 
 
 @pytest.fixture(scope="module")
-def cli_job(tmp_path_factory):
+def _cli_job(tmp_path_factory):
     """A job analysed by the CLI: (job folder, CLI output folder)."""
     root = tmp_path_factory.mktemp("job")
     job, out = root / "job", root / "cli"
@@ -32,11 +32,19 @@ def cli_job(tmp_path_factory):
     runner = CliRunner()
     for args in (["batch", str(job), "-q"], ["breakdown", str(job), "-o", str(out / "brk")],
                  ["aggregate", str(job)], ["pipeline", str(job), "-o", str(out / "pipe")],
-                 ["report", str(job / "traceviz" / "iteration_10"), "-o",
+                 ["report", str(out_dir(job) / "iteration_10"), "-o",
                   str(out / "report.txt")]):
         result = runner.invoke(main, args)
         assert result.exit_code == 0, (args, result.output)
     return job, out
+
+
+@pytest.fixture
+def cli_job(_cli_job, module_folder, monkeypatch):
+    """``_cli_job``, from the folder its commands ran in (where its default outputs are,
+    so ``traceviz.Job`` finds them)."""
+    monkeypatch.chdir(module_folder)
+    return _cli_job
 
 
 def _rows(table) -> list[dict]:
@@ -54,7 +62,7 @@ def test_tables_equal_the_cli(cli_job):
     job_dir, out = cli_job
     job = traceviz.Job(job_dir)
     assert job.ranks == list(range(CFG.world))
-    assert job.folder == job_dir / "traceviz" / "iteration_10"
+    assert job.folder.resolve() == out_dir(job_dir) / "iteration_10"
     for name, get in (("temporal_breakdown", job.temporal_breakdown),
                       ("kernel_type_breakdown", job.kernel_type_breakdown),
                       ("top_kernels", job.top_kernels),

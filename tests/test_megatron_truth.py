@@ -9,7 +9,7 @@ import json
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-from helpers import union_length
+from helpers import out_dir, union_length
 
 from traceviz.cli import main
 from traceviz.synth import SynthConfig, synthesize
@@ -27,7 +27,7 @@ def test_last_backward_holds_its_dp_reduce_scatters(tmp_path):
                       straggler_rank=1, straggler_factor=1.6)
     synthesize(cfg, tmp_path / "job")
     assert _run("aggregate", tmp_path / "job", "--no-figures").exit_code == 0
-    rows = pq.read_table(tmp_path / "job" / "traceviz" / "iteration_10" /
+    rows = pq.read_table(out_dir(tmp_path / "job") / "iteration_10" /
                          "microbatches.parquet").to_pylist()
     kernels = pq.read_table(tmp_path / "job" / "ground_truth" / "kernels.parquet").to_pylist()
     skew = json.loads((tmp_path / "job" / "ground_truth" / "ground_truth.json")
@@ -56,7 +56,7 @@ def test_interleaving_found_and_stale_tables(tmp_path):
                       microbatches=4, with_stack=False)
     job = tmp_path / "job"
     synthesize(cfg, job)
-    tables = job / "traceviz" / "iteration_10"
+    tables = out_dir(job) / "iteration_10"
     assert _run("batch", job, "-q", "-j", "1", "--vpp", "1").exit_code == 0
     meta = json.loads(pq.read_schema(tables / "rank_0000.parquet").metadata[b"traceviz"])
     assert meta["classification"]["vpp"] == 1 and meta["parse_options"]["vpp"] == 1
@@ -84,7 +84,7 @@ def test_aggregate_writes_where_o_says(tmp_path):
     result = _run("aggregate", tmp_path / "job", "-o", tmp_path / "other", "--no-figures")
     assert result.exit_code == 0, result.output
     assert (tmp_path / "other" / "iteration_10" / "microbatches.parquet").exists()
-    assert not (tmp_path / "job" / "traceviz").exists()
+    assert not (out_dir(tmp_path / "job")).exists()
 
 
 def test_report_json_output_is_json(tmp_path):
@@ -110,9 +110,9 @@ def test_unlinked_clocks_are_not_called_synced(tmp_path):
     result = _run("aggregate", tmp_path / "job", "--no-figures")
     assert result.exit_code == 0, result.output
     assert "clocks not synced" in result.output and "clock offsets" not in result.output
-    offsets = pq.read_table(tmp_path / "job" / "traceviz" / "microbatches.parquet")
+    offsets = pq.read_table(out_dir(tmp_path / "job") / "microbatches.parquet")
     assert offsets.num_rows > 0
-    csv = (tmp_path / "job" / "traceviz" / "clock_offsets.csv").read_text().splitlines()
+    csv = (out_dir(tmp_path / "job") / "clock_offsets.csv").read_text().splitlines()
     assert csv[0].startswith('"rank","synced","offset_ns"')
     assert all(",false,," in line for line in csv[1:])
 

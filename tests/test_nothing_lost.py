@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from helpers import needs_shared, shared
+from helpers import needs_shared, out_dir, shared
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference import activities, read_bytes
@@ -51,7 +51,7 @@ def test_empty_and_garbage_rank_files_are_failed_ranks(tmp_path):
     (job / "notes.json").write_text('{"not": "a trace"}')  # no rank name: not a rank
     out = CliRunner().invoke(main, ["batch", str(job), "-q"])
     assert out.exit_code == 1
-    summary = json.loads((job / "traceviz" / "batch_summary.json").read_text())
+    summary = json.loads((out_dir(job) / "batch_summary.json").read_text())
     status = {Path(o["trace"]).name: o["status"] for o in summary["outcomes"]}
     assert status["worker4_step_12.1.pt.trace.json"] == "failed"
     assert status["worker5_step_12.1.pt.trace.json"] == "failed"
@@ -59,7 +59,7 @@ def test_empty_and_garbage_rank_files_are_failed_ranks(tmp_path):
     assert "byte 0: is empty" in out.output and "is not JSON" in out.output
     # every command that reads the tables names the two missing ranks and exits 1
     for args in (["aggregate", str(job), "--no-figures"], ["report", str(job)],
-                 ["breakdown", str(job / "traceviz"), "-o", str(tmp_path / "bd")]):
+                 ["breakdown", str(out_dir(job)), "-o", str(tmp_path / "bd")]):
         res = CliRunner().invoke(main, args)
         assert res.exit_code == 1, (args, res.output)
         assert res.output.count("failed: ") == 2 and "2 rank(s) left out" in res.output
@@ -71,9 +71,9 @@ def test_empty_and_garbage_rank_files_are_failed_ranks(tmp_path):
 def test_rerun_keeps_what_the_parse_said(tmp_path):
     job = _job(tmp_path, 2)
     CliRunner().invoke(main, ["batch", str(job), "-q"])
-    first = json.loads((job / "traceviz" / "batch_summary.json").read_text())["outcomes"]
+    first = json.loads((out_dir(job) / "batch_summary.json").read_text())["outcomes"]
     CliRunner().invoke(main, ["batch", str(job), "-q"])
-    again = json.loads((job / "traceviz" / "batch_summary.json").read_text())["outcomes"]
+    again = json.loads((out_dir(job) / "batch_summary.json").read_text())["outcomes"]
     assert [o["status"] for o in again] == ["skipped", "skipped"]
     assert [o["events"] for o in again] == [o["events"] for o in first] and first[0]["events"]
 
@@ -261,11 +261,11 @@ def test_full_temporary_folder_is_one_line(monkeypatch):
 def test_damaged_tables_are_named_and_skipped(tmp_path):
     job = _job(tmp_path, 4)
     assert CliRunner().invoke(main, ["batch", str(job), "-q"]).exit_code == 0
-    table = job / "traceviz" / "rank_0002.parquet"
+    table = out_dir(job) / "rank_0002.parquet"
     table.write_bytes(table.read_bytes()[:2000])
     later = time.time() + 3600
     os.utime(table, (later, later))  # newer than its trace: not parsed again
-    tables = str(job / "traceviz")  # (the job folder itself would parse it again)
+    tables = str(out_dir(job))  # (the job folder itself would parse it again)
     for args in (["aggregate", tables, "--no-figures"], ["report", tables],
                  ["html", tables, "-o", str(tmp_path / "p.html")],
                  ["export", tables, "-o", str(tmp_path / "e.json.gz")],

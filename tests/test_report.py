@@ -21,7 +21,7 @@ import orjson
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-from helpers import shared
+from helpers import out_dir, shared
 
 from traceviz.cli import main
 from traceviz.synth import SynthConfig, synthesize
@@ -191,7 +191,8 @@ def test_torchtitan_config_and_default_name(job, tmp_path):
     # shard -1 takes the ranks left: 8 / (tp 2 x pp 2) = 2; global batch 2 x 1 x 2
     assert (c["global_batch_size"], c["seq_len"], c["model"]) == (4, 2048, "llama38B")
     assert c["flops_per_token"] == pytest.approx(6 * 8.03e9)
-    written = list((tmp_path / "trace_analysis").glob("*_llama38B_dp2_tp2_pp2_gpu8.txt"))
+    folder = out_dir(root, tmp_path) / "iteration_10" / "report"
+    written = list(folder.glob("*_llama38B_dp2_tp2_pp2_gpu8.txt"))
     assert len(written) == 1 and written[0].with_suffix(".json").exists()
     t = rep["throughput"]["iterations"][0]
     assert t["tokens_per_s"] == pytest.approx(4 * 2048 / (t["time_ms"] / 1e3), rel=1e-9)

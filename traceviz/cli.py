@@ -9,11 +9,13 @@ import gc
 import os
 import sys
 import time
+from pathlib import Path
 
 import click
 
 from ._version import __version__
 from .errors import TraceVizError, UsageError, one_line
+from .ingest.outputs import OUT, default_path, job_name
 
 
 def _fail(message: str, code: int = 1) -> None:
@@ -86,7 +88,7 @@ def main() -> None:
 @main.command()
 @click.argument("trace")
 @click.option("-o", "--output", help="Output parquet file, '-' for stdout "
-              "[default: TRACE's name with .parquet, in the current folder].")
+              "[default: traceviz-out/<name>/<name>.parquet, <name> TRACE's name without .json].")
 @click.option("--cpu", is_flag=True, help="Also write the CPU-side table to OUTPUT's "
               "name with .cpu.parquet.")
 @click.option("--patterns", type=click.Path(dir_okay=False),
@@ -233,8 +235,9 @@ def _int_list(text: str | None) -> tuple[int, ...] | None:
 
 @main.command()
 @click.argument("inputs", nargs=-1, required=True)
-@click.option("-o", "--output", "outdir", default="breakdown", show_default=True,
-              help="Folder for the tables (CSV and parquet) and figures (PNG).")
+@click.option("-o", "--output", "outdir",
+              help="Folder for the tables (CSV and parquet) and figures (PNG) [default: "
+                   "traceviz-out/<job>/breakdown].")
 @click.option("--ranks", help="Comma-separated ranks to analyse [default: all].")
 @click.option("--iterations", help="Comma-separated ProfilerStep numbers [default: all].")
 @click.option("--streams", help="Comma-separated streams [default: all].")
@@ -282,6 +285,7 @@ def breakdown(inputs, outdir, ranks, iterations, streams, drop_last_step, hta_co
                     launch_delay_cutoff_ns=round(launch_delay_cutoff_us * 1000),
                     num_kernels=num_kernels, duration_ratio=duration_ratio)
     result = command.run(list(inputs), opts, ranks=_int_list(ranks), params=params)
+    outdir = outdir or default_path(inputs[0], "breakdown")
     written = _write(result, outdir)
     _echo_all(result.lines)
     _echo_all(result.notes, err=True)
@@ -292,8 +296,9 @@ def breakdown(inputs, outdir, ranks, iterations, streams, drop_last_step, hta_co
 @main.command()
 @click.argument("control")
 @click.argument("test")
-@click.option("-o", "--output", "outdir", default="trace_diff", show_default=True,
-              help="Folder for trace_diff.csv / .parquet and trace_diff.png.")
+@click.option("-o", "--output", "outdir",
+              help="Folder for trace_diff.csv / .parquet and trace_diff.png [default: "
+                   "traceviz-out/<control>_vs_<test>].")
 @click.option("--control-rank", type=int, help="Rank of CONTROL [default: its lowest].")
 @click.option("--test-rank", type=int, help="Rank of TEST [default: its lowest].")
 @click.option("--control-iterations", help="Comma-separated ProfilerStep numbers "
@@ -325,6 +330,7 @@ def diff(control, test, outdir, control_rank, test_rank, control_iterations,
                          control_iterations=_int_list(control_iterations),
                          test_iterations=_int_list(test_iterations), full_names=full_names,
                          hta_compat=hta_compat)
+    outdir = outdir or Path(OUT) / f"{job_name(control)}_vs_{job_name(test)}"
     _write(result, outdir)
     _echo_all(result.lines)
     click.echo(f"wrote trace_diff.csv, trace_diff.parquet, trace_diff.png to {outdir}",
@@ -333,8 +339,8 @@ def diff(control, test, outdir, control_rank, test_rank, control_iterations,
 
 @main.command()
 @click.argument("traces", nargs=-1, required=True)
-@click.option("-o", "--output", help="Output file (one trace) or folder [default: next to "
-              "each trace, as x_with_counters.json.gz].")
+@click.option("-o", "--output", help="Output file (one trace) or folder [default: "
+              "traceviz-out/<trace>/x_with_counters.json.gz per trace].")
 @click.option("--series", default="queue_length,memcpy_bandwidth", show_default=True,
               help="Comma-separated counter tracks to add.")
 def counters(traces, output, series) -> None:
@@ -374,8 +380,9 @@ def counters(traces, output, series) -> None:
               help="Fewest kernels a sequence has.")
 @click.option("--top-k", type=click.IntRange(min=1), default=5, show_default=True,
               help="Sequences printed and drawn.")
-@click.option("-o", "--output", "outdir", default="sequences", show_default=True,
-              help="Folder for frequent_sequences.csv / .parquet / .png.")
+@click.option("-o", "--output", "outdir",
+              help="Folder for frequent_sequences.csv / .parquet / .png [default: "
+                   "traceviz-out/<trace>/sequences].")
 def sequences(trace, operator, rank, min_len, top_k, outdir) -> None:
     """Frequent CUDA kernel sequences launched by a CPU operator (HTA's
     get_frequent_cuda_kernel_sequences): each outermost op whose name contains --op,
@@ -389,6 +396,7 @@ def sequences(trace, operator, rank, min_len, top_k, outdir) -> None:
     from .commands import sequences as command
 
     result = command.run(trace, operator, rank, min_len, top_k)
+    outdir = outdir or default_path(trace, "sequences")
     _write(result, outdir)
     _echo_all(result.lines)
     click.echo(f"wrote frequent_sequences.csv, .parquet, .png to {outdir}", err=True)
@@ -397,7 +405,7 @@ def sequences(trace, operator, rank, min_len, top_k, outdir) -> None:
 @main.command()
 @click.argument("root", type=click.Path(exists=True))
 @click.option("-o", "--output", "outdir", help="Folder for the parsed tables "
-              "[default: ROOT/traceviz].")
+              "[default: traceviz-out/<job>].")
 @click.option("--folders", help="Only traces in folders whose name matches this glob "
               "(e.g. 'iteration_*').")
 @click.option("-j", "--jobs", type=click.IntRange(min=0), default=0,
@@ -444,7 +452,7 @@ def batch(root, outdir, folders, jobs, force, memory_budget, topology_file, vpp,
 @main.command()
 @click.argument("root", type=click.Path(exists=True))
 @click.option("-o", "--output", "outdir", help="Batch output folder holding the rank "
-              "tables [default: ROOT/traceviz]; traces without tables are parsed first.")
+              "tables [default: traceviz-out/<job>]; traces without tables are parsed first.")
 @click.option("--alignment", type=click.Choice(["synced", "global", "individual"]),
               default="synced", show_default=True,
               help="synced: clocks corrected from collective end times; global: raw "
@@ -511,8 +519,9 @@ def demo(outdir) -> None:
               "complete one.")
 @click.option("--topology", "topology_file", type=click.Path(dir_okay=False),
               help="unique_parallel_groups_*.txt [default: found, else from pg_config].")
-@click.option("-o", "--output", "outdir", default="pipeline", show_default=True,
-              help="Folder for pipeline_stages.csv / .parquet and the figures.")
+@click.option("-o", "--output", "outdir",
+              help="Folder for pipeline_stages.csv / .parquet and the figures [default: "
+                   "traceviz-out/<job>/pipeline].")
 def pipeline(root, vpp, iteration, all_groups, topology_file, outdir) -> None:
     """Pipeline schedule per PP stage, measured vs ideal 1F1B / interleaved: bubble per
     stage (F/B window and whole iteration), warm-up / steady / cool-down, the critical
@@ -531,6 +540,7 @@ def pipeline(root, vpp, iteration, all_groups, topology_file, outdir) -> None:
 
     result = command.run(root, vpp=vpp, iteration=iteration, all_groups=all_groups,
                          topology=topology_file)
+    outdir = outdir or default_path(root, "pipeline")
     _write(result, outdir)
     _echo_all(result.lines)
     _echo_all(result.notes, err=True)
@@ -582,7 +592,7 @@ def _run_overrides(global_batch_size, seq_len, flops_per_token, params, model, p
 @_run_options
 @click.option("--no-clock-sync", is_flag=True,
               help="Use each rank's own clock (no offsets from collective ends).")
-@click.option("-o", "--output", help="Text report path [default: trace_analysis/"
+@click.option("-o", "--output", help="Text report path [default: traceviz-out/<job>/report/"
               "<time>_<model>_dp<X>_tp<Y>_pp<Z>_gpu<N>.txt]; the JSON twin sits next to it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report, not the text.")
 def report(root, config_file, topology, no_clock_sync, output, as_json, **facts) -> None:
@@ -609,7 +619,7 @@ def report(root, config_file, topology, no_clock_sync, output, as_json, **facts)
 @main.command()
 @click.argument("source", type=click.Path())
 @click.option("-o", "--output", help="Output .json.gz (or .json for a job) [default: "
-              "<name>_traceviz.json.gz].")
+              "traceviz-out/<job>/<name>_traceviz.json.gz].")
 @click.option("--kernels/--no-kernels", default=None,
               help="Also write every GPU kernel as a slice [default: for a job only; a "
                    "trace keeps its own].")
@@ -627,7 +637,7 @@ def export(source, output, kernels, no_clock_sync) -> None:
     \b
     Examples:
       traceviz export rank0.pt.trace.json.gz -o rank0_annotated.json.gz
-      traceviz export job/traceviz/iteration_10 -o job_iter10.json.gz
+      traceviz export job/iteration_10 -o job_iter10.json.gz
     """
     from .commands.export import run
 
@@ -641,8 +651,7 @@ def export(source, output, kernels, no_clock_sync) -> None:
 
 @main.command()
 @click.argument("root", type=click.Path())
-@click.option("-o", "--output", default="traceviz_report.html", show_default=True,
-              help="The HTML file.")
+@click.option("-o", "--output", help="The HTML file [default: traceviz-out/<job>/report.html].")
 @_run_options
 def html(root, output, topology, **facts) -> None:
     """One self-contained HTML page (figures embedded, no server, no network) for a job:
@@ -658,6 +667,7 @@ def html(root, output, topology, **facts) -> None:
     """
     from .commands import html as command
 
+    output = output or default_path(root, "report.html")
     result = command.run(root, output, overrides=_run_overrides(**facts), topology=topology)
     _write(result, ".")
     click.echo(f"wrote {output}", err=True)

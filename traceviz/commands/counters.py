@@ -10,16 +10,18 @@ from ..analysis.activities import activities
 from ..analysis.counters import SERIES, counter_tracks
 from ..errors import UsageError
 from ..ingest.build import parse
+from ..ingest.outputs import default_path
 from ..parsing.source import ByteSource
 from ..render.perfetto import counter_events
 from ..render.trace_copy import write_with_events
 
 
 def default_output(trace: str | os.PathLike, suffix: str = "_with_counters") -> Path:
-    """HTA's name: ``x.json[.gz]`` -> ``x_with_counters.json.gz`` (always gzip)."""
+    """HTA's name, ``x.json[.gz]`` -> ``x_with_counters.json.gz`` (always gzip), in
+    ``traceviz-out/<x>/``."""
     path = Path(trace)
     stem = path.name.split(".json")[0] if ".json" in path.name else path.stem
-    return path.with_name(f"{stem}{suffix}.json.gz")
+    return default_path(trace, f"{stem}{suffix}.json.gz")
 
 
 def series_of(text: str) -> tuple[str, ...]:
@@ -35,7 +37,7 @@ def series_of(text: str) -> tuple[str, ...]:
 def output_for(trace: str | os.PathLike, output: str | os.PathLike | None,
                traces: int) -> Path | None:
     """Where ``trace``'s copy goes: ``output`` itself for one trace and a file name,
-    else its default name in the folder ``output`` (None: next to the trace)."""
+    else its default name in the folder ``output`` (None: :func:`default_output`)."""
     if not output:
         return None
     out = Path(output)

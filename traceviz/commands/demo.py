@@ -1,7 +1,8 @@
 """``traceviz demo``: synthesize a small Megatron-like job and run every analysis on it.
 
 The job (tp2 pp4 dp2, 8 micro-batches, clocks skewed per node) is written to
-``OUTDIR/job``; the analyses write beside it. Nothing is read from the network.
+``OUTDIR/job``, its tables (and the aggregate outputs) to ``OUTDIR/tables``; the other
+analyses write beside them. Nothing is read from the network.
 """
 from __future__ import annotations
 
@@ -36,11 +37,11 @@ def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> dict[
     synthesize(DEMO, job)
     steps["synthesized job (16 ranks)"] = job
     echo(f"synthesized a 16-rank job (tp2 pp4 dp2, 8 micro-batches) in {job}")
-    outcomes = batch.run(job, jobs=min(2, os.cpu_count() or 1), quiet=True)
-    tables = batch.output_root(job, None)
+    tables = out / "tables"
+    outcomes = batch.run(job, tables, jobs=min(2, os.cpu_count() or 1), quiet=True)
     steps["parsed tables"] = tables
     echo(f"batch: {sum(o.status == 'parsed' for o in outcomes)} ranks parsed -> {tables}")
-    agg = aggregate.run(job, quiet=True)[0]
+    agg = aggregate.run(job, tables, quiet=True)[0]
     folder = agg.data["folder"]
     written = write(agg, folder)
     steps["aggregate (micro-batches, clocks, figures)"] = folder
@@ -57,7 +58,7 @@ def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> dict[
     echo(f"report: {mean['time_ms']:.1f} ms per iteration, {mean['tokens_per_s']:,.0f} "
          f"tokens/s, {mean['tflops_per_gpu']:.0f} TFLOP/s per GPU, MFU {mean['mfu_pct']:.1f} "
          f"% -> {rep.data['text']} (+ .json)")
-    pipe = pipeline.run(job)
+    pipe = pipeline.run(tables)
     write(pipe, out / "pipeline")
     steps["pipeline (measured vs ideal 1F1B)"] = out / "pipeline"
     echo(f"pipeline: {pipe.lines[0]}")

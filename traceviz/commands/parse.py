@@ -9,18 +9,21 @@ import os
 
 from ..errors import TraceVizError, UsageError
 from ..ingest.build import ParsedTrace, parse_trace
+from ..ingest.outputs import default_path
 from ..topology.groups_file import from_file
 
 SUFFIXES = (".json.gz", ".json.zst", ".json.zstd", ".json", ".gz", ".zst")
 
 
 def default_output(trace: str) -> str:
-    """``TRACE``'s name with ``.parquet``, in the current folder."""
+    """``traceviz-out/<name>/<name>.parquet`` for ``TRACE`` (its name without extension;
+    see :mod:`traceviz.ingest.outputs`)."""
     base = os.path.basename(trace)
     for suffix in SUFFIXES:
         if base.endswith(suffix):
-            return base[: -len(suffix)] + ".parquet"
-    return base + ".parquet"
+            base = base[: -len(suffix)]
+            break
+    return str(default_path(trace, f"{base}.parquet"))
 
 
 def run(trace: str, *, cpu: bool = False, patterns: str | None = None,

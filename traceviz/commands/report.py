@@ -15,7 +15,8 @@ from ..analysis.rank_summary import RankSummary, summarize
 from ..analysis.report import build_report
 from ..analysis.run_config import RunConfig, from_torchtitan_toml
 from ..errors import TraceVizError
-from ..ingest.tables import input_files, one_folder, rank_tables
+from ..ingest.outputs import default_path
+from ..ingest.tables import input_files, one_folder, rank_tables, tables_folder
 from ..ingest.topology import job_layout
 from ..render.report_text import report_text
 from .result import Result
@@ -25,9 +26,13 @@ COLUMNS = tuple(dict.fromkeys(CALL_COLUMNS + ("comm_group",)))
 
 def summaries_of(root: Path) -> tuple[list[RankSummary], list[str]]:
     """Every rank's summary (ranks unknown to their trace numbered from file names) and
-    the one-line reasons of the files that failed."""
+    the one-line reasons of the files that failed. A job's traces are parsed once into
+    its tables (``traceviz batch``'s default place); one table is read alone."""
     summaries, failed = [], []
-    files = one_folder(input_files([root]), root)
+    if root.is_file() and root.suffix == ".parquet":
+        files = [root]
+    else:
+        files = one_folder(input_files([tables_folder(root)]), root)
     for rank, _, table in rank_tables(files, COLUMNS, failed):
         summaries.append(summarize(table, rank))
     if not summaries:
@@ -83,13 +88,13 @@ def run(root: str | os.PathLike, *, config_file: str | None = None,
         overrides: dict | None = None, output: str | None = None,
         topology: str | None = None, clock_sync: bool = True) -> Result:
     """The report of ``root`` as text (``output``, default
-    ``trace_analysis/<default_name>``) and its JSON twin next to it (``output`` ending in
+    ``traceviz-out/<job>/report/<default_name>``) and its JSON twin next to it (``output`` ending in
     .json names the JSON; the text gets .txt); ``data["report"]`` is the dict,
     ``data["text"]`` / ``data["json"]`` the two paths."""
     report = make_report(root, config_file=config_file, overrides=overrides,
                          topology=topology, clock_sync=clock_sync)
-    text = Path(output) if output else Path("trace_analysis") / default_name(
-        report, dt.datetime.now())
+    text = Path(output) if output else default_path(root, "report", default_name(
+        report, dt.datetime.now()))
     twin = text.with_suffix(".json")
     if text == twin:  # -o x.json names the JSON report; the text goes next to it
         text = text.with_suffix(".txt")

@@ -31,6 +31,7 @@ from ..table.io import atomic_path
 from ..table.schema import file_metadata
 from ..table.scratch import exit_on_sigterm
 from .discover import TraceFile, find_traces
+from .outputs import job_dir
 from .topology import find_topology_file
 
 SUMMARY = "batch_summary.json"
@@ -61,9 +62,9 @@ class Outcome:
 
 
 def output_root(root: str | os.PathLike, outdir: str | os.PathLike | None) -> Path:
-    """Where a batch writes: ``outdir``, else ``traceviz/`` in the job's folder."""
-    root = Path(root)
-    return Path(outdir) if outdir else (root if root.is_dir() else root.parent) / "traceviz"
+    """Where a batch writes: ``outdir``, else the job's ``./traceviz-out/<job>``
+    (:mod:`.outputs`)."""
+    return Path(outdir) if outdir else job_dir(root)
 
 
 def plan(root: str | os.PathLike, outdir: str | os.PathLike | None = None,
@@ -99,13 +100,27 @@ def plan(root: str | os.PathLike, outdir: str | os.PathLike | None = None,
             raise UsageError(f"{t.path} and {seen[dest]} both claim rank {t.rank} in one "
                              "folder; keep one trace per rank and iteration")
         seen[dest] = str(t.path)
-        task = Task(str(t.path), t.rank, str(dest), t.path.stat().st_size)
+        task = Task(str(t.path.absolute()), t.rank, str(dest), t.path.stat().st_size)
         up_to_date = dest.exists() and dest.stat().st_mtime >= t.path.stat().st_mtime
-        if up_to_date and options is not None and _parsed_with(dest) != options:
+        if up_to_date and ((options is not None and _parsed_with(dest) != options)
+                           or not _parsed_from(dest, t.path)):
             up_to_date = False
-            stale.add(str(t.path))
+            stale.add(task.trace)
         (fresh if up_to_date and not force else todo).append(task)
     return todo, fresh, stale
+
+
+def _parsed_from(table: Path, trace: Path) -> bool:
+    """Whether ``table`` was parsed from ``trace`` (another job's trace of the same
+    name, or a trace moved since, makes it stale)."""
+    try:
+        source = file_metadata(table).get("source")
+    except (OSError, ValueError):
+        return False
+    try:
+        return bool(source) and os.path.samefile(source, trace)
+    except OSError:
+        return False
 
 
 def _parsed_with(table: Path) -> dict | None:
@@ -346,8 +361,9 @@ def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
         outcomes.append(kept)
     for o in outcomes:
         if o.trace in stale and o.status == "parsed":
-            o.warnings.append("parsed again: its table was parsed with other options (vpp, "
-                              "topology, patterns) or by another traceviz version")
+            o.warnings.append("parsed again: its table was parsed from another trace, with "
+                              "other options (vpp, topology, patterns) or by another "
+                              "traceviz version")
     outcomes.sort(key=lambda o: (o.rank, o.trace))
     with atomic_path(output_root(root, outdir) / SUMMARY) as tmp, open(tmp, "w") as fh:
         json.dump({"root": str(root), "topology": args[1],

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..parsing.header import read_header
+from .outputs import OUT
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst", ".json.zstd")
 _ITER_DIR = re.compile(r"^iteration_(\d+)$")
@@ -116,12 +117,14 @@ def _starts_with_event_array(path: Path) -> bool:
 
 
 def find_traces(root: str | os.PathLike) -> list[TraceFile]:
-    """Every rank trace under ``root`` (a folder, or one file), sorted by path."""
+    """Every rank trace under ``root`` (a folder, or one file), sorted by path; traceviz's
+    own output folders (``traceviz-out``: exports, reports) are not looked into."""
     root = Path(root)
     if root.is_file():
         candidates = [root]
     else:
-        candidates = sorted(p for p in root.rglob("*") if p.is_file() and is_trace_name(p.name))
+        candidates = sorted(p for p in root.rglob("*") if p.is_file() and is_trace_name(p.name)
+                            and OUT not in p.relative_to(root).parts[:-1])
     found = [describe(p) for p in candidates]
     return [f for f in found if f is not None]
 

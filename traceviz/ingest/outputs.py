@@ -1,0 +1,55 @@
+"""Where outputs go by default: ``./traceviz-out/<job>/``, one folder per job whatever
+command runs first, outside the trace folders (which are often read-only shared
+storage). ``<job>`` is the name of the job's folder, or a trace's name without its
+extension; a profiler's ``iteration_N`` / ``torch_profile`` folder writes to the same
+sub-folder of its parent's job that a batch of the parent does; a path already inside
+``traceviz-out/<job>/`` belongs to that job. Every command's ``-o``
+overrides its default."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+OUT = "traceviz-out"
+_PROFILER_FOLDER = re.compile(r"^(iteration_\d+|torch_profile|profile_trace|traces?)$")
+
+
+def _inside(path: Path) -> int | None:
+    """Index of the ``traceviz-out`` part of ``path`` followed by a job, else None."""
+    parts = path.parts
+    for i in range(len(parts) - 2, -1, -1):
+        if parts[i] == OUT:
+            return i
+    return None
+
+
+def job_name(path: str | os.PathLike) -> str:
+    """The name of the job ``path`` (a trace, a folder of traces or of tables) is of."""
+    p = Path(path).resolve()
+    i = _inside(p)
+    if i is not None:
+        return p.parts[i + 1]
+    if p.is_file() or (not p.exists() and p.suffix):
+        return p.name.split(".json")[0] if ".json" in p.name else p.stem
+    if _PROFILER_FOLDER.match(p.name) and p.parent.name:
+        return f"{p.parent.name}-{p.name}"
+    return p.name or "job"
+
+
+def job_dir(path: str | os.PathLike) -> Path:
+    """``./traceviz-out/<job>`` of ``path`` (the existing one when ``path`` is inside
+    one); a profiler's ``iteration_N`` / ``torch_profile`` folder gets the sub-folder of
+    its parent's job that ``traceviz batch`` of the parent writes its tables to."""
+    p = Path(path).resolve()
+    i = _inside(p)
+    if i is not None:
+        return Path(*p.parts[:i + 2])
+    if _PROFILER_FOLDER.match(p.name) and p.parent.name and p.is_dir():
+        return job_dir(p.parent) / p.name
+    return Path(OUT) / job_name(path)
+
+
+def default_path(path: str | os.PathLike, *names: str) -> Path:
+    """``job_dir(path) / names...``: where a command writes by default."""
+    return job_dir(path).joinpath(*names)
