@@ -1,138 +1,284 @@
-"""Figures of the breakdown: temporal breakdown per rank, kernel-type shares, idle time
-per stream, top kernels and their durations. Each function returns a matplotlib figure
-(see :mod:`.figures`)."""
+"""Figures of the breakdown, each answering the question in its title and readable from
+1 to 1,000+ ranks: where each rank's GPU time goes, why streams are idle, which kernels
+take the time and how long one call of each takes. Beyond :data:`MAX_ROWS` ranks a
+figure draws representative ranks (min, percentiles, max and the most extreme ones) and
+says how many it leaves out. Each function returns a matplotlib figure (see
+:mod:`.figures`); a figure without data says so instead of drawing empty axes."""
 from __future__ import annotations
+
+from collections import defaultdict
 
 import numpy as np
 import pyarrow as pa
-from matplotlib import colormaps
 
-from .figures import Figure, new_figure, swatch
+from ..analysis.diff import short_name
+from .figures import Figure, new_figure, no_data
 
-PARTS = (("compute_only_ns", "compute only"),
-         ("compute_overlapped_comm_ns", "compute overlapped with comm"),
-         ("comm_only_ns", "comm only"), ("mem_only_ns", "memory only"),
-         ("other_only_ns", "other only"), ("idle_ns", "idle"))
+PARTS = (("compute_only_ns", "compute only", "#4c72b0"),
+         ("compute_overlapped_comm_ns", "compute overlapped with comm", "#55a868"),
+         ("comm_only_ns", "comm only", "#c44e52"), ("mem_only_ns", "memory only", "#8172b2"),
+         ("other_only_ns", "other only", "#ccb974"), ("idle_ns", "idle", "#d0d0d0"))
+IDLE_CAUSES = (("host_wait", "waiting for the host (launch)", "#dd8452"),
+               ("kernel_wait", "between back-to-back kernels", "#4c72b0"),
+               ("other", "other (sync, dependencies, no work)", "#c0c0c0"))
+MAX_ROWS = 24     # ranks drawn one by one; beyond, representative ranks
+TOP = 12          # kernels named per type
+PERCENTILES = (5, 25, 50, 75, 95)
 
 
-def _finish(fig, ax, title: str, legend: dict | None = None):
-    """Title and optional legend."""
-    ax.set_title(title)
-    if legend is not None:
-        ax.legend(fontsize="small", **legend)
-    return fig
+def representative(values: dict[int, float], extremes: int = 5) -> list[tuple[int, str]]:
+    """The ranks to draw, as (rank, label): every rank in rank order when there are at
+    most :data:`MAX_ROWS`; else, ordered by ``values``, the lowest, the ranks at
+    :data:`PERCENTILES` (nearest rank) and the ``extremes`` highest, each labelled with
+    what it stands for."""
+    if len(values) <= MAX_ROWS:
+        return [(r, f"rank {r}") for r in sorted(values)]
+    ranks = sorted(values, key=lambda r: (values[r], r))
+    picked: dict[int, str] = {ranks[0]: "min"}
+    for p in PERCENTILES:
+        picked.setdefault(ranks[round(p / 100 * (len(ranks) - 1))], f"p{p}")
+    for i, r in enumerate(ranks[-extremes:][::-1]):
+        picked.setdefault(r, "max" if i == 0 else f"top {i + 1}")
+    return [(r, f"rank {r} ({picked[r]})") for r in ranks if r in picked]
+
+
+def _scope(shown: int, total: int, by: str) -> str:
+    """The subtitle saying which ranks a figure shows."""
+    if shown == total:
+        return f"{total} rank{'s' if total != 1 else ''}"
+    return (f"{shown} of {total} ranks: min, p5-p95 and the 5 highest by {by} "
+            "(the tables have every rank)")
+
+
+def _hbars(ax, labels: list[str], parts: list[tuple[str, str, np.ndarray]],
+           fmt, total_fmt=None) -> None:
+    """Horizontal stacked bars, first label on top: each part's value written inside
+    its segment when it is wide enough, the total (``total_fmt``) after the bar; only
+    parts with a value somewhere are drawn."""
+    y = np.arange(len(labels))[::-1]
+    left = np.zeros(len(labels))
+    width = max(float(sum(p[2] for p in parts).max()) if parts else 0.0, 1e-12)
+    for label, color, values in parts:
+        if not np.any(values > 0):
+            continue
+        ax.barh(y, values, left=left, color=color, label=label, height=0.75)
+        for yi, v, x0 in zip(y, values, left):
+            if v >= 0.07 * width:
+                ax.text(x0 + v / 2, yi, fmt(v), ha="center", va="center", fontsize="x-small")
+        left = left + values
+    if total_fmt:
+        for yi, v in zip(y, left):
+            ax.text(v + 0.01 * width, yi, total_fmt(v), va="center", fontsize="x-small")
+        ax.set_xlim(0, width * 1.18)
+    ax.set_yticks(y, labels, fontsize="small")
+
+
+def _legend_below(fig, ax) -> None:
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(3, len(handles)),
+                   fontsize="small", frameon=False)
+
+
+def _height(rows: int) -> float:
+    return 1.6 + 0.3 * rows
 
 
 def temporal(table: pa.Table):
-    """Stacked bars: share of each rank's span per part (whole selection)."""
-    rows = [r for r in table.to_pylist() if r["iteration"] is None]  # whole trace
-    fig = new_figure((max(4, 0.5 * len(rows) + 2), 4))
+    """Stacked bars: share of each rank's GPU span per part (whole trace)."""
+    title = "Where does each rank's GPU time go? (% of its GPU span)"
+    rows = {r["rank"]: r for r in table.to_pylist()
+            if r["iteration"] is None and r["kernel_time_ns"]}
+    if not rows:
+        return no_data(title, "no rank has GPU activities")
+    pick = representative({k: r["idle_ns"] / r["kernel_time_ns"] for k, r in rows.items()})
+    fig = new_figure((10, _height(len(pick))), layout="constrained")
     ax = fig.subplots()
-    bottom = np.zeros(len(rows))
-    x = np.arange(len(rows))
-    for col, label in PARTS:
-        share = np.array([100 * r[col] / r["kernel_time_ns"] if r["kernel_time_ns"] else 0
-                          for r in rows])
-        ax.bar(x, share, bottom=bottom, label=label)
-        bottom += share
-    ax.set_xticks(x, [str(r["rank"]) for r in rows])
-    ax.set_xlabel("rank")
-    ax.set_ylabel("% of GPU span")
-    return _finish(fig, ax, "Temporal breakdown",
-                   {"loc": "upper left", "bbox_to_anchor": (1, 1)})
+    parts = [(label, color, np.array([100 * rows[r][col] / rows[r]["kernel_time_ns"]
+                                      for r, _ in pick]))
+             for col, label, color in PARTS]
+    _hbars(ax, [lab for _, lab in pick], parts, lambda v: f"{v:.0f}%")
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("% of the GPU span (first to last kernel); "
+                  + _scope(len(pick), len(rows), "idle share"))
+    ax.set_title(title, loc="left")
+    _legend_below(fig, ax)
+    return fig
 
 
 def kernel_types(table: pa.Table):
-    """Pie of the COMP / COMM / MEM combinations."""
-    rows = table.to_pylist()
-    fig = new_figure((6, 4))
+    """Shares of kernel time by the combination of kinds running at once."""
+    title = "What runs on the GPUs, alone or together? (all ranks)"
+    rows = [r for r in table.to_pylist() if r["time_ns"] > 0]
+    if not rows:
+        return no_data(title, "no GPU kernel time")
+    rows.sort(key=lambda r: r["time_ns"])
+    fig = new_figure((9, _height(len(rows))), layout="constrained")
     ax = fig.subplots()
-    if rows:
-        # slices too thin to label are named in the legend (with their share) only
-        wedges, _, _ = ax.pie([r["time_ns"] for r in rows],
-                              autopct=lambda pct: f"{pct:.1f}%" if pct >= 2 else "",
-                              textprops={"fontsize": "small"})
-        ax.legend(wedges, [f"{r['kernel_type']} ({r['percentage']:.1f}%)" for r in rows],
-                  fontsize="small", loc="upper left", bbox_to_anchor=(1, 1))
-    return _finish(fig, ax, "Kernel time by type (all ranks)")
+    y = np.arange(len(rows))
+    ms = np.array([r["time_ns"] for r in rows]) / 1e6
+    ax.barh(y, ms, color="#4c72b0", height=0.7)
+    for yi, v, r in zip(y, ms, rows):
+        ax.text(v, yi, f" {v:,.1f} ms ({r['percentage']:.1f}%)", va="center",
+                fontsize="x-small")
+    ax.set_xlim(0, ms.max() * 1.3)
+    ax.set_yticks(y, [r["kernel_type"] for r in rows], fontsize="small")
+    ax.set_xlabel("ms, summed over ranks")
+    ax.set_title(title, loc="left")
+    return fig
 
 
 def idle(table: pa.Table):
-    """Idle time per (rank, stream), stacked by cause."""
-    rows = table.to_pylist()
-    keys = sorted({(r["rank"], r["stream"]) for r in rows})
-    fig = new_figure((max(4, 0.5 * len(keys) + 2), 4))
-    ax = fig.subplots()
-    x = np.arange(len(keys))
-    bottom = np.zeros(len(keys))
-    for cat in ("host_wait", "kernel_wait", "other"):
-        v = {(r["rank"], r["stream"]): r["idle_ns"] / 1e6 for r in rows
-             if r["idle_category"] == cat}
-        h = np.array([v.get(k, 0.0) for k in keys])
-        ax.bar(x, h, bottom=bottom, label=cat)
-        bottom += h
-    ax.set_xticks(x, [f"{r}/{s}" for r, s in keys], rotation=90, fontsize="small")
-    ax.set_xlabel("rank / stream")
-    ax.set_ylabel("idle ms")
-    return _finish(fig, ax, "Idle time by cause", {})
+    """Idle time by cause: per rank (summed over its streams) and per stream (mean over
+    the ranks that have it)."""
+    title = "Why are the GPU streams idle? (idle ms by cause)"
+    rows = [r for r in table.to_pylist() if r["idle_ns"] and r["idle_ns"] > 0]
+    if not rows:
+        return no_data(title, "no idle time between kernels on any stream")
+    per_rank: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    per_stream: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    stream_ranks: dict[int, set] = defaultdict(set)
+    for r in rows:
+        per_rank[r["rank"]][r["idle_category"]] += r["idle_ns"] / 1e6
+        per_stream[r["stream"]][r["idle_category"]] += r["idle_ns"] / 1e6
+        stream_ranks[r["stream"]].add(r["rank"])
+    ranks = {r for r in per_rank}
+    pick = representative({r: sum(v.values()) for r, v in per_rank.items()})
+    streams = sorted(per_stream, key=lambda s: -sum(per_stream[s].values()))[:MAX_ROWS]
+    fig = new_figure((12, _height(max(len(pick), len(streams)))), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    _hbars(left, [lab for _, lab in pick],
+           [(label, color, np.array([per_rank[r].get(cat, 0.0) for r, _ in pick]))
+            for cat, label, color in IDLE_CAUSES], lambda v: f"{v:.1f}",
+           lambda v: f"{v:,.1f} ms")
+    left.set_title(f"per rank, all its streams ({_scope(len(pick), len(ranks), 'idle time')})",
+                   fontsize="small", loc="left")
+    _hbars(right, [f"stream {s} ({len(stream_ranks[s])} ranks)" for s in streams],
+           [(label, color, np.array([per_stream[s].get(cat, 0.0) / len(stream_ranks[s])
+                                     for s in streams]))
+            for cat, label, color in IDLE_CAUSES], lambda v: f"{v:.1f}",
+           lambda v: f"{v:,.1f} ms")
+    more = len(per_stream) - len(streams)
+    right.set_title("per stream, mean over its ranks"
+                    + (f" ({more} more streams in the table)" if more else ""),
+                    fontsize="small", loc="left")
+    for ax in (left, right):
+        ax.set_xlabel("idle ms")
+    fig.suptitle(title, x=0.01, ha="left")
+    _legend_below(fig, left)
+    return fig
 
 
-MAX_PIES = 16  # ranks drawn per kernel type in the top-kernel pies
+def _labels(names: list[str], width: int = 60) -> list[str]:
+    """Readable distinct labels: templates and arguments dropped (:func:`short_name`),
+    cut in the middle beyond ``width``; names that end up alike are numbered."""
+    out = []
+    for n in names:
+        s = short_name(n)
+        out.append(s if len(s) <= width else s[: width // 2 - 1] + "…" + s[-(width // 2):])
+    seen: dict[str, int] = defaultdict(int)
+    for s in out:
+        seen[s] += 1
+    count: dict[str, int] = defaultdict(int)
+    for i, s in enumerate(out):
+        if seen[s] > 1:
+            count[s] += 1
+            out[i] = f"{s} [{count[s]}]"
+    return out
 
 
-def top_kernel_pies(table: pa.Table, kernel_type: str):
-    """Per rank (the first ``MAX_PIES``), a pie of the top kernels of one type; one
-    legend, colors fixed per kernel name across the pies."""
+def _per_name(rows: list[dict]) -> tuple[dict[str, dict[int, int]], int]:
+    """Per kernel name, its total ns per rank; and the number of ranks."""
+    sums: dict[str, dict[int, int]] = defaultdict(dict)
+    for r in rows:
+        sums[r["name"]][r["rank"]] = sums[r["name"]].get(r["rank"], 0) + r["sum_ns"]
+    return sums, len({r["rank"] for r in rows})
+
+
+def top_kernels(table: pa.Table, kernel_type: str):
+    """The kernels of one type that take the most time: mean ms per rank with the
+    lowest and highest rank as whiskers, the share of the type's time written on each."""
+    title = f"Which {kernel_type.lower()} kernels take the time?"
     rows = [r for r in table.to_pylist() if r["kernel_type"] == kernel_type]
-    ranks = sorted({r["rank"] for r in rows})[:MAX_PIES]
-    names = sorted({r["name"] for r in rows if r["rank"] in ranks},
-                   key=lambda n: (n == "others", n))
-    colors = dict(zip(names, colormaps["tab20"](np.linspace(0, 1, max(len(names), 1)))))
-    cols = min(4, len(ranks))
-    nrows = -(-len(ranks) // cols)
-    fig = new_figure((max(3 * cols, 8), 3 * nrows + 0.18 * len(names) + 0.5),
-                     layout="constrained")
-    axes = fig.subplots(nrows, cols, squeeze=False)
-    for ax in axes.flat:
-        ax.axis("off")
-    for ax, rank in zip(axes.flat, ranks):
-        mine = [r for r in rows if r["rank"] == rank]
-        ax.pie([r["sum_ns"] for r in mine], colors=[colors[r["name"]] for r in mine])
-        ax.set_title(f"rank {rank}", fontsize="small")
-    handles = [swatch(colors[n]) for n in names]
-    fig.legend(handles, [n if len(n) <= 70 else n[:67] + "..." for n in names],
-               fontsize="x-small", loc="outside lower center", ncols=1, frameon=False)
-    fig.suptitle(f"Top {kernel_type} kernels per rank"
-                 + (f" (first {MAX_PIES} ranks)" if len(ranks) < len({r['rank'] for r in rows})
-                    else ""))
+    if not rows:
+        return no_data(title, f"no {kernel_type.lower()} kernels in these ranks")
+    sums, nranks = _per_name(rows)
+    named = sorted((n for n in sums if n != "others"), key=lambda n: -sum(sums[n].values()))
+    top, rest = named[:TOP], named[TOP:]
+    others: dict[int, int] = defaultdict(int)
+    for n in rest + (["others"] if "others" in sums else []):
+        for rank, v in sums[n].items():
+            others[rank] += v
+    entries = [(n, sums[n]) for n in top] + ([("others", dict(others))] if others else [])
+    grand = sum(sum(v.values()) for _, v in entries)
+    fig = new_figure((11, _height(len(entries))), layout="constrained")
+    ax = fig.subplots()
+    y = np.arange(len(entries))[::-1]
+    mean = np.array([sum(v.values()) / nranks for _, v in entries]) / 1e6
+    # the lowest rank: 0 when some rank has none of it
+    lo = np.array([min(v.values()) if len(v) == nranks else 0 for _, v in entries]) / 1e6
+    hi = np.array([max(v.values()) for _, v in entries]) / 1e6
+    colors = ["#4c72b0"] * len(top) + ["#b0b0b0"] * (len(entries) - len(top))
+    ax.barh(y, mean, color=colors, height=0.7)
+    if nranks > 1:
+        ax.errorbar(mean, y, xerr=[mean - lo, hi - mean], fmt="none", ecolor="black",
+                    elinewidth=0.8, capsize=2)
+    for yi, m, h, (_, v) in zip(y, mean, hi, entries):
+        ax.text(max(m, h), yi, f"  {m:,.2f} ms ({100 * sum(v.values()) / grand:.1f}%)",
+                va="center", fontsize="x-small")
+    ax.set_xlim(0, hi.max() * 1.35 if hi.max() > 0 else 1)
+    labels = _labels([n for n, _ in entries[:len(top)]]) + [
+        f"others ({len(rest)} more names + each rank's folded tail)"][:len(entries) - len(top)]
+    ax.set_yticks(y, labels, fontsize="x-small")
+    ax.set_xlabel(f"ms per rank, mean over {nranks} rank{'s' if nranks != 1 else ''}"
+                  + ("; whiskers: lowest and highest rank" if nranks > 1 else "")
+                  + "; % of the type's kernel time")
+    ax.set_title(title, loc="left")
     return fig
 
 
 def kernel_durations(table: pa.Table, kernel_type: str):
-    """For each named top kernel of one type (up to 10, by total time over ranks): per
-    rank its mean duration, error bars down to the min and up to the max."""
+    """For the top named kernels of one type: each rank's mean call duration (a dot per
+    rank, log scale), the median over ranks written out, and the shortest to the
+    longest call of any rank as a grey line."""
+    title = f"How long does one call of each top {kernel_type.lower()} kernel take?"
     rows = [r for r in table.to_pylist()
-            if r["kernel_type"] == kernel_type and r["name"] != "others"]
-    total: dict[str, int] = {}
-    for r in rows:
-        total[r["name"]] = total.get(r["name"], 0) + r["sum_ns"]
-    names = sorted(total, key=lambda n: -total[n])[:10]
-    fig = new_figure((8, 1.6 * len(names) + 0.8), layout="constrained")
-    axes = fig.subplots(len(names), 1, squeeze=False, sharex=True)
-    for ax, name in zip(axes[:, 0], names):
-        mine = sorted((r for r in rows if r["name"] == name), key=lambda r: r["rank"])
-        x = np.array([r["rank"] for r in mine])
-        mean = np.array([r["mean_ns"] for r in mine]) / 1e3
-        err = np.array([[m - r["min_ns"] / 1e3 for m, r in zip(mean, mine)],
-                        [r["max_ns"] / 1e3 - m for m, r in zip(mean, mine)]])
-        ax.bar(x, mean, yerr=err, capsize=2, width=0.8)
-        ax.set_ylabel("µs", fontsize="small")
-        ax.set_title(name if len(name) <= 90 else name[:87] + "...", fontsize="small",
-                     loc="left")
-    axes[-1, 0].set_xlabel("rank")
-    axes[-1, 0].xaxis.get_major_locator().set_params(integer=True)
-    fig.suptitle(f"{kernel_type} kernel durations per rank (mean, min-max)")
+            if r["kernel_type"] == kernel_type and r["name"] != "others" and r["count"] > 0]
+    if not rows:
+        return no_data(title, f"no named {kernel_type.lower()} kernels in these ranks")
+    sums, nranks = _per_name(rows)
+    names = sorted(sums, key=lambda n: -sum(sums[n].values()))[:TOP]
+    fig = new_figure((11, _height(len(names))), layout="constrained")
+    ax = fig.subplots()
+    y = np.arange(len(names))[::-1]
+    rng = np.random.default_rng(0)
+    for yi, name in zip(y, names):
+        mine = [r for r in rows if r["name"] == name]
+        means = np.array([r["mean_ns"] for r in mine]) / 1e3
+        lo, hi = min(r["min_ns"] for r in mine) / 1e3, max(r["max_ns"] for r in mine) / 1e3
+        ax.plot([max(lo, 1e-3), max(hi, 1e-3)], [yi, yi], color="#b0b0b0", lw=1.5,
+                solid_capstyle="butt", zorder=1)
+        ax.plot([max(lo, 1e-3), max(hi, 1e-3)], [yi, yi], "|", color="#808080", ms=8)
+        jitter = rng.uniform(-0.18, 0.18, len(means)) if len(means) > 1 else 0
+        ax.scatter(np.maximum(means, 1e-3), yi + jitter, s=10, color="#4c72b0", zorder=2,
+                   alpha=0.8 if len(means) < 64 else 0.35, linewidths=0)
+        med = float(np.median(means))
+        ax.plot([med, med], [yi - 0.3, yi + 0.3], color="black", lw=1.5, zorder=3)
+        ax.text(max(hi, 1e-3) * 1.15, yi, f"median {_us(med)}", va="center",
+                fontsize="x-small")
+    ax.set_xscale("log")
+    lo_all = max(min(r["min_ns"] for r in rows) / 1e3, 1e-3)
+    hi_all = max(max(r["max_ns"] for r in rows) / 1e3, lo_all * 10)
+    ax.set_xlim(lo_all / 1.5, hi_all * 8)
+    ax.set_yticks(y, _labels(names), fontsize="x-small")
+    ax.set_xlabel(f"µs per call (log scale): dot = one rank's mean ({nranks} ranks), black = "
+                  "median over ranks, grey = shortest to longest call")
+    ax.set_title(title, loc="left")
     return fig
+
+
+def _us(v: float) -> str:
+    return f"{v / 1e3:,.2f} ms" if v >= 1e3 else f"{v:,.1f} µs"
 
 
 def breakdown_figures(tables: dict[str, pa.Table], notes: list[str]) -> dict[str, Figure]:
@@ -153,6 +299,6 @@ def breakdown_figures(tables: dict[str, pa.Table], notes: list[str]) -> dict[str
             notes.append(f"note: top_kernels_{t.lower()}.png not drawn: a kernel's total "
                          "time is negative (HTA's µs rounding); the table has it")
         else:
-            figures[f"top_kernels_{t.lower()}.png"] = Figure(top_kernel_pies, top, t)
+            figures[f"top_kernels_{t.lower()}.png"] = Figure(top_kernels, top, t)
         figures[f"kernel_durations_{t.lower()}.png"] = Figure(kernel_durations, top, t)
     return figures

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .figures import new_figure
+from .figures import new_figure, no_data
 
 TOP = 15  # names shown per device
 
@@ -14,6 +14,9 @@ def draw(table: pa.Table, control: str = "control", test: str = "test"):
     names with the largest absolute change, each labelled with its counts."""
     rows = table.to_pylist()
     devices = [d for d in ("GPU", "CPU") if any(r["device"] == d for r in rows)]
+    if not devices:
+        return no_data("Which names changed most in total time?",
+                       "no names in either trace's selection")
     fig = new_figure((7 * max(len(devices), 1), 6), layout="constrained")
     axes = fig.subplots(1, max(len(devices), 1), squeeze=False)
     for ax, device in zip(axes[0], devices):

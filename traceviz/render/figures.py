@@ -27,6 +27,14 @@ def swatch(color, **kwargs):
     return Rectangle((0, 0), 1, 1, facecolor=color, **kwargs)
 
 
+def no_data(title: str, reason: str):
+    """A figure that says there is nothing to draw and why, instead of empty axes."""
+    fig = new_figure((8, 1.6))
+    fig.text(0.02, 0.75, title, fontsize="large")
+    fig.text(0.02, 0.3, f"no data: {reason}", fontsize="medium", color="#555555")
+    return fig
+
+
 class Figure:
     """``draw(*args, **kwargs)`` -> a matplotlib figure, called when the figure is saved."""
 

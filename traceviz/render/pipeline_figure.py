@@ -4,6 +4,7 @@ as a self-contained HTML page (inline SVG; hovering a bar shows its details)."""
 from __future__ import annotations
 
 import html
+import math
 from dataclasses import dataclass
 
 from ..analysis.schedule import Step
@@ -126,9 +127,14 @@ def page(panels: list[tuple[str, list[Step]]], ranks: list[int], title: str,
                          f"width='{w:.1f}' height='{4 if p2p else row - 6}' "
                          f"fill='{MARK_COLOR[m.kind]}' fill-opacity='{1 if p2p else 0.6}'/>"
                          "</g>")
-        parts.append(f"<text x='{left}' y='{h - 5}' font-size='11'>0 ms</text>"
-                     f"<text x='{left + width}' y='{h - 5}' font-size='11' "
-                     f"text-anchor='end'>{span / 1e6:.2f} ms</text></svg>")
+        step = nice_step(span / 1e6, 10)
+        for k in range(int(span / 1e6 / step) + 1):
+            x = left + width * k * step * 1e6 / span
+            parts.append(f"<line x1='{x:.1f}' x2='{x:.1f}' y1='0' y2='{h - 18}' "
+                         "stroke='#ddd' stroke-width='1'/>"
+                         f"<text x='{x:.1f}' y='{h - 5}' font-size='11' text-anchor='middle'>"
+                         f"{k * step:g} ms</text>")
+        parts.append("</svg>")
     parts.append(table_html + "</body></html>")
     return "\n".join(parts)
 
@@ -138,14 +144,37 @@ def gap_text(gap: dict) -> str:
     return f"{gap['ns'] / 1e6:.3f} ms: {gap['what']}"
 
 
+def nice_step(span: float, ticks: int) -> float:
+    """A round tick step (1, 2 or 5 x 10^k) giving at most about ``ticks`` ticks over
+    ``span`` (> 0)."""
+    raw = max(span, 1e-9) / ticks
+    base = 10 ** math.floor(math.log10(raw))
+    return next(m * base for m in (1, 2, 5, 10) if m * base >= raw)
+
+
+def _cell(name: str, v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "<td>n/a</td>"
+    if name.endswith("_ns"):
+        return f"<td>{v / 1e6:,.3f}</td>"
+    if isinstance(v, float):
+        return f"<td>{v:,.2f}</td>"
+    return f"<td>{html.escape(str(v))}</td>"
+
+
+def _header(name: str) -> str:
+    text = name[:-3] + " (ms)" if name.endswith("_ns") else name.replace("_pct", " (%)")
+    return f"<th>{html.escape(text.replace('_', ' '))}</th>"
+
+
 def stages_html(table) -> str:
-    """The per-stage table (a ``pyarrow.Table``) as HTML."""
-    rows = table.to_pylist()
-    head = "".join(f"<th>{html.escape(k)}</th>" for k in table.column_names)
-    body = "".join("<tr>" + "".join(
-        f"<td>{v:.2f}</td>" if isinstance(v, float) else f"<td>{html.escape(str(v))}</td>"
-        for v in r.values()) + "</tr>" for r in rows)
-    return f"<h2>Per stage</h2><table><tr>{head}</tr>{body}</table>"
+    """The per-stage table (a ``pyarrow.Table``) as HTML: ns columns in ms, unknown n/a,
+    scrolling sideways inside the page when wider than it."""
+    head = "".join(_header(k) for k in table.column_names)
+    body = "".join("<tr>" + "".join(_cell(k, v) for k, v in r.items()) + "</tr>"
+                   for r in table.to_pylist())
+    return ("<h2>Per stage</h2><div style='overflow-x:auto;max-width:100%'>"
+            f"<table style='font-size:12px'><tr>{head}</tr>{body}</table></div>")
 
 
 def gaps_html(gaps: list[dict]) -> str:

@@ -5,7 +5,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..analysis.diff import short_name
-from .figures import new_figure
+from .figures import new_figure, no_data
 
 
 def label(pattern: str, width: int = 110) -> str:
@@ -18,6 +18,9 @@ def label(pattern: str, width: int = 110) -> str:
 def draw(table: pa.Table, top_k: int = 5):
     """Horizontal bars: count of each of the ``top_k`` sequences, GPU time annotated."""
     rows = table.slice(0, top_k).to_pylist()[::-1]
+    if not rows:
+        return no_data("Which kernel sequences repeat most?",
+                       "no kernel sequence found under the chosen operator")
     fig = new_figure((10, 0.6 * max(len(rows), 1) + 1.2), layout="constrained")
     ax = fig.subplots()
     y = np.arange(len(rows))
@@ -28,6 +31,5 @@ def draw(table: pa.Table, top_k: int = 5):
     ax.set_yticks(y, [label(r["pattern"], 70) for r in rows], fontsize="x-small")
     ax.set_xlabel("occurrences")
     ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.set_title("Most frequent kernel sequences" if rows else "No kernel sequence found",
-                 fontsize="small")
+    ax.set_title("Which kernel sequences repeat most?", fontsize="small")
     return fig

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..analysis.microbatches import CATEGORIES, RankCategories
 from ..intervals import union
-from .figures import new_figure, swatch
+from .figures import new_figure, no_data, swatch
 
 COLORS = {
     "optimizer_computation": "#095624", "optimizer_communication": "#4E9A5E",
@@ -112,6 +112,8 @@ def timeline(panels: list[tuple[str, list[RankCategories]]], title: str,
     gap = (window[1] - window[0]) // PIXELS
     spans = [_rows(ranks, categories, gap) for _, ranks in panels]
     present = sorted({c for rows in spans for r in rows for c in r}, key=ORDER.index)
+    if not present:
+        return no_data(title, "no GPU activity of these categories on these ranks")
     heights = [max(len(ranks), 1) for _, ranks in panels]
     fig_h = 0.9 + 0.45 * sum(heights) + 0.5 * len(panels) + 0.25 * ((len(present) + 3) // 4)
     fig = new_figure((13, fig_h), layout="constrained")
@@ -148,14 +150,23 @@ def overlap_bars(rows: list[dict], rank: int):
         wall = np.array([r["wall_clock_ns"] for r in mine], dtype=float) / 1e6
         ax.plot(x, wall, "o-", color="#6A0DAD", markersize=3, label="wall clock")
         ax.vlines(x, bottom, wall, colors="grey", linestyles="dotted", label="idle")
-        ax.set_xticks(x, [f"{r['microbatch']}" + (f".{r['chunk']}" if r["chunk"] > 0 else "")
+        if not mine:
+            ax.axis("off")
+            ax.text(0, 0.5, f"no data: no {phase.lower()} step on rank {rank}",
+                    transform=ax.transAxes, color="#555555")
+            continue
+        several = len({r["iteration"] for r in mine}) > 1
+        ax.set_xticks(x, [(f"it{r['iteration']} " if several else "") + f"{r['microbatch']}"
+                          + (f".{r['chunk']}" if r["chunk"] > 0 else "")
                           for r in mine], rotation=90, fontsize="x-small")
-        ax.set_xlabel("micro-batch" + (" (.chunk)" if any(r["chunk"] > 0 for r in mine)
-                                       else ""))
+        ax.set_xlabel(("iteration, " if several else "") + "micro-batch"
+                      + (" (.chunk)" if any(r["chunk"] > 0 for r in mine) else ""))
         ax.set_ylabel("ms")
         ax.set_title(f"Rank {rank}: {phase}", fontsize="medium")
-    handles, labels = axes[0].get_legend_handles_labels()
+    handles, labels = max((axes[0].get_legend_handles_labels(),
+                           axes[1].get_legend_handles_labels()), key=lambda h: len(h[0]))
     fig.legend(handles, labels, loc="outside lower center", ncols=5, fontsize="small",
                frameon=False)
-    fig.suptitle(f"Communication & computation overlap per micro-batch (rank {rank})")
+    fig.suptitle(f"How much communication does each micro-batch step hide behind compute? "
+                 f"(rank {rank})")
     return fig
