@@ -11,6 +11,7 @@ import statistics
 from collections import defaultdict
 
 import matplotlib.image as mpimg
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -158,3 +159,23 @@ def test_pipeline_page_axis_and_table():
     assert "2.477" in html and "2477194" not in html and "busy (ms)" in html
     assert "n/a" in html and "overflow-x:auto" in html
     assert re.search(r"bubble \(%\)", html)
+
+
+@pytest.mark.parametrize("n", [1, 16, 512])
+def test_timelines_stay_readable_at_any_rank_count(n):
+    """A model group's combined timeline: bounded height, at most MAX_LABELS rank labels,
+    the lowest rank first."""
+    from traceviz.analysis.microbatches import CATEGORIES, RankCategories
+    from traceviz.render.timeline import MAX_LABELS, timeline
+
+    rng = np.random.default_rng(n)
+    ranks = []
+    for r in range(n):
+        ts = np.sort(rng.integers(0, 10**8, 200))
+        ranks.append(RankCategories(r, ts, ts + 10**5, rng.integers(0, len(CATEGORIES), 200),
+                                    np.zeros(200, np.int64)))
+    fig = timeline([("", ranks)], "all ranks combined")
+    w, h = _size(fig)
+    assert h <= 1700 and w <= 1600, (w, h)
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert 1 <= len(labels) <= MAX_LABELS and labels[-1] == "rank 0"

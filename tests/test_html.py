@@ -18,7 +18,8 @@ from traceviz.commands.report import make_report
 from traceviz.commands.result import write
 from traceviz.synth import SynthConfig, synthesize
 
-SECTIONS = ("summary", "overlap", "pipeline", "kernels", "collectives", "stragglers")
+SECTIONS = ("summary", "timeline", "overlap", "pipeline", "kernels", "collectives",
+            "stragglers")
 STRAGGLER = 3
 
 
@@ -37,8 +38,10 @@ def page(tmp_path_factory):
 def test_page_is_self_contained(page):
     root, out, tables = page
     text = out.read_text()
-    assert "<script" not in text
-    assert not re.search(r"(src|href)\s*=\s*['\"](https?:)?//", text), "no network"
+    # scripts are inline (plotly's library once), and outside them nothing names a URL
+    assert "<script src" not in text and text.count("plotly.js v") >= 1
+    markup = re.sub(r"<script>.*?</script>", "", text, flags=re.S)
+    assert not re.search(r"(src|href)\s*=\s*['\"](https?:)?//", markup), "no network"
     for key in SECTIONS:
         assert f"<section id='{key}'>" in text
     rep = make_report(tables)
@@ -99,5 +102,58 @@ def test_page_in_headless_chromium(page):
         assert row.text.startswith(f"rank {STRAGGLER}")
         nav = driver.find_elements(By.CSS_SELECTOR, "nav a")
         assert [a.get_attribute("hash") for a in nav] == [f"#{k}" for k in SECTIONS]
+        # nothing but the page itself and data: URIs is loaded
+        loaded = driver.execute_script(
+            "return performance.getEntriesByType('resource').map(e => e.name)")
+        assert all(u.startswith(("data:", "file:", "blob:")) for u in loaded), loaded
+        # a few screens before the folded details
+        assert driver.execute_script("return document.body.scrollHeight") <= 4 * 1000
     finally:
         driver.quit()
+
+
+def test_page_interactions(page):
+    """The job timeline has a bar per micro-batch step of every rank and zooms; the
+    tables sort by a click on a column and filter by text."""
+    _, out, _ = page
+    driver = _driver()
+    try:
+        driver.get(out.as_uri())
+        from selenium.webdriver.common.by import By
+
+        bars = driver.execute_script(
+            "var d = document.getElementById('job-timeline');"
+            "return d._fullLayout ? d.data.map(t => [t.name, t.x.length]) : null")
+        # 8 ranks x 4 micro-batches, one forward and one backward step each
+        assert bars == [["Forward", 32], ["Backward", 32]]
+        assert driver.execute_script(
+            "return document.getElementById('pipeline-timeline').data.length") == 2
+        driver.execute_script(
+            "var d = document.getElementById('job-timeline');"
+            "Plotly.relayout(d, {'xaxis.range': [2, 3]})")
+        ticks = driver.execute_script(
+            "return Array.from(document.querySelectorAll('#job-timeline .xtick text'))"
+            ".map(t => parseFloat(t.textContent))")
+        assert ticks and all(2 <= t <= 3 for t in ticks), ticks
+
+        header = driver.find_elements(By.CSS_SELECTOR, "#table-overlap thead th")[2]
+        header.click()
+        comm = [float(v.replace(",", "")) for v in column_of(driver, "table-overlap", 2)]
+        assert comm == sorted(comm) and len(comm) == 8 and comm != sorted(comm, reverse=True)
+        header.click()
+        assert [float(v.replace(",", "")) for v in column_of(driver, "table-overlap", 2)] \
+            == sorted(comm, reverse=True)
+        kernels = driver.find_element(By.CSS_SELECTOR, "input[data-table='table-kernels']")
+        kernels.send_keys("flash")
+        names = column_of(driver, "table-kernels", 0)
+        assert names and all("flash" in n.lower() for n in names)
+    finally:
+        driver.quit()
+
+
+def column_of(driver, table: str, i: int) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [r.find_elements(By.TAG_NAME, "td")[i].get_attribute("textContent")
+            for r in driver.find_elements(By.CSS_SELECTOR, f"#{table} tbody tr")
+            if r.is_displayed()]

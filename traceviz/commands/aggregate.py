@@ -125,7 +125,7 @@ def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
 
 def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
         alignment: str = "synced", topology: str | os.PathLike | None = None,
-        jobs: int = 0, figures: bool = True, quiet: bool = False,
+        jobs: int = 0, figures: bool = True, quiet: bool | None = None,
         vpp: int | None = None) -> list[Result]:
     """One result per folder of rank tables of ``root`` (parsed into ``outdir`` first
     when ``root`` has none); each is written into its own folder

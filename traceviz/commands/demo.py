@@ -63,8 +63,11 @@ def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> dict[
     steps["pipeline (measured vs ideal 1F1B)"] = out / "pipeline"
     echo(f"pipeline: {pipe.lines[0]}")
     page = out / "traceviz_report.html"
-    write(Result(texts={str(page): html.page_of("traceviz demo job",
-                                                rep.data["report"], brk, pipe, "")}), ".")
+    write(Result(texts={str(page): html.page_of(
+        "traceviz demo job", rep.data["report"], brk, pipe, "",
+        agg.tables["microbatches"].to_pylist(), html.pipeline_places(job, folder, None),
+        synced=agg.data["alignment"] == "synced")}),
+        ".")
     steps["HTML report (open in a browser)"] = page
     echo(f"html: {page}")
     echo(f"done in {time.perf_counter() - start:.1f} s")

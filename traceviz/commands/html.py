@@ -8,25 +8,69 @@ from pathlib import Path
 
 from ..errors import TraceVizError
 from ..ingest.tables import tables_folder
+from ..ingest.topology import job_layout
 from ..render.html_page import PipelineSection, report_page
+from ..render.interactive import job_timeline, to_html
 from . import breakdown, pipeline
+from .aggregate import aggregate_folder
 from .report import make_report
 from .result import Result
 
 
-def page_of(title: str, rep: dict, brk: Result, pipe: Result | None, why: str) -> str:
-    """The page from the report dict and the breakdown's and pipeline's results
-    (``pipe`` None: ``why`` there is none)."""
+def pipeline_places(root: Path, folder: Path, topology: str | None) -> list[dict]:
+    """Per rank of a pipeline group of the job's layout: rank, pp_group, stage (empty
+    without a layout)."""
+    layout, _ = job_layout(root, folder, topology)
+    if layout is None:
+        return []
+    return [{"rank": r, "pp_group": g, "stage": p} for g, grp in
+            enumerate(layout.groups()["PIPELINE_MODEL_PARALLEL_GROUP"])
+            for p, r in enumerate(grp)]
+
+
+def _plots(mb: list[dict], places: list[dict], stages: list[dict],
+           synced: bool) -> dict[str, str]:
+    """The page's interactive plots (HTML): the job timeline (rows by pipeline group and
+    stage of ``places``), and the first PP group's steps (``stages`` of the pipeline
+    view); plotly's JavaScript goes with the first one."""
+    plots: dict[str, str] = {}
+    if not mb:
+        return plots
+    plots["timeline"] = to_html(job_timeline(mb, places or stages,
+                                             "Micro-batch steps of every rank"
+                                             + ("" if synced else " (clocks NOT synced: "
+                                                "each rank on its own clock)"), synced),
+                                "job-timeline", include_js=True)
+    first = [s for s in stages if s["pp_group"] == stages[0]["pp_group"]] if stages else []
+    members = {s["rank"] for s in first}
+    mine = [r for r in mb if r["rank"] in members]
+    if mine:
+        plots["pipeline"] = to_html(job_timeline(mine, first, "Pipeline group 0: steps per "
+                                                 "stage", synced), "pipeline-timeline",
+                                    include_js=False)
+    return plots
+
+
+def page_of(title: str, rep: dict, brk: Result, pipe: Result | None, why: str,
+            mb: list[dict], places: list[dict], synced: bool = True,
+            no_timeline: str = "") -> str:
+    """The page from the report dict, the breakdown's and pipeline's results (``pipe``
+    None: ``why`` there is none) and the micro-batch step windows ``mb`` (on synced
+    clocks unless ``synced`` is False), rows placed by ``places`` (:func:`pipeline_places`)."""
     kernels = [(name[:-4].replace("_", " "), fig.png())
-               for name, fig in sorted(brk.figures.items()) if name.startswith("top_kernels_")]
+               for name, fig in sorted(brk.figures.items())
+               if name.startswith(("top_kernels_", "kernel_durations_"))]
     overlap = brk.figures.get("temporal_breakdown.png")
-    section = None
+    section, stages = None, []
     if pipe is not None:
         first = next((n for n in sorted(pipe.figures) if n.startswith("pipeline_")), None)
         section = PipelineSection(pipe.tables["pipeline_stages"], pipe.tables["pipeline_gaps"],
                                   pipe.figures[first].png() if first else None)
+        stages = pipe.tables["pipeline_stages"].to_pylist()
     return report_page(title, rep, brk.tables, kernels, overlap.png() if overlap else None,
-                       section, why)
+                       section, why, _plots(mb, places, stages, synced),
+                       no_timeline or "no micro-batch steps found (no forward / backward "
+                       "step launched kernels)")
 
 
 def run(root: str | os.PathLike, output: str | os.PathLike, overrides: dict | None = None,
@@ -42,6 +86,14 @@ def run(root: str | os.PathLike, output: str | os.PathLike, overrides: dict | No
         pipe, why = pipeline.run(folder, topology=topology), ""
     except TraceVizError as exc:
         pipe, why = None, f"no pipeline view: {exc}"
+    try:
+        windows = aggregate_folder(root, folder, topology=topology, figures=False)
+        mb, no_timeline = windows.tables["microbatches"].to_pylist(), ""
+        synced = windows.data["alignment"] == "synced" or len(windows.data["ranks"]) == 1
+    except TraceVizError as exc:
+        mb, synced, no_timeline = [], False, f"no timeline: {exc}"
+    places_ = pipeline_places(root, folder, topology)
     return Result(texts={os.fspath(output): page_of(f"traceviz: {root.resolve().name}", rep,
-                                                    brk, pipe, why)},
+                                                    brk, pipe, why, mb, places_, synced,
+                                                    no_timeline)},
                   failed=rep["failed"])

@@ -40,6 +40,19 @@ def write(result: Result, outdir: str | os.PathLike) -> list[Path]:
         written.append(write_csv(table, out / name))
     for name, text in result.texts.items():
         written.append(write_text(text, out / name))
-    for name, figure in result.figures.items():
+    for name, figure in progress(result.figures.items(), "figures",
+                                 total=len(result.figures)):
         written.append(figure.save(out / name))
     return written
+
+
+def progress(items, what: str, total: int | None = None):
+    """``items`` with a progress bar on stderr (tqdm) while a terminal watches and there
+    are more than a few; plain ``items`` otherwise."""
+    import sys
+
+    if not sys.stderr.isatty() or (total is not None and total < 4):
+        return items
+    from tqdm import tqdm
+
+    return tqdm(items, desc=what, total=total, unit="", leave=False, dynamic_ncols=True)

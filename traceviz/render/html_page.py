@@ -1,8 +1,11 @@
-"""The HTML report: one self-contained page (inline CSS, figures as data: URIs, no
-script, no network) with the job summary, per-rank overlap, the pipeline view, top
-kernels, collectives and stragglers. Ranks, groups and stages link to each other by
-anchors (``#rank-R``, ``#group-G``). It draws what the report, the breakdown and the
-pipeline view computed; it computes nothing."""
+"""The HTML report: one self-contained page (inline CSS and script, plotly's JavaScript
+embedded once, figures as data: URIs, no network, no server) with the job summary, a
+zoomable job timeline, per-rank overlap, the pipeline view with hover, top kernels,
+collectives and stragglers. Tables sort by a click on a column and long ones filter by
+text; ranks, groups and stages link to each other by anchors (``#rank-R``,
+``#group-G``); figures one would rather not scroll past are folded. It draws what the
+report, the breakdown, the micro-batch windows and the pipeline view computed; it
+computes nothing."""
 from __future__ import annotations
 
 import base64
@@ -11,6 +14,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from ..analysis.diff import short_name
 from .pipeline_figure import gap_text
 from .report_text import iterations_text
 
@@ -25,11 +29,17 @@ td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
 th{background:#eef2f6}td.l,th.l{text-align:left}
 tr:target{background:#fff3b0}
 img{max-width:100%;border:1px solid #ddd;margin:6px 0}
+th{cursor:pointer;user-select:none}th[data-sort=asc]:after{content:" ▲"}
+th[data-sort=desc]:after{content:" ▼"}
+.scroll{max-height:430px;overflow:auto;display:inline-block;max-width:100%}
+.scroll th{position:sticky;top:0}
+input.filter{margin:6px 0;padding:3px 6px;width:260px}
+details{margin:8px 0}summary{cursor:pointer;color:#1f3b57;font-weight:600}
 .kpi{display:inline-block;margin:6px 18px 6px 0;padding:8px 14px;background:#eef2f6;
      border-radius:6px}.kpi b{display:block;font-size:20px}
 .note{color:#555;font-size:13px}
 """
-SECTIONS = (("summary", "Summary"), ("overlap", "Overlap per rank"),
+SECTIONS = (("summary", "Summary"), ("timeline", "Timeline"), ("overlap", "Overlap per rank"),
             ("pipeline", "Pipeline"), ("kernels", "Top kernels"),
             ("collectives", "Collectives"), ("stragglers", "Stragglers"))
 
@@ -38,13 +48,64 @@ def esc(value) -> str:
     return html.escape(str(value))
 
 
+SCRIPT = """
+document.querySelectorAll('table.sortable').forEach(function (t) {
+  var body = t.tBodies[0];
+  t.querySelectorAll('thead th').forEach(function (th, i) {
+    th.addEventListener('click', function () {
+      var asc = th.dataset.sort !== 'asc';
+      t.querySelectorAll('thead th').forEach(function (h) { delete h.dataset.sort; });
+      th.dataset.sort = asc ? 'asc' : 'desc';
+      var key = function (r) {
+        var text = r.children[i].textContent.trim();
+        var n = parseFloat(text.replace(/,/g, ''));
+        return text === 'n/a' ? null : (/^-?[0-9.,]+/.test(text) && !isNaN(n) ? n : text);
+      };
+      var rows = Array.from(body.rows);
+      rows.sort(function (a, b) {
+        var x = key(a), y = key(b);
+        if (x === null || y === null) { return (x === null) - (y === null); }
+        var c = (typeof x === 'number' && typeof y === 'number') ? x - y
+          : String(x).localeCompare(String(y), undefined, {numeric: true});
+        return asc ? c : -c;
+      });
+      rows.forEach(function (r) { body.appendChild(r); });
+    });
+  });
+});
+document.querySelectorAll('input.filter').forEach(function (input) {
+  var body = document.getElementById(input.dataset.table).tBodies[0];
+  input.addEventListener('input', function () {
+    var q = input.value.toLowerCase();
+    Array.from(body.rows).forEach(function (r) {
+      r.style.display = r.textContent.toLowerCase().indexOf(q) >= 0 ? '' : 'none';
+    });
+  });
+});
+"""
+FILTER_ROWS = 10   # tables longer than this get a filter box
+SCROLL_ROWS = 20   # and longer than this scroll inside a box
+
+
 def fmt(value, digits: int = 2, unit: str = "") -> str:
-    """A number for a cell (``unit`` after it), "n/a" for None."""
+    """A number for a cell (``unit`` after it), "n/a" for None; values below 1 keep
+    three significant digits (never a misleading 0.00)."""
     if value is None:
         return "n/a"
     if isinstance(value, float):
+        if value != 0 and abs(value) < 1:
+            return f"{value:.3g}{unit}"
         return f"{value:,.{digits}f}{unit}"
     return esc(value) + unit
+
+
+def duration(ms: float | None) -> str:
+    """A duration in ms as text in a fitting unit (ms, µs, ns)."""
+    if ms is None:
+        return "n/a"
+    if ms == 0 or abs(ms) >= 1:
+        return f"{ms:,.2f} ms"
+    return f"{ms * 1e3:,.1f} µs" if abs(ms) >= 1e-3 else f"{ms * 1e6:,.0f} ns"
 
 
 def rank_link(rank) -> str:
@@ -56,9 +117,15 @@ def group_link(group) -> str:
 
 
 def table(head: list[str] | None, rows: list[list[str]],
-          row_ids: list[str] | None = None) -> str:
+          row_ids: list[str] | None = None, name: str | None = None,
+          empty: str = "none") -> str:
     """An HTML table (no header row when ``head`` is None); cells are HTML already
-    (escape text with :func:`esc`); the first column is left-aligned."""
+    (escape text with :func:`esc`); the first column is left-aligned. With a header it
+    sorts by a click on a column; a ``name``d table longer than :data:`FILTER_ROWS` gets
+    a filter box and one longer than :data:`SCROLL_ROWS` scrolls in its box. No rows:
+    the note ``empty`` instead of a header alone."""
+    if not rows:
+        return f"<p class='note'>{esc(empty)}</p>"
     th = "".join(f"<th class='{'l' if i == 0 else ''}'>{h}</th>" for i, h in
                  enumerate(head or []))
     body = []
@@ -66,7 +133,21 @@ def table(head: list[str] | None, rows: list[list[str]],
         rid = f" id='{row_ids[k]}'" if row_ids else ""
         body.append(f"<tr{rid}>" + "".join(f"<td class='{'l' if i == 0 else ''}'>{c}</td>"
                                            for i, c in enumerate(row)) + "</tr>")
-    return f"<table>{f'<tr>{th}</tr>' if head else ''}{''.join(body)}</table>"
+    tid = f" id='table-{name}'" if name else ""
+    html_table = (f"<table{tid} class='{'sortable' if head else ''}'>"
+                  f"{f'<thead><tr>{th}</tr></thead>' if head else ''}"
+                  f"<tbody>{''.join(body)}</tbody></table>")
+    if name and len(rows) > FILTER_ROWS:
+        html_table = (f"<div><input class='filter' data-table='table-{name}' "
+                      f"placeholder='filter {len(rows)} rows…'></div>"
+                      + (f"<div class='scroll'>{html_table}</div>"
+                         if len(rows) > SCROLL_ROWS else html_table))
+    return html_table
+
+
+def folded(summary: str, content: str) -> str:
+    """``content`` folded under a ``summary`` line the reader opens."""
+    return f"<details><summary>{esc(summary)}</summary>{content}</details>" if content else ""
 
 
 def image(png: bytes, alt: str) -> str:
@@ -105,6 +186,14 @@ def _summary(rep: dict) -> str:
             + table(None, rows) + (f"<ul class='note'>{notes}</ul>" if notes else ""))
 
 
+def _timeline(plot: str | None, why: str) -> str:
+    if plot is None:
+        return f"<p class='note'>{esc(why)}</p>"
+    return (f"{plot}<p class='note'>Each bar is one forward / backward micro-batch step "
+            "window (every kernel the step launched, its P2P hand-offs excluded) on synced "
+            "clocks; drag to zoom, double-click to reset, hover for the step's numbers.</p>")
+
+
 def _overlap(rep: dict, temporal, figure: bytes | None) -> str:
     shares = {r["rank"]: r for r in temporal if r["iteration"] is None}  # whole trace
     rows, ids = [], []
@@ -114,11 +203,12 @@ def _overlap(rep: dict, temporal, figure: bytes | None) -> str:
                      fmt(r["overlap_pct"]), fmt(s.get("idle_pct"))])
         ids.append(f"rank-{r['rank']}")
     return (table(["rank", "compute ms", "comm ms", "comm hidden behind compute %",
-                   "idle % of span"], rows, ids)
-            + (image(figure, "temporal breakdown per rank") if figure else ""))
+                   "idle % of span"], rows, ids, name="overlap", empty="no rank has kernels")
+            + folded("Where each rank's GPU time goes (figure)",
+                     image(figure, "temporal breakdown per rank") if figure else ""))
 
 
-def _pipeline(pipeline: PipelineSection | None, why: str) -> str:
+def _pipeline(pipeline: PipelineSection | None, plot: str | None, why: str) -> str:
     if pipeline is None:
         return f"<p class='note'>{esc(why)}</p>"
     stages = pipeline.stages.to_pylist()
@@ -129,23 +219,38 @@ def _pipeline(pipeline: PipelineSection | None, why: str) -> str:
             stages[0]["pp_group"]]
     gaps = "".join(f"<li>{esc(gap_text(g))}</li>" for g in pipeline.gaps.to_pylist()
                    if g["pp_group"] == stages[0]["pp_group"])
-    return ((image(pipeline.figure, "pipeline schedule, measured and ideal")
-             if pipeline.figure else "")
+    return ((plot or "")
             + table(["stage", "rank", "busy ms", "bubble %", "bubble % of iteration",
-                     "ideal bubble %", "warm-up / steady / cool-down", ""], rows)
+                     "ideal bubble %", "warm-up / steady / cool-down", ""], rows,
+                    name="stages")
             + (f"<h3>Largest gaps against the ideal schedule</h3><ul>{gaps}</ul>"
-               if gaps else ""))
+               if gaps else "")
+            + folded("Measured against the ideal schedule (figure)",
+                     image(pipeline.figure, "pipeline schedule, measured and ideal")
+                     if pipeline.figure else ""))
 
 
 def _kernels(top, figures: list[tuple[str, bytes]]) -> str:
-    first = min((r["rank"] for r in top), default=None)
-    rows = [[esc(r["name"][:90]), esc(r["kernel_type"]), fmt(r["sum_ns"] / 1e3),
-             str(r["count"]), fmt(r["mean_ns"] / 1e3)]
-            for r in sorted((r for r in top if r["rank"] == first),
-                            key=lambda r: -r["sum_ns"])]
+    per: dict[tuple[str, str], list[int]] = {}
+    for r in top:
+        if r["name"] == "others":
+            continue
+        acc = per.setdefault((r["kernel_type"], r["name"]), [0, 0, 0])
+        acc[0] += r["sum_ns"]
+        acc[1] += r["count"]
+        acc[2] += 1
+    ranks = len({r["rank"] for r in top}) or 1
+    rows = [[f"<span title='{esc(name)}'>{esc(short_name(name)[:80])}</span>",
+             esc(kind.lower()), fmt(total / MB), fmt(total / ranks / MB), str(count),
+             fmt(total / count / 1e3 if count else None), str(seen)]
+            for (kind, name), (total, count, seen) in sorted(per.items(),
+                                                             key=lambda kv: -kv[1][0])]
     figs = "".join(image(png, name) for name, png in figures)
-    return (f"<p class='note'>Heaviest kernels of rank {first}, per kernel type.</p>"
-            + table(["kernel", "type", "total µs", "count", "mean µs"], rows) + figs)
+    return (f"<p class='note'>Each rank's heaviest kernels by type, summed over {ranks} "
+            "rank(s) (hover a name for the whole of it).</p>"
+            + table(["kernel", "type", "total ms", "ms per rank", "calls", "mean µs",
+                     "ranks"], rows, name="kernels", empty="no kernels")
+            + folded("Top kernels and call durations per type (figures)", figs))
 
 
 def _gb(nbytes: int | None) -> float | None:
@@ -161,11 +266,13 @@ def _collectives(rep: dict) -> str:
     head = ["", "kernels", "GB", "kernel ms", "median busbw GB/s", "p95 busbw GB/s",
             "share of iteration %", "hidden behind compute %"]
     return ("<h3>By parallel group</h3>" + table(head, rows_of(rep["network"]["by_group"],
-                                                              group_link))
+                                                              group_link),
+                                                 empty="no communication kernels")
             + "<h3>By collective</h3>" + table(head, rows_of(rep["network"]["by_collective"],
-                                                            esc))
+                                                            esc),
+                                               empty="no communication kernels")
             + "<p class='note'>busbw: nccl-tests' bus bandwidth with each call's own group "
-              "size, from kernel time.</p>")
+              "size, from kernel time; n/a where the trace has no message sizes.</p>")
 
 
 def _stragglers(rep: dict) -> str:
@@ -176,32 +283,39 @@ def _stragglers(rep: dict) -> str:
     for g in x["by_group"]:
         s = g["stragglers"]
         rows = [[rank_link(r["rank"]), str(r["times_last"]), str(r["calls"]),
-                 fmt(r["delay_ms"]), fmt(r["mean_delay_ms"], 3)] for r in s]
+                 duration(r["delay_ms"]), duration(r["mean_delay_ms"])] for r in s]
         parts.append(
             f"<h3 id='group-{esc(g['group'])}'>{esc(g['group'])}: {g['calls']} calls</h3>"
-            f"<p>arrival skew median {fmt(g['skew_ms']['median'], 3)} ms, p95 "
-            f"{fmt(g['skew_ms']['p95'], 3)} ms; busbw from transfer time "
+            f"<p>arrival skew (first to last member) median {duration(g['skew_ms']['median'])},"
+            f" p95 {duration(g['skew_ms']['p95'])}; busbw from transfer time "
             f"{fmt(g['busbw_transfer_gbps']['median'])} GB/s vs from kernel time "
             f"{fmt(g['busbw_kernel_gbps']['median'])} GB/s (medians)</p>"
-            + (table(["rank", "arrived last", "of calls", "held others up ms",
-                      "per call ms"], rows) if rows else ""))
+            + table(["rank", "arrived last", "of calls",
+                     "after the next-to-last, total", "per call"], rows,
+                    empty="no rank arrived last by a measurable time"))
     slow = [[group_link(s["group"]), esc(s["collective"] or "?"), str(s["number"]),
              esc(s["process_group"] or "?"), fmt(s["span_ms"], 3), fmt(s["skew_ms"], 3),
              fmt(s["transfer_ms"], 3), rank_link(s["last_rank"])] for s in x["slowest_calls"]]
     return ("".join(parts) + "<h3>Slowest calls</h3>"
             + table(["group", "collective", "call", "process group", "ms", "skew ms",
-                     "transfer ms", "last to arrive"], slow))
+                     "transfer ms", "last to arrive"], slow, name="slowest",
+                    empty="no call matched across ranks"))
 
 
 def report_page(title: str, rep: dict, tables: dict[str, pa.Table],
                 kernel_figures: list[tuple[str, bytes]], overlap_figure: bytes | None,
-                pipeline: PipelineSection | None, why: str) -> str:
-    """The whole page from the report dict, the breakdown's tables and figures (PNG), and
-    the pipeline view (None: ``why`` there is none)."""
+                pipeline: PipelineSection | None, why: str,
+                plots: dict[str, str] | None = None, no_timeline: str = "") -> str:
+    """The whole page from the report dict, the breakdown's tables and figures (PNG), the
+    pipeline view (None: ``why`` there is none) and the interactive plots' HTML
+    (``plots``: ``timeline`` for the job, ``pipeline`` for the first PP group; a missing
+    timeline says ``no_timeline``)."""
+    plots = plots or {}
     return page(title, {
         "summary": _summary(rep),
+        "timeline": _timeline(plots.get("timeline"), no_timeline),
         "overlap": _overlap(rep, tables["temporal_breakdown"].to_pylist(), overlap_figure),
-        "pipeline": _pipeline(pipeline, why),
+        "pipeline": _pipeline(pipeline, plots.get("pipeline"), why),
         "kernels": _kernels(tables["top_kernels"].to_pylist(), kernel_figures),
         "collectives": _collectives(rep),
         "stragglers": _stragglers(rep)})
@@ -209,11 +323,12 @@ def report_page(title: str, rep: dict, tables: dict[str, pa.Table],
 
 def page(title: str, sections: dict[str, str]) -> str:
     """The whole document: a navigation bar and one ``<section>`` per entry of
-    :data:`SECTIONS` (its HTML from ``sections``)."""
+    :data:`SECTIONS` (its HTML from ``sections``), the tables' script at the end."""
     nav = "".join(f"<a href='#{key}'>{name}</a>" for key, name in SECTIONS)
     body = "".join(f"<section id='{key}'><h2>{name}</h2>{sections.get(key, '')}</section>"
                    for key, name in SECTIONS)
     return ("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
             "<link rel='icon' href='data:,'>"
             f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>"
-            f"<nav>{nav}</nav><main><h1>{esc(title)}</h1>{body}</main></body></html>")
+            f"<nav>{nav}</nav><main><h1>{esc(title)}</h1>{body}</main>"
+            f"<script>{SCRIPT}</script></body></html>")

@@ -40,6 +40,8 @@ def _heights(present: list[str]) -> dict[str, float]:
     return {c: 0.25 + 0.55 * i / (len(cats) - 1) for i, c in enumerate(cats)}
 
 
+ROWS_INCHES = 11.0  # the most height all rank rows of a figure take together
+MAX_LABELS = 48     # rank labels per panel at most (every k-th beyond)
 PIXELS = 4000  # gaps shorter than window / PIXELS are closed: less than a pixel wide
 
 
@@ -88,7 +90,10 @@ def _draw(ax, ranks: list[RankCategories], spans: list[dict], present: list[str]
             ax.broken_barh(np.stack([(s - t0) / 1e6, (e - s) / 1e6], axis=1),
                            (y - h / 2, h), facecolors=COLORS[cat], edgecolors=COLORS[cat],
                            linewidth=0.4, zorder=100 - ORDER.index(cat))
-    ax.set_yticks(range(len(spans)), [f"rank {ra.rank}" for ra in reversed(ranks)],
+    every = max(1, -(-len(ranks) // MAX_LABELS))  # beyond MAX_LABELS rows, every k-th
+    labels = [f"rank {ra.rank}" for ra in reversed(ranks)]
+    ticks = [i for i in range(len(spans)) if (len(spans) - 1 - i) % every == 0]
+    ax.set_yticks(ticks, [labels[i] for i in ticks],
                   fontsize="small" if len(ranks) <= 32 else "x-small")
     ax.set_ylim(-0.6, len(spans) - 0.4)
     if alignment != "individual":
@@ -115,7 +120,9 @@ def timeline(panels: list[tuple[str, list[RankCategories]]], title: str,
     if not present:
         return no_data(title, "no GPU activity of these categories on these ranks")
     heights = [max(len(ranks), 1) for _, ranks in panels]
-    fig_h = 0.9 + 0.45 * sum(heights) + 0.5 * len(panels) + 0.25 * ((len(present) + 3) // 4)
+    # 0.45 in per rank row, thinner beyond ~24 rows so the figure stays <= ~14 in tall
+    row_in = max(0.02, min(0.45, ROWS_INCHES / sum(heights)))
+    fig_h = 0.9 + row_in * sum(heights) + 0.5 * len(panels) + 0.25 * ((len(present) + 3) // 4)
     fig = new_figure((13, fig_h), layout="constrained")
     axes = fig.subplots(len(panels), 1, squeeze=False, sharex=alignment != "individual",
                         height_ratios=heights)
