@@ -9,13 +9,12 @@ import gc
 import os
 import sys
 import time
-from pathlib import Path
 
 import click
 
 from ._version import __version__
 from .errors import TraceVizError, UsageError, one_line
-from .ingest.outputs import OUT, default_path, job_name
+from .ingest.outputs import command_output
 
 
 def _fail(message: str, code: int = 1) -> None:
@@ -285,7 +284,7 @@ def breakdown(inputs, outdir, ranks, iterations, streams, drop_last_step, hta_co
                     launch_delay_cutoff_ns=round(launch_delay_cutoff_us * 1000),
                     num_kernels=num_kernels, duration_ratio=duration_ratio)
     result = command.run(list(inputs), opts, ranks=_int_list(ranks), params=params)
-    outdir = outdir or default_path(inputs[0], "breakdown")
+    outdir = outdir or command_output("breakdown", inputs[0])
     written = _write(result, outdir)
     _echo_all(result.lines)
     _echo_all(result.notes, err=True)
@@ -330,7 +329,7 @@ def diff(control, test, outdir, control_rank, test_rank, control_iterations,
                          control_iterations=_int_list(control_iterations),
                          test_iterations=_int_list(test_iterations), full_names=full_names,
                          hta_compat=hta_compat)
-    outdir = outdir or Path(OUT) / f"{job_name(control)}_vs_{job_name(test)}"
+    outdir = outdir or command_output("diff", control, test)
     _write(result, outdir)
     _echo_all(result.lines)
     click.echo(f"wrote trace_diff.csv, trace_diff.parquet, trace_diff.png to {outdir}",
@@ -396,7 +395,7 @@ def sequences(trace, operator, rank, min_len, top_k, outdir) -> None:
     from .commands import sequences as command
 
     result = command.run(trace, operator, rank, min_len, top_k)
-    outdir = outdir or default_path(trace, "sequences")
+    outdir = outdir or command_output("sequences", trace)
     _write(result, outdir)
     _echo_all(result.lines)
     click.echo(f"wrote frequent_sequences.csv, .parquet, .png to {outdir}", err=True)
@@ -540,7 +539,7 @@ def pipeline(root, vpp, iteration, all_groups, topology_file, outdir) -> None:
 
     result = command.run(root, vpp=vpp, iteration=iteration, all_groups=all_groups,
                          topology=topology_file)
-    outdir = outdir or default_path(root, "pipeline")
+    outdir = outdir or command_output("pipeline", root)
     _write(result, outdir)
     _echo_all(result.lines)
     _echo_all(result.notes, err=True)
@@ -667,7 +666,7 @@ def html(root, output, topology, **facts) -> None:
     """
     from .commands import html as command
 
-    output = output or default_path(root, "report.html")
+    output = output or command_output("html", root)
     result = command.run(root, output, overrides=_run_overrides(**facts), topology=topology)
     _write(result, ".")
     click.echo(f"wrote {output}", err=True)

@@ -53,3 +53,14 @@ def job_dir(path: str | os.PathLike) -> Path:
 def default_path(path: str | os.PathLike, *names: str) -> Path:
     """``job_dir(path) / names...``: where a command writes by default."""
     return job_dir(path).joinpath(*names)
+
+
+def command_output(command: str, *inputs: str | os.PathLike) -> Path:
+    """The default output (folder or file) of ``command`` run on ``inputs``: a folder
+    named for the command in the job's folder; ``html``'s page ``report.html`` there;
+    ``diff``'s ``traceviz-out/<a>_vs_<b>``."""
+    if command == "diff":
+        return Path(OUT) / f"{job_name(inputs[0])}_vs_{job_name(inputs[1])}"
+    if command == "html":
+        return default_path(inputs[0], "report.html")
+    return default_path(inputs[0], command)
