@@ -76,13 +76,15 @@ def main() -> None:
                        check=True)
     traces = sorted(job.rglob("rank_*.json"))
     size = sum(p.stat().st_size for p in traces)
+    out = Path(args.data) / "tables" / job.name
     rows = []
-    for step, cmd in (("batch", ["batch", str(job), "-j", str(args.jobs), "-q", "--force"]),
-                      ("aggregate", ["aggregate", str(job)])):
+    for step, cmd in (("batch", ["batch", str(job), "-o", str(out), "-j", str(args.jobs), "-q",
+                                 "--force"]),
+                      ("aggregate", ["aggregate", str(job), "-o", str(out)])):
         runs = []
         for _ in range(args.repeat):
             if step == "batch":
-                shutil.rmtree(job / "traceviz", ignore_errors=True)
+                shutil.rmtree(out, ignore_errors=True)
             runs.append(measure(traceviz + cmd))
         wall = statistics.median(r[0] for r in runs)
         peak = max(r[1] for r in runs)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import subprocess
 import sys
 
@@ -118,3 +119,18 @@ def test_nsight_report_file(tmp_path):
     assert result.returncode == 1
     assert b"Nsight report" in result.stderr and b"torch.profiler" in result.stderr
     assert not (tmp_path / "x.parquet").exists()
+
+
+def test_budget_below_the_runtime_floor_is_a_warning(tmp_path):
+    """A budget the runtime alone exceeds cannot be honoured: one warning saying the
+    floor (measured in the process), and the parse goes on; the default budget says
+    nothing."""
+    trace = tmp_path / "t.json"
+    trace.write_text(GOOD)
+    low = run("parse", str(trace), "-o", str(tmp_path / "a.parquet"), "--memory-budget", "16")
+    assert low.returncode == 0, low.stderr
+    line = next(x for x in low.stderr.decode().splitlines() if "--memory-budget 16 MB" in x)
+    floor = int(re.search(r"~(\d+) MB of runtime", line).group(1))
+    assert 50 < floor < 1000 and line.startswith("traceviz: warning: ")
+    default = run("parse", str(trace), "-o", str(tmp_path / "b.parquet"))
+    assert default.returncode == 0 and b"below what a parse needs" not in default.stderr

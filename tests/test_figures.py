@@ -179,3 +179,41 @@ def test_timelines_stay_readable_at_any_rank_count(n):
     assert h <= 1700 and w <= 1600, (w, h)
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert 1 <= len(labels) <= MAX_LABELS and labels[-1] == "rank 0"
+
+
+def test_rank_figures_policy():
+    """auto: every rank up to RANK_FIGURES ranks, beyond them the representative ranks
+    by the idle time of their micro-batch steps (least and most idle included)."""
+    from traceviz.commands.aggregate import RANK_FIGURES, figure_ranks
+
+    n = RANK_FIGURES + 36
+    idle = {r: (r * 37) % n for r in range(n)}  # a permutation: one rank per value
+    mb = pa.table({"rank": [r for r in range(n) for _ in range(2)],
+                   "idle_ns": [idle[r] for r in range(n) for _ in range(2)]})
+    auto = figure_ranks(mb, list(range(n)), "auto")
+    order = sorted(idle, key=idle.get)
+    assert order[0] in auto and order[-1] in auto and len(auto) <= bf.MAX_ROWS
+    assert figure_ranks(mb, list(range(n)), "all") == set(range(n))
+    assert figure_ranks(mb, list(range(n)), "none") == set()
+    few = mb.filter(pc.less(mb["rank"], 8))
+    assert figure_ranks(few, list(range(8)), "auto") == set(range(8))
+
+
+def test_aggregate_draws_the_groups_of_the_ranks_it_draws(tmp_path, monkeypatch):
+    """Beyond the rank limit, the PP-group and model-replica figures are those of the
+    ranks drawn, and a note says how many ranks were drawn."""
+    from traceviz.commands import aggregate
+
+    monkeypatch.setattr(aggregate, "RANK_FIGURES", 2)
+    monkeypatch.setattr(bf, "MAX_ROWS", 3)
+    synthesize(SynthConfig(tp=2, pp=2, dp=2, microbatches=2, layers=2, with_stack=False),
+               tmp_path / "job")
+    res = aggregate.run(tmp_path / "job", tmp_path / "out")[0]
+    drawn = {int(n[5:9]) for n in res.figures if n.startswith("rank_")}
+    assert 0 < len(drawn) < 8
+    assert any(f"figures for {len(drawn)} of 8 ranks" in note for note in res.notes)
+    for name in res.figures:
+        if name.startswith("PP_group_"):
+            ranks = {int(x) for x in name.split("_ranks_")[1].split("_")[:-1]}
+            assert ranks & drawn, name
+    assert res.tables["microbatches"].num_rows == 8 * 2 * 2  # tables keep every rank

@@ -123,8 +123,10 @@ def parse(trace: str, output: str | None, cpu: bool, patterns: str | None, stric
     if cpu and output == "-":
         raise UsageError("--cpu writes a second file: give -o FILE, not '-'")
     start = time.perf_counter()
+    chosen = click.get_current_context().get_parameter_source("memory_budget")
     result = command.run(trace, cpu=cpu, patterns=patterns, memory_budget=memory_budget << 20,
-                         topology_file=topology_file, vpp=vpp)
+                         topology_file=topology_file, vpp=vpp,
+                         warn_floor=chosen == click.core.ParameterSource.COMMANDLINE)
     for warning in result.warnings:
         click.echo(f"traceviz: warning: {one_line(warning)}", err=True)
     written = command.write(result, output, cpu=cpu, strict=strict)
@@ -461,7 +463,12 @@ def batch(root, outdir, folders, jobs, force, memory_budget, topology_file, vpp,
 @click.option("-j", "--jobs", type=click.IntRange(min=0), default=0,
               help="Worker processes for traces still to parse.")
 @click.option("--no-figures", is_flag=True, help="Tables only.")
-def aggregate(root, outdir, alignment, topology_file, jobs, no_figures) -> None:
+@click.option("--rank-figures", type=click.Choice(["auto", "all", "none"]), default="auto",
+              show_default=True,
+              help="Per-rank figures: auto draws every rank up to 64 ranks, beyond that the "
+              "representative ones (least and most idle, p5-p95).")
+def aggregate(root, outdir, alignment, topology_file, jobs, no_figures,
+              rank_figures) -> None:
     """Per-rank micro-batch overlap, category spans, clock offsets and the
     Megatron-TraceViz figures (per rank, per PP group, per model replica).
 
@@ -474,7 +481,7 @@ def aggregate(root, outdir, alignment, topology_file, jobs, no_figures) -> None:
 
     failed = []
     for res in command.run(root, outdir, alignment=alignment, topology=topology_file,
-                           jobs=jobs, figures=not no_figures):
+                           jobs=jobs, figures=not no_figures, rank_figures=rank_figures):
         failed += res.failed
         written = _write(res, res.data["folder"])
         sync = res.data["sync"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..analysis.activities import activities
@@ -30,17 +31,35 @@ from ..analysis.microbatches import (
 from ..errors import TraceVizError
 from ..ingest.tables import ensure_tables, rank_tables
 from ..ingest.topology import job_layout
+from ..render.breakdown_figures import representative
 from ..render.figures import Figure
 from ..render.timeline import overlap_bars, time_window, timeline
 from ..table.schema import is_activity_table, metadata
 from .result import Result
 
+RANK_FIGURES = 64  # ranks up to which "auto" draws every rank's figures
+
+
+def figure_ranks(mb: pa.Table, ranks: list[int], which: str) -> set[int]:
+    """The ranks that get per-rank figures: ``all``, ``none``, or ``auto``: every rank up
+    to :data:`RANK_FIGURES` ranks, else the representative ones by the idle time of their
+    micro-batch steps (:func:`traceviz.render.breakdown_figures.representative`)."""
+    if which == "all" or (which == "auto" and len(ranks) <= RANK_FIGURES):
+        return set(ranks)
+    if which == "none":
+        return set()
+    idle = dict.fromkeys(ranks, 0)
+    for r, v in zip(mb["rank"].to_pylist(), mb["idle_ns"].to_pylist()):
+        idle[r] += v or 0
+    return {r for r, _ in representative(idle)}
+
 
 def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
                      topology: str | os.PathLike | None = None,
-                     figures: bool = True) -> Result:
+                     figures: bool = True, rank_figures: str = "auto") -> Result:
     """Tables and figures of one folder of rank tables (see the module doc); paths are
-    relative to ``folder``. ``data``: folder, ranks, sync."""
+    relative to ``folder``; per-rank figures for :func:`figure_ranks` (``rank_figures``).
+    ``data``: folder, ranks, sync."""
     files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
     failed: list[str] = []
     columns = tuple(dict.fromkeys(COLUMNS + CALL_COLUMNS))
@@ -73,13 +92,19 @@ def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
                  failed=failed)
     res.notes += notes
     res.data["alignment"] = alignment
+    drawn = figure_ranks(mb, [rc.rank for rc in cats], rank_figures) if figures else set()
+    if figures and len(drawn) < len(cats):
+        res.notes.append(f"note: figures for {len(drawn)} of {len(cats)} ranks and their PP "
+                         "groups and model replicas (the least and most idle in their "
+                         "micro-batch steps, p5-p95 between; --rank-figures all draws every "
+                         "rank); the tables have every rank")
     for rc in cats:
         r = rc.rank
         mine = mb.filter(pc.equal(mb["rank"], r))
         res.csv[f"rank_{r:04d}/Rank{r}_commcompOverlap_analysis.csv"] = mine
         res.csv[f"rank_{r:04d}/Rank{r}_statistics.csv"] = spans.filter(
             pc.equal(spans["rank"], r))
-        if figures:
+        if r in drawn:
             res.figures[f"rank_{r:04d}/overlapping_timeline.png"] = Figure(
                 timeline, [("", [rc])], f"Rank {r} timeline", alignment)
             res.figures[f"rank_{r:04d}/comm_comp_overlap_combined_rank{r}.png"] = Figure(
@@ -95,9 +120,10 @@ def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
                          "exists; group figures skipped")
         return res
     pipes = layout.groups()["PIPELINE_MODEL_PARALLEL_GROUP"]
+    every = len(drawn) == len(cats)  # else only the groups of the ranks drawn
     for i, grp in enumerate(pipes):
         have = [by_rank[r] for r in grp if r in by_rank]
-        if len(have) < 2:
+        if len(have) < 2 or not (every or drawn & set(grp)):
             continue
         name = "_".join(str(r) for r in grp)
         res.figures[f"PP_group_{i}/pp_group_{i}_ranks_{name}_{alignment}.png"] = Figure(
@@ -105,7 +131,7 @@ def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
             alignment)
     for g, members in layout.model_replicas().items():
         have = [by_rank[r] for r in members if r in by_rank]
-        if not have:
+        if not have or not (every or drawn & set(members)):
             continue
         window = time_window(have)
         panels = [(f"PP group {i}: ranks {grp}", [by_rank[r] for r in grp if r in by_rank])
@@ -126,10 +152,11 @@ def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
 def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
         alignment: str = "synced", topology: str | os.PathLike | None = None,
         jobs: int = 0, figures: bool = True, quiet: bool | None = None,
-        vpp: int | None = None) -> list[Result]:
+        vpp: int | None = None, rank_figures: str = "auto") -> list[Result]:
     """One result per folder of rank tables of ``root`` (parsed into ``outdir`` first
     when ``root`` has none); each is written into its own folder
     (``result.data["folder"]``)."""
     root = Path(root)
     folders = ensure_tables(root, outdir, jobs=jobs, topology=topology, vpp=vpp, quiet=quiet)
-    return [aggregate_folder(root, f, alignment, topology, figures) for f in folders]
+    return [aggregate_folder(root, f, alignment, topology, figures, rank_figures)
+            for f in folders]

@@ -28,11 +28,12 @@ def default_output(trace: str) -> str:
 
 def run(trace: str, *, cpu: bool = False, patterns: str | None = None,
         memory_budget: int = 512 << 20, topology_file: str | None = None,
-        vpp: int | None = None) -> ParsedTrace:
-    """Parse ``trace`` (its warnings are in the result)."""
+        vpp: int | None = None, warn_floor: bool = False) -> ParsedTrace:
+    """Parse ``trace`` (its warnings are in the result; ``warn_floor``: see
+    :func:`~traceviz.ingest.build.parse_trace`)."""
     topology = from_file(topology_file) if topology_file else None
     return parse_trace(trace, cpu=cpu, patterns=patterns, memory_budget=memory_budget,
-                       topology=topology, vpp=vpp)
+                       topology=topology, vpp=vpp, warn_floor=warn_floor)
 
 
 def write(result: ParsedTrace, output: str, *, cpu: bool = False,

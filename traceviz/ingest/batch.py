@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
-from multiprocessing import get_context
+from multiprocessing import get_context, parent_process
 from multiprocessing.connection import wait as mp_wait
 from pathlib import Path
 
@@ -68,18 +68,19 @@ def output_root(root: str | os.PathLike, outdir: str | os.PathLike | None) -> Pa
 
 
 def plan(root: str | os.PathLike, outdir: str | os.PathLike | None = None,
-         folders: str | None = None, force: bool = False, options: dict | None = None
-         ) -> tuple[list[Task], list[Task], set[str]]:
+         folders: str | None = None, force: bool = False, options: dict | None = None,
+         traces: list[TraceFile] | None = None) -> tuple[list[Task], list[Task], set[str]]:
     """(tasks to run, tasks whose table is up to date, traces whose table is stale).
     ``folders`` is a glob on the name of the trace's parent folder (e.g.
     ``iteration_*``). A table is up to date when it is newer than its trace and was parsed
     with ``options`` (see :func:`traceviz.ingest.build.parse_options`; the traceviz
-    version included)."""
+    version included). ``traces``: those :func:`find_traces` found under ``root`` (found
+    now when None)."""
     root = Path(root)
     if not root.exists():
         raise TraceVizError(f"{root}: no such folder")
     out = output_root(root, outdir)
-    traces: list[TraceFile] = find_traces(root)
+    traces = find_traces(root) if traces is None else traces
     if folders:
         traces = [t for t in traces if fnmatch.fnmatch(t.path.parent.name, folders)]
     if not traces:
@@ -140,8 +141,10 @@ def parse_one(task: Task, memory_budget: int, topology_file: str | None, cpu: bo
         from .build import parse_trace
 
         topology = from_file(topology_file) if topology_file else None
+        # a worker process holds nothing but the runtime: its floor is worth a warning
         result = parse_trace(task.trace, cpu=cpu, memory_budget=memory_budget,
-                             topology=topology, vpp=vpp)
+                             topology=topology, vpp=vpp,
+                             warn_floor=parent_process() is not None)
         result.write(task.output)
         rank = int(result.meta.get("rank", task.rank))
         return Outcome(task.trace, rank, task.output, "parsed",
@@ -319,11 +322,11 @@ def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
         folders: str | None = None, jobs: int = 0, force: bool = False,
         memory_budget: int = 512 << 20, topology: str | os.PathLike | None = None,
         cpu: bool = False, vpp: int | None = None, scheduler: str | None = None,
-        quiet: bool = False) -> list[Outcome]:
+        quiet: bool = False, traces: list[TraceFile] | None = None) -> list[Outcome]:
     """Parse every trace under ``root`` whose table is missing, older than the trace or
     parsed with other options (``vpp``, topology, patterns, traceviz version); write
     ``batch_summary.json`` into the output folder; return one outcome per trace
-    (skipped ones included), in rank order."""
+    (skipped ones included), in rank order. ``traces``: see :func:`plan`."""
     from ..classify.patterns import load_patterns
     from ..topology.groups_file import from_file
     from .build import parse_options
@@ -332,7 +335,7 @@ def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
         found = find_topology_file(root if Path(root).is_dir() else Path(root).parent)
         topology = str(found) if found else None
     options = parse_options(from_file(topology) if topology else None, load_patterns(), vpp)
-    todo, fresh, stale = plan(root, outdir, folders, force, options)
+    todo, fresh, stale = plan(root, outdir, folders, force, options, traces)
     args = (memory_budget, str(topology) if topology else None, cpu, vpp)
     jobs = jobs or min(len(todo), os.cpu_count() or 1) or 1
     bar = _progress(sum(t.size for t in todo), len(todo), quiet)

@@ -56,7 +56,7 @@ from ..parsing.reader import (
     jit_loaded,
     scan_trace,
 )
-from ..table.arrays import fixed_dictionary
+from ..table.arrays import column, fixed_dictionary, strings
 from ..table.io import atomic_path
 from ..table.schema import (
     ACTIVITY_CATS,
@@ -81,7 +81,8 @@ def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
                 patterns: Patterns | str | os.PathLike | None = None,
                 memory_budget: int = DEFAULT_BUDGET,
                 chunk_size: int = DEFAULT_CHUNK, plan: MemoryPlan | None = None,
-                topology: Layout | None = None, vpp: int | None = None) -> ParsedTrace:
+                topology: Layout | None = None, vpp: int | None = None,
+                warn_floor: bool = False) -> ParsedTrace:
     """Parse one rank's Kineto trace (path, ``"-"`` for stdin, or a binary file object).
 
     ``memory_budget`` (bytes) bounds the memory of the process during the parse; see
@@ -94,7 +95,9 @@ def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
     :class:`~traceviz.errors.TraceError` on input that is not a readable Kineto trace; a
     truncated trace is parsed up to the cut and reported in ``ParsedTrace.warnings`` and
     ``meta["stats"]["truncated_at"]``. The metadata's ``parse_options``
-    (:func:`parse_options`) say what the table was parsed with.
+    (:func:`parse_options`) say what the table was parsed with. ``warn_floor`` (for a
+    fresh process, whose memory is the runtime's alone): a warning when the budget is
+    below the runtime plus the least data share (:meth:`MemoryPlan.below_floor`).
     """
     if not isinstance(patterns, Patterns):
         patterns = load_patterns(patterns)
@@ -113,7 +116,15 @@ def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
         scanned.close()
         raise
     parsed.set_meta("parse_options", parse_options(topology, patterns, vpp))
+    if warn_floor and (low := plan.below_floor()) is not None:
+        parsed.warnings.append(f"{_source_name(src)}: {low}")
     return keep_alive(parsed, scanned)
+
+
+def _source_name(src) -> str:
+    """What to call the trace ``src`` (a path or a file object) in a message."""
+    name = src if isinstance(src, (str, os.PathLike)) else getattr(src, "name", "<stream>")
+    return os.fspath(name)
 
 
 def _spill_error(src, exc: OSError) -> TraceVizError:
@@ -121,9 +132,8 @@ def _spill_error(src, exc: OSError) -> TraceVizError:
     one line naming the folder and what to do."""
     import tempfile
 
-    name = src if isinstance(src, (str, os.PathLike)) else getattr(src, "name", "<stream>")
     return TraceVizError(
-        f"{os.fspath(name)}: cannot write the spill files in {tempfile.gettempdir()}: "
+        f"{_source_name(src)}: cannot write the spill files in {tempfile.gettempdir()}: "
         f"{exc.strerror or exc}; free space there, point TMPDIR at a larger disk, or raise "
         "--memory-budget so less is spilled")
 
@@ -242,7 +252,7 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
 
     def put(col: str, values, mask=None, type_=None):
         out.add(col, values if isinstance(values, pa.Array)
-                else pa.array(values, type=type_, mask=mask))
+                else column(values, type_, mask))
 
     # The per-activity arrays (tens of MB each at a few million activities) are put and
     # dropped as soon as nothing later needs them: those the phases do not read go first,
@@ -418,8 +428,8 @@ def _collective_columns(coll: CollectiveMeta, s: Strings, patterns: Patterns,
     put("pg_name", s.dictionary(full(f["pg_name"])))
     code = full(coll.desc_code)
     put("pg_desc", pa.DictionaryArray.from_arrays(
-        pa.array(np.maximum(code, 0).astype(np.int32), mask=code < 0),
-        pa.array(coll.descs, pa.string())))
+        column(np.maximum(code, 0).astype(np.int32), mask=code < 0),
+        strings(list(coll.descs))))
     size = full(coll.size)
     put("group_size", size, size < 0, pa.int32())
     put("group_ranks", _list_column(n, coll.has, coll.ranks))
@@ -517,7 +527,7 @@ def _list_column(n: int, rows: np.ndarray, lists: list) -> pa.ListArray:
     return pa.Array.from_buffers(
         pa.list_(pa.int32()), n,
         [pa.py_buffer(np.packbits(valid, bitorder="little")), pa.py_buffer(offsets)],
-        children=[pa.array(values, pa.int32())])
+        children=[column(np.asarray(values, dtype=np.int32))])
 
 
 def keep_alive(parsed: ParsedTrace, scanned: ScannedTrace) -> ParsedTrace:

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from ..errors import TraceVizError
 from ..table.io import read_table
-from ..table.schema import file_metadata, is_activity_table, metadata
+from ..table.schema import file_metadata, is_activity_table, metadata, parquet_schema
 
 
 def input_files(paths: list[str | os.PathLike]) -> list[Path]:
@@ -79,14 +79,14 @@ def ensure_tables(root: str | os.PathLike, outdir: str | os.PathLike | None = No
         raise TraceVizError(f"{root}: no such file or folder")
     if root.is_file() and root.suffix == ".parquet":
         folders = [root.parent]
-    elif find_traces(root):
+    elif traces := find_traces(root):
         out = batch.output_root(root, outdir)
         if quiet is None:
             import sys
 
             quiet = not sys.stderr.isatty()
         batch.run(root, out, jobs=jobs or min(2, os.cpu_count() or 1), topology=topology,
-                  vpp=vpp, quiet=quiet)
+                  vpp=vpp, quiet=quiet, traces=traces)
         folders = table_folders(out)
     else:
         folders = table_folders(root)
@@ -126,12 +126,10 @@ def load_table(path: Path, columns: tuple[str, ...] | None = None) -> pa.Table:
     """A parsed table (only ``columns``, those there are; all when None), or a trace
     parsed now."""
     if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
         if columns is None:
             return read_table(path)
         try:
-            present = set(pq.read_schema(path).names)
+            present = set(parquet_schema(path).names)
         except (OSError, pa.ArrowInvalid):
             present = set(columns)  # read_table reports the unreadable file
         return read_table(path, columns=[c for c in columns if c in present])

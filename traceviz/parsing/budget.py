@@ -81,6 +81,17 @@ class MemoryPlan:
     def data(self) -> int:
         return max(self.budget - self.runtime, self.floor)
 
+    def below_floor(self) -> str | None:
+        """A warning when the budget cannot be honoured: it does not cover the runtime
+        (measured now) plus the least data share; None when it does."""
+        least = self.runtime + self.floor
+        if self.budget >= least:
+            return None
+        return (f"--memory-budget {self.budget >> 20} MB is below what a parse needs here "
+                f"(~{self.runtime >> 20} MB of runtime: Python, numba, Arrow, plus "
+                f"{self.floor >> 20} MB of data): expect a peak of about {least >> 20} MB "
+                "or more; raise the budget to bound it")
+
     @property
     def scan_blocks(self) -> int:
         return self.data // 8

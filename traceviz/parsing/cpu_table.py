@@ -5,13 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from ..table.arrays import column
 from .names import Strings
 from .output_columns import OutputColumns
 from .reader import ScannedTrace
 
 
 def _nullable(values: np.ndarray, mask: np.ndarray, type_: pa.DataType) -> pa.Array:
-    return pa.array(values, type=type_, mask=mask)
+    return column(values, type_, mask)
 
 
 CPU_FIELDS = ("correlation", "external_id", "seq_number", "fwd_thread_id", "python_id",
@@ -51,13 +52,13 @@ def cpu_columns(scanned: ScannedTrace, s: Strings, pid_of: np.ndarray, tid_of: n
     thread = concat("thread")[order]
     out.add("cat", s.dictionary(concat("cat")[order]))
     out.add("name", s.dictionary(concat("name")[order]))
-    out.add("pid", pa.array(pid_of[thread]))
-    out.add("tid", pa.array(tid_of[thread]))
+    out.add("pid", column(pid_of[thread]))
+    out.add("tid", column(tid_of[thread]))
     del thread
-    out.add("ts", pa.array(concat("ts")[order]))
-    out.add("dur", pa.array(concat("dur")[order]))
+    out.add("ts", column(concat("ts")[order]))
+    out.add("dur", column(concat("dur")[order]))
     for f in CPU_FIELDS:
         v = concat(f)[order]
         out.add(f, _nullable(v, v < 0, pa.int64()))
-    out.add("index", pa.array(concat("index")[order]))
+    out.add("index", column(concat("index")[order]))
     return out

@@ -6,6 +6,7 @@ The scanner hands over byte spans; here each value is decoded with orjson (Pytho
 from __future__ import annotations
 
 import json
+import os
 import re
 from typing import Any
 
@@ -87,23 +88,41 @@ WANTED = {"distributedInfo", "deviceProperties", "baseTimeNanoseconds", "display
           "trace_id"}
 
 
+def _header_source(src):
+    """A plain file opened directly (no reader thread nor its buffers: a batch reads
+    hundreds of headers), else a :class:`~.source.ByteSource` (compressed files, file
+    objects)."""
+    from .source import GZIP_MAGIC, ZSTD_MAGIC, ByteSource
+
+    if isinstance(src, (str, os.PathLike)):
+        try:
+            fh = open(src, "rb")
+        except OSError:
+            return ByteSource(src)  # it says what is wrong, as for every other read
+        if not fh.read(4).startswith((GZIP_MAGIC, ZSTD_MAGIC)):
+            fh.seek(0)
+            return fh
+        fh.close()
+    return ByteSource(src)
+
+
 def read_header(src, limit: int = 64 << 20) -> dict | None:
     """Top-level keys written before ``traceEvents`` (where Kineto puts its header).
 
     Reads at most ``limit`` decompressed bytes; returns None when the trace has no such
     prefix (a bare event array, or a header after the events): parse the trace then.
     """
-    from .source import ByteSource
-
-    source = ByteSource(src)
+    source = _header_source(src)
     try:
         data = bytearray()
-        chunk = bytearray(1 << 20)
+        chunk = bytearray(64 << 10)  # Kineto's header is a few KB: read little at first
         while len(data) < limit:
             got = source.readinto(memoryview(chunk))
             if not got:
                 break
             data += chunk[:got]
+            if len(chunk) < 1 << 20:
+                chunk = bytearray(len(chunk) * 4)
             pos = data.find(b'"traceEvents"')
             if pos >= 0:
                 prefix = bytes(data[:pos]).strip().rstrip(b",").rstrip()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from ..table.arrays import column, strings
 from . import fields as L
 from .reader import ScannedTrace
 
@@ -66,9 +67,8 @@ class Strings:
         mask = canon < 0
         indices = code[canon]
         del canon
-        dictionary = pa.array([self.texts[i] for i in np.flatnonzero(used[:-1]).tolist()],
-                              pa.string())
-        return pa.DictionaryArray.from_arrays(pa.array(indices, mask=mask), dictionary)
+        dictionary = strings([self.texts[i] for i in np.flatnonzero(used[:-1]).tolist()])
+        return pa.DictionaryArray.from_arrays(column(indices, mask=mask), dictionary)
 
     def canon_lookup(self) -> np.ndarray:
         """Canonical id (int32) per string id, with the id -1 entry last (see the class

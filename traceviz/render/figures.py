@@ -48,11 +48,18 @@ class Figure:
         """Write the PNG atomically; returns the path."""
         fig = self.figure()
         with atomic_path(path) as tmp:
-            fig.savefig(tmp, format="png", dpi=DPI, bbox_inches="tight")
+            _savefig(fig, tmp)
         return Path(path)
 
     def png(self) -> bytes:
         """The PNG bytes."""
         buf = io.BytesIO()
-        self.figure().savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
+        _savefig(self.figure(), buf)
         return buf.getvalue()
+
+
+def _savefig(fig, target) -> None:
+    """PNG at :data:`DPI`; a figure laid out by matplotlib's constrained layout already
+    fits its canvas, others are cropped to what they draw (a second drawing pass)."""
+    tight = {} if fig.get_layout_engine() is not None else {"bbox_inches": "tight"}
+    fig.savefig(target, format="png", dpi=DPI, **tight)

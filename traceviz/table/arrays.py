@@ -12,6 +12,59 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
+_ARROW_OF = {np.dtype(t): getattr(pa, t)() for t in (
+    "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32",
+    "float64")}
+
+
+def column(values, type_: pa.DataType | None = None, mask: np.ndarray | None = None
+           ) -> pa.Array:
+    """An Arrow array of a numpy array (``mask``: True where null), made from its buffers.
+    ``pa.array`` imports pandas to check its input whenever pandas is installed (a
+    quarter of a second at every start); this does not. Other inputs, and types that
+    need a cast, go through ``pa.array``."""
+    arr = values if isinstance(values, np.ndarray) else None
+    target = None if arr is None else _ARROW_OF.get(arr.dtype)
+    if arr is None or arr.ndim != 1 or target is None or (type_ is not None
+                                                           and type_ != target):
+        if arr is not None and arr.dtype == np.bool_ and type_ in (None, pa.bool_()):
+            return _booleans(arr, mask)
+        return pa.array(values, type=type_, mask=mask)
+    arr = np.ascontiguousarray(arr)
+    validity, nulls = _validity(mask, arr.shape[0])
+    return pa.Array.from_buffers(target, arr.shape[0], [validity, pa.py_buffer(arr)],
+                                 null_count=nulls)
+
+
+def _validity(mask: np.ndarray | None, n: int) -> tuple[pa.Buffer | None, int]:
+    """Arrow's validity bitmap (1 = valid, LSB first) of a null ``mask``, and the nulls."""
+    if mask is None:
+        return None, 0
+    mask = np.asarray(mask, dtype=bool)
+    nulls = int(mask.sum())
+    if not nulls:
+        return None, 0
+    return pa.py_buffer(np.packbits(~mask, bitorder="little")), nulls
+
+
+def _booleans(arr: np.ndarray, mask: np.ndarray | None) -> pa.Array:
+    validity, nulls = _validity(mask, arr.shape[0])
+    bits = pa.py_buffer(np.packbits(arr, bitorder="little"))
+    return pa.Array.from_buffers(pa.bool_(), arr.shape[0], [validity, bits],
+                                 null_count=nulls)
+
+
+def strings(texts: list[str]) -> pa.Array:
+    """A string array of ``texts`` made from its buffers (see :func:`column`)."""
+    encoded = [t.encode() for t in texts]
+    offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in encoded], out=offsets[1:])
+    if offsets[-1] >= 2**31:  # past 32-bit offsets: Arrow says what it does with it
+        return pa.array(texts, pa.string())
+    return pa.Array.from_buffers(pa.string(), len(encoded),
+                                 [None, pa.py_buffer(offsets.astype(np.int32)),
+                                  pa.py_buffer(b"".join(encoded))])
+
 
 def ints(col: pa.ChunkedArray | pa.Array, fill: int = -1) -> np.ndarray:
     """An int column as int64, nulls as ``fill``."""
@@ -46,8 +99,7 @@ def fixed_dictionary(codes: np.ndarray, names: tuple[str, ...]) -> pa.Dictionary
     """A dictionary column of ``names`` from codes into them (negative codes: null)."""
     mask = codes < 0
     return pa.DictionaryArray.from_arrays(
-        pa.array(np.where(mask, 0, codes).astype(np.int32), mask=mask),
-        pa.array(list(names), pa.string()))
+        column(np.where(mask, 0, codes).astype(np.int32), mask=mask), strings(list(names)))
 
 
 def group_positions(values: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

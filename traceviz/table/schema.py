@@ -8,6 +8,7 @@ key-value metadata (see :func:`metadata`).
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 
@@ -62,12 +63,25 @@ def metadata(table: pa.Table) -> dict:
     return json.loads(raw) if raw else {}
 
 
+def parquet_schema(path: str | os.PathLike) -> pa.Schema:
+    """The schema (with metadata) of a parquet file, read from its footer once per
+    version of the file (commands look at a job's hundreds of tables several times);
+    OSError / ArrowInvalid when it is not a readable parquet file."""
+    st = os.stat(path)
+    return _footer_schema(os.path.abspath(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=8192)
+def _footer_schema(path: str, mtime_ns: int, size: int) -> pa.Schema:
+    import pyarrow.parquet as pq
+
+    return pq.read_schema(path)
+
+
 def file_metadata(path: str | os.PathLike) -> dict:
     """The rank-level facts of a parquet file, read from its footer only ({} when the
     file has none; OSError / ArrowInvalid when it is not a readable parquet file)."""
-    import pyarrow.parquet as pq
-
-    raw = (pq.read_schema(path).metadata or {}).get(METADATA_KEY)
+    raw = (parquet_schema(path).metadata or {}).get(METADATA_KEY)
     return json.loads(raw) if raw else {}
 
 
@@ -75,12 +89,10 @@ def is_activity_table(path: str | os.PathLike) -> bool:
     """Whether ``path`` is a GPU activity table written by ``traceviz parse`` (not a CPU
     table, not an analysis output). An unreadable ``.parquet`` counts as one, so that
     its loader reports why it cannot be read."""
-    import pyarrow.parquet as pq
-
     if os.fspath(path).endswith(".cpu.parquet"):
         return False
     try:
-        schema = pq.read_schema(path)
+        schema = parquet_schema(path)
     except (OSError, pa.ArrowInvalid):
         return True
     return METADATA_KEY in (schema.metadata or {}) and "kind" in schema.names
