@@ -1,0 +1,122 @@
+"""Every performance target of issue 21 in one run: one table of target, measured value
+and met / not met (ratios to ijson measured in the same run).
+
+    python benchmarks/run_all.py            # 0.5 GB trace, 512-rank job: ~15 minutes
+    python benchmarks/run_all.py --quick    # 50 MB, 32 ranks: about a minute (smoke;
+                                            # size-bound targets are then not judged)
+
+Inputs are built once under --data: a real trace from ../shared/traces tiled to size
+(plain and gzip), and a synthesized job. Each command runs in its own process; peak RSS
+is the process tree's (sampled from /proc).
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from batch_bench import measure as measure_tree  # noqa: E402
+from parse_bench import tile  # noqa: E402
+
+SOURCE = HERE.parents[1] / "shared" / "traces" / "hta" / "nccl_parser_config" / \
+    "nccl_data.json.gz"
+TINY = HERE.parents[1] / "shared" / "traces" / "kineto" / "docs" / "before_fix_trace.json"
+TRACEVIZ = [sys.executable, "-m", "traceviz"]
+
+
+def median_run(cmd: list[str], repeat: int) -> tuple[float, int]:
+    """(median wall s, max peak tree RSS bytes) of ``repeat`` runs of ``cmd``."""
+    runs = [measure_tree(cmd) for _ in range(repeat)]
+    return statistics.median(r[0] for r in runs), max(r[1] for r in runs)
+
+
+def ijson_seconds(path: Path, repeat: int) -> float | None:
+    """Median seconds of iterating the trace's events with ijson (None: not installed)."""
+    try:
+        import ijson  # noqa: F401
+    except ImportError:
+        return None
+    code = ("import sys,ijson; f=open(sys.argv[1],'rb'); "
+            "print(sum(1 for _ in ijson.items(f,'traceEvents.item')))")
+    return median_run([sys.executable, "-c", code, str(path)], repeat)[0]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--data", type=Path, default=HERE.parent / "bench-data")
+    ap.add_argument("--repeat", type=int, default=3)
+    opts = ap.parse_args()
+    quick = opts.quick
+    repeat = 1 if quick else opts.repeat
+    size_mb, ranks = (50, 32) if quick else (500, 512)
+    opts.data.mkdir(parents=True, exist_ok=True)
+    rows: list[tuple[str, str, str, str]] = []
+
+    def row(what: str, target: str, value: str, met: bool | None) -> None:
+        rows.append((what, target, value, "n/a (quick)" if met is None else
+                     "met" if met else "NOT met"))
+        print(f"{what}: {value}", file=sys.stderr)
+
+    plain = opts.data / f"run_all_{size_mb}MB.json"
+    if not plain.exists():
+        tile(SOURCE, size_mb, plain)
+    gz = plain.with_suffix(".json.gz")
+    if not gz.exists():
+        with open(plain, "rb") as src, gzip.open(gz, "wb", compresslevel=6) as dst:
+            shutil.copyfileobj(src, dst)
+    mb = plain.stat().st_size / 1e6
+    out = opts.data / "run_all_out.parquet"
+    judged = None if quick else True
+
+    wall, peak = median_run(TRACEVIZ + ["parse", str(plain), "-o", str(out), "-q"], repeat)
+    row(f"parse {mb:.0f} MB plain", ">= 500 MB/s", f"{mb / wall:.0f} MB/s",
+        judged and mb / wall >= 500)
+    row(f"parse {mb:.0f} MB plain, peak RSS", "<= 400 MB", f"{peak / 1e6:.0f} MB",
+        peak <= 400e6)
+    base = ijson_seconds(plain, repeat)
+    if base is not None:
+        row("parse vs ijson items", ">= 5x", f"{base / wall:.1f}x",
+            judged and base / wall >= 5)
+    wall, _ = median_run(TRACEVIZ + ["parse", str(gz), "-o", str(out), "-q"], repeat)
+    row(f"parse {mb:.0f} MB .json.gz", ">= 400 MB/s", f"{mb / wall:.0f} MB/s",
+        judged and mb / wall >= 400)
+    wall, _ = median_run(TRACEVIZ + ["parse", str(TINY), "-o", str(out), "-q"],
+                         3 if quick else 7)
+    row("start-up: parse of a tiny trace", "<= 0.4 s", f"{wall:.2f} s", wall <= 0.4)
+
+    job = opts.data / f"run_all_job{ranks}"
+    if not (job / "ground_truth").exists():
+        tp, pp, dp = (2, 4, 4) if quick else (8, 8, 8)
+        subprocess.run(TRACEVIZ + ["synth", str(job), "--tp", str(tp), "--pp", str(pp),
+                                   "--dp", str(dp), "--no-with-stack"], check=True,
+                       stdout=subprocess.DEVNULL)
+    tables = opts.data / f"run_all_tables{ranks}"
+    wall, peak = median_run(TRACEVIZ + ["batch", str(job), "-o", str(tables), "-q", "-j", "2",
+                                        "--force"], 1)
+    row(f"batch -j 2, {ranks} ranks, peak tree RSS", "<= 2 x 512 MB + parent",
+        f"{peak / 1e6:.0f} MB", peak <= 2 * 512e6 + 400e6)
+    wall, _ = median_run(TRACEVIZ + ["aggregate", str(job), "-o", str(tables)], repeat)
+    row(f"aggregate with figures, {ranks} ranks", "<= 60 s at 512 ranks", f"{wall:.1f} s",
+        judged and wall <= 60)
+    folder = next(p.parent for p in tables.rglob("rank_0000.parquet"))
+    wall, _ = median_run(TRACEVIZ + ["pipeline", str(folder), "-o",
+                                     str(opts.data / "run_all_pipe")], repeat)
+    row(f"pipeline, {ranks} ranks", "<= 10 s at 512 ranks", f"{wall:.1f} s",
+        judged and wall <= 10)
+
+    head = ("measure", "target", "measured", "")
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+
+
+if __name__ == "__main__":
+    main()
