@@ -1,6 +1,7 @@
-"""``traceviz html``: run the report, the breakdown and the pipeline view on a job (its
-traces are parsed first when needed) and put them on one self-contained page
-(:mod:`traceviz.render.html_page`)."""
+"""``traceviz html``: run the report, the breakdown, the pipeline view and the
+micro-batch step windows on a job (its traces are parsed first when needed) and put them
+on one self-contained page (:mod:`traceviz.render.html_page`) with interactive plots
+(:mod:`traceviz.render.interactive`)."""
 from __future__ import annotations
 
 import os
@@ -45,9 +46,9 @@ def _plots(mb: list[dict], places: list[dict], stages: list[dict],
     members = {s["rank"] for s in first}
     mine = [r for r in mb if r["rank"] in members]
     if mine:
-        plots["pipeline"] = to_html(job_timeline(mine, first, "Pipeline group 0: steps per "
-                                                 "stage", synced), "pipeline-timeline",
-                                    include_js=False)
+        title = f"Pipeline group {first[0]['pp_group']}: steps per stage"
+        plots["pipeline"] = to_html(job_timeline(mine, first, title, synced),
+                                    "pipeline-timeline", include_js=False)
     return plots
 
 
@@ -92,8 +93,8 @@ def run(root: str | os.PathLike, output: str | os.PathLike, overrides: dict | No
         synced = windows.data["alignment"] == "synced" or len(windows.data["ranks"]) == 1
     except TraceVizError as exc:
         mb, synced, no_timeline = [], False, f"no timeline: {exc}"
-    places_ = pipeline_places(root, folder, topology)
+    placed = pipeline_places(root, folder, topology)
     return Result(texts={os.fspath(output): page_of(f"traceviz: {root.resolve().name}", rep,
-                                                    brk, pipe, why, mb, places_, synced,
+                                                    brk, pipe, why, mb, placed, synced,
                                                     no_timeline)},
                   failed=rep["failed"])
