@@ -68,14 +68,16 @@ def parquet_schema(path: str | os.PathLike) -> pa.Schema:
     version of the file (commands look at a job's hundreds of tables several times);
     OSError / ArrowInvalid when it is not a readable parquet file."""
     st = os.stat(path)
-    return _footer_schema(os.path.abspath(path), st.st_mtime_ns, st.st_size)
+    return _footer_schema((os.path.abspath(path), st.st_mtime_ns, st.st_size))
 
 
 @functools.lru_cache(maxsize=8192)
-def _footer_schema(path: str, mtime_ns: int, size: int) -> pa.Schema:
+def _footer_schema(version: tuple[str, int, int]) -> pa.Schema:
+    """The footer schema of ``version`` = (path, mtime ns, size): a file rewritten since
+    is another version."""
     import pyarrow.parquet as pq
 
-    return pq.read_schema(path)
+    return pq.read_schema(version[0])
 
 
 def file_metadata(path: str | os.PathLike) -> dict:

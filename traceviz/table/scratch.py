@@ -111,7 +111,7 @@ def exit_on_sigterm(message: str | None = "traceviz: error: terminated (SIGTERM)
     import signal
     import sys
 
-    def handler(signum, frame):
+    def handler(_signum, _frame):  # the signal module calls it with these
         for child in multiprocessing.active_children():
             with contextlib.suppress(Exception):
                 child.terminate()
