@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..analysis.diff import short_name
-from .figures import Figure, new_figure, no_data
+from .figures import Figure, middle_cut, new_figure, no_data
 
 PARTS = (("compute_only_ns", "compute only", "#4c72b0"),
          ("compute_overlapped_comm_ns", "compute overlapped with comm", "#55a868"),
@@ -172,10 +172,7 @@ def idle(table: pa.Table):
 def _labels(names: list[str], width: int = 60) -> list[str]:
     """Readable distinct labels: templates and arguments dropped (:func:`short_name`),
     cut in the middle beyond ``width``; names that end up alike are numbered."""
-    out = []
-    for n in names:
-        s = short_name(n)
-        out.append(s if len(s) <= width else s[: width // 2 - 1] + "…" + s[-(width // 2):])
+    out = [middle_cut(short_name(n), width) for n in names]
     seen: dict[str, int] = defaultdict(int)
     for s in out:
         seen[s] += 1

@@ -27,6 +27,12 @@ def swatch(color, **kwargs):
     return Rectangle((0, 0), 1, 1, facecolor=color, **kwargs)
 
 
+def middle_cut(text: str, width: int) -> str:
+    """``text`` cut in the middle to ``width`` characters (an ellipsis where it is cut):
+    kernel names differ at both ends."""
+    return text if len(text) <= width else text[: width // 2 - 1] + "…" + text[-(width // 2):]
+
+
 def no_data(title: str, reason: str):
     """A figure that says there is nothing to draw and why, instead of empty axes."""
     fig = new_figure((8, 1.6))

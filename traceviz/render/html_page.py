@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from ..analysis.diff import short_name
+from .figures import middle_cut
 from .pipeline_figure import gap_text
 from .report_text import iterations_text
 
@@ -240,7 +241,7 @@ def _kernels(top, figures: list[tuple[str, bytes]]) -> str:
         acc[1] += r["count"]
         acc[2] += 1
     ranks = len({r["rank"] for r in top}) or 1
-    rows = [[f"<span title='{esc(name)}'>{esc(short_name(name)[:80])}</span>",
+    rows = [[f"<span title='{esc(name)}'>{esc(middle_cut(short_name(name), 80))}</span>",
              esc(kind.lower()), fmt(total / MB), fmt(total / ranks / MB), str(count),
              fmt(total / count / 1e3 if count else None), str(seen)]
             for (kind, name), (total, count, seen) in sorted(per.items(),
