@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import re
 import subprocess
@@ -134,3 +135,19 @@ def test_budget_below_the_runtime_floor_is_a_warning(tmp_path):
     assert 50 < floor < 1000 and line.startswith("traceviz: warning: ")
     default = run("parse", str(trace), "-o", str(tmp_path / "b.parquet"))
     assert default.returncode == 0 and b"below what a parse needs" not in default.stderr
+
+
+def test_parse_and_job_commands_share_one_table(tmp_path):
+    """`parse TRACE` and a command given the same trace (which parses it through batch)
+    write and reuse one table in ./traceviz-out/<name>/, whichever runs first."""
+    trace = tmp_path / "rank3.pt.trace.json"
+    trace.write_text(GOOD)
+    assert run("parse", str(trace)).returncode == 0
+    folder = tmp_path / "traceviz-out" / "rank3.pt.trace"
+    table = folder / "rank3.pt.trace.parquet"
+    before = table.stat().st_mtime_ns
+    report = run("report", str(trace), "--json", "-o", str(tmp_path / "r.json"))
+    assert report.returncode == 0, report.stderr
+    assert sorted(p.name for p in folder.glob("*.parquet")) == ["rank3.pt.trace.parquet"]
+    assert table.stat().st_mtime_ns == before  # up to date: reused, not parsed again
+    assert json.loads((tmp_path / "r.json").read_text())["configuration"]["ranks"] == [3]

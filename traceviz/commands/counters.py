@@ -10,7 +10,7 @@ from ..analysis.activities import activities
 from ..analysis.counters import SERIES, counter_tracks
 from ..errors import UsageError
 from ..ingest.build import parse
-from ..ingest.outputs import default_path
+from ..ingest.outputs import default_path, trace_stem
 from ..parsing.source import ByteSource
 from ..render.perfetto import counter_events
 from ..render.trace_copy import write_with_events
@@ -20,7 +20,7 @@ def default_output(trace: str | os.PathLike, suffix: str = "_with_counters") -> 
     """HTA's name, ``x.json[.gz]`` -> ``x_with_counters.json.gz`` (always gzip), in
     ``traceviz-out/<x>/``."""
     path = Path(trace)
-    stem = path.name.split(".json")[0] if ".json" in path.name else path.stem
+    stem = trace_stem(path.name)
     return default_path(trace, f"{stem}{suffix}.json.gz")
 
 

@@ -13,7 +13,7 @@ from ..analysis.matching import match
 from ..analysis.tracks import COLUMNS, rank_tracks
 from ..errors import TraceVizError
 from ..ingest.build import parse
-from ..ingest.outputs import default_path
+from ..ingest.outputs import default_path, trace_stem
 from ..ingest.tables import input_files, load_table, rank_of, rank_tables, tables_folder
 from ..parsing.source import ByteSource
 from ..render.perfetto import rank_events, write_job
@@ -22,7 +22,7 @@ from ..render.trace_copy import write_with_events
 
 def default_output(source: Path) -> Path:
     """``traceviz-out/<job>/<name>_traceviz.json.gz``."""
-    stem = source.name.split(".")[0] if source.is_file() else source.name
+    stem = trace_stem(source.name) if source.is_file() else source.name
     return default_path(source, f"{stem}_traceviz.json.gz")
 
 

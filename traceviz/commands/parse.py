@@ -9,21 +9,15 @@ import os
 
 from ..errors import TraceVizError, UsageError
 from ..ingest.build import ParsedTrace, parse_trace
-from ..ingest.outputs import default_path
+from ..ingest.outputs import default_path, trace_stem
 from ..topology.groups_file import from_file
-
-SUFFIXES = (".json.gz", ".json.zst", ".json.zstd", ".json", ".gz", ".zst")
 
 
 def default_output(trace: str) -> str:
     """``traceviz-out/<name>/<name>.parquet`` for ``TRACE`` (its name without extension;
-    see :mod:`traceviz.ingest.outputs`)."""
-    base = os.path.basename(trace)
-    for suffix in SUFFIXES:
-        if base.endswith(suffix):
-            base = base[: -len(suffix)]
-            break
-    return str(default_path(trace, f"{base}.parquet"))
+    see :mod:`traceviz.ingest.outputs`): the table ``traceviz batch TRACE`` (and every
+    command given the trace) writes and reuses."""
+    return str(default_path(trace, f"{trace_stem(os.path.basename(trace))}.parquet"))
 
 
 def run(trace: str, *, cpu: bool = False, patterns: str | None = None,

@@ -31,7 +31,7 @@ from ..table.io import atomic_path
 from ..table.schema import file_metadata
 from ..table.scratch import exit_on_sigterm
 from .discover import TraceFile, find_traces
-from .outputs import job_dir
+from .outputs import job_dir, trace_stem
 from .topology import find_topology_file
 
 SUMMARY = "batch_summary.json"
@@ -94,8 +94,10 @@ def plan(root: str | os.PathLike, outdir: str | os.PathLike | None = None,
     seen: dict[Path, str] = {}
     for t in traces:
         rel = t.path.parent.relative_to(root) if root.is_dir() else Path()
-        name = f"rank_{t.rank:04d}.parquet" if t.rank >= 0 else \
-            t.path.name.split(".json")[0] + ".parquet"
+        # a single trace's table has the name 'traceviz parse' gives it, so either
+        # command reuses the other's table
+        name = f"rank_{t.rank:04d}.parquet" if t.rank >= 0 and root.is_dir() else \
+            trace_stem(t.path.name) + ".parquet"
         dest = out / rel / name
         if dest in seen:
             raise UsageError(f"{t.path} and {seen[dest]} both claim rank {t.rank} in one "

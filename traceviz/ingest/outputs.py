@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 OUT = "traceviz-out"
+SUFFIXES = (".json.gz", ".json.zst", ".json.zstd", ".json", ".gz", ".zst", ".zstd")
 _PROFILER_FOLDER = re.compile(r"^(iteration_\d+|torch_profile|profile_trace|traces?)$")
 
 
@@ -24,6 +25,15 @@ def _inside(path: Path) -> int | None:
     return None
 
 
+def trace_stem(name: str) -> str:
+    """A trace file's name without its extension (``rank3.pt.trace.json.gz`` ->
+    ``rank3.pt.trace``): the name of its table and, alone, of its job."""
+    for suffix in SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
 def job_name(path: str | os.PathLike) -> str:
     """The name of the job ``path`` (a trace, a folder of traces or of tables) is of."""
     p = Path(path).resolve()
@@ -31,7 +41,7 @@ def job_name(path: str | os.PathLike) -> str:
     if i is not None:
         return p.parts[i + 1]
     if p.is_file() or (not p.exists() and p.suffix):
-        return p.name.split(".json")[0] if ".json" in p.name else p.stem
+        return trace_stem(p.name)
     if _PROFILER_FOLDER.match(p.name) and p.parent.name:
         return f"{p.parent.name}-{p.name}"
     return p.name or "job"
