@@ -217,3 +217,17 @@ def test_aggregate_draws_the_groups_of_the_ranks_it_draws(tmp_path, monkeypatch)
             ranks = {int(x) for x in name.split("_ranks_")[1].split("_")[:-1]}
             assert ranks & drawn, name
     assert res.tables["microbatches"].num_rows == 8 * 2 * 2  # tables keep every rank
+
+
+def test_many_figures_are_drawn_in_workers_like_here(tmp_path):
+    """From PARALLEL_FIGURES figures on they are drawn in worker processes: the same PNG
+    bytes as drawn in this process, every file there, none left half-written."""
+    from traceviz.render.figures import PARALLEL_FIGURES, Figure, no_data, save_all
+
+    figures = {f"f{i:02d}.png": Figure(no_data, f"figure {i}", f"reason {i}")
+               for i in range(PARALLEL_FIGURES)}
+    paths = save_all(figures, tmp_path / "par")
+    assert [p.name for p in paths] == sorted(figures)
+    for name, figure in figures.items():
+        assert (tmp_path / "par" / name).read_bytes() == figure.png(), name
+    assert sorted(p.name for p in (tmp_path / "par").iterdir()) == sorted(figures)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ..render.figures import Figure
+from ..render.figures import Figure, save_all
 from ..table.io import write_csv, write_csv_and_parquet, write_text
 
 
@@ -40,9 +40,8 @@ def write(result: Result, outdir: str | os.PathLike) -> list[Path]:
         written.append(write_csv(table, out / name))
     for name, text in result.texts.items():
         written.append(write_text(text, out / name))
-    for name, figure in progress(result.figures.items(), "figures",
-                                 total=len(result.figures)):
-        written.append(figure.save(out / name))
+    written += save_all(result.figures, out,
+                        lambda items, n: progress(items, "figures", total=n))
     return written
 
 

@@ -64,6 +64,41 @@ class Figure:
         return buf.getvalue()
 
 
+PARALLEL_FIGURES = 24  # from this many figures on, they are drawn in worker processes
+
+
+def save_all(figures: dict[str, Figure], outdir: Path, wrap=lambda it, n: it) -> list[Path]:
+    """Save every figure as ``outdir / name``; returns the paths in ``figures``' order.
+    Many figures are drawn in parallel worker processes (one per core, at most 4; drawing
+    is CPU-bound Python); ``wrap(iterable, total)`` can put a progress bar on them."""
+    paths = {name: outdir / name for name in figures}
+    workers = min(os.cpu_count() or 1, 4)
+    if len(figures) < PARALLEL_FIGURES or workers < 2:
+        return [figures[n].save(p) for n, p in wrap(paths.items(), len(paths))]
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+    from multiprocessing import get_context
+
+    from ..table.scratch import exit_on_sigterm
+
+    done: set[str] = set()
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+                                 initializer=exit_on_sigterm, initargs=(None,)) as pool:
+            futures = {pool.submit(_save, figures[n], p): n for n, p in paths.items()}
+            for fut in wrap(as_completed(futures), len(futures)):
+                fut.result()  # a drawing error is raised here, as when drawn here
+                done.add(futures[fut])
+    except BrokenProcessPool:  # no worker could start (e.g. a __main__ read from stdin)
+        for n in paths.keys() - done:
+            figures[n].save(paths[n])
+    return list(paths.values())
+
+
+def _save(figure: Figure, path: Path) -> Path:
+    return figure.save(path)
+
+
 def _savefig(fig, target) -> None:
     """PNG at :data:`DPI`; a figure laid out by matplotlib's constrained layout already
     fits its canvas, others are cropped to what they draw (a second drawing pass)."""
