@@ -103,6 +103,20 @@ def measure(argv: list[str]) -> tuple[float, float, int]:
     return wall, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status)
 
 
+def print_table(head, rows, markdown: bool = False) -> None:
+    """Print ``rows`` (lists of strings) under ``head``: aligned columns, or markdown."""
+    if markdown:
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+        for r in rows:
+            print("| " + " | ".join(r) + " |")
+        return
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--source", required=True, type=Path)
@@ -156,16 +170,7 @@ def main() -> None:
                              "-"])
     head = ["input MB", "events M", "tool", "wall s (median)", "runs", "MB/s", "Mevents/s",
             "peak RSS MB", "time vs traceviz", "memory vs traceviz"]
-    if opts.markdown:
-        print("| " + " | ".join(head) + " |")
-        print("|" + "---|" * len(head))
-        for r in rows:
-            print("| " + " | ".join(r) + " |")
-    else:
-        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-        print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
-        for r in rows:
-            print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    print_table(head, rows, opts.markdown)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from batch_bench import measure as measure_tree  # noqa: E402
-from parse_bench import tile  # noqa: E402
+from parse_bench import print_table, tile  # noqa: E402
 
 SOURCE = HERE.parents[1] / "shared" / "traces" / "hta" / "nccl_parser_config" / \
     "nccl_data.json.gz"
@@ -111,11 +111,7 @@ def main() -> None:
     row(f"pipeline, {ranks} ranks", "<= 10 s at 512 ranks", f"{wall:.1f} s",
         judged and wall <= 10)
 
-    head = ("measure", "target", "measured", "")
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-    print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    print_table(("measure", "target", "measured", ""), rows)
 
 
 if __name__ == "__main__":

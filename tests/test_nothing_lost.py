@@ -422,13 +422,20 @@ def _leftover_tmp(folder: Path) -> list[Path]:
     return [p for p in folder.rglob("*.tmp")] if folder.exists() else []
 
 
-def test_sigterm_during_batch_leaves_nothing(big_job, tmp_path):
+def _spilling_batch(job: Path, tmp_path: Path) -> tuple[subprocess.Popen, Path, Path]:
+    """A two-worker batch of ``job`` at a 16 MB budget, once it has spilled: (process,
+    its TMPDIR, its output folder)."""
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
     out = tmp_path / "tables"
-    proc = _start(["batch", str(big_job), "-o", str(out), "-j", "2", "--memory-budget", "16",
+    proc = _start(["batch", str(job), "-o", str(out), "-j", "2", "--memory-budget", "16",
                    "-q"], tmpdir)
     _wait_for_spill(proc, tmpdir)
+    return proc, tmpdir, out
+
+
+def test_sigterm_during_batch_leaves_nothing(big_job, tmp_path):
+    proc, tmpdir, out = _spilling_batch(big_job, tmp_path)
     proc.send_signal(signal.SIGTERM)
     output = proc.communicate(timeout=60)[0].decode()
     assert proc.returncode == 143, output
@@ -451,12 +458,7 @@ def test_sigterm_during_parse_leaves_nothing(big_job, tmp_path):
 
 
 def test_sigkill_leftovers_are_removed_by_the_next_run(big_job, tmp_path):
-    tmpdir = tmp_path / "tmp"
-    tmpdir.mkdir()
-    out = tmp_path / "tables"
-    proc = _start(["batch", str(big_job), "-o", str(out), "-j", "2", "--memory-budget", "16",
-                   "-q"], tmpdir)
-    _wait_for_spill(proc, tmpdir)
+    proc, tmpdir, out = _spilling_batch(big_job, tmp_path)
     os.killpg(proc.pid, signal.SIGKILL)  # the whole batch, workers included
     proc.communicate(timeout=60)
     assert _spills(tmpdir)  # what a killed run leaves
