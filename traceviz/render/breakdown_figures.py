@@ -42,26 +42,32 @@ def representative(values: dict[int, float], extremes: int = 5) -> list[tuple[in
     return [(r, f"rank {r} ({picked[r]})") for r in ranks if r in picked]
 
 
+def _ranks(n: int) -> str:
+    return f"{n} rank{'s' if n != 1 else ''}"
+
+
 def _scope(shown: int, total: int, by: str) -> str:
     """The subtitle saying which ranks a figure shows."""
     if shown == total:
-        return f"{total} rank{'s' if total != 1 else ''}"
+        return _ranks(total)
     return (f"{shown} of {total} ranks: min, p5-p95 and the 5 highest by {by} "
             "(the tables have every rank)")
 
 
 def _hbars(ax, labels: list[str], parts: list[tuple[str, str, np.ndarray]],
-           fmt, total_fmt=None) -> None:
+           fmt, total_fmt=None, legend_fmt=None) -> None:
     """Horizontal stacked bars, first label on top: each part's value written inside
     its segment when it is wide enough, the total (``total_fmt``) after the bar; only
-    parts with a value somewhere are drawn."""
+    parts with a value somewhere are drawn, each named in the legend with
+    ``legend_fmt(values)`` (so a part too thin to see still says how much it is)."""
     y = np.arange(len(labels))[::-1]
     left = np.zeros(len(labels))
     width = max(float(sum(p[2] for p in parts).max()) if parts else 0.0, 1e-12)
     for label, color, values in parts:
         if not np.any(values > 0):
             continue
-        ax.barh(y, values, left=left, color=color, label=label, height=0.75)
+        ax.barh(y, values, left=left, color=color, height=0.75,
+                label=f"{label} ({legend_fmt(values)})" if legend_fmt else label)
         for yi, v, x0 in zip(y, values, left):
             if v >= 0.07 * width:
                 ax.text(x0 + v / 2, yi, fmt(v), ha="center", va="center", fontsize="x-small")
@@ -97,7 +103,8 @@ def temporal(table: pa.Table):
     parts = [(label, color, np.array([100 * rows[r][col] / rows[r]["kernel_time_ns"]
                                       for r, _ in pick]))
              for col, label, color in PARTS]
-    _hbars(ax, [lab for _, lab in pick], parts, lambda v: f"{v:.0f}%")
+    _hbars(ax, [lab for _, lab in pick], parts, lambda v: f"{v:.0f}%",
+           legend_fmt=lambda v: f"mean {v.mean():.2g}%")
     ax.set_xlim(0, 100)
     ax.set_xlabel("% of the GPU span (first to last kernel); "
                   + _scope(len(pick), len(rows), "idle share"))
@@ -150,10 +157,9 @@ def idle(table: pa.Table):
     _hbars(left, [lab for _, lab in pick],
            [(label, color, np.array([per_rank[r].get(cat, 0.0) for r, _ in pick]))
             for cat, label, color in IDLE_CAUSES], lambda v: f"{v:.1f}",
-           lambda v: f"{v:,.1f} ms")
-    left.set_title(f"per rank, all its streams ({_scope(len(pick), len(ranks), 'idle time')})",
-                   fontsize="small", loc="left")
-    _hbars(right, [f"stream {s} ({len(stream_ranks[s])} ranks)" for s in streams],
+           lambda v: f"{v:,.1f} ms", lambda v: f"{_ms(v.sum())} on these ranks")
+    left.set_title("per rank, all its streams", fontsize="small", loc="left")
+    _hbars(right, [f"stream {s} ({_ranks(len(stream_ranks[s]))})" for s in streams],
            [(label, color, np.array([per_stream[s].get(cat, 0.0) / len(stream_ranks[s])
                                      for s in streams]))
             for cat, label, color in IDLE_CAUSES], lambda v: f"{v:.1f}",
@@ -162,8 +168,8 @@ def idle(table: pa.Table):
     right.set_title("per stream, mean over its ranks"
                     + (f" ({more} more streams in the table)" if more else ""),
                     fontsize="small", loc="left")
-    for ax in (left, right):
-        ax.set_xlabel("idle ms")
+    left.set_xlabel(f"idle ms; {_scope(len(pick), len(ranks), 'idle time')}", wrap=True)
+    right.set_xlabel("idle ms")
     fig.suptitle(title, x=0.01, ha="left")
     _legend_below(fig, left)
     return fig
@@ -227,7 +233,7 @@ def top_kernels(table: pa.Table, kernel_type: str):
     labels = _labels([n for n, _ in entries[:len(top)]]) + [
         f"others ({len(rest)} more names + each rank's folded tail)"][:len(entries) - len(top)]
     ax.set_yticks(y, labels, fontsize="x-small")
-    ax.set_xlabel(f"ms per rank, mean over {nranks} rank{'s' if nranks != 1 else ''}"
+    ax.set_xlabel(f"ms per rank, mean over {_ranks(nranks)}"
                   + ("; whiskers: lowest and highest rank" if nranks > 1 else "")
                   + "; % of the type's kernel time")
     ax.set_title(title, loc="left")
@@ -272,6 +278,11 @@ def kernel_durations(table: pa.Table, kernel_type: str):
                   "median over ranks, grey = shortest to longest call")
     ax.set_title(title, loc="left")
     return fig
+
+
+def _ms(v: float) -> str:
+    """A time in ms, three significant digits below 10 ms."""
+    return f"{v:,.1f} ms" if v >= 10 else f"{v:.3g} ms"
 
 
 def _us(v: float) -> str:
