@@ -191,8 +191,9 @@ def _timeline(plot: str | None, why: str) -> str:
     if plot is None:
         return f"<p class='note'>{esc(why)}</p>"
     return (f"{plot}<p class='note'>Each bar is one forward / backward micro-batch step "
-            "window (every kernel the step launched, its P2P hand-offs excluded) on synced "
-            "clocks; drag to zoom, double-click to reset, hover for the step's numbers.</p>")
+            "window (every kernel the step launched, its P2P hand-offs excluded), on the "
+            "clocks the axis names; drag to zoom, double-click to reset, hover for the "
+            "step's numbers.</p>")
 
 
 def _overlap(rep: dict, temporal, figure: bytes | None) -> str:

@@ -52,8 +52,9 @@ def job_timeline(rows: list[dict], stages: list[dict], title: str, synced: bool 
         title=dict(text=title, x=0.01, font_size=14), barmode="overlay", bargap=0.15,
         height=min(760, 140 + 18 * n), margin=dict(l=10, r=10, t=40, b=40),
         legend=dict(orientation="h", y=1.0, x=0.45, xanchor="left", yanchor="bottom"),
-        xaxis=dict(title="ms from the first step" + (" (clock-synced)" if synced
-                                                     else " (each rank's own clock)"),
+        xaxis=dict(title="ms from the first step (" + ("the rank's own clock" if n == 1
+                                                      else "clock-synced" if synced
+                                                      else "each rank's own clock") + ")",
                    showgrid=True),
         yaxis=dict(categoryorder="array", categoryarray=list(labels.values())[::-1],
                    automargin=True, tickfont_size=10 if n <= 64 else 8,
