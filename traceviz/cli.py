@@ -372,6 +372,50 @@ def counters(traces, output, series) -> None:
         raise SystemExit(1)
 
 
+@main.command("critical-path")
+@click.argument("path", type=click.Path(exists=True))
+@click.option("--iteration", type=int, help="The ProfilerStep#N to analyse [default: the "
+              "first instance of --annotation].")
+@click.option("--annotation", help="Analyse instances of the annotation whose name "
+              "contains this (HTA's match) [default: ProfilerStep].")
+@click.option("--instance", type=int, default=0, show_default=True,
+              help="Which instance of --annotation, 0-based in trace order (negative: "
+                   "from the last).")
+@click.option("--rank", type=int, help="Analyse this one rank of a job (HTA's model).")
+@click.option("--hta-compat", is_flag=True,
+              help="HTA's whole-µs times (one rank): its numbers exactly.")
+@click.option("--what-if", "what_if", multiple=True, metavar="WHAT=FACTOR",
+              help="Re-time with own times scaled: COMM:TP=0.5, COMM=0.5, COMP=0.8, MEM, "
+                   "cpu, launch, kernel:GLOB=0.8, rank:3=0.5 (repeatable; each alone and "
+                   "all together).")
+@click.option("--clock-sync/--no-clock-sync", default=True, show_default=True,
+              help="Put ranks on one clock from their collectives' ends.")
+@click.option("-o", "--output", "outdir", help="Folder for critical_path.csv / .parquet / "
+              ".png and the summaries [default: traceviz-out/<job>/critical-path].")
+def critical_path(path, iteration, annotation, instance, rank, hta_compat, what_if,
+                  clock_sync, outdir) -> None:
+    """What bounds an iteration: the critical path through CPU operators, launches, GPU
+    kernels and synchronisation. One rank (a trace, or --rank of a job): HTA's
+    critical_path_analysis and its bound_by summary. A job folder: the ranks joined
+    through their collectives on synced clocks; the path's time by category, rank and
+    phase; --what-if re-timings.
+
+    \b
+    Examples:
+      traceviz critical-path rank0.json.gz --annotation ProfilerStep --instance 1
+      traceviz critical-path job/iteration_10 --what-if COMM:TP=0.5 --what-if "kernel:*gemm*=0.8"
+    """
+    from .commands import critical_path as command
+
+    result = command.run(path, iteration=iteration, annotation=annotation,
+                         instance=instance, rank=rank, hta_compat=hta_compat,
+                         what_if=what_if, clock_sync=clock_sync)
+    outdir = outdir or command_output("critical-path", path)
+    _write(result, outdir)
+    _echo_all(result.lines)
+    click.echo(f"wrote critical_path.csv, .parquet, .png and summaries to {outdir}", err=True)
+
+
 @main.command()
 @click.argument("trace")
 @click.option("--op", "operator", required=True,

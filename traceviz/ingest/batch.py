@@ -31,7 +31,7 @@ from ..table.io import atomic_path
 from ..table.schema import file_metadata
 from ..table.scratch import exit_on_sigterm
 from .discover import TraceFile, find_traces
-from .outputs import job_dir, trace_stem
+from .outputs import cpu_path, job_dir, trace_stem
 from .topology import find_topology_file
 
 SUMMARY = "batch_summary.json"
@@ -69,13 +69,14 @@ def output_root(root: str | os.PathLike, outdir: str | os.PathLike | None) -> Pa
 
 def plan(root: str | os.PathLike, outdir: str | os.PathLike | None = None,
          folders: str | None = None, force: bool = False, options: dict | None = None,
-         traces: list[TraceFile] | None = None) -> tuple[list[Task], list[Task], set[str]]:
+         traces: list[TraceFile] | None = None, cpu: bool = False
+         ) -> tuple[list[Task], list[Task], set[str]]:
     """(tasks to run, tasks whose table is up to date, traces whose table is stale).
     ``folders`` is a glob on the name of the trace's parent folder (e.g.
     ``iteration_*``). A table is up to date when it is newer than its trace and was parsed
     with ``options`` (see :func:`traceviz.ingest.build.parse_options`; the traceviz
-    version included). ``traces``: those :func:`find_traces` found under ``root`` (found
-    now when None)."""
+    version included), and, with ``cpu``, has its CPU table next to it. ``traces``: those
+    :func:`find_traces` found under ``root`` (found now when None)."""
     root = Path(root)
     if not root.exists():
         raise TraceVizError(f"{root}: no such folder")
@@ -105,6 +106,8 @@ def plan(root: str | os.PathLike, outdir: str | os.PathLike | None = None,
         seen[dest] = str(t.path)
         task = Task(str(t.path.absolute()), t.rank, str(dest), t.path.stat().st_size)
         up_to_date = dest.exists() and dest.stat().st_mtime >= t.path.stat().st_mtime
+        if cpu and not Path(cpu_path(str(dest))).exists():
+            up_to_date = False
         if up_to_date and ((options is not None and _parsed_with(dest) != options)
                            or not _parsed_from(dest, t.path)):
             up_to_date = False
@@ -337,7 +340,7 @@ def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
         found = find_topology_file(root if Path(root).is_dir() else Path(root).parent)
         topology = str(found) if found else None
     options = parse_options(from_file(topology) if topology else None, load_patterns(), vpp)
-    todo, fresh, stale = plan(root, outdir, folders, force, options, traces)
+    todo, fresh, stale = plan(root, outdir, folders, force, options, traces, cpu)
     args = (memory_budget, str(topology) if topology else None, cpu, vpp)
     jobs = jobs or min(len(todo), os.cpu_count() or 1) or 1
     bar = _progress(sum(t.size for t in todo), len(todo), quiet)

@@ -73,6 +73,7 @@ from ..table.schema import (
     PHASES,
 )
 from ..topology.layout import Layout, to_json
+from .outputs import cpu_path
 
 GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)GraphLaunch")
 
@@ -151,9 +152,6 @@ def parse_options(topology: Layout | None, patterns: Patterns, vpp: int | None) 
             "patterns": digest(patterns.raw), "traceviz_version": __version__}
 
 
-def cpu_path(dest: str) -> str:
-    """Where the CPU table of a table written to ``dest`` goes: ``.cpu.parquet``."""
-    return (dest[:-len(".parquet")] if dest.endswith(".parquet") else dest) + ".cpu.parquet"
 
 
 def parse(src: str | os.PathLike | BinaryIO, **kwargs) -> pa.Table:

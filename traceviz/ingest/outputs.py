@@ -74,3 +74,8 @@ def command_output(command: str, *inputs: str | os.PathLike) -> Path:
     if command == "html":
         return default_path(inputs[0], "report.html")
     return default_path(inputs[0], command)
+
+
+def cpu_path(dest: str) -> str:
+    """Where the CPU table of a table written to ``dest`` goes: ``.cpu.parquet``."""
+    return (dest[:-len(".parquet")] if dest.endswith(".parquet") else dest) + ".cpu.parquet"

@@ -62,14 +62,16 @@ def table_folders(root: Path) -> list[Path]:
 
 def ensure_tables(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
                   jobs: int = 0, topology: str | os.PathLike | None = None,
-                  vpp: int | None = None, quiet: bool | None = None) -> list[Path]:
+                  vpp: int | None = None, quiet: bool | None = None, cpu: bool = False
+                  ) -> list[Path]:
     """The folders of parsed rank tables of ``root`` (one per profiled iteration).
 
     A ``root`` of traces is parsed by :func:`traceviz.ingest.batch.run` into ``outdir``
     (default: the batch output folder), which keeps the tables that are up to date (newer
     than their trace, parsed with these options); a ``root`` of tables only is taken as
     it is, but a ``vpp`` it contradicts is a one-line error. The parse shows a progress
-    bar on stderr unless ``quiet`` (default: quiet unless stderr is a terminal).
+    bar on stderr unless ``quiet`` (default: quiet unless stderr is a terminal); ``cpu``
+    parses the CPU tables too (a table without one is parsed again).
     """
     from . import batch
     from .discover import find_traces, no_traces_message
@@ -86,7 +88,7 @@ def ensure_tables(root: str | os.PathLike, outdir: str | os.PathLike | None = No
 
             quiet = not sys.stderr.isatty()
         batch.run(root, out, jobs=jobs or min(2, os.cpu_count() or 1), topology=topology,
-                  vpp=vpp, quiet=quiet, traces=traces)
+                  vpp=vpp, quiet=quiet, traces=traces, cpu=cpu)
         folders = table_folders(out)
     else:
         folders = table_folders(root)

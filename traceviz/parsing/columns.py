@@ -26,7 +26,7 @@ from ..table.scratch import release, spill_folder
 from .fields import FIELDS
 
 # stores spilled first come first; GPU activities stay in memory longest
-SPILL_ORDER = ("flow", "python", "ops", "comm", "launch", "gpu")
+SPILL_ORDER = ("flow", "python", "xargs", "ops", "comm", "launch", "gpu")
 
 
 @dataclass

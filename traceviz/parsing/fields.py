@@ -15,8 +15,8 @@ import numpy as np
 from .lexer import fnv1a
 
 # ---- stores -----------------------------------------------------------------------
-GPU, LAUNCH, OPS, PY, COMM, FLOW = range(6)
-STORE_NAMES = ("gpu", "launch", "ops", "python", "comm", "flow")
+GPU, LAUNCH, OPS, PY, COMM, FLOW, XARGS = range(7)
+STORE_NAMES = ("gpu", "launch", "ops", "python", "comm", "flow", "xargs")
 N_STORES = len(STORE_NAMES)
 
 FIELDS: dict[str, list[tuple[str, str]]] = {
@@ -42,6 +42,10 @@ FIELDS: dict[str, list[tuple[str, str]]] = {
     # flow events (s / f / t)
     "flow": [("ph", "i1"), ("cat", "i4"), ("id", "i8"), ("thread", "i4"), ("ts", "i8"),
              ("bp", "i1"), ("name", "i4")],
+    # sparse args only the CPU table reads (row = row in its store): what a cuda_sync
+    # event waits on (critical path), the shapes record_shapes writes on a cpu_op
+    "xargs": [("store", "i1"), ("row", "i8"), ("wait_stream", "i8"), ("wait_corr", "i8"),
+              ("input_dims", "i4"), ("input_types", "i4"), ("concrete", "i4")],
 }
 
 
@@ -49,7 +53,7 @@ def _idx(store):
     return {f: i for i, (f, _) in enumerate(FIELDS[store])}
 
 
-_G, _L, _O, _P, _C, _F = (_idx(s) for s in STORE_NAMES)
+_G, _L, _O, _P, _C, _F, _X = (_idx(s) for s in STORE_NAMES)
 G_TS, G_DUR, G_NAME, G_CAT, G_THREAD = _G["ts"], _G["dur"], _G["name"], _G["cat"], _G["thread"]
 G_DEVICE, G_STREAM, G_CORR, G_EXT, G_BYTES, G_BW, G_INDEX = (
     _G["device"], _G["stream"], _G["correlation"], _G["external_id"], _G["bytes"],
@@ -70,6 +74,9 @@ C_PGNAME, C_PGDESC, C_PGRANKS, C_SEQ, C_SRC, C_DST = (
     _C["pg_name"], _C["pg_desc"], _C["pg_ranks"], _C["seq"], _C["src_rank"], _C["dst_rank"])
 F_PH, F_CAT, F_ID, F_THREAD, F_TS, F_BP, F_NAME = (
     _F["ph"], _F["cat"], _F["id"], _F["thread"], _F["ts"], _F["bp"], _F["name"])
+X_STORE, X_ROW, X_WAIT_STREAM, X_WAIT_CORR, X_DIMS, X_TYPES, X_CONCRETE = (
+    _X["store"], _X["row"], _X["wait_stream"], _X["wait_corr"], _X["input_dims"],
+    _X["input_types"], _X["concrete"])
 
 # ---- category classes --------------------------------------------------------------
 (CLS_NONE, CLS_KERNEL, CLS_MEMCPY, CLS_MEMSET, CLS_GPU_ANNOT, CLS_SYNC, CLS_RUNTIME,
@@ -107,9 +114,9 @@ EVENT_KEYS = {b"ph": K_PH, b"name": K_NAME, b"cat": K_CAT, b"pid": K_PID, b"tid"
 # arg slots; INT slots take numbers, STR slots take strings (interned); a STR slot given
 # a JSON number or list keeps its text (A_BW: Kineto's float "memory bandwidth (GB/s)")
 (A_CORR, A_EXT, A_DEVICE, A_STREAM, A_SEQNUM, A_FWD, A_PYID, A_PYPARENT, A_IN, A_OUT,
- A_GSIZE, A_SEQ, A_SRC, A_DST, A_BYTES, A_COLL, A_DTYPE, A_PGNAME, A_PGDESC,
- A_PGRANKS, A_BW) = range(21)
-N_ARGS = 21
+ A_GSIZE, A_SEQ, A_SRC, A_DST, A_BYTES, A_WAIT_STREAM, A_WAIT_CORR, A_COLL, A_DTYPE,
+ A_PGNAME, A_PGDESC, A_PGRANKS, A_BW, A_DIMS, A_TYPES, A_CONCRETE) = range(26)
+N_ARGS = 26
 FIRST_STR_ARG = A_COLL
 ARG_KEYS = {
     b"correlation": A_CORR, b"External id": A_EXT, b"external id": A_EXT,
@@ -120,6 +127,8 @@ ARG_KEYS = {
     b"Collective name": A_COLL, b"dtype": A_DTYPE, b"Process Group Name": A_PGNAME,
     b"Process Group Description": A_PGDESC, b"Process Group Ranks": A_PGRANKS,
     b"memory bandwidth (GB/s)": A_BW,
+    b"wait_on_stream": A_WAIT_STREAM, b"wait_on_cuda_event_record_corr_id": A_WAIT_CORR,
+    b"Input Dims": A_DIMS, b"Input type": A_TYPES, b"Concrete Inputs": A_CONCRETE,
 }
 
 TRACE_EVENTS_KEY = b"traceEvents"

@@ -450,6 +450,17 @@ def _commit(w, strs, thr, blocks, spans, start, end):
         blocks[store, L.O_FWD, r] = w[AR + L.A_FWD]
         blocks[store, L.O_STREAM, r] = w[AR + L.A_STREAM]
         blocks[store, L.O_INDEX, r] = index
+    if ((store == L.GPU and cls == L.CLS_SYNC and
+         (w[AR + L.A_WAIT_STREAM] >= 0 or w[AR + L.A_WAIT_CORR] >= 0))
+            or (store == L.OPS and (w[AR + L.A_DIMS] >= 0 or w[AR + L.A_TYPES] >= 0))):
+        x = _row(w, L.XARGS)
+        blocks[L.XARGS, L.X_STORE, x] = store
+        blocks[L.XARGS, L.X_ROW, x] = w[L.W_BASE + store] + r
+        blocks[L.XARGS, L.X_WAIT_STREAM, x] = w[AR + L.A_WAIT_STREAM]
+        blocks[L.XARGS, L.X_WAIT_CORR, x] = w[AR + L.A_WAIT_CORR]
+        blocks[L.XARGS, L.X_DIMS, x] = w[AR + L.A_DIMS]
+        blocks[L.XARGS, L.X_TYPES, x] = w[AR + L.A_TYPES]
+        blocks[L.XARGS, L.X_CONCRETE, x] = w[AR + L.A_CONCRETE]
     has_comm = (w[AR + L.A_COLL] >= 0 or w[AR + L.A_PGNAME] >= 0 or w[AR + L.A_IN] >= 0
                 or w[AR + L.A_GSIZE] >= 0 or w[AR + L.A_PGRANKS] >= 0)
     if has_comm and (store == L.GPU or store == L.OPS):

@@ -1,0 +1,155 @@
+"""``traceviz critical-path``: HTA's numbers on its own test traces, the longest path
+recomputed independently with networkx, and the job's path on a synthesized job with a
+slow rank (the synthesizer's ground truth), with what-if re-timing."""
+from __future__ import annotations
+
+import csv
+
+import networkx as nx
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+from helpers import REFERENCE, shared
+
+from traceviz.analysis.critical_path import job as J
+from traceviz.analysis.critical_path import rank_graph as R
+from traceviz.analysis.critical_path.events import rank_events
+from traceviz.analysis.critical_path.graph import longest_path
+from traceviz.cli import main
+from traceviz.commands import critical_path as command
+from traceviz.ingest.build import parse_trace
+from traceviz.synth import SynthConfig, synthesize
+
+CASES = {"critical_path_cuda_event_sync": "hta/critical_path/cuda_event_sync/"
+                                          "event_sync_trace.json.gz",
+         "ns_resolution_trace": "hta/ns_resolution_trace/"
+                                "rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz"}
+LABELS = {"pct_cpu_bound": "cpu_bound", "pct_gpu_compute_bound": "gpu_compute_bound",
+          "pct_gpu_kernel_kernel_overhead": "gpu_kernel_kernel_overhead",
+          "pct_gpu_kernel_launch_overhead": "gpu_kernel_launch_overhead"}
+STRAGGLER = 3
+
+
+def _reference() -> list[dict]:
+    path = REFERENCE / "hta" / "rounded" / "critical_path_summary.csv"
+    if not path.exists():
+        pytest.skip("../shared/reference is absent")
+    return list(csv.DictReader(path.open()))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_equals_hta_critical_path_analysis(case):
+    ref = next(r for r in _reference() if r["case"] == case)
+    trace = shared(CASES[case])
+    result = command.run(trace, annotation=ref["annotation"],
+                         instance=int(ref["instance_id"]), hta_compat=True)
+    assert result.data["nodes"] == int(ref["critical_path_nodes"])
+    assert result.data["total_ns"] == int(ref["critical_path_total_us"]) * 1000
+    for column, label in LABELS.items():
+        want = float(ref[column]) if ref[column] else 0.0
+        assert result.data["bound_by"][label] == pytest.approx(want, abs=5e-4), label
+
+
+def test_cli_writes_the_path_and_summary(tmp_path):
+    trace = shared(CASES["ns_resolution_trace"])
+    out = tmp_path / "cp"
+    r = CliRunner().invoke(main, ["critical-path", str(trace), "--instance", "1",
+                                  "--hta-compat", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    path = pq.read_table(out / "critical_path.parquet")
+    assert path.num_rows == 2437  # edges between the 2438 nodes
+    assert int(np.sum(path["weight_ns"])) == 95_735_000
+    with (out / "critical_path_summary.csv").open() as f:
+        rows = {r["bound_by"]: r for r in csv.DictReader(f)}
+    assert float(rows["gpu_compute_bound"]["pct"]) == pytest.approx(97.866, abs=5e-4)
+    assert (out / "critical_path.png").stat().st_size > 10_000
+
+
+def _nx_longest(graph) -> list[int]:
+    """networkx's own dag_longest_path on the same edges, added in the same order."""
+    g = nx.DiGraph()
+    for s, d, w in zip(graph.src.tolist(), graph.dst.tolist(),
+                       np.maximum(graph.weight, 0).tolist()):
+        g.add_edge(s, d, weight=w)
+    return nx.dag_longest_path(g, weight="weight")
+
+
+@pytest.mark.parametrize("case,instance", [("ns_resolution_trace", 0),
+                                           ("ns_resolution_trace", 2),
+                                           ("critical_path_cuda_event_sync", 0)])
+def test_longest_path_equals_networkx_in_exact_ns(case, instance):
+    parsed = parse_trace(shared(CASES[case]), cpu=True)
+    ev = rank_events(parsed.activities, parsed.cpu)
+    rg = R.build(ev, R.window(ev, "ProfilerStep", instance))
+    nodes, ok = longest_path(rg.graph)
+    assert ok
+    assert nodes.tolist() == _nx_longest(rg.graph)
+
+
+def test_unknown_annotation_is_a_one_line_error():
+    trace = shared(CASES["critical_path_cuda_event_sync"])
+    r = CliRunner().invoke(main, ["critical-path", str(trace), "--annotation", "nope#"])
+    assert r.exit_code != 0 and "no annotation named like 'nope#'" in r.output
+    assert "Traceback" not in r.output
+
+
+@pytest.fixture(scope="module")
+def slow_job(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cp_job")
+    synthesize(SynthConfig(tp=2, pp=2, dp=2, microbatches=4, layers=2, seed=3,
+                           straggler_rank=STRAGGLER, straggler_factor=1.5), root / "job")
+    return root / "job" / "iteration_10"
+
+
+def test_job_path_runs_through_the_slow_rank(slow_job):
+    result = command.run(slow_job)
+    by_rank = result.data["by_rank"]
+    # the slow rank holds more of the path than any other rank
+    assert max(by_rank, key=by_rank.get) == STRAGGLER
+    cats = result.tables["critical_path_by_category"]
+    assert sum(cats["pct"].to_pylist()) == pytest.approx(100.0)
+    path = result.tables["critical_path"]
+    # the parts add up to the path's span on the common clock
+    span = int(np.max(path["to_ns"])) - int(np.min(path["from_ns"]))
+    assert result.data["span_ns"] == span
+    assert int(np.sum(path["own_ns"])) + int(np.sum(path["wait_ns"])) == span
+    # consecutive edges meet: each starts where the previous one ended
+    assert np.array_equal(path["from_ns"].to_numpy()[1:], path["to_ns"].to_numpy()[:-1])
+    # on the path, slack is 0
+    assert int(np.max(path["slack_ns"])) == 0
+
+
+def test_what_if(slow_job):
+    result = command.run(slow_job, what_if=("COMP=1", "COMP=0.5", f"rank:{STRAGGLER}=0.5",
+                                            "COMM:TP=0"))
+    rows = {r["what_if"]: r for r in result.tables["critical_path_what_if"].to_pylist()}
+    assert rows["COMP=1"]["iteration_ns"] == rows["COMP=1"]["baseline_ns"]
+    assert rows["COMP=0.5"]["iteration_ns"] < rows["COMP=0.5"]["baseline_ns"]
+    assert rows[f"rank:{STRAGGLER}=0.5"]["change_pct"] < 0
+    assert rows["all together"]["iteration_ns"] <= rows["COMP=0.5"]["iteration_ns"]
+    base = rows["COMP=1"]["baseline_ns"]
+    assert rows["COMM:TP=0"]["iteration_ns"] <= base
+
+
+def test_retime_with_unit_factors_reproduces_the_measured_times(slow_job):
+    # directly: the graph re-timed with its own times equals the measured node times
+    # wherever the measured time is explained (wait >= 0)
+    from traceviz.commands.critical_path import _load
+    from traceviz.ingest.tables import tables_folder
+    tables = _load(tables_folder(slow_job, cpu=True))
+    ranks, infos = [], []
+    for gpu, cpu in tables:
+        ev = rank_events(gpu, cpu)
+        ranks.append(R.build(ev, R.window(ev, "ProfilerStep", 0)))
+        infos.append(J.kernel_info(gpu, ev.rank))
+    jg = J.join(ranks, infos, {})
+    t = J.measure(jg, jg.own)
+    again = J.retime(jg, t, jg.own)
+    assert (t.binding >= 0).sum() > 0.9 * jg.graph.n_nodes - len(ranks) * 50
+    assert np.array_equal(again.ts, t.ts)
+
+
+def test_bad_what_if_is_a_usage_error(slow_job):
+    r = CliRunner().invoke(main, ["critical-path", str(slow_job), "--what-if", "GPU=2"])
+    assert r.exit_code == 2 and "unknown target 'GPU'" in r.output

@@ -1,0 +1,183 @@
+"""The critical-path graph as arrays, and its longest path.
+
+Nodes are points in time: the start and the end of an event (``node_event`` is the
+event's row in its :class:`~.events.RankEvents`, ``node_rank`` its rank). Edges carry a
+kind (``EDGE_KINDS``), a weight in ns and the event the edge's time belongs to
+(``attr``, -1 none). Edges are kept in the order they were added; adding an edge that
+exists keeps its place and takes the new kind / weight / event (as a networkx
+``DiGraph`` would), so the longest path breaks ties the way HTA's does (networkx's
+``dag_longest_path`` over ``topological_sort``: first best predecessor in insertion
+order, the first farthest node in topological order).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numba import njit
+
+# edge kinds (HTA's CPEdgeType, plus the job's cross-rank edges)
+OPERATOR, DEPENDENCY, LAUNCH, KERNEL_KERNEL, SYNC, COLLECTIVE = range(6)
+EDGE_KINDS = ("operator_kernel", "dependency", "kernel_launch_delay", "kernel_kernel_delay",
+              "sync_dependency", "collective")
+
+
+@dataclass
+class EdgeList:
+    """Edges as they are added: parallel lists, appended in blocks of arrays."""
+
+    parts: list[tuple[np.ndarray, ...]] = field(default_factory=list)
+
+    def add(self, src, dst, kind, weight, attr) -> None:
+        src = np.atleast_1d(np.asarray(src, np.int64))
+        n = src.size
+        if n == 0:
+            return
+        self.parts.append((src, np.broadcast_to(np.asarray(dst, np.int64), n).copy(),
+                           np.broadcast_to(np.asarray(kind, np.int8), n).copy(),
+                           np.broadcast_to(np.asarray(weight, np.int64), n).copy(),
+                           np.broadcast_to(np.asarray(attr, np.int64), n).copy()))
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        if not self.parts:
+            e = np.empty(0, np.int64)
+            return e, e, e.astype(np.int8), e, e
+        return tuple(np.concatenate(c) for c in zip(*self.parts))
+
+
+@dataclass
+class Graph:
+    """Nodes (start / end points of events) and deduplicated edges in insertion order."""
+
+    node_ts: np.ndarray
+    node_event: np.ndarray
+    node_start: np.ndarray
+    node_rank: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    kind: np.ndarray
+    weight: np.ndarray
+    attr: np.ndarray
+
+    @classmethod
+    def build(cls, node_ts, node_event, node_start, node_rank, edges: EdgeList) -> Graph:
+        src, dst, kind, weight, attr = edges.arrays()
+        keep, last = dedup(src, dst, node_ts.size)
+        return cls(node_ts, node_event, node_start, node_rank, src[keep], dst[keep],
+                   kind[last], weight[last], attr[last])
+
+    @property
+    def n_nodes(self) -> int:
+        return self.node_ts.size
+
+
+def dedup(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(first occurrence of each distinct edge, in insertion order; its last occurrence)."""
+    key = src * np.int64(n) + dst
+    _, first = np.unique(key, return_index=True)
+    _, rlast = np.unique(key[::-1], return_index=True)
+    last = key.size - 1 - rlast
+    order = np.argsort(first, kind="stable")
+    return first[order], last[order]
+
+
+@njit(cache=True)
+def _longest(n, src, dst, weight):
+    """networkx's dag_longest_path over its topological_sort (see the module doc) on the
+    nodes that have an edge; returns (path nodes, ok); ok False on a cycle."""
+    m = src.size
+    seen = np.zeros(n, np.bool_)
+    gorder = np.empty(n, np.int64)
+    g = 0
+    for e in range(m):
+        for v in (src[e], dst[e]):
+            if not seen[v]:
+                seen[v] = True
+                gorder[g] = v
+                g += 1
+    # successors / predecessors in insertion order (CSR)
+    so = np.argsort(src, kind="mergesort")
+    po = np.argsort(dst, kind="mergesort")
+    sstart = np.zeros(n + 1, np.int64)
+    pstart = np.zeros(n + 1, np.int64)
+    for e in range(m):
+        sstart[src[e] + 1] += 1
+        pstart[dst[e] + 1] += 1
+    for v in range(n):
+        sstart[v + 1] += sstart[v]
+        pstart[v + 1] += pstart[v]
+    indeg = pstart[1:] - pstart[:-1]
+    queue = np.empty(g, np.int64)
+    qh = 0
+    qt = 0
+    for k in range(g):
+        v = gorder[k]
+        if indeg[v] == 0:
+            queue[qt] = v
+            qt += 1
+    left = indeg.copy()
+    while qh < qt:
+        v = queue[qh]
+        qh += 1
+        for k in range(sstart[v], sstart[v + 1]):
+            c = dst[so[k]]
+            left[c] -= 1
+            if left[c] == 0:
+                queue[qt] = c
+                qt += 1
+    if qt < g:
+        return np.empty(0, np.int64), False
+    dist = np.zeros(n, np.int64)
+    prev = np.full(n, -1, np.int64)
+    best_v = -1
+    best = np.int64(0)
+    for k in range(g):
+        v = queue[k]
+        d = np.int64(0)
+        p = v
+        first = True
+        for j in range(pstart[v], pstart[v + 1]):
+            e = po[j]
+            cand = dist[src[e]] + weight[e]
+            if first or cand > d:
+                d = cand
+                p = src[e]
+                first = False
+        if d < 0:
+            d = 0
+            p = v
+        dist[v] = d
+        prev[v] = p
+        if best_v < 0 or d > best:
+            best = d
+            best_v = v
+    path = []
+    v = best_v
+    while True:
+        path.append(v)
+        if prev[v] == v:
+            break
+        v = prev[v]
+    out = np.empty(len(path), np.int64)
+    for k in range(len(path)):
+        out[k] = path[len(path) - 1 - k]
+    return out, True
+
+
+def longest_path(graph: Graph, weight: np.ndarray | None = None) -> tuple[np.ndarray, bool]:
+    """Node ids of the longest path (``weight`` per edge, default the graph's with
+    negative weights as 0) and whether the graph was acyclic."""
+    w = np.maximum(graph.weight if weight is None else weight, 0)
+    if graph.src.size == 0:
+        return np.empty(0, np.int64), True
+    return _longest(graph.n_nodes, graph.src, graph.dst, w)
+
+
+def path_edges(graph: Graph, nodes: np.ndarray) -> np.ndarray:
+    """Edge ids along a path of node ids."""
+    if nodes.size < 2:
+        return np.empty(0, np.int64)
+    key = graph.src * np.int64(graph.n_nodes) + graph.dst
+    order = np.argsort(key)
+    want = nodes[:-1] * np.int64(graph.n_nodes) + nodes[1:]
+    return order[np.searchsorted(key[order], want)]

@@ -1,0 +1,212 @@
+"""``traceviz critical-path``: what bounds an iteration (:mod:`traceviz.analysis.critical_path`).
+
+One rank (a trace, a table, or ``--rank`` of a job): HTA's graph and longest path over
+one annotation instance, summarised by HTA's ``bound_by``. A job: every rank's graph
+joined through the collectives on synced clocks, the path back from the iteration's end,
+its time by category, rank and phase, and ``--what-if`` re-timings. Both write the
+path's table, the summaries and a figure of the path over the ranks' timelines."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from ..analysis.calls import rank_calls
+from ..analysis.clocks import offsets_from_calls
+from ..analysis.critical_path import job as J
+from ..analysis.critical_path import rank_graph as R
+from ..analysis.critical_path.events import rank_events
+from ..analysis.critical_path.graph import longest_path, path_edges
+from ..analysis.critical_path.summary import BOUND_BY, bound_by, breakdown
+from ..analysis.critical_path.tables import (
+    by,
+    job_path_table,
+    parts,
+    phases_of,
+    rank_path_table,
+)
+from ..errors import TraceVizError, UsageError
+from ..ingest.outputs import cpu_path
+from ..ingest.tables import gpu_and_cpu, input_files, tables_folder
+from ..render.critical_path_figure import draw
+from ..render.figures import Figure
+from ..table.io import read_table
+from ..table.schema import metadata
+from .result import Result
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.3f} ms"
+
+
+def _window_args(iteration: int | None, annotation: str | None, instance: int
+                 ) -> tuple[str, int]:
+    if iteration is not None:
+        if annotation:
+            raise UsageError("give --iteration or --annotation, not both")
+        return f"{R.DEFAULT_ANNOTATION}#{iteration}", 0
+    return (R.DEFAULT_ANNOTATION if annotation is None else annotation), instance
+
+
+def _is_one_rank(path: Path, rank: int | None) -> bool:
+    return rank is not None or path.is_file() or len(input_files([path])) == 1
+
+
+def run(path: str | os.PathLike, *, iteration: int | None = None,
+        annotation: str | None = None, instance: int = 0, rank: int | None = None,
+        hta_compat: bool = False, what_if: tuple[str, ...] = (),
+        clock_sync: bool = True) -> Result:
+    """The critical path of one rank or of a job (see the module doc)."""
+    path = Path(path)
+    ann, inst = _window_args(iteration, annotation, instance)
+    if _is_one_rank(path, rank):
+        gpu, cpu = gpu_and_cpu(path, rank)
+        if cpu is None:
+            raise UsageError(f"{path}: no CPU table next to this table; pass the trace, or "
+                             "parse it with --cpu")
+        return _one_rank(gpu, cpu, ann, inst, hta_compat, list(what_if))
+    if hta_compat:
+        raise UsageError("--hta-compat is for one rank (HTA analyses one rank); add --rank N")
+    folder = tables_folder(path, cpu=True)
+    return _job(folder, ann, inst, list(what_if), clock_sync)
+
+
+def _one_rank(gpu: pa.Table, cpu: pa.Table, ann: str, inst: int, hta_compat: bool,
+              what_if: list[str]) -> Result:
+    ev = rank_events(gpu, cpu, hta_compat=hta_compat)
+    w = R.window(ev, ann, inst)
+    rg = R.build(ev, w)
+    nodes, ok = longest_path(rg.graph)
+    if not ok:
+        raise TraceVizError("the graph of this window has a cycle (the trace's nesting "
+                            "contradicts itself); no critical path")
+    edges = path_edges(rg.graph, nodes)
+    labels = bound_by(rg.graph, ev, edges)
+    b = breakdown(rg.graph.weight[edges], labels)
+    table = rank_path_table(rg, edges, labels, phases_of(gpu))
+    summary = pa.table({"bound_by": list(BOUND_BY), "ns": b.ns,
+                        "pct": pa.array(b.pct if b.pct is not None else [None] * len(b.ns),
+                                        pa.float64())})
+    what = w.names[0] if len(w.names) == 1 else f"{ann} instances {w.instances}"
+    lines = [f"critical path of rank {ev.rank}, {what} ({'HTA µs' if hta_compat else 'ns'}): "
+             f"{nodes.size} nodes, {_ms(b.total_ns)}"]
+    lines += [f"  {k:28s} {b.pct[i]:7.3f} %  {_ms(b.ns[i])}" for i, k in enumerate(BOUND_BY)
+              if b.pct is not None and b.ns[i] > 0]
+    result = Result(tables={"critical_path": table}, csv={"critical_path_summary.csv": summary},
+                    lines=lines, data={"nodes": int(nodes.size), "total_ns": b.total_ns,
+                                       "bound_by": b.as_dict()})
+    if not ev.is_named(*R.BLOCKING_CALLS).any() and not (ev.cls == 6).any():
+        result.notes.append("the trace has no cuda_sync events: synchronisation edges are "
+                            "missing (profile with a recent PyTorch)")
+    if what_if:
+        jg = J.join([rg], [J.kernel_info(gpu, ev.rank)], {})
+        _what_if(result, jg, what_if, J.measure(jg, jg.own))
+    result.figures["critical_path.png"] = Figure(draw, _segments(rg.graph, edges, [rg]),
+                                                 lines[0])
+    return result
+
+
+def _load(folder: Path) -> list[tuple[pa.Table, pa.Table]]:
+    out = []
+    for p in sorted(folder.glob("*.parquet")):
+        if p.name.endswith(".cpu.parquet"):
+            continue
+        sibling = Path(cpu_path(str(p)))
+        if not sibling.exists():
+            raise TraceVizError(f"{p}: no CPU table next to it; parse the job again "
+                                "(traceviz critical-path parses the traces with --cpu)")
+        out.append((read_table(p), read_table(sibling)))
+    return out
+
+
+def _job(folder: Path, ann: str, inst: int, what_if: list[str], clock_sync: bool) -> Result:
+    tables = _load(folder)
+    notes: list[str] = []
+    ranks, infos, phases = [], [], []
+    for gpu, cpu in tables:
+        r = int(metadata(gpu).get("rank", -1))
+        ev = rank_events(gpu, cpu)
+        try:
+            w = R.window(ev, ann, inst)
+        except TraceVizError as e:
+            notes.append(f"rank {r} left out: {e}")
+            continue
+        ranks.append(R.build(ev, w))
+        infos.append(J.kernel_info(gpu, r))
+        phases.append(phases_of(gpu))
+    if not ranks:
+        raise TraceVizError(f"{folder}: no rank has the window {ann!r} instance {inst}")
+    offsets: dict[int, int] = {}
+    if clock_sync and len(ranks) > 1:
+        calls = [rank_calls(gpu, int(metadata(gpu).get("rank", -1))) for gpu, _ in tables]
+        offsets, _ = offsets_from_calls(calls, notes)
+    elif len(ranks) > 1:
+        notes.append("clocks not synced (--no-clock-sync): each rank's own clock")
+    jg = J.join(ranks, infos, offsets)
+    notes += jg.notes
+    t = J.measure(jg, jg.own)
+    edges = J.path(jg, t)
+    own, wait = J.path_times(jg, t, edges, jg.own)
+    span = int(own.sum() + wait.sum())
+    cat, ns = parts(jg, edges, own, wait)
+    from ..analysis.critical_path.job import CATEGORIES
+
+    g = jg.graph
+    path_ranks = g.node_rank[g.dst[edges]]
+    table = job_path_table(jg, edges, own, wait, J.slack(jg, t, jg.own), phases)
+    by_cat = by([CATEGORIES[c] for c in cat.tolist()], ns, "category", span)
+    by_rank = by(np.concatenate([path_ranks, path_ranks]).tolist(), ns, "rank", span)
+    ph = table["phase"].to_pylist()
+    by_phase = by([p or "none" for p in ph + ph], ns, "phase", span)
+    hops = [int(path_ranks[0])] if edges.size else []
+    for r in path_ranks.tolist():
+        if r != hops[-1]:
+            hops.append(r)
+    lines = [f"critical path of {ann} instance {inst} across {len(ranks)} ranks "
+             f"({'clocks synced' if offsets else 'own clocks'}): {_ms(span)}, "
+             f"{edges.size} edges, through rank(s) "
+             f"{' -> '.join(map(str, hops[:12]))}{' ...' if len(hops) > 12 else ''}"]
+    lines += [f"  {r['category']:24s} {r['pct']:7.3f} %  {_ms(r['ns'])}"
+              for r in by_cat.to_pylist()]
+    result = Result(tables={"critical_path": table, "critical_path_by_category": by_cat,
+                            "critical_path_by_rank": by_rank,
+                            "critical_path_by_phase": by_phase},
+                    lines=lines, notes=notes,
+                    data={"span_ns": span, "hops": hops, "edges": int(edges.size),
+                          "by_rank": dict(zip(by_rank["rank"].to_pylist(),
+                                              by_rank["ns"].to_pylist()))})
+    if what_if:
+        _what_if(result, jg, what_if, t)
+    result.figures["critical_path.png"] = Figure(draw, _segments(g, edges, ranks), lines[0])
+    return result
+
+
+def _what_if(result: Result, jg: J.JobGraph, specs: list[str], measured: J.Timing) -> None:
+    """Re-time the job with each spec alone and with all together; a table and lines."""
+    base = J.retime(jg, measured, jg.own)
+    t0 = int(base.ts.max() - base.ts.min())
+    rows = []
+    for label, chosen in [(s, [s]) for s in specs] + ([("all together", specs)]
+                                                      if len(specs) > 1 else []):
+        scale, _ = J.what_if_scale(jg, chosen)
+        own = np.round(jg.own * scale).astype(np.int64)
+        t = J.retime(jg, measured, own)
+        new = int(t.ts.max() - t.ts.min())
+        edges = J.path(jg, t)
+        ranks = sorted(set(jg.graph.node_rank[jg.graph.dst[edges]].tolist()))
+        rows.append({"what_if": label, "iteration_ns": new, "baseline_ns": t0,
+                     "change_pct": 100.0 * (new - t0) / t0 if t0 else None,
+                     "path_ranks": ",".join(map(str, ranks[:64]))})
+        result.lines.append(f"what-if {label}: {_ms(t0)} -> {_ms(new)} "
+                            f"({rows[-1]['change_pct']:+.2f} %)")
+    result.tables["critical_path_what_if"] = pa.Table.from_pylist(rows)
+
+
+def _segments(graph, edges: np.ndarray, ranks) -> dict:
+    """What the figure draws: per path edge its rank row, start, end and kind."""
+    return {"rank": graph.node_rank[graph.dst[edges]],
+            "from_rank": graph.node_rank[graph.src[edges]],
+            "start": graph.node_ts[graph.src[edges]], "end": graph.node_ts[graph.dst[edges]],
+            "kind": graph.kind[edges], "ranks": sorted({int(rg.events.rank) for rg in ranks})}
