@@ -153,3 +153,32 @@ def test_retime_with_unit_factors_reproduces_the_measured_times(slow_job):
 def test_bad_what_if_is_a_usage_error(slow_job):
     r = CliRunner().invoke(main, ["critical-path", str(slow_job), "--what-if", "GPU=2"])
     assert r.exit_code == 2 and "unknown target 'GPU'" in r.output
+
+
+def test_perfetto_tracks_mark_the_path(slow_job, tmp_path):
+    import gzip
+    import json
+
+    from traceviz.render.perfetto import PATH_PID
+
+    out = tmp_path / "cp"
+    r = CliRunner().invoke(main, ["critical-path", str(slow_job), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    path = pq.read_table(out / "critical_path.parquet").to_pydict()
+    events = json.load(gzip.open(out / "critical_path_trace.json.gz"))["traceEvents"]
+    mine = [e for e in events if e.get("pid") == PATH_PID]
+    slices = [e for e in mine if e["ph"] == "X"]
+    assert len(slices) == len(path["step"])
+    # each slice sits on its rank's thread, at the edge's time (µs, 3 decimals)
+    for e, rank, start in zip(slices, path["rank"], path["from_ns"]):
+        assert e["tid"] == rank + 1 and round(e["ts"] * 1000) == start
+    jumps = sum(a != b for a, b in zip(path["rank"], path["from_rank"]))
+    assert jumps > 0
+    assert sum(e["ph"] == "s" for e in mine) == sum(e["ph"] == "f" for e in mine) == jumps
+    # the ranks' own tracks are in the same file (the job's export)
+    assert any(e.get("name") == "process_name" and "traceviz rank" in e["args"]["name"]
+               for e in events)
+    # running again over the same output folder finds the same tables (the export in
+    # traceviz-out is not taken for a rank's trace)
+    again = CliRunner().invoke(main, ["critical-path", str(slow_job), "-o", str(out)])
+    assert again.exit_code == 0, again.output

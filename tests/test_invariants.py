@@ -5,6 +5,7 @@ most 100 %, one row per (rank, iteration), unknown values null (never 0), no cla
 synced clocks without a collective that links the ranks."""
 from __future__ import annotations
 
+import csv
 import gzip
 import json
 import math
@@ -107,6 +108,19 @@ def test_every_trace_keeps_the_invariants(path, tmp_path):
         assert (r["bytes"] is None) == (r["with_size"] == 0)  # unknown is null, never 0
     assert rep["cross_rank"] is None  # one rank: nothing to match
 
+    # the critical path (of the first ProfilerStep, else of the whole trace)
+    cp = CliRunner().invoke(main, ["critical-path", str(path), "-o", str(tmp_path / "cp")])
+    if "no annotation named like 'ProfilerStep'" in cp.output:
+        cp = CliRunner().invoke(main, ["critical-path", str(path), "--annotation", "",
+                                       "-o", str(tmp_path / "cp")])
+    assert "Traceback" not in cp.output and "internal error" not in cp.output, cp.output
+    assert cp.exit_code in (0, 1), cp.output
+    if cp.exit_code == 0:
+        with (tmp_path / "cp" / "critical_path_summary.csv").open() as f:
+            shares = [float(r["pct"]) for r in csv.DictReader(f) if r["pct"]]
+        assert all(_pct_ok(p) for p in shares)
+        assert not shares or sum(shares) == pytest.approx(100)
+
     # the trace against itself: nothing changed
     same = CliRunner().invoke(main, ["diff", str(path), str(path), "-o", str(tmp_path / "d")])
     assert "Traceback" not in same.output and "internal error" not in same.output
@@ -131,6 +145,7 @@ def test_every_command_on_every_job(job, tmp_path):
                                                               tmp_path / "pp"],
                  ["report", out_dir(root), "--json", "-o", tmp_path / "r.json"],
                  ["export", out_dir(root), "-o", tmp_path / "job.json.gz"],
+                 ["critical-path", root, "-o", tmp_path / "cp"],
                  ["html", root, "-o", tmp_path / "job.html"]):
         result = runner.invoke(main, [str(a) for a in args])
         outputs[args[0]] = result

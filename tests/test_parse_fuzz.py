@@ -104,10 +104,11 @@ def test_random_traces_match_reference(data, chunk):
         for f in ("cat", "name", "ts", "dur", "correlation", "external_id", "launch_ts",
                   "cpu_op", "iteration", "kind"):
             assert got[f][i] == exp[f], (f, idx)
-    # CPU-side table: every other complete event, with exact names and times
+    # CPU-side table: every other complete event, and the device's sync events (what a
+    # synchronisation waited on, for the critical path), with exact names and times
     evs = doc if isinstance(doc, list) else doc["traceEvents"]
-    cpu_expected = {i: e for i, e in enumerate(evs)
-                    if complete(e) and e.get("cat") not in DEVICE_SIDE}
+    cpu_expected = {i: e for i, e in enumerate(evs) if complete(e) and (
+        e.get("cat") not in DEVICE_SIDE or e.get("cat") in ("cuda_sync", "xpu_sync"))}
     cpu = result.cpu.to_pydict()
     assert sorted(cpu["index"]) == sorted(cpu_expected)
     for i, idx in enumerate(cpu["index"]):

@@ -53,6 +53,10 @@ class _Group(click.Group):
             _fail(str(exc), 1)
         except KeyboardInterrupt:
             _fail("interrupted", 130)
+        except BrokenPipeError:  # stdout closed early (| head): the reader has what it wants
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            raise SystemExit(0) from None
         except MemoryError:
             _fail("out of memory; lower --memory-budget or use a machine with more RAM")
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
@@ -412,6 +416,7 @@ def critical_path(path, iteration, annotation, instance, rank, hta_compat, what_
                          what_if=what_if, clock_sync=clock_sync)
     outdir = outdir or command_output("critical-path", path)
     _write(result, outdir)
+    _echo_all(result.notes, err=True)
     _echo_all(result.lines)
     click.echo(f"wrote critical_path.csv, .parquet, .png and summaries to {outdir}", err=True)
 

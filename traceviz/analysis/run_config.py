@@ -1,7 +1,7 @@
 """What a report needs to know about the training run that traces do not say.
 
 Sources, later ones winning: a TorchTitan TOML config (``--config``), then command-line
-flags. Peak FLOP/s default to a table of dense BF16 tensor peaks by device name.
+flags. Peak FLOP/s default to the device's dense BF16 tensor peak (:mod:`.devices`).
 """
 from __future__ import annotations
 
@@ -9,15 +9,8 @@ import os
 from dataclasses import dataclass, field, replace
 
 from ..errors import TraceVizError
+from .devices import device_of
 
-# dense BF16/FP16 tensor-core peak, TFLOP/s, by a substring of deviceProperties' name
-# (first match wins: more specific names first)
-PEAK_TFLOPS = (
-    ("GB200", 2500.0), ("B200", 2250.0), ("H200", 989.5), ("H100 PCIe", 756.0),
-    ("H100", 989.5), ("H800", 989.5), ("A100", 312.0), ("A800", 312.0), ("L40S", 362.0),
-    ("V100", 125.0), ("MI355X", 2516.6), ("MI325X", 1307.4), ("MI300X", 1307.4),
-    ("MI250X", 383.0), ("MI250", 362.1), ("MI210", 181.0),
-)
 # parameter counts of TorchTitan model flavors (for 6 N FLOPs per token)
 MODEL_PARAMS = {
     ("llama3", "debugmodel"): 6.0e6, ("llama3", "8B"): 8.03e9, ("llama3", "70B"): 70.6e9,
@@ -34,9 +27,8 @@ def training_flops_per_token(params: float) -> float:
 
 def peak_tflops_of(device_name: str | None) -> float | None:
     """Dense BF16 peak of a device, from its deviceProperties name (None: unknown)."""
-    if not device_name:
-        return None
-    return next((p for key, p in PEAK_TFLOPS if key in device_name), None)
+    device = device_of(device_name)
+    return device.peak("bf16") if device else None
 
 
 @dataclass(frozen=True)

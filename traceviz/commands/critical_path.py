@@ -8,6 +8,7 @@ path's table, the summaries and a figure of the path over the ranks' timelines."
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from ..analysis.calls import rank_calls
 from ..analysis.clocks import offsets_from_calls
 from ..analysis.critical_path import job as J
 from ..analysis.critical_path import rank_graph as R
-from ..analysis.critical_path.events import rank_events
+from ..analysis.critical_path.events import SYNC, rank_events
 from ..analysis.critical_path.graph import longest_path, path_edges
 from ..analysis.critical_path.summary import BOUND_BY, bound_by, breakdown
 from ..analysis.critical_path.tables import (
@@ -32,9 +33,13 @@ from ..ingest.outputs import cpu_path
 from ..ingest.tables import gpu_and_cpu, input_files, tables_folder
 from ..render.critical_path_figure import draw
 from ..render.figures import Figure
+from ..render.perfetto import path_events, write_job
 from ..table.io import read_table
 from ..table.schema import metadata
+from . import export
 from .result import Result
+
+TRACE_NAME = "critical_path_trace.json.gz"  # Perfetto UI / chrome://tracing
 
 
 def _ms(ns: float) -> str:
@@ -42,12 +47,31 @@ def _ms(ns: float) -> str:
 
 
 def _window_args(iteration: int | None, annotation: str | None, instance: int
-                 ) -> tuple[str, int]:
+                 ) -> tuple[str | None, int]:
+    """(annotation, instance); annotation None: ProfilerStep, else the whole trace."""
     if iteration is not None:
         if annotation:
             raise UsageError("give --iteration or --annotation, not both")
         return f"{R.DEFAULT_ANNOTATION}#{iteration}", 0
-    return (R.DEFAULT_ANNOTATION if annotation is None else annotation), instance
+    return annotation, instance
+
+
+def _window(ev, ann: str | None, inst: int, notes: list[str]) -> R.Window:
+    """The window of ``ann`` / ``inst``; without an annotation, the ProfilerStep
+    instance, or the whole trace when it has no ProfilerStep (said in ``notes``)."""
+    if ann is None:
+        if any(R.DEFAULT_ANNOTATION in t for t in ev.names):
+            ann = R.DEFAULT_ANNOTATION
+        else:
+            if not any("whole trace" in n for n in notes):
+                notes.append("no ProfilerStep in the trace: the whole trace is analysed "
+                             "(pick a window with --annotation)")
+            ann = ""
+    return R.window(ev, ann, inst)
+
+
+def _rank_label(rank: int) -> str:
+    return f"rank {rank}" if rank >= 0 else "rank n/a"
 
 
 def _is_one_rank(path: Path, rank: int | None) -> bool:
@@ -66,17 +90,34 @@ def run(path: str | os.PathLike, *, iteration: int | None = None,
         if cpu is None:
             raise UsageError(f"{path}: no CPU table next to this table; pass the trace, or "
                              "parse it with --cpu")
-        return _one_rank(gpu, cpu, ann, inst, hta_compat, list(what_if))
+        result = _one_rank(gpu, cpu, ann, inst, hta_compat, list(what_if))
+        trace = path if path.is_file() and path.suffix != ".parquet" else None
+        result.exports[TRACE_NAME] = partial(_write_trace, trace, result.data.pop("tracks"))
+        return result
     if hta_compat:
         raise UsageError("--hta-compat is for one rank (HTA analyses one rank); add --rank N")
     folder = tables_folder(path, cpu=True)
-    return _job(folder, ann, inst, list(what_if), clock_sync)
+    result = _job(folder, ann, inst, list(what_if), clock_sync)
+    events = result.data.pop("tracks")
+    result.exports[TRACE_NAME] = lambda out: export.run(folder, out, clock_sync=clock_sync,
+                                                        extra=path_events(events))
+    return result
 
 
-def _one_rank(gpu: pa.Table, cpu: pa.Table, ann: str, inst: int, hta_compat: bool,
+def _write_trace(trace: Path | None, tracks: dict, out: Path) -> None:
+    """One rank's path as Perfetto tracks: added to a copy of its trace when there is
+    one, else on their own."""
+    if trace is not None:
+        export.run(trace, out, extra=path_events(tracks))
+    else:
+        write_job((), out, kernels=False, extra=path_events(tracks))
+
+
+def _one_rank(gpu: pa.Table, cpu: pa.Table, ann: str | None, inst: int, hta_compat: bool,
               what_if: list[str]) -> Result:
     ev = rank_events(gpu, cpu, hta_compat=hta_compat)
-    w = R.window(ev, ann, inst)
+    notes: list[str] = []
+    w = _window(ev, ann, inst, notes)
     rg = R.build(ev, w)
     nodes, ok = longest_path(rg.graph)
     if not ok:
@@ -89,21 +130,26 @@ def _one_rank(gpu: pa.Table, cpu: pa.Table, ann: str, inst: int, hta_compat: boo
     summary = pa.table({"bound_by": list(BOUND_BY), "ns": b.ns,
                         "pct": pa.array(b.pct if b.pct is not None else [None] * len(b.ns),
                                         pa.float64())})
-    what = w.names[0] if len(w.names) == 1 else f"{ann} instances {w.instances}"
-    lines = [f"critical path of rank {ev.rank}, {what} ({'HTA µs' if hta_compat else 'ns'}): "
+    what = (w.names[0] if len(w.names) == 1 else "the whole trace" if not w.annotation
+            else f"{w.annotation} instances {w.instances}")
+    lines = [f"critical path of {_rank_label(ev.rank)}, {what} "
+             f"({'HTA µs' if hta_compat else 'ns'}): "
              f"{nodes.size} nodes, {_ms(b.total_ns)}"]
     lines += [f"  {k:28s} {b.pct[i]:7.3f} %  {_ms(b.ns[i])}" for i, k in enumerate(BOUND_BY)
               if b.pct is not None and b.ns[i] > 0]
     result = Result(tables={"critical_path": table}, csv={"critical_path_summary.csv": summary},
-                    lines=lines, data={"nodes": int(nodes.size), "total_ns": b.total_ns,
-                                       "bound_by": b.as_dict()})
-    if not ev.is_named(*R.BLOCKING_CALLS).any() and not (ev.cls == 6).any():
+                    lines=lines, notes=notes,
+                    data={"nodes": int(nodes.size), "total_ns": b.total_ns,
+                          "bound_by": b.as_dict()})
+    result.data["tracks"] = _tracks(table, "bound_by", ("edge", "weight_ns", "bound_by"))
+    if not (ev.cls == SYNC).any():
         result.notes.append("the trace has no cuda_sync events: synchronisation edges are "
                             "missing (profile with a recent PyTorch)")
     if what_if:
         jg = J.join([rg], [J.kernel_info(gpu, ev.rank)], {})
         _what_if(result, jg, what_if, J.measure(jg, jg.own))
-    result.figures["critical_path.png"] = Figure(draw, _segments(rg.graph, edges, [rg]),
+    result.figures["critical_path.png"] = Figure(draw, _segments(rg.graph, edges, [rg],
+                                                                           np.array([0])),
                                                  lines[0])
     return result
 
@@ -121,7 +167,8 @@ def _load(folder: Path) -> list[tuple[pa.Table, pa.Table]]:
     return out
 
 
-def _job(folder: Path, ann: str, inst: int, what_if: list[str], clock_sync: bool) -> Result:
+def _job(folder: Path, ann: str | None, inst: int, what_if: list[str], clock_sync: bool
+         ) -> Result:
     tables = _load(folder)
     notes: list[str] = []
     ranks, infos, phases = [], [], []
@@ -129,15 +176,16 @@ def _job(folder: Path, ann: str, inst: int, what_if: list[str], clock_sync: bool
         r = int(metadata(gpu).get("rank", -1))
         ev = rank_events(gpu, cpu)
         try:
-            w = R.window(ev, ann, inst)
+            w = _window(ev, ann, inst, notes)
         except TraceVizError as e:
-            notes.append(f"rank {r} left out: {e}")
+            notes.append(f"{_rank_label(r)} left out: {e}")
             continue
         ranks.append(R.build(ev, w))
         infos.append(J.kernel_info(gpu, r))
         phases.append(phases_of(gpu))
     if not ranks:
-        raise TraceVizError(f"{folder}: no rank has the window {ann!r} instance {inst}")
+        raise TraceVizError(f"{folder}: no rank has the window {ann or 'ProfilerStep'!r} "
+                            f"instance {inst}: {notes[-1] if notes else ''}")
     offsets: dict[int, int] = {}
     if clock_sync and len(ranks) > 1:
         calls = [rank_calls(gpu, int(metadata(gpu).get("rank", -1))) for gpu, _ in tables]
@@ -164,7 +212,10 @@ def _job(folder: Path, ann: str, inst: int, what_if: list[str], clock_sync: bool
     for r in path_ranks.tolist():
         if r != hops[-1]:
             hops.append(r)
-    lines = [f"critical path of {ann} instance {inst} across {len(ranks)} ranks "
+    what = (ranks[0].window.names[0] if len(ranks[0].window.names) == 1
+            else "the whole trace" if not ranks[0].window.annotation
+            else f"{ranks[0].window.annotation} instance {inst}")
+    lines = [f"critical path of {what} across {len(ranks)} ranks "
              f"({'clocks synced' if offsets else 'own clocks'}): {_ms(span)}, "
              f"{edges.size} edges, through rank(s) "
              f"{' -> '.join(map(str, hops[:12]))}{' ...' if len(hops) > 12 else ''}"]
@@ -176,10 +227,13 @@ def _job(folder: Path, ann: str, inst: int, what_if: list[str], clock_sync: bool
                     lines=lines, notes=notes,
                     data={"span_ns": span, "hops": hops, "edges": int(edges.size),
                           "by_rank": dict(zip(by_rank["rank"].to_pylist(),
-                                              by_rank["ns"].to_pylist()))})
+                                              by_rank["ns"].to_pylist())),
+                          "tracks": _tracks(table, "category", ("edge", "own_ns", "wait_ns",
+                                                                "slack_ns", "category"))})
     if what_if:
         _what_if(result, jg, what_if, t)
-    result.figures["critical_path.png"] = Figure(draw, _segments(g, edges, ranks), lines[0])
+    result.figures["critical_path.png"] = Figure(draw, _segments(g, edges, ranks,
+                                                                          jg.node_base), lines[0])
     return result
 
 
@@ -204,9 +258,24 @@ def _what_if(result: Result, jg: J.JobGraph, specs: list[str], measured: J.Timin
     result.tables["critical_path_what_if"] = pa.Table.from_pylist(rows)
 
 
-def _segments(graph, edges: np.ndarray, ranks) -> dict:
-    """What the figure draws: per path edge its rank row, start, end and kind."""
-    return {"rank": graph.node_rank[graph.dst[edges]],
+def _tracks(table: pa.Table, label: str, args: tuple[str, ...]) -> dict:
+    """The path table as :func:`~traceviz.render.perfetto.path_events` takes it."""
+    cols = table.to_pydict()
+    ranks = cols["rank"]
+    return {"rank": ranks, "from_rank": cols.get("from_rank", ranks),
+            "start": cols["from_ns"], "end": cols["to_ns"],
+            "label": [f"{k}: {e}" if e else k for k, e in zip(cols[label], cols["event"])],
+            "args": {**{a: cols[a] for a in args}, "event": cols["event"]}}
+
+
+def _segments(graph, edges: np.ndarray, ranks, node_base: np.ndarray) -> dict:
+    """What the figure draws: per path edge its rank, whether it ends on the GPU, start,
+    end and kind."""
+    dst = graph.dst[edges]
+    k = np.searchsorted(node_base, dst, side="right") - 1
+    gpu = np.array([bool(ranks[i].events.gpu[graph.node_event[v]])
+                    for i, v in zip(k.tolist(), dst.tolist())], bool)
+    return {"gpu": gpu, "rank": graph.node_rank[graph.dst[edges]],
             "from_rank": graph.node_rank[graph.src[edges]],
             "start": graph.node_ts[graph.src[edges]], "end": graph.node_ts[graph.dst[edges]],
             "kind": graph.kind[edges], "ranks": sorted({int(rg.events.rank) for rg in ranks})}

@@ -4,6 +4,8 @@ traces are parsed once, by ``traceviz batch``, when it has no tables yet)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
+from itertools import chain
 from pathlib import Path
 
 from ..analysis.calls import COLUMNS as CALL_COLUMNS
@@ -27,10 +29,11 @@ def default_output(source: Path) -> Path:
 
 
 def run(source: str | os.PathLike, output: str | os.PathLike | None = None,
-        kernels: bool | None = None, clock_sync: bool = True
-        ) -> tuple[Path, int, list[str], list[str]]:
+        kernels: bool | None = None, clock_sync: bool = True,
+        extra: Iterable[dict] = ()) -> tuple[Path, int, list[str], list[str]]:
     """Write the export; (output path, events written, notes, the ranks left out with
-    why). ``kernels`` defaults to
+    why). ``extra``: more events (int ns on the export's clock: the trace's own for one
+    trace, the synced clock of a job). ``kernels`` defaults to
     False for one trace (its own kernels are there) and True for a job. The export
     streams to its file as it is computed (one rank in memory at a time)."""
     source = Path(source)
@@ -43,7 +46,8 @@ def run(source: str | os.PathLike, output: str | os.PathLike | None = None,
             raise TraceVizError(f"{out}: a trace's annotated copy is written gzipped; "
                                 "name it .json.gz")
         table = parse(source)
-        events = rank_events(rank_tracks(table, rank_of(table, source, 0)), bool(kernels))
+        events = chain(extra, rank_events(rank_tracks(table, rank_of(table, source, 0)),
+                                          bool(kernels)))
         src = ByteSource(source)
         try:
             return out, write_with_events(src, os.fspath(source), out, events), notes, []
@@ -60,4 +64,4 @@ def run(source: str | os.PathLike, output: str | os.PathLike | None = None,
     # second pass over the (parquet) tables: only the export's columns, one rank at a time
     tracks = (rank_tracks(load_table(paths[r], COLUMNS), r, offsets.get(r, 0))
               for r in sorted(paths))
-    return out, write_job(tracks, out, kernels is not False, matched), notes, failed
+    return out, write_job(tracks, out, kernels is not False, matched, extra), notes, failed

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,7 +16,8 @@ from ..table.io import write_csv, write_csv_and_parquet, write_text
 class Result:
     """Outputs by path relative to the output folder: ``tables`` are written as
     ``<name>.csv`` and ``<name>.parquet``, ``csv`` as CSV only, ``figures`` as PNG,
-    ``texts`` as UTF-8 text. ``lines`` go to stdout, ``notes`` to stderr; ``data`` holds
+    ``texts`` as UTF-8 text, ``exports`` by their function (``write(path)``, atomic:
+    e.g. a Perfetto trace). ``lines`` go to stdout, ``notes`` to stderr; ``data`` holds
     structured results for the Python API (e.g. the report dict); ``failed`` names the
     ranks the outputs leave out (a trace or table that could not be read), with why."""
 
@@ -23,6 +25,7 @@ class Result:
     csv: dict[str, pa.Table] = field(default_factory=dict)
     figures: dict[str, Figure] = field(default_factory=dict)
     texts: dict[str, str] = field(default_factory=dict)
+    exports: dict[str, Callable[[Path], object]] = field(default_factory=dict)
     lines: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     data: dict = field(default_factory=dict)
@@ -40,6 +43,9 @@ def write(result: Result, outdir: str | os.PathLike) -> list[Path]:
         written.append(write_csv(table, out / name))
     for name, text in result.texts.items():
         written.append(write_text(text, out / name))
+    for name, export in result.exports.items():
+        export(out / name)
+        written.append(out / name)
     written += save_all(result.figures, out,
                         lambda items, n: progress(items, "figures", total=n))
     return written

@@ -16,6 +16,12 @@ SUFFIXES = (".json.gz", ".json.zst", ".json.zstd", ".json", ".gz", ".zst", ".zst
 _PROFILER_FOLDER = re.compile(r"^(iteration_\d+|torch_profile|profile_trace|traces?)$")
 
 
+def inside_output(path: Path) -> bool:
+    """Whether ``path`` is in a job's folder under ``traceviz-out`` (traceviz's own
+    outputs)."""
+    return _inside(Path(path).absolute()) is not None
+
+
 def _inside(path: Path) -> int | None:
     """Index of the ``traceviz-out`` part of ``path`` followed by a job, else None."""
     parts = path.parts

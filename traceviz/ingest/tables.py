@@ -75,12 +75,15 @@ def ensure_tables(root: str | os.PathLike, outdir: str | os.PathLike | None = No
     """
     from . import batch
     from .discover import find_traces, no_traces_message
+    from .outputs import inside_output
 
     root = Path(root)
     if not root.exists():
         raise TraceVizError(f"{root}: no such file or folder")
     if root.is_file() and root.suffix == ".parquet":
         folders = [root.parent]
+    elif root.is_dir() and inside_output(root) and (folders := table_folders(root)):
+        pass  # traceviz's own output folder: its tables (its .json.gz files are exports)
     elif traces := find_traces(root):
         out = batch.output_root(root, outdir)
         if quiet is None:

@@ -13,7 +13,9 @@ per rank, one extra process ``traceviz rank R`` with
   memset, named and labelled (kind, phase, micro-batch, group);
 
 and, in a job's export, flow arrows through the members of every collective matched
-across ranks, in arrival order (the last arrow ends at the straggler). Also the counter
+across ranks, in arrival order (the last arrow ends at the straggler). The critical path
+(:func:`path_events`) is a process ``traceviz critical path`` with a thread per rank it
+visits, a slice per path edge and flow arrows where it jumps between ranks. Also the counter
 tracks of :mod:`traceviz.analysis.counters`. ``ts`` is int ns in the events here;
 :func:`.trace_copy.event_json` prints exact µs.
 """
@@ -172,10 +174,11 @@ def counter_events(tracks: CounterTracks) -> Iterator[dict]:
 
 
 def write_job(ranks: Iterable[RankTracks], output: str | os.PathLike,
-              kernels: bool = True, matched: Matched | None = None) -> int:
+              kernels: bool = True, matched: Matched | None = None,
+              extra: Iterable[dict] = ()) -> int:
     """One Chrome trace (gzip when ``output`` ends in .gz) of every rank's tracks, times
-    as given (one clock), with the flows of ``matched`` (its calls on the same clock);
-    the number of events written."""
+    as given (one clock), with the flows of ``matched`` (its calls on the same clock)
+    and the ``extra`` events; the number of events written."""
     count = 0
     slices: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     with atomic_path(Path(output)) as tmp:
@@ -198,5 +201,35 @@ def write_job(ranks: Iterable[RankTracks], output: str | os.PathLike,
                 emit(rank_events(tracks, kernels, tids))
             if matched is not None:
                 emit(flow_events(matched, slices))
+            emit(extra)
             out.write(b"\n]}\n")
     return count
+
+
+PATH_PID = PID_BASE - 1
+
+
+def path_events(path: dict) -> Iterator[dict]:
+    """The critical path as tracks: ``path`` has per edge ``rank``, ``from_rank``,
+    ``start`` / ``end`` (int ns on the export's clock) and ``label`` (slice name), and
+    ``args`` (a dict of per-edge lists for the slices' args). One thread per rank the
+    path visits; a jump to another rank is a flow arrow."""
+    yield {"ph": "M", "name": "process_name", "pid": PATH_PID, "tid": 0, "ts": 0,
+           "args": {"name": "traceviz critical path"}}
+    yield {"ph": "M", "name": "process_sort_index", "pid": PATH_PID, "tid": 0, "ts": 0,
+           "args": {"sort_index": -1}}
+    ranks = [int(r) for r in path["rank"]]
+    from_ranks = [int(r) for r in path["from_rank"]]
+    for r in sorted(set(ranks) | set(from_ranks)):
+        yield from _thread(PATH_PID, r + 1, f"path on rank {r}", r)
+    keys = list(path["args"])
+    for i, (r, f) in enumerate(zip(ranks, from_ranks)):
+        start, end = int(path["start"][i]), int(path["end"][i])
+        args = {k: path["args"][k][i] for k in keys}
+        yield {"ph": "X", "name": path["label"][i], "pid": PATH_PID, "tid": r + 1,
+               "ts": start, "dur": max(end - start, 0), "args": args}
+        if f != r:
+            yield {"ph": "s", "name": "critical path", "cat": "critical_path", "id": i,
+                   "pid": PATH_PID, "tid": f + 1, "ts": start}
+            yield {"ph": "f", "bp": "e", "name": "critical path", "cat": "critical_path",
+                   "id": i, "pid": PATH_PID, "tid": r + 1, "ts": start}
