@@ -182,3 +182,19 @@ def test_perfetto_tracks_mark_the_path(slow_job, tmp_path):
     # traceviz-out is not taken for a rank's trace)
     again = CliRunner().invoke(main, ["critical-path", str(slow_job), "-o", str(out)])
     assert again.exit_code == 0, again.output
+
+
+def test_pipeline_pairs_are_joined_through_their_nccl_ranges(tmp_path):
+    """pp 4: the PP group has four ranks, so a send / receive's peer comes from the
+    'nccl:send A->B' / 'nccl:recv A<-B' range around it; the path then walks the stages
+    and the slow stage holds most of it."""
+    synthesize(SynthConfig(tp=1, pp=4, dp=1, microbatches=4, layers=4, seed=1,
+                           straggler_rank=2, straggler_factor=1.5), tmp_path / "job")
+    result = command.run(tmp_path / "job" / "iteration_10")
+    assert not any("could not be paired" in n for n in result.notes), result.notes
+    assert set(result.data["hops"]) == {0, 1, 2, 3}
+    by_rank = result.data["by_rank"]
+    assert max(by_rank, key=by_rank.get) == 2
+    cats = {r["category"]: r["ns"] for r in
+            result.tables["critical_path_by_category"].to_pylist()}
+    assert cats["comm: PP"] > 0

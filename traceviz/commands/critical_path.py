@@ -181,7 +181,9 @@ def _job(folder: Path, ann: str | None, inst: int, what_if: list[str], clock_syn
             notes.append(f"{_rank_label(r)} left out: {e}")
             continue
         ranks.append(R.build(ev, w))
-        infos.append(J.kernel_info(gpu, r))
+        info = J.kernel_info(gpu, r)
+        J.annotated_peers(ev, info)
+        infos.append(info)
         phases.append(phases_of(gpu))
     if not ranks:
         raise TraceVizError(f"{folder}: no rank has the window {ann or 'ProfilerStep'!r} "

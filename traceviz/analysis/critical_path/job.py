@@ -40,7 +40,7 @@ from numba import njit
 
 from ...errors import UsageError
 from ...table.schema import GROUPS
-from .events import ACTIVITY
+from .events import ACTIVITY, RankEvents
 from .graph import (
     COLLECTIVE,
     KERNEL_KERNEL,
@@ -72,6 +72,8 @@ class KernelInfo:
     p2p: np.ndarray         # bool
     peer: np.ndarray        # -1 unknown
     name: list[str]
+    members: dict[int, list[int]] = field(default_factory=dict)  # P2P rows, peer unknown
+
 
 
 @dataclass
@@ -560,6 +562,7 @@ def kernel_info(table, rank: int) -> KernelInfo:
     peer = np.where((src >= 0) & (src != rank), src, np.where((dst >= 0) & (dst != rank),
                                                               dst, -1))
     need = np.flatnonzero(p2p & (peer < 0))
+    known: dict[int, list[int]] = {}
     listed = table["group_ranks"].take(need).to_pylist() \
         if need.size and "group_ranks" in table.column_names else []
     for i, got in zip(need.tolist(), listed):
@@ -568,6 +571,37 @@ def kernel_info(table, rank: int) -> KernelInfo:
         others = [m for m in members if m != rank]
         if len(members) == 2 and len(others) == 1:
             peer[i] = others[0]
+        else:
+            known[i] = members
     return KernelInfo(kind=np.asarray(kind, np.int64), group=np.asarray(group, np.int64),
                       pg=texts("pg_name"), seq=col("seq"), p2p=p2p, peer=peer,
-                      name=texts("name"))
+                      name=texts("name"), members=known)
+
+
+P2P_TITLE = re.compile(r"^nccl:(send|recv) (\d+)(?:->|<-)(\d+)$")
+
+
+def annotated_peers(ev: RankEvents, info: KernelInfo) -> None:
+    """Fill the unknown peers of P2P kernels from the ``nccl:send A->B`` / ``nccl:recv
+    A<-B`` range PyTorch records around the call (group-local ranks, mapped through the
+    group's ranks)."""
+    rows = np.flatnonzero((ev.cls == ACTIVITY) & (ev.link >= 0))
+    rows = rows[np.isin(ev.table_row[rows], list(info.members))]
+    if not rows.size:
+        return
+    title = np.array([bool(P2P_TITLE.match(t)) for t in ev.names] + [False])
+    ann = np.flatnonzero(title[ev.name] & ~ev.gpu)
+    if not ann.size:
+        return
+    ann = ann[np.lexsort((ev.ts[ann], ev.tid[ann]))]
+    launch = ev.link[rows]
+    for r, call in zip(rows.tolist(), launch.tolist()):
+        same = ann[ev.tid[ann] == ev.tid[call]]
+        at = np.searchsorted(ev.ts[same], ev.ts[call], side="right") - 1
+        if at < 0 or ev.end[same[at]] < ev.ts[call]:
+            continue
+        m = P2P_TITLE.match(ev.names[ev.name[same[at]]])
+        members = info.members[int(ev.table_row[r])]
+        local = int(m[3])
+        if local < len(members):
+            info.peer[int(ev.table_row[r])] = members[local]
