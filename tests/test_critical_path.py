@@ -14,8 +14,8 @@ from helpers import REFERENCE, shared
 
 from traceviz.analysis.critical_path import job as J
 from traceviz.analysis.critical_path import rank_graph as R
-from traceviz.analysis.critical_path.events import rank_events
 from traceviz.analysis.critical_path.graph import longest_path
+from traceviz.analysis.host_device import rank_events
 from traceviz.cli import main
 from traceviz.commands import critical_path as command
 from traceviz.ingest.build import parse_trace

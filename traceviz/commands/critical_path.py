@@ -18,7 +18,6 @@ from ..analysis.calls import rank_calls
 from ..analysis.clocks import offsets_from_calls
 from ..analysis.critical_path import job as J
 from ..analysis.critical_path import rank_graph as R
-from ..analysis.critical_path.events import SYNC, rank_events
 from ..analysis.critical_path.graph import longest_path, path_edges
 from ..analysis.critical_path.summary import BOUND_BY, bound_by, breakdown
 from ..analysis.critical_path.tables import (
@@ -28,6 +27,7 @@ from ..analysis.critical_path.tables import (
     phases_of,
     rank_path_table,
 )
+from ..analysis.host_device import SYNC, rank_events
 from ..errors import TraceVizError, UsageError
 from ..ingest.outputs import cpu_path
 from ..ingest.tables import gpu_and_cpu, input_files, tables_folder

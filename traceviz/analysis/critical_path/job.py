@@ -39,8 +39,9 @@ import numpy as np
 from numba import njit
 
 from ...errors import UsageError
-from ...table.schema import GROUPS
-from .events import ACTIVITY, RankEvents
+from ...table.arrays import codes_of, index_in, ints
+from ...table.schema import COLLECTIVES, GROUPS, KINDS
+from ..host_device import ACTIVITY, RankEvents
 from .graph import (
     COLLECTIVE,
     KERNEL_KERNEL,
@@ -536,9 +537,6 @@ def _slack(order, n, src, dst, ts, own, wait):
 
 def kernel_info(table, rank: int) -> KernelInfo:
     """What the join needs of a rank's GPU activity table (see :class:`KernelInfo`)."""
-    from ...table.arrays import codes_of, index_in, ints
-    from ...table.schema import COLLECTIVES, KINDS
-
     n = table.num_rows
 
     def col(name):

@@ -34,8 +34,8 @@ import numpy as np
 from numba import njit
 
 from ...errors import TraceVizError
+from ..host_device import ACTIVITY, CPU_OP, RUNTIME, SYNC, USER_ANNOT, RankEvents
 from ..queue import QUEUE_CALLS
-from .events import ACTIVITY, CPU_OP, RUNTIME, SYNC, USER_ANNOT, RankEvents
 from .graph import DEPENDENCY, KERNEL_KERNEL, LAUNCH, OPERATOR, EdgeList, Graph
 from .graph import SYNC as SYNC_EDGE
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .events import COMM_KERNEL, RankEvents
+from ..host_device import COMM_KERNEL, RankEvents
 from .graph import DEPENDENCY, KERNEL_KERNEL, LAUNCH, SYNC, Graph
 
 BOUND_BY = ("cpu_bound", "gpu_compute_bound", "gpu_communication_bound",

@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 
 from ...table.arrays import codes_of
-from .events import ACTIVITY, CPU_OP, PYTHON, RUNTIME, SYNC, USER_ANNOT
+from ..host_device import ACTIVITY, CPU_OP, PYTHON, RUNTIME, SYNC, USER_ANNOT
 from .graph import EDGE_KINDS, Graph
 from .job import CATEGORIES, WAIT, WAIT_RANK, JobGraph
 from .rank_graph import RankGraph

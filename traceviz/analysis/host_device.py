@@ -1,6 +1,7 @@
-"""One rank's events as the critical path sees them: the CPU table's rows and the GPU
-activities in one frame, in the trace's event order, with each runtime call and the
-device event it launched or waited on linked both ways (``link``).
+"""One rank's host and device events in one frame (for the critical path and the op
+model): the CPU table's rows and the GPU activities, in the trace's event order, with
+each runtime call and the device event it launched or waited on linked both ways
+(``link``).
 
 Times are int64 ns on the rank's clock; with ``hta_compat`` they are HTA's whole µs
 (start ceil, end floor, in ns). ``cls`` says what an event is (``CPU_OP`` ...); GPU-side
@@ -13,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ...table.arrays import codes_of, ints
-from ...table.schema import metadata
-from ..hta_compat import hta_round
+from ..table.arrays import codes_of, ints
+from ..table.schema import metadata
+from .hta_compat import hta_round
 
 # event classes
 (CPU_OP, USER_ANNOT, RUNTIME, PYTHON, OTHER_CPU, ACTIVITY, SYNC) = range(7)
