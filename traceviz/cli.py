@@ -376,6 +376,36 @@ def counters(traces, output, series) -> None:
         raise SystemExit(1)
 
 
+@main.command()
+@click.argument("path", type=click.Path(exists=True))
+@click.option("--rank", type=int, help="Model this one rank of a job.")
+@click.option("--peak-tflops", type=float,
+              help="Dense BF16 peak per GPU [default: the device's, from its name].")
+@click.option("-o", "--output", "outdir", help="Folder for the op tables and figures "
+              "[default: traceviz-out/<job>/ops].")
+def ops(path, rank, peak_tflops, outdir) -> None:
+    """Op-level performance model: FLOPs and bytes of every GEMM, attention, convolution
+    and elementwise / norm / softmax call from its recorded shapes (record_shapes), the
+    GPU time of the kernels it launched, achieved TFLOP/s and TB/s and % of the device's
+    peak; per op shape and phase; what was not modelled; GPU time per model module;
+    MFU from the trace's own FLOPs; a roofline.
+
+    \b
+    Examples:
+      traceviz ops rank0.json.gz
+      traceviz ops job/iteration_10 --peak-tflops 989.5
+    """
+    from .commands import ops as command
+
+    result = command.run(path, rank=rank, peak_tflops=peak_tflops)
+    outdir = outdir or command_output("ops", path)
+    _write(result, outdir)
+    _echo_all(result.notes, err=True)
+    _echo_all(result.lines)
+    click.echo(f"wrote ops_by_shape, ops_not_modelled, ops_by_module, ops_iterations "
+               f"(.csv, .parquet), ops_calls.parquet and figures to {outdir}", err=True)
+
+
 @main.command("critical-path")
 @click.argument("path", type=click.Path(exists=True))
 @click.option("--iteration", type=int, help="The ProfilerStep#N to analyse [default: the "

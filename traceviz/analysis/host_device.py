@@ -46,6 +46,7 @@ class RankEvents:
     link: np.ndarray        # row of the linked runtime call / device event, -1: none
     wait_stream: np.ndarray  # sync events: the stream / event record they wait on
     wait_corr: np.ndarray
+    seq: np.ndarray         # autograd Sequence number of a cpu_op, -1
     table_row: np.ndarray   # GPU activities: row in the GPU table; else -1
     cpu_row: np.ndarray     # CPU table rows: row there; else -1
 
@@ -100,6 +101,7 @@ def rank_events(gpu: pa.Table, cpu: pa.Table, *, hta_compat: bool = False) -> Ra
         correlation=np.concatenate([_col(cpu, "correlation"), _col(gpu, "correlation")]),
         wait_stream=np.concatenate([_col(cpu, "wait_on_stream"), np.full(ng, -1)]),
         wait_corr=np.concatenate([_col(cpu, "wait_on_event_correlation"), np.full(ng, -1)]),
+        seq=np.concatenate([_col(cpu, "seq_number"), np.full(ng, -1)]),
         table_row=np.concatenate([np.full(nc, -1), np.arange(ng)]),
         cpu_row=np.concatenate([np.arange(nc), np.full(ng, -1)]),
     )

@@ -42,8 +42,11 @@ class SynthConfig:
     truncate_rank: int | None = None  # write this rank's trace cut in the middle
     size_multiplier: int = 1          # repeat each layer's kernels to grow the traces
     first_iteration: int = 10
-    # GPU time per layer and micro-batch (µs) and link speeds
+    # GPU time per layer and micro-batch (µs) of the kernels without a FLOP model
+    # (norms, activations, ...), the GEMM / attention efficiency (their time is their
+    # FLOPs at this share of the device's BF16 peak) and link speeds
     fwd_compute_us: float = 900.0
+    matmul_efficiency: float = 0.6
     bwd_factor: float = 2.0
     jitter: float = 0.03               # relative per-rank variation of compute kernels
     straggler_rank: int | None = None  # this rank's compute runs slower

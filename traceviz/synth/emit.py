@@ -247,21 +247,34 @@ def _launching_ops(w: RankWriter, item: Item, tl, idx, forward_op_ts, members_of
         w.cpu_op("record_param_comms", i0 + 1.0, l1 + 1.5, th, **comm_args_now())
         w.cpu_op(note, i0 + 3.0, l1 + 1.0, th, cat="user_annotation")
         return w.ext
+    shapes = {}
+    if item.shapes:  # record_shapes on the op that launches the kernel
+        shapes = dict(zip(("Input Dims", "Input type", "Concrete Inputs"),
+                          map(json.loads, item.shapes)))
     if th == "bwd" and item.op in BACKWARD_NODES:
         node, inner = BACKWARD_NODES[item.op]
         w.cpu_op(f"autograd::engine::evaluate_function: {node}", i0, l1 + 1.5, th,
                  **{"Sequence number": item.seq_op, "Fwd thread id": 1})
         w.cpu_op(node, i0 + 0.5, l1 + 1.2, th,
                  **{"Sequence number": item.seq_op, "Fwd thread id": 1})
-        w.cpu_op(inner, i0 + 1.5, l1 + 0.5, th)
+        w.cpu_op(inner, i0 + 1.5, l1 + 0.5, th, **shapes)
         return w.ext
     outer, inner = FORWARD_OPS[item.op]
     t = w.cpu_op(outer, i0, l1 + 1.5, th, **{"Sequence number": item.seq_op,
                                             "Fwd thread id": 0})
     if th == "main" and item.seq_op >= 0:  # a forward op (of the graph backward runs)
         forward_op_ts.setdefault(item.seq_op, t)
-    w.cpu_op(inner, i0 + 1.5, l1 + 0.5, th)
+    w.cpu_op(inner, i0 + 1.5, l1 + 0.5, th, **shapes)
     return w.ext
+
+
+# nn.Module frame names (Megatron's classes) and their padding (µs) before the first op's
+# issue and after the last launch: the launching ops end up to 1.8 µs after their launch
+# and the next op is issued >= 2 µs after it, so the frames hold their ops whole and do
+# not overlap the next block's
+MODULES = {"layer": ("TransformerLayer", (0.05, 1.9)), "attention": ("SelfAttention",
+                                                                  (0.03, 1.85)),
+           "mlp": ("MLP", (0.03, 1.85))}
 
 
 def _frames_and_spans(w: RankWriter, program: list[Item], tl, base: int, with_stack: bool,
@@ -287,7 +300,12 @@ def _frames_and_spans(w: RankWriter, program: list[Item], tl, base: int, with_st
         if item.phase == "RECOMPUTE":
             groups.setdefault(("recompute", item.mb, item.chunk, "bwd", item.layer),
                               []).append(base + k)
-    for (frame, mb, chunk, thread, _), idxs in groups.items():
+        if item.module and item.phase in ("FWD", "RECOMPUTE"):  # nn.Module frames
+            groups.setdefault(("layer", item.mb, item.chunk, item.thread, item.layer),
+                              []).append(base + k)
+            groups.setdefault((item.module, item.mb, item.chunk, item.thread, item.layer),
+                              []).append(base + k)
+    for (frame, mb, chunk, thread, layer), idxs in groups.items():
         t0 = min(tl.issue[i] for i in idxs)
         t1 = max(tl.launch_end[i] for i in idxs)
         if frame == "checkpoint":
@@ -302,6 +320,10 @@ def _frames_and_spans(w: RankWriter, program: list[Item], tl, base: int, with_st
             w.cpu_op("Optimizer.step#FusedAdam.step", t0 - 6.0, t1 + 6.0, "main",
                      cat="user_annotation")
         if not with_stack:
+            continue
+        if frame in MODULES:  # with_modules: the layer, then its block, inside it
+            name, (before, after) = MODULES[frame]
+            w.frame(f"nn.Module: {name}_{layer}", t0 - before, t1 + after, thread, root)
             continue
         # consecutive ops are >= 2 µs apart on the CPU (see simulate._issue): a 1 µs pad
         # keeps frames of one thread from overlapping, as real python frames never do

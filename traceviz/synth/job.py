@@ -21,6 +21,7 @@ from .truth import group_totals, microbatch_metrics, stage_ops
 COLLECTIVE_LABEL = {"_allgather_base": "AllGather", "_reduce_scatter_base": "ReduceScatter",
                     "allreduce": "AllReduce", "all_to_allv": "AllToAll", "send": "SendRecv",
                     "recv": "SendRecv"}
+MODULE_NAMES = {"attention": "SelfAttention", "mlp": "MLP"}
 DEVICE = {"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 84929216512,
           "computeMajor": 9, "computeMinor": 0, "maxThreadsPerBlock": 1024,
           "maxThreadsPerMultiprocessor": 2048, "regsPerBlock": 65536, "warpSize": 32,
@@ -138,9 +139,20 @@ def synthesize(cfg: SynthConfig, out: str | os.PathLike) -> Path:
                 "seq": (seq_of(row["iteration"] - cfg.first_iteration, row["index"])
                         if kind == "COMM" else None),
                 "p2p": item.kind in ("send", "recv"),
-                "name": item.name})
+                "flops": item.flops, "name": item.name,
+                # the module path a profiler with_modules shows (the forward's, for a
+                # backward kernel with an autograd sequence number)
+                "module": (f"TransformerLayer_{item.layer}/{MODULE_NAMES[item.module]}_"
+                           f"{item.layer}" if item.module and (
+                               item.phase in ("FWD", "RECOMPUTE") or item.seq_op >= 0)
+                           else None)})
         truth_rows += rank_rows
         per_rank[str(r)] = {"stage": stage_of[r], "skew_ns": skew[r],
+                            # FLOPs of the GEMMs / attention of one iteration: all of
+                            # them, and without the recompute (the model's own)
+                            "flops": {"executed": sum(i.flops for i in prog),
+                                      "model": sum(i.flops for i in prog
+                                                   if i.phase != "RECOMPUTE")},
                             "microbatches": microbatch_metrics(rank_rows),
                             "groups": group_totals(rank_rows), "ops": stage_ops(rank_rows),
                             "steps": [[int(round(a * 1000)) + skew[r],

@@ -17,11 +17,13 @@ their timings differ (see :mod:`.simulate`).
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from .config import SynthConfig
 from .schedule import stage_order as megatron_order
 
+PEAK_TFLOPS = 989.5  # dense BF16 of the device the traces name (H100 SXM)
 # streams (Kineto stream ids) per lane
 STREAMS = {"compute": 7, "tp": 20, "cp": 24, "ep": 28, "dp": 32, "edp": 36, "mp": 40,
            "emb": 44, "pp_fs": 48, "pp_fr": 52, "pp_bs": 56, "pp_br": 60}
@@ -63,6 +65,21 @@ class Item:
     peer: int = 0        # P2P: +1 next stage, -1 previous stage (virtual-stage wise)
     dtype: str = "BFloat16"
     seq_op: int = -1     # autograd sequence number (links backward ops to forward ops)
+    shapes: tuple = ()   # (Input Dims, Input type, Concrete Inputs) of the launching op
+    flops: float = 0.0   # FLOPs of that op (truth), 0 when not a GEMM / attention
+    module: str = ""     # the layer's sub-module it belongs to: attention | mlp
+
+
+def _shapes(dims: list, concrete: list[str], dtype: str = "c10::BFloat16") -> tuple:
+    """record_shapes' (Input Dims, Input type, Concrete Inputs) texts: tensors of
+    ``dtype``, other inputs Scalars."""
+    types = [dtype if d else "Scalar" for d in dims]
+    return (json.dumps(dims), json.dumps(types), json.dumps(concrete))
+
+
+def _mm(m: int, k: int, n: int) -> tuple:
+    """aten::mm of A[m,k] B[k,n]: its shapes and 2mkn FLOPs."""
+    return _shapes([[m, k], [k, n]], ["", ""]), 2.0 * m * k * n
 
 
 def stage_order(cfg: SynthConfig, p: int) -> list[tuple[str, int, int]]:
@@ -125,11 +142,19 @@ class StageProgram:
         self.seq = 0  # autograd sequence numbers of forward ops
 
     # ---- helpers ---------------------------------------------------------------------
-    def comp(self, name, op, frac, **kw) -> None:
-        mult = self.cfg.size_multiplier
+    def comp(self, name, op, frac, shaped: tuple = (), **kw) -> None:
+        """``shaped``: (shapes, FLOPs) of the launching op: the kernel then takes its
+        FLOPs at ``matmul_efficiency`` of the peak (``frac`` unused); the shapes are
+        recorded when the kernel is not split (size multiplier 1)."""
+        c = self.cfg
+        mult = c.size_multiplier
+        dur = c.fwd_compute_us * frac
+        if shaped:  # a GEMM / attention takes its FLOPs at the chosen share of the peak
+            dur = shaped[1] / (c.matmul_efficiency * PEAK_TFLOPS * 1e6)
+        shapes, flops = shaped if shaped and mult == 1 else ((), 0.0)
         for _ in range(mult):
-            self.items.append(Item("comp", "compute", name, op, dur=self.cfg.fwd_compute_us
-                                   * frac / mult, **kw))
+            self.items.append(Item("comp", "compute", name, op, dur=dur / mult,
+                                   shapes=shapes, flops=flops, **kw))
 
     def coll(self, group, collective, in_n, out_n, **kw) -> None:
         if self._group_size(group) < 2:
@@ -145,19 +170,58 @@ class StageProgram:
                 "emb": 2 if c.pp > 1 else 1}[group]
 
     # ---- layers --------------------------------------------------------------------
+    def gemms(self) -> dict[str, tuple[int, int, int]]:
+        """(M, K, N) of each GEMM of a layer on one rank (tensor parallel, sequence
+        parallel: the all-gathered tokens): QKV, attention projection, MLP fc1 / fc2."""
+        c = self.cfg
+        t, h = c.seq_len * c.micro_batch_size // c.cp, c.hidden
+        return {"qkv": (t, h, 3 * h // c.tp), "proj": (t, h // c.tp, h),
+                "fc1": (t, h, 4 * h // c.tp), "fc2": (t, 4 * h // c.tp, h)}
+
+    def attention_shape(self, backward: bool) -> tuple:
+        """flash-attn's q / k / v [batch, seq, heads, 128] of one rank (heads split by
+        TP, the sequence by CP) and its FLOPs: 4 B H S^2 D / 2 (causal), 2.5x backward."""
+        c = self.cfg
+        s, heads = c.seq_len // c.cp, max(1, c.hidden // 128 // c.tp)
+        q = [c.micro_batch_size, s, heads, 128]
+        flops = 4.0 * c.micro_batch_size * heads * s * s * 128 / 2
+        if backward:  # dout, q, k, v, out, lse; causal is input 11
+            dims = [q, q, q, q, q, [c.micro_batch_size, heads, s]]
+            concrete = [""] * 6 + ["", "", "", "0.0", "0.088", "True"]
+            return _shapes(dims + [[]] * 6, concrete), 2.5 * flops
+        return _shapes([q, q, q, [], [], []], ["", "", "", "0.0", "0.088", "True"]), flops
+
     def layer_forward(self, layer: int, moe: bool, **kw) -> None:
+        """A transformer layer: the attention block up to its residual add, then the
+        MLP (or MoE) block; items tagged with their sub-module."""
+        first = len(self.items)
+        self._layer_forward(layer, moe, **kw)
+        self._tag(first, "add", "attention", "mlp")
+
+    def _tag(self, first: int, split_op: str, before: str, after: str) -> None:
+        """Tag items from ``first`` on: ``before`` up to the first ``split_op``
+        (included), ``after`` for the rest."""
+        module = before
+        for item in self.items[first:]:
+            item.module = module
+            if item.op == split_op:
+                module = after
+
+    def _layer_forward(self, layer: int, moe: bool, **kw) -> None:
         c = self.cfg
         tokens = c.seq_len * c.micro_batch_size // c.cp
         act = tokens * c.hidden
         shard = act // c.tp
         seq = self.next_seq
+        g = self.gemms()
         self.comp(_LN, "layer_norm", 0.03, layer=layer, seq_op=seq(), **kw)
         self.coll("tp", "_allgather_base", shard, act, layer=layer, **kw)
-        self.comp(_GEMM, "linear", 0.18, layer=layer, seq_op=seq(), **kw)
+        self.comp(_GEMM, "linear", 0.18, _mm(*g["qkv"]), layer=layer, seq_op=seq(), **kw)
         for step in range(c.cp - 1):
             self.coll("cp", "send", act // 4, act // 4, layer=layer, **kw)
-        self.comp(_ATTN, "flash_attn", 0.25, layer=layer, seq_op=seq(), **kw)
-        self.comp(_GEMM, "linear", 0.12, layer=layer, seq_op=seq(), **kw)
+        self.comp(_ATTN, "flash_attn", 0.25, self.attention_shape(False), layer=layer,
+                  seq_op=seq(), **kw)
+        self.comp(_GEMM, "linear", 0.12, _mm(*g["proj"]), layer=layer, seq_op=seq(), **kw)
         self.coll("tp", "_reduce_scatter_base", act, shard, layer=layer, **kw)
         self.comp(_ELT, "add", 0.02, layer=layer, seq_op=seq(), **kw)
         self.comp(_LN, "layer_norm", 0.03, layer=layer, seq_op=seq(), **kw)
@@ -172,9 +236,10 @@ class StageProgram:
             self.comp(_GEMM, "grouped_gemm", 0.14, layer=layer, seq_op=seq(), **kw)
             self.coll("ep", "all_to_allv", act, act, layer=layer, **kw)
         else:
-            self.comp(_GEMM, "linear", 0.2, layer=layer, seq_op=seq(), **kw)
+            self.comp(_GEMM, "linear", 0.2, _mm(*g["fc1"]), layer=layer, seq_op=seq(), **kw)
             self.comp(_GELU, "gelu", 0.04, layer=layer, seq_op=seq(), **kw)
-            self.comp(_GEMM, "linear", 0.18, layer=layer, seq_op=seq(), **kw)
+            self.comp(_GEMM, "linear", 0.18, _mm(*g["fc2"]), layer=layer, seq_op=seq(),
+                      **kw)
         self.coll("tp", "_reduce_scatter_base", act, shard, layer=layer, **kw)
         self.comp(_ELT, "add", 0.02, layer=layer, seq_op=seq(), **kw)
 
@@ -187,7 +252,14 @@ class StageProgram:
         """Backward of a layer: the forward's kernels reversed, gemms split in dgrad and
         wgrad, collectives mirrored (AG <-> RS). ``nested``: it runs inside a checkpoint's
         backward, whose ``torch.autograd.backward`` launches an ``aten::add`` of its own
-        (no autograd node) once the nested backward has begun."""
+        (no autograd node) once the nested backward has begun. The MLP block's backward
+        runs up to its layer norm's backward, then the attention block's."""
+        first = len(self.items)
+        self._layer_backward(layer, moe, fwd_seqs, nested, **kw)
+        self._tag(first, "layer_norm_backward", "mlp", "attention")
+
+    def _layer_backward(self, layer: int, moe: bool, fwd_seqs: list[int],
+                        nested: bool = False, **kw) -> None:
         c = self.cfg
         b = c.bwd_factor
         act = c.seq_len * c.micro_batch_size // c.cp * c.hidden
@@ -195,11 +267,17 @@ class StageProgram:
         seqs = iter(reversed(fwd_seqs))
         s = lambda: next(seqs, -1)  # noqa: E731
 
-        def gemm_backward(share: float) -> None:
-            """dgrad and wgrad GEMMs of one forward GEMM (one sequence number)."""
+        g = self.gemms()
+
+        def gemm_backward(share: float, which: str | None = None) -> None:
+            """dgrad and wgrad GEMMs of one forward GEMM (one sequence number): for
+            Y[M,N] = X[M,K] W[K,N], dX = dY[M,N] W^T[N,K] and dW = X^T[K,M] dY[M,N]."""
             sq = s()
-            self.comp(_GEMM, "mm_backward", share * b, layer=layer, seq_op=sq, **kw)
-            self.comp(_GEMM_NT, "mm_backward", share * b, layer=layer, seq_op=sq, **kw)
+            m, k, n = g[which] if which else (0, 0, 0)
+            self.comp(_GEMM, "mm_backward", share * b, _mm(m, n, k) if which else (),
+                      layer=layer, seq_op=sq, **kw)
+            self.comp(_GEMM_NT, "mm_backward", share * b, _mm(k, m, n) if which else (),
+                      layer=layer, seq_op=sq, **kw)
 
         self.comp(_ELT, "add_backward", 0.02 * b, layer=layer, seq_op=s(), **kw)
         if nested:
@@ -214,19 +292,20 @@ class StageProgram:
             self.comp(_GEMM_NT, "mm_backward", 0.02 * b, layer=layer,
                       seq_op=s(), **kw)
         else:
-            gemm_backward(0.09)
+            gemm_backward(0.09, "fc2")
             self.comp(_GELU, "gelu_backward", 0.04 * b, layer=layer, seq_op=s(), **kw)
-            gemm_backward(0.1)
+            gemm_backward(0.1, "fc1")
         self.coll("tp", "_reduce_scatter_base", act, shard, layer=layer, **kw)
         self.comp(_LN_BWD, "layer_norm_backward", 0.03 * b, layer=layer,
                   seq_op=s(), **kw)
         self.comp(_ELT, "add_backward", 0.02 * b, layer=layer, seq_op=s(), **kw)
         self.coll("tp", "_allgather_base", shard, act, layer=layer, **kw)
-        gemm_backward(0.06)
+        gemm_backward(0.06, "proj")
         for step in range(c.cp - 1):
             self.coll("cp", "send", act // 4, act // 4, layer=layer, **kw)
-        self.comp(_ATTN_BWD, "flash_attn_backward", 0.25 * b, layer=layer, seq_op=s(), **kw)
-        gemm_backward(0.09)
+        self.comp(_ATTN_BWD, "flash_attn_backward", 0.25 * b, self.attention_shape(True),
+                  layer=layer, seq_op=s(), **kw)
+        gemm_backward(0.09, "qkv")
         self.coll("tp", "_reduce_scatter_base", act, shard, layer=layer, **kw)
         self.comp(_LN_BWD, "layer_norm_backward", 0.03 * b, layer=layer,
                   seq_op=s(), **kw)

@@ -1,0 +1,146 @@
+"""``traceviz ops``: FLOPs and bytes per call against formulas recomputed here from the
+raw events' recorded shapes (real traces), and against the synthesizer's ground truth
+(FLOPs per phase and iteration, MFU, GPU time per module)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+from helpers import shared
+from reference import events_of, load, read_bytes
+
+from traceviz.analysis.op_model import model
+from traceviz.cli import main
+from traceviz.commands import ops as command
+from traceviz.synth import SynthConfig, synthesize
+
+REAL = ["hta/negative_queue_length_values_check/rank0.json.gz",
+        "hta/trace_filter/sampled_rank-0.json.gz",
+        "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz"]
+
+
+def _expected_gemm_flops(name: str, dims: list) -> float | None:
+    """2 x M x K x N of the GEMM ops, written out per op (independent of op_model)."""
+    if name == "aten::mm":
+        return 2.0 * dims[0][0] * dims[0][1] * dims[1][1]
+    if name == "aten::addmm":
+        return 2.0 * dims[1][0] * dims[1][1] * dims[2][1]
+    if name == "aten::bmm":
+        return 2.0 * dims[0][0] * dims[0][1] * dims[0][2] * dims[1][2]
+    if name == "aten::baddbmm":
+        return 2.0 * dims[1][0] * dims[1][1] * dims[1][2] * dims[2][2]
+    if name == "aten::linear":
+        return 2.0 * math.prod(dims[0][:-1]) * dims[0][-1] * dims[1][0]
+    return None
+
+
+@pytest.mark.parametrize("path", REAL)
+def test_gemm_flops_equal_the_recorded_shapes(path):
+    trace = shared(path)
+    events = events_of(load(read_bytes(trace)))
+    calls = command.run(trace).data["calls"].to_pylist()
+    checked = 0
+    for c in calls:
+        ev = events[c["event_index"]]
+        assert ev["name"] == c["op"]
+        want = _expected_gemm_flops(c["op"], ev["args"]["Input Dims"])
+        if want is not None:
+            assert c["flops"] == pytest.approx(want), c
+            checked += 1
+        # a call's GPU time is the kernels it owns: positive, at most its rank's span
+        assert c["gpu_ns"] > 0 and c["kernels"] >= 1
+    assert checked > 0
+
+
+def test_model_formulas():
+    bf = '"c10::BFloat16"'
+    # convolution: 32 x 3 x 224 x 224, 64 filters 7 x 7, stride 2, padding 3 -> 112 x 112
+    conv = model("aten::convolution", "[[32, 3, 224, 224], [64, 3, 7, 7], [], [], [], [], "
+                 "[], [], []]", '["float", "float"]',
+                 '["", "", "", "[2, 2]", "[3, 3]", "[1, 1]", "False", "[0, 0]", "1"]')
+    assert conv.flops == 2 * 32 * 64 * 112 * 112 * 3 * 7 * 7 and conv.dtype == "fp32"
+    # causal flash attention halves the S x S work; its backward is 2.5x
+    q = "[2, 16, 1024, 128]"
+    fwd = model("aten::_scaled_dot_product_flash_attention", f"[{q}, {q}, {q}, [], [], [], []]",
+                f"[{bf}, {bf}, {bf}]", '["", "", "", "0.0", "True", "False", ""]')
+    assert fwd.flops == 2 * 2 * 16 * 1024 * 1024 * 256 / 2 and fwd.dtype == "bf16"
+    # grouped GEMM of an MoE layer: 4096 tokens over 8 experts, 1024 -> 2816
+    g = model("aten::_grouped_mm", "[[4096, 1024], [8, 1024, 2816], [8]]",
+              f"[{bf}, {bf}, \"int\"]", '["", "", ""]')
+    assert g.flops == 2 * 4096 * 1024 * 2816
+    # matmul broadcasts batch dims
+    m = model("aten::matmul", "[[4, 1, 64, 32], [3, 32, 16]]", '["float", "float"]', "[]")
+    assert m.flops == 2 * 12 * 64 * 32 * 16
+    # bytes of an elementwise op: inputs read, an output as large as the largest
+    add = model("aten::add", "[[5, 128], [5, 128], []]", '["float", "float", "Scalar"]',
+                '["", "", "1"]')
+    assert add.flops is None and add.nbytes == 3 * 5 * 128 * 4
+    # no shapes: unknown, never 0
+    assert model("aten::mm", None, None, None).flops is None
+    assert model("aten::unknown_op", "[[1]]", '["float"]', "[]").family is None
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ops_job")
+    synthesize(SynthConfig(tp=2, pp=2, dp=1, microbatches=2, layers=2, recompute=True,
+                           seed=4), root / "job")
+    return root / "job"
+
+
+def test_flops_and_mfu_equal_the_synthesizer_truth(job):
+    truth = json.loads((job / "ground_truth" / "ground_truth.json").read_text())["ranks"]
+    kernels = pq.read_table(job / "ground_truth" / "kernels.parquet").to_pandas()
+    result = command.run(job / "iteration_10")
+    iters = {r["rank"]: r for r in result.data["iterations"].to_pylist()}
+    assert set(iters) == {int(r) for r in truth}
+    for r, t in truth.items():
+        it = iters[int(r)]
+        assert it["model_flops"] == pytest.approx(t["flops"]["model"])
+        assert it["executed_flops"] == pytest.approx(t["flops"]["executed"])
+        assert it["executed_flops"] > it["model_flops"]  # recompute runs the forward again
+        # MFU: the model's FLOPs over the step's span, against H100's BF16 peak
+        assert it["mfu_pct"] == pytest.approx(100 * it["model_flops"] / it["span_ns"] / 1e3
+                                              / 989.5)
+        assert 0 < it["mfu_pct"] <= 100
+    calls = result.data["calls"].to_pandas()
+    got = calls.groupby(["rank", "phase"]).flops.sum()
+    want = kernels[kernels.flops > 0].groupby(["rank", "phase"]).flops.sum()
+    assert got[got > 0].to_dict() == pytest.approx(want.to_dict())
+    # every shaped call runs at the synthesizer's efficiency (60 % of peak, +- jitter)
+    shaped = calls[calls.flops.notna()]
+    assert ((shaped.pct_peak_flops > 50) & (shaped.pct_peak_flops < 70)).all()
+
+
+def test_module_attribution_equals_the_truth(job, tmp_path):
+    out = tmp_path / "ops"
+    r = CliRunner().invoke(main, ["ops", str(job / "iteration_10"), "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    got = pq.read_table(out / "ops_by_module.parquet").to_pandas()
+    got = got[got.kind != "COMM"].groupby(["module", "phase"]).gpu_ns.sum()
+    kernels = pq.read_table(job / "ground_truth" / "kernels.parquet").to_pandas()
+    want = kernels[(kernels.kind != "COMM") & kernels.module.notna()]
+    want = want.groupby(["module", "phase"]).dur.sum()
+    assert {k: v for k, v in got.items() if k[0] != "(no module)"} == want.to_dict()
+    for name in ("ops_roofline.png", "ops_by_module.png", "ops_calls.parquet",
+                 "ops_by_shape.csv", "ops_not_modelled.csv", "ops_iterations.csv"):
+        assert (out / name).stat().st_size > 0, name
+
+
+def test_what_is_not_modelled_is_named(tmp_path):
+    """An MoE layer's expert GEMMs (bmm) carry no shapes in the synthesized job: their
+    time is named, and the three shares add up to the whole."""
+    synthesize(SynthConfig(tp=1, pp=1, dp=2, ep=2, microbatches=2, layers=2, moe_every=1,
+                           seed=5), tmp_path / "moe")
+    result = command.run(tmp_path / "moe" / "iteration_10")
+    table = result.tables["ops_not_modelled"].to_pylist()
+    whys = {(r["op"], r["why"]) for r in table}
+    assert ("aten::bmm", "modelled op without shapes") in whys
+    assert sum(r["pct_of_gpu_time"] for r in table) + \
+        100.0 * result.data["modelled_ns"] / result.data["total_ns"] == pytest.approx(100)
+    assert all(0 <= r["pct_of_gpu_time"] <= 100 for r in table)
+    assert np.isfinite([r["pct_of_gpu_time"] for r in table]).all()

@@ -1,0 +1,303 @@
+"""Op-level performance model of one rank: each modelled operator call's FLOPs and bytes
+(:mod:`.op_model`), the GPU time of the kernels it launched, its achieved TFLOP/s and
+TB/s and their share of the device's peak; what could not be modelled; GPU time per
+model module; FLOPs per iteration (achieved TFLOP/s and MFU from the trace itself).
+
+**Which op a kernel belongs to.** A kernel's launching runtime call sits inside a stack
+of CPU operators on its thread (nesting by time). The kernel belongs to the innermost
+enclosing operator that has a model (``aten::linear`` -> ``aten::addmm`` -> kernel: to
+``addmm``; a kernel launched by an unmodelled child, e.g. ``aten::cudnn_convolution``
+under ``aten::convolution``, to ``convolution``). Communication kernels are not
+operators' work and are left out. A compute / memory kernel with no modelled operator
+around it is *not modelled*, counted under its innermost operator's name.
+
+**Module.** The module path of a kernel: the names of the ``nn.Module: ...`` python
+frames and ``record_function`` / ``user_annotation`` ranges (not ``ProfilerStep#``, not
+``nccl:``) around its launch, outermost first, joined by ``/``. A backward kernel
+launched by the autograd thread (no module frames) takes the path of the forward
+operator with the same autograd ``Sequence number``.
+
+**Per iteration.** FLOPs of the calls whose first kernel ran in ``ProfilerStep#N``;
+achieved TFLOP/s per GPU = FLOPs / the step's span; MFU = that / the device's peak for
+BF16 (or ``peak_tflops``). *Model* FLOPs leave out recompute (phase RECOMPUTE);
+*executed* FLOPs count it too. Units: FLOPs, bytes, ns; TFLOP/s = FLOPs / ns / 1e3,
+TB/s = bytes / ns / 1e3; percentages in [0, 100] are not clipped: above 100 means the
+model or the peak is wrong, and is reported as such.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from numba import njit
+
+from ..table.arrays import codes_of, ints
+from ..table.schema import metadata
+from .devices import Device, device_of
+from .host_device import ACTIVITY, CPU_OP, PYTHON, USER_ANNOT, RankEvents, rank_events
+from .op_model import Model, family, model
+
+MODULE_FRAME = re.compile(r"^nn\.Module: (.+)$")
+NOT_A_MODULE = re.compile(r"^(ProfilerStep#|nccl:|Optimizer\.)")
+
+
+@dataclass
+class RankOps:
+    """One rank's op model (see the module doc)."""
+
+    rank: int
+    calls: pa.Table
+    not_modelled: pa.Table
+    modules: pa.Table
+    iterations: pa.Table
+    device: str | None
+    peak_tflops: float | None
+
+
+@njit(cache=True)
+def _parents(order, tid, ts, end):
+    """Innermost event that holds each event whole (-1: none), per thread; ``order``
+    sorts by (thread, start, longest first). An event that overlaps another only in
+    part is not its child (nor its parent)."""
+    parent = np.full(ts.size, -1, np.int64)
+    stack = np.empty(order.size, np.int64)
+    depth = 0
+    last_tid = -(2 ** 62)
+    for i in order:
+        if tid[i] != last_tid:
+            depth = 0
+            last_tid = tid[i]
+        while depth > 0 and (end[stack[depth - 1]] <= ts[i]
+                             or end[stack[depth - 1]] < end[i]):
+            depth -= 1
+        if depth > 0:
+            parent[i] = stack[depth - 1]
+        stack[depth] = i
+        depth += 1
+    return parent
+
+
+def _nearest(parent: np.ndarray, start: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """For each row of ``start``: itself or its nearest ancestor where ``wanted`` (-1)."""
+    out = np.full(start.size, -1, np.int64)
+    cur = start.copy()
+    for _ in range(256):
+        live = (out < 0) & (cur >= 0)
+        if not live.any():
+            break
+        hit = live & wanted[np.maximum(cur, 0)]
+        out[hit] = cur[hit]
+        cur = np.where(live & ~hit, parent[np.maximum(cur, 0)], -1)
+    return out
+
+
+def _texts(table: pa.Table, column: str, rows: np.ndarray) -> list[str | None]:
+    if column not in table.column_names:
+        return [None] * rows.size
+    codes, texts = codes_of(table[column])
+    lookup = [str(t) for t in texts] + [None]
+    return [lookup[c] for c in codes[rows].tolist()]
+
+
+def rank_ops(gpu: pa.Table, cpu: pa.Table, peak_tflops: float | None = None) -> RankOps:
+    """The op model of one rank from its GPU and CPU tables (see the module doc)."""
+    ev = rank_events(gpu, cpu)
+    meta = metadata(gpu)
+    rank = int(meta.get("rank", -1))
+    props = meta.get("device_properties") or []
+    name = next((p.get("name") for p in props if isinstance(p, dict) and p.get("name")),
+                None)
+    dev: Device | None = device_of(name)
+    peak = peak_tflops or (dev.peak("bf16") if dev else None)
+    host = ~ev.gpu
+    order = np.flatnonzero(host)
+    order = order[np.lexsort((ev.order[order], -ev.dur[order], ev.ts[order],
+                              ev.tid[order], ev.pid[order]))]
+    tid_key = ev.pid * np.int64(1 << 32) + ev.tid
+    parent = _parents(order, tid_key, ev.ts, ev.end)
+    fam_of_name = np.array([family(t) is not None for t in ev.names] + [False])
+    modelled = (ev.cls == CPU_OP) & fam_of_name[ev.name]
+    # kernels: compute and memory activities with a launch call
+    kind = _col_text(gpu, "kind")
+    acts = np.flatnonzero((ev.cls == ACTIVITY) & (ev.link >= 0))
+    acts = acts[np.isin(kind[ev.table_row[acts]], ("COMP", "MEM"))]
+    owner = _nearest(parent, ev.link[acts], modelled)
+    # one model per distinct (name, shapes) of the owners
+    owners = np.unique(owner[owner >= 0])
+    crow = ev.cpu_row[owners]
+    dims = _texts(cpu, "input_dims", crow)
+    types = _texts(cpu, "input_types", crow)
+    concrete = _texts(cpu, "concrete_inputs", crow)
+    cache: dict[tuple, Model] = {}
+    models = []
+    for o, d, t, c in zip(owners.tolist(), dims, types, concrete):
+        key = (int(ev.name[o]), d, t, c)
+        if key not in cache:
+            cache[key] = model(ev.names[ev.name[o]], d, t, c)
+        models.append(cache[key])
+    calls = _calls(ev, gpu, owners, models, owner, acts, dims, dev, peak)
+    modules = _modules(ev, gpu, parent, acts, kind)
+    return RankOps(rank, calls, _not_modelled(ev, gpu, owner, acts, parent),
+                   modules, _iterations(ev, calls, peak), name, peak)
+
+
+def _col_text(table: pa.Table, column: str) -> np.ndarray:
+    codes, texts = codes_of(table[column])
+    return np.array([str(t) for t in texts] + [""], dtype=object)[codes]
+
+
+def _first_kernel(owner, acts, ev):
+    """Per owner id: sum of its kernels' ns, count, first kernel row."""
+    valid = owner >= 0
+    o, a = owner[valid], acts[valid]
+    uniq, inv = np.unique(o, return_inverse=True)
+    ns = np.bincount(inv, weights=np.maximum(ev.dur[a], 0), minlength=uniq.size)
+    count = np.bincount(inv, minlength=uniq.size)
+    first = np.full(uniq.size, -1, np.int64)
+    by_ts = np.argsort(ev.ts[a], kind="stable")[::-1]
+    first[inv[by_ts]] = a[by_ts]
+    return uniq, ns.astype(np.int64), count, first
+
+
+def _calls(ev: RankEvents, gpu, owners, models, owner, acts, dims, dev, peak) -> pa.Table:
+    uniq, ns, count, first = _first_kernel(owner, acts, ev)
+    assert np.array_equal(uniq, owners)
+    trow = ev.table_row[first]
+    phase = _col_text(gpu, "phase")[trow] if "phase" in gpu.column_names else None
+    mb = ints(gpu["microbatch"])[trow] if "microbatch" in gpu.column_names else None
+    it = ints(gpu["iteration"])[trow] if "iteration" in gpu.column_names else None
+    flops = np.array([m.flops if m.flops is not None else np.nan for m in models])
+    nbytes = np.array([m.nbytes if m.nbytes is not None else np.nan for m in models])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tflops = np.where(ns > 0, flops / ns / 1e3, np.nan)
+        tbps = np.where(ns > 0, nbytes / ns / 1e3, np.nan)
+    peaks = np.array([(dev.peak(m.dtype) if dev and m.dtype else None) or
+                      (peak if m.dtype == "bf16" else None) or np.nan for m in models])
+    bw = dev.tbps if dev else np.nan
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pct_peak = 100.0 * tflops / peaks
+        pct_bw = 100.0 * tbps / bw
+
+    def col(x, t=pa.float64()):
+        x = np.asarray(x, np.float64)
+        return pa.array(x, t, mask=~np.isfinite(x))
+
+    return pa.table({
+        "rank": pa.array(np.full(owners.size, ev.rank), pa.int32()),
+        "op": [ev.names[ev.name[o]] for o in owners.tolist()],
+        "event_index": pa.array(ev.order[owners], pa.int64()),
+        "family": [m.family for m in models],
+        "input_dims": dims, "dtype": [m.dtype for m in models],
+        "flops": col(flops), "bytes": col(nbytes),
+        "gpu_ns": pa.array(ns, pa.int64()), "kernels": pa.array(count, pa.int64()),
+        "start_ns": pa.array(ev.ts[first], pa.int64()),
+        "tflops": col(tflops), "tbps": col(tbps),
+        "pct_peak_flops": col(pct_peak), "pct_peak_bw": col(pct_bw),
+        "phase": None if phase is None else [p or None for p in phase.tolist()],
+        "microbatch": None if mb is None else pa.array(mb, pa.int64(), mask=mb < 0),
+        "iteration": None if it is None else pa.array(it, pa.int64(), mask=it < 0),
+    })
+
+
+def _not_modelled(ev: RankEvents, gpu, owner, acts, parent) -> pa.Table:
+    """Compute / memory kernels without a modelled op, and modelled ops whose shapes
+    gave no FLOPs, per innermost op name: GPU ns and share of all such kernels' time."""
+    innermost = _nearest(parent, ev.link[acts], ev.cls == CPU_OP)
+    label = [ev.names[ev.name[i]] if i >= 0 else "(no CPU operator)"
+             for i in innermost.tolist()]
+    total = int(np.maximum(ev.dur[acts], 0).sum())
+    acc: dict[str, int] = {}
+    for lab, o, a in zip(label, owner.tolist(), acts.tolist()):
+        if o < 0:
+            acc[lab] = acc.get(lab, 0) + max(int(ev.dur[a]), 0)
+    items = sorted(acc.items(), key=lambda kv: -kv[1])
+    return pa.table({"rank": pa.array([ev.rank] * len(items), pa.int32()),
+                     "op": [k for k, _ in items],
+                     "gpu_ns": pa.array([v for _, v in items], pa.int64()),
+                     "pct_of_gpu_time": pa.array([100.0 * v / total if total else None
+                                                  for _, v in items], pa.float64())})
+
+
+def _modules(ev: RankEvents, gpu, parent, acts, kind) -> pa.Table:
+    """GPU ns per (module path, phase, kind): see the module doc."""
+    is_frame = np.array([bool(MODULE_FRAME.match(t)) for t in ev.names] + [False])
+    not_mod = np.array([bool(NOT_A_MODULE.match(t)) for t in ev.names] + [False])
+    scope = (((ev.cls == PYTHON) & is_frame[ev.name])
+             | ((ev.cls == USER_ANNOT) & ~not_mod[ev.name]))
+    path_cache: dict[int, str] = {}
+
+    def path_of(row: int) -> str:
+        if row < 0:
+            return ""
+        if row not in path_cache:
+            up = path_of(int(parent[row]))
+            here = ""
+            if scope[row]:
+                text = ev.names[ev.name[row]]
+                m = MODULE_FRAME.match(text)
+                here = m[1] if m else text
+            path_cache[row] = f"{up}/{here}" if up and here else (here or up)
+        return path_cache[row]
+
+    seq = ev.seq
+    # forward ops by sequence number -> their module path
+    fwd_path: dict[int, str] = {}
+    for r in np.flatnonzero((ev.cls == CPU_OP) & (seq >= 0)).tolist():
+        p = path_of(r)
+        if p and int(seq[r]) not in fwd_path:
+            fwd_path[int(seq[r])] = p
+    seq_owner = _nearest(parent, ev.link[acts], (ev.cls == CPU_OP) & (seq >= 0))
+    phase = _col_text(gpu, "phase") if "phase" in gpu.column_names else None
+    acc: dict[tuple, int] = {}
+    for a, s in zip(acts.tolist(), seq_owner.tolist()):
+        p = path_of(int(ev.link[a]))
+        if not p and s >= 0:
+            p = fwd_path.get(int(seq[s]), "")
+        trow = int(ev.table_row[a])
+        key = (p or "(no module)", phase[trow] if phase is not None else "", kind[trow])
+        acc[key] = acc.get(key, 0) + max(int(ev.dur[a]), 0)
+    items = sorted(acc.items(), key=lambda kv: -kv[1])
+    return pa.table({"rank": pa.array([ev.rank] * len(items), pa.int32()),
+                     "module": [k[0] for k, _ in items],
+                     "phase": [k[1] or None for k, _ in items],
+                     "kind": [k[2] for k, _ in items],
+                     "gpu_ns": pa.array([v for _, v in items], pa.int64())})
+
+
+def _iterations(ev: RankEvents, calls: pa.Table, peak: float | None) -> pa.Table:
+    """Per ProfilerStep#N of the rank: span, model / executed FLOPs, TFLOP/s, MFU."""
+    step = re.compile(r"^ProfilerStep#(\d+)$")
+    rows = []
+    n = calls.num_rows
+    start = calls["start_ns"].to_numpy() if n else np.empty(0, np.int64)
+    raw = calls["flops"].to_numpy(zero_copy_only=False) if n else np.empty(0)
+    known = np.isfinite(raw)
+    flops = np.where(known, raw, 0.0)
+    recompute = (np.array([p == "RECOMPUTE" for p in calls["phase"].to_pylist()], bool)
+                 if n and "phase" in calls.column_names else np.zeros(start.size, bool))
+    for r in np.flatnonzero(~ev.gpu).tolist():
+        m = step.match(ev.names[ev.name[r]])
+        if not m:
+            continue
+        lo, hi = int(ev.ts[r]), int(ev.end[r])
+        inside = (start >= lo) & (start < hi)
+        span = hi - lo
+        # unknown (null), not 0, when no call of the step has FLOPs
+        has = bool((inside & known).any()) and span > 0
+        executed = float(flops[inside].sum()) if has else None
+        mdl = float(flops[inside & ~recompute].sum()) if has else None
+        tf = mdl / span / 1e3 if has else None
+        rows.append({"rank": ev.rank, "iteration": int(m[1]), "span_ns": span,
+                     "model_flops": mdl, "executed_flops": executed,
+                     "model_tflops": tf,
+                     "mfu_pct": 100.0 * tf / peak if tf is not None and peak else None,
+                     "hfu_pct": (100.0 * executed / span / 1e3 / peak
+                                 if has and peak else None)})
+    return pa.Table.from_pylist(rows, schema=pa.schema([
+        ("rank", pa.int32()), ("iteration", pa.int64()), ("span_ns", pa.int64()),
+        ("model_flops", pa.float64()), ("executed_flops", pa.float64()),
+        ("model_tflops", pa.float64()), ("mfu_pct", pa.float64()),
+        ("hfu_pct", pa.float64())]))
+

@@ -1,0 +1,90 @@
+"""Summaries of the op model over ranks (:mod:`.ops`): per op name, shape, dtype and
+phase; what was not modelled; GPU time per module; FLOPs per iteration.
+
+Efficiency of a group = its FLOPs / its GPU time (ns) against the dtype's peak; the
+distribution (p10 / p50 / p90, worst) is over its calls. Shares are percent of the
+summed GPU time of the compute and memory kernels, so modelled + not modelled = 100.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .ops import RankOps
+
+
+def by_shape(calls: pa.Table) -> pa.Table:
+    """Per (op, family, input dims, dtype, phase): calls, FLOPs, bytes, GPU ns, achieved
+    TFLOP/s and TB/s, % of peak (of the summed time) and its spread over calls, and the
+    worst call (lowest % of peak) with its rank and start."""
+    if calls.num_rows == 0:
+        return pa.table({"op": pa.array([], pa.string())})
+    keys = ["op", "family", "input_dims", "dtype", "phase"]
+    cols = {k: calls[k].to_pylist() for k in keys + ["rank"]}
+    flops = np.nan_to_num(calls["flops"].to_numpy(zero_copy_only=False), nan=np.nan)
+    nbytes = calls["bytes"].to_numpy(zero_copy_only=False)
+    ns = calls["gpu_ns"].to_numpy()
+    pct = calls["pct_peak_flops"].to_numpy(zero_copy_only=False)
+    start = calls["start_ns"].to_numpy()
+    groups: dict[tuple, list[int]] = {}
+    for i, key in enumerate(zip(*(cols[k] for k in keys))):
+        groups.setdefault(key, []).append(i)
+    rows = []
+    for key, idx in groups.items():
+        idx = np.asarray(idx)
+        f, b, t, p = flops[idx], nbytes[idx], ns[idx], pct[idx]
+        total_ns = int(t.sum())
+        total_f = float(np.nansum(f)) if np.isfinite(f).any() else None
+        total_b = float(np.nansum(b)) if np.isfinite(b).any() else None
+        known = np.isfinite(p)
+        worst = idx[known][np.argmin(p[known])] if known.any() else None
+        # % of peak of the group: summed FLOPs over summed time, per call peak
+        share = (float(np.nansum(f[known])) / float(np.nansum(f[known] / p[known]))
+                 if known.any() and np.nansum(f[known]) > 0 else None)
+        rows.append({**dict(zip(keys, key)), "calls": int(idx.size),
+                     "flops": total_f, "bytes": total_b, "gpu_ns": total_ns,
+                     "tflops": total_f / total_ns / 1e3 if total_f and total_ns else None,
+                     "tbps": total_b / total_ns / 1e3 if total_b and total_ns else None,
+                     "pct_peak_flops": share,
+                     "pct_peak_p10": float(np.percentile(p[known], 10)) if known.any() else None,
+                     "pct_peak_p50": float(np.percentile(p[known], 50)) if known.any() else None,
+                     "pct_peak_p90": float(np.percentile(p[known], 90)) if known.any() else None,
+                     "worst_pct_peak": float(pct[worst]) if worst is not None else None,
+                     "worst_rank": int(cols["rank"][worst]) if worst is not None else None,
+                     "worst_start_ns": int(start[worst]) if worst is not None else None})
+    rows.sort(key=lambda r: -r["gpu_ns"])
+    return pa.Table.from_pylist(rows)
+
+
+def concat(ranks: list[RankOps], attr: str) -> pa.Table:
+    """One table of every rank's ``attr`` table."""
+    tables = [getattr(r, attr) for r in ranks if getattr(r, attr).num_rows]
+    if not tables:
+        return getattr(ranks[0], attr) if ranks else pa.table({})
+    return pa.concat_tables(tables, promote_options="default")
+
+
+def summed(table: pa.Table, keys: list[str], total_ns: int) -> pa.Table:
+    """``gpu_ns`` summed over ranks per ``keys``, largest first, with its share (%) of
+    ``total_ns``."""
+    if table.num_rows == 0:
+        return table
+    g = table.group_by(keys).aggregate([("gpu_ns", "sum")])
+    g = g.rename_columns(keys + ["gpu_ns"]).sort_by([("gpu_ns", "descending")])
+    pct = pc.multiply(pc.divide(pc.cast(g["gpu_ns"], pa.float64()), float(total_ns)), 100.0) \
+        if total_ns > 0 else pa.nulls(g.num_rows, pa.float64())
+    return g.append_column("pct_of_gpu_time", pct)
+
+
+def modelled_share(calls: pa.Table, not_modelled: pa.Table) -> tuple[int, int, int]:
+    """(GPU ns of modelled calls with FLOPs or bytes, of modelled calls whose shapes
+    gave neither, of kernels without a modelled op)."""
+    if calls.num_rows:
+        known = pc.or_(pc.is_valid(calls["flops"]), pc.is_valid(calls["bytes"]))
+        with_model = int(pc.sum(pc.if_else(known, calls["gpu_ns"], 0)).as_py() or 0)
+        without = int(pc.sum(calls["gpu_ns"]).as_py() or 0) - with_model
+    else:
+        with_model = without = 0
+    none = int(pc.sum(not_modelled["gpu_ns"]).as_py() or 0) if not_modelled.num_rows else 0
+    return with_model, without, none

@@ -1,0 +1,128 @@
+"""``traceviz ops``: the op-level performance model (:mod:`traceviz.analysis.ops`) of
+one trace or of every rank of a job: FLOPs / bytes per call, efficiency per op shape,
+what was not modelled, GPU time per module, MFU from the modelled FLOPs; a roofline and
+a module figure."""
+from __future__ import annotations
+
+import os
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..analysis.devices import device_of
+from ..analysis.ops import RankOps, rank_ops
+from ..analysis.ops_summary import by_shape, concat, modelled_share, summed
+from ..errors import TraceVizError
+from ..ingest.outputs import cpu_path
+from ..ingest.tables import gpu_and_cpu, input_files, tables_folder
+from ..render.figures import Figure
+from ..render.ops_figures import modules, roofline
+from ..table.io import read_table, write_parquet
+from .result import Result
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1f} %"
+
+
+def _ranks(path: Path, rank: int | None) -> list[tuple[pa.Table, pa.Table]]:
+    if rank is not None or path.is_file() or len(input_files([path])) == 1:
+        gpu, cpu = gpu_and_cpu(path, rank)
+        if cpu is None:
+            raise TraceVizError(f"{path}: no CPU table next to this table; pass the trace, "
+                                "or parse it with --cpu")
+        return [(gpu, cpu)]
+    folder = tables_folder(path, cpu=True)
+    out = []
+    for p in sorted(folder.glob("*.parquet")):
+        if p.name.endswith(".cpu.parquet"):
+            continue
+        out.append((read_table(p), read_table(Path(cpu_path(str(p))))))
+    return out
+
+
+def run(path: str | os.PathLike, *, rank: int | None = None,
+        peak_tflops: float | None = None) -> Result:
+    """The op model of ``path`` (one trace / table, ``--rank`` of a job, or a job)."""
+    ranks: list[RankOps] = [rank_ops(g, c, peak_tflops) for g, c in _ranks(Path(path), rank)]
+    calls = concat(ranks, "calls")
+    not_modelled = concat(ranks, "not_modelled")
+    with_model, shapes_missing, none = modelled_share(calls, not_modelled)
+    total = with_model + shapes_missing + none
+    shapes = by_shape(calls)
+    missing = (calls.filter(pc.and_(pc.is_null(calls["flops"]), pc.is_null(calls["bytes"])))
+               if calls.num_rows else calls)
+    unmodelled = _unmodelled(not_modelled, missing, total)
+    mods = concat(ranks, "modules")
+    mod_table = summed(mods, ["module", "phase", "kind"],
+                       int(pc.sum(mods["gpu_ns"]).as_py() or 0)) if mods.num_rows else mods
+    iters = concat(ranks, "iterations")
+    device = ranks[0].device if ranks else None
+    peak = ranks[0].peak_tflops if ranks else None
+    dev = device_of(device)
+    lines = [f"op model of {len(ranks)} rank(s) on {device or 'an unknown device'} "
+             f"(peak {peak if peak else 'n/a'} TFLOP/s BF16): "
+             f"{calls.num_rows} modelled calls",
+             f"  GPU time of compute / memory kernels: modelled {_pct(_share(with_model, total))}"
+             f", modelled op without shapes {_pct(_share(shapes_missing, total))}, "
+             f"no model {_pct(_share(none, total))}"]
+    tf = iters["model_tflops"].to_numpy(zero_copy_only=False) if iters.num_rows else None
+    if tf is not None and np.isfinite(tf).any():
+        mfu = iters["mfu_pct"].to_numpy(zero_copy_only=False)
+        known = int(np.isfinite(tf).sum())
+        lines.append(f"  from the trace's own FLOPs: {np.nanmean(tf):.1f} TFLOP/s per GPU, "
+                     f"MFU {_pct(float(np.nanmean(mfu)) if np.isfinite(mfu).any() else None)}"
+                     f" (mean over {known} rank-iteration(s); recompute left out)")
+    else:
+        lines.append("  from the trace's own FLOPs: n/a (no modelled call has FLOPs)")
+    for r in shapes.slice(0, 5).to_pylist() if shapes.num_rows else []:
+        lines.append(f"  {r['gpu_ns'] / 1e6:9.3f} ms  {r['calls']:5d} x {r['op']} "
+                     f"{r['input_dims'] or ''} {r['dtype'] or ''} {r['phase'] or ''}: "
+                     f"{_pct(r['pct_peak_flops'])} of peak")
+    result = Result(
+        tables={"ops_by_shape": shapes, "ops_not_modelled": unmodelled,
+                "ops_by_module": mod_table, "ops_iterations": iters},
+        figures={"ops_roofline.png": Figure(roofline, shapes, _roofs(shapes, dev, peak),
+                                            dev.tbps if dev else None, device),
+                 "ops_by_module.png": Figure(modules, mod_table)},
+        lines=lines, data={"calls": calls, "iterations": iters, "shapes": shapes,
+                           "modelled_ns": with_model, "total_ns": total})
+    result.exports["ops_calls.parquet"] = partial(write_parquet, calls)
+    if calls.num_rows and (pc.max(calls["pct_peak_flops"]).as_py() or 0) > 100:
+        result.notes.append("some calls run above the device's peak: the peak (set "
+                            "--peak-tflops) or the op's recorded shapes are wrong")
+    if total == 0:
+        result.notes.append("no compute or memory kernel with a launching CPU call")
+    return result
+
+
+def _roofs(shapes: pa.Table, dev, peak: float | None) -> dict[str, float]:
+    """Compute roof per data type the op shapes use (BF16: ``peak``, which the user may
+    have set)."""
+    used = set(shapes["dtype"].to_pylist()) if shapes.num_rows else set()
+    roofs = {d: dev.peak(d) for d in used if d and dev and dev.peak(d)}
+    if peak and ("bf16" in used or not roofs):
+        roofs["bf16"] = peak
+    return roofs
+
+
+def _unmodelled(not_modelled: pa.Table, missing: pa.Table, total: int) -> pa.Table:
+    """GPU ns per (op, why it has no FLOPs / bytes), largest first, with its share."""
+    acc: dict[tuple[str, str], int] = {}
+    for table, why in ((not_modelled, "no modelled operator"),
+                       (missing, "modelled op without shapes")):
+        if table.num_rows:
+            for op, ns in zip(table["op"].to_pylist(), table["gpu_ns"].to_pylist()):
+                acc[(op, why)] = acc.get((op, why), 0) + ns
+    items = sorted(acc.items(), key=lambda kv: -kv[1])
+    return pa.table({"op": [k[0] for k, _ in items], "why": [k[1] for k, _ in items],
+                     "gpu_ns": pa.array([v for _, v in items], pa.int64()),
+                     "pct_of_gpu_time": pa.array([_share(v, total) for _, v in items],
+                                                 pa.float64())})
+
+
+def _share(part: int, total: int) -> float | None:
+    return 100.0 * part / total if total > 0 else None

@@ -1,0 +1,92 @@
+"""Figures of ``traceviz ops``: the roofline of the modelled op shapes and GPU time per
+model module."""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from .figures import middle_cut, new_figure, no_data
+
+FAMILY_COLORS = {"gemm": "#4C72B0", "attention": "#DD8452", "conv": "#55A868",
+                 "elementwise": "#8172B3", "norm": "#937860", "softmax": "#DA8BC3"}
+KIND_COLORS = {"COMP": "#4C72B0", "MEM": "#8172B3", "COMM": "#DD8452"}
+
+
+def roofline(shapes: pa.Table, roofs: dict[str, float], tbps: float | None,
+             device: str | None):
+    """One point per op shape (arithmetic intensity FLOPs / byte vs achieved TFLOP/s,
+    size ~ GPU time), with the device's roofs: a compute roof per data type the points
+    use (``roofs``: dtype -> TFLOP/s) under its bandwidth roof."""
+    title = "How close to the roof does each op shape run?"
+    rows = [r for r in shapes.to_pylist() if r.get("flops") and r.get("bytes")
+            and r.get("gpu_ns")] if shapes.num_rows else []
+    if not rows:
+        return no_data(title, "no op with both FLOPs and bytes (shapes not recorded: "
+                              "profile with record_shapes=True)")
+    fig = new_figure((9, 6), layout="constrained")
+    ax = fig.subplots()
+    x = np.array([r["flops"] / r["bytes"] for r in rows])
+    y = np.array([r["flops"] / r["gpu_ns"] / 1e3 for r in rows])
+    t = np.array([r["gpu_ns"] for r in rows], float)
+    size = 20 + 300 * t / t.max()
+    for fam, color in FAMILY_COLORS.items():
+        sel = np.array([r["family"] == fam for r in rows])
+        if sel.any():
+            ax.scatter(x[sel], y[sel], s=size[sel], color=color, alpha=0.7,
+                       edgecolors="white", linewidths=0.5,
+                       label=f"{fam} ({t[sel].sum() / 1e6:.3g} ms GPU)")
+    lo, hi = min(x.min(), 1.0) / 2, max(x.max(), 1e3) * 2
+    xs = np.geomspace(lo, hi, 200)
+    for k, (dtype, peak) in enumerate(sorted(roofs.items(), key=lambda kv: -kv[1])):
+        style = ("-", "--", ":", "-.")[k % 4]
+        roof = np.minimum(peak, tbps * xs) if tbps else np.full(xs.size, peak)
+        ax.plot(xs, roof, color="black", linewidth=1.2, linestyle=style,
+                label=f"roof {dtype.upper()}: {peak:g} TFLOP/s"
+                      + (f", {tbps:g} TB/s" if tbps else ""))
+    for i in np.argsort(-t)[:5]:
+        ax.annotate(middle_cut(f"{rows[i]['op']} {rows[i]['input_dims'] or ''}", 48),
+                    (x[i], y[i]), fontsize="xx-small", xytext=(4, 4),
+                    textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOPs per byte moved)")
+    ax.set_ylabel("achieved TFLOP/s")
+    ax.set_title(f"{title}\n{device or 'device unknown: no roof'}", fontsize="small")
+    ax.legend(fontsize="x-small", loc="lower right")
+    ax.grid(True, which="major", alpha=0.3)
+    return fig
+
+
+def modules(table: pa.Table, top: int = 20):
+    """GPU time of the ``top`` module paths (summed over ranks and phases), stacked by
+    kernel kind."""
+    title = "Which parts of the model take the GPU time?"
+    if table.num_rows == 0:
+        return no_data(title, "no kernels")
+    rows = table.to_pylist()
+    totals: dict[str, float] = {}
+    for r in rows:
+        totals[r["module"]] = totals.get(r["module"], 0) + r["gpu_ns"]
+    names = sorted(totals, key=lambda m: -totals[m])[:top][::-1]
+    fig = new_figure((11, 0.35 * len(names) + 1.6), layout="constrained")
+    ax = fig.subplots()
+    left = np.zeros(len(names))
+    at = {m: i for i, m in enumerate(names)}
+    for kind, color in KIND_COLORS.items():
+        width = np.zeros(len(names))
+        for r in rows:
+            if r["kind"] == kind and r["module"] in at:
+                width[at[r["module"]]] += r["gpu_ns"] / 1e6
+        if width.any():
+            ax.barh(np.arange(len(names)), width, left=left, color=color,
+                    label=f"{kind} ({width.sum():.3g} ms)")
+            left += width
+    for i, m in enumerate(names):
+        ax.annotate(f" {left[i]:.3g} ms", (left[i], i), va="center", fontsize="x-small")
+    ax.set_yticks(np.arange(len(names)), [middle_cut(m, 70) for m in names],
+                  fontsize="x-small")
+    ax.set_xlabel("GPU time (ms, summed over ranks and micro-batches)")
+    ax.set_title(title + (f" (top {top} of {len(totals)})" if len(totals) > top else ""),
+                 fontsize="small")
+    ax.legend(fontsize="x-small", loc="lower right")
+    return fig
