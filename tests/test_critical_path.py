@@ -198,3 +198,12 @@ def test_pipeline_pairs_are_joined_through_their_nccl_ranges(tmp_path):
     cats = {r["category"]: r["ns"] for r in
             result.tables["critical_path_by_category"].to_pylist()}
     assert cats["comm: PP"] > 0
+
+
+def test_notebook_api_gives_the_command_tables(slow_job):
+    import traceviz
+
+    nb = traceviz.Job(slow_job).critical_path(what_if=("COMP=0.5",))
+    cli = command.run(slow_job, what_if=("COMP=0.5",))
+    for name in ("critical_path", "critical_path_by_rank", "critical_path_what_if"):
+        assert nb[name].equals(cli.tables[name]), name

@@ -18,7 +18,7 @@ from traceviz.commands.report import make_report
 from traceviz.commands.result import write
 from traceviz.synth import SynthConfig, synthesize
 
-SECTIONS = ("summary", "timeline", "overlap", "pipeline", "kernels", "collectives",
+SECTIONS = ("summary", "timeline", "overlap", "pipeline", "kernels", "model", "collectives",
             "stragglers")
 STRAGGLER = 3
 

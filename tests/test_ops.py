@@ -144,3 +144,29 @@ def test_what_is_not_modelled_is_named(tmp_path):
         100.0 * result.data["modelled_ns"] / result.data["total_ns"] == pytest.approx(100)
     assert all(0 <= r["pct_of_gpu_time"] <= 100 for r in table)
     assert np.isfinite([r["pct_of_gpu_time"] for r in table]).all()
+
+
+def test_notebook_api_gives_the_command_tables(job):
+    import traceviz
+
+    nb = traceviz.Job(job).ops()
+    cli = command.run(job / "iteration_10")
+    for name in ("ops_by_shape", "ops_iterations", "ops_by_module"):
+        assert nb[name].equals(cli.tables[name]), name
+    assert nb["ops_calls"].num_rows == cli.data["calls"].num_rows
+
+
+def test_html_page_has_the_op_model_once_cpu_tables_exist(job, tmp_path):
+    runner = CliRunner()
+    before = runner.invoke(main, ["html", str(job), "-o", str(tmp_path / "a.html")])
+    assert before.exit_code == 0, before.output
+    text = (tmp_path / "a.html").read_text()
+    assert "<section id='model'>" in text and "run &#x27;traceviz ops JOB&#x27;" in text
+    assert runner.invoke(main, ["ops", str(job)]).exit_code == 0
+    after = runner.invoke(main, ["html", str(job), "-o", str(tmp_path / "b.html")])
+    assert after.exit_code == 0, after.output
+    text = (tmp_path / "b.html").read_text()
+    model = text[text.index("<section id='model'>"):]
+    model = model[:model.index("</section>")]
+    assert "aten::mm" in model and "TransformerLayer_1/MLP_1" in model
+    assert "MFU" in model

@@ -26,7 +26,7 @@ from .analysis.breakdown import Params
 from .analysis.calls import COLUMNS as CALL_COLUMNS
 from .analysis.calls import rank_calls
 from .analysis.run_config import training_flops_per_token
-from .commands import aggregate, breakdown, pipeline, report
+from .commands import aggregate, breakdown, critical_path, ops, pipeline, report
 from .commands.result import Result
 from .errors import TraceVizError
 from .ingest.tables import ensure_tables, input_files, load_table, rank_tables
@@ -199,6 +199,33 @@ class Job:
                       ) -> pa.Table:
         """The largest losses against the ideal schedule, per PP group."""
         return self._pipeline(iteration, all_groups).tables["pipeline_gaps"]
+
+    def _source(self) -> Path:
+        """What a command that parses with CPU tables reads: the job when it has one
+        profiled iteration, else the chosen iteration's tables."""
+        return self.path if len(self.folders) == 1 else self.folder
+
+    def critical_path(self, *, iteration: int | None = None, annotation: str | None = None,
+                      instance: int = 0, rank: int | None = None, hta_compat: bool = False,
+                      what_if: tuple[str, ...] = (), clock_sync: bool = True
+                      ) -> dict[str, pa.Table]:
+        """The critical path (``traceviz critical-path``): one rank's (``rank``, or a
+        one-trace job) or the job's path and summaries, and the ``what_if`` re-timings,
+        by table name."""
+        key = ("critical_path", iteration, annotation, instance, rank, hta_compat,
+               tuple(what_if), clock_sync)
+        return self._run(key, lambda: critical_path.run(
+            self._source(), iteration=iteration, annotation=annotation, instance=instance,
+            rank=rank, hta_compat=hta_compat, what_if=tuple(what_if),
+            clock_sync=clock_sync)).tables
+
+    def ops(self, *, rank: int | None = None, peak_tflops: float | None = None
+            ) -> dict[str, pa.Table]:
+        """The op model (``traceviz ops``) by table name, with every call as
+        ``ops_calls``."""
+        result = self._run(("ops", rank, peak_tflops), lambda: ops.run(
+            self._source(), rank=rank, peak_tflops=peak_tflops))
+        return {**result.tables, "ops_calls": result.data["calls"]}
 
     # ---- figures ----------------------------------------------------------------------
 

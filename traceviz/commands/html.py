@@ -8,11 +8,13 @@ import os
 from pathlib import Path
 
 from ..errors import TraceVizError
+from ..ingest.outputs import cpu_path
 from ..ingest.tables import tables_folder
 from ..ingest.topology import job_layout
-from ..render.html_page import PipelineSection, report_page
+from ..render.html_page import OpsSection, PipelineSection, report_page
 from ..render.interactive import job_timeline, to_html
-from . import breakdown, pipeline
+from ..table.schema import is_activity_table
+from . import breakdown, ops, pipeline
 from .aggregate import aggregate_folder
 from .report import make_report
 from .result import Result
@@ -54,10 +56,11 @@ def _plots(mb: list[dict], places: list[dict], stages: list[dict],
 
 def page_of(title: str, rep: dict, brk: Result, pipe: Result | None, why: str,
             mb: list[dict], places: list[dict], synced: bool = True,
-            no_timeline: str = "") -> str:
+            no_timeline: str = "", model: Result | None = None, no_model: str = "") -> str:
     """The page from the report dict, the breakdown's and pipeline's results (``pipe``
     None: ``why`` there is none) and the micro-batch step windows ``mb`` (on synced
-    clocks unless ``synced`` is False), rows placed by ``places`` (:func:`pipeline_places`)."""
+    clocks unless ``synced`` is False), rows placed by ``places`` (:func:`pipeline_places`),
+    and the op model's result (``model`` None: ``no_model`` says why)."""
     kernels = [(name[:-4].replace("_", " "), fig.png())
                for name, fig in sorted(brk.figures.items())
                if name.startswith(("top_kernels_", "kernel_durations_"))]
@@ -68,10 +71,13 @@ def page_of(title: str, rep: dict, brk: Result, pipe: Result | None, why: str,
         section = PipelineSection(pipe.tables["pipeline_stages"], pipe.tables["pipeline_gaps"],
                                   pipe.figures[first].png() if first else None)
         stages = pipe.tables["pipeline_stages"].to_pylist()
+    ops = None if model is None else OpsSection(
+        model.lines, model.tables["ops_by_shape"], model.tables["ops_by_module"],
+        [(name[:-4].replace("_", " "), fig.png()) for name, fig in sorted(model.figures.items())])
     return report_page(title, rep, brk.tables, kernels, overlap.png() if overlap else None,
                        section, why, _plots(mb, places, stages, synced),
                        no_timeline or "no micro-batch steps found (no forward / backward "
-                       "step launched kernels)")
+                       "step launched kernels)", ops, no_model)
 
 
 def run(root: str | os.PathLike, output: str | os.PathLike, overrides: dict | None = None,
@@ -94,7 +100,22 @@ def run(root: str | os.PathLike, output: str | os.PathLike, overrides: dict | No
     except TraceVizError as exc:
         mb, synced, no_timeline = [], False, f"no timeline: {exc}"
     placed = pipeline_places(root, folder, topology)
+    model, no_model = _op_model(folder)
     return Result(texts={os.fspath(output): page_of(f"traceviz: {root.resolve().name}", rep,
                                                     brk, pipe, why, mb, placed, synced,
-                                                    no_timeline)},
+                                                    no_timeline, model, no_model)},
                   failed=rep["failed"])
+
+
+def _op_model(folder: Path) -> tuple[Result | None, str]:
+    """The op model when every rank of ``folder`` has its CPU table (a ``traceviz ops``
+    or ``critical-path`` parsed them), else why there is none."""
+    tables = [p for p in folder.glob("*.parquet") if not p.name.endswith(".cpu.parquet")
+              and is_activity_table(p)]
+    if not tables or not all(Path(cpu_path(str(p))).exists() for p in tables):
+        return None, ("no op model: the ranks were parsed without their CPU tables; run "
+                      "'traceviz ops JOB' (it parses them) and then 'traceviz html' again")
+    try:
+        return ops.run(folder), ""
+    except TraceVizError as exc:
+        return None, f"no op model: {exc}"

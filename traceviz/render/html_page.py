@@ -41,7 +41,7 @@ details{margin:8px 0}summary{cursor:pointer;color:#1f3b57;font-weight:600}
 .note{color:#555;font-size:13px}
 """
 SECTIONS = (("summary", "Summary"), ("timeline", "Timeline"), ("overlap", "Overlap per rank"),
-            ("pipeline", "Pipeline"), ("kernels", "Top kernels"),
+            ("pipeline", "Pipeline"), ("kernels", "Top kernels"), ("model", "Op model"),
             ("collectives", "Collectives"), ("stragglers", "Stragglers"))
 
 
@@ -255,6 +255,40 @@ def _kernels(top, figures: list[tuple[str, bytes]]) -> str:
             + folded("Top kernels and call durations per type (figures)", figs))
 
 
+@dataclass
+class OpsSection:
+    """What the op model section shows (``traceviz ops``): its summary lines, the op
+    shapes and modules tables, the roofline and module figures (PNG)."""
+
+    lines: list[str]
+    shapes: pa.Table
+    modules: pa.Table
+    figures: list[tuple[str, bytes]]
+
+
+def _model(ops: OpsSection | None, why: str) -> str:
+    if ops is None:
+        return f"<p class='note'>{esc(why)}</p>"
+    shape_rows = [[esc(r["op"]), esc(middle_cut(r["input_dims"] or "", 60)),
+                   esc(r["dtype"] or ""), esc(r["phase"] or ""), str(r["calls"]),
+                   fmt(r["gpu_ns"] / MB), fmt(r["tflops"], 3), fmt(r["pct_peak_flops"], 3),
+                   fmt(r["pct_peak_p10"], 3), fmt(r["pct_peak_p50"], 3)]
+                  for r in ops.shapes.slice(0, 50).to_pylist()] if ops.shapes.num_rows else []
+    module_rows = [[esc(middle_cut(r["module"], 80)), esc(r["phase"] or ""), esc(r["kind"]),
+                    fmt(r["gpu_ns"] / MB), fmt(r["pct_of_gpu_time"], 3)]
+                   for r in ops.modules.slice(0, 50).to_pylist()] if ops.modules.num_rows else []
+    return ("".join(f"<p class='note'>{esc(line.strip())}</p>" for line in ops.lines[:3])
+            + "<h3>Op shapes by GPU time</h3>"
+            + table(["op", "input dims", "dtype", "phase", "calls", "ms", "TFLOP/s",
+                     "% of peak", "p10 %", "p50 %"], shape_rows, name="op_shapes",
+                    empty="no modelled op")
+            + "<h3>GPU time per module</h3>"
+            + table(["module", "phase", "kind", "ms", "% of GPU time"], module_rows,
+                    name="modules", empty="no kernels")
+            + folded("Roofline and modules (figures)",
+                     "".join(image(png, name) for name, png in ops.figures)))
+
+
 def _gb(nbytes: int | None) -> float | None:
     return None if nbytes is None else nbytes / 1e9
 
@@ -307,11 +341,12 @@ def _stragglers(rep: dict) -> str:
 def report_page(title: str, rep: dict, tables: dict[str, pa.Table],
                 kernel_figures: list[tuple[str, bytes]], overlap_figure: bytes | None,
                 pipeline: PipelineSection | None, why: str,
-                plots: dict[str, str] | None = None, no_timeline: str = "") -> str:
+                plots: dict[str, str] | None = None, no_timeline: str = "",
+                ops: OpsSection | None = None, no_ops: str = "") -> str:
     """The whole page from the report dict, the breakdown's tables and figures (PNG), the
     pipeline view (None: ``why`` there is none) and the interactive plots' HTML
     (``plots``: ``timeline`` for the job, ``pipeline`` for the first PP group; a missing
-    timeline says ``no_timeline``)."""
+    timeline says ``no_timeline``), and the op model (None: ``no_ops`` says why)."""
     plots = plots or {}
     return page(title, {
         "summary": _summary(rep),
@@ -319,6 +354,7 @@ def report_page(title: str, rep: dict, tables: dict[str, pa.Table],
         "overlap": _overlap(rep, tables["temporal_breakdown"].to_pylist(), overlap_figure),
         "pipeline": _pipeline(pipeline, plots.get("pipeline"), why),
         "kernels": _kernels(tables["top_kernels"].to_pylist(), kernel_figures),
+        "model": _model(ops, no_ops),
         "collectives": _collectives(rep),
         "stragglers": _stragglers(rep)})
 
