@@ -170,3 +170,15 @@ def test_html_page_has_the_op_model_once_cpu_tables_exist(job, tmp_path):
     model = model[:model.index("</section>")]
     assert "aten::mm" in model and "TransformerLayer_1/MLP_1" in model
     assert "MFU" in model
+
+
+def test_report_shows_the_trace_mfu_next_to_the_6n_estimate(job):
+    from traceviz.commands.report import make_report
+
+    before = make_report(job)["throughput"]["trace_flops"]
+    assert before["mfu_pct"] is None and "traceviz ops" in before["why"]
+    iters = command.run(job).data["iterations"].to_pylist()  # parses the CPU tables
+    after = make_report(job, overrides={"peak_tflops": 989.5})["throughput"]["trace_flops"]
+    assert after["mfu_pct"] == pytest.approx(np.mean([r["mfu_pct"] for r in iters]))
+    assert after["tflops_per_gpu"] == pytest.approx(np.mean([r["model_tflops"]
+                                                             for r in iters]))

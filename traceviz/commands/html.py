@@ -8,12 +8,10 @@ import os
 from pathlib import Path
 
 from ..errors import TraceVizError
-from ..ingest.outputs import cpu_path
-from ..ingest.tables import tables_folder
+from ..ingest.tables import has_cpu_tables, tables_folder
 from ..ingest.topology import job_layout
 from ..render.html_page import OpsSection, PipelineSection, report_page
 from ..render.interactive import job_timeline, to_html
-from ..table.schema import is_activity_table
 from . import breakdown, ops, pipeline
 from .aggregate import aggregate_folder
 from .report import make_report
@@ -110,9 +108,7 @@ def run(root: str | os.PathLike, output: str | os.PathLike, overrides: dict | No
 def _op_model(folder: Path) -> tuple[Result | None, str]:
     """The op model when every rank of ``folder`` has its CPU table (a ``traceviz ops``
     or ``critical-path`` parsed them), else why there is none."""
-    tables = [p for p in folder.glob("*.parquet") if not p.name.endswith(".cpu.parquet")
-              and is_activity_table(p)]
-    if not tables or not all(Path(cpu_path(str(p))).exists() for p in tables):
+    if not has_cpu_tables(folder):
         return None, ("no op model: the ranks were parsed without their CPU tables; run "
                       "'traceviz ops JOB' (it parses them) and then 'traceviz html' again")
     try:

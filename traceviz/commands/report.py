@@ -9,6 +9,8 @@ import math
 import os
 from pathlib import Path
 
+import numpy as np
+
 from ..analysis.calls import COLUMNS as CALL_COLUMNS
 from ..analysis.clocks import offsets_from_calls
 from ..analysis.rank_summary import RankSummary, summarize
@@ -16,9 +18,10 @@ from ..analysis.report import build_report
 from ..analysis.run_config import RunConfig, from_torchtitan_toml
 from ..errors import TraceVizError
 from ..ingest.outputs import default_path
-from ..ingest.tables import input_files, one_folder, rank_tables, tables_folder
+from ..ingest.tables import has_cpu_tables, input_files, one_folder, rank_tables, tables_folder
 from ..ingest.topology import job_layout
 from ..render.report_text import report_text
+from . import ops
 from .result import Result
 
 COLUMNS = tuple(dict.fromkeys(CALL_COLUMNS + ("comm_group",)))
@@ -80,8 +83,29 @@ def make_report(root: str | os.PathLike, *, config_file: str | None = None,
     config = config.updated(**(overrides or {}))
     offsets, synced = (offsets_from_calls([s.calls for s in summaries], notes)
                        if clock_sync else ({}, False))
-    return _finite({**build_report(summaries, config, offsets, layout, notes, synced),
-                    "failed": failed})
+    rep = build_report(summaries, config, offsets, layout, notes, synced)
+    rep["throughput"]["trace_flops"] = _trace_flops(root, config.peak_tflops)
+    return _finite({**rep, "failed": failed})
+
+
+def _trace_flops(root: Path, peak: float | None) -> dict:
+    """TFLOP/s per GPU and MFU from the traced ops' own FLOPs (``traceviz ops``: mean over
+    ranks and iterations, recompute left out) when the ranks' CPU tables exist; else
+    null with the reason."""
+    none = {"tflops_per_gpu": None, "mfu_pct": None}
+    try:
+        folder = root.parent if root.is_file() else tables_folder(root)
+    except TraceVizError:
+        return {**none, "why": "no tables"}
+    if not has_cpu_tables(folder):
+        return {**none, "why": "the ranks' CPU tables are not parsed: run 'traceviz ops'"}
+    iters = ops.run(folder, peak_tflops=peak).data["iterations"].to_pylist()
+    tf = [r["model_tflops"] for r in iters if r["model_tflops"] is not None]
+    mfu = [r["mfu_pct"] for r in iters if r["mfu_pct"] is not None]
+    if not tf:
+        return {**none, "why": "no traced op has FLOPs (record_shapes off?)"}
+    return {"tflops_per_gpu": float(np.mean(tf)),
+            "mfu_pct": float(np.mean(mfu)) if mfu else None, "why": None}
 
 
 def run(root: str | os.PathLike, *, config_file: str | None = None,

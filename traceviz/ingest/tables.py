@@ -228,3 +228,11 @@ def gpu_and_cpu(path: Path, rank: int | None) -> tuple[pa.Table, pa.Table | None
     if chosen is None:
         raise TraceVizError(f"{path}: no rank {rank} among its traces")
     return chosen[1], chosen[2]
+
+
+def has_cpu_tables(folder: Path) -> bool:
+    """Whether every rank table of ``folder`` has its CPU table next to it."""
+    from .outputs import cpu_path
+
+    tables = [p for p in Path(folder).glob("*.parquet") if is_activity_table(p)]
+    return bool(tables) and all(Path(cpu_path(str(p))).exists() for p in tables)

@@ -21,6 +21,13 @@ def iterations_text(iterations: list) -> str:
     return ", ".join(map(str, iterations)) or "none"
 
 
+def _trace_flops_line(tf: dict) -> str:
+    """The TFLOP/s and MFU from the traced ops' own FLOPs, next to the 6N x tokens ones."""
+    text = (f"From the traced ops' FLOPs: TFLOP/s per GPU {_f(tf.get('tflops_per_gpu'))}, "
+            f"MFU {_f(tf.get('mfu_pct'), '%')}")
+    return text + (f" ({tf['why']})" if tf.get("why") else "")
+
+
 def _heading(lines: list[str], title: str) -> None:
     lines += ["", RULE, title, RULE]
 
@@ -52,7 +59,8 @@ def report_text(rep: dict) -> str:
               f"Tokens per Second: {_f(m['tokens_per_s'])}",
               f"Samples per Second: {_f(m['samples_per_s'])}",
               f"TFLOP/s per GPU: {_f(m['tflops_per_gpu'])}",
-              f"MFU: {_f(m['mfu_pct'], '%')}", "Per Iteration:"]
+              f"MFU: {_f(m['mfu_pct'], '%')}",
+              _trace_flops_line(t.get("trace_flops") or {}), "Per Iteration:"]
     lines += [f"  {r['iteration'] if r['iteration'] is not None else 'whole trace'}: "
               f"{_f(r['time_ms'], ' ms')}, {_f(r['tokens_per_s'])} tokens/s, MFU "
               f"{_f(r['mfu_pct'], '%')}" for r in t["iterations"]]
