@@ -118,6 +118,9 @@ def test_job_path_runs_through_the_slow_rank(slow_job):
     assert np.array_equal(path["from_ns"].to_numpy()[1:], path["to_ns"].to_numpy()[:-1])
     # on the path, slack is 0
     assert int(np.max(path["slack_ns"])) == 0
+    # each rank's pipeline stage (pp 2: ranks 0-3 stage 0, 4-7 stage 1 in Megatron's order)
+    stage = dict(zip(path["rank"].to_pylist(), path["stage"].to_pylist()))
+    assert all(s == (0 if r < 4 else 1) for r, s in stage.items())
 
 
 def test_what_if(slow_job):

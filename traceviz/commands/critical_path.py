@@ -171,9 +171,10 @@ def _job(folder: Path, ann: str | None, inst: int, what_if: list[str], clock_syn
          ) -> Result:
     tables = _load(folder)
     notes: list[str] = []
-    ranks, infos, phases = [], [], []
+    ranks, infos, phases, stages = [], [], [], {}
     for gpu, cpu in tables:
         r = int(metadata(gpu).get("rank", -1))
+        stages[r] = (metadata(gpu).get("classification") or {}).get("stage")
         ev = rank_events(gpu, cpu)
         try:
             w = _window(ev, ann, inst, notes)
@@ -205,7 +206,7 @@ def _job(folder: Path, ann: str | None, inst: int, what_if: list[str], clock_syn
 
     g = jg.graph
     path_ranks = g.node_rank[g.dst[edges]]
-    table = job_path_table(jg, edges, own, wait, J.slack(jg, t, jg.own), phases)
+    table = job_path_table(jg, edges, own, wait, J.slack(jg, t, jg.own), phases, stages)
     by_cat = by([CATEGORIES[c] for c in cat.tolist()], ns, "category", span)
     by_rank = by(np.concatenate([path_ranks, path_ranks]).tolist(), ns, "rank", span)
     ph = table["phase"].to_pylist()
