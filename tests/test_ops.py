@@ -182,3 +182,14 @@ def test_report_shows_the_trace_mfu_next_to_the_6n_estimate(job):
     assert after["mfu_pct"] == pytest.approx(np.mean([r["mfu_pct"] for r in iters]))
     assert after["tflops_per_gpu"] == pytest.approx(np.mean([r["model_tflops"]
                                                              for r in iters]))
+
+
+def test_per_microbatch_totals_equal_the_truth(job):
+    kernels = pq.read_table(job / "ground_truth" / "kernels.parquet").to_pandas()
+    want = kernels[kernels.flops > 0].groupby(["phase", "microbatch"]).flops.sum().to_dict()
+    table = command.run(job).tables["ops_by_microbatch"].to_pylist()
+    got = {(r["phase"], r["microbatch"]): r["flops"] for r in table if r["flops"]}
+    assert got == pytest.approx(want)
+    for r in table:  # the group's throughput is over the calls that have FLOPs
+        if r["flops"]:
+            assert r["tflops"] == pytest.approx(r["pct_peak_flops"] * 989.5 / 100, rel=1e-6)

@@ -402,7 +402,8 @@ def ops(path, rank, peak_tflops, outdir) -> None:
     _write(result, outdir)
     _echo_all(result.notes, err=True)
     _echo_all(result.lines)
-    click.echo(f"wrote ops_by_shape, ops_not_modelled, ops_by_module, ops_iterations "
+    click.echo(f"wrote ops_by_shape, ops_by_microbatch, ops_not_modelled, ops_by_module, "
+               f"ops_iterations "
                f"(.csv, .parquet), ops_calls.parquet and figures to {outdir}", err=True)
 
 

@@ -13,16 +13,20 @@ import pyarrow.compute as pc
 
 from .ops import RankOps
 
+SHAPE_KEYS = ("op", "family", "input_dims", "dtype", "phase")
+MICROBATCH_KEYS = ("phase", "microbatch")
 
-def by_shape(calls: pa.Table) -> pa.Table:
-    """Per (op, family, input dims, dtype, phase): calls, FLOPs, bytes, GPU ns, achieved
-    TFLOP/s and TB/s, % of peak (of the summed time) and its spread over calls, and the
-    worst call (lowest % of peak) with its rank and start."""
+
+def grouped(calls: pa.Table, keys: tuple[str, ...] = SHAPE_KEYS) -> pa.Table:
+    """Per group of ``keys`` (default: op, family, input dims, dtype, phase): calls,
+    FLOPs, bytes, GPU ns, achieved TFLOP/s and TB/s, % of peak (of the summed time) and
+    its spread over calls, and the worst call (lowest % of peak) with its rank and
+    start."""
+    keys = list(keys)
     if calls.num_rows == 0:
-        return pa.table({"op": pa.array([], pa.string())})
-    keys = ["op", "family", "input_dims", "dtype", "phase"]
+        return pa.table({k: pa.array([], pa.string()) for k in keys})
     cols = {k: calls[k].to_pylist() for k in keys + ["rank"]}
-    flops = np.nan_to_num(calls["flops"].to_numpy(zero_copy_only=False), nan=np.nan)
+    flops = calls["flops"].to_numpy(zero_copy_only=False)
     nbytes = calls["bytes"].to_numpy(zero_copy_only=False)
     ns = calls["gpu_ns"].to_numpy()
     pct = calls["pct_peak_flops"].to_numpy(zero_copy_only=False)
@@ -44,8 +48,8 @@ def by_shape(calls: pa.Table) -> pa.Table:
                  if known.any() and np.nansum(f[known]) > 0 else None)
         rows.append({**dict(zip(keys, key)), "calls": int(idx.size),
                      "flops": total_f, "bytes": total_b, "gpu_ns": total_ns,
-                     "tflops": total_f / total_ns / 1e3 if total_f and total_ns else None,
-                     "tbps": total_b / total_ns / 1e3 if total_b and total_ns else None,
+                     # throughput over the calls that have FLOPs (bytes)
+                     "tflops": _rate(f, t), "tbps": _rate(b, t),
                      "pct_peak_flops": share,
                      "pct_peak_p10": float(np.percentile(p[known], 10)) if known.any() else None,
                      "pct_peak_p50": float(np.percentile(p[known], 50)) if known.any() else None,
@@ -55,6 +59,13 @@ def by_shape(calls: pa.Table) -> pa.Table:
                      "worst_start_ns": int(start[worst]) if worst is not None else None})
     rows.sort(key=lambda r: -r["gpu_ns"])
     return pa.Table.from_pylist(rows)
+
+
+def _rate(amount: np.ndarray, ns: np.ndarray) -> float | None:
+    """Sum of ``amount`` over the summed ns of the calls that have it, per ns / 1e3
+    (TFLOP/s from FLOPs, TB/s from bytes); None when no call has it."""
+    known = np.isfinite(amount) & (ns > 0)
+    return float(amount[known].sum() / ns[known].sum() / 1e3) if known.any() else None
 
 
 def concat(ranks: list[RankOps], attr: str) -> pa.Table:

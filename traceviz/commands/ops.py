@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from ..analysis.devices import device_of
 from ..analysis.ops import RankOps, rank_ops
-from ..analysis.ops_summary import by_shape, concat, modelled_share, summed
+from ..analysis.ops_summary import MICROBATCH_KEYS, concat, grouped, modelled_share, summed
 from ..errors import TraceVizError
 from ..ingest.outputs import cpu_path
 from ..ingest.tables import gpu_and_cpu, input_files, tables_folder
@@ -52,7 +52,7 @@ def run(path: str | os.PathLike, *, rank: int | None = None,
     not_modelled = concat(ranks, "not_modelled")
     with_model, shapes_missing, none = modelled_share(calls, not_modelled)
     total = with_model + shapes_missing + none
-    shapes = by_shape(calls)
+    shapes = grouped(calls)
     missing = (calls.filter(pc.and_(pc.is_null(calls["flops"]), pc.is_null(calls["bytes"])))
                if calls.num_rows else calls)
     unmodelled = _unmodelled(not_modelled, missing, total)
@@ -83,7 +83,9 @@ def run(path: str | os.PathLike, *, rank: int | None = None,
                      f"{r['input_dims'] or ''} {r['dtype'] or ''} {r['phase'] or ''}: "
                      f"{_pct(r['pct_peak_flops'])} of peak")
     result = Result(
-        tables={"ops_by_shape": shapes, "ops_not_modelled": unmodelled,
+        tables={"ops_by_shape": shapes,
+                "ops_by_microbatch": grouped(calls, MICROBATCH_KEYS),
+                "ops_not_modelled": unmodelled,
                 "ops_by_module": mod_table, "ops_iterations": iters},
         figures={"ops_roofline.png": Figure(roofline, shapes, _roofs(shapes, dev, peak),
                                             dev.tbps if dev else None, device),

@@ -7,6 +7,8 @@ sync, a join across ranks), and a jump to another rank is a thin vertical line. 
 ms from the path's start."""
 from __future__ import annotations
 
+import textwrap
+
 import numpy as np
 
 from .figures import new_figure, no_data
@@ -65,11 +67,12 @@ def draw(seg: dict, title: str):
     ax.set_yticks(np.arange(0, len(rows), step),
                   [f"rank {r} {s}" for r, s in rows[::step]], fontsize="x-small")
     ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.set_xlabel("ms from the path's start (common clock)" if len(ranks) > 1
-                  else "ms from the path's start (the rank's own clock)")
-    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax.set_title(title, fontsize="small")
+    xlabel = ("ms from the path's start (common clock)" if len(ranks) > 1
+              else "ms from the path's start (the rank's own clock)")
     if len(seg["ranks"]) > MAX_RANKS:
-        ax.annotate(f"rows: the {len(ranks)} ranks the path visits, of {len(seg['ranks'])}",
-                    (0, -0.12), xycoords="axes fraction", fontsize="x-small")
+        xlabel += f"; rows: the {len(ranks)} ranks the path visits, of {len(seg['ranks'])}"
+    ax.set_xlabel(xlabel)
+    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_title("\n".join(textwrap.fill(line, 130) for line in title.split("\n")),
+                 fontsize="small")
     return fig
