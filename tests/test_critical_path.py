@@ -138,9 +138,8 @@ def test_what_if(slow_job):
 def test_retime_with_unit_factors_reproduces_the_measured_times(slow_job):
     # directly: the graph re-timed with its own times equals the measured node times
     # wherever the measured time is explained (wait >= 0)
-    from traceviz.commands.critical_path import _load
-    from traceviz.ingest.tables import tables_folder
-    tables = _load(tables_folder(slow_job, cpu=True))
+    from traceviz.ingest.tables import load_with_cpu, tables_folder
+    tables = load_with_cpu(tables_folder(slow_job, cpu=True))
     ranks, infos = [], []
     for gpu, cpu in tables:
         ev = rank_events(gpu, cpu)

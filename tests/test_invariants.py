@@ -13,6 +13,7 @@ import shutil
 
 import numpy as np
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 from helpers import TRACES, needs_shared, out_dir, shared_traces, trace_id
@@ -121,6 +122,20 @@ def test_every_trace_keeps_the_invariants(path, tmp_path):
         assert all(_pct_ok(p) for p in shares)
         assert not shares or sum(shares) == pytest.approx(100)
 
+    # the op model: shares in [0, 100] adding up to the whole, MFU <= 100 %
+    ops = CliRunner().invoke(main, ["ops", str(path), "-o", str(tmp_path / "ops")])
+    assert "Traceback" not in ops.output and "internal error" not in ops.output, ops.output
+    assert ops.exit_code in (0, 1), ops.output
+    if ops.exit_code == 0:
+        shapes = pq.read_table(tmp_path / "ops" / "ops_by_shape.parquet").to_pylist()
+        for r in shapes:
+            for k in ("pct_peak_flops", "pct_peak_bw", "pct_peak_p10", "pct_peak_p90"):
+                assert r.get(k) is None or 0 <= r[k] <= 100, (k, r)
+        rows = pq.read_table(tmp_path / "ops" / "ops_iterations.parquet").to_pylist()
+        assert all(r["mfu_pct"] is None or 0 <= r["mfu_pct"] <= 100 for r in rows)
+        missing = pq.read_table(tmp_path / "ops" / "ops_not_modelled.parquet").to_pylist()
+        assert all(0 <= r["pct_of_gpu_time"] <= 100 for r in missing)
+
     # the trace against itself: nothing changed
     same = CliRunner().invoke(main, ["diff", str(path), str(path), "-o", str(tmp_path / "d")])
     assert "Traceback" not in same.output and "internal error" not in same.output
@@ -141,6 +156,7 @@ def test_every_command_on_every_job(job, tmp_path):
     runner = CliRunner()
     outputs = {}
     for args in (["batch", root, "-q", "-j", "1"], ["aggregate", root, "--no-figures"],
+                 ["ops", root, "-o", tmp_path / "ops"],
                  ["breakdown", root, "-o", tmp_path / "bd"], ["pipeline", root, "-o",
                                                               tmp_path / "pp"],
                  ["report", out_dir(root), "--json", "-o", tmp_path / "r.json"],

@@ -29,6 +29,7 @@ that sets the peak: ``fp64``, ``fp32``, ``bf16`` (also FP16), ``fp8`` (None unkn
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -116,6 +117,13 @@ def _load(text: str | None) -> list:
     except orjson.JSONDecodeError:
         return []
     return value if isinstance(value, list) else []
+
+
+def compact(text: str | None) -> str | None:
+    """A shapes text on one line (``[[4096, 1024], [1024]]``) however the trace spaced
+    it; the text itself when it is not JSON."""
+    value = _load(text)
+    return json.dumps(value) if value else text
 
 
 def _numel(dims) -> int:

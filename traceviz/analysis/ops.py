@@ -37,7 +37,7 @@ from ..table.arrays import codes_of, ints
 from ..table.schema import metadata
 from .devices import Device, device_of
 from .host_device import ACTIVITY, CPU_OP, PYTHON, USER_ANNOT, RankEvents, rank_events
-from .op_model import Model, family, model
+from .op_model import Model, compact, family, model
 
 MODULE_FRAME = re.compile(r"^nn\.Module: (.+)$")
 NOT_A_MODULE = re.compile(r"^(ProfilerStep#|nccl:|Optimizer\.)")
@@ -137,7 +137,8 @@ def rank_ops(gpu: pa.Table, cpu: pa.Table, peak_tflops: float | None = None) -> 
         if key not in cache:
             cache[key] = model(ev.names[ev.name[o]], d, t, c)
         models.append(cache[key])
-    calls = _calls(ev, gpu, owners, models, owner, acts, dims, dev, peak)
+    shown = {d: compact(d) for d in set(dims)}
+    calls = _calls(ev, gpu, owners, models, owner, acts, [shown[d] for d in dims], dev, peak)
     modules = _modules(ev, gpu, parent, acts, kind)
     return RankOps(rank, calls, _not_modelled(ev, gpu, owner, acts, parent),
                    modules, _iterations(ev, calls, peak), name, peak)
@@ -173,12 +174,22 @@ def _calls(ev: RankEvents, gpu, owners, models, owner, acts, dims, dev, peak) ->
     with np.errstate(divide="ignore", invalid="ignore"):
         tflops = np.where(ns > 0, flops / ns / 1e3, np.nan)
         tbps = np.where(ns > 0, nbytes / ns / 1e3, np.nan)
-    peaks = np.array([(dev.peak(m.dtype) if dev and m.dtype else None) or
-                      (peak if m.dtype == "bf16" else None) or np.nan for m in models])
+    peaks = np.array([(peak if m.dtype == "bf16" and peak else None)
+                      or (dev.peak(m.dtype) if dev and m.dtype else None) or np.nan
+                      for m in models])
+    # FP32 faster than the FP32 peak ran on TF32 tensor cores (cuDNN's default for
+    # convolutions, torch.backends.cuda.matmul.allow_tf32 for GEMMs): the TF32 peak
+    tf32 = dev.peak("tf32") if dev else None
+    fp32 = np.array([m.dtype == "fp32" for m in models], bool)
+    if tf32:
+        peaks = np.where(fp32 & (tflops > peaks), tf32, peaks)
     bw = dev.tbps if dev else np.nan
     with np.errstate(divide="ignore", invalid="ignore"):
         pct_peak = 100.0 * tflops / peaks
         pct_bw = 100.0 * tbps / bw
+    # above 100 % the model, the shapes or the peak is wrong: unknown, not a number
+    pct_peak = np.where(pct_peak > 100.0, np.nan, pct_peak)
+    pct_bw = np.where(pct_bw > 100.0, np.nan, pct_bw)
 
     def col(x, t=pa.float64()):
         x = np.asarray(x, np.float64)

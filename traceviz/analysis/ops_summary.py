@@ -30,6 +30,7 @@ def grouped(calls: pa.Table, keys: tuple[str, ...] = SHAPE_KEYS) -> pa.Table:
     nbytes = calls["bytes"].to_numpy(zero_copy_only=False)
     ns = calls["gpu_ns"].to_numpy()
     pct = calls["pct_peak_flops"].to_numpy(zero_copy_only=False)
+    pct_bw = calls["pct_peak_bw"].to_numpy(zero_copy_only=False)
     start = calls["start_ns"].to_numpy()
     groups: dict[tuple, list[int]] = {}
     for i, key in enumerate(zip(*(cols[k] for k in keys))):
@@ -37,20 +38,18 @@ def grouped(calls: pa.Table, keys: tuple[str, ...] = SHAPE_KEYS) -> pa.Table:
     rows = []
     for key, idx in groups.items():
         idx = np.asarray(idx)
-        f, b, t, p = flops[idx], nbytes[idx], ns[idx], pct[idx]
+        f, b, t, p, pb = flops[idx], nbytes[idx], ns[idx], pct[idx], pct_bw[idx]
         total_ns = int(t.sum())
         total_f = float(np.nansum(f)) if np.isfinite(f).any() else None
         total_b = float(np.nansum(b)) if np.isfinite(b).any() else None
         known = np.isfinite(p)
         worst = idx[known][np.argmin(p[known])] if known.any() else None
-        # % of peak of the group: summed FLOPs over summed time, per call peak
-        share = (float(np.nansum(f[known])) / float(np.nansum(f[known] / p[known]))
-                 if known.any() and np.nansum(f[known]) > 0 else None)
+        share = _weighted(f, p)  # summed FLOPs over summed time, each call's peak
         rows.append({**dict(zip(keys, key)), "calls": int(idx.size),
                      "flops": total_f, "bytes": total_b, "gpu_ns": total_ns,
                      # throughput over the calls that have FLOPs (bytes)
                      "tflops": _rate(f, t), "tbps": _rate(b, t),
-                     "pct_peak_flops": share,
+                     "pct_peak_flops": share, "pct_peak_bw": _weighted(b, pb),
                      "pct_peak_p10": float(np.percentile(p[known], 10)) if known.any() else None,
                      "pct_peak_p50": float(np.percentile(p[known], 50)) if known.any() else None,
                      "pct_peak_p90": float(np.percentile(p[known], 90)) if known.any() else None,
@@ -59,6 +58,15 @@ def grouped(calls: pa.Table, keys: tuple[str, ...] = SHAPE_KEYS) -> pa.Table:
                      "worst_start_ns": int(start[worst]) if worst is not None else None})
     rows.sort(key=lambda r: -r["gpu_ns"])
     return pa.Table.from_pylist(rows)
+
+
+def _weighted(amount: np.ndarray, pct: np.ndarray) -> float | None:
+    """The group's share of a peak from per-call shares: summed amount over summed
+    amount / share (every call's own peak); None when no call has one."""
+    known = np.isfinite(amount) & np.isfinite(pct) & (pct > 0)
+    if not known.any() or amount[known].sum() <= 0:
+        return None
+    return float(amount[known].sum() / (amount[known] / pct[known]).sum())
 
 
 def _rate(amount: np.ndarray, ns: np.ndarray) -> float | None:

@@ -29,12 +29,10 @@ from ..analysis.critical_path.tables import (
 )
 from ..analysis.host_device import SYNC, rank_events
 from ..errors import TraceVizError, UsageError
-from ..ingest.outputs import cpu_path
-from ..ingest.tables import gpu_and_cpu, input_files, tables_folder
+from ..ingest.tables import gpu_and_cpu, input_files, load_with_cpu, tables_folder
 from ..render.critical_path_figure import draw
 from ..render.figures import Figure
 from ..render.perfetto import path_events, write_job
-from ..table.io import read_table
 from ..table.schema import metadata
 from . import export
 from .result import Result
@@ -154,22 +152,9 @@ def _one_rank(gpu: pa.Table, cpu: pa.Table, ann: str | None, inst: int, hta_comp
     return result
 
 
-def _load(folder: Path) -> list[tuple[pa.Table, pa.Table]]:
-    out = []
-    for p in sorted(folder.glob("*.parquet")):
-        if p.name.endswith(".cpu.parquet"):
-            continue
-        sibling = Path(cpu_path(str(p)))
-        if not sibling.exists():
-            raise TraceVizError(f"{p}: no CPU table next to it; parse the job again "
-                                "(traceviz critical-path parses the traces with --cpu)")
-        out.append((read_table(p), read_table(sibling)))
-    return out
-
-
 def _job(folder: Path, ann: str | None, inst: int, what_if: list[str], clock_sync: bool
          ) -> Result:
-    tables = _load(folder)
+    tables = load_with_cpu(folder)
     notes: list[str] = []
     ranks, infos, phases, stages = [], [], [], {}
     for gpu, cpu in tables:

@@ -16,16 +16,18 @@ from ..analysis.devices import device_of
 from ..analysis.ops import RankOps, rank_ops
 from ..analysis.ops_summary import MICROBATCH_KEYS, concat, grouped, modelled_share, summed
 from ..errors import TraceVizError
-from ..ingest.outputs import cpu_path
-from ..ingest.tables import gpu_and_cpu, input_files, tables_folder
+from ..ingest.tables import gpu_and_cpu, input_files, load_with_cpu, tables_folder
 from ..render.figures import Figure
 from ..render.ops_figures import modules, roofline
-from ..table.io import read_table, write_parquet
+from ..table.io import write_parquet
 from .result import Result
 
 
 def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.1f} %"
+    """A share with three significant digits (0.0123 %, never a bare 0.0 %); n/a."""
+    if x is None:
+        return "n/a"
+    return f"{x:.1f} %" if x >= 10 else f"{x:.3g} %"
 
 
 def _ranks(path: Path, rank: int | None) -> list[tuple[pa.Table, pa.Table]]:
@@ -35,13 +37,7 @@ def _ranks(path: Path, rank: int | None) -> list[tuple[pa.Table, pa.Table]]:
             raise TraceVizError(f"{path}: no CPU table next to this table; pass the trace, "
                                 "or parse it with --cpu")
         return [(gpu, cpu)]
-    folder = tables_folder(path, cpu=True)
-    out = []
-    for p in sorted(folder.glob("*.parquet")):
-        if p.name.endswith(".cpu.parquet"):
-            continue
-        out.append((read_table(p), read_table(Path(cpu_path(str(p))))))
-    return out
+    return load_with_cpu(tables_folder(path, cpu=True))
 
 
 def run(path: str | os.PathLike, *, rank: int | None = None,
@@ -73,15 +69,20 @@ def run(path: str | os.PathLike, *, rank: int | None = None,
     if tf is not None and np.isfinite(tf).any():
         mfu = iters["mfu_pct"].to_numpy(zero_copy_only=False)
         known = int(np.isfinite(tf).sum())
-        lines.append(f"  from the trace's own FLOPs: {np.nanmean(tf):.1f} TFLOP/s per GPU, "
+        lines.append(f"  from the trace's own FLOPs: {np.nanmean(tf):.4g} TFLOP/s per GPU, "
                      f"MFU {_pct(float(np.nanmean(mfu)) if np.isfinite(mfu).any() else None)}"
                      f" (mean over {known} rank-iteration(s); recompute left out)")
+    elif not iters.num_rows:
+        lines.append("  from the trace's own FLOPs: n/a (no ProfilerStep: no iteration to "
+                     "divide them by)")
     else:
-        lines.append("  from the trace's own FLOPs: n/a (no modelled call has FLOPs)")
+        lines.append("  from the trace's own FLOPs: n/a (no modelled call in a step has "
+                     "FLOPs)")
     for r in shapes.slice(0, 5).to_pylist() if shapes.num_rows else []:
+        of = (f"{_pct(r['pct_peak_flops'])} of peak FLOP/s" if r["pct_peak_flops"] is not None
+              else f"{_pct(r['pct_peak_bw'])} of peak bandwidth")
         lines.append(f"  {r['gpu_ns'] / 1e6:9.3f} ms  {r['calls']:5d} x {r['op']} "
-                     f"{r['input_dims'] or ''} {r['dtype'] or ''} {r['phase'] or ''}: "
-                     f"{_pct(r['pct_peak_flops'])} of peak")
+                     f"{r['input_dims'] or ''} {r['dtype'] or ''} {r['phase'] or ''}: {of}")
     result = Result(
         tables={"ops_by_shape": shapes,
                 "ops_by_microbatch": grouped(calls, MICROBATCH_KEYS),
@@ -93,9 +94,13 @@ def run(path: str | os.PathLike, *, rank: int | None = None,
         lines=lines, data={"calls": calls, "iterations": iters, "shapes": shapes,
                            "modelled_ns": with_model, "total_ns": total})
     result.exports["ops_calls.parquet"] = partial(write_parquet, calls)
-    if calls.num_rows and (pc.max(calls["pct_peak_flops"]).as_py() or 0) > 100:
-        result.notes.append("some calls run above the device's peak: the peak (set "
-                            "--peak-tflops) or the op's recorded shapes are wrong")
+    above = (calls.filter(pc.and_(pc.is_valid(calls["tflops"]),
+                                  pc.is_null(calls["pct_peak_flops"]))).num_rows
+             if calls.num_rows and dev else 0)
+    if above:
+        result.notes.append(f"{above} call(s) ran faster than the device's peak for their "
+                            "data type: their % of peak is left out (n/a); the peak (set "
+                            "--peak-tflops) or their recorded shapes are wrong")
     if total == 0:
         result.notes.append("no compute or memory kernel with a launching CPU call")
     return result

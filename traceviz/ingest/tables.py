@@ -236,3 +236,19 @@ def has_cpu_tables(folder: Path) -> bool:
 
     tables = [p for p in Path(folder).glob("*.parquet") if is_activity_table(p)]
     return bool(tables) and all(Path(cpu_path(str(p))).exists() for p in tables)
+
+
+def load_with_cpu(folder: Path) -> list[tuple[pa.Table, pa.Table]]:
+    """(GPU activity table, CPU table) of every rank table of ``folder``; a one-line
+    error when a CPU table is missing."""
+    from .outputs import cpu_path
+
+    out = []
+    for p in input_files([folder]):
+        sibling = Path(cpu_path(str(p)))
+        if not sibling.exists():
+            raise TraceVizError(f"{p}: no CPU table next to it; parse the job again with "
+                                "CPU tables ('traceviz ops' or 'critical-path' on its traces "
+                                "does)")
+        out.append((read_table(p), read_table(sibling)))
+    return out
