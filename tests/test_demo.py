@@ -15,7 +15,8 @@ def test_demo_runs_every_step(tmp_path):
     assert result.exit_code == 0, result.output
     assert "where to look:" in result.output
     it = out / "tables" / "iteration_10"
-    assert len(list(it.glob("rank_*.parquet"))) == 16
+    assert len(list(it.glob("rank_*[0-9].parquet"))) == 16
+    assert len(list(it.glob("rank_*.cpu.parquet"))) == 16  # for critical path and ops
     rows = list(csv.DictReader(open(it / "microbatches.csv")))
     # 16 ranks x 8 micro-batches x (forward, backward)
     assert len(rows) == 16 * 8 * 2
@@ -48,3 +49,11 @@ def test_demo_runs_every_step(tmp_path):
     assert [int(s["rank"]) for s in stages] == [0, 4, 8, 12]
     assert (out / "pipeline" / "pipeline_group0_iter10.png").stat().st_size > 0
     assert "<section id='stragglers'>" in (out / "traceviz_report.html").read_text()
+    # the critical path across the 16 ranks and the op model, also on the page
+    by_rank = list(csv.DictReader(open(out / "critical-path" / "critical_path_by_rank.csv")))
+    assert abs(sum(float(r["pct"]) for r in by_rank) - 100) < 1e-6
+    assert (out / "critical-path" / "critical_path_trace.json.gz").stat().st_size > 0
+    iters = list(csv.DictReader(open(out / "ops" / "ops_iterations.csv")))
+    assert len(iters) == 16 and all(0 < float(r["mfu_pct"]) <= 100 for r in iters)
+    assert rep["throughput"]["trace_flops"]["mfu_pct"] is not None
+    assert "<section id='model'>" in (out / "traceviz_report.html").read_text()

@@ -62,6 +62,8 @@ ATTENTION = {
     "aten::_efficient_attention_forward": (0, 8, "bshd", False),
     "aten::_efficient_attention_backward": (1, 11, "bshd", True),
     "flash_attn::_flash_attn_forward": (0, 5, "bshd", False),
+    "FlashAttnFunc": (0, 5, "bshd", False),  # flash-attn's autograd function
+    "aiter::_flash_attn_forward": (0, 5, "bshd", False),  # ROCm's flash-attn port
     "flash_attn::_flash_attn_backward": (1, 11, "bshd", True),
 }
 CONV = {"aten::convolution", "aten::_convolution", "aten::convolution_backward"}

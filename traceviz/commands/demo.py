@@ -14,7 +14,7 @@ from pathlib import Path
 from ..analysis.run_config import training_flops_per_token
 from ..ingest import batch
 from ..synth import SynthConfig, synthesize
-from . import aggregate, breakdown, html, pipeline, report
+from . import aggregate, breakdown, critical_path, html, ops, pipeline, report
 from .result import Result, write
 
 DEMO = SynthConfig(tp=2, pp=4, dp=2, microbatches=8, layers=8, with_stack=False,
@@ -28,8 +28,9 @@ DEMO_FACTS = {"model": f"demo-{12 * DEMO.layers * DEMO.hidden ** 2 / 1e9:.1f}B",
 
 
 def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> dict[str, Path]:
-    """Synthesize the demo job and run batch, aggregate, breakdown, report, pipeline and
-    the HTML page on it; returns where each step wrote."""
+    """Synthesize the demo job and run batch (with CPU tables), aggregate, breakdown,
+    report, pipeline, the critical path, the op model and the HTML page on it; returns
+    where each step wrote."""
     out = Path(outdir)
     job = out / "job"
     steps: dict[str, Path] = {}
@@ -38,7 +39,7 @@ def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> dict[
     steps["synthesized job (16 ranks)"] = job
     echo(f"synthesized a 16-rank job (tp2 pp4 dp2, 8 micro-batches) in {job}")
     tables = out / "tables"
-    outcomes = batch.run(job, tables, jobs=min(2, os.cpu_count() or 1), quiet=True)
+    outcomes = batch.run(job, tables, jobs=min(2, os.cpu_count() or 1), quiet=True, cpu=True)
     steps["parsed tables"] = tables
     echo(f"batch: {sum(o.status == 'parsed' for o in outcomes)} ranks parsed -> {tables}")
     agg = aggregate.run(job, tables, quiet=True)[0]
@@ -62,11 +63,19 @@ def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> dict[
     write(pipe, out / "pipeline")
     steps["pipeline (measured vs ideal 1F1B)"] = out / "pipeline"
     echo(f"pipeline: {pipe.lines[0]}")
+    path = critical_path.run(folder, what_if=("COMM:TP=0.5",))
+    write(path, out / "critical-path")
+    steps["critical path (across ranks, what-if)"] = out / "critical-path"
+    echo(f"critical path: {path.lines[0]}")
+    model = ops.run(folder)
+    write(model, out / "ops")
+    steps["op model (FLOPs, roofline, modules)"] = out / "ops"
+    echo(f"ops: {model.lines[2].strip()}")
     page = out / "traceviz_report.html"
     write(Result(texts={str(page): html.page_of(
         "traceviz demo job", rep.data["report"], brk, pipe, "",
         agg.tables["microbatches"].to_pylist(), html.pipeline_places(job, folder, None),
-        synced=agg.data["alignment"] == "synced")}),
+        synced=agg.data["alignment"] == "synced", model=model)}),
         ".")
     steps["HTML report (open in a browser)"] = page
     echo(f"html: {page}")
