@@ -212,23 +212,32 @@ def _calls(ev: RankEvents, gpu, owners, models, owner, acts, dims, dev, peak) ->
     })
 
 
+def _sum_by(codes: list[np.ndarray], ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct rows of the stacked ``codes``, summed ``ns`` per row), largest first."""
+    if ns.size == 0:
+        return np.empty((0, len(codes)), np.int64), np.empty(0, np.int64)
+    keys, inv = np.unique(np.stack(codes, 1), axis=0, return_inverse=True)
+    total = np.bincount(inv.reshape(-1), weights=ns, minlength=keys.shape[0]).astype(np.int64)
+    order = np.argsort(-total, kind="stable")
+    return keys[order], total[order]
+
+
 def _not_modelled(ev: RankEvents, gpu, owner, acts, parent) -> pa.Table:
-    """Compute / memory kernels without a modelled op, and modelled ops whose shapes
-    gave no FLOPs, per innermost op name: GPU ns and share of all such kernels' time."""
+    """Compute / memory kernels without a modelled op, per innermost op name: GPU ns and
+    share of all compute / memory kernels' time."""
     innermost = _nearest(parent, ev.link[acts], ev.cls == CPU_OP)
-    label = [ev.names[ev.name[i]] if i >= 0 else "(no CPU operator)"
-             for i in innermost.tolist()]
-    total = int(np.maximum(ev.dur[acts], 0).sum())
-    acc: dict[str, int] = {}
-    for lab, o, a in zip(label, owner.tolist(), acts.tolist()):
-        if o < 0:
-            acc[lab] = acc.get(lab, 0) + max(int(ev.dur[a]), 0)
-    items = sorted(acc.items(), key=lambda kv: -kv[1])
-    return pa.table({"rank": pa.array([ev.rank] * len(items), pa.int32()),
-                     "op": [k for k, _ in items],
-                     "gpu_ns": pa.array([v for _, v in items], pa.int64()),
-                     "pct_of_gpu_time": pa.array([100.0 * v / total if total else None
-                                                  for _, v in items], pa.float64())})
+    dur = np.maximum(ev.dur[acts], 0)
+    total = int(dur.sum())
+    free = owner < 0
+    name_id = np.where(innermost >= 0, ev.name[np.maximum(innermost, 0)], -1)
+    keys, ns = _sum_by([name_id[free]], dur[free])
+    return pa.table({"rank": pa.array(np.full(ns.size, ev.rank), pa.int32()),
+                     "op": [ev.names[i] if i >= 0 else "(no CPU operator)"
+                            for i in keys[:, 0].tolist()],
+                     "gpu_ns": pa.array(ns, pa.int64()),
+                     "pct_of_gpu_time": pa.array(100.0 * ns / total if total else
+                                                 np.full(ns.size, np.nan), pa.float64(),
+                                                 mask=np.full(ns.size, not total))})
 
 
 def _modules(ev: RankEvents, gpu, parent, acts, kind) -> pa.Table:
@@ -237,44 +246,44 @@ def _modules(ev: RankEvents, gpu, parent, acts, kind) -> pa.Table:
     not_mod = np.array([bool(NOT_A_MODULE.match(t)) for t in ev.names] + [False])
     scope = (((ev.cls == PYTHON) & is_frame[ev.name])
              | ((ev.cls == USER_ANNOT) & ~not_mod[ev.name]))
-    path_cache: dict[int, str] = {}
-
-    def path_of(row: int) -> str:
-        if row < 0:
-            return ""
-        if row not in path_cache:
-            up = path_of(int(parent[row]))
-            here = ""
-            if scope[row]:
-                text = ev.names[ev.name[row]]
-                m = MODULE_FRAME.match(text)
-                here = m[1] if m else text
-            path_cache[row] = f"{up}/{here}" if up and here else (here or up)
-        return path_cache[row]
-
-    seq = ev.seq
-    # forward ops by sequence number -> their module path
-    fwd_path: dict[int, str] = {}
-    for r in np.flatnonzero((ev.cls == CPU_OP) & (seq >= 0)).tolist():
-        p = path_of(r)
-        if p and int(seq[r]) not in fwd_path:
-            fwd_path[int(seq[r])] = p
-    seq_owner = _nearest(parent, ev.link[acts], (ev.cls == CPU_OP) & (seq >= 0))
-    phase = _col_text(gpu, "phase") if "phase" in gpu.column_names else None
-    acc: dict[tuple, int] = {}
-    for a, s in zip(acts.tolist(), seq_owner.tolist()):
-        p = path_of(int(ev.link[a]))
-        if not p and s >= 0:
-            p = fwd_path.get(int(seq[s]), "")
-        trow = int(ev.table_row[a])
-        key = (p or "(no module)", phase[trow] if phase is not None else "", kind[trow])
-        acc[key] = acc.get(key, 0) + max(int(ev.dur[a]), 0)
-    items = sorted(acc.items(), key=lambda kv: -kv[1])
-    return pa.table({"rank": pa.array([ev.rank] * len(items), pa.int32()),
-                     "module": [k[0] for k, _ in items],
-                     "phase": [k[1] or None for k, _ in items],
-                     "kind": [k[2] for k, _ in items],
-                     "gpu_ns": pa.array([v for _, v in items], pa.int64())})
+    rows = np.flatnonzero(scope)
+    rows = rows[np.lexsort((-ev.dur[rows], ev.ts[rows]))]  # a parent before its children
+    up = _nearest(parent, parent[rows], scope)
+    paths: list[str] = []
+    path_of_row = np.full(len(ev), -1, np.int64)
+    for r, u in zip(rows.tolist(), up.tolist()):
+        text = ev.names[ev.name[r]]
+        m = MODULE_FRAME.match(text)
+        here = m[1] if m else text
+        path_of_row[r] = len(paths)
+        paths.append(f"{paths[path_of_row[u]]}/{here}" if u >= 0 else here)
+    around = _nearest(parent, ev.link[acts], scope)
+    path = np.where(around >= 0, path_of_row[np.maximum(around, 0)], -1)
+    # a kernel outside any module: the path of the forward op with its op's Sequence number
+    fwd_ops = np.flatnonzero((ev.cls == CPU_OP) & (ev.seq >= 0))
+    fwd_scope = _nearest(parent, fwd_ops, scope)
+    fwd_ops, fwd_scope = fwd_ops[fwd_scope >= 0], fwd_scope[fwd_scope >= 0]
+    seqs, first = np.unique(ev.seq[fwd_ops], return_index=True)
+    seq_path = path_of_row[fwd_scope[first]]
+    owner = _nearest(parent, ev.link[acts], (ev.cls == CPU_OP) & (ev.seq >= 0))
+    owner_seq = np.where(owner >= 0, ev.seq[np.maximum(owner, 0)], -1)
+    if seqs.size:
+        at = np.minimum(np.searchsorted(seqs, owner_seq), seqs.size - 1)
+        found = (owner_seq >= 0) & (seqs[at] == owner_seq)
+        path = np.where((path < 0) & found, seq_path[at], path)
+    trow = ev.table_row[acts]
+    phase_codes, phase_names = codes_of(gpu["phase"]) if "phase" in gpu.column_names else \
+        (np.full(gpu.num_rows, -1), [])
+    kind_names = sorted(set(kind[trow].tolist()))
+    kind_code = np.searchsorted(np.array(kind_names, dtype=object), kind[trow])
+    keys, ns = _sum_by([path, phase_codes[trow], kind_code], np.maximum(ev.dur[acts], 0))
+    phase_text = [str(t) for t in phase_names]
+    return pa.table({"rank": pa.array(np.full(ns.size, ev.rank), pa.int32()),
+                     "module": [paths[p] if p >= 0 else "(no module)"
+                                for p in keys[:, 0].tolist()],
+                     "phase": [phase_text[c] if c >= 0 else None for c in keys[:, 1].tolist()],
+                     "kind": [kind_names[c] for c in keys[:, 2].tolist()],
+                     "gpu_ns": pa.array(ns, pa.int64())})
 
 
 def _iterations(ev: RankEvents, calls: pa.Table, peak: float | None) -> pa.Table:

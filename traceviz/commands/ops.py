@@ -80,7 +80,8 @@ def run(path: str | os.PathLike, *, rank: int | None = None,
                      "FLOPs)")
     for r in shapes.slice(0, 5).to_pylist() if shapes.num_rows else []:
         of = (f"{_pct(r['pct_peak_flops'])} of peak FLOP/s" if r["pct_peak_flops"] is not None
-              else f"{_pct(r['pct_peak_bw'])} of peak bandwidth")
+              else f"{_pct(r['pct_peak_bw'])} of peak bandwidth" if r["pct_peak_bw"] is not None
+              else "% of peak n/a (no shapes recorded, or no known peak)")
         lines.append(f"  {r['gpu_ns'] / 1e6:9.3f} ms  {r['calls']:5d} x {r['op']} "
                      f"{r['input_dims'] or ''} {r['dtype'] or ''} {r['phase'] or ''}: {of}")
     result = Result(
