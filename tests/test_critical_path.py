@@ -209,3 +209,14 @@ def test_notebook_api_gives_the_command_tables(slow_job):
     cli = command.run(slow_job, what_if=("COMP=0.5",))
     for name in ("critical_path", "critical_path_by_rank", "critical_path_what_if"):
         assert nb[name].equals(cli.tables[name]), name
+
+
+def test_iteration_picks_exactly_that_profiler_step():
+    """--iteration 10 of a trace with steps 101..: no such step (HTA's substring match
+    would take ProfilerStep#101); --iteration 102 is the second step."""
+    trace = shared(CASES["ns_resolution_trace"])
+    r = CliRunner().invoke(main, ["critical-path", str(trace), "--iteration", "10"])
+    assert r.exit_code == 1 and "no ProfilerStep#10 in the trace (its steps: " \
+        "ProfilerStep#101, ProfilerStep#102" in r.output
+    assert command.run(trace, iteration=102).data["nodes"] == \
+        command.run(trace, annotation="ProfilerStep", instance=1).data["nodes"]

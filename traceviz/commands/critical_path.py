@@ -54,7 +54,8 @@ def _window_args(iteration: int | None, annotation: str | None, instance: int
     return annotation, instance
 
 
-def _window(ev, ann: str | None, inst: int, notes: list[str]) -> R.Window:
+def _window(ev, ann: str | None, inst: int, notes: list[str], exact: bool = False
+            ) -> R.Window:
     """The window of ``ann`` / ``inst``; without an annotation, the ProfilerStep
     instance, or the whole trace when it has no ProfilerStep (said in ``notes``)."""
     if ann is None:
@@ -65,7 +66,7 @@ def _window(ev, ann: str | None, inst: int, notes: list[str]) -> R.Window:
                 notes.append("no ProfilerStep in the trace: the whole trace is analysed "
                              "(pick a window with --annotation)")
             ann = ""
-    return R.window(ev, ann, inst)
+    return R.window(ev, ann, inst, exact)
 
 
 def _rank_label(rank: int) -> str:
@@ -83,19 +84,20 @@ def run(path: str | os.PathLike, *, iteration: int | None = None,
     """The critical path of one rank or of a job (see the module doc)."""
     path = Path(path)
     ann, inst = _window_args(iteration, annotation, instance)
+    exact = iteration is not None  # ProfilerStep#1 is not ProfilerStep#10
     if _is_one_rank(path, rank):
         gpu, cpu = gpu_and_cpu(path, rank)
         if cpu is None:
             raise UsageError(f"{path}: no CPU table next to this table; pass the trace, or "
                              "parse it with --cpu")
-        result = _one_rank(gpu, cpu, ann, inst, hta_compat, list(what_if))
+        result = _one_rank(gpu, cpu, ann, inst, hta_compat, list(what_if), exact)
         trace = path if path.is_file() and path.suffix != ".parquet" else None
         result.exports[TRACE_NAME] = partial(_write_trace, trace, result.data.pop("tracks"))
         return result
     if hta_compat:
         raise UsageError("--hta-compat is for one rank (HTA analyses one rank); add --rank N")
     folder = tables_folder(path, cpu=True)
-    result = _job(folder, ann, inst, list(what_if), clock_sync)
+    result = _job(folder, ann, inst, list(what_if), clock_sync, exact)
     events = result.data.pop("tracks")
     result.exports[TRACE_NAME] = lambda out: export.run(folder, out, clock_sync=clock_sync,
                                                         extra=path_events(events))
@@ -112,10 +114,10 @@ def _write_trace(trace: Path | None, tracks: dict, out: Path) -> None:
 
 
 def _one_rank(gpu: pa.Table, cpu: pa.Table, ann: str | None, inst: int, hta_compat: bool,
-              what_if: list[str]) -> Result:
+              what_if: list[str], exact: bool = False) -> Result:
     ev = rank_events(gpu, cpu, hta_compat=hta_compat)
     notes: list[str] = []
-    w = _window(ev, ann, inst, notes)
+    w = _window(ev, ann, inst, notes, exact)
     rg = R.build(ev, w)
     nodes, ok = longest_path(rg.graph)
     if not ok:
@@ -152,8 +154,8 @@ def _one_rank(gpu: pa.Table, cpu: pa.Table, ann: str | None, inst: int, hta_comp
     return result
 
 
-def _job(folder: Path, ann: str | None, inst: int, what_if: list[str], clock_sync: bool
-         ) -> Result:
+def _job(folder: Path, ann: str | None, inst: int, what_if: list[str], clock_sync: bool,
+         exact: bool = False) -> Result:
     tables = load_with_cpu(folder)
     notes: list[str] = []
     ranks, infos, phases, stages = [], [], [], {}
@@ -162,7 +164,7 @@ def _job(folder: Path, ann: str | None, inst: int, what_if: list[str], clock_syn
         stages[r] = (metadata(gpu).get("classification") or {}).get("stage")
         ev = rank_events(gpu, cpu)
         try:
-            w = _window(ev, ann, inst, notes)
+            w = _window(ev, ann, inst, notes, exact)
         except TraceVizError as e:
             notes.append(f"{_rank_label(r)} left out: {e}")
             continue

@@ -60,15 +60,21 @@ class Window:
 
 
 def window(ev: RankEvents, annotation: str = DEFAULT_ANNOTATION,
-           instance: int | tuple[int, int] = 0) -> Window:
+           instance: int | tuple[int, int] = 0, exact: bool = False) -> Window:
     """The span of instances ``instance`` (one index or an inclusive range; negative
     counts from the last) of the events whose name contains ``annotation`` (HTA's
-    match), in trace order; ``annotation=""`` is the whole trace."""
+    match; ``exact``: whose name is it), in trace order; ``annotation=""`` is the whole
+    trace."""
     first, last = (instance, instance) if isinstance(instance, int) else instance
     if annotation == "":
         return Window(int(ev.ts.min()), int(ev.end.max()), "", (0, 0), [])
-    ids = [i for i, t in enumerate(ev.names) if annotation in t]
+    ids = [i for i, t in enumerate(ev.names) if (t == annotation if exact else annotation in t)]
     rows = np.flatnonzero(np.isin(ev.name, ids) & ~ev.gpu)
+    if rows.size == 0 and exact:
+        steps = sorted({t for t in ev.names if t.startswith(DEFAULT_ANNOTATION + "#")})
+        raise TraceVizError(f"no {annotation} in the trace (its steps: "
+                            f"{', '.join(steps[:6]) or 'none'}{', ...' if len(steps) > 6 else ''})"
+                            "; pick one with --iteration")
     if rows.size == 0:
         raise TraceVizError(f"no annotation named like {annotation!r} in the trace; "
                             "pick one with --annotation (e.g. a record_function name)")
