@@ -121,8 +121,8 @@ def rank_ops(gpu: pa.Table, cpu: pa.Table, peak_tflops: float | None = None) -> 
     modelled = (ev.cls == CPU_OP) & fam_of_name[ev.name]
     # kernels: compute and memory activities with a launch call
     kind = _col_text(gpu, "kind")
-    acts = np.flatnonzero((ev.cls == ACTIVITY) & (ev.link >= 0))
-    acts = acts[np.isin(kind[ev.table_row[acts]], ("COMP", "MEM"))]
+    launched = np.flatnonzero((ev.cls == ACTIVITY) & (ev.link >= 0))
+    acts = launched[np.isin(kind[ev.table_row[launched]], ("COMP", "MEM"))]
     owner = _nearest(parent, ev.link[acts], modelled)
     # one model per distinct (name, shapes) of the owners
     owners = np.unique(owner[owner >= 0])
@@ -139,7 +139,10 @@ def rank_ops(gpu: pa.Table, cpu: pa.Table, peak_tflops: float | None = None) -> 
         models.append(cache[key])
     shown = {d: compact(d) for d in set(dims)}
     calls = _calls(ev, gpu, owners, models, owner, acts, [shown[d] for d in dims], dev, peak)
-    modules = _modules(ev, gpu, parent, acts, kind)
+    # per module: compute, memory and each communication group's kernels
+    group = _col_text(gpu, "comm_group") if "comm_group" in gpu.column_names else kind
+    label = np.where(kind == "COMM", "COMM " + group.astype(str), kind)
+    modules = _modules(ev, gpu, parent, launched, label)
     return RankOps(rank, calls, _not_modelled(ev, gpu, owner, acts, parent),
                    modules, _iterations(ev, calls, peak), name, peak)
 
@@ -241,7 +244,8 @@ def _not_modelled(ev: RankEvents, gpu, owner, acts, parent) -> pa.Table:
 
 
 def _modules(ev: RankEvents, gpu, parent, acts, kind) -> pa.Table:
-    """GPU ns per (module path, phase, kind): see the module doc."""
+    """GPU ns per (module path, phase, kind: COMP, MEM or ``COMM <group>``): see the
+    module doc."""
     is_frame = np.array([bool(MODULE_FRAME.match(t)) for t in ev.names] + [False])
     not_mod = np.array([bool(NOT_A_MODULE.match(t)) for t in ev.names] + [False])
     scope = (((ev.cls == PYTHON) & is_frame[ev.name])

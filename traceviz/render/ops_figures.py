@@ -9,7 +9,8 @@ from .figures import middle_cut, new_figure, no_data
 
 FAMILY_COLORS = {"gemm": "#4C72B0", "attention": "#DD8452", "conv": "#55A868",
                  "elementwise": "#8172B3", "norm": "#937860", "softmax": "#DA8BC3"}
-KIND_COLORS = {"COMP": "#4C72B0", "MEM": "#8172B3", "COMM": "#DD8452"}
+KIND_COLORS = {"COMP": "#4C72B0", "MEM": "#8172B3"}
+COMM_COLORS = ("#DD8452", "#C44E52", "#55A868", "#CCB974", "#64B5CD", "#DA8BC3", "#8C8C8C")
 
 
 def roofline(shapes: pa.Table, roofs: dict[str, float], tbps: float | None,
@@ -72,7 +73,10 @@ def modules(table: pa.Table, top: int = 20):
     ax = fig.subplots()
     left = np.zeros(len(names))
     at = {m: i for i, m in enumerate(names)}
-    for kind, color in KIND_COLORS.items():
+    comm = sorted({r["kind"] for r in rows} - set(KIND_COLORS))
+    colors = {**KIND_COLORS, **{k: COMM_COLORS[i % len(COMM_COLORS)]
+                                for i, k in enumerate(comm)}}
+    for kind, color in colors.items():
         width = np.zeros(len(names))
         for r in rows:
             if r["kind"] == kind and r["module"] in at:
@@ -83,6 +87,7 @@ def modules(table: pa.Table, top: int = 20):
             left += width
     for i, m in enumerate(names):
         ax.annotate(f" {left[i]:.3g} ms", (left[i], i), va="center", fontsize="x-small")
+    ax.set_xlim(0, max(float(left.max()), 1e-6) * 1.12)  # room for the numbers
     ax.set_yticks(np.arange(len(names)), [middle_cut(m, 70) for m in names],
                   fontsize="x-small")
     ax.set_xlabel("GPU time (ms, summed over ranks and micro-batches)")
