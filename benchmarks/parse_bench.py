@@ -4,7 +4,8 @@ Builds large inputs by tiling a real trace (each copy shifted in time and in eve
 correlations stay unique), then runs each tool in its own process and reads its peak RSS
 from the kernel (``wait4``). Prints a table; ``--markdown`` prints it for RESULTS.md.
 
-    python benchmarks/parse_bench.py --source ../shared/traces/hta/nccl_parser_config/nccl_data.json.gz \
+    python benchmarks/parse_bench.py \
+        --source ../shared/traces/hta/nccl_parser_config/nccl_data.json.gz \
         --sizes 500 4000 --repeat 3 [--hta-python PATH/TO/venv/bin/python]
 
 Tools that would not fit in memory (orjson and HTA on the large input) are skipped with a

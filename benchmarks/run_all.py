@@ -4,6 +4,8 @@ and met / not met (ratios to ijson measured in the same run).
     python benchmarks/run_all.py            # 0.5 GB trace, 512-rank job: ~15 minutes
     python benchmarks/run_all.py --quick    # 50 MB, 32 ranks: about a minute (smoke;
                                             # size-bound targets are then not judged)
+    python benchmarks/run_all.py --quick --hta-python VENV/bin/python   # + HTA's numbers
+                                            # (a venv with `pip install traceinsight`)
 
 Inputs are built once under --data: a real trace from ../shared/traces tiled to size
 (plain and gzip), and a synthesized job. Each command runs in its own process; peak RSS
@@ -47,11 +49,23 @@ def ijson_seconds(path: Path, repeat: int) -> float | None:
     return median_run([sys.executable, "-c", code, str(path)], repeat)[0]
 
 
+def hta_breakdown(python: str, path: Path) -> list[str]:
+    """HTA loading ``path`` and computing its temporal breakdown, as a command."""
+    code = ("import sys, os, logging; logging.disable(logging.CRITICAL)\n"
+            "from hta.trace_analysis import TraceAnalysis\n"
+            "p = sys.argv[1]\n"
+            "ta = TraceAnalysis(trace_files={0: p}, trace_dir=os.path.dirname(p))\n"
+            "ta.get_temporal_breakdown(visualize=False)\n")
+    return [python, "-c", code, str(path)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--data", type=Path, default=HERE.parent / "bench-data")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--hta-python", help="python of a venv with HTA (traceinsight): adds "
+                                         "the breakdown-vs-HTA rows")
     opts = ap.parse_args()
     quick = opts.quick
     repeat = 1 if quick else opts.repeat
@@ -87,6 +101,16 @@ def main() -> None:
     wall, _ = median_run(TRACEVIZ + ["parse", str(gz), "-o", str(out), "-q"], repeat)
     row(f"parse {mb:.0f} MB .json.gz", ">= 400 MB/s", f"{mb / wall:.0f} MB/s",
         judged and mb / wall >= 400)
+    if opts.hta_python:
+        bd_wall, bd_peak = median_run(TRACEVIZ + ["breakdown", str(plain), "-o",
+                                                  str(opts.data / "run_all_bd")], repeat)
+        hta_wall, hta_peak = median_run(hta_breakdown(opts.hta_python, plain.resolve()), 1)
+        row(f"breakdown {mb:.0f} MB vs HTA load + temporal breakdown", ">= 20x",
+            f"{hta_wall / bd_wall:.1f}x ({bd_wall:.1f} s vs {hta_wall:.1f} s)",
+            judged and hta_wall / bd_wall >= 20)
+        row(f"HTA peak RSS / traceviz breakdown's, {mb:.0f} MB", ">= 10 at 2 GB",
+            f"{hta_peak / bd_peak:.1f}x ({bd_peak / 1e6:.0f} MB vs {hta_peak / 1e6:.0f} MB)",
+            None)
     wall, _ = median_run(TRACEVIZ + ["parse", str(TINY), "-o", str(out), "-q"],
                          3 if quick else 7)
     row("start-up: parse of a tiny trace", "<= 0.4 s", f"{wall:.2f} s", wall <= 0.4)
