@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from ..table.arrays import codes_of, ints
+from ..table.arrays import codes_of, ints, row_texts
 from ..table.schema import metadata
 from .devices import Device, device_of
 from .host_device import ACTIVITY, CPU_OP, PYTHON, USER_ANNOT, RankEvents, rank_events
@@ -93,14 +93,6 @@ def _nearest(parent: np.ndarray, start: np.ndarray, wanted: np.ndarray) -> np.nd
     return out
 
 
-def _texts(table: pa.Table, column: str, rows: np.ndarray) -> list[str | None]:
-    if column not in table.column_names:
-        return [None] * rows.size
-    codes, texts = codes_of(table[column])
-    lookup = [str(t) for t in texts] + [None]
-    return [lookup[c] for c in codes[rows].tolist()]
-
-
 def rank_ops(gpu: pa.Table, cpu: pa.Table, peak_tflops: float | None = None) -> RankOps:
     """The op model of one rank from its GPU and CPU tables (see the module doc)."""
     ev = rank_events(gpu, cpu)
@@ -120,16 +112,16 @@ def rank_ops(gpu: pa.Table, cpu: pa.Table, peak_tflops: float | None = None) -> 
     fam_of_name = np.array([family(t) is not None for t in ev.names] + [False])
     modelled = (ev.cls == CPU_OP) & fam_of_name[ev.name]
     # kernels: compute and memory activities with a launch call
-    kind = _col_text(gpu, "kind")
+    kind = row_texts(gpu, "kind", "")
     launched = np.flatnonzero((ev.cls == ACTIVITY) & (ev.link >= 0))
     acts = launched[np.isin(kind[ev.table_row[launched]], ("COMP", "MEM"))]
     owner = _nearest(parent, ev.link[acts], modelled)
     # one model per distinct (name, shapes) of the owners
     owners = np.unique(owner[owner >= 0])
     crow = ev.cpu_row[owners]
-    dims = _texts(cpu, "input_dims", crow)
-    types = _texts(cpu, "input_types", crow)
-    concrete = _texts(cpu, "concrete_inputs", crow)
+    dims = row_texts(cpu, "input_dims")[crow].tolist()
+    types = row_texts(cpu, "input_types")[crow].tolist()
+    concrete = row_texts(cpu, "concrete_inputs")[crow].tolist()
     cache: dict[tuple, Model] = {}
     models = []
     for o, d, t, c in zip(owners.tolist(), dims, types, concrete):
@@ -140,16 +132,11 @@ def rank_ops(gpu: pa.Table, cpu: pa.Table, peak_tflops: float | None = None) -> 
     shown = {d: compact(d) for d in set(dims)}
     calls = _calls(ev, gpu, owners, models, owner, acts, [shown[d] for d in dims], dev, peak)
     # per module: compute, memory and each communication group's kernels
-    group = _col_text(gpu, "comm_group") if "comm_group" in gpu.column_names else kind
+    group = row_texts(gpu, "comm_group", "")
     label = np.where(kind == "COMM", "COMM " + group.astype(str), kind)
     modules = _modules(ev, gpu, parent, launched, label)
     return RankOps(rank, calls, _not_modelled(ev, gpu, owner, acts, parent),
                    modules, _iterations(ev, calls, peak), name, peak)
-
-
-def _col_text(table: pa.Table, column: str) -> np.ndarray:
-    codes, texts = codes_of(table[column])
-    return np.array([str(t) for t in texts] + [""], dtype=object)[codes]
 
 
 def _first_kernel(owner, acts, ev):
@@ -169,7 +156,7 @@ def _calls(ev: RankEvents, gpu, owners, models, owner, acts, dims, dev, peak) ->
     uniq, ns, count, first = _first_kernel(owner, acts, ev)
     assert np.array_equal(uniq, owners)
     trow = ev.table_row[first]
-    phase = _col_text(gpu, "phase")[trow] if "phase" in gpu.column_names else None
+    phase = row_texts(gpu, "phase", "")[trow] if "phase" in gpu.column_names else None
     mb = ints(gpu["microbatch"])[trow] if "microbatch" in gpu.column_names else None
     it = ints(gpu["iteration"])[trow] if "iteration" in gpu.column_names else None
     flops = np.array([m.flops if m.flops is not None else np.nan for m in models])

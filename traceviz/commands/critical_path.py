@@ -29,7 +29,7 @@ from ..analysis.critical_path.tables import (
 )
 from ..analysis.host_device import SYNC, rank_events
 from ..errors import TraceVizError, UsageError
-from ..ingest.tables import gpu_and_cpu, input_files, load_with_cpu, tables_folder
+from ..ingest.tables import load_with_cpu, one_rank_with_cpu, tables_folder
 from ..render.critical_path_figure import draw
 from ..render.figures import Figure
 from ..render.perfetto import path_events, write_job
@@ -73,10 +73,6 @@ def _rank_label(rank: int) -> str:
     return f"rank {rank}" if rank >= 0 else "rank n/a"
 
 
-def _is_one_rank(path: Path, rank: int | None) -> bool:
-    return rank is not None or path.is_file() or len(input_files([path])) == 1
-
-
 def run(path: str | os.PathLike, *, iteration: int | None = None,
         annotation: str | None = None, instance: int = 0, rank: int | None = None,
         hta_compat: bool = False, what_if: tuple[str, ...] = (),
@@ -85,12 +81,9 @@ def run(path: str | os.PathLike, *, iteration: int | None = None,
     path = Path(path)
     ann, inst = _window_args(iteration, annotation, instance)
     exact = iteration is not None  # ProfilerStep#1 is not ProfilerStep#10
-    if _is_one_rank(path, rank):
-        gpu, cpu = gpu_and_cpu(path, rank)
-        if cpu is None:
-            raise UsageError(f"{path}: no CPU table next to this table; pass the trace, or "
-                             "parse it with --cpu")
-        result = _one_rank(gpu, cpu, ann, inst, hta_compat, list(what_if), exact)
+    one = one_rank_with_cpu(path, rank)
+    if one:
+        result = _one_rank(*one, ann, inst, hta_compat, list(what_if), exact)
         trace = path if path.is_file() and path.suffix != ".parquet" else None
         result.exports[TRACE_NAME] = partial(_write_trace, trace, result.data.pop("tracks"))
         return result

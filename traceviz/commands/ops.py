@@ -15,8 +15,7 @@ import pyarrow.compute as pc
 from ..analysis.devices import device_of
 from ..analysis.ops import RankOps, rank_ops
 from ..analysis.ops_summary import MICROBATCH_KEYS, concat, grouped, modelled_share, summed
-from ..errors import TraceVizError
-from ..ingest.tables import gpu_and_cpu, input_files, load_with_cpu, tables_folder
+from ..ingest.tables import load_with_cpu, one_rank_with_cpu, tables_folder
 from ..render.figures import Figure
 from ..render.ops_figures import modules, roofline
 from ..table.io import write_parquet
@@ -31,13 +30,8 @@ def _pct(x: float | None) -> str:
 
 
 def _ranks(path: Path, rank: int | None) -> list[tuple[pa.Table, pa.Table]]:
-    if rank is not None or path.is_file() or len(input_files([path])) == 1:
-        gpu, cpu = gpu_and_cpu(path, rank)
-        if cpu is None:
-            raise TraceVizError(f"{path}: no CPU table next to this table; pass the trace, "
-                                "or parse it with --cpu")
-        return [(gpu, cpu)]
-    return load_with_cpu(tables_folder(path, cpu=True))
+    one = one_rank_with_cpu(path, rank)
+    return [one] if one else load_with_cpu(tables_folder(path, cpu=True))
 
 
 def run(path: str | os.PathLike, *, rank: int | None = None,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ..errors import TraceVizError
+from ..errors import TraceVizError, UsageError
 from ..table.io import read_table
 from ..table.schema import file_metadata, is_activity_table, metadata, parquet_schema
 
@@ -252,3 +252,17 @@ def load_with_cpu(folder: Path) -> list[tuple[pa.Table, pa.Table]]:
                                 "does)")
         out.append((read_table(p), read_table(sibling)))
     return out
+
+
+def one_rank_with_cpu(path: Path, rank: int | None) -> tuple[pa.Table, pa.Table] | None:
+    """(GPU table, CPU table) of ``path`` when it names one rank (a trace, a table, a
+    folder of one rank, or ``rank`` of a job); None for a job of several ranks (then
+    ``load_with_cpu(tables_folder(path, cpu=True))``). One-line error when the table
+    has no CPU table."""
+    if rank is None and not path.is_file() and len(input_files([path])) > 1:
+        return None
+    gpu, cpu = gpu_and_cpu(path, rank)
+    if cpu is None:
+        raise UsageError(f"{path}: no CPU table next to this table; pass the trace, or "
+                         "parse it with --cpu")
+    return gpu, cpu

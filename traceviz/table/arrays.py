@@ -86,6 +86,15 @@ def codes_of(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[str]]:
     return codes, arr.dictionary.to_pylist()
 
 
+def row_texts(table: pa.Table, column: str, absent=None) -> np.ndarray:
+    """A string column as one Python str per row (an object array; ``absent`` for nulls
+    and when the table has no such column), built from its dictionary."""
+    if column not in table.column_names:
+        return np.full(table.num_rows, absent, dtype=object)
+    codes, texts = codes_of(table[column])
+    return np.array([str(t) for t in texts] + [absent], dtype=object)[codes]
+
+
 def index_in(col: pa.ChunkedArray | pa.Array, values: tuple[str, ...]) -> np.ndarray:
     """Per row, the position of its value in ``values`` (-1: null or not listed): the
     codes of an enum column of :mod:`traceviz.table.schema`."""

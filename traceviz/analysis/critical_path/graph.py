@@ -82,6 +82,19 @@ def dedup(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndar
 
 
 @njit(cache=True)
+def csr(n, keys):
+    """Edges grouped by node: (edge ids ordered by ``keys`` (their source or their
+    destination), insertion order kept within a node; start offset per node, n + 1)."""
+    order = np.argsort(keys, kind="mergesort")
+    start = np.zeros(n + 1, np.int64)
+    for e in range(keys.size):
+        start[keys[e] + 1] += 1
+    for v in range(n):
+        start[v + 1] += start[v]
+    return order, start
+
+
+@njit(cache=True)
 def _longest(n, src, dst, weight):
     """networkx's dag_longest_path over its topological_sort (see the module doc) on the
     nodes that have an edge; returns (path nodes, ok); ok False on a cycle."""
@@ -96,16 +109,8 @@ def _longest(n, src, dst, weight):
                 gorder[g] = v
                 g += 1
     # successors / predecessors in insertion order (CSR)
-    so = np.argsort(src, kind="mergesort")
-    po = np.argsort(dst, kind="mergesort")
-    sstart = np.zeros(n + 1, np.int64)
-    pstart = np.zeros(n + 1, np.int64)
-    for e in range(m):
-        sstart[src[e] + 1] += 1
-        pstart[dst[e] + 1] += 1
-    for v in range(n):
-        sstart[v + 1] += sstart[v]
-        pstart[v + 1] += pstart[v]
+    so, sstart = csr(n, src)
+    po, pstart = csr(n, dst)
     indeg = pstart[1:] - pstart[:-1]
     queue = np.empty(g, np.int64)
     qh = 0

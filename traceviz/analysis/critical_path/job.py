@@ -39,19 +39,10 @@ import numpy as np
 from numba import njit
 
 from ...errors import UsageError
-from ...table.arrays import codes_of, index_in, ints
+from ...table.arrays import index_in, ints, row_texts
 from ...table.schema import COLLECTIVES, GROUPS, KINDS
 from ..host_device import ACTIVITY, RankEvents
-from .graph import (
-    COLLECTIVE,
-    KERNEL_KERNEL,
-    LAUNCH,
-    OPERATOR,
-    SYNC,
-    EdgeList,
-    Graph,
-    dedup,
-)
+from .graph import COLLECTIVE, KERNEL_KERNEL, LAUNCH, OPERATOR, SYNC, EdgeList, Graph, csr, dedup
 from .rank_graph import BLOCKING_CALLS, RankGraph
 
 # path categories
@@ -327,7 +318,8 @@ def measure(jg: JobGraph, own: np.ndarray) -> Timing:
     if not ok:
         raise UsageError("the critical-path graph has a cycle (clock offsets or a trace's "
                          "nesting contradict each other); try --no-clock-sync or one rank")
-    binding, arrival = _binding(order, g.n_nodes, g.src, g.dst, g.node_ts, own)
+    _, binding, arrival = _sweep(order, g.n_nodes, g.src, g.dst, g.node_ts, own,
+                                 np.zeros(g.n_nodes, np.int64), False)
     # negative where the trace's times contradict an edge (a child ending after its
     # parent, a lock chain out of order): kept, so that re-timing reproduces the trace
     wait = np.where(binding >= 0, g.node_ts - arrival, 0)
@@ -337,7 +329,8 @@ def measure(jg: JobGraph, own: np.ndarray) -> Timing:
 def retime(jg: JobGraph, base: Timing, own: np.ndarray) -> Timing:
     """Forward re-timing with new own times (see the module doc)."""
     g = jg.graph
-    ts, binding = _forward(base.order, g.n_nodes, g.src, g.dst, g.node_ts, own, base.wait)
+    ts, binding, _ = _sweep(base.order, g.n_nodes, g.src, g.dst, g.node_ts, own, base.wait,
+                            True)
     return Timing(ts, binding, base.wait, base.order)
 
 
@@ -371,15 +364,12 @@ def path_times(jg: JobGraph, t: Timing, edges: np.ndarray, own: np.ndarray
 
 @njit(cache=True)
 def _topo(n, src, dst):
+    """Kahn's topological order of the nodes (by node id among the ready ones) and
+    whether every node got one (False: a cycle)."""
+    so, start = csr(n, src)
     indeg = np.zeros(n, np.int64)
     for e in range(src.size):
         indeg[dst[e]] += 1
-    so = np.argsort(src, kind="mergesort")
-    start = np.zeros(n + 1, np.int64)
-    for e in range(src.size):
-        start[src[e] + 1] += 1
-    for v in range(n):
-        start[v + 1] += start[v]
     queue = np.empty(n, np.int64)
     qt = 0
     for v in range(n):
@@ -400,21 +390,15 @@ def _topo(n, src, dst):
 
 
 @njit(cache=True)
-def _pred_csr(n, dst):
-    po = np.argsort(dst, kind="mergesort")
-    start = np.zeros(n + 1, np.int64)
-    for e in range(dst.size):
-        start[dst[e] + 1] += 1
-    for v in range(n):
-        start[v + 1] += start[v]
-    return po, start
-
-
-@njit(cache=True)
-def _binding(order, n, src, dst, ts, own):
-    po, start = _pred_csr(n, dst)
+def _sweep(order, n, src, dst, ts0, own, wait, retime):
+    """In topological ``order``: each node's binding edge (latest predecessor time plus
+    own time; -1 without predecessors) and that arrival; with ``retime`` the node's time
+    becomes the arrival plus its ``wait`` (else the times stay ``ts0``). Returns (times,
+    binding edges, arrivals)."""
+    po, start = csr(n, dst)
+    ts = ts0.copy()
+    arrival = ts0.copy()
     binding = np.full(n, -1, np.int64)
-    arrival = ts.copy()
     for v in order:
         best = np.int64(-(2 ** 62))
         for k in range(start[v], start[v + 1]):
@@ -425,25 +409,9 @@ def _binding(order, n, src, dst, ts, own):
                 binding[v] = e
         if binding[v] >= 0:
             arrival[v] = best
-    return binding, arrival
-
-
-@njit(cache=True)
-def _forward(order, n, src, dst, ts0, own, wait):
-    po, start = _pred_csr(n, dst)
-    ts = ts0.copy()
-    binding = np.full(n, -1, np.int64)
-    for v in order:
-        best = np.int64(-(2 ** 62))
-        for k in range(start[v], start[v + 1]):
-            e = po[k]
-            a = ts[src[e]] + own[e]
-            if a > best:
-                best = a
-                binding[v] = e
-        if binding[v] >= 0:
-            ts[v] = best + wait[v]
-    return ts, binding
+            if retime:
+                ts[v] = best + wait[v]
+    return ts, binding, arrival
 
 
 # ---- what-if ---------------------------------------------------------------------------
@@ -517,12 +485,7 @@ def slack(jg: JobGraph, t: Timing, own: np.ndarray) -> np.ndarray:
 
 @njit(cache=True)
 def _slack(order, n, src, dst, ts, own, wait):
-    so = np.argsort(src, kind="mergesort")
-    start = np.zeros(n + 1, np.int64)
-    for e in range(src.size):
-        start[src[e] + 1] += 1
-    for v in range(n):
-        start[v + 1] += start[v]
+    so, start = csr(n, src)
     end = ts.max() if n else 0
     late = np.full(n, end, np.int64)
     for i in range(order.size - 1, -1, -1):
@@ -543,11 +506,7 @@ def kernel_info(table, rank: int) -> KernelInfo:
         return ints(table[name]) if name in table.column_names else np.full(n, -1, np.int64)
 
     def texts(name):
-        if name not in table.column_names:
-            return [""] * n
-        codes, t = codes_of(table[name])
-        lookup = [str(x) for x in t] + [""]
-        return [lookup[c] for c in codes.tolist()]
+        return row_texts(table, name, "").tolist()
 
     kind = index_in(table["kind"], KINDS) if "kind" in table.column_names else col("")
     group = index_in(table["comm_group"], GROUPS) if "comm_group" in table.column_names \

@@ -410,6 +410,15 @@ def _kernel_edges(edges: EdgeList, ev: RankEvents, keep, node_ts, node_event, st
 
 
 @njit(cache=True)
+def _edge(src, dst, kind, attr, u, v, k, a):
+    """Append one edge (u -> v, kind k, attributed to event a) to the edge lists."""
+    src.append(u)
+    dst.append(v)
+    kind.append(np.int8(k))
+    attr.append(a)
+
+
+@njit(cache=True)
 def _kernel_pass(rows, dense_stream, is_sync, sync_kind, link, ts, q, prev_launch,
                  next_launch, start_node, end_node, node_ts, node_event, n_streams):
     src, dst, kind, attr = [np.int64(0)], [np.int64(0)], [np.int8(0)], [np.int64(0)]
@@ -440,36 +449,24 @@ def _kernel_pass(rows, dense_stream, is_sync, sync_kind, link, ts, q, prev_launc
                     a = end_node[src_kernel]
                     b = end_node[link[r]]
                     if a >= 0 and b >= 0:
-                        src.append(a)
-                        dst.append(b)
-                        kind.append(np.int8(SYNC_EDGE))
-                        attr.append(-1)
+                        _edge(src, dst, kind, attr, a, b, SYNC_EDGE, -1)
             elif sk == 2 or sk == 3:  # Context Sync: every stream; Stream Sync: its own
                 b = end_node[link[r]]
                 for k in range(n_seen):
                     st = seen_order[k]
                     if (sk == 2 or st == s) and b >= 0:
-                        src.append(last[st])
-                        dst.append(b)
-                        kind.append(np.int8(SYNC_EDGE))
-                        attr.append(-1)
+                        _edge(src, dst, kind, attr, last[st], b, SYNC_EDGE, -1)
             continue
         a, b = start_node[r], end_node[r]
         if a < 0 or b < 0:
             continue
-        src.append(a)
-        dst.append(b)
-        kind.append(np.int8(OPERATOR))
-        attr.append(r)
+        _edge(src, dst, kind, attr, a, b, OPERATOR, r)
         sync_src = kernel_sync[r]
         sync_end = -1
         if sync_src >= 0:
             sync_end = end_node[sync_src]
             if sync_end >= 0:
-                src.append(sync_end)
-                dst.append(a)
-                kind.append(np.int8(SYNC_EDGE))
-                attr.append(-1)
+                _edge(src, dst, kind, attr, sync_end, a, SYNC_EDGE, -1)
             else:
                 sync_src = -1
             kernel_sync[r] = -1
@@ -480,16 +477,10 @@ def _kernel_pass(rows, dense_stream, is_sync, sync_kind, link, ts, q, prev_launc
                 and (sync_src < 0 or node_ts[sync_end] < lt)):
             ls = start_node[launch]
             if ls >= 0:
-                src.append(ls)
-                dst.append(a)
-                kind.append(np.int8(LAUNCH))
-                attr.append(-1)
+                _edge(src, dst, kind, attr, ls, a, LAUNCH, -1)
         elif (prev >= 0 and node_ts[a] - node_ts[prev] < KERNEL_KERNEL_MAX_NS
               and (sync_src < 0 or node_ts[sync_end] < node_ts[prev])):
-            src.append(prev)
-            dst.append(a)
-            kind.append(np.int8(KERNEL_KERNEL))
-            attr.append(node_event[prev])
+            _edge(src, dst, kind, attr, prev, a, KERNEL_KERNEL, node_event[prev])
         if last[s] < 0:
             seen_order[n_seen] = s
             n_seen += 1

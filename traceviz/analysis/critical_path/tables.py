@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ...table.arrays import codes_of
+from ...table.arrays import row_texts
 from ..host_device import ACTIVITY, CPU_OP, PYTHON, RUNTIME, SYNC, USER_ANNOT
 from .graph import EDGE_KINDS, Graph
 from .job import CATEGORIES, WAIT, WAIT_RANK, JobGraph
@@ -98,6 +98,4 @@ def phases_of(table: pa.Table) -> np.ndarray | None:
     """The GPU table's phase per row as strings ('' unknown), None without a phase."""
     if "phase" not in table.column_names:
         return None
-    codes, texts = codes_of(table["phase"])
-    lookup = np.array(list(texts) + [""], dtype=object)
-    return lookup[codes]
+    return row_texts(table, "phase", "")
