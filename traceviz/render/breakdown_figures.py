@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..analysis.diff import short_name
-from .figures import Figure, middle_cut, new_figure, no_data
+from .figures import Figure, middle_cut, ms_text, new_figure, no_data
 
 PARTS = (("compute_only_ns", "compute only", "#4c72b0"),
          ("compute_overlapped_comm_ns", "compute overlapped with comm", "#55a868"),
@@ -157,7 +157,7 @@ def idle(table: pa.Table):
     _hbars(left, [lab for _, lab in pick],
            [(label, color, np.array([per_rank[r].get(cat, 0.0) for r, _ in pick]))
             for cat, label, color in IDLE_CAUSES], lambda v: f"{v:.1f}",
-           lambda v: f"{v:,.1f} ms", lambda v: f"{_ms(v.sum())} on these ranks")
+           lambda v: f"{v:,.1f} ms", lambda v: f"{ms_text(v.sum())} on these ranks")
     left.set_title("per rank, all its streams", fontsize="small", loc="left")
     _hbars(right, [f"stream {s} ({_ranks(len(stream_ranks[s]))})" for s in streams],
            [(label, color, np.array([per_stream[s].get(cat, 0.0) / len(stream_ranks[s])
@@ -278,11 +278,6 @@ def kernel_durations(table: pa.Table, kernel_type: str):
                   "median over ranks, grey = shortest to longest call")
     ax.set_title(title, loc="left")
     return fig
-
-
-def _ms(v: float) -> str:
-    """A time in ms, three significant digits below 10 ms."""
-    return f"{v:,.1f} ms" if v >= 10 else f"{v:.3g} ms"
 
 
 def _us(v: float) -> str:

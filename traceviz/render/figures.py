@@ -33,6 +33,11 @@ def middle_cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width // 2 - 1] + "…" + text[-(width // 2):]
 
 
+def ms_text(v: float) -> str:
+    """A time in ms, three significant digits below 10 ms (never 1.2e+04 ms)."""
+    return f"{v:,.1f} ms" if v >= 10 else f"{v:.3g} ms"
+
+
 def no_data(title: str, reason: str):
     """A figure that says there is nothing to draw and why, instead of empty axes."""
     fig = new_figure((8, 1.6))

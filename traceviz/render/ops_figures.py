@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .figures import middle_cut, new_figure, no_data
+from .figures import middle_cut, ms_text, new_figure, no_data
 
 FAMILY_COLORS = {"gemm": "#4C72B0", "attention": "#DD8452", "conv": "#55A868",
                  "elementwise": "#8172B3", "norm": "#937860", "softmax": "#DA8BC3"}
@@ -35,7 +35,7 @@ def roofline(shapes: pa.Table, roofs: dict[str, float], tbps: float | None,
         if sel.any():
             ax.scatter(x[sel], y[sel], s=size[sel], color=color, alpha=0.7,
                        edgecolors="white", linewidths=0.5,
-                       label=f"{fam} ({t[sel].sum() / 1e6:.3g} ms GPU)")
+                       label=f"{fam} ({ms_text(t[sel].sum() / 1e6)} GPU)")
     lo, hi = min(x.min(), 1.0) / 2, max(x.max(), 1e3) * 2
     xs = np.geomspace(lo, hi, 200)
     for k, (dtype, peak) in enumerate(sorted(roofs.items(), key=lambda kv: -kv[1])):
@@ -44,10 +44,10 @@ def roofline(shapes: pa.Table, roofs: dict[str, float], tbps: float | None,
         ax.plot(xs, roof, color="black", linewidth=1.2, linestyle=style,
                 label=f"roof {dtype.upper()}: {peak:g} TFLOP/s"
                       + (f", {tbps:g} TB/s" if tbps else ""))
-    for i in np.argsort(-t)[:5]:
+    for k, i in enumerate(np.argsort(-t)[:5]):  # the heaviest, labels stacked apart
         ax.annotate(middle_cut(f"{rows[i]['op']} {rows[i]['input_dims'] or ''}", 48),
-                    (x[i], y[i]), fontsize="xx-small", xytext=(4, 4),
-                    textcoords="offset points")
+                    (x[i], y[i]), fontsize="xx-small", xytext=(6, 6 + 9 * k),
+                    textcoords="offset points", arrowprops={"arrowstyle": "-", "lw": 0.4})
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOPs per byte moved)")
@@ -83,15 +83,15 @@ def modules(table: pa.Table, top: int = 20):
                 width[at[r["module"]]] += r["gpu_ns"] / 1e6
         if width.any():
             ax.barh(np.arange(len(names)), width, left=left, color=color,
-                    label=f"{kind} ({width.sum():.3g} ms)")
+                    label=f"{kind} ({ms_text(width.sum())})")
             left += width
     for i, m in enumerate(names):
-        ax.annotate(f" {left[i]:.3g} ms", (left[i], i), va="center", fontsize="x-small")
+        ax.annotate(f" {ms_text(left[i])}", (left[i], i), va="center", fontsize="x-small")
     ax.set_xlim(0, max(float(left.max()), 1e-6) * 1.12)  # room for the numbers
     ax.set_yticks(np.arange(len(names)), [middle_cut(m, 70) for m in names],
                   fontsize="x-small")
     ax.set_xlabel("GPU time (ms, summed over ranks and micro-batches)")
     ax.set_title(title + (f" (top {top} of {len(totals)})" if len(totals) > top else ""),
                  fontsize="small")
-    ax.legend(fontsize="x-small", loc="lower right")
+    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
