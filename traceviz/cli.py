@@ -78,8 +78,10 @@ def main() -> None:
       traceviz parse rank0.pt.trace.json.gz -o rank0.parquet
     """
     from .parsing.budget import use_system_allocator
+    from .startup import skip_numba_blas_probe
     from .table.scratch import exit_on_sigterm, remove_dead_spills
 
+    skip_numba_blas_probe()
     use_system_allocator()
     exit_on_sigterm()  # SIGTERM: temporary files and spill folders go, exit 143
     remove_dead_spills()  # what SIGKILLed runs left
