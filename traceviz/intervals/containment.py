@@ -6,25 +6,33 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+QUERY_SLICE = 1 << 20  # query points sorted and swept at a time: bounds the sort's memory
+
 
 def innermost_enclosing(span_ts: np.ndarray, span_dur: np.ndarray, span_thread: np.ndarray,
                         q_ts: np.ndarray, q_thread: np.ndarray,
-                        span_key: np.ndarray | None = None) -> np.ndarray:
+                        span_key: np.ndarray | None = None,
+                        dtype: type = np.int64) -> np.ndarray:
     """Row of the innermost span on the same thread whose ``[ts, ts+dur)`` holds ``q_ts``.
 
     Innermost = the latest-starting span that still contains the point; ties: the
     shortest, then the largest ``span_key`` (default: the later row). Returns -1 where
-    no span contains the point. Points with a negative thread are never matched.
+    no span contains the point (as ``dtype``: a narrower type where the spans are few).
+    Points with a negative thread are never matched. Points are swept
+    :data:`QUERY_SLICE` at a time (each slice walks the spans again), so besides the
+    result only a slice's sort order is held, whatever the number of points.
     """
-    out = np.full(q_ts.shape[0], -1, dtype=np.int64)
+    out = np.full(q_ts.shape[0], -1, dtype=dtype)
     if span_ts.shape[0] == 0 or q_ts.shape[0] == 0:
         return out
     span_end = span_ts + np.maximum(span_dur, 0)
     if span_key is None:
         span_key = np.arange(span_ts.shape[0])
     s_order = np.lexsort((span_key, -span_end, span_ts, span_thread))
-    q_order = np.lexsort((q_ts, q_thread))
-    _sweep(span_ts, span_end, span_thread, s_order, q_ts, q_thread, q_order, out)
+    for lo in range(0, q_ts.shape[0], QUERY_SLICE):
+        t, th = q_ts[lo:lo + QUERY_SLICE], q_thread[lo:lo + QUERY_SLICE]
+        _sweep(span_ts, span_end, span_thread, s_order, t, th, np.lexsort((t, th)),
+               out[lo:lo + QUERY_SLICE])
     return out
 
 
@@ -66,8 +74,8 @@ def step_of(t: np.ndarray, step_ts: np.ndarray, step_dur: np.ndarray,
     ProfilerStep#N spans follow each other; should they overlap, the innermost one
     (latest start, ties: shortest) wins, as in :func:`innermost_enclosing`.
     """
-    zeros = np.zeros(step_ts.shape[0], dtype=np.int64)
-    row = innermost_enclosing(step_ts, step_dur, zeros, t, np.zeros(t.shape[0], np.int64))
-    out = np.full(t.shape[0], -1, dtype=np.int32)
-    out[row >= 0] = step_number[row[row >= 0]]
-    return out
+    row = innermost_enclosing(step_ts, step_dur, np.zeros(step_ts.shape[0], np.int64), t,
+                              np.zeros(t.shape[0], np.int8), dtype=np.int32)
+    hit = row >= 0
+    row[hit] = step_number[row[hit]]
+    return row

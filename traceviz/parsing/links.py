@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..intervals.containment import innermost_enclosing, step_of
+from ..intervals.containment import QUERY_SLICE, innermost_enclosing, step_of
 from . import fields as L
 from .join import find_sorted, match_by_key, match_flows
 from .partition import Parts, bucket_edges
@@ -156,8 +156,10 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int) -> Links:
     frames = _frames(scanned, lookups)
     recompute |= _inside(*frames["recompute_frame"], launch_ts, launch_thread)
     optimizer |= _inside(*frames["optimizer_frame"], launch_ts, launch_thread)
-    iteration = step_of(np.where(launch_row >= 0, launch_ts, g("ts")), steps["ts"],
-                        steps["dur"], steps["number"])
+    t = g("ts")  # the launch's start where there is one, else the activity's
+    np.copyto(t, launch_ts, where=launch_row >= 0)
+    iteration = step_of(t, steps["ts"], steps["dur"], steps["number"])
+    del t
     comm_row, in_rpc = _comm_rows(scanned, rows, cls == L.CLS_KERNEL, rpc,
                                   launch_ts, launch_thread, rdt)
     del g
@@ -242,8 +244,7 @@ def _main_thread(steps: dict, launch_thread: np.ndarray, autograd: np.ndarray) -
 
 def _inside(ts, dur, thread, q_ts, q_thread) -> np.ndarray:
     """Whether each point lies in one of the spans on its thread (few spans)."""
-    row = innermost_enclosing(ts, dur, thread, q_ts, q_thread)
-    return row >= 0
+    return innermost_enclosing(ts, dur, thread, q_ts, q_thread, dtype=np.int32) >= 0
 
 
 def _frames(scanned: ScannedTrace, lookups: Lookups) -> dict[str, tuple]:
@@ -434,30 +435,35 @@ def _comm_rows(scanned, rows, is_kernel, rpc, launch_ts, launch_thread, rdt):
     """Per activity: the comm-store entry (as ``rdt``) of its own args, else (kernels
     only) of the record_param_comms around its launch; and whether a kernel's launch is
     inside a record_param_comms (the trace's own statement that the kernel is a
-    collective, whatever its name, with or without metadata)."""
-    out = np.full(rows.shape[0], -1, dtype=rdt)
-    in_rpc = np.zeros(rows.shape[0], dtype=bool)
-    launched = np.flatnonzero(is_kernel & (launch_thread >= 0))
-    found = np.full(launched.shape[0], -1, dtype=np.int64)
-    if rpc["row"].size and launched.size:
+    collective, whatever its name, with or without metadata). Activities are taken
+    :data:`QUERY_SLICE` at a time, so the temporaries never span the trace."""
+    n = rows.shape[0]
+    out = np.full(n, -1, dtype=rdt)
+    in_rpc = np.zeros(n, dtype=bool)
+    comm = scanned.stores["comm"]
+    cstore = comm.column("store") if len(comm) else np.empty(0, np.int8)
+    crow = comm.column("row") if len(comm) else np.empty(0, np.int64)
+    # comm entries by the store row they describe: the GPU event's own, or its op's
+    own, on_ops = (_by_row(crow, np.flatnonzero(cstore == s)) for s in (L.GPU, L.OPS))
+    for lo in range(0, n, QUERY_SLICE):
+        hi = min(lo + QUERY_SLICE, n)
+        pos = find_sorted(own[0], rows[lo:hi])
+        mine = np.flatnonzero(pos >= 0)
+        out[lo + mine] = own[1][pos[mine]]
+        launched = lo + np.flatnonzero(is_kernel[lo:hi] & (launch_thread[lo:hi] >= 0))
+        if not (rpc["row"].size and launched.size):
+            continue
         found = innermost_enclosing(rpc["ts"], rpc["dur"], rpc["thread"], launch_ts[launched],
                                     launch_thread[launched], span_key=rpc["row"])
         in_rpc[launched] = found >= 0
-    comm = scanned.stores["comm"]
-    if len(comm) == 0:
-        return out, in_rpc
-    cstore = comm.column("store")
-    crow = comm.column("row")
-    own = np.flatnonzero(cstore == L.GPU)
-    by_row = np.argsort(rows)
-    pos = find_sorted(rows[by_row], crow[own])
-    out[by_row[pos[pos >= 0]]] = own[pos >= 0]
-    del by_row
-    on_ops = np.flatnonzero(cstore == L.OPS)
-    need = (out[launched] < 0) & (found >= 0)
-    if not need.any() or on_ops.size == 0:
-        return out, in_rpc
-    order = np.argsort(crow[on_ops])
-    entry = find_sorted(crow[on_ops][order], rpc["row"][found[need]])
-    out[launched[need][entry >= 0]] = on_ops[order][entry[entry >= 0]]
+        need = np.flatnonzero((out[launched] < 0) & (found >= 0))
+        entry = find_sorted(on_ops[0], rpc["row"][found[need]])
+        hit = entry >= 0
+        out[launched[need[hit]]] = on_ops[1][entry[hit]]
     return out, in_rpc
+
+
+def _by_row(crow: np.ndarray, entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(store rows ascending, the comm entries describing them) for ``entries``."""
+    order = np.argsort(crow[entries], kind="stable")
+    return crow[entries][order], entries[order]
