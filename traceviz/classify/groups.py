@@ -62,13 +62,13 @@ def comm_groups(is_comm: np.ndarray, desc_codes: np.ndarray, descs: list[str],
                 rank_lists: dict[int, list[int] | None], patterns: Patterns,
                 layout: Layout | None, p2p: set[int] = frozenset(),
                 by_kernel: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, int]]:
-    """Index into GROUPS per row (-1 for non-COMM rows) and counts per evidence.
+    """Index into GROUPS per row (int8; -1 for non-COMM rows) and counts per evidence.
 
     ``desc_codes`` index ``descs`` (-1 unknown); ``rank_lists`` maps a row to its group's
     member list (absent or None: unknown); ``p2p``: the rows that are sends / receives;
     ``by_kernel``: per row the group its kernel name states (-1 none), the last resort.
     """
-    out = np.full(is_comm.shape[0], -1, dtype=np.int32)
+    out = np.full(is_comm.shape[0], -1, dtype=np.int8)
     other = GROUPS.index("OTHER")
     by_desc = np.array([GROUPS.index(g) if (g := group_of_desc(d, patterns)) else
                         -1 if patterns.generic_pg_desc.search(d) else other

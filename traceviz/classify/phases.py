@@ -162,7 +162,7 @@ def ops_from_threads(facts: LaunchFacts, rows: np.ndarray, main_thread: int
     kept, run = np.unique(run, return_inverse=True)  # dense, in time order
     run = run.ravel() - int(kept[0] < 0 if kept.size else 0)
     member = run >= 0
-    op_of = np.full(rows.shape[0], -1, dtype=np.int64)
+    op_of = np.full(rows.shape[0], -1, dtype=np.int32)  # held for every iteration
     op_of[local[member]] = run[member]
     n_ops = int(run.max()) + 1 if member.any() else 0
     start = np.full(n_ops, np.iinfo(np.int64).max)

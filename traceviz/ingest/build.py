@@ -274,8 +274,7 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     op_ext = og("external_id")
     put("cpu_op_external_id", op_ext, op_ext < 0, pa.int64())
     del op_ext, og
-    g = gpu.gatherer(links.rows)  # one GPU field at a time, in output order
-    name = g("name")
+    name = gpu.gather("name", links.rows)
     said_backward = s.matches(patterns.phases["backward_name"])
     backward_named = said_backward[name] | said_backward[op_name]
     del op_name
@@ -287,12 +286,12 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     kind[(links.cls == L.CLS_MEMCPY) | (links.cls == L.CLS_MEMSET)] = MEM
     coll = _collective_meta(scanned, s, patterns, links.comm_row, kind == COMM, topology, name)
     links.comm_row = None
-    memory = np.select([links.cls == L.CLS_MEMCPY, links.cls == L.CLS_MEMSET], [1, 2], 0)
-    phase, microbatch, chunk, evidence = _phases(s, patterns, links, coll,
-                                                 memory.astype(np.int8), backward_named,
-                                                 pipeline, vpp)
+    memory = np.zeros(n, dtype=np.int8)  # 1 memcpy, 2 memset
+    memory[links.cls == L.CLS_MEMCPY], memory[links.cls == L.CLS_MEMSET] = 1, 2
+    phase, microbatch, chunk, evidence = _phases(s, patterns, links, coll, memory,
+                                                 backward_named, pipeline, vpp)
     del memory, backward_named
-    stats, steps, cls = links.stats, links.steps, links.cls
+    stats, steps, cls, rows = links.stats, links.steps, links.cls, links.rows
     launch_ts, launch_thread, iteration = links.launch_ts, links.launch_thread, links.iteration
     del links
     classification = {"vpp": evidence.pop("vpp"), "pp": pipeline[0], "stage": pipeline[1],
@@ -320,6 +319,9 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     put("name", s.dictionary(name))
     del name
     put("kind", fixed_dictionary(kind.astype(np.int32), KINDS))
+    # gathered after the phases: its grouping of the rows by block is not held with them
+    g = gpu.gatherer(rows)  # one GPU field at a time, in output order
+    del rows
     put("ts", g("ts"))
     put("index", g("index"))
     put("dur", g("dur"))
@@ -497,8 +499,10 @@ def _phases(s: Strings, patterns: Patterns, links, coll: CollectiveMeta, memory:
     ph = patterns.phases
     name = coll.full(coll.fields["collective"])
     pp_group = (coll.groups == GROUPS.index("PP")) | (coll.groups == GROUPS.index("OTHER"))
-    p2p = np.where(pp_group & s.matches(ph["p2p_send"])[name], 1,
-                   np.where(pp_group & s.matches(ph["p2p_recv"])[name], 2, 0)).astype(np.int8)
+    p2p = np.zeros(name.shape[0], dtype=np.int8)  # 1 send (first), 2 receive, 0 neither
+    p2p[pp_group & s.matches(ph["p2p_recv"])[name]] = 2
+    p2p[pp_group & s.matches(ph["p2p_send"])[name]] = 1
+    del name, pp_group
     facts = LaunchFacts(ts=links.launch_ts, end=links.launch_end,
                         thread=links.launch_thread,
                         iteration=links.iteration, p2p=p2p, recompute=links.recompute,

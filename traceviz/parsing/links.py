@@ -133,6 +133,7 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int) -> Links:
     lg = launch.gatherer(launch_row)
     launch_ts = lg("ts")
     launch_thread = lg("thread")
+    del lg
 
     queries = [SpanQuery("cat", cls_of == L.CLS_CPU_OP), SpanQuery("name", lookups.is_node)]
     small = lookups.is_optimizer_annotation
@@ -157,14 +158,15 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int) -> Links:
     recompute |= _inside(*frames["recompute_frame"], launch_ts, launch_thread)
     optimizer |= _inside(*frames["optimizer_frame"], launch_ts, launch_thread)
     t = g("ts")  # the launch's start where there is one, else the activity's
+    del g
     np.copyto(t, launch_ts, where=launch_row >= 0)
     iteration = step_of(t, steps["ts"], steps["dur"], steps["number"])
     del t
     comm_row, in_rpc = _comm_rows(scanned, rows, cls == L.CLS_KERNEL, rpc,
                                   launch_ts, launch_thread, rdt)
-    del g
-    launch_end = np.where(launch_ts >= 0, launch_ts + lg("dur"), -1)
-    del lg
+    launch_end = launch.gather("dur", launch_row)  # made in place: no n-sized temporaries
+    launch_end += launch_ts
+    launch_end[launch_ts < 0] = -1
     stats["collective metadata"] = int((comm_row >= 0).sum())
     step_list = [{"iteration": int(n), "ts": int(t), "dur": int(d)} for t, d, n in sorted(
         zip(steps["ts"].tolist(), steps["dur"].tolist(), steps["number"].tolist()))]
@@ -184,10 +186,10 @@ def _forward_times(ops, node_seq: np.ndarray, main_thread: int) -> np.ndarray:
     the autograd node around its launch (the forward op it differentiates); -1 where
     the node has no number or no such op is in the trace. One pass over the ops, only
     when some node has a number."""
-    out = np.full(node_seq.shape[0], -1, dtype=np.int64)
     wanted = np.unique(node_seq[node_seq >= 0])
-    if not wanted.size:
-        return out
+    if not wanted.size:  # no number anywhere: a read-only -1 for every activity, no memory
+        return np.broadcast_to(np.int64(-1), node_seq.shape)
+    out = np.full(node_seq.shape[0], -1, dtype=np.int64)
     first = np.full(wanted.shape[0], np.iinfo(np.int64).max)
     for _, cols in ops.blocks("ts", "thread", "seq_number"):
         seq = cols["seq_number"]
