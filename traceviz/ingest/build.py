@@ -99,6 +99,8 @@ def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
     (:func:`parse_options`) say what the table was parsed with. ``warn_floor`` (for a
     fresh process, whose memory is the runtime's alone): a warning when the budget is
     below the runtime plus the least data share (:meth:`MemoryPlan.below_floor`).
+    Otherwise a warning when the per-activity arrays alone go past the budget
+    (:meth:`MemoryPlan.beyond`: they are held in memory, not spilled).
     """
     if not isinstance(patterns, Patterns):
         patterns = load_patterns(patterns)
@@ -119,6 +121,8 @@ def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
     parsed.set_meta("parse_options", parse_options(topology, patterns, vpp))
     if warn_floor and (low := plan.below_floor()) is not None:
         parsed.warnings.append(f"{_source_name(src)}: {low}")
+    elif (over := plan.beyond(parsed.columns.n_rows)) is not None:
+        parsed.warnings.append(f"{_source_name(src)}: {over}")
     return keep_alive(parsed, scanned)
 
 

@@ -10,11 +10,13 @@ a fixed part, measured when the parse starts; the rest, the data share, is split
   columns are made (so on large traces every output column spills). A trace that
   spilled while scanning spills its remaining blocks first.
 
-The rest is for the per-activity arrays (the compact columns: ~60 bytes per GPU activity
-while linking), the only memory that grows with the trace, and for the allocator's
-slack. The shares are small on purpose: spilling costs ~12 % of the parse time on a
-0.5 GB trace (the files stay in the page cache), and holding more only raises the peak
-(measured in benchmarks/RESULTS.md).
+The rest is for the per-activity arrays (the compact columns: ~70 bytes per GPU activity
+while linking and classifying), the only memory that grows with the trace and is not
+spilled, and for the allocator's slack: a trace whose activities need more than the
+budget leaves gets a warning with the expected peak (:meth:`MemoryPlan.beyond`). The
+shares are small on purpose: spilling costs ~12 % of the parse time on a 0.5 GB trace
+(the files stay in the page cache), and holding more only raises the peak (measured in
+benchmarks/RESULTS.md).
 """
 from __future__ import annotations
 
@@ -25,7 +27,10 @@ from dataclasses import dataclass
 
 MIN_DATA = 32 << 20  # floor of the data share when the budget barely covers the runtime
 JIT_RESERVE = 64 << 20  # loading the compiled scanner the first time in a process
-LINK_BYTES_PER_ACTIVITY = 60  # per-activity link arrays alive while output columns are made
+# bytes per GPU activity alive at once while activities are linked, classified and their
+# output columns made (measured: a 2 GB kernel-dense trace, 6.3 M kernels, peaks 614 MB,
+# ~440 MB above the runtime; benchmarks/dense_trace.py)
+LINK_BYTES_PER_ACTIVITY = 70
 
 
 def use_system_allocator() -> None:
@@ -91,6 +96,19 @@ class MemoryPlan:
                 f"(~{self.runtime >> 20} MB of runtime: Python, numba, Arrow, plus "
                 f"{self.floor >> 20} MB of data): expect a peak of about {least >> 20} MB "
                 "or more; raise the budget to bound it")
+
+    def beyond(self, activities: int) -> str | None:
+        """A warning when ``activities`` GPU activities' per-activity arrays alone take
+        the parse past the budget (they are held in memory, not spilled); None when the
+        budget covers them, or when it does not cover the runtime (see
+        :meth:`below_floor`)."""
+        need = self.runtime + activities * LINK_BYTES_PER_ACTIVITY
+        if need <= self.budget or self.budget < self.runtime + self.floor:
+            return None
+        return (f"{activities / 1e6:.1f} M GPU activities: their per-activity arrays "
+                f"(~{LINK_BYTES_PER_ACTIVITY} bytes each) stay in memory beyond "
+                f"--memory-budget {self.budget >> 20} MB, which bounds everything else; "
+                f"expect a peak near {need >> 20} MB")
 
     @property
     def scan_blocks(self) -> int:
