@@ -9,8 +9,9 @@ and met / not met (ratios to ijson measured in the same run).
 
 Inputs are built once under --data: a real trace from ../shared/traces tiled to size
 (plain and gzip), kernel-dense traces (dense_trace.py; `--dense-mb 500 2000 10000` for
-the three sizes the memory target names), and a synthesized job. Each command runs in its own process; peak RSS
-is the process tree's (sampled from /proc).
+the three sizes the memory target names), and a synthesized job. Each command runs in
+its own process; its peak is the larger of its own peak RSS and its process tree's
+summed PSS (sampled from /proc).
 """
 from __future__ import annotations
 

@@ -52,17 +52,23 @@ class RankSweep:
 
 
 def sweep(acts: RankActivities) -> RankSweep:
-    """Sweep one rank's activities (all iterations and the whole rank in one pass)."""
+    """Sweep one rank's activities: the whole rank, then each iteration."""
     its = np.unique(acts.iteration)
-    key_of_it = np.searchsorted(its, acts.iteration) + 1
-    n = len(acts)
-    keys = np.concatenate([np.zeros(n, np.int64), key_of_it])
-    ts, end, kind = (np.concatenate([a, a]) for a in (acts.ts, acts.end, acts.kind))
-    times = grouped_combination_times(ts, end, kind, keys, its.shape[0] + 1,
+    # row 0 the whole rank, then one row per iteration: two sweeps, so no array holds
+    # every activity twice
+    whole = _sweep_groups(acts, np.zeros(len(acts), np.int64), 1)
+    per_iteration = _sweep_groups(acts, np.searchsorted(its, acts.iteration), its.shape[0])
+    times, spans = (np.concatenate(p) for p in zip(whole, per_iteration))
+    return RankSweep(acts.rank, len(acts), its, spans, times)
+
+
+def _sweep_groups(acts: RankActivities, keys: np.ndarray, n_keys: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(time per group and kind combination, span per group; ns) of the groups ``keys``."""
+    times = grouped_combination_times(acts.ts, acts.end, acts.kind, keys, n_keys,
                                       len(SWEEP_KINDS))
-    lo, hi = grouped_span(ts, end, keys, its.shape[0] + 1)
-    spans = np.where(hi >= lo, hi - lo, 0)
-    return RankSweep(acts.rank, n, its, spans, times)
+    lo, hi = grouped_span(acts.ts, acts.end, keys, n_keys)
+    return times, np.where(hi >= lo, hi - lo, 0)
 
 
 def temporal_breakdown(sweeps: list[RankSweep]) -> pa.Table:

@@ -92,24 +92,42 @@ def clip(starts: np.ndarray, ends: np.ndarray, windows: tuple[np.ndarray, np.nda
 
 
 @nb.njit(cache=True, nogil=True)
-def _sweep(t, delta, cat, key, n_keys, n_cats):
-    """Endpoints sorted by (key, t): accumulate time per (key, open-category mask)."""
+def _sweep(starts, ends, cats, keys, by_start, by_end, n_keys, n_cats):
+    """Accumulate time per (key, open-category mask) over every interval's two endpoints
+    in (key, time) order: ``by_start`` / ``by_end`` order the intervals by (key, start) /
+    (key, end), and the two orders are merged here (a start before an end at a tie; the
+    endpoints at one time all apply before the next segment, so their order there does
+    not change the result)."""
     out = np.zeros((n_keys, 1 << n_cats), dtype=np.int64)
     count = np.zeros(n_cats, dtype=np.int64)
+    n = starts.shape[0]
     mask = 0
     prev_t = 0
     prev_key = -1
-    for i in range(t.shape[0]):
-        k = key[i]
+    i = j = 0
+    while i < n or j < n:
+        if i < n and (j >= n or keys[by_start[i]] < keys[by_end[j]] or (
+                keys[by_start[i]] == keys[by_end[j]]
+                and starts[by_start[i]] <= ends[by_end[j]])):
+            r = by_start[i]
+            t = starts[r]
+            step = 1
+            i += 1
+        else:
+            r = by_end[j]
+            t = ends[r]
+            step = -1
+            j += 1
+        k = keys[r]
         if k != prev_key:  # a new group: nothing is open
             count[:] = 0
             mask = 0
             prev_key = k
-        elif t[i] > prev_t:
-            out[k, mask] += t[i] - prev_t
-        prev_t = t[i]
-        c = cat[i]
-        count[c] += delta[i]
+        elif t > prev_t:
+            out[k, mask] += t - prev_t
+        prev_t = t
+        c = cats[r]
+        count[c] += step
         if count[c] > 0:
             mask |= 1 << c
         else:
@@ -121,19 +139,14 @@ def grouped_combination_times(starts: np.ndarray, ends: np.ndarray, cats: np.nda
                               keys: np.ndarray, n_keys: int, n_cats: int) -> np.ndarray:
     """int64[n_keys, 2**n_cats]: per group key, the time (ns) spent in every combination
     of open categories (see the module doc; entry 0 is the idle time between the group's
-    first start and last end). ``cats`` in [0, n_cats), ``keys`` in [0, n_keys)."""
+    first start and last end). ``cats`` in [0, n_cats), ``keys`` in [0, n_keys). Besides
+    the inputs it holds two sort orders (16 bytes per interval), not the endpoints."""
     if n_cats > 16:
         raise ValueError("at most 16 categories")
     starts, ends, cats, keys = _as_i8(starts, ends, cats, keys)
-    n = starts.shape[0]
-    t = np.concatenate([starts, ends])
-    # every endpoint at one time applies before the next segment, so their order at a
-    # tie does not matter
-    delta = np.concatenate([np.ones(n, _I8), -np.ones(n, _I8)])
-    cat = np.concatenate([cats, cats])
-    key = np.concatenate([keys, keys])
-    order = np.lexsort((t, key))
-    return _sweep(t[order], delta[order], cat[order], key[order], n_keys, n_cats)
+    by_start = np.lexsort((starts, keys))
+    by_end = np.lexsort((ends, keys))
+    return _sweep(starts, ends, cats, keys, by_start, by_end, n_keys, n_cats)
 
 
 def combination_times(starts: np.ndarray, ends: np.ndarray, cats: np.ndarray,
