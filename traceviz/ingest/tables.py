@@ -138,9 +138,10 @@ def load_table(path: Path, columns: tuple[str, ...] | None = None) -> pa.Table:
         except (OSError, pa.ArrowInvalid):
             present = set(columns)  # read_table reports the unreadable file
         return read_table(path, columns=[c for c in columns if c in present])
-    from .build import parse
+    from .build import parse_trace
 
-    return parse(path)
+    with parse_trace(path) as parsed:
+        return parsed.columns.table(columns)
 
 
 def stated_rank(table: pa.Table, path: Path) -> int | None:

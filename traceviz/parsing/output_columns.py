@@ -63,26 +63,29 @@ class OutputColumns:
             fields = sorted(fields, key=lambda f: rank.get(f.name, len(rank)))
         return pa.schema(fields, metadata=self.metadata)
 
-    def _group(self, k: int) -> pa.Table:
-        """Row group ``k`` of every column, as a table."""
+    def _group(self, k: int, schema: pa.Schema) -> pa.Table:
+        """Row group ``k`` of the columns of ``schema``, as a table."""
         arrays = []
-        for f in self.schema:
+        for f in schema:
             if f.name in self._memory:
                 arrays.append(self._memory[f.name].slice(k * self.row_group, self.row_group))
             else:
                 with pa.OSFile(self._files[f.name], "rb") as src:
                     arrays.append(pa.ipc.open_file(src).get_batch(k).column(0))
-        return pa.Table.from_arrays(arrays, schema=self.schema)
+        return pa.Table.from_arrays(arrays, schema=schema)
 
     def n_groups(self) -> int:
         return max(1, -(-self.n_rows // self.row_group))
 
-    def table(self) -> pa.Table:
-        """The whole table in memory."""
+    def table(self, columns: tuple[str, ...] | None = None) -> pa.Table:
+        """The table in memory: every column, or those of ``columns`` it has."""
+        schema = self.schema
+        if columns is not None:
+            schema = pa.schema([f for f in schema if f.name in columns],
+                               metadata=schema.metadata)
         if not self._files:
-            return pa.Table.from_arrays([self._memory[f.name] for f in self.schema],
-                                        schema=self.schema)
-        return pa.concat_tables(self._group(k) for k in range(self.n_groups()))
+            return pa.Table.from_arrays([self._memory[f.name] for f in schema], schema=schema)
+        return pa.concat_tables(self._group(k, schema) for k in range(self.n_groups()))
 
     def write_parquet(self, dest: str) -> None:
         """Write to ``dest`` (a path written atomically, or ``-`` for stdout)."""
@@ -90,7 +93,7 @@ class OutputColumns:
         with parquet_sink(dest) as sink, pq.ParquetWriter(sink, schema,
                                                           **writer_options(schema)) as writer:
             for k in range(self.n_groups()):
-                writer.write_table(self._group(k), row_group_size=self.row_group)
+                writer.write_table(self._group(k, schema), row_group_size=self.row_group)
 
     def close(self) -> None:
         for path in self._files.values():
