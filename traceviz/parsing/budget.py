@@ -10,7 +10,7 @@ a fixed part, measured when the parse starts; the rest, the data share, is split
   columns are made (so on large traces every output column spills). A trace that
   spilled while scanning spills its remaining blocks first.
 
-The rest is for the per-activity arrays (the compact columns: ~70 bytes per GPU activity
+The rest is for the per-activity arrays (the compact columns: ~60 bytes per GPU activity
 while linking and classifying), the only memory that grows with the trace and is not
 spilled, and for the allocator's slack: a trace whose activities need more than the
 budget leaves gets a warning with the expected peak (:meth:`MemoryPlan.beyond`). The
@@ -25,12 +25,17 @@ import resource
 import sys
 from dataclasses import dataclass
 
-MIN_DATA = 32 << 20  # floor of the data share when the budget barely covers the runtime
+# the least data share: a parse's fixed working memory (read buffers, the chunk, the
+# column blocks being filled, the parquet writer's row group) whatever the budget
+# (measured: a 0.5 GB trace peaks ~59 MB above the runtime at budgets of 16-240 MB)
+MIN_DATA = 64 << 20
 JIT_RESERVE = 64 << 20  # loading the compiled scanner the first time in a process
 # bytes per GPU activity alive at once while activities are linked, classified and their
-# output columns made (measured: a 2 GB kernel-dense trace, 6.3 M kernels, peaks 614 MB,
-# ~440 MB above the runtime; benchmarks/dense_trace.py)
-LINK_BYTES_PER_ACTIVITY = 70
+# output columns made, on top of BUILD_WORK (measured: kernel-dense traces of 0.5 and
+# 2 GB from benchmarks/dense_trace.py, 1.6 and 6.3 M kernels, peak 337 and 614 MB, and a
+# 0.5 GB trace with 0.2 M activities, 253 MB: runtime + ~45 MB + 55-60 bytes per activity)
+LINK_BYTES_PER_ACTIVITY = 60
+BUILD_WORK = 48 << 20
 
 
 def use_system_allocator() -> None:
@@ -102,13 +107,14 @@ class MemoryPlan:
         the parse past the budget (they are held in memory, not spilled); None when the
         budget covers them, or when it does not cover the runtime (see
         :meth:`below_floor`)."""
-        need = self.runtime + activities * LINK_BYTES_PER_ACTIVITY
-        if need <= self.budget or self.budget < self.runtime + self.floor:
+        least = self.runtime + self.floor
+        need = self.runtime + max(self.floor, BUILD_WORK + activities * LINK_BYTES_PER_ACTIVITY)
+        if need <= self.budget or self.budget < least:
             return None
         return (f"{activities / 1e6:.1f} M GPU activities: their per-activity arrays "
                 f"(~{LINK_BYTES_PER_ACTIVITY} bytes each) stay in memory beyond "
                 f"--memory-budget {self.budget >> 20} MB, which bounds everything else; "
-                f"expect a peak near {need >> 20} MB")
+                f"expect a peak of up to ~{need >> 20} MB")
 
     @property
     def scan_blocks(self) -> int:
