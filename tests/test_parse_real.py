@@ -71,13 +71,13 @@ def test_activities_beyond_the_budget_are_a_warning():
 
     path = next(p for p in TRACES if trace_id(p) == "hta/trace_diff/control/control.json.gz")
     n = traceviz.parse(path).num_rows
-    runtime, floor = 200 << 20, 1 << 16
+    runtime, work = 200 << 20, 1 << 16
     need = runtime + BUILD_WORK + n * LINK_BYTES_PER_ACTIVITY
-    short = traceviz.parse_trace(path, plan=MemoryPlan(need - 1, runtime, floor))
+    short = traceviz.parse_trace(path, plan=MemoryPlan(need - 1, runtime, work=work))
     line, = (w for w in short.warnings if "per-activity arrays" in w)
     assert f"{n / 1e6:.1f} M GPU activities" in line
     assert f"expect a peak of up to ~{need >> 20} MB" in line
-    enough = traceviz.parse_trace(path, plan=MemoryPlan(need, runtime, floor))
+    enough = traceviz.parse_trace(path, plan=MemoryPlan(need, runtime, work=work))
     assert not [w for w in enough.warnings if "per-activity arrays" in w]
     for parsed in (short, enough):
         parsed.close()

@@ -25,10 +25,12 @@ import resource
 import sys
 from dataclasses import dataclass
 
-# the least data share: a parse's fixed working memory (read buffers, the chunk, the
-# column blocks being filled, the parquet writer's row group) whatever the budget
-# (measured: a 0.5 GB trace peaks ~59 MB above the runtime at budgets of 16-240 MB)
-MIN_DATA = 64 << 20
+MIN_DATA = 32 << 20  # floor of the data share its fractions are taken of
+# a parse's fixed working memory (read buffers, the chunk, the column blocks being
+# filled, the parquet writer's row group) whatever the budget: with the runtime, the
+# least peak (measured: a 0.5 GB trace peaks ~59 MB above the runtime at budgets of
+# 16-240 MB)
+FIXED_WORK = 64 << 20
 JIT_RESERVE = 64 << 20  # loading the compiled scanner the first time in a process
 # bytes per GPU activity alive at once while activities are linked, classified and their
 # output columns made, on top of BUILD_WORK (measured: kernel-dense traces of 0.5 and
@@ -76,6 +78,7 @@ class MemoryPlan:
     budget: int
     runtime: int
     floor: int = MIN_DATA
+    work: int = FIXED_WORK  # what a parse holds above the runtime at the least
 
     @classmethod
     def measure(cls, budget: int, jit_loaded: bool) -> MemoryPlan:
@@ -85,7 +88,7 @@ class MemoryPlan:
     @classmethod
     def fixed(cls, data: int) -> MemoryPlan:
         """A plan with exactly ``data`` bytes of data share (tests, tuning)."""
-        return cls(budget=data, runtime=0, floor=0)
+        return cls(budget=data, runtime=0, floor=0, work=0)
 
     @property
     def data(self) -> int:
@@ -93,22 +96,22 @@ class MemoryPlan:
 
     def below_floor(self) -> str | None:
         """A warning when the budget cannot be honoured: it does not cover the runtime
-        (measured now) plus the least data share; None when it does."""
-        least = self.runtime + self.floor
+        (measured now) plus the fixed working memory; None when it does."""
+        least = self.runtime + self.work
         if self.budget >= least:
             return None
         return (f"--memory-budget {self.budget >> 20} MB is below what a parse needs here "
                 f"(~{self.runtime >> 20} MB of runtime: Python, numba, Arrow, plus "
-                f"{self.floor >> 20} MB of data): expect a peak of about {least >> 20} MB "
-                "or more; raise the budget to bound it")
+                f"{self.work >> 20} MB of working memory): expect a peak of about "
+                f"{least >> 20} MB or more; raise the budget to bound it")
 
     def beyond(self, activities: int) -> str | None:
         """A warning when ``activities`` GPU activities' per-activity arrays alone take
         the parse past the budget (they are held in memory, not spilled); None when the
         budget covers them, or when it does not cover the runtime (see
         :meth:`below_floor`)."""
-        least = self.runtime + self.floor
-        need = self.runtime + max(self.floor, BUILD_WORK + activities * LINK_BYTES_PER_ACTIVITY)
+        least = self.runtime + self.work
+        need = self.runtime + max(self.work, BUILD_WORK + activities * LINK_BYTES_PER_ACTIVITY)
         if need <= self.budget or self.budget < least:
             return None
         return (f"{activities / 1e6:.1f} M GPU activities: their per-activity arrays "

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -41,15 +42,21 @@ class Block:
     columns: dict[str, np.ndarray] = field(default_factory=dict)
     spill: SpillFile | None = None  # where the columns went, once spilled
     layout: dict[str, tuple[int, np.dtype]] = field(default_factory=dict)  # name -> (offset, dtype)
+    # per field, ``fix(values, block)`` applied on every read: a block scanned in the
+    # second half of a split trace holds that half's string ids, thread indexes, rows
+    fixes: dict = field(default_factory=dict)
 
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.columns.values())
 
     def get(self, name: str) -> np.ndarray:
         if self.spill is None:
-            return self.columns[name]
-        offset, dtype = self.layout[name]
-        return self.spill.read(offset, np.dtype(dtype), self.rows)
+            values = self.columns[name]
+        else:
+            offset, dtype = self.layout[name]
+            values = self.spill.read(offset, np.dtype(dtype), self.rows)
+        fix = self.fixes.get(name)
+        return values if fix is None else fix(values, self)
 
 
 class SpillFile:
@@ -95,6 +102,7 @@ class SpillBudget:
 
     def __init__(self, budget_bytes: int) -> None:
         self.budget = max(int(budget_bytes), 0)
+        self._lock = threading.RLock()  # the two scanners of a split trace share it
         self.held = 0
         self.spilled_bytes = 0
         self._held: dict[str, list[Block]] = {name: [] for name in SPILL_ORDER}
@@ -103,26 +111,30 @@ class SpillBudget:
         self._count = 0
 
     def folder(self) -> str:
-        if self._dir is None:
-            self._dir = spill_folder()
-        return self._dir
+        with self._lock:
+            if self._dir is None:
+                self._dir = spill_folder()
+            return self._dir
 
     def new_path(self, prefix: str) -> str:
-        self._count += 1
-        return os.path.join(self.folder(), f"{prefix}{self._count}")
+        with self._lock:
+            self._count += 1
+            return os.path.join(self.folder(), f"{prefix}{self._count}")
 
     def add(self, block: Block) -> None:
-        self.held += block.nbytes()
-        self._held[block.store].append(block)
-        for name in SPILL_ORDER:
-            while self.held > self.budget and self._held[name]:
-                self._spill(self._held[name].pop(0))
+        with self._lock:
+            self.held += block.nbytes()
+            self._held[block.store].append(block)
+            for name in SPILL_ORDER:
+                while self.held > self.budget and self._held[name]:
+                    self._spill(self._held[name].pop(0))
 
     def spill_all(self) -> None:
         """Spill every block still held in memory."""
-        for name in SPILL_ORDER:
-            while self._held[name]:
-                self._spill(self._held[name].pop(0))
+        with self._lock:
+            for name in SPILL_ORDER:
+                while self._held[name]:
+                    self._spill(self._held[name].pop(0))
 
     def _spill(self, block: Block) -> None:
         if block.store not in self._files:

@@ -8,6 +8,8 @@ straddles two chunks is re-read whole from the start of the next buffer).
 from __future__ import annotations
 
 import os
+import re
+import threading
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -15,14 +17,20 @@ import numpy as np
 
 from ..errors import TraceError
 from . import fields as L
+from .budget import release_free_memory
 from .columns import ColumnStore, SpillBudget
 from .header import Header
-from .scanner import scan
-from .source import ByteSource
+from .scanner import _thread, scan
+from .source import GZIP_MAGIC, ZSTD_MAGIC, ByteSource, FileRange
 from .strings import BadString, StringTable, decode_raw, rehash
 
 DEFAULT_CHUNK = 8 << 20
 DEFAULT_BUDGET = 512 << 20
+PARALLEL_MIN = 64 << 20  # plain traces from this size on are scanned as two halves at once
+_SPLIT_WINDOW = 1 << 20  # bytes searched for an event boundary where a trace is split
+# "}" "," "{" '"' with whitespace between: the end of one event and the start of the
+# next, unless the bytes are inside a string (then the halves do not meet: one pass)
+_BOUNDARY = re.compile(rb"\}\s*(,)\s*\{\s*\"")
 BLOCK_ROWS = 1 << 14
 _MAX_METADATA = 65536
 
@@ -65,7 +73,8 @@ def _grow_threads(thr: np.ndarray, count: int) -> np.ndarray:
 
 def scan_trace(src: str | os.PathLike | BinaryIO, *, memory_budget: int = DEFAULT_BUDGET,
                chunk_size: int = DEFAULT_CHUNK,
-               drop: dict[str, tuple[str, ...]] | None = None) -> ScannedTrace:
+               drop: dict[str, tuple[str, ...]] | None = None,
+               split_at: int | None = None) -> ScannedTrace:
     """Read one trace in a single streaming pass into column stores.
 
     ``memory_budget`` bounds the bytes of sealed column blocks held in memory (more are
@@ -74,11 +83,28 @@ def scan_trace(src: str | os.PathLike | BinaryIO, *, memory_budget: int = DEFAUL
     input that is not a readable Kineto trace. A trace cut short (a profiler killed while
     writing) is not an error: every complete event before the cut is kept and
     ``truncated_at`` holds the byte offset.
+
+    A plain trace file of :data:`PARALLEL_MIN` bytes or more, on a machine with two cores
+    or more, is scanned as two halves at once (see :func:`_scan_halves`); the result is
+    the same as one pass's. ``split_at``: split at the first event boundary from that
+    byte on, whatever the size (tests, tuning).
     """
+    drop = drop or {}
+    split = _split_point(src) if split_at is None else _candidate(src, split_at)
+    if split is not None:
+        budget = SpillBudget(memory_budget)
+        try:
+            merged = _scan_halves(src, split, budget, chunk_size, drop)
+        except BaseException:
+            budget.close()
+            raise
+        if merged is not None:
+            return merged
+        budget.close()  # the split was not between two events: one pass after all
     source = ByteSource(src)
     budget = SpillBudget(memory_budget)
     try:
-        return _scan(source, budget, chunk_size, drop or {})
+        return _finish(_scan(source, budget, chunk_size, drop), budget)
     except BaseException:
         budget.close()
         raise
@@ -86,12 +112,35 @@ def scan_trace(src: str | os.PathLike | BinaryIO, *, memory_budget: int = DEFAUL
         source.close()
 
 
+@dataclass
+class _Part:
+    """What scanning one byte range of a trace produced (before it is checked)."""
+
+    source: ByteSource
+    w: np.ndarray
+    strings: StringTable
+    thr: np.ndarray
+    header: Header
+    stores: dict[str, ColumnStore]
+    truncated_at: int | None = None
+    crash_tail: bool = False
+    split_end: bool = False  # ended at its stop, between two events
+
+
 def _scan(source: ByteSource, budget: SpillBudget, chunk_size: int,
-          drop: dict[str, tuple[str, ...]]) -> ScannedTrace:
-    blocks = np.empty((L.N_STORES, L.MAX_FIELDS, BLOCK_ROWS), dtype=np.int64)
+          drop: dict[str, tuple[str, ...]], start: int = 0, mode: int | None = None,
+          stop: int | None = None, block_rows: int = BLOCK_ROWS) -> _Part:
+    """Scan ``source``, whose first byte is byte ``start`` of the trace. ``mode``: the
+    scanner's mode there (None: the trace's start); ``stop``: the source ends there on
+    purpose (a part of a split trace: ending between two events is no truncation);
+    ``block_rows``: rows of a store's active block."""
+    blocks = np.empty((L.N_STORES, L.MAX_FIELDS, block_rows), dtype=np.int64)
     stores = {name: ColumnStore(name, blocks[s], budget, drop.get(name, ()))
               for s, name in enumerate(L.STORE_NAMES)}
     w = L.new_state()
+    if mode is not None:
+        w[L.ST_MODE] = mode
+        w[L.ST_SAW_EVENTS] = 1
     strings = StringTable()
     thr = np.full((6, 1024), -1, dtype=np.int64)
     thr[L.TR_KEY] = 0
@@ -100,11 +149,11 @@ def _scan(source: ByteSource, budget: SpillBudget, chunk_size: int,
 
     buf = np.empty(chunk_size, dtype=np.uint8)
     n = 0
-    offset = 0  # absolute offset of buf[0] in the decompressed stream
+    offset = start  # absolute offset of buf[0] in the decompressed stream
     eof = False
     truncated_at = None
     crash_tail = False
-    warnings: list[str] = []
+    split_end = False
 
     def fill_buffer() -> None:
         nonlocal n, eof
@@ -141,17 +190,17 @@ def _scan(source: ByteSource, budget: SpillBudget, chunk_size: int,
         raise TraceError(source.name, f"{source.compression} stream is cut before its first "
                          "byte", offset=source.compressed_bytes,
                          hint="the file is cut short; re-export or copy it again")
-    if n == 0:
+    if n == 0 and start == 0:
         raise TraceError(source.name, "is empty", offset=0,
                          hint="the profiler wrote nothing; re-run it or pick another file")
-    if n >= 3 and buf[0] == 0xEF and buf[1] == 0xBB and buf[2] == 0xBF:
+    if start == 0 and n >= 3 and buf[0] == 0xEF and buf[1] == 0xBB and buf[2] == 0xBF:
         w[L.ST_POS] = 3  # a UTF-8 byte-order mark: not part of the JSON text
     while True:
         status = scan(buf, n, eof, w, strings.strs, thr, blocks, spans)
         drain()
         if status == L.R_FLUSH:
             for s, name in enumerate(L.STORE_NAMES):
-                if w[L.W_FILL + s] >= BLOCK_ROWS:
+                if w[L.W_FILL + s] >= block_rows:
                     stores[name].seal(int(w[L.W_FILL + s]))
                     w[L.W_BASE + s] += w[L.W_FILL + s]
                     w[L.W_FILL + s] = 0
@@ -173,14 +222,13 @@ def _scan(source: ByteSource, budget: SpillBudget, chunk_size: int,
             if code == L.E_NOT_JSON and int(w[L.ST_EVENT_INDEX]) == 0:
                 raise TraceError(source.name, "is not JSON (expected '{' or '[')",
                                  offset=where, hint=_not_json_hint(buf[:n], source.name))
-            raise TraceError(source.name, L.ERROR_TEXT.get(code, "malformed JSON"),
-                             offset=where,
-                             hint=f"after {int(w[L.ST_EVENT_INDEX])} events; the file is "
-                                  "corrupt: re-export the trace")
+            raise _corrupt(source.name, code, where, int(w[L.ST_EVENT_INDEX]))
         elif status == L.R_NEED_MORE:
             pos = int(w[L.ST_POS])
             if eof:
-                truncated_at = offset + pos
+                split_end = (offset + pos == stop
+                             and w[L.ST_MODE] in (L.M_EVENTS_AFTER, L.M_ARRAY_AFTER))
+                truncated_at = None if split_end else offset + pos
                 break
             if pos == 0 and n == buf.shape[0]:  # one item larger than the buffer
                 bigger = np.empty(buf.shape[0] * 2, dtype=np.uint8)
@@ -196,6 +244,24 @@ def _scan(source: ByteSource, budget: SpillBudget, chunk_size: int,
     for s, name in enumerate(L.STORE_NAMES):
         stores[name].seal(int(w[L.W_FILL + s]))
         w[L.W_FILL + s] = 0
+    return _Part(source, w, strings, thr, header, stores, truncated_at, crash_tail, split_end)
+
+
+def _corrupt(name: str, code: int, where: int, events: int) -> TraceError:
+    """The error for malformed JSON at byte ``where`` after ``events`` events; it keeps
+    what it was made from (a split trace's second half counts its events from 0)."""
+    err = TraceError(name, L.ERROR_TEXT.get(code, "malformed JSON"), offset=where,
+                     hint=f"after {events} events; the file is corrupt: re-export the trace")
+    err.made_from = (name, code, where, events)
+    return err
+
+
+def _finish(part: _Part, budget: SpillBudget, bytes_read: int | None = None,
+            compressed_bytes: int | None = None) -> ScannedTrace:
+    """Check a whole trace's scan (no events: an error) and wrap it up with its
+    warnings."""
+    source, w, truncated_at = part.source, part.w, part.truncated_at
+    warnings: list[str] = []
     if not w[L.ST_SAW_EVENTS] and truncated_at is not None:
         raise TraceError(source.name, "ends before any trace event", offset=truncated_at,
                          hint="the file is cut short or empty; re-export the trace")
@@ -207,19 +273,22 @@ def _scan(source: ByteSource, budget: SpillBudget, chunk_size: int,
         warnings.append(
             f"{source.name}: trace is truncated at byte {truncated_at} "
             + ("(zero bytes or garbage from there to the end, as a node that died while "
-               "writing leaves) " if crash_tail else "")
+               "writing leaves) " if part.crash_tail else "")
             + f"(kept the {int(w[L.S_EVENTS])} complete events before it)")
     if source.stream_truncated:
         warnings.append(f"{source.name}: {source.compression} stream ends early "
                         f"(decompressed {source.bytes_out} bytes)")
         if truncated_at is None:
-            truncated_at = offset + n
+            truncated_at = source.bytes_out
     n_threads = int(w[L.W_NTHR])
     return ScannedTrace(
-        source=source.name, compression=source.compression, stores=stores, strings=strings,
-        threads=thr[L.TR_PIDN:L.TR_TIDS + 1, :n_threads].copy(), header=header,
-        stats=_stats_dict(w, strings, header), truncated_at=truncated_at, budget=budget,
-        bytes_read=source.bytes_out, compressed_bytes=source.compressed_bytes,
+        source=source.name, compression=source.compression, stores=part.stores,
+        strings=part.strings, threads=part.thr[L.TR_PIDN:L.TR_TIDS + 1, :n_threads].copy(),
+        header=part.header, stats=_stats_dict(w, part.strings, part.header),
+        truncated_at=truncated_at, budget=budget,
+        bytes_read=source.bytes_out if bytes_read is None else bytes_read,
+        compressed_bytes=(source.compressed_bytes if compressed_bytes is None
+                          else compressed_bytes),
         warnings=warnings)
 
 
@@ -278,3 +347,182 @@ def _not_json_hint(head: np.ndarray, name: str = "") -> str:
     if b"nsys" in data or data.startswith(b"\x00"):
         return "this looks like a binary (e.g. Nsight .nsys-rep) file, not a Kineto JSON trace"
     return "pass a PyTorch profiler trace (.json, .json.gz or .json.zst)"
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _split_point(src) -> int | None:
+    """Where to split ``src`` for two scanners: the comma between two events near the
+    middle of a large plain trace file; None for anything else (compressed, a stream,
+    small, one core)."""
+    if not isinstance(src, (str, os.PathLike)) or os.fspath(src) == "-" or _cores() < 2:
+        return None
+    try:
+        size = os.path.getsize(src)
+    except OSError:
+        return None  # the one pass says what is wrong
+    if size < PARALLEL_MIN:
+        return None
+    return _candidate(src, size // 2)
+
+
+def _candidate(src, at: int) -> int | None:
+    """Offset of the first comma that looks like it separates two events at or after
+    byte ``at`` of the plain file ``src`` (within :data:`_SPLIT_WINDOW`), else None."""
+    try:
+        with open(src, "rb") as fh:
+            if fh.read(4).startswith((GZIP_MAGIC, ZSTD_MAGIC)):
+                return None
+            fh.seek(at)
+            window = fh.read(_SPLIT_WINDOW)
+    except (OSError, TypeError):
+        return None
+    m = _BOUNDARY.search(window)
+    return None if m is None else at + m.start(1)
+
+
+def _scan_halves(path, split: int, budget: SpillBudget, chunk_size: int,
+                 drop: dict[str, tuple[str, ...]]) -> ScannedTrace | None:
+    """Scan ``path`` as bytes ``[0, split)`` (this thread) and ``(split, end)`` (another
+    thread, from the scanner state just after a comma between events) into one budget,
+    and merge the second half into the first (:func:`_merge`). None when the first half
+    does not end exactly between two events at ``split`` (the comma was inside a string
+    or an event): scan in one pass then. An error in the second half is raised only when
+    the split was good (a single pass would have met it at the same offset)."""
+    first = FileRange(path, 0, split)
+    second = FileRange(path, split + 1, None)
+    # half the buffers each: the two scanners together hold what one pass holds
+    a_src, b_src = (ByteSource(part, buffers=2) for part in (first, second))
+    half = {"chunk_size": max(chunk_size // 2, 1 << 16), "block_rows": BLOCK_ROWS // 2}
+    result: dict[str, object] = {}
+
+    def run_second() -> None:
+        try:
+            result["part"] = _scan(b_src, budget, half["chunk_size"], drop, start=split + 1,
+                                   mode=L.M_EVENTS_ITEM, block_rows=half["block_rows"])
+        except BaseException as exc:  # noqa: BLE001 - handed to the first thread
+            result["error"] = exc
+
+    worker = threading.Thread(target=run_second, daemon=True)
+    worker.start()
+    try:
+        try:
+            a = _scan(a_src, budget, half["chunk_size"], drop, stop=split,
+                      block_rows=half["block_rows"])
+        except TraceError:
+            a = None  # the one pass says it, with the whole trace in view
+    finally:
+        worker.join()  # the second half reads its own range to the end: never blocked
+        for part_source in (a_src, b_src, first, second):
+            part_source.close()
+        # the second scanner's buffers were freed in its thread's heap, which the main
+        # thread's allocations do not reuse: give them back (~35 MB of a build's peak)
+        release_free_memory()
+    if a is None or not a.split_end or a.w[L.ST_MODE] != L.M_EVENTS_AFTER:
+        return None
+    err = result.get("error")
+    if err is not None:
+        made_from = getattr(err, "made_from", None)
+        if made_from is None:
+            raise err
+        name, code, where, events = made_from
+        raise _corrupt(name, code, where, events + int(a.w[L.ST_EVENT_INDEX]))
+    b = result["part"]
+    _merge(a, b)
+    return _finish(b, budget, a_src.bytes_out + 1 + b_src.bytes_out,
+                   a_src.compressed_bytes + 1 + b_src.compressed_bytes)
+
+
+def _merge(a: _Part, b: _Part) -> None:
+    """Make ``b`` (the second half) the whole trace: ``a``'s stores, strings, threads,
+    header and counts first, then ``b``'s with its string ids, thread indexes, row
+    numbers and event indexes moved onto ``a``'s (applied when a block is read)."""
+    smap = _merge_strings(a.strings, b.strings)
+    tmap = _merge_threads(a, b, smap)
+    events = int(a.w[L.ST_EVENT_INDEX])
+    row_base = np.array([a.stores[name].rows for name in L.STORE_NAMES], dtype=np.int64)
+    for name in L.STORE_NAMES:
+        store, tail = a.stores[name], b.stores[name]
+        fixes = {}
+        for field_name, dtype in store.fields:
+            if field_name == "thread":
+                fixes[field_name] = _lookup(tmap)
+            elif dtype == "i4":
+                fixes[field_name] = _lookup(smap)
+            elif field_name == "index":
+                fixes[field_name] = _shift(events)
+            elif field_name == "row":
+                fixes[field_name] = _shift_rows(row_base)
+        for block in tail.sealed:
+            block.start += store.rows
+            block.fixes = fixes
+        store.sealed.extend(tail.sealed)
+        store.rows += tail.rows
+        tail.sealed, tail.rows = store.sealed, store.rows
+    b.stores = a.stores
+    for k in (*L.STAT_NAMES, *L.SKIP_NAMES, *L.NOTE_NAMES, L.ST_EVENT_INDEX):
+        b.w[k] += a.w[k]
+    b.w[L.W_NTHR] = a.w[L.W_NTHR]
+    b.w[L.ST_SAW_EVENTS] = 1
+    b.strings, b.thr = a.strings, a.thr
+    head = a.header
+    head.values.update(b.header.values)
+    head.dropped += b.header.dropped
+    head.process_names.update(b.header.process_names)
+    head.process_labels.update(b.header.process_labels)
+    head.thread_names.update(b.header.thread_names)
+    head.metadata_events += b.header.metadata_events
+    b.header = head
+
+
+def _lookup(table: np.ndarray):
+    """A block fix: ids looked up in ``table`` (whose last entry, -1, is id -1's)."""
+    return lambda values, block: table[values]
+
+
+def _shift(base: int):
+    """A block fix: numbers >= 0 moved by ``base``."""
+    return lambda values, block: np.where(values >= 0, values + base, values)
+
+
+def _shift_rows(row_base: np.ndarray):
+    """A block fix: row numbers >= 0 moved by the first half's rows of their store."""
+    return lambda values, block: np.where(values >= 0, values + row_base[block.get("store")],
+                                          values)
+
+
+def _merge_strings(a: StringTable, b: StringTable) -> np.ndarray:
+    """``b``'s string ids as ``a``'s (the first id of the same text; texts new to ``a``
+    are added), with a last entry -1 for id -1; ``b``'s category classes and counts
+    are added to ``a``'s."""
+    nb = len(b)
+    a.grow(len(a), nb)
+    smap = np.full(nb + 1, -1, dtype=np.int32)
+    for j, text in enumerate(b.texts):
+        smap[j] = a.add(text)
+    ids = smap[:nb]
+    np.add.at(a.strs[L.SR_COUNT], ids, b.strs[L.SR_COUNT, :nb])
+    cls = b.strs[L.SR_CLASS, :nb]
+    known = cls >= 0
+    a.strs[L.SR_CLASS, ids[known]] = cls[known]
+    return smap
+
+
+def _merge_threads(a: _Part, b: _Part, smap: np.ndarray) -> np.ndarray:
+    """``b``'s thread indexes as ``a``'s (same pid and tid; new ones are added to ``a``),
+    with a last entry -1."""
+    nb = int(b.w[L.W_NTHR])
+    tmap = np.full(nb + 1, -1, dtype=np.int32)
+    for t in range(nb):
+        pidn, pids, tidn, tids = (int(v) for v in b.thr[L.TR_PIDN:L.TR_TIDS + 1, t])
+        if a.w[L.W_NTHR] * 2 + 4 > a.thr.shape[1]:
+            a.thr = _grow_threads(a.thr, int(a.w[L.W_NTHR]))
+        tmap[t] = _thread(a.thr, a.w, np.int64(pidn),
+                          np.int64(smap[pids] if pids >= 0 else -1), np.int64(tidn),
+                          np.int64(smap[tids] if tids >= 0 else -1))
+    return tmap

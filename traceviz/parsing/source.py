@@ -31,8 +31,12 @@ _IN_CHUNK = 1 << 20
 class ByteSource:
     """Decompressed bytes of one trace, read with :meth:`readinto`."""
 
-    def __init__(self, src: str | os.PathLike | BinaryIO) -> None:
+    def __init__(self, src: str | os.PathLike | BinaryIO, buffers: int = _PLAIN_BUFFERS
+                 ) -> None:
+        """``buffers``: how many read buffers a plain input cycles through (each
+        :data:`_OUT_CHUNK` bytes)."""
         self._own = False
+        self._buffers = buffers
         if isinstance(src, (str, os.PathLike)) and os.fspath(src) == "-":
             self.name = "<stdin>"
             fh: BinaryIO = sys.stdin.buffer
@@ -64,7 +68,7 @@ class ByteSource:
         else:
             self.compression = "none"
         self._head = head
-        self._queue: queue.Queue = queue.Queue(maxsize=_PLAIN_BUFFERS - 1)
+        self._queue: queue.Queue = queue.Queue(maxsize=max(buffers - 1, 1))
         self._free: queue.Queue = queue.Queue()  # plain input: buffers the scanner is done with
         self._pending = memoryview(b"")
         self._done = False
@@ -127,7 +131,7 @@ class ByteSource:
                 q.put(data)
             return
         free = _StoppableQueue(self._free, self._stop)
-        for _ in range(_PLAIN_BUFFERS):
+        for _ in range(self._buffers):
             free.put(bytearray(_OUT_CHUNK))
         while True:
             chunk = free.get()
@@ -268,3 +272,30 @@ class _Prefixed(io.RawIOBase):
         data = self._src._read_raw(len(b))
         b[:len(data)] = data
         return len(data)
+
+
+class FileRange(io.RawIOBase):
+    """Raw stream of the bytes ``[start, stop)`` of the file ``path`` (``stop`` None: to
+    its end), named after the file: a part of a plain trace scanned on its own."""
+
+    def __init__(self, path: str | os.PathLike, start: int, stop: int | None) -> None:
+        self.name = os.fspath(path)
+        self._fh = open(self.name, "rb")
+        self._fh.seek(start)
+        self._left = None if stop is None else stop - start
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # type: ignore[override]
+        view = memoryview(b)
+        if self._left is not None:
+            view = view[:self._left]
+        got = self._fh.readinto(view) or 0
+        if self._left is not None:
+            self._left -= got
+        return got
+
+    def close(self) -> None:
+        self._fh.close()
+        super().close()

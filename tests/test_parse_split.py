@@ -1,0 +1,129 @@
+"""A plain trace scanned as two halves at once (traceviz.parsing.reader._scan_halves)
+gives the one-pass result: the same GPU and CPU tables and metadata on real traces at
+several split points, the one pass when the split is not between two events, and the
+same warnings / errors when the second half is cut or corrupt."""
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from helpers import needs_shared, shared_traces, trace_id
+
+import traceviz
+import traceviz.parsing.reader as reader
+from traceviz.errors import TraceError
+
+REAL = ("hta/trace_diff/control/control.json.gz",
+        "hta/nccl_parser_config/nccl_data.json.gz",
+        "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+        "tracelens/mi300/resnet_act_checkpoint.json.gz",
+        "param/dlrm_kineto/worker3_step_12.1694128201557.pt.trace.json",
+        "kineto/resnet50/worker0.1623143089861.pt.trace.json.gz")
+
+
+def _plain(path, tmp_path):
+    """``path`` as a plain JSON file (the split applies to plain files only)."""
+    raw = path.read_bytes()
+    out = tmp_path / (path.name.removesuffix(".gz").removesuffix(".json") + ".json")
+    out.write_bytes(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    return out
+
+
+def _parse(path, monkeypatch, fraction=None):
+    """(GPU table, CPU table, metadata, warnings, halves merged?) of ``path``, split near
+    ``fraction`` of its bytes (None: one pass)."""
+    merged = []
+    merge = reader._merge
+
+    def counting(a, b):
+        merged.append(1)
+        merge(a, b)
+
+    size = path.stat().st_size
+    monkeypatch.setattr(reader, "_merge", counting)
+    monkeypatch.setattr(reader, "_split_point", lambda src: None if fraction is None else
+                        reader._candidate(src, int(size * fraction)))
+    parsed = traceviz.parse_trace(path, cpu=True)
+    try:
+        return (parsed.activities.replace_schema_metadata(None),
+                parsed.cpu.replace_schema_metadata(None), parsed.meta, parsed.warnings,
+                bool(merged))
+    finally:
+        parsed.close()
+
+
+@needs_shared
+@pytest.mark.parametrize("name", REAL)
+def test_halves_equal_one_pass(name, tmp_path, monkeypatch):
+    path = _plain(next(p for p in shared_traces() if trace_id(p) == name), tmp_path)
+    gpu, cpu, meta, warnings, _ = _parse(path, monkeypatch)
+    split_used = 0
+    for fraction in (0.13, 0.5, 0.77):
+        g, c, m, w, merged = _parse(path, monkeypatch, fraction)
+        assert g.equals(gpu) and c.equals(cpu), (name, fraction)
+        assert m == meta and w == warnings, (name, fraction)
+        split_used += merged
+    assert split_used >= 2  # the boundaries found were real ones
+
+
+def _trace(events: list[dict]) -> bytes:
+    return json.dumps({"schemaVersion": 1, "traceEvents": events,
+                       "traceName": "after the events"}, indent=1).encode()
+
+
+def _events(n: int, tricky: str = "x") -> list[dict]:
+    out = []
+    for k in range(n):
+        out.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
+                    "tid": 2, "ts": 10 * k, "dur": 2, "args": {"correlation": k}})
+        out.append({"ph": "X", "cat": "kernel", "name": f"k{k % 7}", "pid": 0, "tid": 7,
+                    "ts": 10 * k + 3, "dur": 5, "args": {"correlation": k, "stream": 7}})
+        out.append({"ph": "X", "cat": "user_annotation", "name": tricky, "pid": 1,
+                    "tid": 2, "ts": 10 * k, "dur": 9})
+    return out
+
+
+def test_a_split_not_between_events_falls_back_to_one_pass(tmp_path, monkeypatch):
+    """A comma that looks like a boundary but is not one (in a name that ends with
+    "}, {", between objects in an event's args): the first half does not end between two
+    events there, and the one pass is used."""
+    events = _events(300, tricky="a}, {")
+    for e in events[::5]:
+        e.setdefault("args", {})["nested"] = [{"a": 1}, {"b": 2}]
+    path = tmp_path / "t.json"
+    data = _trace(events)
+    path.write_bytes(data)
+    gpu, cpu, meta, warnings, _ = _parse(path, monkeypatch)
+    in_name = data.index(b'a}, {"', len(data) // 2) + 2
+    in_args = data.index(b'},\n', data.index(b'"nested"', len(data) // 3)) + 1
+    for split in (in_name, in_args):
+        assert data[split:split + 1] == b","
+        monkeypatch.setattr(reader, "_merge", lambda a, b: pytest.fail("merged"))
+        monkeypatch.setattr(reader, "_split_point", lambda src, at=split: at)
+        parsed = traceviz.parse_trace(path, cpu=True)
+        assert parsed.activities.replace_schema_metadata(None).equals(gpu)
+        assert parsed.cpu.replace_schema_metadata(None).equals(cpu)
+        assert parsed.meta == meta and parsed.warnings == warnings
+        parsed.close()
+
+
+def test_cut_or_corrupt_second_half_as_one_pass(tmp_path, monkeypatch):
+    data = _trace(_events(400))
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(data[:int(len(data) * 0.9)])
+    one = _parse(cut, monkeypatch)
+    halves = _parse(cut, monkeypatch, 0.5)
+    assert halves[4] and halves[0].equals(one[0]) and halves[3] == one[3]
+    assert one[2]["stats"]["truncated_at"] == halves[2]["stats"]["truncated_at"]
+    bad = tmp_path / "bad.json"
+    at = data.index(b'"cat"', int(len(data) * 0.8))
+    bad.write_bytes(data[:at] + b'"cat" ]] ' + data[at + 5:])
+    errors = []
+    for fraction in (None, 0.5):
+        monkeypatch.setattr(reader, "_split_point", lambda src, f=fraction: None if f is None
+                            else reader._candidate(src, int(bad.stat().st_size * f)))
+        with pytest.raises(TraceError) as exc:
+            traceviz.parse_trace(bad)
+        errors.append(str(exc.value))
+    assert errors[0] == errors[1] and "byte" in errors[0]
