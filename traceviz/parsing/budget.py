@@ -10,7 +10,7 @@ a fixed part, measured when the parse starts; the rest, the data share, is split
   columns are made (so on large traces every output column spills). A trace that
   spilled while scanning spills its remaining blocks first.
 
-The rest is for the per-activity arrays (the compact columns: ~60 bytes per GPU activity
+The rest is for the per-activity arrays (the compact columns: ~64 bytes per GPU activity
 while linking and classifying), the only memory that grows with the trace and is not
 spilled, and for the allocator's slack: a trace whose activities need more than the
 budget leaves gets a warning with the expected peak (:meth:`MemoryPlan.beyond`). The
@@ -33,10 +33,11 @@ MIN_DATA = 32 << 20  # floor of the data share its fractions are taken of
 FIXED_WORK = 64 << 20
 JIT_RESERVE = 64 << 20  # loading the compiled scanner the first time in a process
 # bytes per GPU activity alive at once while activities are linked, classified and their
-# output columns made, on top of BUILD_WORK (measured: kernel-dense traces of 0.5 and
-# 2 GB from benchmarks/dense_trace.py, 1.6 and 6.3 M kernels, peak 337 and 614 MB, and a
-# 0.5 GB trace with 0.2 M activities, 253 MB: runtime + ~45 MB + 55-60 bytes per activity)
-LINK_BYTES_PER_ACTIVITY = 60
+# output columns made, on top of BUILD_WORK (measured: kernel-dense traces of 0.5, 2 and
+# 10 GB from benchmarks/dense_trace.py, 1.6, 6.3 and 31.4 M kernels, peak 337, 614 and
+# 2233 MB, and a 0.5 GB trace with 0.2 M activities, 253 MB: runtime + ~45 MB + 55-63
+# bytes per activity)
+LINK_BYTES_PER_ACTIVITY = 64
 BUILD_WORK = 48 << 20
 
 
