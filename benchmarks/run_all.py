@@ -69,6 +69,10 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--hta-python", help="python of a venv with HTA (traceinsight): adds "
                                          "the breakdown-vs-HTA rows")
+    ap.add_argument("--hta-mb", type=int,
+                    help="size (MB) of the trace breakdown and HTA are compared on (default: "
+                         "the parse input's; the memory target is stated at 2000, where HTA "
+                         "needs ~11 GB and ~40 minutes)")
     ap.add_argument("--dense-mb", type=int, nargs="*",
                     help="sizes (MB) of the kernel-dense traces whose parse peak is measured "
                          "(default: 500 and 2000; 50 with --quick; the target names 10000 too)")
@@ -80,7 +84,7 @@ def main() -> None:
     rows: list[tuple[str, str, str, str]] = []
 
     def row(what: str, target: str, value: str, met: bool | None) -> None:
-        rows.append((what, target, value, "n/a (quick)" if met is None else
+        rows.append((what, target, value, "n/a (size)" if met is None else
                      "met" if met else "NOT met"))
         print(f"{what}: {value}", file=sys.stderr)
 
@@ -108,15 +112,21 @@ def main() -> None:
     row(f"parse {mb:.0f} MB .json.gz", ">= 400 MB/s", f"{mb / wall:.0f} MB/s",
         judged and mb / wall >= 400)
     if opts.hta_python:
-        bd_wall, bd_peak = median_run(TRACEVIZ + ["breakdown", str(plain), "-o",
+        compared = plain
+        if opts.hta_mb and opts.hta_mb != size_mb:
+            compared = opts.data / f"run_all_{opts.hta_mb}MB.json"
+            if not compared.exists():
+                tile(SOURCE, opts.hta_mb, compared)
+        cmb = compared.stat().st_size / 1e6
+        bd_wall, bd_peak = median_run(TRACEVIZ + ["breakdown", str(compared), "-o",
                                                   str(opts.data / "run_all_bd")], repeat)
-        hta_wall, hta_peak = median_run(hta_breakdown(opts.hta_python, plain.resolve()), 1)
-        row(f"breakdown {mb:.0f} MB vs HTA load + temporal breakdown", ">= 20x",
+        hta_wall, hta_peak = median_run(hta_breakdown(opts.hta_python, compared.resolve()), 1)
+        row(f"breakdown {cmb:.0f} MB vs HTA load + temporal breakdown", ">= 20x",
             f"{hta_wall / bd_wall:.1f}x ({bd_wall:.1f} s vs {hta_wall:.1f} s)",
             judged and hta_wall / bd_wall >= 20)
-        row(f"HTA peak RSS / traceviz breakdown's, {mb:.0f} MB", ">= 10 at 2 GB",
+        row(f"HTA peak RSS / traceviz breakdown's, {cmb:.0f} MB", ">= 10 at 2 GB",
             f"{hta_peak / bd_peak:.1f}x ({bd_peak / 1e6:.0f} MB vs {hta_peak / 1e6:.0f} MB)",
-            None)
+            hta_peak / bd_peak >= 10 if cmb >= 1900 else None)
     for dense_mb in opts.dense_mb or ([50] if quick else [500, 2000]):
         dense = opts.data / f"dense_{dense_mb}MB.json"
         if not dense.exists():
