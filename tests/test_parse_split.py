@@ -127,3 +127,11 @@ def test_cut_or_corrupt_second_half_as_one_pass(tmp_path, monkeypatch):
             traceviz.parse_trace(bad)
         errors.append(str(exc.value))
     assert errors[0] == errors[1] and "byte" in errors[0]
+
+
+def test_a_bare_array_of_events_splits_too(tmp_path, monkeypatch):
+    path = tmp_path / "array.json"
+    path.write_bytes(b"\xef\xbb\xbf  " + json.dumps(_events(300), indent=1).encode())
+    gpu, cpu, meta, warnings, _ = _parse(path, monkeypatch)
+    g, c, m, w, merged = _parse(path, monkeypatch, 0.5)
+    assert merged and g.equals(gpu) and c.equals(cpu) and m == meta and w == warnings

@@ -73,8 +73,7 @@ def _grow_threads(thr: np.ndarray, count: int) -> np.ndarray:
 
 def scan_trace(src: str | os.PathLike | BinaryIO, *, memory_budget: int = DEFAULT_BUDGET,
                chunk_size: int = DEFAULT_CHUNK,
-               drop: dict[str, tuple[str, ...]] | None = None,
-               split_at: int | None = None) -> ScannedTrace:
+               drop: dict[str, tuple[str, ...]] | None = None) -> ScannedTrace:
     """Read one trace in a single streaming pass into column stores.
 
     ``memory_budget`` bounds the bytes of sealed column blocks held in memory (more are
@@ -86,11 +85,10 @@ def scan_trace(src: str | os.PathLike | BinaryIO, *, memory_budget: int = DEFAUL
 
     A plain trace file of :data:`PARALLEL_MIN` bytes or more, on a machine with two cores
     or more, is scanned as two halves at once (see :func:`_scan_halves`); the result is
-    the same as one pass's. ``split_at``: split at the first event boundary from that
-    byte on, whatever the size (tests, tuning).
+    the same as one pass's.
     """
     drop = drop or {}
-    split = _split_point(src) if split_at is None else _candidate(src, split_at)
+    split = _split_point(src)
     if split is not None:
         budget = SpillBudget(memory_budget)
         try:
@@ -124,7 +122,7 @@ class _Part:
     stores: dict[str, ColumnStore]
     truncated_at: int | None = None
     crash_tail: bool = False
-    split_end: bool = False  # ended at its stop, between two events
+    split_end: bool = False  # read to its stop with nothing unfinished (see its mode)
 
 
 def _scan(source: ByteSource, budget: SpillBudget, chunk_size: int,
@@ -226,8 +224,7 @@ def _scan(source: ByteSource, budget: SpillBudget, chunk_size: int,
         elif status == L.R_NEED_MORE:
             pos = int(w[L.ST_POS])
             if eof:
-                split_end = (offset + pos == stop
-                             and w[L.ST_MODE] in (L.M_EVENTS_AFTER, L.M_ARRAY_AFTER))
+                split_end = offset + pos == stop
                 truncated_at = None if split_end else offset + pos
                 break
             if pos == 0 and n == buf.shape[0]:  # one item larger than the buffer
@@ -386,6 +383,13 @@ def _candidate(src, at: int) -> int | None:
     return None if m is None else at + m.start(1)
 
 
+def _starts_array(path) -> bool:
+    """Whether the file's JSON text starts with '[' (a bare array of events)."""
+    with open(path, "rb") as fh:
+        head = fh.read(4096)
+    return head.removeprefix(b"\xef\xbb\xbf").lstrip()[:1] == b"["
+
+
 def _scan_halves(path, split: int, budget: SpillBudget, chunk_size: int,
                  drop: dict[str, tuple[str, ...]]) -> ScannedTrace | None:
     """Scan ``path`` as bytes ``[0, split)`` (this thread) and ``(split, end)`` (another
@@ -394,6 +398,9 @@ def _scan_halves(path, split: int, budget: SpillBudget, chunk_size: int,
     does not end exactly between two events at ``split`` (the comma was inside a string
     or an event): scan in one pass then. An error in the second half is raised only when
     the split was good (a single pass would have met it at the same offset)."""
+    # a Kineto trace's events are in its "traceEvents"; a bare array is the events
+    items, after = ((L.M_ARRAY_ITEM, L.M_ARRAY_AFTER) if _starts_array(path)
+                    else (L.M_EVENTS_ITEM, L.M_EVENTS_AFTER))
     first = FileRange(path, 0, split)
     second = FileRange(path, split + 1, None)
     # half the buffers each: the two scanners together hold what one pass holds
@@ -404,7 +411,7 @@ def _scan_halves(path, split: int, budget: SpillBudget, chunk_size: int,
     def run_second() -> None:
         try:
             result["part"] = _scan(b_src, budget, half["chunk_size"], drop, start=split + 1,
-                                   mode=L.M_EVENTS_ITEM, block_rows=half["block_rows"])
+                                   mode=items, block_rows=half["block_rows"])
         except BaseException as exc:  # noqa: BLE001 - handed to the first thread
             result["error"] = exc
 
@@ -423,7 +430,7 @@ def _scan_halves(path, split: int, budget: SpillBudget, chunk_size: int,
         # the second scanner's buffers were freed in its thread's heap, which the main
         # thread's allocations do not reuse: give them back (~35 MB of a build's peak)
         release_free_memory()
-    if a is None or not a.split_end or a.w[L.ST_MODE] != L.M_EVENTS_AFTER:
+    if a is None or not a.split_end or a.w[L.ST_MODE] != after:
         return None
     err = result.get("error")
     if err is not None:
