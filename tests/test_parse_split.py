@@ -1,7 +1,7 @@
-"""A plain trace scanned as two halves at once (traceviz.parsing.reader._scan_halves)
-gives the one-pass result: the same GPU and CPU tables and metadata on real traces at
-several split points, the one pass when the split is not between two events, and the
-same warnings / errors when the second half is cut or corrupt."""
+"""A plain trace scanned in parts at once (traceviz.parsing.reader._scan_parts) gives the
+one-pass result: the same GPU and CPU tables and metadata on real traces split in two,
+three and four parts at several points, the one pass when a split is not between two
+events, and the same warnings / errors when a later part is cut or corrupt."""
 from __future__ import annotations
 
 import gzip
@@ -30,9 +30,17 @@ def _plain(path, tmp_path):
     return out
 
 
-def _parse(path, monkeypatch, fraction=None):
-    """(GPU table, CPU table, metadata, warnings, halves merged?) of ``path``, split near
-    ``fraction`` of its bytes (None: one pass)."""
+def _split_near(monkeypatch, path, *fractions: float) -> None:
+    """Split ``path`` at the event boundaries found from these fractions of its bytes
+    (none: one pass)."""
+    size = path.stat().st_size
+    monkeypatch.setattr(reader, "_split_points", lambda src: sorted(
+        {p for f in fractions if (p := reader._candidate(src, int(size * f))) is not None}))
+
+
+def _parse(path, monkeypatch, *fractions: float):
+    """(GPU table, CPU table, metadata, warnings, parts merged?) of ``path``, split near
+    ``fractions`` of its bytes (none: one pass)."""
     merged = []
     merge = reader._merge
 
@@ -40,10 +48,8 @@ def _parse(path, monkeypatch, fraction=None):
         merged.append(1)
         merge(a, b)
 
-    size = path.stat().st_size
     monkeypatch.setattr(reader, "_merge", counting)
-    monkeypatch.setattr(reader, "_split_point", lambda src: None if fraction is None else
-                        reader._candidate(src, int(size * fraction)))
+    _split_near(monkeypatch, path, *fractions)
     parsed = traceviz.parse_trace(path, cpu=True)
     try:
         return (parsed.activities.replace_schema_metadata(None),
@@ -55,16 +61,16 @@ def _parse(path, monkeypatch, fraction=None):
 
 @needs_shared
 @pytest.mark.parametrize("name", REAL)
-def test_halves_equal_one_pass(name, tmp_path, monkeypatch):
+def test_parts_equal_one_pass(name, tmp_path, monkeypatch):
     path = _plain(next(p for p in shared_traces() if trace_id(p) == name), tmp_path)
     gpu, cpu, meta, warnings, _ = _parse(path, monkeypatch)
     split_used = 0
-    for fraction in (0.13, 0.5, 0.77):
-        g, c, m, w, merged = _parse(path, monkeypatch, fraction)
-        assert g.equals(gpu) and c.equals(cpu), (name, fraction)
-        assert m == meta and w == warnings, (name, fraction)
+    for fractions in ((0.13,), (0.5,), (0.77,), (0.3, 0.6), (0.2, 0.45, 0.7)):
+        g, c, m, w, merged = _parse(path, monkeypatch, *fractions)
+        assert g.equals(gpu) and c.equals(cpu), (name, fractions)
+        assert m == meta and w == warnings, (name, fractions)
         split_used += merged
-    assert split_used >= 2  # the boundaries found were real ones
+    assert split_used >= 4  # the boundaries found were real ones
 
 
 def _trace(events: list[dict]) -> bytes:
@@ -100,7 +106,7 @@ def test_a_split_not_between_events_falls_back_to_one_pass(tmp_path, monkeypatch
     for split in (in_name, in_args):
         assert data[split:split + 1] == b","
         monkeypatch.setattr(reader, "_merge", lambda a, b: pytest.fail("merged"))
-        monkeypatch.setattr(reader, "_split_point", lambda src, at=split: at)
+        monkeypatch.setattr(reader, "_split_points", lambda src, at=split: [at])
         parsed = traceviz.parse_trace(path, cpu=True)
         assert parsed.activities.replace_schema_metadata(None).equals(gpu)
         assert parsed.cpu.replace_schema_metadata(None).equals(cpu)
@@ -108,30 +114,31 @@ def test_a_split_not_between_events_falls_back_to_one_pass(tmp_path, monkeypatch
         parsed.close()
 
 
-def test_cut_or_corrupt_second_half_as_one_pass(tmp_path, monkeypatch):
+def test_cut_or_corrupt_later_part_as_one_pass(tmp_path, monkeypatch):
     data = _trace(_events(400))
     cut = tmp_path / "cut.json"
     cut.write_bytes(data[:int(len(data) * 0.9)])
     one = _parse(cut, monkeypatch)
-    halves = _parse(cut, monkeypatch, 0.5)
-    assert halves[4] and halves[0].equals(one[0]) and halves[3] == one[3]
-    assert one[2]["stats"]["truncated_at"] == halves[2]["stats"]["truncated_at"]
+    for fractions in ((0.5,), (0.3, 0.6)):
+        parts = _parse(cut, monkeypatch, *fractions)
+        assert parts[4] and parts[0].equals(one[0]) and parts[3] == one[3]
+        assert one[2]["stats"]["truncated_at"] == parts[2]["stats"]["truncated_at"]
     bad = tmp_path / "bad.json"
     at = data.index(b'"cat"', int(len(data) * 0.8))
     bad.write_bytes(data[:at] + b'"cat" ]] ' + data[at + 5:])
     errors = []
-    for fraction in (None, 0.5):
-        monkeypatch.setattr(reader, "_split_point", lambda src, f=fraction: None if f is None
-                            else reader._candidate(src, int(bad.stat().st_size * f)))
+    for fractions in ((), (0.5,), (0.3, 0.6), (0.5, 0.9)):
+        _split_near(monkeypatch, bad, *fractions)
         with pytest.raises(TraceError) as exc:
             traceviz.parse_trace(bad)
         errors.append(str(exc.value))
-    assert errors[0] == errors[1] and "byte" in errors[0]
+    assert len(set(errors)) == 1 and "byte" in errors[0]
 
 
 def test_a_bare_array_of_events_splits_too(tmp_path, monkeypatch):
     path = tmp_path / "array.json"
     path.write_bytes(b"\xef\xbb\xbf  " + json.dumps(_events(300), indent=1).encode())
     gpu, cpu, meta, warnings, _ = _parse(path, monkeypatch)
-    g, c, m, w, merged = _parse(path, monkeypatch, 0.5)
-    assert merged and g.equals(gpu) and c.equals(cpu) and m == meta and w == warnings
+    for fractions in ((0.5,), (0.25, 0.5, 0.75)):
+        g, c, m, w, merged = _parse(path, monkeypatch, *fractions)
+        assert merged and g.equals(gpu) and c.equals(cpu) and m == meta and w == warnings

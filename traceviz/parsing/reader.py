@@ -21,12 +21,13 @@ from .budget import release_free_memory
 from .columns import ColumnStore, SpillBudget
 from .header import Header
 from .scanner import _thread, scan
-from .source import GZIP_MAGIC, ZSTD_MAGIC, ByteSource, FileRange
+from .source import GZIP_MAGIC, READ_BYTES, ZSTD_MAGIC, ByteSource, FileRange
 from .strings import BadString, StringTable, decode_raw, rehash
 
 DEFAULT_CHUNK = 8 << 20
 DEFAULT_BUDGET = 512 << 20
-PARALLEL_MIN = 64 << 20  # plain traces from this size on are scanned as two halves at once
+PARALLEL_MIN = 64 << 20  # plain traces from this size on are scanned in parts at once
+MAX_PARTS = 8  # scanners of one trace at most
 _SPLIT_WINDOW = 1 << 20  # bytes searched for an event boundary where a trace is split
 # "}" "," "{" '"' with whitespace between: the end of one event and the start of the
 # next, unless the bytes are inside a string (then the halves do not meet: one pass)
@@ -84,21 +85,21 @@ def scan_trace(src: str | os.PathLike | BinaryIO, *, memory_budget: int = DEFAUL
     ``truncated_at`` holds the byte offset.
 
     A plain trace file of :data:`PARALLEL_MIN` bytes or more, on a machine with two cores
-    or more, is scanned as two halves at once (see :func:`_scan_halves`); the result is
-    the same as one pass's.
+    or more, is scanned as one part per core at once (see :func:`_scan_parts`); the
+    result is the same as one pass's.
     """
     drop = drop or {}
-    split = _split_point(src)
-    if split is not None:
+    splits = _split_points(src)
+    if splits:
         budget = SpillBudget(memory_budget)
         try:
-            merged = _scan_halves(src, split, budget, chunk_size, drop)
+            merged = _scan_parts(src, splits, budget, chunk_size, drop)
         except BaseException:
             budget.close()
             raise
         if merged is not None:
             return merged
-        budget.close()  # the split was not between two events: one pass after all
+        budget.close()  # a split was not between two events: one pass after all
     source = ByteSource(src)
     budget = SpillBudget(memory_budget)
     try:
@@ -353,19 +354,22 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def _split_point(src) -> int | None:
-    """Where to split ``src`` for two scanners: the comma between two events near the
-    middle of a large plain trace file; None for anything else (compressed, a stream,
-    small, one core)."""
-    if not isinstance(src, (str, os.PathLike)) or os.fspath(src) == "-" or _cores() < 2:
-        return None
+def _split_points(src) -> list[int]:
+    """Where to split ``src`` for one scanner per core: the commas between two events
+    nearest the 1/k marks of a large plain trace file (k parts of at least
+    ``PARALLEL_MIN / 2`` bytes, at most :data:`MAX_PARTS`); none for anything else
+    (compressed, a stream, small, one core)."""
+    if not isinstance(src, (str, os.PathLike)) or os.fspath(src) == "-":
+        return []
     try:
         size = os.path.getsize(src)
     except OSError:
-        return None  # the one pass says what is wrong
+        return []  # the one pass says what is wrong
     if size < PARALLEL_MIN:
-        return None
-    return _candidate(src, size // 2)
+        return []
+    parts = min(_cores(), MAX_PARTS, size // (PARALLEL_MIN // 2))
+    points = [_candidate(src, size * k // parts) for k in range(1, parts)]
+    return sorted({p for p in points if p is not None})
 
 
 def _candidate(src, at: int) -> int | None:
@@ -390,59 +394,67 @@ def _starts_array(path) -> bool:
     return head.removeprefix(b"\xef\xbb\xbf").lstrip()[:1] == b"["
 
 
-def _scan_halves(path, split: int, budget: SpillBudget, chunk_size: int,
-                 drop: dict[str, tuple[str, ...]]) -> ScannedTrace | None:
-    """Scan ``path`` as bytes ``[0, split)`` (this thread) and ``(split, end)`` (another
-    thread, from the scanner state just after a comma between events) into one budget,
-    and merge the second half into the first (:func:`_merge`). None when the first half
-    does not end exactly between two events at ``split`` (the comma was inside a string
-    or an event): scan in one pass then. An error in the second half is raised only when
-    the split was good (a single pass would have met it at the same offset)."""
+def _scan_parts(path, splits: list[int], budget: SpillBudget, chunk_size: int,
+                drop: dict[str, tuple[str, ...]]) -> ScannedTrace | None:
+    """Scan ``path`` as the byte ranges between the commas at ``splits`` at once (this
+    thread the first, one thread each the others, from the scanner state just after a
+    comma between events) into one budget, and merge them in file order
+    (:func:`_merge`). None when a part does not end exactly between two events at its
+    comma (the comma was inside a string or an event): scan in one pass then. A part's
+    error is raised only when every part before it ended well (a single pass would have
+    met it at the same offset)."""
     # a Kineto trace's events are in its "traceEvents"; a bare array is the events
     items, after = ((L.M_ARRAY_ITEM, L.M_ARRAY_AFTER) if _starts_array(path)
                     else (L.M_EVENTS_ITEM, L.M_EVENTS_AFTER))
-    first = FileRange(path, 0, split)
-    second = FileRange(path, split + 1, None)
-    # half the buffers each: the two scanners together hold what one pass holds
-    a_src, b_src = (ByteSource(part, buffers=2) for part in (first, second))
-    half = {"chunk_size": max(chunk_size // 2, 1 << 16), "block_rows": BLOCK_ROWS // 2}
-    result: dict[str, object] = {}
+    k = len(splits) + 1
+    starts, stops = [0] + [p + 1 for p in splits], [*splits, None]
+    ranges = [FileRange(path, lo, hi) for lo, hi in zip(starts, stops)]
+    # the k scanners together hold about what one pass holds
+    sources = [ByteSource(r, buffers=2, buffer_size=max(READ_BYTES // (2 * k), 1 << 20))
+               for r in ranges]
+    size = {"chunk_size": max(chunk_size // k, 1 << 16), "block_rows": BLOCK_ROWS // k}
+    results: list[dict] = [{} for _ in range(k)]
 
-    def run_second() -> None:
+    def run(i: int) -> None:
         try:
-            result["part"] = _scan(b_src, budget, half["chunk_size"], drop, start=split + 1,
-                                   mode=items, block_rows=half["block_rows"])
+            results[i]["part"] = _scan(sources[i], budget, drop=drop, start=starts[i],
+                                       mode=items if i else None, stop=stops[i], **size)
         except BaseException as exc:  # noqa: BLE001 - handed to the first thread
-            result["error"] = exc
+            results[i]["error"] = exc
 
-    worker = threading.Thread(target=run_second, daemon=True)
-    worker.start()
+    workers = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(1, k)]
+    for w in workers:
+        w.start()
     try:
-        try:
-            a = _scan(a_src, budget, half["chunk_size"], drop, stop=split,
-                      block_rows=half["block_rows"])
-        except TraceError:
-            a = None  # the one pass says it, with the whole trace in view
+        run(0)
     finally:
-        worker.join()  # the second half reads its own range to the end: never blocked
-        for part_source in (a_src, b_src, first, second):
-            part_source.close()
-        # the second scanner's buffers were freed in its thread's heap, which the main
+        for w in workers:
+            w.join()  # each part reads its own range to its end: never blocked
+        for closing in (*sources, *ranges):
+            closing.close()
+        # the other scanners' buffers were freed in their threads' heaps, which the main
         # thread's allocations do not reuse: give them back (~35 MB of a build's peak)
         release_free_memory()
-    if a is None or not a.split_end or a.w[L.ST_MODE] != after:
-        return None
-    err = result.get("error")
-    if err is not None:
-        made_from = getattr(err, "made_from", None)
-        if made_from is None:
-            raise err
-        name, code, where, events = made_from
-        raise _corrupt(name, code, where, events + int(a.w[L.ST_EVENT_INDEX]))
-    b = result["part"]
-    _merge(a, b)
-    return _finish(b, budget, a_src.bytes_out + 1 + b_src.bytes_out,
-                   a_src.compressed_bytes + 1 + b_src.compressed_bytes)
+    events = 0
+    for i, got in enumerate(results):
+        err = got.get("error")
+        if err is not None:
+            made_from = getattr(err, "made_from", None)
+            if i == 0 and isinstance(err, TraceError):
+                return None  # the one pass says it, with the whole trace in view
+            if made_from is None:
+                raise err
+            name, code, where, count = made_from
+            raise _corrupt(name, code, where, count + events)
+        part = got["part"]
+        if i < k - 1 and not (part.split_end and part.w[L.ST_MODE] == after):
+            return None
+        events += int(part.w[L.ST_EVENT_INDEX])
+    parts = [got["part"] for got in results]
+    for whole, part in zip(parts, parts[1:]):
+        _merge(whole, part)  # ``part`` becomes the trace up to its end
+    return _finish(parts[-1], budget, sum(s.bytes_out for s in sources) + k - 1,
+                   sum(s.compressed_bytes for s in sources) + k - 1)
 
 
 def _merge(a: _Part, b: _Part) -> None:

@@ -25,18 +25,20 @@ GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _OUT_CHUNK = 4 << 20
 _PLAIN_BUFFERS = 4  # recycled read buffers of a plain input (the queue holds 3)
+READ_BYTES = _PLAIN_BUFFERS * _OUT_CHUNK  # what a plain input's read buffers hold
 _IN_CHUNK = 1 << 20
 
 
 class ByteSource:
     """Decompressed bytes of one trace, read with :meth:`readinto`."""
 
-    def __init__(self, src: str | os.PathLike | BinaryIO, buffers: int = _PLAIN_BUFFERS
-                 ) -> None:
-        """``buffers``: how many read buffers a plain input cycles through (each
-        :data:`_OUT_CHUNK` bytes)."""
+    def __init__(self, src: str | os.PathLike | BinaryIO, buffers: int = _PLAIN_BUFFERS,
+                 buffer_size: int = _OUT_CHUNK) -> None:
+        """``buffers`` (>= 2: one is read while the scanner holds the other) of
+        ``buffer_size`` bytes: what a plain input cycles through."""
         self._own = False
-        self._buffers = buffers
+        self._buffers = max(buffers, 2)
+        self._buffer_size = buffer_size
         if isinstance(src, (str, os.PathLike)) and os.fspath(src) == "-":
             self.name = "<stdin>"
             fh: BinaryIO = sys.stdin.buffer
@@ -68,7 +70,7 @@ class ByteSource:
         else:
             self.compression = "none"
         self._head = head
-        self._queue: queue.Queue = queue.Queue(maxsize=max(buffers - 1, 1))
+        self._queue: queue.Queue = queue.Queue(maxsize=self._buffers - 1)
         self._free: queue.Queue = queue.Queue()  # plain input: buffers the scanner is done with
         self._pending = memoryview(b"")
         self._done = False
@@ -132,7 +134,7 @@ class ByteSource:
             return
         free = _StoppableQueue(self._free, self._stop)
         for _ in range(self._buffers):
-            free.put(bytearray(_OUT_CHUNK))
+            free.put(bytearray(self._buffer_size))
         while True:
             chunk = free.get()
             got = self._read_raw_into(readinto, chunk)
