@@ -433,7 +433,7 @@ def _scan_parts(path, splits: list[int], budget: SpillBudget, chunk_size: int,
         for closing in (*sources, *ranges):
             closing.close()
         # the other scanners' buffers were freed in their threads' heaps, which the main
-        # thread's allocations do not reuse: give them back (~35 MB of a build's peak)
+        # thread's allocations do not reuse: give them back to the OS
         release_free_memory()
     events = 0
     for i, got in enumerate(results):
