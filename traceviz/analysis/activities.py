@@ -39,7 +39,9 @@ class Options:
 @dataclass
 class RankActivities:
     """One rank's selected activities, in ``ts`` order. Times in ns (on the rank's clock
-    minus ``offset_ns``); codes index the schema's enums, -1 unknown (or not read)."""
+    minus ``offset_ns``); codes index the schema's enums, -1 unknown (or not read). The
+    arrays can be read-only views of the table's buffers (a column not read is one -1
+    broadcast): analyses never write into them; copy one to change it."""
 
     rank: int
     meta: dict
