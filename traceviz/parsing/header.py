@@ -59,6 +59,16 @@ class Header:
         elif name == "thread_name":
             self.thread_names[(ev.get("pid"), ev.get("tid"))] = str(args.get("name", ""))
 
+    def merge(self, later: Header) -> None:
+        """Add what ``later`` collected from a later part of the same trace (its values
+        and names win, as a single pass's later ones would)."""
+        self.values.update(later.values)
+        self.dropped += later.dropped
+        self.process_names.update(later.process_names)
+        self.process_labels.update(later.process_labels)
+        self.thread_names.update(later.thread_names)
+        self.metadata_events += later.metadata_events
+
     # ---- facts ---------------------------------------------------------------------
     @property
     def distributed(self) -> dict:

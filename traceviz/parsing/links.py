@@ -443,8 +443,7 @@ def _comm_rows(scanned, rows, is_kernel, rpc, launch_ts, launch_thread, rdt):
     out = np.full(n, -1, dtype=rdt)
     in_rpc = np.zeros(n, dtype=bool)
     comm = scanned.stores["comm"]
-    cstore = comm.column("store") if len(comm) else np.empty(0, np.int8)
-    crow = comm.column("row") if len(comm) else np.empty(0, np.int64)
+    cstore, crow = comm.column("store"), comm.column("row")
     # comm entries by the store row they describe: the GPU event's own, or its op's
     own, on_ops = (_by_row(crow, np.flatnonzero(cstore == s)) for s in (L.GPU, L.OPS))
     for lo in range(0, n, QUERY_SLICE):

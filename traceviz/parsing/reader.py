@@ -489,14 +489,8 @@ def _merge(a: _Part, b: _Part) -> None:
     b.w[L.W_NTHR] = a.w[L.W_NTHR]
     b.w[L.ST_SAW_EVENTS] = 1
     b.strings, b.thr = a.strings, a.thr
-    head = a.header
-    head.values.update(b.header.values)
-    head.dropped += b.header.dropped
-    head.process_names.update(b.header.process_names)
-    head.process_labels.update(b.header.process_labels)
-    head.thread_names.update(b.header.thread_names)
-    head.metadata_events += b.header.metadata_events
-    b.header = head
+    a.header.merge(b.header)
+    b.header = a.header
 
 
 def _lookup(table: np.ndarray):
