@@ -142,3 +142,41 @@ def test_a_bare_array_of_events_splits_too(tmp_path, monkeypatch):
     for fractions in ((0.5,), (0.25, 0.5, 0.75)):
         g, c, m, w, merged = _parse(path, monkeypatch, *fractions)
         assert merged and g.equals(gpu) and c.equals(cpu) and m == meta and w == warnings
+
+
+class _FailingFile:
+    """An unbuffered file that fails like a disk error once it is past byte ``fail_at``."""
+
+    def __init__(self, fh, fail_at: int) -> None:
+        self._fh, self._fail_at = fh, fail_at
+
+    def readinto(self, b) -> int:
+        if self._fh.tell() >= self._fail_at:
+            raise OSError(5, "Input/output error")
+        return self._fh.readinto(memoryview(b)[:max(self._fail_at - self._fh.tell(), 1)])
+
+    def tell(self) -> int:
+        return self._fh.tell()
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def test_a_read_error_in_a_later_part_names_its_file_offset(tmp_path, monkeypatch):
+    path = tmp_path / "trace.json"
+    data = _trace(_events(2000))
+    path.write_bytes(data)
+    fail_at = int(len(data) * 0.8)  # inside the second of two parts
+
+    class Failing(reader.FileRange):
+        def __init__(self, *args) -> None:
+            super().__init__(*args)
+            self._fh = _FailingFile(self._fh, fail_at)
+
+    monkeypatch.setattr(reader, "FileRange", Failing)
+    _split_near(monkeypatch, path, 0.5)
+    with pytest.raises(TraceError) as exc:
+        traceviz.parse_trace(path)
+    assert str(path) in str(exc.value)
+    assert f"byte {fail_at}: read failed" in str(exc.value)
+    assert "Input/output error" in str(exc.value)

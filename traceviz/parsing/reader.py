@@ -21,7 +21,7 @@ from .budget import release_free_memory
 from .columns import ColumnStore, SpillBudget
 from .header import Header
 from .scanner import _thread, scan
-from .source import GZIP_MAGIC, READ_BYTES, ZSTD_MAGIC, ByteSource, FileRange
+from .source import GZIP_MAGIC, ZSTD_MAGIC, ByteSource, FileRange
 from .strings import BadString, StringTable, decode_raw, rehash
 
 DEFAULT_CHUNK = 8 << 20
@@ -408,10 +408,9 @@ def _scan_parts(path, splits: list[int], budget: SpillBudget, chunk_size: int,
                     else (L.M_EVENTS_ITEM, L.M_EVENTS_AFTER))
     k = len(splits) + 1
     starts, stops = [0] + [p + 1 for p in splits], [*splits, None]
-    ranges = [FileRange(path, lo, hi) for lo, hi in zip(starts, stops)]
-    # the k scanners together hold about what one pass holds
-    sources = [ByteSource(r, buffers=2, buffer_size=max(READ_BYTES // (2 * k), 1 << 20))
-               for r in ranges]
+    # each part is read in its scanner's thread; the k scanners together hold about
+    # what one pass holds
+    sources = [FileRange(path, lo, hi) for lo, hi in zip(starts, stops)]
     size = {"chunk_size": max(chunk_size // k, 1 << 16), "block_rows": BLOCK_ROWS // k}
     results: list[dict] = [{} for _ in range(k)]
 
@@ -430,8 +429,8 @@ def _scan_parts(path, splits: list[int], budget: SpillBudget, chunk_size: int,
     finally:
         for w in workers:
             w.join()  # each part reads its own range to its end: never blocked
-        for closing in (*sources, *ranges):
-            closing.close()
+        for source in sources:
+            source.close()
         # the other scanners' buffers were freed in their threads' heaps, which the main
         # thread's allocations do not reuse: give them back to the OS
         release_free_memory()

@@ -25,20 +25,14 @@ GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _OUT_CHUNK = 4 << 20
 _PLAIN_BUFFERS = 4  # recycled read buffers of a plain input (the queue holds 3)
-READ_BYTES = _PLAIN_BUFFERS * _OUT_CHUNK  # what a plain input's read buffers hold
 _IN_CHUNK = 1 << 20
 
 
 class ByteSource:
     """Decompressed bytes of one trace, read with :meth:`readinto`."""
 
-    def __init__(self, src: str | os.PathLike | BinaryIO, buffers: int = _PLAIN_BUFFERS,
-                 buffer_size: int = _OUT_CHUNK) -> None:
-        """``buffers`` (>= 2: one is read while the scanner holds the other) of
-        ``buffer_size`` bytes: what a plain input cycles through."""
+    def __init__(self, src: str | os.PathLike | BinaryIO) -> None:
         self._own = False
-        self._buffers = max(buffers, 2)
-        self._buffer_size = buffer_size
         if isinstance(src, (str, os.PathLike)) and os.fspath(src) == "-":
             self.name = "<stdin>"
             fh: BinaryIO = sys.stdin.buffer
@@ -70,7 +64,7 @@ class ByteSource:
         else:
             self.compression = "none"
         self._head = head
-        self._queue: queue.Queue = queue.Queue(maxsize=self._buffers - 1)
+        self._queue: queue.Queue = queue.Queue(maxsize=_PLAIN_BUFFERS - 1)
         self._free: queue.Queue = queue.Queue()  # plain input: buffers the scanner is done with
         self._pending = memoryview(b"")
         self._done = False
@@ -133,8 +127,8 @@ class ByteSource:
                 q.put(data)
             return
         free = _StoppableQueue(self._free, self._stop)
-        for _ in range(self._buffers):
-            free.put(bytearray(self._buffer_size))
+        for _ in range(_PLAIN_BUFFERS):
+            free.put(bytearray(_OUT_CHUNK))
         while True:
             chunk = free.get()
             got = self._read_raw_into(readinto, chunk)
@@ -276,28 +270,44 @@ class _Prefixed(io.RawIOBase):
         return len(data)
 
 
-class FileRange(io.RawIOBase):
-    """Raw stream of the bytes ``[start, stop)`` of the file ``path`` (``stop`` None: to
-    its end), named after the file: a part of a plain trace scanned on its own."""
+class FileRange:
+    """The bytes ``[start, stop)`` of the plain file ``path`` (``stop`` None: to its end),
+    named after the file: one part of a plain trace scanned on its own, with
+    :class:`ByteSource`'s reading interface. Read in the caller's thread straight into the
+    caller's buffer: the parts scanned at once overlap one another's reads, so a reader
+    thread per part only added a copy and a hand-over per buffer (~10 % of a 0.5 GB
+    scan on two cores)."""
+
+    compression = "none"
+    stream_truncated = False
 
     def __init__(self, path: str | os.PathLike, start: int, stop: int | None) -> None:
         self.name = os.fspath(path)
-        self._fh = open(self.name, "rb")
+        self._fh = open(self.name, "rb", buffering=0)
         self._fh.seek(start)
         self._left = None if stop is None else stop - start
+        self.bytes_out = 0
+        self.compressed_bytes = 0
 
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, b) -> int:  # type: ignore[override]
-        view = memoryview(b)
+    def readinto(self, out: memoryview) -> int:
+        """Fill ``out`` with up to ``len(out)`` bytes; 0 means end of the range."""
         if self._left is not None:
-            view = view[:self._left]
-        got = self._fh.readinto(view) or 0
+            out = out[:self._left]
+        got = 0
+        while got < len(out):
+            try:
+                n = self._fh.readinto(out[got:]) or 0
+            except OSError as exc:
+                raise TraceError(self.name, f"read failed: {exc}",
+                                 offset=self._fh.tell()) from None
+            if not n:
+                break
+            got += n
         if self._left is not None:
             self._left -= got
+        self.bytes_out += got
+        self.compressed_bytes += got
         return got
 
     def close(self) -> None:
         self._fh.close()
-        super().close()
