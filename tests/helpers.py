@@ -1,7 +1,8 @@
 """Helpers shared by the tests: where the real traces are (a skip when they are absent),
-and small independent references (plain-Python interval unions)."""
+small independent references (plain-Python interval unions), small synthetic traces."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,26 @@ def union_length(spans: list[tuple[int, int]]) -> int:
         else:
             cur_e = max(cur_e, e)
     return total + (cur_e - cur_s if cur_e is not None else 0)
+
+
+def launch_events(n: int, tricky: str = "x") -> list[dict]:
+    """``n`` launches, their kernels and ``n`` user annotations named ``tricky`` (Kineto
+    events)."""
+    events = []
+    for k in range(n):
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
+                       "pid": 1, "tid": 2, "ts": 10 * k, "dur": 2,
+                       "args": {"correlation": k}})
+        events.append({"ph": "X", "cat": "kernel", "name": f"k{k % 7}", "pid": 0, "tid": 7,
+                       "ts": 10 * k + 3, "dur": 5, "args": {"correlation": k, "stream": 7}})
+        events.append({"ph": "X", "cat": "user_annotation", "name": tricky, "pid": 1,
+                       "tid": 2, "ts": 10 * k, "dur": 9})
+    return events
+
+
+def trace_text(events: list[dict], array: bool = False) -> bytes:
+    """``events`` as a Kineto trace's JSON text (a bare array with ``array``)."""
+    if array:
+        return json.dumps(events, indent=1).encode()
+    return json.dumps({"schemaVersion": 1, "traceEvents": events,
+                       "traceName": "after the events"}, indent=1).encode()

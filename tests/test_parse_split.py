@@ -5,10 +5,9 @@ events, and the same warnings / errors when a later part is cut or corrupt."""
 from __future__ import annotations
 
 import gzip
-import json
 
 import pytest
-from helpers import needs_shared, shared_traces, trace_id
+from helpers import launch_events, needs_shared, shared_traces, trace_id, trace_text
 
 import traceviz
 import traceviz.parsing.reader as reader
@@ -73,32 +72,15 @@ def test_parts_equal_one_pass(name, tmp_path, monkeypatch):
     assert split_used >= 4  # the boundaries found were real ones
 
 
-def _trace(events: list[dict]) -> bytes:
-    return json.dumps({"schemaVersion": 1, "traceEvents": events,
-                       "traceName": "after the events"}, indent=1).encode()
-
-
-def _events(n: int, tricky: str = "x") -> list[dict]:
-    out = []
-    for k in range(n):
-        out.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
-                    "tid": 2, "ts": 10 * k, "dur": 2, "args": {"correlation": k}})
-        out.append({"ph": "X", "cat": "kernel", "name": f"k{k % 7}", "pid": 0, "tid": 7,
-                    "ts": 10 * k + 3, "dur": 5, "args": {"correlation": k, "stream": 7}})
-        out.append({"ph": "X", "cat": "user_annotation", "name": tricky, "pid": 1,
-                    "tid": 2, "ts": 10 * k, "dur": 9})
-    return out
-
-
 def test_a_split_not_between_events_falls_back_to_one_pass(tmp_path, monkeypatch):
     """A comma that looks like a boundary but is not one (in a name that ends with
     "}, {", between objects in an event's args): the first half does not end between two
     events there, and the one pass is used."""
-    events = _events(300, tricky="a}, {")
+    events = launch_events(300, tricky="a}, {")
     for e in events[::5]:
         e.setdefault("args", {})["nested"] = [{"a": 1}, {"b": 2}]
     path = tmp_path / "t.json"
-    data = _trace(events)
+    data = trace_text(events)
     path.write_bytes(data)
     gpu, cpu, meta, warnings, _ = _parse(path, monkeypatch)
     in_name = data.index(b'a}, {"', len(data) // 2) + 2
@@ -115,7 +97,7 @@ def test_a_split_not_between_events_falls_back_to_one_pass(tmp_path, monkeypatch
 
 
 def test_cut_or_corrupt_later_part_as_one_pass(tmp_path, monkeypatch):
-    data = _trace(_events(400))
+    data = trace_text(launch_events(400))
     cut = tmp_path / "cut.json"
     cut.write_bytes(data[:int(len(data) * 0.9)])
     one = _parse(cut, monkeypatch)
@@ -137,7 +119,7 @@ def test_cut_or_corrupt_later_part_as_one_pass(tmp_path, monkeypatch):
 
 def test_a_bare_array_of_events_splits_too(tmp_path, monkeypatch):
     path = tmp_path / "array.json"
-    path.write_bytes(b"\xef\xbb\xbf  " + json.dumps(_events(300), indent=1).encode())
+    path.write_bytes(b"\xef\xbb\xbf  " + trace_text(launch_events(300), array=True))
     gpu, cpu, meta, warnings, _ = _parse(path, monkeypatch)
     for fractions in ((0.5,), (0.25, 0.5, 0.75)):
         g, c, m, w, merged = _parse(path, monkeypatch, *fractions)
@@ -164,7 +146,7 @@ class _FailingFile:
 
 def test_a_read_error_in_a_later_part_names_its_file_offset(tmp_path, monkeypatch):
     path = tmp_path / "trace.json"
-    data = _trace(_events(2000))
+    data = trace_text(launch_events(2000))
     path.write_bytes(data)
     fail_at = int(len(data) * 0.8)  # inside the second of two parts
 

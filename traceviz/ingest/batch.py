@@ -175,9 +175,13 @@ def _progress(total_bytes: int, n: int, quiet: bool):
                 desc=f"ranks 0/{n}", disable=quiet or not n, dynamic_ncols=True, leave=True)
 
 
-def _worker_init() -> None:
-    """A worker SIGTERMed removes its spill folder and temporary files and exits."""
+def _worker_init(jobs: int) -> None:
+    """A worker SIGTERMed removes its spill folder and temporary files and exits; its
+    scans use their share of the cores (``jobs`` workers parse at once)."""
+    from ..parsing.reader import share_cores  # the parser, in the workers only
+
     exit_on_sigterm(None)
+    share_cores(jobs)
 
 
 def _run_local(tasks: list[Task], jobs: int, args: tuple, done,
@@ -194,7 +198,7 @@ def _run_local(tasks: list[Task], jobs: int, args: tuple, done,
         return out
     out, broken = [], []
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
-                               initializer=_worker_init)
+                               initializer=_worker_init, initargs=(jobs,))
     try:
         futures = {pool.submit(work, t, *args): t for t in tasks}
         workers = _workers(pool)  # the pool forgets a worker once it is broken
@@ -254,8 +258,8 @@ def _stop(pool: ProcessPoolExecutor) -> None:
             p.join(5)
 
 
-def _child(conn, work, task: Task, args: tuple) -> None:
-    exit_on_sigterm(None)
+def _child(conn, work, task: Task, args: tuple, jobs: int) -> None:
+    _worker_init(jobs)
     conn.send(work(task, *args))
     conn.close()
 
@@ -270,7 +274,8 @@ def _run_isolated(tasks: list[Task], jobs: int, args: tuple, work):
             while waiting and len(running) < jobs:
                 t = waiting.pop(0)
                 recv, send = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_child, args=(send, work, t, args), daemon=True)
+                proc = ctx.Process(target=_child, args=(send, work, t, args, jobs),
+                                   daemon=True)
                 proc.start()
                 send.close()
                 running.append((t, proc, recv))

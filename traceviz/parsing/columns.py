@@ -42,8 +42,9 @@ class Block:
     columns: dict[str, np.ndarray] = field(default_factory=dict)
     spill: SpillFile | None = None  # where the columns went, once spilled
     layout: dict[str, tuple[int, np.dtype]] = field(default_factory=dict)  # name -> (offset, dtype)
-    # per field, ``fix(values, block)`` applied on every read: a block scanned in the
-    # second half of a split trace holds that half's string ids, thread indexes, rows
+    # per field, ``fix(values, block)`` applied on every read: a block of a later part
+    # of a split trace, spilled before it was merged, holds that part's string ids,
+    # thread indexes, rows (see SpillBudget.fix)
     fixes: dict = field(default_factory=dict)
 
     def nbytes(self) -> int:
@@ -128,6 +129,41 @@ class SpillBudget:
             for name in SPILL_ORDER:
                 while self.held > self.budget and self._held[name]:
                     self._spill(self._held[name].pop(0))
+
+    def fix(self, block: Block, fixes: dict) -> None:
+        """Apply ``fixes`` (per field, ``fix(values, block)``) to ``block``: once, to its
+        columns, while it is in memory; on every read once it is spilled."""
+        with self._lock:  # not spilled meanwhile by a scanner of a later part
+            if block.spill is None:
+                for name, fix in fixes.items():
+                    if name in block.columns:
+                        block.columns[name] = fix(block.columns[name], block)
+            else:
+                block.fixes = fixes
+
+    def coalesce(self, blocks: list[Block], rows: int) -> None:
+        """Join neighbours of ``blocks`` (one store's, in row order) that are both in
+        memory and both fixed into blocks of up to ``rows`` rows, in place: a store
+        scanned in many parts ends in many small blocks, and every pass over a store
+        costs per block."""
+        with self._lock:
+            out: list[Block] = []
+            for block in blocks:
+                prev = out[-1] if out else None
+                if (prev is None or prev.spill is not None or block.spill is not None
+                        or prev.fixes or block.fixes or prev.rows + block.rows > rows):
+                    out.append(block)
+                    continue
+                joined = Block(start=prev.start, rows=prev.rows + block.rows,
+                               store=block.store, ts_min=min(prev.ts_min, block.ts_min),
+                               ts_max=max(prev.ts_max, block.ts_max),
+                               columns={k: np.concatenate([v, block.columns[k]])
+                                        for k, v in prev.columns.items()})
+                held = self._held[block.store]
+                held[next(k for k, b in enumerate(held) if b is prev)] = joined
+                held.remove(block)
+                out[-1] = joined
+            blocks[:] = out
 
     def spill_all(self) -> None:
         """Spill every block still held in memory."""

@@ -7,8 +7,10 @@ straddles two chunks is re-read whole from the start of the next buffer).
 """
 from __future__ import annotations
 
+import functools
+import itertools
 import os
-import re
+import queue
 import threading
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -21,6 +23,7 @@ from .budget import release_free_memory
 from .columns import ColumnStore, SpillBudget
 from .header import Header
 from .scanner import _thread, scan
+from .segments import EVENT_BOUNDARY, HEAD_BYTES, Segment, Splitter
 from .source import GZIP_MAGIC, ZSTD_MAGIC, ByteSource, FileRange
 from .strings import BadString, StringTable, decode_raw, rehash
 
@@ -29,9 +32,10 @@ DEFAULT_BUDGET = 512 << 20
 PARALLEL_MIN = 64 << 20  # plain traces from this size on are scanned in parts at once
 MAX_PARTS = 8  # scanners of one trace at most
 _SPLIT_WINDOW = 1 << 20  # bytes searched for an event boundary where a trace is split
-# "}" "," "{" '"' with whitespace between: the end of one event and the start of the
-# next, unless the bytes are inside a string (then the halves do not meet: one pass)
-_BOUNDARY = re.compile(rb"\}\s*(,)\s*\{\s*\"")
+STREAM_MIN = 2 << 20  # compressed traces from this size on are scanned in segments
+# decompressed bytes per segment of a compressed trace, and what inflating may run ahead
+# of the scanners (measured: larger ones are no faster on a 0.5 GB trace, and cost memory)
+SEGMENT_BYTES = 8 << 20
 BLOCK_ROWS = 1 << 14
 _MAX_METADATA = 65536
 
@@ -84,22 +88,24 @@ def scan_trace(src: str | os.PathLike | BinaryIO, *, memory_budget: int = DEFAUL
     writing) is not an error: every complete event before the cut is kept and
     ``truncated_at`` holds the byte offset.
 
-    A plain trace file of :data:`PARALLEL_MIN` bytes or more, on a machine with two cores
-    or more, is scanned as one part per core at once (see :func:`_scan_parts`); the
-    result is the same as one pass's.
+    On a machine with two cores or more, a plain trace file of :data:`PARALLEL_MIN` bytes
+    or more is scanned as one part per core at once (:func:`_scan_parts`), and a
+    compressed one of :data:`STREAM_MIN` bytes or more as segments cut while it is
+    inflated, one scanner per core (:func:`_scan_segments`); the result is the same as
+    one pass's.
     """
     drop = drop or {}
-    splits = _split_points(src)
-    if splits:
+    in_parts = _parts_plan(src)
+    if in_parts is not None:
         budget = SpillBudget(memory_budget)
         try:
-            merged = _scan_parts(src, splits, budget, chunk_size, drop)
+            merged = in_parts(budget, chunk_size, drop)
         except BaseException:
             budget.close()
             raise
         if merged is not None:
             return merged
-        budget.close()  # a split was not between two events: one pass after all
+        budget.close()  # not split, or a split was not between two events: one pass
     source = ByteSource(src)
     budget = SpillBudget(memory_budget)
     try:
@@ -126,13 +132,13 @@ class _Part:
     split_end: bool = False  # read to its stop with nothing unfinished (see its mode)
 
 
-def _scan(source: ByteSource, budget: SpillBudget, chunk_size: int,
+def _scan(source: ByteSource | FileRange | Segment, budget: SpillBudget, chunk_size: int,
           drop: dict[str, tuple[str, ...]], start: int = 0, mode: int | None = None,
-          stop: int | None = None, block_rows: int = BLOCK_ROWS) -> _Part:
+          block_rows: int = BLOCK_ROWS) -> _Part:
     """Scan ``source``, whose first byte is byte ``start`` of the trace. ``mode``: the
-    scanner's mode there (None: the trace's start); ``stop``: the source ends there on
-    purpose (a part of a split trace: ending between two events is no truncation);
-    ``block_rows``: rows of a store's active block."""
+    scanner's mode there (None: the trace's start); ``source.stop``: the source ends
+    there on purpose (a part of a split trace: ending between two events is no
+    truncation); ``block_rows``: rows of a store's active block."""
     blocks = np.empty((L.N_STORES, L.MAX_FIELDS, block_rows), dtype=np.int64)
     stores = {name: ColumnStore(name, blocks[s], budget, drop.get(name, ()))
               for s, name in enumerate(L.STORE_NAMES)}
@@ -225,7 +231,7 @@ def _scan(source: ByteSource, budget: SpillBudget, chunk_size: int,
         elif status == L.R_NEED_MORE:
             pos = int(w[L.ST_POS])
             if eof:
-                split_end = offset + pos == stop
+                split_end = offset + pos == source.stop
                 truncated_at = None if split_end else offset + pos
                 break
             if pos == 0 and n == buf.shape[0]:  # one item larger than the buffer
@@ -241,6 +247,7 @@ def _scan(source: ByteSource, budget: SpillBudget, chunk_size: int,
             fill_buffer()
     for s, name in enumerate(L.STORE_NAMES):
         stores[name].seal(int(w[L.W_FILL + s]))
+        stores[name].block = None  # the active blocks are done with
         w[L.W_FILL + s] = 0
     return _Part(source, w, strings, thr, header, stores, truncated_at, crash_tail, split_end)
 
@@ -259,6 +266,7 @@ def _finish(part: _Part, budget: SpillBudget, bytes_read: int | None = None,
     """Check a whole trace's scan (no events: an error) and wrap it up with its
     warnings."""
     source, w, truncated_at = part.source, part.w, part.truncated_at
+    bytes_read = source.bytes_out if bytes_read is None else bytes_read
     warnings: list[str] = []
     if not w[L.ST_SAW_EVENTS] and truncated_at is not None:
         raise TraceError(source.name, "ends before any trace event", offset=truncated_at,
@@ -275,16 +283,16 @@ def _finish(part: _Part, budget: SpillBudget, bytes_read: int | None = None,
             + f"(kept the {int(w[L.S_EVENTS])} complete events before it)")
     if source.stream_truncated:
         warnings.append(f"{source.name}: {source.compression} stream ends early "
-                        f"(decompressed {source.bytes_out} bytes)")
+                        f"(decompressed {bytes_read} bytes)")
         if truncated_at is None:
-            truncated_at = source.bytes_out
+            truncated_at = bytes_read
     n_threads = int(w[L.W_NTHR])
     return ScannedTrace(
         source=source.name, compression=source.compression, stores=part.stores,
         strings=part.strings, threads=part.thr[L.TR_PIDN:L.TR_TIDS + 1, :n_threads].copy(),
         header=part.header, stats=_stats_dict(w, part.strings, part.header),
         truncated_at=truncated_at, budget=budget,
-        bytes_read=source.bytes_out if bytes_read is None else bytes_read,
+        bytes_read=bytes_read,
         compressed_bytes=(source.compressed_bytes if compressed_bytes is None
                           else compressed_bytes),
         warnings=warnings)
@@ -347,24 +355,50 @@ def _not_json_hint(head: np.ndarray, name: str = "") -> str:
     return "pass a PyTorch profiler trace (.json, .json.gz or .json.zst)"
 
 
+_PROCESSES = 1  # processes parsing at once on this machine (see share_cores)
+
+
+def share_cores(processes: int) -> None:
+    """Tell this process's scans that ``processes`` processes parse at once on this
+    machine (``traceviz batch -j N``'s workers): each scan then runs as many scanners as
+    its share of the cores (one pass where the share is one core)."""
+    global _PROCESSES
+    _PROCESSES = max(1, processes)
+
+
 def _cores() -> int:
+    """Scanners a trace may use: this process's share of the cores it may run on."""
     try:
-        return len(os.sched_getaffinity(0))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    return max(1, cores // _PROCESSES)
+
+
+def _parts_plan(src):
+    """How ``src`` is scanned in parts: a function ``(budget, chunk_size, drop) ->
+    ScannedTrace | None`` (None: one pass after all), or None to scan it in one pass (one
+    core, a stream, a small file)."""
+    if not isinstance(src, (str, os.PathLike)) or os.fspath(src) == "-":
+        return None
+    try:
+        with open(src, "rb") as fh:
+            compressed = fh.read(4).startswith((GZIP_MAGIC, ZSTD_MAGIC))
+        size = os.path.getsize(src)
+    except OSError:
+        return None  # the one pass says what is wrong
+    if compressed:
+        return (functools.partial(_scan_segments, src)
+                if size >= STREAM_MIN and _cores() > 1 else None)
+    splits = _split_points(src)
+    return functools.partial(_scan_parts, src, splits) if splits else None
 
 
 def _split_points(src) -> list[int]:
-    """Where to split ``src`` for one scanner per core: the commas between two events
-    nearest the 1/k marks of a large plain trace file (k parts of at least
-    ``PARALLEL_MIN / 2`` bytes, at most :data:`MAX_PARTS`); none for anything else
-    (compressed, a stream, small, one core)."""
-    if not isinstance(src, (str, os.PathLike)) or os.fspath(src) == "-":
-        return []
-    try:
-        size = os.path.getsize(src)
-    except OSError:
-        return []  # the one pass says what is wrong
+    """Where to split the plain file ``src`` for one scanner per core: the commas
+    between two events nearest the 1/k marks of a large trace (k parts of at least
+    ``PARALLEL_MIN / 2`` bytes, at most :data:`MAX_PARTS`); none for a small one."""
+    size = os.path.getsize(src)
     if size < PARALLEL_MIN:
         return []
     parts = min(_cores(), MAX_PARTS, size // (PARALLEL_MIN // 2))
@@ -377,21 +411,26 @@ def _candidate(src, at: int) -> int | None:
     byte ``at`` of the plain file ``src`` (within :data:`_SPLIT_WINDOW`), else None."""
     try:
         with open(src, "rb") as fh:
-            if fh.read(4).startswith((GZIP_MAGIC, ZSTD_MAGIC)):
-                return None
             fh.seek(at)
             window = fh.read(_SPLIT_WINDOW)
-    except (OSError, TypeError):
+    except OSError:
         return None
-    m = _BOUNDARY.search(window)
+    m = EVENT_BOUNDARY.search(window)
     return None if m is None else at + m.start(1)
 
 
-def _starts_array(path) -> bool:
-    """Whether the file's JSON text starts with '[' (a bare array of events)."""
+def _file_head(path) -> bytes:
     with open(path, "rb") as fh:
-        head = fh.read(4096)
-    return head.removeprefix(b"\xef\xbb\xbf").lstrip()[:1] == b"["
+        return fh.read(HEAD_BYTES)
+
+
+def _event_modes(head: bytes) -> tuple[int, int]:
+    """The scanner's modes before and after an event in a trace whose JSON text starts
+    with ``head``: a Kineto trace's events are in its "traceEvents", a bare array is the
+    events."""
+    if head.removeprefix(b"\xef\xbb\xbf").lstrip()[:1] == b"[":
+        return L.M_ARRAY_ITEM, L.M_ARRAY_AFTER
+    return L.M_EVENTS_ITEM, L.M_EVENTS_AFTER
 
 
 def _scan_parts(path, splits: list[int], budget: SpillBudget, chunk_size: int,
@@ -399,13 +438,8 @@ def _scan_parts(path, splits: list[int], budget: SpillBudget, chunk_size: int,
     """Scan ``path`` as the byte ranges between the commas at ``splits`` at once (this
     thread the first, one thread each the others, from the scanner state just after a
     comma between events) into one budget, and merge them in file order
-    (:func:`_merge`). None when a part does not end exactly between two events at its
-    comma (the comma was inside a string or an event): scan in one pass then. A part's
-    error is raised only when every part before it ended well (a single pass would have
-    met it at the same offset)."""
-    # a Kineto trace's events are in its "traceEvents"; a bare array is the events
-    items, after = ((L.M_ARRAY_ITEM, L.M_ARRAY_AFTER) if _starts_array(path)
-                    else (L.M_EVENTS_ITEM, L.M_EVENTS_AFTER))
+    (:class:`_InOrder`; None: scan in one pass)."""
+    items, after = _event_modes(_file_head(path))
     k = len(splits) + 1
     starts, stops = [0] + [p + 1 for p in splits], [*splits, None]
     # each part is read in its scanner's thread; the k scanners together hold about
@@ -417,7 +451,7 @@ def _scan_parts(path, splits: list[int], budget: SpillBudget, chunk_size: int,
     def run(i: int) -> None:
         try:
             results[i]["part"] = _scan(sources[i], budget, drop=drop, start=starts[i],
-                                       mode=items if i else None, stop=stops[i], **size)
+                                       mode=items if i else None, **size)
         except BaseException as exc:  # noqa: BLE001 - handed to the first thread
             results[i]["error"] = exc
 
@@ -434,32 +468,106 @@ def _scan_parts(path, splits: list[int], budget: SpillBudget, chunk_size: int,
         # the other scanners' buffers were freed in their threads' heaps, which the main
         # thread's allocations do not reuse: give them back to the OS
         release_free_memory()
-    events = 0
+    merged = _InOrder(after)
     for i, got in enumerate(results):
-        err = got.get("error")
-        if err is not None:
-            made_from = getattr(err, "made_from", None)
-            if i == 0 and isinstance(err, TraceError):
-                return None  # the one pass says it, with the whole trace in view
-            if made_from is None:
-                raise err
-            name, code, where, count = made_from
-            raise _corrupt(name, code, where, count + events)
-        part = got["part"]
-        if i < k - 1 and not (part.split_end and part.w[L.ST_MODE] == after):
+        if not merged.take(got, last=i == k - 1):
             return None
-        events += int(part.w[L.ST_EVENT_INDEX])
-    parts = [got["part"] for got in results]
-    for whole, part in zip(parts, parts[1:]):
-        _merge(whole, part)  # ``part`` becomes the trace up to its end
-    return _finish(parts[-1], budget, sum(s.bytes_out for s in sources) + k - 1,
+    return _finish(merged.whole, budget, sum(s.bytes_out for s in sources) + k - 1,
                    sum(s.compressed_bytes for s in sources) + k - 1)
 
 
+def _scan_segments(path, budget: SpillBudget, chunk_size: int,
+                   drop: dict[str, tuple[str, ...]]) -> ScannedTrace | None:
+    """Scan the compressed trace file ``path`` as segments cut while it is inflated
+    (:class:`~.segments.Splitter`), one scanner thread per core taking the next segment,
+    into one budget; segments are merged in stream order as they are done
+    (:class:`_InOrder`; None: scan in one pass)."""
+    threads = min(_cores(), MAX_PARTS)
+    todo: queue.Queue = queue.Queue()
+    splitter = Splitter(ByteSource(path), SEGMENT_BYTES, SEGMENT_BYTES, todo.put)
+    size = {"chunk_size": max(chunk_size // threads, 1 << 16),
+            "block_rows": BLOCK_ROWS // threads}
+    results: dict[int, dict] = {}
+    done = threading.Condition()
+
+    def work() -> None:
+        while (seg := todo.get()) is not None:
+            got: dict = {}
+            try:
+                mode = _event_modes(splitter.head)[0] if seg.index else None
+                got["part"] = _scan(seg, budget, drop=drop, start=seg.start, mode=mode,
+                                    **size)
+            except BaseException as exc:  # noqa: BLE001 - handed to the merging thread
+                got["error"] = exc
+            with done:
+                results[seg.index] = got
+                done.notify_all()
+
+    workers = [threading.Thread(target=work, daemon=True) for _ in range(threads)]
+    merged = None
+    splitter.start()
+    for w in workers:
+        w.start()
+    try:
+        for i in itertools.count():
+            with done:
+                while i not in results:
+                    done.wait()
+                got = results.pop(i)
+            if merged is None:
+                merged = _InOrder(_event_modes(splitter.head)[1])
+            last = "part" in got and got["part"].source.stop is None
+            if not merged.take(got, last):
+                return None
+            if last:
+                break
+    finally:
+        splitter.stop()
+        for _ in workers:
+            todo.put(None)
+        for w in workers:
+            w.join()
+        release_free_memory()
+    source = splitter.source
+    return _finish(merged.whole, budget, source.bytes_out, source.compressed_bytes)
+
+
+class _InOrder:
+    """The parts of a trace taken in order, each merged onto the trace before it
+    (:func:`_merge`). A part's error is raised only when every part before it ended well
+    (a single pass would have met it at the same offset); an error of the first part,
+    and a part other than the last that does not end exactly between two events at its
+    cut (a cut inside a string), mean: scan in one pass (:meth:`take` is False)."""
+
+    def __init__(self, after: int) -> None:
+        self.after = after  # the scanner's mode just after an event
+        self.events = 0
+        self.whole: _Part | None = None  # the trace up to the last part taken
+
+    def take(self, got: dict, last: bool) -> bool:
+        err = got.get("error")
+        if err is not None:
+            if self.whole is None and isinstance(err, TraceError):
+                return False  # the one pass says it, with the whole trace in view
+            made_from = getattr(err, "made_from", None)
+            if made_from is None:
+                raise err
+            name, code, where, count = made_from
+            raise _corrupt(name, code, where, count + self.events)
+        part = got["part"]
+        if not last and not (part.split_end and part.w[L.ST_MODE] == self.after):
+            return False
+        self.events += int(part.w[L.ST_EVENT_INDEX])
+        if self.whole is not None:
+            _merge(self.whole, part)  # ``part`` becomes the trace up to its end
+        self.whole = part
+        return True
+
+
 def _merge(a: _Part, b: _Part) -> None:
-    """Make ``b`` (the second half) the whole trace: ``a``'s stores, strings, threads,
-    header and counts first, then ``b``'s with its string ids, thread indexes, row
-    numbers and event indexes moved onto ``a``'s (applied when a block is read)."""
+    """Make ``b`` (the part after ``a``) the trace up to its end: ``a``'s stores,
+    strings, threads, header and counts first, then ``b``'s with its string ids, thread
+    indexes, row numbers and event indexes moved onto ``a``'s (:meth:`SpillBudget.fix`)."""
     smap = _merge_strings(a.strings, b.strings)
     tmap = _merge_threads(a, b, smap)
     events = int(a.w[L.ST_EVENT_INDEX])
@@ -478,8 +586,9 @@ def _merge(a: _Part, b: _Part) -> None:
                 fixes[field_name] = _shift_rows(row_base)
         for block in tail.sealed:
             block.start += store.rows
-            block.fixes = fixes
+            store.budget.fix(block, fixes)
         store.sealed.extend(tail.sealed)
+        store.budget.coalesce(store.sealed, BLOCK_ROWS)
         store.rows += tail.rows
         tail.sealed, tail.rows = store.sealed, store.rows
     b.stores = a.stores

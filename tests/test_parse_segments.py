@@ -1,0 +1,194 @@
+"""A compressed trace scanned in segments cut while it is inflated, one scanner thread per
+core (traceviz.parsing.segments, reader._scan_segments), gives the one-pass result: the
+same GPU and CPU tables, metadata and warnings on real gzip and zstd traces cut into
+segments of several sizes by two and three scanners; the one pass when a cut is not
+between two events; the same errors and warnings for a cut or corrupt stream, corrupt
+JSON in a later segment, an empty or non-JSON stream; and no thread left behind."""
+from __future__ import annotations
+
+import gzip
+import threading
+
+import pytest
+import zstandard
+from helpers import launch_events, needs_shared, shared_traces, trace_id, trace_text
+
+import traceviz
+import traceviz.parsing.reader as reader
+from traceviz.errors import TraceError
+from traceviz.parsing.segments import EVENT_BOUNDARY
+
+REAL = ("hta/trace_diff/control/control.json.gz",
+        "hta/nccl_parser_config/nccl_data.json.gz",
+        "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+        "tracelens/mi300/resnet_act_checkpoint.json.gz",
+        "kineto/resnet50/worker0.1623143089861.pt.trace.json.gz")
+
+
+def _mode(monkeypatch, segment: int | None, cores: int = 2) -> list:
+    """Scan compressed traces in segments of ``segment`` bytes with ``cores`` scanners
+    (None: in one pass); returns the list that counts the merges."""
+    merged: list = []
+    merge = reader._merge
+
+    def counting(a, b):
+        merged.append(1)
+        merge(a, b)
+
+    monkeypatch.setattr(reader, "_merge", counting)
+    if segment is None:
+        monkeypatch.setattr(reader, "STREAM_MIN", 1 << 62)
+    else:
+        monkeypatch.setattr(reader, "STREAM_MIN", 0)
+        monkeypatch.setattr(reader, "SEGMENT_BYTES", segment)
+        monkeypatch.setattr(reader, "_cores", lambda: cores)
+    return merged
+
+
+def _parse(path, monkeypatch, segment: int | None, cores: int = 2):
+    """(GPU table, CPU table, metadata, warnings, merges) of ``path``."""
+    merged = _mode(monkeypatch, segment, cores)
+    parsed = traceviz.parse_trace(path, cpu=True)
+    try:
+        return (parsed.activities.replace_schema_metadata(None),
+                parsed.cpu.replace_schema_metadata(None), parsed.meta, parsed.warnings,
+                len(merged))
+    finally:
+        parsed.close()
+
+
+def _error(path, monkeypatch, segment: int | None) -> str:
+    _mode(monkeypatch, segment)
+    with pytest.raises(TraceError) as exc:
+        traceviz.parse_trace(path)
+    return str(exc.value)
+
+
+@needs_shared
+@pytest.mark.parametrize("name", REAL)
+def test_segments_equal_one_pass(name, monkeypatch):
+    path = next(p for p in shared_traces() if trace_id(p) == name)
+    gpu, cpu, meta, warnings, _ = _parse(path, monkeypatch, None)
+    merges = 0
+    for segment, cores in ((64 << 10, 2), (1 << 20, 3), (3 << 20, 2)):
+        g, c, m, w, merged = _parse(path, monkeypatch, segment, cores)
+        assert g.equals(gpu) and c.equals(cpu), (name, segment)
+        assert m == meta and w == warnings, (name, segment)
+        merges += merged
+    assert merges >= 3  # the cuts were made and used
+
+
+@needs_shared
+def test_zstd_segments_equal_one_pass(tmp_path, monkeypatch):
+    path = next(p for p in shared_traces() if trace_id(p) == REAL[1])
+    zst = tmp_path / "nccl.json.zst"
+    zst.write_bytes(zstandard.ZstdCompressor().compress(gzip.decompress(path.read_bytes())))
+    one = _parse(zst, monkeypatch, None)
+    parts = _parse(zst, monkeypatch, 256 << 10)
+    assert parts[4] and parts[0].equals(one[0]) and parts[1].equals(one[1])
+    assert parts[2] == one[2] and parts[3] == one[3]
+
+
+def _gz(tmp_path, name: str, data: bytes):
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(data, compresslevel=6))
+    return path
+
+
+def test_a_cut_not_between_events_falls_back_to_one_pass(tmp_path, monkeypatch):
+    """Names ending in "}, {" and objects in an event's args look like boundaries: the
+    segment before such a cut does not end between two events there, and the trace is
+    scanned again in one pass, with the same result."""
+    events = launch_events(3000, tricky="a}, {")
+    for e in events[::5]:
+        e.setdefault("args", {})["nested"] = [{"a": 1}, {"b": 2}]
+    data = trace_text(events)
+    in_name = data.index(b'a}, {"')
+    assert EVENT_BOUNDARY.search(data, in_name).start(1) == in_name + 2  # looks like one
+    path = _gz(tmp_path, "tricky.json.gz", data)
+    one = _parse(path, monkeypatch, None)
+    fell_back = []
+    take = reader._InOrder.take
+
+    def taking(self, got, last):
+        ok = take(self, got, last)
+        fell_back.append(not ok)
+        return ok
+
+    monkeypatch.setattr(reader._InOrder, "take", taking)
+    for segment in (1000, 4096, 50_000):
+        parts = _parse(path, monkeypatch, segment)
+        assert parts[0].equals(one[0]) and parts[1].equals(one[1])
+        assert parts[2] == one[2] and parts[3] == one[3]
+    assert any(fell_back)
+
+
+def test_a_bare_array_of_events_in_segments(tmp_path, monkeypatch):
+    path = _gz(tmp_path, "array.json.gz",
+               b"\xef\xbb\xbf  " + trace_text(launch_events(2000), array=True))
+    one = _parse(path, monkeypatch, None)
+    parts = _parse(path, monkeypatch, 20_000, cores=3)
+    assert parts[4] and parts[0].equals(one[0]) and parts[1].equals(one[1])
+    assert parts[2] == one[2] and parts[3] == one[3]
+
+
+def test_a_cut_stream_as_one_pass(tmp_path, monkeypatch):
+    """A gzip file cut short: the same kept events, truncation offset and warnings."""
+    whole = gzip.compress(trace_text(launch_events(4000)), compresslevel=6)
+    path = tmp_path / "cut.json.gz"
+    path.write_bytes(whole[:int(len(whole) * 0.7)])
+    one = _parse(path, monkeypatch, None)
+    assert one[2]["stats"]["truncated_at"] is not None
+    assert any("stream ends early" in w for w in one[3])
+    for segment in (10_000, 100_000):
+        parts = _parse(path, monkeypatch, segment)
+        assert parts[4] and parts[0].equals(one[0]) and parts[2] == one[2]
+        assert parts[3] == one[3]
+
+
+def test_errors_in_a_later_segment_as_one_pass(tmp_path, monkeypatch):
+    data = trace_text(launch_events(4000))
+    at = data.index(b'"cat"', int(len(data) * 0.8))
+    bad_json = _gz(tmp_path, "bad.json.gz", data[:at] + b'"cat" ]] ' + data[at + 5:])
+    whole = gzip.compress(data, compresslevel=6)
+    mid = int(len(whole) * 0.6)
+    bad_gzip = tmp_path / "badgz.json.gz"
+    bad_gzip.write_bytes(whole[:mid] + bytes(b ^ 0x5A for b in whole[mid:mid + 64])
+                         + whole[mid + 64:])
+    for path, says in ((bad_json, "after"), (bad_gzip, "corrupt")):
+        one = _error(path, monkeypatch, None)
+        assert says in one and "byte" in one
+        for segment in (5000, 60_000):
+            assert _error(path, monkeypatch, segment) == one
+
+
+def test_empty_or_not_json_as_one_pass(tmp_path, monkeypatch):
+    for name, data in (("empty.json.gz", b""), ("text.json.gz", b"hello, world\n" * 100),
+                       ("events.json.gz", b'{"traceEvents": 5}')):
+        path = _gz(tmp_path, name, data)
+        assert _error(path, monkeypatch, 64) == _error(path, monkeypatch, None)
+
+
+def test_no_thread_left_behind(tmp_path, monkeypatch):
+    data = trace_text(launch_events(4000))
+    at = data.index(b'"cat"', int(len(data) * 0.5))
+    bad = _gz(tmp_path, "bad.json.gz", data[:at] + b'"cat" ]] ' + data[at + 5:])
+    good = _gz(tmp_path, "good.json.gz", data)
+    before = threading.active_count()
+    _error(bad, monkeypatch, 4096)
+    _parse(good, monkeypatch, 4096)
+    assert threading.active_count() == before
+
+
+def test_batch_workers_share_the_cores(tmp_path, monkeypatch):
+    """``batch -j N``'s workers (share_cores(N)) scan with their share of the cores: a
+    compressed or large plain trace is scanned in one pass where that share is one."""
+    monkeypatch.setattr(reader, "_PROCESSES", 1)
+    monkeypatch.setattr(reader.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    monkeypatch.setattr(reader, "STREAM_MIN", 0)
+    path = _gz(tmp_path, "t.json.gz", trace_text(launch_events(100)))
+    assert reader._cores() == 4 and reader._parts_plan(path) is not None
+    reader.share_cores(2)
+    assert reader._cores() == 2 and reader._parts_plan(path) is not None
+    reader.share_cores(4)
+    assert reader._cores() == 1 and reader._parts_plan(path) is None
