@@ -101,8 +101,9 @@ def test_cpu_table_and_load_round_trip(tmp_path):
 
 def test_parquet_encodings(tmp_path):
     """Only dictionary (string) columns are dictionary-encoded in the file (int64 times
-    and ids are not: that doubled the file and cost ~70 MB per row group); the table
-    reads back equal to the parsed one."""
+    and ids are not: that doubled the file and cost ~70 MB per row group), and every
+    other column has min / max statistics; the table reads back equal to the parsed
+    one."""
     out = tmp_path / "r.parquet"
     parsed = traceviz.parse_trace(shared(TRACE))
     parsed.columns.write_parquet(str(out))
@@ -113,6 +114,7 @@ def test_parquet_encodings(tmp_path):
         field = schema.field(chunk.path_in_schema.split(".")[0])
         dictionary = any("DICTIONARY" in e for e in chunk.encodings)
         assert dictionary == pa.types.is_dictionary(field.type), chunk.path_in_schema
+        assert chunk.is_stats_set == (not dictionary), chunk.path_in_schema
     assert traceviz.load(out).equals(parsed.activities)
 
 
