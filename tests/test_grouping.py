@@ -1,11 +1,11 @@
 """group_positions (the counting sort behind store gatherers and per-iteration grouping)
-against a plain numpy reference."""
+and take_into (a gather block by block) against plain numpy references."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceviz.table.arrays import group_positions
+from traceviz.table.arrays import group_positions, take_into
 
 
 def _reference(values, starts):
@@ -28,6 +28,24 @@ def test_groups_match_reference(values, more_starts, dtype):
     assert bounds[0] == 0 and bounds[-1] == positions.shape[0] == int((values >= 0).sum())
     for k, want in enumerate(_reference(values, starts)):
         np.testing.assert_array_equal(positions[bounds[k]:bounds[k + 1]], want)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(-2, 59), max_size=300),
+       st.lists(st.integers(1, 59), max_size=6, unique=True),
+       st.sampled_from([np.int8, np.int32, np.int64]))
+def test_gather_by_blocks_equals_fancy_indexing(rows, more_starts, dtype):
+    """A column of 60 rows held as blocks starting at ``starts``, gathered at ``rows``
+    block by block (as ColumnStore.gatherer does): ``column[rows]``, -1 where rows < 0."""
+    rows = np.array(rows, dtype=np.int64)
+    column = (np.arange(60) * 7 % 101 - 50).astype(dtype)
+    starts = np.array(sorted({0, *more_starts}), dtype=np.int64)
+    ends = [*starts[1:], 60]
+    positions, bounds = group_positions(rows, starts)
+    out = np.full(rows.shape[0], -1, dtype=dtype)
+    for k, (lo, hi) in enumerate(zip(starts, ends)):
+        take_into(out, positions[bounds[k]:bounds[k + 1]], rows, column[lo:hi], lo)
+    np.testing.assert_array_equal(out, np.where(rows >= 0, column[np.maximum(rows, 0)], -1))
 
 
 def test_empty():

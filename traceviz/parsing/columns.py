@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..table.arrays import group_positions
+from ..table.arrays import group_positions, take_into
 from ..table.scratch import release, spill_folder
 from .fields import FIELDS
 
@@ -273,8 +273,7 @@ class ColumnStore:
             for k, block in enumerate(self.sealed):
                 lo, hi = bounds[k], bounds[k + 1]
                 if lo < hi:
-                    sel = positions[lo:hi]
-                    out[sel] = block.get(name)[rows[sel] - block.start]
+                    take_into(out, positions[lo:hi], rows, block.get(name), block.start)
             return out
 
         return get

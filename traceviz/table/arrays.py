@@ -142,15 +142,36 @@ def _interval_of(starts: np.ndarray, value) -> int:
 
 
 @njit(cache=True, nogil=True)
+def _interval_from(starts: np.ndarray, value, k) -> int:
+    """:func:`_interval_of`, trying interval ``k`` first (values come mostly in order)."""
+    if starts[k] <= value and (k + 1 == starts.shape[0] or value < starts[k + 1]):
+        return k
+    return _interval_of(starts, value)
+
+
+@njit(cache=True, nogil=True)
 def _group(values, starts, positions, bounds) -> None:
+    k = 0
     for i in range(values.shape[0]):
         if values[i] >= 0:
-            bounds[_interval_of(starts, values[i]) + 1] += 1
+            k = _interval_from(starts, values[i], k)
+            bounds[k + 1] += 1
     for k in range(1, bounds.shape[0]):
         bounds[k] += bounds[k - 1]
     fill = bounds[:-1].copy()
+    k = 0
     for i in range(values.shape[0]):
         if values[i] >= 0:
-            k = _interval_of(starts, values[i])
+            k = _interval_from(starts, values[i], k)
             positions[fill[k]] = i
             fill[k] += 1
+
+
+@njit(cache=True, nogil=True)
+def take_into(out: np.ndarray, positions: np.ndarray, rows: np.ndarray, values: np.ndarray,
+              start: int) -> None:
+    """``out[p] = values[rows[p] - start]`` for each ``p`` in ``positions`` (one block's
+    share of a gather: no temporaries)."""
+    for j in range(positions.shape[0]):
+        p = positions[j]
+        out[p] = values[rows[p] - start]
