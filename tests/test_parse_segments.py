@@ -179,6 +179,14 @@ def test_no_thread_left_behind(tmp_path, monkeypatch):
     _parse(good, monkeypatch, 4096)
     assert threading.active_count() == before
 
+    def interrupted(a, b):  # the merging thread stopped mid-scan (Ctrl-C)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(reader, "_merge", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        traceviz.parse_trace(good)
+    assert threading.active_count() == before
+
 
 def test_batch_workers_share_the_cores(tmp_path, monkeypatch):
     """``batch -j N``'s workers (share_cores(N)) scan with their share of the cores: a

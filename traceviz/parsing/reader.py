@@ -505,10 +505,10 @@ def _scan_segments(path, budget: SpillBudget, chunk_size: int,
 
     workers = [threading.Thread(target=work, daemon=True) for _ in range(threads)]
     merged = None
-    splitter.start()
-    for w in workers:
-        w.start()
     try:
+        splitter.start()
+        for w in workers:
+            w.start()
         for i in itertools.count():
             with done:
                 while i not in results:
@@ -526,7 +526,8 @@ def _scan_segments(path, budget: SpillBudget, chunk_size: int,
         for _ in workers:
             todo.put(None)
         for w in workers:
-            w.join()
+            if w.ident is not None:  # started
+                w.join()
         release_free_memory()
     source = splitter.source
     return _finish(merged.whole, budget, source.bytes_out, source.compressed_bytes)

@@ -110,7 +110,8 @@ class Splitter:
         with self.cond:
             self.stopped = True
             self.cond.notify_all()
-        self._thread.join()
+        if self._thread.ident is not None:  # started
+            self._thread.join()
         self.source.close()
 
     def _open(self, start: int) -> Segment:
