@@ -16,6 +16,7 @@ from helpers import launch_events, needs_shared, shared_traces, trace_id, trace_
 import traceviz
 import traceviz.parsing.reader as reader
 from traceviz.errors import TraceError
+from traceviz.parsing.budget import FIXED_WORK, SEGMENT_WORK, MemoryPlan
 from traceviz.parsing.segments import EVENT_BOUNDARY
 
 REAL = ("hta/trace_diff/control/control.json.gz",
@@ -200,3 +201,19 @@ def test_batch_workers_share_the_cores(tmp_path, monkeypatch):
     assert reader._cores() == 2 and reader._parts_plan(path) is not None
     reader.share_cores(4)
     assert reader._cores() == 1 and reader._parts_plan(path) is None
+
+
+def test_no_segments_without_room_in_the_budget(tmp_path, monkeypatch):
+    """A budget that does not cover the segments' read ahead (runtime + fixed working
+    memory + SEGMENT_WORK) scans a compressed trace in one pass."""
+    _mode(monkeypatch, 4096)
+    path = _gz(tmp_path, "t.json.gz", trace_text(launch_events(2000)))
+    used = []
+    segments = reader._scan_segments
+    monkeypatch.setattr(reader, "_scan_segments", lambda *a: used.append(1) or segments(*a))
+    runtime = 200 << 20
+    least = runtime + FIXED_WORK + SEGMENT_WORK
+    for budget, expected in ((least - (1 << 20), []), (least, [1])):
+        parsed = traceviz.parse_trace(path, plan=MemoryPlan(budget=budget, runtime=runtime))
+        parsed.close()
+        assert used == expected, budget

@@ -38,7 +38,7 @@ from ..classify.patterns import Patterns, load_patterns
 from ..classify.phases import LaunchFacts, classify
 from ..errors import TraceVizError, UsageError
 from ..parsing import fields as L
-from ..parsing.budget import MemoryPlan, release_free_memory
+from ..parsing.budget import SEGMENT_WORK, MemoryPlan, release_free_memory
 from ..parsing.cpu_table import CPU_ONLY_FIELDS, cpu_columns
 from ..parsing.device_tasks import (
     adopt_device_tasks,
@@ -107,7 +107,8 @@ def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
     plan = plan or MemoryPlan.measure(memory_budget, jit_loaded())
     try:
         scanned = scan_trace(src, memory_budget=plan.scan_blocks, chunk_size=chunk_size,
-                             drop=None if cpu else CPU_ONLY_FIELDS)
+                             drop=None if cpu else CPU_ONLY_FIELDS,
+                             segments=plan.room_for(SEGMENT_WORK))
     except OSError as exc:
         raise _spill_error(src, exc) from None
     try:

@@ -4,7 +4,9 @@ The budget bounds the whole process (what a user sizes a machine or a batch of w
 by). The runtime itself (interpreter, numba/LLVM with the compiled scanner, Arrow) takes
 a fixed part, measured when the parse starts; the rest, the data share, is split:
 
-* while scanning, an eighth holds sealed column blocks (more spill to disk);
+* while scanning, an eighth holds sealed column blocks (more spill to disk); a
+  compressed trace is scanned in segments on every core only where the budget has room
+  for their read ahead (:data:`SEGMENT_WORK`), else in one pass;
 * when building the tables, the joins' working set gets a sixth, and the output columns
   held in memory an eighth less what the per-activity link arrays take while the
   columns are made (so on large traces every output column spills). A trace that
@@ -39,6 +41,11 @@ JIT_RESERVE = 64 << 20  # loading the compiled scanner the first time in a proce
 # bytes per activity)
 LINK_BYTES_PER_ACTIVITY = 64
 BUILD_WORK = 48 << 20
+# what scanning a compressed trace in segments on every core holds above one pass (the
+# inflated bytes read ahead, a scan buffer per scanner, the scanner threads' heaps;
+# measured: +36-45 MB on a 0.5 GB .json.gz): a budget without room for it scans in one
+# pass
+SEGMENT_WORK = 48 << 20
 
 
 def use_system_allocator() -> None:
@@ -105,6 +112,11 @@ class MemoryPlan:
                 f"(~{self.runtime >> 20} MB of runtime: Python, numba, Arrow, plus "
                 f"{self.work >> 20} MB of working memory): expect a peak of about "
                 f"{least >> 20} MB or more; raise the budget to bound it")
+
+    def room_for(self, extra: int) -> bool:
+        """Whether the budget covers the runtime, the fixed working memory and ``extra``
+        bytes more."""
+        return self.budget >= self.runtime + self.work + extra
 
     def beyond(self, activities: int) -> str | None:
         """A warning when ``activities`` GPU activities' per-activity arrays alone take

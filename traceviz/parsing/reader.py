@@ -78,7 +78,8 @@ def _grow_threads(thr: np.ndarray, count: int) -> np.ndarray:
 
 def scan_trace(src: str | os.PathLike | BinaryIO, *, memory_budget: int = DEFAULT_BUDGET,
                chunk_size: int = DEFAULT_CHUNK,
-               drop: dict[str, tuple[str, ...]] | None = None) -> ScannedTrace:
+               drop: dict[str, tuple[str, ...]] | None = None,
+               segments: bool = True) -> ScannedTrace:
     """Read one trace in a single streaming pass into column stores.
 
     ``memory_budget`` bounds the bytes of sealed column blocks held in memory (more are
@@ -90,12 +91,12 @@ def scan_trace(src: str | os.PathLike | BinaryIO, *, memory_budget: int = DEFAUL
 
     On a machine with two cores or more, a plain trace file of :data:`PARALLEL_MIN` bytes
     or more is scanned as one part per core at once (:func:`_scan_parts`), and a
-    compressed one of :data:`STREAM_MIN` bytes or more as segments cut while it is
-    inflated, one scanner per core (:func:`_scan_segments`); the result is the same as
-    one pass's.
+    compressed one of :data:`STREAM_MIN` bytes or more, unless ``segments`` is False (no
+    memory for their read ahead), as segments cut while it is inflated, one scanner per
+    core (:func:`_scan_segments`); the result is the same as one pass's.
     """
     drop = drop or {}
-    in_parts = _parts_plan(src)
+    in_parts = _parts_plan(src, segments)
     if in_parts is not None:
         budget = SpillBudget(memory_budget)
         try:
@@ -375,10 +376,10 @@ def _cores() -> int:
     return max(1, cores // _PROCESSES)
 
 
-def _parts_plan(src):
+def _parts_plan(src, segments: bool = True):
     """How ``src`` is scanned in parts: a function ``(budget, chunk_size, drop) ->
     ScannedTrace | None`` (None: one pass after all), or None to scan it in one pass (one
-    core, a stream, a small file)."""
+    core, a stream, a small file; a compressed one without ``segments``)."""
     if not isinstance(src, (str, os.PathLike)) or os.fspath(src) == "-":
         return None
     try:
@@ -389,7 +390,7 @@ def _parts_plan(src):
         return None  # the one pass says what is wrong
     if compressed:
         return (functools.partial(_scan_segments, src)
-                if size >= STREAM_MIN and _cores() > 1 else None)
+                if segments and size >= STREAM_MIN and _cores() > 1 else None)
     splits = _split_points(src)
     return functools.partial(_scan_parts, src, splits) if splits else None
 
