@@ -6,6 +6,7 @@ between two events; the same errors and warnings for a cut or corrupt stream, co
 JSON in a later segment, an empty or non-JSON stream; and no thread left behind."""
 from __future__ import annotations
 
+import copy
 import gzip
 import threading
 
@@ -46,13 +47,33 @@ def _mode(monkeypatch, segment: int | None, cores: int = 2) -> list:
     return merged
 
 
-def _parse(path, monkeypatch, segment: int | None, cores: int = 2):
-    """(GPU table, CPU table, metadata, warnings, merges) of ``path``."""
+class _SmallBlocks(MemoryPlan):
+    """Room for segments, and column blocks spilled past 1 MB while scanning (a later
+    segment's spilled blocks are fixed as they are read, not when merged)."""
+
+    @property
+    def scan_blocks(self) -> int:
+        return 1 << 20
+
+
+# the parses' memory shares, whatever the test process already holds: blocks spilled
+# early, or never
+SPILLING, IN_MEMORY = _SmallBlocks.fixed(64 << 20), MemoryPlan.fixed(8 << 30)
+
+
+def _parse(path, monkeypatch, segment: int | None, cores: int = 2,
+           plan: MemoryPlan = SPILLING, spilled: list | None = None):
+    """(GPU table, CPU table, metadata, warnings, merges) of ``path``; the metadata
+    without the bytes spilled (a fact of the run: blocks differ in size and number),
+    which go to ``spilled``."""
+    spilled = [] if spilled is None else spilled
     merged = _mode(monkeypatch, segment, cores)
-    parsed = traceviz.parse_trace(path, cpu=True)
+    parsed = traceviz.parse_trace(path, cpu=True, plan=plan)
     try:
+        meta = copy.deepcopy(parsed.meta)
+        spilled.append(meta["stats"].pop("spilled_bytes"))
         return (parsed.activities.replace_schema_metadata(None),
-                parsed.cpu.replace_schema_metadata(None), parsed.meta, parsed.warnings,
+                parsed.cpu.replace_schema_metadata(None), meta, parsed.warnings,
                 len(merged))
     finally:
         parsed.close()
@@ -61,7 +82,7 @@ def _parse(path, monkeypatch, segment: int | None, cores: int = 2):
 def _error(path, monkeypatch, segment: int | None) -> str:
     _mode(monkeypatch, segment)
     with pytest.raises(TraceError) as exc:
-        traceviz.parse_trace(path)
+        traceviz.parse_trace(path, plan=SPILLING)
     return str(exc.value)
 
 
@@ -70,13 +91,15 @@ def _error(path, monkeypatch, segment: int | None) -> str:
 def test_segments_equal_one_pass(name, monkeypatch):
     path = next(p for p in shared_traces() if trace_id(p) == name)
     gpu, cpu, meta, warnings, _ = _parse(path, monkeypatch, None)
-    merges = 0
-    for segment, cores in ((64 << 10, 2), (1 << 20, 3), (3 << 20, 2)):
-        g, c, m, w, merged = _parse(path, monkeypatch, segment, cores)
+    merges, spilled = 0, []
+    for segment, cores, plan in ((64 << 10, 2, SPILLING), (1 << 20, 3, SPILLING),
+                                 (3 << 20, 2, SPILLING), (1 << 20, 2, IN_MEMORY)):
+        g, c, m, w, merged = _parse(path, monkeypatch, segment, cores, plan, spilled)
         assert g.equals(gpu) and c.equals(cpu), (name, segment)
         assert m == meta and w == warnings, (name, segment)
         merges += merged
-    assert merges >= 3  # the cuts were made and used
+    assert merges >= 4  # the cuts were made and used
+    assert all(spilled[:3]) and not spilled[3]  # blocks spilled before their merge, or not
 
 
 @needs_shared
@@ -185,7 +208,7 @@ def test_no_thread_left_behind(tmp_path, monkeypatch):
 
     monkeypatch.setattr(reader, "_merge", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        traceviz.parse_trace(good)
+        traceviz.parse_trace(good, plan=SPILLING)
     assert threading.active_count() == before
 
 
