@@ -240,3 +240,21 @@ def test_no_segments_without_room_in_the_budget(tmp_path, monkeypatch):
         parsed = traceviz.parse_trace(path, plan=MemoryPlan(budget=budget, runtime=runtime))
         parsed.close()
         assert used == expected, budget
+
+
+def test_streams_of_several_members_or_frames(tmp_path, monkeypatch):
+    """A gzip file of several members, and a zstd file of several frames (streaming
+    writers that flush), cut at arbitrary bytes of the text: the same tables in segments
+    as in one pass."""
+    data = trace_text(launch_events(3000))
+    cuts = [0, 1234, len(data) // 3, len(data) // 3 + 7, 2 * len(data) // 3, len(data)]
+    pieces = [data[a:b] for a, b in zip(cuts, cuts[1:])]
+    gz = tmp_path / "members.json.gz"
+    gz.write_bytes(b"".join(gzip.compress(p) for p in pieces))
+    zst = tmp_path / "frames.json.zst"
+    zst.write_bytes(b"".join(zstandard.ZstdCompressor().compress(p) for p in pieces))
+    for path in (gz, zst):
+        one = _parse(path, monkeypatch, None)
+        parts = _parse(path, monkeypatch, 30_000, cores=3)
+        assert parts[4] and parts[0].equals(one[0]) and parts[1].equals(one[1])
+        assert parts[2] == one[2] and parts[3] == one[3] == []
