@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 
 import traceviz
 from traceviz.parsing.budget import MemoryPlan
-from traceviz.parsing.columns import SpillBudget
+from traceviz.parsing.columns import Block, SpillBudget
 from traceviz.parsing.output_columns import OutputColumns
 
 
@@ -89,3 +89,32 @@ def test_output_columns_spill_only_past_the_bound(tmp_path):
     assert pq.read_table(tmp_path / "t.parquet").replace_schema_metadata(None).equals(expected)
     out.close()
     budget.close()
+
+
+def test_coalesce_joins_blocks_in_memory_by_identity():
+    """Neighbouring blocks in memory join up to the row limit (columns, ts range, start);
+    spilled ones stay apart; blocks equal in every plain field (two parts' first blocks)
+    are told apart by identity, not value."""
+    budget = SpillBudget(1 << 30)
+    try:
+        def block(start, ts):
+            b = Block(start=start, rows=len(ts), store="ops", ts_min=min(ts), ts_max=max(ts),
+                      columns={"ts": np.array(ts, dtype=np.int64)})
+            budget.add(b)
+            return b
+
+        twin = block(3, [2, 9, 1])  # another part's block: as ``second`` but its values
+        first, second, third, fourth = (block(0, [5, 6, 7]), block(3, [1, 9, 2]),
+                                        block(6, [4, 4, 4]), block(9, [8]))
+        held = budget._held["ops"]
+        budget._spill(held.pop(next(k for k, b in enumerate(held) if b is third)))
+        blocks = [first, second, third, fourth]
+        budget.coalesce(blocks, rows=6)
+        assert [(b.start, b.rows) for b in blocks] == [(0, 6), (6, 3), (9, 1)]
+        np.testing.assert_array_equal(blocks[0].get("ts"), [5, 6, 7, 1, 9, 2])
+        assert (blocks[0].ts_min, blocks[0].ts_max) == (1, 9)
+        assert blocks[1] is third and blocks[1].get("ts").tolist() == [4, 4, 4]
+        assert any(b is twin for b in held) and any(b is blocks[0] for b in held)
+        assert not any(b is first or b is second for b in held)
+    finally:
+        budget.close()

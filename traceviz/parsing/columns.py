@@ -159,9 +159,9 @@ class SpillBudget:
                                ts_max=max(prev.ts_max, block.ts_max),
                                columns={k: np.concatenate([v, block.columns[k]])
                                         for k, v in prev.columns.items()})
-                held = self._held[block.store]
+                held = self._held[block.store]  # by identity: blocks compare by value
                 held[next(k for k, b in enumerate(held) if b is prev)] = joined
-                held.remove(block)
+                del held[next(k for k, b in enumerate(held) if b is block)]
                 out[-1] = joined
             blocks[:] = out
 
