@@ -17,7 +17,7 @@ from helpers import launch_events, needs_shared, shared_traces, trace_id, trace_
 import traceviz
 import traceviz.parsing.reader as reader
 from traceviz.errors import TraceError
-from traceviz.parsing.budget import FIXED_WORK, SEGMENT_WORK, MemoryPlan
+from traceviz.parsing.budget import FIXED_WORK, SEGMENT_OVERHEAD, MemoryPlan
 from traceviz.parsing.segments import EVENT_BOUNDARY
 
 REAL = ("hta/trace_diff/control/control.json.gz",
@@ -228,14 +228,15 @@ def test_batch_workers_share_the_cores(tmp_path, monkeypatch):
 
 def test_no_segments_without_room_in_the_budget(tmp_path, monkeypatch):
     """A budget that does not cover the segments' read ahead (runtime + fixed working
-    memory + SEGMENT_WORK) scans a compressed trace in one pass."""
+    memory + what segments take here: reader.segment_work) scans a compressed trace in
+    one pass."""
     _mode(monkeypatch, 4096)
     path = _gz(tmp_path, "t.json.gz", trace_text(launch_events(2000)))
     used = []
     segments = reader._scan_segments
     monkeypatch.setattr(reader, "_scan_segments", lambda *a: used.append(1) or segments(*a))
     runtime = 200 << 20
-    least = runtime + FIXED_WORK + SEGMENT_WORK
+    least = runtime + FIXED_WORK + reader.segment_work()
     for budget, expected in ((least - (1 << 20), []), (least, [1])):
         parsed = traceviz.parse_trace(path, plan=MemoryPlan(budget=budget, runtime=runtime))
         parsed.close()
@@ -258,3 +259,14 @@ def test_streams_of_several_members_or_frames(tmp_path, monkeypatch):
         parts = _parse(path, monkeypatch, 30_000, cores=3)
         assert parts[4] and parts[0].equals(one[0]) and parts[1].equals(one[1])
         assert parts[2] == one[2] and parts[3] == one[3] == []
+
+
+def test_read_ahead_grows_with_the_scanners(monkeypatch):
+    """Each scanner but one may have a whole segment waiting (so that all of them read
+    while the next segment is inflated), at most MAX_PARTS scanners; what segments take
+    above one pass grows with it."""
+    for cores, segments_ahead in ((1, 1), (2, 1), (3, 2), (8, 7), (64, 7)):
+        monkeypatch.setattr(reader, "_cores", lambda n=cores: n)
+        ahead = segments_ahead * reader.SEGMENT_BYTES
+        assert reader._read_ahead(min(cores, reader.MAX_PARTS)) == ahead
+        assert reader.segment_work() == SEGMENT_OVERHEAD + ahead

@@ -38,7 +38,7 @@ from ..classify.patterns import Patterns, load_patterns
 from ..classify.phases import LaunchFacts, classify
 from ..errors import TraceVizError, UsageError
 from ..parsing import fields as L
-from ..parsing.budget import SEGMENT_WORK, MemoryPlan, release_free_memory
+from ..parsing.budget import MemoryPlan, release_free_memory
 from ..parsing.cpu_table import CPU_ONLY_FIELDS, cpu_columns
 from ..parsing.device_tasks import (
     adopt_device_tasks,
@@ -55,6 +55,7 @@ from ..parsing.reader import (
     ScannedTrace,
     jit_loaded,
     scan_trace,
+    segment_work,
 )
 from ..table.arrays import column, fixed_dictionary, strings
 from ..table.io import atomic_path
@@ -108,7 +109,7 @@ def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
     try:
         scanned = scan_trace(src, memory_budget=plan.scan_blocks, chunk_size=chunk_size,
                              drop=None if cpu else CPU_ONLY_FIELDS,
-                             segments=plan.room_for(SEGMENT_WORK))
+                             segments=plan.room_for(segment_work()))
     except OSError as exc:
         raise _spill_error(src, exc) from None
     try:

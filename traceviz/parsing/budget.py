@@ -6,7 +6,7 @@ a fixed part, measured when the parse starts; the rest, the data share, is split
 
 * while scanning, an eighth holds sealed column blocks (more spill to disk); a
   compressed trace is scanned in segments on every core only where the budget has room
-  for their read ahead (:data:`SEGMENT_WORK`), else in one pass;
+  for their read ahead (``reader.segment_work``), else in one pass;
 * when building the tables, the joins' working set gets a sixth, and the output columns
   held in memory an eighth less what the per-activity link arrays take while the
   columns are made (so on large traces every output column spills). A trace that
@@ -41,11 +41,11 @@ JIT_RESERVE = 64 << 20  # loading the compiled scanner the first time in a proce
 # bytes per activity)
 LINK_BYTES_PER_ACTIVITY = 64
 BUILD_WORK = 48 << 20
-# what scanning a compressed trace in segments on every core holds above one pass (the
-# inflated bytes read ahead, a scan buffer per scanner, the scanner threads' heaps;
-# measured: +36-45 MB on a 0.5 GB .json.gz): a budget without room for it scans in one
-# pass
-SEGMENT_WORK = 48 << 20
+# what scanning a compressed trace in segments on every core holds above one pass besides
+# the inflated bytes read ahead (a scan buffer per scanner, the scanner threads' heaps;
+# measured: +36-45 MB on a 0.5 GB .json.gz with 8 MB read ahead and two scanners); see
+# reader.segment_work: a budget without room for both scans in one pass
+SEGMENT_OVERHEAD = 40 << 20
 
 
 def use_system_allocator() -> None:

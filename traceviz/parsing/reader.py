@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import TraceError
 from . import fields as L
-from .budget import release_free_memory
+from .budget import SEGMENT_OVERHEAD, release_free_memory
 from .columns import ColumnStore, SpillBudget
 from .header import Header
 from .scanner import _thread, scan
@@ -33,8 +33,8 @@ PARALLEL_MIN = 64 << 20  # plain traces from this size on are scanned in parts a
 MAX_PARTS = 8  # scanners of one trace at most
 _SPLIT_WINDOW = 1 << 20  # bytes searched for an event boundary where a trace is split
 STREAM_MIN = 2 << 20  # compressed traces from this size on are scanned in segments
-# decompressed bytes per segment of a compressed trace, and what inflating may run ahead
-# of the scanners (measured: larger ones are no faster on a 0.5 GB trace, and cost memory)
+# decompressed bytes per segment of a compressed trace (measured: larger ones are no
+# faster on a 0.5 GB trace, and cost memory)
 SEGMENT_BYTES = 8 << 20
 BLOCK_ROWS = 1 << 14
 _MAX_METADATA = 65536
@@ -477,6 +477,17 @@ def _scan_parts(path, splits: list[int], budget: SpillBudget, chunk_size: int,
                    sum(s.compressed_bytes for s in sources) + k - 1)
 
 
+def _read_ahead(threads: int) -> int:
+    """Inflated bytes that may wait for ``threads`` scanners: a segment for each scanner
+    but one (each has a segment to read while the next is inflated)."""
+    return max(threads - 1, 1) * SEGMENT_BYTES
+
+
+def segment_work() -> int:
+    """Bytes that scanning a compressed trace in segments takes here above one pass."""
+    return SEGMENT_OVERHEAD + _read_ahead(min(_cores(), MAX_PARTS))
+
+
 def _scan_segments(path, budget: SpillBudget, chunk_size: int,
                    drop: dict[str, tuple[str, ...]]) -> ScannedTrace | None:
     """Scan the compressed trace file ``path`` as segments cut while it is inflated
@@ -485,7 +496,7 @@ def _scan_segments(path, budget: SpillBudget, chunk_size: int,
     (:class:`_InOrder`; None: scan in one pass)."""
     threads = min(_cores(), MAX_PARTS)
     todo: queue.Queue = queue.Queue()
-    splitter = Splitter(ByteSource(path), SEGMENT_BYTES, SEGMENT_BYTES, todo.put)
+    splitter = Splitter(ByteSource(path), SEGMENT_BYTES, _read_ahead(threads), todo.put)
     size = {"chunk_size": max(chunk_size // threads, 1 << 16),
             "block_rows": BLOCK_ROWS // threads}
     results: dict[int, dict] = {}
