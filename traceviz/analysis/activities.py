@@ -118,14 +118,10 @@ def activities(table: pa.Table, options: Options = Options(), offset_ns: int = 0
         launch_ts = np.where(launched, round_ts, -1)
         launch_end = np.where(launched, round_end, -1)
     if keep.all() and (ts[1:] >= ts[:-1]).all():  # a parsed table: kept whole, in order
-        def take(a: np.ndarray) -> np.ndarray:
-            return a
+        rows: slice | np.ndarray = slice(None)  # views, no copies
     else:
         rows = np.flatnonzero(keep)
         rows = rows[np.argsort(ts[rows], kind="stable")]
-
-        def take(a: np.ndarray) -> np.ndarray:
-            return a[rows]
     del keep
     launch_name, launch_names = _names(table, "launch_name")
     nbytes = _column(table, "bytes", ints)
@@ -136,17 +132,17 @@ def activities(table: pa.Table, options: Options = Options(), offset_ns: int = 0
         bandwidth = np.where(np.isnan(given), bandwidth, given)
     return RankActivities(
         rank=int(meta.get("rank", -1)) if rank is None else rank, meta=meta,
-        ts=_moved(take(ts), offset_ns), end=_moved(take(end), offset_ns), kind=take(kind),
-        phase=take(_column(table, "phase", lambda c: index_in(c, PHASES))),
-        microbatch=take(_column(table, "microbatch", ints)),
-        chunk=take(_column(table, "chunk", ints)),
-        group=take(_column(table, "comm_group", lambda c: index_in(c, GROUPS))),
-        collective=take(_column(table, "collective", lambda c: index_in(c, COLLECTIVES))),
-        iteration=take(iteration), name=take(name), names=names,
-        device=take(_column(table, "device", ints)), stream=take(stream),
-        launch_ts=take(launch_ts), launch_end=take(launch_end),
-        launch_name=take(launch_name), launch_names=launch_names,
-        bandwidth=take(bandwidth), offset_ns=offset_ns)
+        ts=_moved(ts[rows], offset_ns), end=_moved(end[rows], offset_ns), kind=kind[rows],
+        phase=_column(table, "phase", lambda c: index_in(c, PHASES))[rows],
+        microbatch=_column(table, "microbatch", ints)[rows],
+        chunk=_column(table, "chunk", ints)[rows],
+        group=_column(table, "comm_group", lambda c: index_in(c, GROUPS))[rows],
+        collective=_column(table, "collective", lambda c: index_in(c, COLLECTIVES))[rows],
+        iteration=iteration[rows], name=name[rows], names=names,
+        device=_column(table, "device", ints)[rows], stream=stream[rows],
+        launch_ts=launch_ts[rows], launch_end=launch_end[rows],
+        launch_name=launch_name[rows], launch_names=launch_names,
+        bandwidth=bandwidth[rows], offset_ns=offset_ns)
 
 
 def _moved(times: np.ndarray, offset_ns: int) -> np.ndarray:

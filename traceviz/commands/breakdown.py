@@ -24,7 +24,7 @@ def run(paths: list[str | os.PathLike], options: Options = Options(), *,
     for rank, _, table in rank_tables(input_files(paths), COLUMNS, failed,
                                       OPTIONAL_COLUMNS):
         acts = activities(table, options, rank=rank)
-        del table  # the arrays are copies: the last rank's table is not kept for the analyses
+        del table  # the activities hold only the buffers they read, not the whole table
         if ranks is None or acts.rank in ranks:
             selected.append(acts)
     if not selected:

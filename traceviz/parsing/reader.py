@@ -436,45 +436,27 @@ def _event_modes(head: bytes) -> tuple[int, int]:
 
 def _scan_parts(path, splits: list[int], budget: SpillBudget, chunk_size: int,
                 drop: dict[str, tuple[str, ...]]) -> ScannedTrace | None:
-    """Scan ``path`` as the byte ranges between the commas at ``splits`` at once (this
-    thread the first, one thread each the others, from the scanner state just after a
-    comma between events) into one budget, and merge them in file order
-    (:class:`_InOrder`; None: scan in one pass)."""
-    items, after = _event_modes(_file_head(path))
-    k = len(splits) + 1
+    """Scan ``path`` as the byte ranges between the commas at ``splits``, one thread
+    each, from the scanner state just after a comma between events, into one budget
+    (:func:`_scan_in_order`; None: scan in one pass)."""
+    head = _file_head(path)
     starts, stops = [0] + [p + 1 for p in splits], [*splits, None]
-    # each part is read in its scanner's thread; the k scanners together hold about
-    # what one pass holds
-    sources = [FileRange(path, lo, hi) for lo, hi in zip(starts, stops)]
-    size = {"chunk_size": max(chunk_size // k, 1 << 16), "block_rows": BLOCK_ROWS // k}
-    results: list[dict] = [{} for _ in range(k)]
-
-    def run(i: int) -> None:
-        try:
-            results[i]["part"] = _scan(sources[i], budget, drop=drop, start=starts[i],
-                                       mode=items if i else None, **size)
-        except BaseException as exc:  # noqa: BLE001 - handed to the first thread
-            results[i]["error"] = exc
-
-    workers = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(1, k)]
-    for w in workers:
-        w.start()
+    # each part is read in its scanner's thread
+    sources = [FileRange(path, k, lo, hi) for k, (lo, hi) in enumerate(zip(starts, stops))]
+    todo: queue.Queue = queue.Queue()
+    for source in sources:
+        todo.put(source)
     try:
-        run(0)
+        whole = _scan_in_order(todo, len(sources), lambda: head,
+                               lambda: [s.stop_reading() for s in sources],
+                               budget, chunk_size, drop)
     finally:
-        for w in workers:
-            w.join()  # each part reads its own range to its end: never blocked
         for source in sources:
             source.close()
-        # the other scanners' buffers were freed in their threads' heaps, which the main
-        # thread's allocations do not reuse: give them back to the OS
-        release_free_memory()
-    merged = _InOrder(after)
-    for i, got in enumerate(results):
-        if not merged.take(got, last=i == k - 1):
-            return None
-    return _finish(merged.whole, budget, sum(s.bytes_out for s in sources) + k - 1,
-                   sum(s.compressed_bytes for s in sources) + k - 1)
+    if whole is None:
+        return None
+    return _finish(whole, budget, sum(s.bytes_out for s in sources) + len(splits),
+                   sum(s.compressed_bytes for s in sources) + len(splits))
 
 
 def _read_ahead(threads: int) -> int:
@@ -491,34 +473,54 @@ def segment_work() -> int:
 def _scan_segments(path, budget: SpillBudget, chunk_size: int,
                    drop: dict[str, tuple[str, ...]]) -> ScannedTrace | None:
     """Scan the compressed trace file ``path`` as segments cut while it is inflated
-    (:class:`~.segments.Splitter`), one scanner thread per core taking the next segment,
-    into one budget; segments are merged in stream order as they are done
-    (:class:`_InOrder`; None: scan in one pass)."""
+    (:class:`~.segments.Splitter`), one scanner thread per core, into one budget
+    (:func:`_scan_in_order`; None: scan in one pass)."""
     threads = min(_cores(), MAX_PARTS)
     todo: queue.Queue = queue.Queue()
     splitter = Splitter(ByteSource(path), SEGMENT_BYTES, _read_ahead(threads), todo.put)
+    try:
+        splitter.start()
+    except BaseException:
+        splitter.stop()  # closes the source
+        raise
+    whole = _scan_in_order(todo, threads, lambda: splitter.head, splitter.stop, budget,
+                           chunk_size, drop)
+    if whole is None:
+        return None
+    source = splitter.source
+    return _finish(whole, budget, source.bytes_out, source.compressed_bytes)
+
+
+def _scan_in_order(todo: queue.Queue, threads: int, head, stop, budget: SpillBudget,
+                   chunk_size: int, drop: dict[str, tuple[str, ...]]) -> _Part | None:
+    """Scan the parts of one trace that ``todo`` gives, in order (byte sources with
+    ``index``, ``start`` and ``stop``; the last one's ``stop`` None), on ``threads``
+    threads that each take the next part, and merge them in order as they are done
+    (:class:`_InOrder`): the whole trace's part, or None to scan in one pass.
+    ``head()`` is the trace's first bytes (known once the first part has bytes);
+    ``stop()`` makes the parts' reads give up (called first when done, or on the way out
+    of an error)."""
     size = {"chunk_size": max(chunk_size // threads, 1 << 16),
             "block_rows": BLOCK_ROWS // threads}
     results: dict[int, dict] = {}
     done = threading.Condition()
 
     def work() -> None:
-        while (seg := todo.get()) is not None:
+        while (source := todo.get()) is not None:
             got: dict = {}
             try:
-                mode = _event_modes(splitter.head)[0] if seg.index else None
-                got["part"] = _scan(seg, budget, drop=drop, start=seg.start, mode=mode,
-                                    **size)
+                mode = _event_modes(head())[0] if source.index else None
+                got["part"] = _scan(source, budget, drop=drop, start=source.start,
+                                    mode=mode, **size)
             except BaseException as exc:  # noqa: BLE001 - handed to the merging thread
                 got["error"] = exc
             with done:
-                results[seg.index] = got
+                results[source.index] = got
                 done.notify_all()
 
     workers = [threading.Thread(target=work, daemon=True) for _ in range(threads)]
     merged = None
     try:
-        splitter.start()
         for w in workers:
             w.start()
         for i in itertools.count():
@@ -527,22 +529,22 @@ def _scan_segments(path, budget: SpillBudget, chunk_size: int,
                     done.wait()
                 got = results.pop(i)
             if merged is None:
-                merged = _InOrder(_event_modes(splitter.head)[1])
+                merged = _InOrder(_event_modes(head())[1])
             last = "part" in got and got["part"].source.stop is None
             if not merged.take(got, last):
                 return None
             if last:
-                break
+                return merged.whole
     finally:
-        splitter.stop()
+        stop()
         for _ in workers:
             todo.put(None)
         for w in workers:
             if w.ident is not None:  # started
                 w.join()
+        # the scanners' buffers were freed in their threads' heaps, which the main
+        # thread's allocations do not reuse: give them back to the OS
         release_free_memory()
-    source = splitter.source
-    return _finish(merged.whole, budget, source.bytes_out, source.compressed_bytes)
 
 
 class _InOrder:

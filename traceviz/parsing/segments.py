@@ -20,17 +20,12 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from .source import ByteSource
+from .source import ByteSource, Stopped
 
 # "}" "," "{" '"' with whitespace between: the end of one event and the start of the
 # next, unless the bytes are inside a string (then the parts do not meet: one pass)
 EVENT_BOUNDARY = re.compile(rb"\}\s*(,)\s*\{\s*\"")
 HEAD_BYTES = 4096  # the stream's first bytes kept: what its JSON text starts with
-
-
-class Stopped(Exception):
-    """The scan of the segments was abandoned (an error elsewhere, or one pass after
-    all); raised by a segment's reads."""
 
 
 class Segment:

@@ -293,7 +293,7 @@ class _Prefixed(io.RawIOBase):
 
 class FileRange:
     """The bytes ``[start, stop)`` of the plain file ``path`` (``stop`` None: to its end),
-    named after the file: one part of a plain trace scanned on its own, with
+    named after the file: part ``index`` of a plain trace scanned in parts, with
     :class:`ByteSource`'s reading interface. Read in the caller's thread straight into the
     caller's buffer: the parts scanned at once overlap one another's reads, so a reader
     thread per part only added a copy and a hand-over per buffer (~10 % of a 0.5 GB
@@ -302,17 +302,27 @@ class FileRange:
     compression = "none"
     stream_truncated = False
 
-    def __init__(self, path: str | os.PathLike, start: int, stop: int | None) -> None:
+    def __init__(self, path: str | os.PathLike, index: int, start: int, stop: int | None
+                 ) -> None:
         self.name = os.fspath(path)
+        self.index = index
+        self.start = start
+        self.stop = stop
         self._fh = open(self.name, "rb", buffering=0)
         self._fh.seek(start)
         self._left = None if stop is None else stop - start
-        self.stop = stop
+        self._stopped = False
         self.bytes_out = 0
-        self.compressed_bytes = 0
+
+    @property
+    def compressed_bytes(self) -> int:
+        return self.bytes_out  # a plain file
 
     def readinto(self, out: memoryview) -> int:
-        """Fill ``out`` with up to ``len(out)`` bytes; 0 means end of the range."""
+        """Fill ``out`` with up to ``len(out)`` bytes; 0 means end of the range. Raises
+        :class:`Stopped` once :meth:`stop_reading` was called."""
+        if self._stopped:
+            raise Stopped
         if self._left is not None:
             out = out[:self._left]
         got = 0
@@ -328,8 +338,16 @@ class FileRange:
         if self._left is not None:
             self._left -= got
         self.bytes_out += got
-        self.compressed_bytes += got
         return got
+
+    def stop_reading(self) -> None:
+        """Make the next read give up (the scan of the parts was abandoned)."""
+        self._stopped = True
 
     def close(self) -> None:
         self._fh.close()
+
+
+class Stopped(Exception):
+    """The scan of a trace's parts was abandoned (an error elsewhere, or one pass after
+    all); raised by a part's reads."""
