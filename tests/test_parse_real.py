@@ -73,6 +73,8 @@ def test_activities_beyond_the_budget_are_a_warning():
     n = traceviz.parse(path).num_rows
     runtime, work = 200 << 20, 1 << 16
     need = runtime + BUILD_WORK + n * LINK_BYTES_PER_ACTIVITY
+    # the runtime and fixed work are covered: the build and the activities are the reason
+    assert need - 1 > runtime + work and n * LINK_BYTES_PER_ACTIVITY > work
     short = traceviz.parse_trace(path, plan=MemoryPlan(need - 1, runtime, work=work))
     line, = (w for w in short.warnings if "per-activity arrays" in w)
     assert f"{n / 1e6:.1f} M GPU activities" in line
