@@ -2,6 +2,7 @@
 small independent references (plain-Python interval unions), small synthetic traces."""
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -82,3 +83,17 @@ def trace_text(events: list[dict], array: bool = False) -> bytes:
         return json.dumps(events, indent=1).encode()
     return json.dumps({"schemaVersion": 1, "traceEvents": events,
                        "traceName": "after the events"}, indent=1).encode()
+
+
+@contextlib.contextmanager
+def parking_everything(slice_rows: int = 997):
+    """Park every per-activity array, however small, and work on parked arrays
+    ``slice_rows`` activities at a time (traceviz.table.parked), inside the block."""
+    from traceviz.table import parked
+
+    saved = parked.PARK_MIN_BYTES, parked.SLICE_ROWS
+    parked.PARK_MIN_BYTES, parked.SLICE_ROWS = 0, slice_rows
+    try:
+        yield
+    finally:
+        parked.PARK_MIN_BYTES, parked.SLICE_ROWS = saved

@@ -7,6 +7,7 @@ import json
 from decimal import ROUND_HALF_UP, Decimal, localcontext
 
 import numpy as np
+from helpers import parking_everything
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonwriter import Raw, dumps
@@ -121,12 +122,17 @@ def test_random_traces_match_reference(data, chunk):
 @given(data=traces())
 def test_partitioned_joins_equal_in_memory(data):
     """A budget too small for the joins (many hash parts, many time buckets, spilled
-    columns) gives exactly the in-memory result."""
+    columns) gives exactly the in-memory result; so do per-activity arrays parked in
+    files and worked on three activities at a time."""
     full = traceviz.parse_trace(io.BytesIO(data), chunk_size=64)
     tiny = traceviz.parse_trace(io.BytesIO(data), chunk_size=64, plan=MemoryPlan.fixed(700))
-    assert tiny.activities.replace_schema_metadata(None).equals(
-        full.activities.replace_schema_metadata(None))
-    tiny.close()
+    with parking_everything(slice_rows=3):
+        parked = traceviz.parse_trace(io.BytesIO(data), chunk_size=64,
+                                      plan=MemoryPlan.fixed(700))
+    for other in (tiny, parked):
+        assert other.activities.replace_schema_metadata(None).equals(
+            full.activities.replace_schema_metadata(None))
+        other.close()
 
 
 def test_numbers_exact_beyond_float():

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from helpers import needs_shared, shared_traces, trace_id
+from helpers import needs_shared, parking_everything, shared_traces, trace_id
 from reference import activities, event_count, load, read_bytes
 
 import traceviz
@@ -64,22 +64,25 @@ def test_small_budget_same_table(name):
 
 @needs_shared
 def test_activities_beyond_the_budget_are_a_warning():
-    """The per-activity arrays are held in memory: a budget that covers the runtime but
-    not them draws one warning with the expected peak (runtime + the build's fixed work +
-    activities x LINK_BYTES_PER_ACTIVITY); that much budget, none."""
-    from traceviz.parsing.budget import BUILD_WORK, LINK_BYTES_PER_ACTIVITY
+    """A budget that covers the runtime but not the activities parks their arrays in
+    files; one that does not cover even what the parked build holds per activity draws
+    one warning with the expected peak (runtime + the build's fixed work + activities x
+    PARKED_BYTES_PER_ACTIVITY); that much budget, none (and the arrays parked)."""
+    from traceviz.parsing.budget import BUILD_WORK, PARKED_BYTES_PER_ACTIVITY
 
     path = next(p for p in TRACES if trace_id(p) == "hta/trace_diff/control/control.json.gz")
     n = traceviz.parse(path).num_rows
     runtime, work = 200 << 20, 1 << 16
-    need = runtime + BUILD_WORK + n * LINK_BYTES_PER_ACTIVITY
+    need = runtime + BUILD_WORK + n * PARKED_BYTES_PER_ACTIVITY
     # the runtime and fixed work are covered: the build and the activities are the reason
-    assert need - 1 > runtime + work and n * LINK_BYTES_PER_ACTIVITY > work
+    assert need - 1 > runtime + work and n * PARKED_BYTES_PER_ACTIVITY > work
     short = traceviz.parse_trace(path, plan=MemoryPlan(need - 1, runtime, work=work))
     line, = (w for w in short.warnings if "per-activity arrays" in w)
     assert f"{n / 1e6:.1f} M GPU activities" in line
     assert f"expect a peak of up to ~{need >> 20} MB" in line
-    enough = traceviz.parse_trace(path, plan=MemoryPlan(need, runtime, work=work))
+    with parking_everything():  # the arrays of this small trace are parked too
+        enough = traceviz.parse_trace(path, plan=MemoryPlan(need, runtime, work=work))
     assert not [w for w in enough.warnings if "per-activity arrays" in w]
+    assert enough.meta["stats"]["parked_bytes"] > 0
     for parsed in (short, enough):
         parsed.close()

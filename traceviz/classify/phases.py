@@ -55,6 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..table.arrays import group_positions
+from ..table.parked import InMemory
 from ..table.schema import BWD, FWD, OPTIMIZER, OTHER, RECOMPUTE
 from ..topology.schedule import schedule_table, warmup
 
@@ -369,24 +370,33 @@ def detect_vpp(kinds: list[np.ndarray], pp: int, stage: int | None,
 
 def classify(facts: LaunchFacts, frames: dict[str, tuple[np.ndarray, np.ndarray]],
              main_thread: int, pp: int, vpp: int | None, stage: int | None = 0,
-             interleaved: bool | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                       dict]:
+             interleaved: bool | None = None, store: InMemory | None = None
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
     """Phase codes, micro-batch and chunk per activity, and the evidence used. ``vpp``
     None: found from the trace (:func:`detect_vpp`; ``stage``: this rank's pipeline
-    stage, None unknown; ``interleaved``: what the schedule's frame says)."""
+    stage, None unknown; ``interleaved``: what the schedule's frame says).
+
+    ``store`` (:mod:`traceviz.table.parked`) holds the per-activity results and working
+    arrays; when it parks them, each iteration's work touches only that iteration's
+    activities (they are contiguous but for the launches that overlap the iteration's
+    edges), and their pages are released after it."""
+    store = store or InMemory()
     n = facts.ts.shape[0]
-    phase = np.full(n, OTHER, dtype=np.int8)
-    mb = np.full(n, -1, dtype=np.int32)
-    chunk = np.zeros(n, dtype=np.int32)
+    phase = store.full(n, OTHER, np.int8)
+    mb = store.full(n, -1, np.int32)
+    chunk = store.full(n, 0, np.int32)
     use_frames = frames["forward_step"][0].shape[0] > 0
     eligible = op_threads(facts, main_thread)
     # no launch inside any cpu_op: nothing states what the work is (GPU-only traces)
     unknown = not use_frames and facts.in_op is not None and not facts.in_op.any()
     if unknown:
         eligible[:] = False
+    eligible = store.keep(eligible)
     its = np.unique(facts.iteration)  # -1 (outside every step) first, if any
     shift = its[0] if n else 0
     by_iteration, bounds = group_positions(facts.iteration - shift, its - shift)
+    by_iteration = store.keep(by_iteration)
+    store.release()
     found = []  # per iteration: (rows, ops, op_of)
     for k in range(its.shape[0]):
         rows = by_iteration[bounds[k]:bounds[k + 1]]  # ascending
@@ -403,7 +413,8 @@ def classify(facts: LaunchFacts, frames: dict[str, tuple[np.ndarray, np.ndarray]
         else:
             own = rows[(facts.ts[rows] >= 0) & eligible[rows]]
             *ops, op_of = ops_from_threads(facts, own, main_thread)
-            found.append((rows, tuple(ops), (own, op_of)))
+            found.append((rows, tuple(ops), (store.keep(own), store.keep(op_of))))
+        store.release()
     if vpp is None:
         vpp, schedule = detect_vpp([ops[2] for _, ops, _ in found], pp, stage, interleaved)
     else:
@@ -413,11 +424,14 @@ def classify(facts: LaunchFacts, frames: dict[str, tuple[np.ndarray, np.ndarray]
         counts = classify_iteration(facts, rows, ops, op_of, pp, vpp, phase, mb, chunk,
                                     eligible)
         linked, backward = linked + counts[0], backward + counts[1]
+        store.release()
     renamed = 0
     if facts.backward_named is not None:  # a kernel whose name says backward is BWD
         wrong = facts.backward_named & (phase != BWD) & (phase != RECOMPUTE)
         renamed = int(wrong.sum())
         phase[wrong], mb[wrong], chunk[wrong] = BWD, -1, 0
+        del wrong
+        store.release()
     evidence = {
         "micro-batch ops": ("python frames forward_step / backward_step" if use_frames else
                             "none: no launch inside a cpu_op (phases OTHER but for "

@@ -38,7 +38,7 @@ from ..classify.patterns import Patterns, load_patterns
 from ..classify.phases import LaunchFacts, classify
 from ..errors import TraceVizError, UsageError
 from ..parsing import fields as L
-from ..parsing.budget import MemoryPlan, release_free_memory
+from ..parsing.budget import MemoryPlan
 from ..parsing.cpu_table import CPU_ONLY_FIELDS, cpu_columns
 from ..parsing.device_tasks import (
     adopt_device_tasks,
@@ -59,6 +59,7 @@ from ..parsing.reader import (
 )
 from ..table.arrays import column, fixed_dictionary, strings
 from ..table.io import atomic_path
+from ..table.parked import InMemory, Parking, release_free_memory
 from ..table.schema import (
     ACTIVITY_CATS,
     ACTIVITY_COLUMNS,
@@ -248,7 +249,9 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     pid_of, tid_of = thread_numbers(scanned.threads)
     kind_of_name = _name_kinds(s, gpu, patterns)
     lookups = _lookups(s, patterns)
-    links = link(scanned, lookups, work_bytes)
+    store = (Parking(lambda: scanned.budget.new_path("p")) if plan.parks(len(gpu))
+             else InMemory())
+    links = link(scanned, lookups, work_bytes, store)
     links.stats["device tasks without a category"] = tasks
     n = links.rows.shape[0]
     out = OutputColumns(n, scanned.budget, spill_bytes=plan.output_held(n),
@@ -257,13 +260,14 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     def put(col: str, values, mask=None, type_=None):
         out.add(col, values if isinstance(values, pa.Array)
                 else column(values, type_, mask))
+        store.release()
 
     # The per-activity arrays (tens of MB each at a few million activities) are put and
     # dropped as soon as nothing later needs them: those the phases do not read go first,
     # so the phases and the columns held never meet them.
     put("correlation", links.corr)
     links.corr = None
-    no_launch = links.launch_row < 0
+    no_launch = store.keep(links.launch_row < 0)
     lg = launch.gatherer(links.launch_row)
     put("launch_dur", lg("dur"), no_launch, pa.int64())
     launch_name = lg("name")
@@ -280,11 +284,11 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     op_ext = og("external_id")
     put("cpu_op_external_id", op_ext, op_ext < 0, pa.int64())
     del op_ext, og
-    name = gpu.gather("name", links.rows)
+    name = store.keep(gpu.gather("name", links.rows))
     said_backward = s.matches(patterns.phases["backward_name"])
-    backward_named = said_backward[name] | said_backward[op_name]
+    backward_named = store.keep(said_backward[name] | said_backward[op_name])
     del op_name
-    kind = kind_of_name[name]
+    kind = store.keep(kind_of_name[name])
     # a kernel with collective metadata (its own args, or the record_param_comms its
     # launch ran in) is a collective whatever its name says
     kind[((links.comm_row >= 0) | links.in_rpc) & (links.cls == L.CLS_KERNEL)] = COMM
@@ -292,10 +296,12 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     kind[(links.cls == L.CLS_MEMCPY) | (links.cls == L.CLS_MEMSET)] = MEM
     coll = _collective_meta(scanned, s, patterns, links.comm_row, kind == COMM, topology, name)
     links.comm_row = None
-    memory = np.zeros(n, dtype=np.int8)  # 1 memcpy, 2 memset
+    coll.groups = store.keep(coll.groups)
+    store.release()
+    memory = store.full(n, 0, np.int8)  # 1 memcpy, 2 memset
     memory[links.cls == L.CLS_MEMCPY], memory[links.cls == L.CLS_MEMSET] = 1, 2
     phase, microbatch, chunk, evidence = _phases(s, patterns, links, coll, memory,
-                                                 backward_named, pipeline, vpp)
+                                                 backward_named, pipeline, vpp, store)
     del memory, backward_named
     stats, steps, cls, rows = links.stats, links.steps, links.cls, links.rows
     launch_ts, launch_thread, iteration = links.launch_ts, links.launch_thread, links.iteration
@@ -307,7 +313,8 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
                       "comm_group_evidence": coll.evidence}
     put("launch_ts", launch_ts, no_launch, pa.int64())
     del launch_ts, no_launch
-    launch_tid = np.where(launch_thread >= 0, tid_of[np.maximum(launch_thread, 0)], -1)
+    launch_tid = tid_of[np.maximum(launch_thread, 0)]
+    launch_tid[launch_thread < 0] = -1
     put("launch_tid", launch_tid, launch_tid < 0, pa.int64())
     del launch_thread, launch_tid
     put("iteration", iteration)
@@ -331,20 +338,22 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     put("ts", g("ts"))
     put("index", g("index"))
     put("dur", g("dur"))
-    thread = g("thread")
-    put("device", np.where((d := g("device")) >= 0, d, pid_of[thread]).astype(np.int32))
-    put("stream", np.where((st := g("stream")) >= 0, st, tid_of[thread]).astype(np.int64))
-    del thread, d, st
+    thread = g("thread")  # where the event states no device / stream: its pid / tid
+    put("device", _stated(g("device"), pid_of, thread).astype(np.int32))
+    put("stream", _stated(g("stream"), tid_of, thread).astype(np.int64, copy=False))
+    del thread
     put("external_id", np.maximum(g("external_id"), -1))
     bytes_ = g("bytes")
     put("bytes", bytes_, (bytes_ < 0) | (kind != MEM), pa.int64())
+    del bytes_
     bw = s.floats(g("bandwidth"))
     put("memory_bw_gbps", bw, np.isnan(bw) | (kind != MEM), pa.float64())
-    del bytes_, bw, g
+    del bw, g
     put("rank", np.full(n, rank, dtype=np.int32))
     kinds = {KINDS[k]: int(c) for k, c in enumerate(np.bincount(kind, minlength=len(KINDS)))
              if c}
     meta = trace_metadata(scanned, rank, rank_source, stats, steps, kinds)
+    meta["stats"]["parked_bytes"] = store.parked_bytes
     meta["classification"] = classification
     out.metadata = {METADATA_KEY: json.dumps(meta).encode()}
     unread = unread_device_events(scanned, s.cls)
@@ -429,15 +438,19 @@ def _collective_columns(coll: CollectiveMeta, s: Strings, patterns: Patterns,
     """Put the collective metadata columns and comm_group. Each column is expanded to
     full length just before ``put``."""
     n, f, full = coll.n, coll.fields, coll.full
+    # each full-length array is dropped right after its put: at most one is alive
     types = collective_types(s.texts, patterns, full(f["collective"]), name, kind == COMM)
     put("collective", fixed_dictionary(types, COLLECTIVES))
-    put("pg_name", s.dictionary(full(f["pg_name"])))
+    del types
+    put("pg_name", s.dictionary(f["pg_name"], n, coll.has))
     code = full(coll.desc_code)
     put("pg_desc", pa.DictionaryArray.from_arrays(
         column(np.maximum(code, 0).astype(np.int32), mask=code < 0),
         strings(list(coll.descs))))
+    del code
     size = full(coll.size)
     put("group_size", size, size < 0, pa.int32())
+    del size
     put("group_ranks", _list_column(n, coll.has, coll.ranks))
     put("comm_group", fixed_dictionary(coll.groups, GROUPS))
     elem = np.array([dtype_bytes(s.texts[d]) or 0 if d >= 0 else 0
@@ -446,11 +459,21 @@ def _collective_columns(coll: CollectiveMeta, s: Strings, patterns: Patterns,
         nel = f[nel_field]
         v = full(np.where((nel >= 0) & (elem > 0), nel * elem, -1), np.int64)
         put(col, v, v < 0, pa.int64())
-    put("dtype", s.dictionary(full(f["dtype"])))
+        del v
+    put("dtype", s.dictionary(f["dtype"], n, coll.has))
     for col, t in (("seq", pa.int64()), ("in_nelems", pa.int64()), ("out_nelems", pa.int64()),
                    ("src_rank", pa.int32()), ("dst_rank", pa.int32())):
         v = full(f[col], np.int64 if t == pa.int64() else np.int32)
         put(col, v, v < 0, t)
+        del v
+
+
+def _stated(values: np.ndarray, of_thread: np.ndarray, thread: np.ndarray) -> np.ndarray:
+    """``values`` (changed in place) with its unknown (negative) entries replaced by
+    ``of_thread`` of the event's thread."""
+    unknown = np.flatnonzero(values < 0)
+    values[unknown] = of_thread[thread[unknown]]
+    return values
 
 
 def _name_kinds(s: Strings, gpu, patterns: Patterns) -> np.ndarray:
@@ -498,7 +521,8 @@ def _pipeline(scanned: ScannedTrace, topology: Layout | None, rank: int
 
 
 def _phases(s: Strings, patterns: Patterns, links, coll: CollectiveMeta, memory: np.ndarray,
-            backward_named: np.ndarray, pipeline: tuple[int, int | None], vpp: int | None):
+            backward_named: np.ndarray, pipeline: tuple[int, int | None], vpp: int | None,
+            store: InMemory):
     """Phase, micro-batch and chunk per activity (see classify.phases). P2P sends and
     receives are those of the pipeline group (or of an unknown group): CP's ring
     exchanges are sends / receives too, but inside one micro-batch op."""
@@ -519,14 +543,15 @@ def _phases(s: Strings, patterns: Patterns, links, coll: CollectiveMeta, memory:
     interleaved = (True if links.schedule_frames["interleaved_schedule"] else
                    False if links.schedule_frames["pipelined_schedule"] else None)
     pp, stage = pipeline
-    return classify(facts, frames, links.main_thread, pp, vpp, stage, interleaved)
+    return classify(facts, frames, links.main_thread, pp, vpp, stage, interleaved, store)
 
 
 def _list_column(n: int, rows: np.ndarray, lists: list) -> pa.ListArray:
     """A list<int32> column of ``n`` rows holding ``lists[j]`` at ``rows[j]`` (else null)."""
     lengths = np.zeros(n, dtype=np.int32)
     lengths[rows] = [len(x) if x is not None else 0 for x in lists]
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    offsets = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
     values = np.array([r for x in lists if x is not None for r in x], dtype=np.int32)
     valid = np.zeros(n, dtype=bool)
     valid[rows] = [x is not None for x in lists]

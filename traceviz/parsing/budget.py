@@ -13,16 +13,19 @@ a fixed part, measured when the parse starts; the rest, the data share, is split
   spilled while scanning spills its remaining blocks first.
 
 The rest is for the per-activity arrays (the compact columns: ~64 bytes per GPU activity
-while linking and classifying), the only memory that grows with the trace and is not
-spilled, and for the allocator's slack: a trace whose activities need more than the
-budget leaves gets a warning with the expected peak (:meth:`MemoryPlan.beyond`). The
+while linking and classifying) and for the allocator's slack. A trace whose activities
+need more than the budget leaves parks them (:mod:`traceviz.table.parked`): each array is
+a memory-mapped file in the trace's temporary folder, worked on a slice at a time and its
+pages released after every step, so what stays resident per activity is the few arrays
+a step makes whole (the activities' sort by time, the join's part numbers, the launch
+rows: ~24 bytes each; measured on a 2 GB kernel-dense trace). A trace for which even that
+passes the budget gets a warning with the expected peak (:meth:`MemoryPlan.beyond`). The
 shares are small on purpose: spilling costs ~12 % of the parse time on a 0.5 GB trace
-(the files stay in the page cache), and holding more only raises the peak (measured in
-benchmarks/RESULTS.md).
+(the files stay in the page cache), parking ~15 % on a 2 GB one, and holding more only
+raises the peak (measured in benchmarks/RESULTS.md).
 """
 from __future__ import annotations
 
-import ctypes
 import resource
 import sys
 from dataclasses import dataclass
@@ -40,6 +43,10 @@ JIT_RESERVE = 64 << 20  # loading the compiled scanner the first time in a proce
 # 2233 MB, and a 0.5 GB trace with 0.2 M activities, 253 MB: runtime + ~45 MB + 55-63
 # bytes per activity)
 LINK_BYTES_PER_ACTIVITY = 64
+# what stays in memory per activity when the arrays are parked (measured: 2 GB kernel-
+# dense trace, 6.3 M kernels, peak 373-385 MiB at the default budget, ~200 MB runtime:
+# BUILD_WORK + ~20 bytes per activity)
+PARKED_BYTES_PER_ACTIVITY = 24
 BUILD_WORK = 48 << 20
 # what scanning a compressed trace in segments on every core holds above one pass besides
 # the inflated bytes read ahead (a scan buffer per scanner, the scanner threads' heaps;
@@ -54,16 +61,6 @@ def use_system_allocator() -> None:
     import pyarrow as pa
 
     pa.set_memory_pool(pa.system_memory_pool())
-
-
-def release_free_memory() -> None:
-    """Give the heap's free pages back to the OS (glibc ``malloc_trim``; a no-op where
-    there is none). glibc keeps the memory of freed scan blocks and link arrays in its
-    heap, and the parquet writer's buffers do not all fit in those holes: without this,
-    writing a 4 GB trace's table added ~20 MB to the parse's peak."""
-    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
-    if trim is not None:
-        trim(0)
 
 
 def current_rss() -> int:
@@ -119,18 +116,26 @@ class MemoryPlan:
         return self.budget >= self.runtime + self.work + extra
 
     def beyond(self, activities: int) -> str | None:
-        """A warning when ``activities`` GPU activities' per-activity arrays alone take
-        the parse past the budget (they are held in memory, not spilled); None when the
+        """A warning when ``activities`` GPU activities take the parse past the budget even
+        with their arrays parked (what a step holds whole per activity); None when the
         budget covers them, or when it does not cover the runtime (see
         :meth:`below_floor`)."""
         least = self.runtime + self.work
-        need = self.runtime + max(self.work, BUILD_WORK + activities * LINK_BYTES_PER_ACTIVITY)
+        need = self.runtime + max(self.work,
+                                  BUILD_WORK + activities * PARKED_BYTES_PER_ACTIVITY)
         if need <= self.budget or self.budget < least:
             return None
-        return (f"{activities / 1e6:.1f} M GPU activities: their per-activity arrays "
-                f"(~{LINK_BYTES_PER_ACTIVITY} bytes each) stay in memory beyond "
-                f"--memory-budget {self.budget >> 20} MB, which bounds everything else; "
-                f"expect a peak of up to ~{need >> 20} MB")
+        return (f"{activities / 1e6:.1f} M GPU activities: their per-activity arrays are "
+                f"parked in files, but the steps that work on them whole (~"
+                f"{PARKED_BYTES_PER_ACTIVITY} bytes each) go beyond --memory-budget "
+                f"{self.budget >> 20} MB, which bounds everything else; expect a peak of "
+                f"up to ~{need >> 20} MB")
+
+    def parks(self, activities: int) -> bool:
+        """Whether the per-activity arrays of up to ``activities`` GPU activities are
+        parked in files (:mod:`traceviz.table.parked`): held in memory, they would take
+        the parse past the budget."""
+        return self.runtime + BUILD_WORK + activities * LINK_BYTES_PER_ACTIVITY > self.budget
 
     @property
     def scan_blocks(self) -> int:

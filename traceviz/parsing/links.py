@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..intervals.containment import QUERY_SLICE, innermost_enclosing, step_of
+from ..table.parked import InMemory
 from . import fields as L
 from .join import find_sorted, match_by_key, match_flows
 from .partition import Parts, bucket_edges
@@ -87,34 +88,44 @@ def activity_rows(scanned: ScannedTrace, cls_of: np.ndarray) -> tuple[np.ndarray
     """GPU-store rows that are activities, ordered by ``ts`` then file order, and their
     category classes."""
     rows, classes, ts = [], [], []
+    rdt = row_dtype(scanned)
     for start, cols in scanned.stores["gpu"].blocks("cat", "ts"):
         c = cls_of[cols["cat"]]
         keep = np.flatnonzero(np.isin(c, L.ACTIVITY_CLASSES))
-        rows.append(start + keep)
+        rows.append((start + keep).astype(rdt))
         classes.append(c[keep])
         ts.append(cols["ts"][keep])
-    rdt = row_dtype(scanned)
     if not rows:
         return np.empty(0, rdt), np.empty(0, np.int8)
-    # store rows are in file order, so a stable sort by ts breaks ties in file order
-    order = np.argsort(np.concatenate(ts), kind="stable")
+    # store rows are in file order, so a stable sort by ts breaks ties in file order;
+    # each list is joined just before it is needed and dropped after (peak: ts, order)
+    ts = np.concatenate(ts)
+    order = np.argsort(ts, kind="stable")
     del ts
-    return np.concatenate(rows).astype(rdt)[order], np.concatenate(classes)[order]
+    rows = np.concatenate(rows)[order]
+    return rows, np.concatenate(classes)[order]
 
 
-def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int) -> Links:
+def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int,
+         store: InMemory | None = None) -> Links:
     """Compute :class:`Links` (see :class:`Lookups` for the per-string inputs).
 
     Per-activity arrays are the memory that grows with the trace, so each is made as
     narrow as it can be, as late as it can be, and dropped after its last use; fields
     needed twice (the activity's own ``ts``) are gathered twice rather than held.
+    ``store`` (:mod:`traceviz.table.parked`) holds them (parked in files on traces
+    larger than the memory budget: then only the arrays of the current step are
+    resident).
     """
+    store = store or InMemory()
     cls_of, step_number = lookups.category_class, lookups.step_number
     gpu, launch, ops = (scanned.stores[k] for k in ("gpu", "launch", "ops"))
     rdt = row_dtype(scanned)
-    rows, cls = activity_rows(scanned, cls_of)
+    rows, cls = (store.keep(a) for a in activity_rows(scanned, cls_of))
     g = gpu.gatherer(rows)
-    corr = np.maximum(g("correlation"), -1)  # any negative id is absent
+    corr = store.keep(np.maximum(g("correlation"), -1))  # any negative id is absent
+    del g
+    store.release()
     stats: dict[str, int] = {"activities": int(rows.shape[0])}
 
     launch_fix_rows, launch_fix_corr, from_flows = _flow_fallback(
@@ -122,8 +133,10 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int) -> Links:
     stats["correlation from flow events"] = from_flows
     launch_row, no_launch, several = _correlation_join(
         launch, corr, lambda at: gpu.gather("ts", rows[at]), launch_fix_rows,
-        launch_fix_corr, scanned, work_bytes, rdt)
+        launch_fix_corr, scanned, work_bytes, rdt, store)
     del launch_fix_rows, launch_fix_corr
+    launch_row = store.keep(launch_row)
+    store.release()
     stats.update({
         "launched": int((launch_row >= 0).sum()),
         "no correlation id": int((corr < 0).sum()),
@@ -131,16 +144,18 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int) -> Links:
         "correlation with several launches (one kept)": several,
     })
     lg = launch.gatherer(launch_row)
-    launch_ts = lg("ts")
-    launch_thread = lg("thread")
+    launch_ts = store.keep(lg("ts"))
+    launch_thread = store.keep(lg("thread"))
     del lg
+    store.release()
 
     queries = [SpanQuery("cat", cls_of == L.CLS_CPU_OP), SpanQuery("name", lookups.is_node)]
     small = lookups.is_optimizer_annotation
     steps, rpc, annotations = _ops_pass(ops, queries, step_number, lookups.is_rpc, small,
                                         launch_ts, launch_thread, scanned, work_bytes, rdt)
-    op_row, node_row = queries[0].result, queries[1].result
+    op_row, node_row = store.keep(queries[0].result), queries[1].result
     del queries
+    store.release()
     stats["launch inside a cpu_op"] = int((op_row >= 0).sum())
     node = ops.gatherer(node_row)
     node_name = node("name")
@@ -149,24 +164,36 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int) -> Links:
     del node_name
     if recompute.any():  # what the recomputed forward launched, not the nested backward
         recompute &= launch_ts < _nested_backward_start(ops, lookups, node_row, recompute)
+    recompute, autograd = store.keep(recompute), store.keep(autograd)
     main = _main_thread(steps, launch_thread, autograd)
-    forward_ts = _forward_times(ops, node("seq_number"), main)
+    forward_ts = _forward_times(ops, node("seq_number"), main, store)
     del node, node_row
+    store.release()
     optimizer = _inside(annotations["ts"], annotations["dur"], annotations["thread"],
                         launch_ts, launch_thread)
     frames = _frames(scanned, lookups)
     recompute |= _inside(*frames["recompute_frame"], launch_ts, launch_thread)
     optimizer |= _inside(*frames["optimizer_frame"], launch_ts, launch_thread)
-    t = g("ts")  # the launch's start where there is one, else the activity's
-    del g
-    np.copyto(t, launch_ts, where=launch_row >= 0)
-    iteration = step_of(t, steps["ts"], steps["dur"], steps["number"])
-    del t
-    comm_row, in_rpc = _comm_rows(scanned, rows, cls == L.CLS_KERNEL, rpc,
-                                  launch_ts, launch_thread, rdt)
-    launch_end = launch.gather("dur", launch_row)  # made in place: no n-sized temporaries
-    launch_end += launch_ts
-    launch_end[launch_ts < 0] = -1
+    optimizer = store.keep(optimizer)
+    store.release()
+    iteration = store.full(rows.shape[0], -1, np.int32)
+    for lo, hi in store.slices(rows.shape[0]):
+        t = gpu.gather("ts", rows[lo:hi])  # the launch's start where there is one, else
+        np.copyto(t, launch_ts[lo:hi], where=launch_row[lo:hi] >= 0)  # the activity's
+        iteration[lo:hi] = step_of(t, steps["ts"], steps["dur"], steps["number"])
+        del t
+    comm_row, in_rpc = (store.keep(a) for a in _comm_rows(
+        scanned, rows, cls == L.CLS_KERNEL, rpc, launch_ts, launch_thread, rdt))
+    store.release()
+    launch_end = store.full(rows.shape[0], -1, np.int64)
+    in_op = store.full(rows.shape[0], False, bool)
+    for lo, hi in store.slices(rows.shape[0]):
+        end = launch.gather("dur", launch_row[lo:hi])  # made in place: no temporaries
+        end += launch_ts[lo:hi]
+        end[launch_ts[lo:hi] < 0] = -1
+        launch_end[lo:hi] = end
+        in_op[lo:hi] = op_row[lo:hi] >= 0
+        del end
     stats["collective metadata"] = int((comm_row >= 0).sum())
     step_list = [{"iteration": int(n), "ts": int(t), "dur": int(d)} for t, d, n in sorted(
         zip(steps["ts"].tolist(), steps["dur"].tolist(), steps["number"].tolist()))]
@@ -174,14 +201,15 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int) -> Links:
                  launch_thread=launch_thread, op_row=op_row, iteration=iteration,
                  comm_row=comm_row, steps=step_list, stats=stats, recompute=recompute,
                  optimizer=optimizer, launch_end=launch_end, main_thread=main,
-                 autograd=autograd, in_op=op_row >= 0, in_rpc=in_rpc,
+                 autograd=autograd, in_op=in_op, in_rpc=in_rpc,
                  frames={k: frames[k][:2] for k in ("forward_step", "backward_step")},
                  schedule_frames={k: int(frames[k][0].shape[0]) for k in
                                   ("interleaved_schedule", "pipelined_schedule")},
                  forward_ts=forward_ts)
 
 
-def _forward_times(ops, node_seq: np.ndarray, main_thread: int) -> np.ndarray:
+def _forward_times(ops, node_seq: np.ndarray, main_thread: int, store: InMemory
+                   ) -> np.ndarray:
     """Per activity: start of the earliest main-thread op with the ``Sequence number`` of
     the autograd node around its launch (the forward op it differentiates); -1 where
     the node has no number or no such op is in the trace. One pass over the ops, only
@@ -189,7 +217,7 @@ def _forward_times(ops, node_seq: np.ndarray, main_thread: int) -> np.ndarray:
     wanted = np.unique(node_seq[node_seq >= 0])
     if not wanted.size:  # no number anywhere: a read-only -1 for every activity, no memory
         return np.broadcast_to(np.int64(-1), node_seq.shape)
-    out = np.full(node_seq.shape[0], -1, dtype=np.int64)
+    out = store.full(node_seq.shape[0], -1, np.int64)
     first = np.full(wanted.shape[0], np.iinfo(np.int64).max)
     for _, cols in ops.blocks("ts", "thread", "seq_number"):
         seq = cols["seq_number"]
@@ -301,10 +329,12 @@ def _flow_fallback(scanned, cls_of, corr, rows, work_bytes):
     return l_rows, l_corr, int((a_corr >= 0).sum() + (l_corr >= 0).sum())
 
 
-def _correlation_join(launch, corr, ts_of, fix_rows, fix_corr, scanned, work_bytes, rdt):
+def _correlation_join(launch, corr, ts_of, fix_rows, fix_corr, scanned, work_bytes, rdt,
+                      store: InMemory):
     """Launch row per activity (-1: none; ``rdt``), and how many activities have an id
     without a launch and with several launches; hash-partitioned. ``ts_of(positions)``
-    gives activities' start times (needed only where an id has several launches)."""
+    gives activities' start times (needed only where an id has several launches); the
+    activities' ids are read a ``store`` slice at a time."""
     n_parts = max(1, math.ceil(len(launch) * _CORR_BYTES_PER_ROW / max(work_bytes, 1)))
     parts = Parts(n_parts, ("corr", "ts", "row"), scanned.budget, work_bytes // 4)
     fix_order = np.argsort(fix_rows)
@@ -320,19 +350,27 @@ def _correlation_join(launch, corr, ts_of, fix_rows, fix_corr, scanned, work_byt
     launch_row = np.full(corr.shape[0], -1, dtype=rdt)
     no_launch = several = 0
     part_of = None
-    if n_parts > 1:
-        part_of = corr % n_parts
-        part_of[corr < 0] = -1
-        part_of = part_of.astype(np.int32)
+    if n_parts > 1:  # one byte per activity where the parts are few
+        part_of = np.empty(corr.shape[0], dtype=np.int8 if n_parts < 128 else np.int32)
+        for lo, hi in store.slices(corr.shape[0]):
+            c = corr[lo:hi]
+            part_of[lo:hi] = np.where(c >= 0, c % n_parts, -1)
     for p in range(n_parts):
-        sel = np.flatnonzero(corr >= 0 if part_of is None else part_of == p)
+        sel, keys = [], []
+        for lo, hi in store.slices(corr.shape[0]):
+            c = corr[lo:hi]
+            m = np.flatnonzero(c >= 0 if part_of is None else part_of[lo:hi] == p)
+            sel.append(lo + m)
+            keys.append(c[m])
+        sel, keys = np.concatenate(sel), np.concatenate(keys)
         if sel.size == 0:
             continue
         got = parts.get(p)
         if got["row"].size == 0:
             no_launch += sel.size
             continue
-        r, k = match_by_key(corr[sel], got["corr"], lambda j: ts_of(sel[j]), got["ts"])
+        r, k = match_by_key(keys, got["corr"], lambda j: ts_of(sel[j]), got["ts"])
+        del keys
         launch_row[sel] = np.where(r >= 0, got["row"][np.maximum(r, 0)], -1)
         no_launch += int((k == 0).sum())
         several += int((k > 1).sum())

@@ -55,17 +55,26 @@ class Strings:
                 pass
         return values[ids]
 
-    def dictionary(self, ids: np.ndarray) -> pa.DictionaryArray:
+    def dictionary(self, ids: np.ndarray, n: int | None = None,
+                   rows: np.ndarray | None = None) -> pa.DictionaryArray:
         """Dictionary column of string ids (-1 -> null) holding only the texts used.
-        Works in int32 (the indices' type): 9 bytes per row besides the result."""
+        Works in int32 (the indices' type): 9 bytes per row besides the result. With
+        ``rows``: a column of ``n`` rows holding ``ids`` at ``rows``, null elsewhere (5
+        bytes per row besides the result)."""
         canon = self.canon_lookup()[ids]  # -1 stays -1 (last entry)
         used = np.zeros(len(self.texts) + 1, dtype=bool)
         used[canon] = True
         used[-1] = False
         code = np.cumsum(used, dtype=np.int32) - 1  # dense code of each used id, O(rows)
         code[-1] = 0  # absent rows: any valid index, masked below
-        mask = canon < 0
-        indices = code[canon]
+        if rows is None:
+            mask = canon < 0
+            indices = code[canon]
+        else:
+            mask = np.ones(n, dtype=bool)
+            mask[rows] = canon < 0
+            indices = np.zeros(n, dtype=np.int32)
+            indices[rows] = code[canon]
         del canon
         dictionary = strings([self.texts[i] for i in np.flatnonzero(used[:-1]).tolist()])
         return pa.DictionaryArray.from_arrays(column(indices, mask=mask), dictionary)

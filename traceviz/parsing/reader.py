@@ -18,8 +18,9 @@ from typing import BinaryIO
 import numpy as np
 
 from ..errors import TraceError
+from ..table.parked import release_free_memory
 from . import fields as L
-from .budget import SEGMENT_OVERHEAD, release_free_memory
+from .budget import SEGMENT_OVERHEAD
 from .columns import ColumnStore, SpillBudget
 from .header import Header
 from .scanner import _thread, scan

@@ -1,0 +1,105 @@
+"""Per-activity arrays parked in files (traceviz.table.parked): the same tables as in
+memory, values kept across page releases, nothing left behind."""
+from __future__ import annotations
+
+import gc
+import os
+
+import numpy as np
+import pytest
+from helpers import needs_shared, parking_everything, shared_traces, trace_id
+
+import traceviz
+from traceviz.parsing.budget import BUILD_WORK, LINK_BYTES_PER_ACTIVITY, MemoryPlan
+from traceviz.table.parked import PARK_MIN_BYTES, InMemory, Parking
+
+TRACES = {trace_id(p): p for p in shared_traces()}
+
+
+def _parking(tmp_path) -> Parking:
+    names = iter(range(10**6))
+    return Parking(lambda: str(tmp_path / f"p{next(names)}"))
+
+
+def test_parked_arrays_keep_their_values_across_releases(tmp_path):
+    store = _parking(tmp_path)
+    n = PARK_MIN_BYTES // 4 + 5  # both past the least size parked, not whole fill units
+    values = np.arange(n, dtype=np.int64) * 3 - 7
+    kept = store.keep(values)
+    filled = store.full(n, -1, np.int32)
+    assert kept.base is not None and kept.flags.writeable
+    assert store.parked_bytes == n * 8 + n * 4
+    assert not os.listdir(tmp_path)  # unlinked once mapped
+    kept[::1000] += 1  # written through the mapping
+    filled[-3:] = 9
+    store.release()
+    expect = values.copy()
+    expect[::1000] += 1
+    assert np.array_equal(kept, expect)
+    assert (filled[:-3] == -1).all() and (filled[-3:] == 9).all()
+    store.release()
+    assert np.array_equal(kept, expect)
+    # a mapping goes with the last array viewing it
+    view = kept[10:20]
+    del kept, filled
+    gc.collect()
+    assert len(store._maps) == 1
+    assert np.array_equal(view, expect[10:20])
+    del view
+    gc.collect()
+    assert len(store._maps) == 0
+
+
+def test_small_arrays_stay_in_memory(tmp_path):
+    store = _parking(tmp_path)
+    small = np.arange(10)
+    assert store.keep(small) is small
+    assert np.array_equal(store.full(10, 4, np.int8), np.full(10, 4, np.int8))
+    assert store.keep(np.empty(0)).shape == (0,)
+    assert store.parked_bytes == 0
+
+
+def test_slices_cover_every_row_once(tmp_path):
+    with parking_everything(slice_rows=7):
+        parts = list(_parking(tmp_path).slices(23))
+        assert list(InMemory().slices(23)) == [(0, 23)]
+    assert parts == [(0, 7), (7, 14), (14, 21), (21, 23)]
+    assert list(_parking(tmp_path).slices(0)) == list(InMemory().slices(0)) == [(0, 0)]
+
+
+PARKED_TRACES = ["hta/negative_queue_length_values_check/rank0.json.gz",
+                 "tracelens/mi300/resnet_act_checkpoint.json.gz",
+                 "hta/trace_diff/control/control.json.gz"]
+
+
+@needs_shared
+@pytest.mark.parametrize("name", PARKED_TRACES)
+def test_parked_build_equals_in_memory(name):
+    """With a budget the activities do not fit in, every per-activity array is parked
+    and worked on a few hundred activities at a time: the table and metadata are those
+    of the in-memory build."""
+    path = TRACES[name]
+    full = traceviz.parse_trace(path)
+    assert full.meta["stats"]["parked_bytes"] == 0
+    with parking_everything(slice_rows=331):
+        parked = traceviz.parse_trace(path, plan=MemoryPlan.fixed(2 << 20))
+    assert parked.meta["stats"]["parked_bytes"] > 64 * full.activities.num_rows
+    assert parked.activities.replace_schema_metadata(None).equals(
+        full.activities.replace_schema_metadata(None))
+    for key in ("classification", "steps"):
+        assert parked.meta[key] == full.meta[key]
+    assert {k: v for k, v in parked.meta["stats"].items()
+            if k not in ("parked_bytes", "spilled_bytes")} == {
+        k: v for k, v in full.meta["stats"].items()
+        if k not in ("parked_bytes", "spilled_bytes")}
+    parked.close()
+    full.close()
+
+
+def test_budget_parks_what_it_cannot_hold():
+    """The arrays are parked exactly when, held in memory, they would pass the budget."""
+    runtime = 200 << 20
+    n = 4_000_000
+    need = runtime + BUILD_WORK + n * LINK_BYTES_PER_ACTIVITY
+    assert MemoryPlan(need, runtime).parks(n) is False
+    assert MemoryPlan(need - 1, runtime).parks(n) is True
