@@ -43,10 +43,11 @@ JIT_RESERVE = 64 << 20  # loading the compiled scanner the first time in a proce
 # 2233 MB, and a 0.5 GB trace with 0.2 M activities, 253 MB: runtime + ~45 MB + 55-63
 # bytes per activity)
 LINK_BYTES_PER_ACTIVITY = 64
-# what stays in memory per activity when the arrays are parked (measured: 2 GB kernel-
-# dense trace, 6.3 M kernels, peak 373-385 MiB at the default budget, ~200 MB runtime:
-# BUILD_WORK + ~20 bytes per activity)
-PARKED_BYTES_PER_ACTIVITY = 24
+# what stays in memory per activity when the arrays are parked (measured on the kernel-
+# dense traces at the default budget, ~200 MB of runtime: 2 GB, 6.3 M kernels, peak
+# 365-372 MiB, i.e. BUILD_WORK + ~20 bytes per activity; 10 GB, 31.4 M kernels, 1,191 MiB:
+# ~31 bytes)
+PARKED_BYTES_PER_ACTIVITY = 32
 BUILD_WORK = 48 << 20
 # what scanning a compressed trace in segments on every core holds above one pass besides
 # the inflated bytes read ahead (a scan buffer per scanner, the scanner threads' heaps;
