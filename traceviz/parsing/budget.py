@@ -18,7 +18,7 @@ need more than the budget leaves parks them (:mod:`traceviz.table.parked`): each
 a memory-mapped file in the trace's temporary folder, worked on a slice at a time and its
 pages released after every step, so what stays resident per activity is the few arrays
 a step makes whole (the activities' sort by time, the join's part numbers, the launch
-rows: ~24 bytes each; measured on a 2 GB kernel-dense trace). A trace for which even that
+rows: 20-32 bytes each, measured on 2 and 10 GB kernel-dense traces). A trace for which even that
 passes the budget gets a warning with the expected peak (:meth:`MemoryPlan.beyond`). The
 shares are small on purpose: spilling costs ~12 % of the parse time on a 0.5 GB trace
 (the files stay in the page cache), parking ~15 % on a 2 GB one, and holding more only
