@@ -176,10 +176,11 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int,
     optimizer |= _inside(*frames["optimizer_frame"], launch_ts, launch_thread)
     optimizer = store.keep(optimizer)
     store.release()
+    # the step of the launch's start where there is one, else of the activity's
     iteration = store.full(rows.shape[0], -1, np.int32)
     for lo, hi in store.slices(rows.shape[0]):
-        t = gpu.gather("ts", rows[lo:hi])  # the launch's start where there is one, else
-        np.copyto(t, launch_ts[lo:hi], where=launch_row[lo:hi] >= 0)  # the activity's
+        t = gpu.gather("ts", rows[lo:hi])
+        np.copyto(t, launch_ts[lo:hi], where=launch_row[lo:hi] >= 0)
         iteration[lo:hi] = step_of(t, steps["ts"], steps["dur"], steps["number"])
         del t
     comm_row, in_rpc = (store.keep(a) for a in _comm_rows(
