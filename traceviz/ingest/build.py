@@ -45,7 +45,7 @@ from ..parsing.device_tasks import (
     device_threads,
     unread_device_events,
 )
-from ..parsing.links import Lookups, link
+from ..parsing.links import Lookups, gathered, link
 from ..parsing.metadata import thread_numbers, trace_metadata
 from ..parsing.names import Strings
 from ..parsing.output_columns import OutputColumns
@@ -291,15 +291,19 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     kind = store.keep(kind_of_name[name])
     # a kernel with collective metadata (its own args, or the record_param_comms its
     # launch ran in) is a collective whatever its name says
-    kind[((links.comm_row >= 0) | links.in_rpc) & (links.cls == L.CLS_KERNEL)] = COMM
+    memory = store.full(n, 0, np.int8)  # 1 memcpy, 2 memset
+    for lo, hi in store.slices(n):
+        cls, k = links.cls[lo:hi], kind[lo:hi]
+        k[((links.comm_row[lo:hi] >= 0) | links.in_rpc[lo:hi]) & (cls == L.CLS_KERNEL)] = COMM
+        k[(cls == L.CLS_MEMCPY) | (cls == L.CLS_MEMSET)] = MEM
+        memory[lo:hi][cls == L.CLS_MEMCPY] = 1
+        memory[lo:hi][cls == L.CLS_MEMSET] = 2
+        del cls, k
     links.in_rpc = None
-    kind[(links.cls == L.CLS_MEMCPY) | (links.cls == L.CLS_MEMSET)] = MEM
     coll = _collective_meta(scanned, s, patterns, links.comm_row, kind == COMM, topology, name)
     links.comm_row = None
     coll.groups = store.keep(coll.groups)
     store.release()
-    memory = store.full(n, 0, np.int8)  # 1 memcpy, 2 memset
-    memory[links.cls == L.CLS_MEMCPY], memory[links.cls == L.CLS_MEMSET] = 1, 2
     phase, microbatch, chunk, evidence = _phases(s, patterns, links, coll, memory,
                                                  backward_named, pipeline, vpp, store)
     del memory, backward_named
@@ -332,23 +336,25 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     put("name", s.dictionary(name))
     del name
     put("kind", fixed_dictionary(kind.astype(np.int32), KINDS))
-    # gathered after the phases: its grouping of the rows by block is not held with them
-    g = gpu.gatherer(rows)  # one GPU field at a time, in output order
-    del rows
-    put("ts", g("ts"))
-    put("index", g("index"))
-    put("dur", g("dur"))
-    thread = g("thread")  # where the event states no device / stream: its pid / tid
-    put("device", _stated(g("device"), pid_of, thread).astype(np.int32))
-    put("stream", _stated(g("stream"), tid_of, thread).astype(np.int64, copy=False))
+    # GPU fields gathered after the phases, one at a time, in output order
+
+    def field(name: str) -> np.ndarray:
+        return gathered(store, gpu, rows, name)[0]
+
+    put("ts", field("ts"))
+    put("index", field("index"))
+    put("dur", field("dur"))
+    thread = field("thread")  # where the event states no device / stream: its pid / tid
+    put("device", _stated(field("device"), pid_of, thread).astype(np.int32))
+    put("stream", _stated(field("stream"), tid_of, thread).astype(np.int64, copy=False))
     del thread
-    put("external_id", np.maximum(g("external_id"), -1))
-    bytes_ = g("bytes")
+    put("external_id", np.maximum(field("external_id"), -1))
+    bytes_ = field("bytes")
     put("bytes", bytes_, (bytes_ < 0) | (kind != MEM), pa.int64())
     del bytes_
-    bw = s.floats(g("bandwidth"))
+    bw = s.floats(field("bandwidth"))
     put("memory_bw_gbps", bw, np.isnan(bw) | (kind != MEM), pa.float64())
-    del bw, g
+    del bw
     put("rank", np.full(n, rank, dtype=np.int32))
     kinds = {KINDS[k]: int(c) for k, c in enumerate(np.bincount(kind, minlength=len(KINDS)))
              if c}

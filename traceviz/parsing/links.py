@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..intervals.containment import QUERY_SLICE, innermost_enclosing, step_of
+from ..table import parked
 from ..table.parked import InMemory
 from . import fields as L
 from .join import find_sorted, match_by_key, match_flows
@@ -84,26 +85,72 @@ class Lookups:
     frame: dict[str, np.ndarray]    # phase frame patterns (forward_step, ...)
 
 
-def activity_rows(scanned: ScannedTrace, cls_of: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def activity_rows(scanned: ScannedTrace, cls_of: np.ndarray, store: InMemory,
+                  work_bytes: int) -> tuple[np.ndarray, np.ndarray]:
     """GPU-store rows that are activities, ordered by ``ts`` then file order, and their
-    category classes."""
-    rows, classes, ts = [], [], []
-    rdt = row_dtype(scanned)
-    for start, cols in scanned.stores["gpu"].blocks("cat", "ts"):
+    category classes (made in ``store``). Store rows are in file order, so a stable sort
+    by ts breaks ties in file order. When ``store`` parks, the sort runs on time buckets
+    of about :data:`~traceviz.table.parked.SLICE_ROWS` activities (an external sort:
+    each bucket's rows, gathered in file order, sorted and written in place)."""
+    gpu, rdt = scanned.stores["gpu"], row_dtype(scanned)
+    if not store.parks:
+        rows, classes, ts = [], [], []
+        for start, cols in gpu.blocks("cat", "ts"):
+            c = cls_of[cols["cat"]]
+            keep = np.flatnonzero(np.isin(c, L.ACTIVITY_CLASSES))
+            rows.append((start + keep).astype(rdt))
+            classes.append(c[keep])
+            ts.append(cols["ts"][keep])
+        if not rows:
+            return np.empty(0, rdt), np.empty(0, np.int8)
+        # each list is joined just before it is needed and dropped after
+        ts = np.concatenate(ts)
+        order = np.argsort(ts, kind="stable")
+        del ts
+        rows = np.concatenate(rows)[order]
+        return rows, np.concatenate(classes)[order]
+    lo, hi = gpu.ts_range()
+    grid = np.linspace(lo, hi + 1, 4097).astype(np.int64)
+    hist = np.zeros(4096, dtype=np.int64)
+    n = 0
+    for _, cols in gpu.blocks("cat", "ts"):
+        keep = np.isin(cls_of[cols["cat"]], L.ACTIVITY_CLASSES)
+        hist += np.histogram(cols["ts"][keep], bins=grid)[0]
+        n += int(keep.sum())
+    edges = bucket_edges(hist, grid, max(1, parked.SLICE_ROWS))
+    buckets = Parts(edges.shape[0] - 1, ("ts", "row", "cls"), scanned.budget, work_bytes // 4)
+    for start, cols in gpu.blocks("cat", "ts"):
         c = cls_of[cols["cat"]]
         keep = np.flatnonzero(np.isin(c, L.ACTIVITY_CLASSES))
-        rows.append((start + keep).astype(rdt))
-        classes.append(c[keep])
-        ts.append(cols["ts"][keep])
-    if not rows:
-        return np.empty(0, rdt), np.empty(0, np.int8)
-    # store rows are in file order, so a stable sort by ts breaks ties in file order;
-    # each list is joined just before it is needed and dropped after (peak: ts, order)
-    ts = np.concatenate(ts)
-    order = np.argsort(ts, kind="stable")
-    del ts
-    rows = np.concatenate(rows)[order]
-    return rows, np.concatenate(classes)[order]
+        t = cols["ts"][keep]
+        buckets.add(np.searchsorted(edges, t, side="right") - 1,
+                    {"ts": t, "row": start + keep, "cls": c[keep]})
+    rows, classes = store.full(n, -1, rdt), store.full(n, -1, np.int8)
+    at = 0
+    for b in range(buckets.n):
+        got = buckets.get(b)
+        order = np.argsort(got["ts"], kind="stable")
+        rows[at:at + order.shape[0]] = got["row"][order]
+        classes[at:at + order.shape[0]] = got["cls"][order]
+        at += order.shape[0]
+        del got, order
+        store.release()
+    return rows, classes
+
+
+def gathered(store: InMemory, source, rows: np.ndarray, *names: str) -> list[np.ndarray]:
+    """``source``'s fields ``names`` at ``rows`` (-1 where a row is < 0), made in
+    ``store``: a slice of rows at a time when it parks them."""
+    if not store.parks:
+        get = source.gatherer(rows)
+        return [get(name) for name in names]
+    out = [store.full(rows.shape[0], -1, source.dtypes[name]) for name in names]
+    for lo, hi in store.slices(rows.shape[0]):
+        get = source.gatherer(rows[lo:hi])
+        for name, values in zip(names, out):
+            values[lo:hi] = get(name)
+        del get
+    return out
 
 
 def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int,
@@ -121,11 +168,10 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int,
     cls_of, step_number = lookups.category_class, lookups.step_number
     gpu, launch, ops = (scanned.stores[k] for k in ("gpu", "launch", "ops"))
     rdt = row_dtype(scanned)
-    rows, cls = (store.keep(a) for a in activity_rows(scanned, cls_of))
-    g = gpu.gatherer(rows)
-    corr = store.keep(np.maximum(g("correlation"), -1))  # any negative id is absent
-    del g
-    store.release()
+    rows, cls = activity_rows(scanned, cls_of, store, work_bytes)
+    corr, = gathered(store, gpu, rows, "correlation")
+    for lo, hi in store.slices(rows.shape[0]):
+        np.maximum(corr[lo:hi], -1, out=corr[lo:hi])  # any negative id is absent
     stats: dict[str, int] = {"activities": int(rows.shape[0])}
 
     launch_fix_rows, launch_fix_corr, from_flows = _flow_fallback(
@@ -143,11 +189,7 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int,
         "correlation without launch": no_launch,
         "correlation with several launches (one kept)": several,
     })
-    lg = launch.gatherer(launch_row)
-    launch_ts = store.keep(lg("ts"))
-    launch_thread = store.keep(lg("thread"))
-    del lg
-    store.release()
+    launch_ts, launch_thread = gathered(store, launch, launch_row, "ts", "thread")
 
     queries = [SpanQuery("cat", cls_of == L.CLS_CPU_OP), SpanQuery("name", lookups.is_node)]
     small = lookups.is_optimizer_annotation

@@ -40,6 +40,7 @@ def release_free_memory() -> None:
 class InMemory:
     """Per-activity arrays as ordinary numpy arrays."""
 
+    parks = False  # whether the arrays made here are parked in files
     parked_bytes = 0
 
     def keep(self, values: np.ndarray) -> np.ndarray:
@@ -62,6 +63,8 @@ class InMemory:
 class Parking(InMemory):
     """Per-activity arrays in memory-mapped files of the trace's temporary folder (see the
     module doc)."""
+
+    parks = True
 
     def __init__(self, new_path) -> None:
         """``new_path()``: a fresh file path in the trace's temporary folder."""
