@@ -255,7 +255,7 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     links.stats["device tasks without a category"] = tasks
     n = links.rows.shape[0]
     out = OutputColumns(n, scanned.budget, spill_bytes=plan.output_held(n),
-                        names=ACTIVITY_COLUMNS)
+                        names=ACTIVITY_COLUMNS, release=store.release)
 
     def put(col: str, values, mask=None, type_=None):
         out.add(col, values if isinstance(values, pa.Array)
@@ -264,31 +264,35 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
 
     # The per-activity arrays (tens of MB each at a few million activities) are put and
     # dropped as soon as nothing later needs them: those the phases do not read go first,
-    # so the phases and the columns held never meet them.
+    # so the phases and the columns held never meet them. Parked, each is made a slice at
+    # a time (store.each) and its pages are handed back after its put.
     put("correlation", links.corr)
     links.corr = None
-    no_launch = store.keep(links.launch_row < 0)
-    lg = launch.gatherer(links.launch_row)
-    put("launch_dur", lg("dur"), no_launch, pa.int64())
-    launch_name = lg("name")
-    graph = s.matches(GRAPH_LAUNCH)[launch_name]  # CUDA / HIP graph replays
-    links.stats["launched by a graph launch"] = int(graph.sum())
-    links.stats["graph launches"] = int(np.unique(links.launch_row[graph]).shape[0])
+    launch_row = links.launch_row
+    no_launch = store.map(bool, lambda r: r < 0, launch_row)
+    put("launch_dur", gathered(store, launch, launch_row, "dur")[0], no_launch, pa.int64())
+    launch_name, = gathered(store, launch, launch_row, "name")
+    graph_launch = s.matches(GRAPH_LAUNCH)  # CUDA / HIP graph replays
+    graph = np.unique(np.concatenate([  # the graph launches: a few rows
+        np.unique(launch_row[lo:hi][graph_launch[launch_name[lo:hi]]])
+        for lo, hi in store.slices(n)]))
+    links.stats["launched by a graph launch"] = store.count(
+        launch_name, lambda v: graph_launch[v])
+    links.stats["graph launches"] = int(graph.shape[0])
     links.launch_row = None
-    put("launch_name", s.dictionary(launch_name))
-    del lg, launch_name, graph
-    og = ops.gatherer(links.op_row)
+    put("launch_name", s.dictionary(launch_name, store=store))
+    del launch_name, graph, launch_row
+    op_name, op_ext = gathered(store, ops, links.op_row, "name", "external_id")
     links.op_row = None
-    op_name = og("name")
-    put("cpu_op", s.dictionary(op_name))
-    op_ext = og("external_id")
-    put("cpu_op_external_id", op_ext, op_ext < 0, pa.int64())
-    del op_ext, og
-    name = store.keep(gpu.gather("name", links.rows))
+    put("cpu_op", s.dictionary(op_name, store=store))
+    put("cpu_op_external_id", op_ext, store.map(bool, lambda v: v < 0, op_ext), pa.int64())
+    del op_ext
+    name, = gathered(store, gpu, links.rows, "name")
     said_backward = s.matches(patterns.phases["backward_name"])
-    backward_named = store.keep(said_backward[name] | said_backward[op_name])
+    backward_named = store.map(bool, lambda a, b: said_backward[a] | said_backward[b],
+                               name, op_name)
     del op_name
-    kind = store.keep(kind_of_name[name])
+    kind = store.map(np.int8, kind_of_name.__getitem__, name)
     # a kernel with collective metadata (its own args, or the record_param_comms its
     # launch ran in) is a collective whatever its name says
     memory = store.full(n, 0, np.int8)  # 1 memcpy, 2 memset
@@ -300,10 +304,8 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
         memory[lo:hi][cls == L.CLS_MEMSET] = 2
         del cls, k
     links.in_rpc = None
-    coll = _collective_meta(scanned, s, patterns, links.comm_row, kind == COMM, topology, name)
+    coll = _collective_meta(scanned, s, patterns, links.comm_row, kind, topology, name, store)
     links.comm_row = None
-    coll.groups = store.keep(coll.groups)
-    store.release()
     phase, microbatch, chunk, evidence = _phases(s, patterns, links, coll, memory,
                                                  backward_named, pipeline, vpp, store)
     del memory, backward_named
@@ -313,51 +315,60 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     classification = {"vpp": evidence.pop("vpp"), "pp": pipeline[0], "stage": pipeline[1],
                       "microbatch_evidence": evidence,
                       "phases": {PHASES[k]: int(c) for k, c in
-                                 enumerate(np.bincount(phase, minlength=len(PHASES))) if c},
+                                 enumerate(store.bincount(phase, len(PHASES))) if c},
                       "comm_group_evidence": coll.evidence}
     put("launch_ts", launch_ts, no_launch, pa.int64())
     del launch_ts, no_launch
-    launch_tid = tid_of[np.maximum(launch_thread, 0)]
-    launch_tid[launch_thread < 0] = -1
-    put("launch_tid", launch_tid, launch_tid < 0, pa.int64())
+    launch_tid = store.map(np.int64, lambda t: np.where(t >= 0, tid_of[np.maximum(t, 0)], -1),
+                           launch_thread)
+    put("launch_tid", launch_tid, store.map(bool, lambda v: v < 0, launch_tid), pa.int64())
     del launch_thread, launch_tid
     put("iteration", iteration)
     del iteration
-    put("phase", fixed_dictionary(phase.astype(np.int32), PHASES))
+    put("phase", fixed_dictionary(phase, PHASES, store))
     put("microbatch", microbatch)
     put("chunk", chunk)
     del phase, microbatch, chunk
-    _collective_columns(coll, s, patterns, name, kind, put)
+    _collective_columns(coll, s, patterns, name, kind, put, store)
     del coll
-    cat_codes = np.select([cls == L.CLS_KERNEL, cls == L.CLS_MEMCPY], [KERNEL, MEMCPY],
-                          MEMSET)
-    put("cat", fixed_dictionary(cat_codes, ACTIVITY_CATS))
-    del cat_codes, cls
-    put("name", s.dictionary(name))
+    put("cat", fixed_dictionary(store.map(np.int32, lambda c: np.select(
+        [c == L.CLS_KERNEL, c == L.CLS_MEMCPY], [KERNEL, MEMCPY], MEMSET), cls),
+        ACTIVITY_CATS, store))
+    del cls
+    put("name", s.dictionary(name, store=store))
     del name
-    put("kind", fixed_dictionary(kind.astype(np.int32), KINDS))
+    put("kind", fixed_dictionary(kind, KINDS, store))
     # GPU fields gathered after the phases, one at a time, in output order
 
     def field(name: str) -> np.ndarray:
         return gathered(store, gpu, rows, name)[0]
 
+    def not_mem(values: np.ndarray, unknown) -> np.ndarray:
+        """Where a memory column is null: unknown values, and rows that are no memcpy /
+        memset."""
+        return store.map(bool, lambda v, k: unknown(v) | (k != MEM), values, kind)
+
     put("ts", field("ts"))
     put("index", field("index"))
     put("dur", field("dur"))
     thread = field("thread")  # where the event states no device / stream: its pid / tid
-    put("device", _stated(field("device"), pid_of, thread).astype(np.int32))
-    put("stream", _stated(field("stream"), tid_of, thread).astype(np.int64, copy=False))
-    del thread
-    put("external_id", np.maximum(field("external_id"), -1))
+    device, stream = field("device"), field("stream")
+    put("device", store.map(np.int32, lambda d, th: _stated(d, pid_of, th), device, thread))
+    put("stream", store.map(np.int64, lambda st, th: _stated(st, tid_of, th), stream, thread))
+    del thread, device, stream
+    external_id = field("external_id")
+    put("external_id", store.map(np.int64, lambda v: np.maximum(v, -1), external_id))
+    del external_id
     bytes_ = field("bytes")
-    put("bytes", bytes_, (bytes_ < 0) | (kind != MEM), pa.int64())
+    put("bytes", bytes_, not_mem(bytes_, lambda v: v < 0), pa.int64())
     del bytes_
-    bw = s.floats(field("bandwidth"))
-    put("memory_bw_gbps", bw, np.isnan(bw) | (kind != MEM), pa.float64())
+    bandwidth = field("bandwidth")
+    bw = store.map(np.float64, s.floats, bandwidth)
+    del bandwidth
+    put("memory_bw_gbps", bw, not_mem(bw, np.isnan), pa.float64())
     del bw
-    put("rank", np.full(n, rank, dtype=np.int32))
-    kinds = {KINDS[k]: int(c) for k, c in enumerate(np.bincount(kind, minlength=len(KINDS)))
-             if c}
+    put("rank", store.full(n, rank, np.int32))
+    kinds = {KINDS[k]: int(c) for k, c in enumerate(store.bincount(kind, len(KINDS))) if c}
     meta = trace_metadata(scanned, rank, rank_source, stats, steps, kinds)
     meta["stats"]["parked_bytes"] = store.parked_bytes
     meta["classification"] = classification
@@ -400,12 +411,13 @@ class CollectiveMeta:
     descs: list[str]
     groups: np.ndarray
     evidence: dict[str, int]
+    store: InMemory  # where the per-activity arrays are made
 
     def full(self, values: np.ndarray, dtype=np.int32) -> np.ndarray:
         """Per-activity array: ``values`` at ``has``, -1 elsewhere (int32 unless the
         values need more: counts, bytes, sequence numbers)."""
-        out = np.full(self.n, -1, dtype=dtype)
-        out[self.has] = values
+        out = self.store.full(self.n, -1, dtype)
+        self.store.scatter(out, self.has, values)
         return out
 
 
@@ -414,63 +426,80 @@ COMM_FIELDS = ("collective", "dtype", "pg_name", "pg_desc", "pg_ranks", "group_s
 
 
 def _collective_meta(scanned: ScannedTrace, s: Strings, patterns: Patterns,
-                     comm_row: np.ndarray, is_comm: np.ndarray,
-                     topology: Layout | None, name: np.ndarray) -> CollectiveMeta:
+                     comm_row: np.ndarray, kind: np.ndarray, topology: Layout | None,
+                     name: np.ndarray, store: InMemory) -> CollectiveMeta:
     """Gather the collective metadata of the rows that have it and their comm_group."""
     comm = scanned.stores["comm"]
-    has = np.flatnonzero(comm_row >= 0)
+    n = comm_row.shape[0]
+    has = np.concatenate([lo + np.flatnonzero(comm_row[lo:hi] >= 0)
+                          for lo, hi in store.slices(n)])
     entry = comm_row[has]
     fields = {f: (comm.column(f)[entry].astype(np.int64) if has.size
                   else np.zeros(0, dtype=np.int64)) for f in COMM_FIELDS}
     ranks, size, desc_code, descs = group_facts(
         s.texts, scanned.header.distributed, fields["pg_name"], fields["pg_desc"],
         fields["pg_ranks"], fields["group_size"])
-    code = np.full(comm_row.shape[0], -1, dtype=np.int32)
-    code[has] = desc_code
+    code = store.full(n, -1, np.int32)
+    store.scatter(code, has, desc_code)
     ph = patterns.phases
     p2p_name = s.matches(ph["p2p_send"]) | s.matches(ph["p2p_recv"])
     p2p = set(has[p2p_name[fields["collective"]]].tolist())
     by_kernel = s.lookup(np.int32, -1)
     for label, pattern in reversed(patterns.kernel_groups):  # the first pattern wins
         by_kernel[s.matches(pattern)] = GROUPS.index(label)
-    groups, evidence = comm_groups(is_comm, code, descs, dict(zip(has.tolist(), ranks)),
-                                   patterns, topology, p2p, by_kernel[name])
-    return CollectiveMeta(comm_row.shape[0], has, fields, ranks, size, desc_code, descs,
-                          groups, evidence)
+    groups, evidence = comm_groups(
+        store.map(bool, lambda k: k == COMM, kind), code, descs,
+        dict(zip(has.tolist(), ranks)), patterns, topology, p2p,
+        store.map(np.int32, by_kernel.__getitem__, name))
+    return CollectiveMeta(n, has, fields, ranks, size, desc_code, descs,
+                          store.keep(groups), evidence, store)
 
 
 def _collective_columns(coll: CollectiveMeta, s: Strings, patterns: Patterns,
-                        name: np.ndarray, kind: np.ndarray, put) -> None:
+                        name: np.ndarray, kind: np.ndarray, put, store: InMemory) -> None:
     """Put the collective metadata columns and comm_group. Each column is expanded to
-    full length just before ``put``."""
+    full length just before ``put`` (in ``store``) and dropped right after it."""
     n, f, full = coll.n, coll.fields, coll.full
-    # each full-length array is dropped right after its put: at most one is alive
-    types = collective_types(s.texts, patterns, full(f["collective"]), name, kind == COMM)
-    put("collective", fixed_dictionary(types, COLLECTIVES))
+
+    def negative(values: np.ndarray) -> np.ndarray:
+        return store.map(bool, lambda v: v < 0, values)
+
+    comm = np.concatenate([lo + np.flatnonzero(kind[lo:hi] == COMM)
+                           for lo, hi in store.slices(n)])
+    at = np.minimum(np.searchsorted(coll.has, comm), max(coll.has.shape[0] - 1, 0))
+    said = np.full(comm.shape[0], -1, dtype=np.int64)  # the Collective name arg, if any
+    if coll.has.size:
+        stated = coll.has[at] == comm
+        said[stated] = f["collective"][at[stated]]
+    types = store.full(n, -1, np.int32)
+    store.scatter(types, comm, collective_types(s.texts, patterns, said, name[comm],
+                                                np.ones(comm.shape[0], dtype=bool)))
+    del comm, at, said
+    put("collective", fixed_dictionary(types, COLLECTIVES, store))
     del types
-    put("pg_name", s.dictionary(f["pg_name"], n, coll.has))
+    put("pg_name", s.dictionary(f["pg_name"], n, coll.has, store))
     code = full(coll.desc_code)
     put("pg_desc", pa.DictionaryArray.from_arrays(
-        column(np.maximum(code, 0).astype(np.int32), mask=code < 0),
+        column(store.map(np.int32, lambda v: np.maximum(v, 0), code), mask=negative(code)),
         strings(list(coll.descs))))
     del code
     size = full(coll.size)
-    put("group_size", size, size < 0, pa.int32())
+    put("group_size", size, negative(size), pa.int32())
     del size
-    put("group_ranks", _list_column(n, coll.has, coll.ranks))
-    put("comm_group", fixed_dictionary(coll.groups, GROUPS))
+    put("group_ranks", _list_column(n, coll.has, coll.ranks, store))
+    put("comm_group", fixed_dictionary(coll.groups, GROUPS, store))
     elem = np.array([dtype_bytes(s.texts[d]) or 0 if d >= 0 else 0
                      for d in f["dtype"].tolist()], dtype=np.int64)
     for col, nel_field in (("msg_in_bytes", "in_nelems"), ("msg_out_bytes", "out_nelems")):
         nel = f[nel_field]
         v = full(np.where((nel >= 0) & (elem > 0), nel * elem, -1), np.int64)
-        put(col, v, v < 0, pa.int64())
+        put(col, v, negative(v), pa.int64())
         del v
-    put("dtype", s.dictionary(f["dtype"], n, coll.has))
+    put("dtype", s.dictionary(f["dtype"], n, coll.has, store))
     for col, t in (("seq", pa.int64()), ("in_nelems", pa.int64()), ("out_nelems", pa.int64()),
                    ("src_rank", pa.int32()), ("dst_rank", pa.int32())):
         v = full(f[col], np.int64 if t == pa.int64() else np.int32)
-        put(col, v, v < 0, t)
+        put(col, v, negative(v), t)
         del v
 
 
@@ -533,12 +562,15 @@ def _phases(s: Strings, patterns: Patterns, links, coll: CollectiveMeta, memory:
     receives are those of the pipeline group (or of an unknown group): CP's ring
     exchanges are sends / receives too, but inside one micro-batch op."""
     ph = patterns.phases
-    name = coll.full(coll.fields["collective"])
-    pp_group = (coll.groups == GROUPS.index("PP")) | (coll.groups == GROUPS.index("OTHER"))
-    p2p = np.zeros(name.shape[0], dtype=np.int8)  # 1 send (first), 2 receive, 0 neither
-    p2p[pp_group & s.matches(ph["p2p_recv"])[name]] = 2
-    p2p[pp_group & s.matches(ph["p2p_send"])[name]] = 1
-    del name, pp_group
+    name = coll.fields["collective"]  # of the rows with metadata (coll.has)
+    groups = coll.groups[coll.has]
+    pp_group = (groups == GROUPS.index("PP")) | (groups == GROUPS.index("OTHER"))
+    said = np.zeros(name.shape[0], dtype=np.int8)  # 1 send (first), 2 receive, 0 neither
+    said[pp_group & s.matches(ph["p2p_recv"])[name]] = 2
+    said[pp_group & s.matches(ph["p2p_send"])[name]] = 1
+    p2p = store.full(coll.n, 0, np.int8)
+    store.scatter(p2p, coll.has, said)
+    del name, groups, pp_group, said
     facts = LaunchFacts(ts=links.launch_ts, end=links.launch_end,
                         thread=links.launch_thread,
                         iteration=links.iteration, p2p=p2p, recompute=links.recompute,
@@ -552,15 +584,16 @@ def _phases(s: Strings, patterns: Patterns, links, coll: CollectiveMeta, memory:
     return classify(facts, frames, links.main_thread, pp, vpp, stage, interleaved, store)
 
 
-def _list_column(n: int, rows: np.ndarray, lists: list) -> pa.ListArray:
-    """A list<int32> column of ``n`` rows holding ``lists[j]`` at ``rows[j]`` (else null)."""
-    lengths = np.zeros(n, dtype=np.int32)
-    lengths[rows] = [len(x) if x is not None else 0 for x in lists]
-    offsets = np.zeros(n + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
+def _list_column(n: int, rows: np.ndarray, lists: list, store: InMemory) -> pa.ListArray:
+    """A list<int32> column of ``n`` rows holding ``lists[j]`` at ``rows[j]`` (``rows``
+    ascending; else null)."""
+    ends = np.zeros(len(lists) + 1, dtype=np.int64)  # values before rows[j]: ends[j]
+    np.cumsum([len(x) if x is not None else 0 for x in lists], out=ends[1:])
+    offsets = store.each(n + 1, np.int32, lambda lo, hi: ends[np.searchsorted(
+        rows, np.arange(lo, hi))])
     values = np.array([r for x in lists if x is not None for r in x], dtype=np.int32)
-    valid = np.zeros(n, dtype=bool)
-    valid[rows] = [x is not None for x in lists]
+    valid = store.full(n, False, bool)
+    store.scatter(valid, rows, np.array([x is not None for x in lists], dtype=bool))
     # from buffers: ListArray.from_arrays(mask=...) imports pyarrow.compute (~75 ms of
     # every parse's start-up)
     return pa.Array.from_buffers(

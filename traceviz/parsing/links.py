@@ -181,11 +181,9 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int,
         launch, corr, lambda at: gpu.gather("ts", rows[at]), launch_fix_rows,
         launch_fix_corr, scanned, work_bytes, rdt, store)
     del launch_fix_rows, launch_fix_corr
-    launch_row = store.keep(launch_row)
-    store.release()
     stats.update({
-        "launched": int((launch_row >= 0).sum()),
-        "no correlation id": int((corr < 0).sum()),
+        "launched": store.count(launch_row, lambda v: v >= 0),
+        "no correlation id": store.count(corr, lambda v: v < 0),
         "correlation without launch": no_launch,
         "correlation with several launches (one kept)": several,
     })
@@ -194,30 +192,37 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int,
     queries = [SpanQuery("cat", cls_of == L.CLS_CPU_OP), SpanQuery("name", lookups.is_node)]
     small = lookups.is_optimizer_annotation
     steps, rpc, annotations = _ops_pass(ops, queries, step_number, lookups.is_rpc, small,
-                                        launch_ts, launch_thread, scanned, work_bytes, rdt)
-    op_row, node_row = store.keep(queries[0].result), queries[1].result
+                                        launch_ts, launch_thread, scanned, work_bytes, rdt,
+                                        store)
+    op_row, node_row = queries[0].result, queries[1].result
     del queries
-    store.release()
-    stats["launch inside a cpu_op"] = int((op_row >= 0).sum())
-    node = ops.gatherer(node_row)
-    node_name = node("name")
-    recompute = lookups.is_recompute_node[node_name]
-    autograd = (node_row >= 0) & ~recompute  # inside an autograd engine node
+    stats["launch inside a cpu_op"] = store.count(op_row, lambda v: v >= 0)
+    n = rows.shape[0]
+    node_name, node_seq = gathered(store, ops, node_row, "name", "seq_number")
+    recompute, autograd = store.full(n, False, bool), store.full(n, False, bool)
+    for lo, hi in store.slices(n):
+        r = lookups.is_recompute_node[node_name[lo:hi]]
+        recompute[lo:hi] = r
+        autograd[lo:hi] = (node_row[lo:hi] >= 0) & ~r  # inside an autograd engine node
+        del r
     del node_name
-    if recompute.any():  # what the recomputed forward launched, not the nested backward
-        recompute &= launch_ts < _nested_backward_start(ops, lookups, node_row, recompute)
-    recompute, autograd = store.keep(recompute), store.keep(autograd)
+    if store.count(recompute, lambda v: v):
+        # what the recomputed forward launched, not the nested backward
+        where, began = _nested_backward_start(ops, lookups, node_row, recompute)
+        store.scatter(recompute, where, launch_ts[where] < began)
+        del where, began
     main = _main_thread(steps, launch_thread, autograd)
-    forward_ts = _forward_times(ops, node("seq_number"), main, store)
-    del node, node_row
-    store.release()
-    optimizer = _inside(annotations["ts"], annotations["dur"], annotations["thread"],
-                        launch_ts, launch_thread)
+    forward_ts = _forward_times(ops, node_seq, main, store)
+    del node_seq, node_row
     frames = _frames(scanned, lookups)
-    recompute |= _inside(*frames["recompute_frame"], launch_ts, launch_thread)
-    optimizer |= _inside(*frames["optimizer_frame"], launch_ts, launch_thread)
-    optimizer = store.keep(optimizer)
-    store.release()
+    optimizer = store.full(n, False, bool)
+    for lo, hi in store.slices(n):
+        t, th = launch_ts[lo:hi], launch_thread[lo:hi]
+        optimizer[lo:hi] = (
+            _inside(annotations["ts"], annotations["dur"], annotations["thread"], t, th)
+            | _inside(*frames["optimizer_frame"], t, th))
+        recompute[lo:hi] |= _inside(*frames["recompute_frame"], t, th)
+        del t, th
     # the step of the launch's start where there is one, else of the activity's
     iteration = store.full(rows.shape[0], -1, np.int32)
     for lo, hi in store.slices(rows.shape[0]):
@@ -225,9 +230,8 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int,
         np.copyto(t, launch_ts[lo:hi], where=launch_row[lo:hi] >= 0)
         iteration[lo:hi] = step_of(t, steps["ts"], steps["dur"], steps["number"])
         del t
-    comm_row, in_rpc = (store.keep(a) for a in _comm_rows(
-        scanned, rows, cls == L.CLS_KERNEL, rpc, launch_ts, launch_thread, rdt))
-    store.release()
+    comm_row, in_rpc = _comm_rows(scanned, rows, cls, rpc, launch_ts, launch_thread, rdt,
+                                  store)
     launch_end = store.full(rows.shape[0], -1, np.int64)
     in_op = store.full(rows.shape[0], False, bool)
     for lo, hi in store.slices(rows.shape[0]):
@@ -237,7 +241,7 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int,
         launch_end[lo:hi] = end
         in_op[lo:hi] = op_row[lo:hi] >= 0
         del end
-    stats["collective metadata"] = int((comm_row >= 0).sum())
+    stats["collective metadata"] = store.count(comm_row, lambda v: v >= 0)
     step_list = [{"iteration": int(n), "ts": int(t), "dur": int(d)} for t, d, n in sorted(
         zip(steps["ts"].tolist(), steps["dur"].tolist(), steps["number"].tolist()))]
     return Links(rows=rows, cls=cls, corr=corr, launch_row=launch_row, launch_ts=launch_ts,
@@ -256,8 +260,10 @@ def _forward_times(ops, node_seq: np.ndarray, main_thread: int, store: InMemory
     """Per activity: start of the earliest main-thread op with the ``Sequence number`` of
     the autograd node around its launch (the forward op it differentiates); -1 where
     the node has no number or no such op is in the trace. One pass over the ops, only
-    when some node has a number."""
-    wanted = np.unique(node_seq[node_seq >= 0])
+    when some node has a number. ``node_seq`` is read a ``store`` slice at a time."""
+    slices = list(store.slices(node_seq.shape[0]))
+    wanted = np.unique(np.concatenate(
+        [np.unique(v[v >= 0]) for v in (node_seq[lo:hi] for lo, hi in slices)]))
     if not wanted.size:  # no number anywhere: a read-only -1 for every activity, no memory
         return np.broadcast_to(np.int64(-1), node_seq.shape)
     out = store.full(node_seq.shape[0], -1, np.int64)
@@ -268,16 +274,19 @@ def _forward_times(ops, node_seq: np.ndarray, main_thread: int, store: InMemory
         pos[pos == wanted.shape[0]] = 0
         hit = np.flatnonzero((cols["thread"] == main_thread) & (wanted[pos] == seq))
         np.minimum.at(first, pos[hit], cols["ts"][hit])
-    has = node_seq >= 0
-    found = first[np.searchsorted(wanted, node_seq[has])]
-    out[has] = np.where(found < np.iinfo(np.int64).max, found, -1)
+    for lo, hi in store.slices(node_seq.shape[0]):
+        seq = node_seq[lo:hi]
+        has = np.flatnonzero(seq >= 0)
+        found = first[np.searchsorted(wanted, seq[has])]
+        out[lo + has] = np.where(found < np.iinfo(np.int64).max, found, -1)
     return out
 
 
 def _nested_backward_start(ops, lookups: Lookups, node_row: np.ndarray,
-                           recompute: np.ndarray) -> np.ndarray:
-    """Per launch whose innermost autograd node is a checkpoint function (``recompute``):
-    when the checkpoint's nested backward began, i.e. the start of the first other
+                           recompute: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The launches whose innermost autograd node is a checkpoint function (positions
+    where ``recompute``, ascending) and, per such launch, when the checkpoint's nested
+    backward began, i.e. the start of the first other
     autograd node inside the checkpoint's span (int64 max: none). A checkpoint's backward
     recomputes its forward, then runs ``torch.autograd.backward`` on it: only what it
     launched before that is recomputation. One pass over the ops."""
@@ -293,9 +302,7 @@ def _nested_backward_start(ops, lookups: Lookups, node_row: np.ndarray,
                                      cols["thread"][sel].astype(np.int64))
         hit = inside >= 0
         np.minimum.at(first, inside[hit], cols["ts"][sel][hit])
-    out = np.full(node_row.shape[0], np.iinfo(np.int64).max)
-    out[where] = first[of_launch.ravel()]
-    return out
+    return where, first[of_launch.ravel()]
 
 
 def _main_thread(steps: dict, launch_thread: np.ndarray, autograd: np.ndarray) -> int:
@@ -390,7 +397,7 @@ def _correlation_join(launch, corr, ts_of, fix_rows, fix_corr, scanned, work_byt
         keep = np.flatnonzero(c >= 0)
         parts.add(c[keep] % n_parts, {"corr": c[keep], "ts": cols["ts"][keep],
                                       "row": start + keep})
-    launch_row = np.full(corr.shape[0], -1, dtype=rdt)
+    launch_row = store.full(corr.shape[0], -1, rdt)
     no_launch = several = 0
     part_of = None
     if n_parts > 1:  # one byte per activity where the parts are few
@@ -414,7 +421,7 @@ def _correlation_join(launch, corr, ts_of, fix_rows, fix_corr, scanned, work_byt
             continue
         r, k = match_by_key(keys, got["corr"], lambda j: ts_of(sel[j]), got["ts"])
         del keys
-        launch_row[sel] = np.where(r >= 0, got["row"][np.maximum(r, 0)], -1)
+        store.scatter(launch_row, sel, np.where(r >= 0, got["row"][np.maximum(r, 0)], -1))
         no_launch += int((k == 0).sum())
         several += int((k > 1).sum())
     return launch_row, no_launch, several
@@ -432,7 +439,7 @@ class SpanQuery:
 
 
 def _ops_pass(ops, queries: list[SpanQuery], step_number, is_rpc, small: np.ndarray,
-              q_ts, q_thread, scanned, work_bytes, rdt):
+              q_ts, q_thread, scanned, work_bytes, rdt, store: InMemory):
     """Innermost span of every query around each launch (time-bucketed sweeps; ops rows
     as ``rdt``), plus the step spans, the record_param_comms ops and the ``small`` named
     spans (in memory)."""
@@ -477,18 +484,18 @@ def _ops_pass(ops, queries: list[SpanQuery], step_number, is_rpc, small: np.ndar
                       {"ts": t, "end": t + np.maximum(cols["dur"][sel], 0),
                        "thread": cols["thread"][sel], "row": start + sel})
     for q, (edges, parts) in zip(queries, plans):
-        q.result = _bucketed_sweep(edges, parts, q_ts, q_thread, rdt,
+        q.result = _bucketed_sweep(edges, parts, q_ts, q_thread, rdt, store,
                                    max(1024, work_bytes // 2 // _QUERY_BYTES_PER_ROW))
     return found["steps"], found["rpc"], found["small"]
 
 
-def _bucketed_sweep(edges, parts: Parts, q_ts, q_thread, rdt, query_rows: int
-                    ) -> np.ndarray:
+def _bucketed_sweep(edges, parts: Parts, q_ts, q_thread, rdt, store: InMemory,
+                    query_rows: int) -> np.ndarray:
     """Innermost span (its ``row``, as ``rdt``) per query point, bucket by bucket
     (bucket b holds ``edges[b] <= ts < edges[b+1]``); spans still open at a bucket's end
     are carried into the next one. Queries are taken ``query_rows`` positions at a time,
     so their sort keys and results never span the whole trace."""
-    out = np.full(q_ts.shape[0], -1, dtype=rdt)
+    out = store.full(q_ts.shape[0], -1, rdt)
     carried = {f: np.empty(0, np.int64) for f in ("ts", "end", "thread", "row")}
     n_buckets = edges.shape[0] - 1
     for b in range(n_buckets):
@@ -507,6 +514,7 @@ def _bucketed_sweep(edges, parts: Parts, q_ts, q_thread, rdt, query_rows: int
                     r = innermost_enclosing(spans["ts"], dur, spans["thread"], q_ts[qsel],
                                             q_thread[qsel], span_key=spans["row"])
                     out[qsel] = np.where(r >= 0, spans["row"][np.maximum(r, 0)], -1)
+                store.release()
             del dur
         if b + 1 < n_buckets:
             still_open = spans["end"] > edges[b + 1]
@@ -514,25 +522,28 @@ def _bucketed_sweep(edges, parts: Parts, q_ts, q_thread, rdt, query_rows: int
     return out
 
 
-def _comm_rows(scanned, rows, is_kernel, rpc, launch_ts, launch_thread, rdt):
+def _comm_rows(scanned, rows, cls, rpc, launch_ts, launch_thread, rdt, store: InMemory):
     """Per activity: the comm-store entry (as ``rdt``) of its own args, else (kernels
     only) of the record_param_comms around its launch; and whether a kernel's launch is
     inside a record_param_comms (the trace's own statement that the kernel is a
     collective, whatever its name, with or without metadata). Activities are taken
-    :data:`QUERY_SLICE` at a time, so the temporaries never span the trace."""
+    :data:`QUERY_SLICE` at a time (a ``store`` slice when it parks them), so the
+    temporaries never span the trace."""
     n = rows.shape[0]
-    out = np.full(n, -1, dtype=rdt)
-    in_rpc = np.zeros(n, dtype=bool)
+    out = store.full(n, -1, rdt)
+    in_rpc = store.full(n, False, bool)
     comm = scanned.stores["comm"]
     cstore, crow = comm.column("store"), comm.column("row")
     # comm entries by the store row they describe: the GPU event's own, or its op's
     own, on_ops = (_by_row(crow, np.flatnonzero(cstore == s)) for s in (L.GPU, L.OPS))
-    for lo in range(0, n, QUERY_SLICE):
-        hi = min(lo + QUERY_SLICE, n)
+    ranges = store.slices(n) if store.parks else (
+        (lo, min(lo + QUERY_SLICE, n)) for lo in range(0, n, QUERY_SLICE))
+    for lo, hi in ranges:
         pos = find_sorted(own[0], rows[lo:hi])
         mine = np.flatnonzero(pos >= 0)
         out[lo + mine] = own[1][pos[mine]]
-        launched = lo + np.flatnonzero(is_kernel[lo:hi] & (launch_thread[lo:hi] >= 0))
+        launched = lo + np.flatnonzero((cls[lo:hi] == L.CLS_KERNEL)
+                                       & (launch_thread[lo:hi] >= 0))
         if not (rpc["row"].size and launched.size):
             continue
         found = innermost_enclosing(rpc["ts"], rpc["dur"], rpc["thread"], launch_ts[launched],

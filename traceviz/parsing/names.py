@@ -6,6 +6,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..table.arrays import column, strings
+from ..table.parked import InMemory
 from . import fields as L
 from .reader import ScannedTrace
 
@@ -56,26 +57,31 @@ class Strings:
         return values[ids]
 
     def dictionary(self, ids: np.ndarray, n: int | None = None,
-                   rows: np.ndarray | None = None) -> pa.DictionaryArray:
+                   rows: np.ndarray | None = None,
+                   store: InMemory | None = None) -> pa.DictionaryArray:
         """Dictionary column of string ids (-1 -> null) holding only the texts used.
         Works in int32 (the indices' type): 9 bytes per row besides the result. With
-        ``rows``: a column of ``n`` rows holding ``ids`` at ``rows``, null elsewhere (5
-        bytes per row besides the result)."""
-        canon = self.canon_lookup()[ids]  # -1 stays -1 (last entry)
+        ``rows`` (ascending): a column of ``n`` rows holding ``ids`` at ``rows``, null
+        elsewhere (5 bytes per row besides the result). Indices and null mask are made
+        in ``store`` (:mod:`traceviz.table.parked`): a slice at a time when it parks."""
+        store = store or InMemory()
+        canon_of = self.canon_lookup()  # -1 stays -1 (last entry)
         used = np.zeros(len(self.texts) + 1, dtype=bool)
-        used[canon] = True
+        for lo, hi in store.slices(ids.shape[0]):
+            used[canon_of[ids[lo:hi]]] = True
         used[-1] = False
         code = np.cumsum(used, dtype=np.int32) - 1  # dense code of each used id, O(rows)
         code[-1] = 0  # absent rows: any valid index, masked below
         if rows is None:
-            mask = canon < 0
-            indices = code[canon]
+            mask = store.map(bool, lambda i: canon_of[i] < 0, ids)
+            indices = store.map(np.int32, lambda i: code[canon_of[i]], ids)
         else:
-            mask = np.ones(n, dtype=bool)
-            mask[rows] = canon < 0
-            indices = np.zeros(n, dtype=np.int32)
-            indices[rows] = code[canon]
-        del canon
+            canon = canon_of[ids]
+            mask = store.full(n, True, bool)
+            store.scatter(mask, rows, canon < 0)
+            indices = store.full(n, 0, np.int32)
+            store.scatter(indices, rows, code[canon])
+            del canon
         dictionary = strings([self.texts[i] for i in np.flatnonzero(used[:-1]).tolist()])
         return pa.DictionaryArray.from_arrays(column(indices, mask=mask), dictionary)
 

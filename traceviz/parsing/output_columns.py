@@ -23,8 +23,11 @@ class OutputColumns:
     """Named columns of ``n_rows`` rows plus the table's schema metadata."""
 
     def __init__(self, n_rows: int, budget: SpillBudget, spill_bytes: int,
-                 row_group: int = ROW_GROUP, names: tuple[str, ...] | None = None) -> None:
-        """``names``: the schema's column order (default: the order columns are added)."""
+                 row_group: int = ROW_GROUP, names: tuple[str, ...] | None = None,
+                 release=None) -> None:
+        """``names``: the schema's column order (default: the order columns are added).
+        ``release()`` is called after each row group of a spilled column is written (the
+        build's parked arrays hand their pages back: :mod:`traceviz.table.parked`)."""
         self.n_rows = n_rows
         self.names = names
         self.budget = budget
@@ -35,6 +38,7 @@ class OutputColumns:
         self._memory: dict[str, pa.Array] = {}
         self._files: dict[str, str] = {}
         self._held = 0  # bytes of the columns kept in memory
+        self._release = release or (lambda: None)
 
     def add(self, name: str, array: pa.Array) -> None:
         if len(array) != self.n_rows:
@@ -53,6 +57,7 @@ class OutputColumns:
             for lo in range(0, max(self.n_rows, 1), self.row_group):
                 writer.write_batch(pa.record_batch([array.slice(lo, self.row_group)],
                                                    schema=schema))
+                self._release()
         self._files[name] = path
 
     @property

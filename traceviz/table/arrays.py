@@ -12,6 +12,8 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
+from .parked import InMemory
+
 _ARROW_OF = {np.dtype(t): getattr(pa, t)() for t in (
     "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32",
     "float64")}
@@ -104,11 +106,14 @@ def index_in(col: pa.ChunkedArray | pa.Array, values: tuple[str, ...]) -> np.nda
     return position[codes]
 
 
-def fixed_dictionary(codes: np.ndarray, names: tuple[str, ...]) -> pa.DictionaryArray:
-    """A dictionary column of ``names`` from codes into them (negative codes: null)."""
-    mask = codes < 0
-    return pa.DictionaryArray.from_arrays(
-        column(np.where(mask, 0, codes).astype(np.int32), mask=mask), strings(list(names)))
+def fixed_dictionary(codes: np.ndarray, names: tuple[str, ...],
+                     store: InMemory | None = None) -> pa.DictionaryArray:
+    """A dictionary column of ``names`` from codes into them (negative codes: null);
+    its indices and null mask made in ``store`` (:mod:`traceviz.table.parked`)."""
+    store = store or InMemory()
+    mask = store.map(bool, lambda c: c < 0, codes)
+    indices = store.map(np.int32, lambda c: np.maximum(c, 0), codes)
+    return pa.DictionaryArray.from_arrays(column(indices, mask=mask), strings(list(names)))
 
 
 def group_positions(values: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -59,6 +59,42 @@ class InMemory:
         here."""
         yield 0, n
 
+    def each(self, n: int, dtype, fn) -> np.ndarray:
+        """An array of ``n`` ``dtype`` elements whose slice ``[lo, hi)`` is
+        ``fn(lo, hi)``, made a slice at a time."""
+        return np.asarray(fn(0, n), dtype=dtype)
+
+    def map(self, dtype, fn, *arrays: np.ndarray) -> np.ndarray:
+        """``fn(*arrays)`` as an array of ``dtype`` (elementwise: a slice of ``fn``'s
+        result is ``fn`` of the arrays' slices), made a slice at a time (:meth:`each`)."""
+        return self.each(arrays[0].shape[0], dtype,
+                         lambda lo, hi: fn(*(a[lo:hi] for a in arrays)))
+
+    def bincount(self, values: np.ndarray, minlength: int) -> np.ndarray:
+        """``np.bincount(values, minlength=minlength)``, a slice at a time."""
+        total = np.zeros(minlength, dtype=np.int64)
+        for lo, hi in self.slices(values.shape[0]):
+            counts = np.bincount(values[lo:hi], minlength=minlength)
+            if counts.shape[0] > total.shape[0]:
+                total = np.concatenate([total, np.zeros(counts.shape[0] - total.shape[0],
+                                                        dtype=np.int64)])
+            total[:counts.shape[0]] += counts
+        return total
+
+    def count(self, values: np.ndarray, test) -> int:
+        """How many elements of ``values`` pass ``test`` (a function of an array slice
+        giving booleans), a slice at a time."""
+        return sum(int(np.count_nonzero(test(values[lo:hi])))
+                   for lo, hi in self.slices(values.shape[0]))
+
+    def scatter(self, out: np.ndarray, positions: np.ndarray, values) -> None:
+        """``out[positions] = values`` (``positions`` ascending), a slice of ``out`` at a
+        time."""
+        values = np.broadcast_to(values, positions.shape)
+        for lo, hi in self.slices(out.shape[0]):
+            a, b = np.searchsorted(positions, (lo, hi))
+            out[positions[a:b]] = values[a:b]
+
 
 class Parking(InMemory):
     """Per-activity arrays in memory-mapped files of the trace's temporary folder (see the
@@ -99,6 +135,18 @@ class Parking(InMemory):
         resident; small arrays are kept as they are."""
         out = self._parked(values.dtype, values.shape[0], lambda: (values,))
         return values if out is None else out
+
+    def each(self, n: int, dtype, fn) -> np.ndarray:
+        dtype = np.dtype(dtype)
+
+        def parts():  # the pages a slice's fn touched are released after it
+            for lo, hi in self.slices(n):
+                part = np.asarray(fn(lo, hi), dtype=dtype)
+                assert part.shape == (hi - lo,)
+                yield part
+
+        out = self._parked(dtype, n, parts)
+        return np.asarray(fn(0, n), dtype=dtype) if out is None else out
 
     def full(self, n: int, value, dtype) -> np.ndarray:
         unit = np.full(min(n, FILL_ROWS), value, dtype=dtype)
