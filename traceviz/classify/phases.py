@@ -81,19 +81,24 @@ class LaunchFacts:
     in_op: np.ndarray | None = None     # launch inside a cpu_op (None: unknown)
 
 
-def op_threads(facts: LaunchFacts, main_thread: int) -> np.ndarray:
+def op_threads(facts: LaunchFacts, main_thread: int, store: InMemory | None = None
+               ) -> np.ndarray:
     """Per activity: whether its launch thread can run micro-batch ops, i.e. is the main
     thread or an autograd engine thread (one that launches inside an autograd node, or
     launches work whose name says backward); every launching thread when that is
     unknown. Launches of other threads (data loaders, inference servers' workers) are no
-    forward or backward work."""
-    launched = facts.thread >= 0
+    forward or backward work. Made in ``store``, a slice at a time when it parks."""
+    store = store or InMemory()
     if facts.autograd is None:
-        return launched
-    said = facts.autograd if facts.backward_named is None else (
-        facts.autograd | facts.backward_named)
-    engine = np.unique(facts.thread[said & launched])
-    return launched & ((facts.thread == main_thread) | np.isin(facts.thread, engine))
+        return store.map(bool, lambda t: t >= 0, facts.thread)
+    said = [facts.autograd] + ([] if facts.backward_named is None else
+                               [facts.backward_named])
+    engine = np.unique(np.concatenate([
+        np.unique(facts.thread[lo:hi][np.logical_or.reduce([a[lo:hi] for a in said])
+                                      & (facts.thread[lo:hi] >= 0)])
+        for lo, hi in store.slices(facts.thread.shape[0])]))
+    return store.map(bool, lambda t: (t >= 0) & ((t == main_thread) | np.isin(t, engine)),
+                     facts.thread)
 
 
 def root_spans(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -368,6 +373,35 @@ def detect_vpp(kinds: list[np.ndarray], pp: int, stage: int | None,
     return 1, "no backward step: 1F1B assumed" + frame
 
 
+def _own(facts: LaunchFacts, rows: np.ndarray, eligible: np.ndarray) -> np.ndarray:
+    """The launched activities among ``rows`` whose launch thread runs micro-batch ops."""
+    return rows[(facts.ts[rows] >= 0) & eligible[rows]]
+
+
+def _by_iteration(iteration: np.ndarray, its: np.ndarray, store: InMemory
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """``(positions, bounds)``: the activities of iteration ``its[k]`` (ascending) are
+    ``positions[bounds[k]:bounds[k+1]]``; a counting sort, a ``store`` slice at a time."""
+    shift = its[0] if its.shape[0] else 0
+    if not store.parks:
+        return group_positions(iteration - shift, its - shift)
+    counts = np.zeros(its.shape[0], dtype=np.int64)
+    for lo, hi in store.slices(iteration.shape[0]):
+        counts += np.diff(group_positions(iteration[lo:hi] - shift, its - shift)[1])
+    bounds = np.zeros(its.shape[0] + 1, dtype=np.int64)
+    np.cumsum(counts, out=bounds[1:])
+    positions = store.full(int(bounds[-1]), 0,
+                           np.int32 if iteration.shape[0] < 2**31 else np.int64)
+    cursor = bounds[:-1].copy()
+    for lo, hi in store.slices(iteration.shape[0]):
+        pos, b = group_positions(iteration[lo:hi] - shift, its - shift)
+        for k in np.flatnonzero(np.diff(b)).tolist():
+            m = int(b[k + 1] - b[k])
+            positions[cursor[k]:cursor[k] + m] = pos[b[k]:b[k + 1]] + lo
+            cursor[k] += m
+    return positions, bounds
+
+
 def classify(facts: LaunchFacts, frames: dict[str, tuple[np.ndarray, np.ndarray]],
              main_thread: int, pp: int, vpp: int | None, stage: int | None = 0,
              interleaved: bool | None = None, store: InMemory | None = None
@@ -386,18 +420,16 @@ def classify(facts: LaunchFacts, frames: dict[str, tuple[np.ndarray, np.ndarray]
     mb = store.full(n, -1, np.int32)
     chunk = store.full(n, 0, np.int32)
     use_frames = frames["forward_step"][0].shape[0] > 0
-    eligible = op_threads(facts, main_thread)
     # no launch inside any cpu_op: nothing states what the work is (GPU-only traces)
-    unknown = not use_frames and facts.in_op is not None and not facts.in_op.any()
-    if unknown:
-        eligible[:] = False
-    eligible = store.keep(eligible)
-    its = np.unique(facts.iteration)  # -1 (outside every step) first, if any
-    shift = its[0] if n else 0
-    by_iteration, bounds = group_positions(facts.iteration - shift, its - shift)
-    by_iteration = store.keep(by_iteration)
-    store.release()
-    found = []  # per iteration: (rows, ops, op_of)
+    unknown = (not use_frames and facts.in_op is not None
+               and not store.count(facts.in_op, lambda v: v))
+    eligible = (store.full(n, False, bool) if unknown
+                else op_threads(facts, main_thread, store))
+    its = np.unique(np.concatenate(  # -1 (outside every step) first, if any
+        [np.unique(facts.iteration[lo:hi]) for lo, hi in store.slices(n)]))
+    by_iteration, bounds = _by_iteration(facts.iteration, its, store)
+    op_all = None if use_frames else store.full(n, -1, np.int32)  # op per launch
+    found = []  # per iteration: (rows, ops)
     for k in range(its.shape[0]):
         rows = by_iteration[bounds[k]:bounds[k + 1]]  # ascending
         if use_frames:
@@ -409,29 +441,34 @@ def classify(facts: LaunchFacts, frames: dict[str, tuple[np.ndarray, np.ndarray]
                 sel = (end > lo) & (ts < hi)
                 spans[key] = (ts[sel], end[sel])
             found.append((rows, ops_from_frames(*spans["forward_step"],
-                                                *spans["backward_step"]), None))
+                                                *spans["backward_step"])))
         else:
-            own = rows[(facts.ts[rows] >= 0) & eligible[rows]]
+            own = _own(facts, rows, eligible)
             *ops, op_of = ops_from_threads(facts, own, main_thread)
-            found.append((rows, tuple(ops), (store.keep(own), store.keep(op_of))))
+            op_all[own] = op_of  # a few pages: the iteration's
+            found.append((rows, tuple(ops)))
         store.release()
     if vpp is None:
-        vpp, schedule = detect_vpp([ops[2] for _, ops, _ in found], pp, stage, interleaved)
+        vpp, schedule = detect_vpp([ops[2] for _, ops in found], pp, stage, interleaved)
     else:
         schedule = f"vpp {vpp} given"
     linked = backward = 0
-    for rows, ops, op_of in found:
+    for rows, ops in found:
+        op_of = None
+        if op_all is not None:
+            own = _own(facts, rows, eligible)
+            op_of = (own, op_all[own])
         counts = classify_iteration(facts, rows, ops, op_of, pp, vpp, phase, mb, chunk,
                                     eligible)
         linked, backward = linked + counts[0], backward + counts[1]
         store.release()
     renamed = 0
     if facts.backward_named is not None:  # a kernel whose name says backward is BWD
-        wrong = facts.backward_named & (phase != BWD) & (phase != RECOMPUTE)
-        renamed = int(wrong.sum())
-        phase[wrong], mb[wrong], chunk[wrong] = BWD, -1, 0
-        del wrong
-        store.release()
+        for lo, hi in store.slices(n):
+            wrong = np.flatnonzero(facts.backward_named[lo:hi] & (phase[lo:hi] != BWD)
+                                   & (phase[lo:hi] != RECOMPUTE))
+            renamed += wrong.shape[0]
+            phase[lo + wrong], mb[lo + wrong], chunk[lo + wrong] = BWD, -1, 0
     evidence = {
         "micro-batch ops": ("python frames forward_step / backward_step" if use_frames else
                             "none: no launch inside a cpu_op (phases OTHER but for "
