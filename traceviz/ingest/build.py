@@ -428,31 +428,51 @@ COMM_FIELDS = ("collective", "dtype", "pg_name", "pg_desc", "pg_ranks", "group_s
 def _collective_meta(scanned: ScannedTrace, s: Strings, patterns: Patterns,
                      comm_row: np.ndarray, kind: np.ndarray, topology: Layout | None,
                      name: np.ndarray, store: InMemory) -> CollectiveMeta:
-    """Gather the collective metadata of the rows that have it and their comm_group."""
+    """Gather the collective metadata of the rows that have it and the comm_group of the
+    collectives (from compact arrays of those rows: nothing per activity but the
+    result)."""
     comm = scanned.stores["comm"]
     n = comm_row.shape[0]
-    has = np.concatenate([lo + np.flatnonzero(comm_row[lo:hi] >= 0)
-                          for lo, hi in store.slices(n)])
-    entry = comm_row[has]
+    has = _positions(store, comm_row, lambda v: v >= 0)
+    entry = store.take(comm_row, has)
     fields = {f: (comm.column(f)[entry].astype(np.int64) if has.size
                   else np.zeros(0, dtype=np.int64)) for f in COMM_FIELDS}
     ranks, size, desc_code, descs = group_facts(
         s.texts, scanned.header.distributed, fields["pg_name"], fields["pg_desc"],
         fields["pg_ranks"], fields["group_size"])
-    code = store.full(n, -1, np.int32)
-    store.scatter(code, has, desc_code)
     ph = patterns.phases
     p2p_name = s.matches(ph["p2p_send"]) | s.matches(ph["p2p_recv"])
-    p2p = set(has[p2p_name[fields["collective"]]].tolist())
     by_kernel = s.lookup(np.int32, -1)
     for label, pattern in reversed(patterns.kernel_groups):  # the first pattern wins
         by_kernel[s.matches(pattern)] = GROUPS.index(label)
-    groups, evidence = comm_groups(
-        store.map(bool, lambda k: k == COMM, kind), code, descs,
-        dict(zip(has.tolist(), ranks)), patterns, topology, p2p,
-        store.map(np.int32, by_kernel.__getitem__, name))
-    return CollectiveMeta(n, has, fields, ranks, size, desc_code, descs,
-                          store.keep(groups), evidence, store)
+    rows = _positions(store, kind, lambda k: k == COMM)  # the collectives
+    at, stated = _found_in(has, rows)  # rows[j] is has[at[j]] where stated
+    code = np.full(rows.shape[0], -1, dtype=np.int32)
+    code[stated] = desc_code[at[stated]]
+    said = np.flatnonzero(stated)
+    found, evidence = comm_groups(
+        np.ones(rows.shape[0], dtype=bool), code, descs,
+        {j: ranks[a] for j, a in zip(said.tolist(), at[said].tolist())}, patterns,
+        topology, set(said[p2p_name[fields["collective"][at[said]]]].tolist()),
+        by_kernel[store.take(name, rows)])
+    groups = store.full(n, -1, np.int8)
+    store.scatter(groups, rows, found)
+    return CollectiveMeta(n, has, fields, ranks, size, desc_code, descs, groups, evidence,
+                          store)
+
+
+def _positions(store: InMemory, values: np.ndarray, test) -> np.ndarray:
+    """The positions where ``test(values)`` holds, ascending, a slice at a time."""
+    return np.concatenate([lo + np.flatnonzero(test(values[lo:hi]))
+                           for lo, hi in store.slices(values.shape[0])])
+
+
+def _found_in(sorted_rows: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each of ``rows``: its index in ``sorted_rows`` and whether it is there."""
+    if not sorted_rows.size:
+        return np.zeros(rows.shape[0], dtype=np.int64), np.zeros(rows.shape[0], dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_rows, rows), sorted_rows.shape[0] - 1)
+    return at, sorted_rows[at] == rows
 
 
 def _collective_columns(coll: CollectiveMeta, s: Strings, patterns: Patterns,
@@ -464,24 +484,22 @@ def _collective_columns(coll: CollectiveMeta, s: Strings, patterns: Patterns,
     def negative(values: np.ndarray) -> np.ndarray:
         return store.map(bool, lambda v: v < 0, values)
 
-    comm = np.concatenate([lo + np.flatnonzero(kind[lo:hi] == COMM)
-                           for lo, hi in store.slices(n)])
-    at = np.minimum(np.searchsorted(coll.has, comm), max(coll.has.shape[0] - 1, 0))
+    comm = _positions(store, kind, lambda k: k == COMM)
+    at, stated = _found_in(coll.has, comm)
     said = np.full(comm.shape[0], -1, dtype=np.int64)  # the Collective name arg, if any
-    if coll.has.size:
-        stated = coll.has[at] == comm
-        said[stated] = f["collective"][at[stated]]
+    said[stated] = f["collective"][at[stated]]
     types = store.full(n, -1, np.int32)
-    store.scatter(types, comm, collective_types(s.texts, patterns, said, name[comm],
+    store.scatter(types, comm, collective_types(s.texts, patterns, said,
+                                                store.take(name, comm),
                                                 np.ones(comm.shape[0], dtype=bool)))
-    del comm, at, said
+    del comm, at, stated, said
     put("collective", fixed_dictionary(types, COLLECTIVES, store))
     del types
     put("pg_name", s.dictionary(f["pg_name"], n, coll.has, store))
     code = full(coll.desc_code)
     put("pg_desc", pa.DictionaryArray.from_arrays(
         column(store.map(np.int32, lambda v: np.maximum(v, 0), code), mask=negative(code)),
-        strings(list(coll.descs))))
+        strings(list(coll.descs)), safe=False))
     del code
     size = full(coll.size)
     put("group_size", size, negative(size), pa.int32())
@@ -563,7 +581,7 @@ def _phases(s: Strings, patterns: Patterns, links, coll: CollectiveMeta, memory:
     exchanges are sends / receives too, but inside one micro-batch op."""
     ph = patterns.phases
     name = coll.fields["collective"]  # of the rows with metadata (coll.has)
-    groups = coll.groups[coll.has]
+    groups = store.take(coll.groups, coll.has)
     pp_group = (groups == GROUPS.index("PP")) | (groups == GROUPS.index("OTHER"))
     said = np.zeros(name.shape[0], dtype=np.int8)  # 1 send (first), 2 receive, 0 neither
     said[pp_group & s.matches(ph["p2p_recv"])[name]] = 2

@@ -175,7 +175,7 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int,
     stats: dict[str, int] = {"activities": int(rows.shape[0])}
 
     launch_fix_rows, launch_fix_corr, from_flows = _flow_fallback(
-        scanned, cls_of, corr, rows, work_bytes)
+        scanned, cls_of, corr, rows, store)
     stats["correlation from flow events"] = from_flows
     launch_row, no_launch, several = _correlation_join(
         launch, corr, lambda at: gpu.gather("ts", rows[at]), launch_fix_rows,
@@ -209,7 +209,7 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int,
     if store.count(recompute, lambda v: v):
         # what the recomputed forward launched, not the nested backward
         where, began = _nested_backward_start(ops, lookups, node_row, recompute)
-        store.scatter(recompute, where, launch_ts[where] < began)
+        store.scatter(recompute, where, store.take(launch_ts, where) < began)
         del where, began
     main = _main_thread(steps, launch_thread, autograd)
     forward_ts = _forward_times(ops, node_seq, main, store)
@@ -261,9 +261,9 @@ def _forward_times(ops, node_seq: np.ndarray, main_thread: int, store: InMemory
     the autograd node around its launch (the forward op it differentiates); -1 where
     the node has no number or no such op is in the trace. One pass over the ops, only
     when some node has a number. ``node_seq`` is read a ``store`` slice at a time."""
-    slices = list(store.slices(node_seq.shape[0]))
     wanted = np.unique(np.concatenate(
-        [np.unique(v[v >= 0]) for v in (node_seq[lo:hi] for lo, hi in slices)]))
+        [np.unique(node_seq[lo:hi][node_seq[lo:hi] >= 0])
+         for lo, hi in store.slices(node_seq.shape[0])]))
     if not wanted.size:  # no number anywhere: a read-only -1 for every activity, no memory
         return np.broadcast_to(np.int64(-1), node_seq.shape)
     out = store.full(node_seq.shape[0], -1, np.int64)
@@ -340,10 +340,11 @@ def _frames(scanned: ScannedTrace, lookups: Lookups) -> dict[str, tuple]:
             for key, parts in out.items()}
 
 
-def _flow_fallback(scanned, cls_of, corr, rows, work_bytes):
+def _flow_fallback(scanned, cls_of, corr, rows, store: InMemory):
     """Correlation ids from launch-flow endpoints for activities and launches lacking one.
 
-    Fills ``corr`` in place; returns (launch rows lacking one, their ids, count filled).
+    Fills ``corr`` in place (a ``store`` slice at a time); returns (launch rows lacking
+    one, their ids, count filled).
     """
     launch = scanned.stores["launch"]
     flows = scanned.stores["flow"]
@@ -355,7 +356,8 @@ def _flow_fallback(scanned, cls_of, corr, rows, work_bytes):
         miss_l_ts.append(cols["ts"][m])
     l_rows = np.concatenate(miss_l_rows) if miss_l_rows else np.empty(0, np.int64)
     l_corr = np.full(l_rows.shape[0], -1, dtype=np.int64)
-    missing = np.flatnonzero(corr < 0)
+    missing = np.concatenate([lo + np.flatnonzero(corr[lo:hi] < 0)
+                              for lo, hi in store.slices(corr.shape[0])])
     if len(flows) == 0 or (missing.size == 0 and l_rows.size == 0):
         return l_rows, l_corr, 0
     g = scanned.stores["gpu"].gatherer(rows[missing])
@@ -375,7 +377,7 @@ def _flow_fallback(scanned, cls_of, corr, rows, work_bytes):
             hit = match_flows(cols["id"][sel], cols["thread"][sel].astype(np.int64),
                               cols["ts"][sel], thread[todo], t[todo])
             found[todo] = hit
-    corr[missing] = a_corr
+    store.scatter(corr, missing, a_corr)
     return l_rows, l_corr, int((a_corr >= 0).sum() + (l_corr >= 0).sum())
 
 

@@ -83,7 +83,10 @@ class Strings:
             store.scatter(indices, rows, code[canon])
             del canon
         dictionary = strings([self.texts[i] for i in np.flatnonzero(used[:-1]).tolist()])
-        return pa.DictionaryArray.from_arrays(column(indices, mask=mask), dictionary)
+        # safe=False: the indices are valid by construction, and checking them reads
+        # every one (all the pages of parked indices)
+        return pa.DictionaryArray.from_arrays(column(indices, mask=mask), dictionary,
+                                              safe=False)
 
     def canon_lookup(self) -> np.ndarray:
         """Canonical id (int32) per string id, with the id -1 entry last (see the class

@@ -113,7 +113,9 @@ def fixed_dictionary(codes: np.ndarray, names: tuple[str, ...],
     store = store or InMemory()
     mask = store.map(bool, lambda c: c < 0, codes)
     indices = store.map(np.int32, lambda c: np.maximum(c, 0), codes)
-    return pa.DictionaryArray.from_arrays(column(indices, mask=mask), strings(list(names)))
+    # safe=False: valid by construction (checking reads every index)
+    return pa.DictionaryArray.from_arrays(column(indices, mask=mask), strings(list(names)),
+                                          safe=False)
 
 
 def group_positions(values: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

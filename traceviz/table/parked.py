@@ -87,6 +87,15 @@ class InMemory:
         return sum(int(np.count_nonzero(test(values[lo:hi])))
                    for lo, hi in self.slices(values.shape[0]))
 
+    def take(self, values: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """``values[positions]`` (``positions`` ascending), a slice of ``values`` at a
+        time."""
+        out = np.empty(positions.shape[0], dtype=values.dtype)
+        for lo, hi in self.slices(values.shape[0]):
+            a, b = np.searchsorted(positions, (lo, hi))
+            out[a:b] = values[positions[a:b]]
+        return out
+
     def scatter(self, out: np.ndarray, positions: np.ndarray, values) -> None:
         """``out[positions] = values`` (``positions`` ascending), a slice of ``out`` at a
         time."""
