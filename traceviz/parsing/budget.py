@@ -15,14 +15,16 @@ a fixed part, measured when the parse starts; the rest, the data share, is split
 The rest is for the per-activity arrays (the compact columns: ~64 bytes per GPU activity
 while linking and classifying) and for the allocator's slack. A trace whose activities
 need more than the budget leaves parks them (:mod:`traceviz.table.parked`): each array is
-a memory-mapped file in the trace's temporary folder, worked on a slice at a time and its
-pages released after every step, so what stays resident per activity is the few arrays
-a step makes whole (the activities' sort by time, the join's part numbers, the launch
-rows: 20-32 bytes each, measured on 2 and 10 GB kernel-dense traces). A trace for which even that
-passes the budget gets a warning with the expected peak (:meth:`MemoryPlan.beyond`). The
-shares are small on purpose: spilling costs ~12 % of the parse time on a 0.5 GB trace
-(the files stay in the page cache), parking ~15 % on a 2 GB one, and holding more only
-raises the peak (measured in benchmarks/RESULTS.md).
+a memory-mapped file in the trace's temporary folder, made and worked on a slice of
+activities (or an iteration) at a time, its pages released after every step; the sort by
+time runs on time buckets, the joins write their results a slice at a time. What stays
+resident per activity is a byte or two (the join's part numbers, a null mask being
+packed) and the positions of the collectives: ~4-10 bytes, measured on 2 and 10 GB
+kernel-dense traces. A trace for which even that passes the budget gets a warning with
+the expected peak (:meth:`MemoryPlan.beyond`). The shares are small on purpose: spilling
+costs ~12 % of the parse time on a 0.5 GB trace (the files stay in the page cache),
+parking ~25 % on 2-10 GB ones, and holding more only raises the peak (measured in
+benchmarks/RESULTS.md).
 """
 from __future__ import annotations
 
@@ -45,9 +47,9 @@ JIT_RESERVE = 64 << 20  # loading the compiled scanner the first time in a proce
 LINK_BYTES_PER_ACTIVITY = 64
 # what stays in memory per activity when the arrays are parked (measured on the kernel-
 # dense traces at the default budget, ~200 MB of runtime: 2 GB, 6.3 M kernels, peak
-# 365-372 MiB, i.e. BUILD_WORK + ~20 bytes per activity; 10 GB, 31.4 M kernels, 1,191 MiB:
-# ~31 bytes)
-PARKED_BYTES_PER_ACTIVITY = 32
+# 309-318 MiB, i.e. BUILD_WORK + ~10 bytes per activity; 10 GB, 31.4 M kernels, 367-369
+# MiB: ~4 bytes); the larger, to be safe
+PARKED_BYTES_PER_ACTIVITY = 10
 BUILD_WORK = 48 << 20
 # what scanning a compressed trace in segments on every core holds above one pass besides
 # the inflated bytes read ahead (a scan buffer per scanner, the scanner threads' heaps;
@@ -127,8 +129,8 @@ class MemoryPlan:
         if need <= self.budget or self.budget < least:
             return None
         return (f"{activities / 1e6:.1f} M GPU activities: their per-activity arrays are "
-                f"parked in files, but the steps that work on them whole (~"
-                f"{PARKED_BYTES_PER_ACTIVITY} bytes each) go beyond --memory-budget "
+                f"parked in files, but what the build still holds per activity (~"
+                f"{PARKED_BYTES_PER_ACTIVITY} bytes) goes beyond --memory-budget "
                 f"{self.budget >> 20} MB, which bounds everything else; expect a peak of "
                 f"up to ~{need >> 20} MB")
 
