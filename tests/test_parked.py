@@ -103,3 +103,29 @@ def test_budget_parks_what_it_cannot_hold():
     need = runtime + BUILD_WORK + n * LINK_BYTES_PER_ACTIVITY
     assert MemoryPlan(need, runtime).parks(n) is False
     assert MemoryPlan(need - 1, runtime).parks(n) is True
+
+
+def test_sliced_helpers_equal_whole_array_numpy(tmp_path):
+    """each / map / count / bincount / take / scatter give the whole-array result
+    whatever the slices (7 rows here: slices cut the positions unevenly)."""
+    rng = np.random.default_rng(5)
+    values = rng.integers(-3, 40, 1000)
+    positions = np.sort(rng.choice(1000, 137, replace=False))
+    with parking_everything(slice_rows=7):
+        for store in (InMemory(), _parking(tmp_path)):
+            assert np.array_equal(store.map(np.int64, lambda v: v * 2 - 1, values),
+                                  values * 2 - 1)
+            assert np.array_equal(store.each(1000, np.int32, lambda lo, hi: np.arange(lo, hi)),
+                                  np.arange(1000))
+            assert store.count(values, lambda v: v < 0) == int((values < 0).sum())
+            assert np.array_equal(store.bincount(np.maximum(values, 0), 3),
+                                  np.bincount(np.maximum(values, 0), minlength=3))
+            assert np.array_equal(store.take(values, positions), values[positions])
+            out = store.full(1000, -1, np.int64)
+            store.scatter(out, positions, values[positions] + 100)
+            expect = np.full(1000, -1)
+            expect[positions] = values[positions] + 100
+            assert np.array_equal(out, expect)
+            store.scatter(out, positions, 0)  # a scalar for every position
+            expect[positions] = 0
+            assert np.array_equal(out, expect)
