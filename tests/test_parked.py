@@ -129,3 +129,19 @@ def test_sliced_helpers_equal_whole_array_numpy(tmp_path):
             store.scatter(out, positions, 0)  # a scalar for every position
             expect[positions] = 0
             assert np.array_equal(out, expect)
+
+
+def test_null_masks_pack_a_slice_at_a_time(monkeypatch):
+    """A validity bitmap packed PACK_ROWS rows at a time is the whole mask's."""
+    from traceviz.table import arrays
+
+    monkeypatch.setattr(arrays, "PACK_ROWS", 16)
+    rng = np.random.default_rng(2)
+    for n in (1, 15, 16, 17, 333):
+        mask = rng.random(n) < 0.4
+        mask[0] = True
+        bits, nulls = arrays._validity(mask, n)
+        assert nulls == int(mask.sum())
+        assert np.array_equal(np.frombuffer(bits, np.uint8),
+                              np.packbits(~mask, bitorder="little"))
+    assert arrays._validity(np.zeros(5, dtype=bool), 5) == (None, 0)
