@@ -265,7 +265,7 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     # The per-activity arrays (tens of MB each at a few million activities) are put and
     # dropped as soon as nothing later needs them: those the phases do not read go first,
     # so the phases and the columns held never meet them. Parked, each is made a slice at
-    # a time (store.each) and its pages are handed back after its put.
+    # a time (store.map / store.each) and its pages are handed back after its put.
     put("correlation", links.corr)
     links.corr = None
     launch_row = links.launch_row

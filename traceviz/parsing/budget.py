@@ -19,7 +19,7 @@ a memory-mapped file in the trace's temporary folder, made and worked on a slice
 activities (or an iteration) at a time, its pages released after every step; the sort by
 time runs on time buckets, the joins write their results a slice at a time. What stays
 resident per activity is a byte or two (the join's part numbers, a null mask being
-packed) and the positions of the collectives: ~4-10 bytes, measured on 2 and 10 GB
+packed) and the positions of the collectives: ~2-5 bytes, measured on 2 and 10 GB
 kernel-dense traces. A trace for which even that passes the budget gets a warning with
 the expected peak (:meth:`MemoryPlan.beyond`). The shares are small on purpose: spilling
 costs ~12 % of the parse time on a 0.5 GB trace (the files stay in the page cache),
@@ -47,9 +47,9 @@ JIT_RESERVE = 64 << 20  # loading the compiled scanner the first time in a proce
 LINK_BYTES_PER_ACTIVITY = 64
 # what stays in memory per activity when the arrays are parked (measured on the kernel-
 # dense traces at the default budget, ~200 MB of runtime: 2 GB, 6.3 M kernels, peak
-# 309-318 MiB, i.e. BUILD_WORK + ~10 bytes per activity; 10 GB, 31.4 M kernels, 367-369
-# MiB: ~4 bytes); the larger, to be safe
-PARKED_BYTES_PER_ACTIVITY = 10
+# 277-285 MiB, i.e. BUILD_WORK + ~5 bytes per activity; 10 GB, 31.4 M kernels, 312 MiB:
+# ~2 bytes); the larger
+PARKED_BYTES_PER_ACTIVITY = 5
 BUILD_WORK = 48 << 20
 # what scanning a compressed trace in segments on every core holds above one pass besides
 # the inflated bytes read ahead (a scan buffer per scanner, the scanner threads' heaps;
