@@ -145,3 +145,28 @@ def test_null_masks_pack_a_slice_at_a_time(monkeypatch):
         assert np.array_equal(np.frombuffer(bits, np.uint8),
                               np.packbits(~mask, bitorder="little"))
     assert arrays._validity(np.zeros(5, dtype=bool), 5) == (None, 0)
+
+
+@needs_shared
+def test_full_temporary_folder_while_parking_is_one_line(monkeypatch):
+    """The disk fills up while the per-activity arrays are parked: the one-line spill
+    error (the folder, what to do), no spill folder or parked file left behind."""
+    import tempfile
+    from pathlib import Path
+
+    from traceviz.errors import TraceVizError
+    from traceviz.table import parked
+
+    def full(fd, data):
+        raise OSError(28, "No space left on device")
+
+    before = set(Path(tempfile.gettempdir()).glob("traceviz-spill-*"))
+    with parking_everything(), pytest.raises(TraceVizError) as err:
+        monkeypatch.setattr(parked.os, "write", full)
+        traceviz.parse_trace(TRACES["hta/trace_diff/control/control.json.gz"],
+                             plan=MemoryPlan.fixed(2 << 20))
+    monkeypatch.undo()
+    message = str(err.value)
+    assert "cannot write the spill files" in message and "TMPDIR" in message
+    assert "No space left on device" in message and "\n" not in message
+    assert set(Path(tempfile.gettempdir()).glob("traceviz-spill-*")) == before

@@ -31,6 +31,9 @@ from .reader import ScannedTrace
 # sorted; a span ~32 in its bucket, as much again while the carried spans are joined,
 # then its end, sort keys, order and the sweep's stack
 _CORR_BYTES_PER_ROW = 64
+# an activity in its part of the correlation join (counted from the join's arrays: its
+# position, id, the match's bounds, count and result)
+_CORR_QUERY_BYTES_PER_ROW = 48
 _SPAN_BYTES_PER_ROW = 144
 _QUERY_BYTES_PER_ROW = 48  # a query point in a sweep: its time, thread, sort order, result
 
@@ -387,7 +390,9 @@ def _correlation_join(launch, corr, ts_of, fix_rows, fix_corr, scanned, work_byt
     without a launch and with several launches; hash-partitioned. ``ts_of(positions)``
     gives activities' start times (needed only where an id has several launches); the
     activities' ids are read a ``store`` slice at a time."""
-    n_parts = max(1, math.ceil(len(launch) * _CORR_BYTES_PER_ROW / max(work_bytes, 1)))
+    n_parts = max(1, math.ceil((len(launch) * _CORR_BYTES_PER_ROW
+                                + corr.shape[0] * _CORR_QUERY_BYTES_PER_ROW)
+                               / max(work_bytes, 1)))
     parts = Parts(n_parts, ("corr", "ts", "row"), scanned.budget, work_bytes // 4)
     fix_order = np.argsort(fix_rows)
     fix_rows_s, fix_corr_s = fix_rows[fix_order], fix_corr[fix_order]

@@ -38,15 +38,22 @@ def column(values, type_: pa.DataType | None = None, mask: np.ndarray | None = N
                                  null_count=nulls)
 
 
+PACK_ROWS = 1 << 20  # rows of a null mask packed at a time (a multiple of 8)
+
+
 def _validity(mask: np.ndarray | None, n: int) -> tuple[pa.Buffer | None, int]:
     """Arrow's validity bitmap (1 = valid, LSB first) of a null ``mask``, and the nulls."""
     if mask is None:
         return None, 0
     mask = np.asarray(mask, dtype=bool)
-    nulls = int(mask.sum())
+    nulls = int(np.count_nonzero(mask))
     if not nulls:
         return None, 0
-    return pa.py_buffer(np.packbits(~mask, bitorder="little")), nulls
+    bits = np.empty((n + 7) // 8, dtype=np.uint8)
+    for lo in range(0, n, PACK_ROWS):  # no n-sized temporary
+        packed = np.packbits(~mask[lo:lo + PACK_ROWS], bitorder="little")
+        bits[lo // 8:lo // 8 + packed.shape[0]] = packed
+    return pa.py_buffer(bits), nulls
 
 
 def _booleans(arr: np.ndarray, mask: np.ndarray | None) -> pa.Array:
