@@ -9,7 +9,10 @@ block, and the two big joins run on parts that fit in memory:
   buckets is found from every one of them.
 
 With P = 1 (the usual case) both are plain in-memory joins. Results are per-activity
-arrays (the compact columns the output is built from).
+arrays (the compact columns the output is built from), made in a store
+(:mod:`traceviz.table.parked`): in memory, or, on traces whose arrays the budget cannot
+hold, parked in files and made a slice of activities at a time (the activities' sort by
+time then runs on time buckets).
 """
 from __future__ import annotations
 
