@@ -25,7 +25,7 @@ def test_parked_arrays_keep_their_values_across_releases(tmp_path):
     store = _parking(tmp_path)
     n = PARK_MIN_BYTES // 4 + 5  # both past the least size parked, not whole fill units
     values = np.arange(n, dtype=np.int64) * 3 - 7
-    kept = store.keep(values)
+    kept = store.map(np.int64, lambda v: v, values)
     filled = store.full(n, -1, np.int32)
     assert kept.base is not None and kept.flags.writeable
     assert store.parked_bytes == n * 8 + n * 4
@@ -53,10 +53,10 @@ def test_parked_arrays_keep_their_values_across_releases(tmp_path):
 def test_small_arrays_stay_in_memory(tmp_path):
     store = _parking(tmp_path)
     small = np.arange(10)
-    assert store.keep(small) is small
+    assert np.array_equal(store.map(np.int64, lambda v: v + 1, small), small + 1)
     assert np.array_equal(store.full(10, 4, np.int8), np.full(10, 4, np.int8))
-    assert store.keep(np.empty(0)).shape == (0,)
-    assert store.parked_bytes == 0
+    assert store.map(np.float64, lambda v: v, np.empty(0)).shape == (0,)
+    assert store.parked_bytes == 0 and not store._maps
 
 
 def test_slices_cover_every_row_once(tmp_path):

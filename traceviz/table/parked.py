@@ -44,10 +44,6 @@ class InMemory:
     parks = False  # whether the arrays made here are parked in files
     parked_bytes = 0
 
-    def keep(self, values: np.ndarray) -> np.ndarray:
-        """``values`` itself (see :meth:`Parking.keep`)."""
-        return values
-
     def full(self, n: int, value, dtype) -> np.ndarray:
         """A new array of ``n`` ``value``s."""
         return np.full(n, value, dtype=dtype)
@@ -140,12 +136,6 @@ class Parking(InMemory):
         self._maps.add(mapped)
         self.parked_bytes += size
         return np.frombuffer(mapped, dtype=dtype)
-
-    def keep(self, values: np.ndarray) -> np.ndarray:
-        """A parked copy of ``values`` (1-D; the caller drops its own), none of it
-        resident; small arrays are kept as they are."""
-        out = self._parked(values.dtype, values.shape[0], lambda: (values,))
-        return values if out is None else out
 
     def each(self, n: int, dtype, fn) -> np.ndarray:
         dtype = np.dtype(dtype)
