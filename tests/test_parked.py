@@ -121,6 +121,10 @@ def test_sliced_helpers_equal_whole_array_numpy(tmp_path):
             assert np.array_equal(store.bincount(np.maximum(values, 0), 3),
                                   np.bincount(np.maximum(values, 0), minlength=3))
             assert np.array_equal(store.take(values, positions), values[positions])
+            assert np.array_equal(store.positions(values, lambda v: v < 0),
+                                  np.flatnonzero(values < 0))
+            assert np.array_equal(store.unique(lambda v, w: v[w > 20], values, values),
+                                  np.unique(values[values > 20]))
             out = store.full(1000, -1, np.int64)
             store.scatter(out, positions, values[positions] + 100)
             expect = np.full(1000, -1)

@@ -93,10 +93,8 @@ def op_threads(facts: LaunchFacts, main_thread: int, store: InMemory | None = No
         return store.map(bool, lambda t: t >= 0, facts.thread)
     said = [facts.autograd] + ([] if facts.backward_named is None else
                                [facts.backward_named])
-    engine = np.unique(np.concatenate([
-        np.unique(facts.thread[lo:hi][np.logical_or.reduce([a[lo:hi] for a in said])
-                                      & (facts.thread[lo:hi] >= 0)])
-        for lo, hi in store.slices(facts.thread.shape[0])]))
+    engine = store.unique(lambda t, *s: t[np.logical_or.reduce(s) & (t >= 0)],
+                          facts.thread, *said)
     return store.map(bool, lambda t: (t >= 0) & ((t == main_thread) | np.isin(t, engine)),
                      facts.thread)
 
@@ -425,8 +423,7 @@ def classify(facts: LaunchFacts, frames: dict[str, tuple[np.ndarray, np.ndarray]
                and not store.count(facts.in_op, lambda v: v))
     eligible = (store.full(n, False, bool) if unknown
                 else op_threads(facts, main_thread, store))
-    its = np.unique(np.concatenate(  # -1 (outside every step) first, if any
-        [np.unique(facts.iteration[lo:hi]) for lo, hi in store.slices(n)]))
+    its = store.unique(lambda i: i, facts.iteration)  # -1 (outside every step) first
     by_iteration, bounds = _by_iteration(facts.iteration, its, store)
     op_all = None if use_frames else store.full(n, -1, np.int32)  # op per launch
     found = []  # per iteration: (rows, ops)

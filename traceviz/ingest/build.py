@@ -273,9 +273,7 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     put("launch_dur", gathered(store, launch, launch_row, "dur")[0], no_launch, pa.int64())
     launch_name, = gathered(store, launch, launch_row, "name")
     graph_launch = s.matches(GRAPH_LAUNCH)  # CUDA / HIP graph replays
-    graph = np.unique(np.concatenate([  # the graph launches: a few rows
-        np.unique(launch_row[lo:hi][graph_launch[launch_name[lo:hi]]])
-        for lo, hi in store.slices(n)]))
+    graph = store.unique(lambda r, name: r[graph_launch[name]], launch_row, launch_name)
     links.stats["launched by a graph launch"] = store.count(
         launch_name, lambda v: graph_launch[v])
     links.stats["graph launches"] = int(graph.shape[0])
@@ -433,7 +431,7 @@ def _collective_meta(scanned: ScannedTrace, s: Strings, patterns: Patterns,
     result)."""
     comm = scanned.stores["comm"]
     n = comm_row.shape[0]
-    has = _positions(store, comm_row, lambda v: v >= 0)
+    has = store.positions(comm_row, lambda v: v >= 0)
     entry = store.take(comm_row, has)
     fields = {f: (comm.column(f)[entry].astype(np.int64) if has.size
                   else np.zeros(0, dtype=np.int64)) for f in COMM_FIELDS}
@@ -445,7 +443,7 @@ def _collective_meta(scanned: ScannedTrace, s: Strings, patterns: Patterns,
     by_kernel = s.lookup(np.int32, -1)
     for label, pattern in reversed(patterns.kernel_groups):  # the first pattern wins
         by_kernel[s.matches(pattern)] = GROUPS.index(label)
-    rows = _positions(store, kind, lambda k: k == COMM)  # the collectives
+    rows = store.positions(kind, lambda k: k == COMM)  # the collectives
     at, stated = _found_in(has, rows)  # rows[j] is has[at[j]] where stated
     code = np.full(rows.shape[0], -1, dtype=np.int32)
     code[stated] = desc_code[at[stated]]
@@ -459,12 +457,6 @@ def _collective_meta(scanned: ScannedTrace, s: Strings, patterns: Patterns,
     store.scatter(groups, rows, found)
     return CollectiveMeta(n, has, fields, ranks, size, desc_code, descs, groups, evidence,
                           store)
-
-
-def _positions(store: InMemory, values: np.ndarray, test) -> np.ndarray:
-    """The positions where ``test(values)`` holds, ascending, a slice at a time."""
-    return np.concatenate([lo + np.flatnonzero(test(values[lo:hi]))
-                           for lo, hi in store.slices(values.shape[0])])
 
 
 def _found_in(sorted_rows: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -484,7 +476,7 @@ def _collective_columns(coll: CollectiveMeta, s: Strings, patterns: Patterns,
     def negative(values: np.ndarray) -> np.ndarray:
         return store.map(bool, lambda v: v < 0, values)
 
-    comm = _positions(store, kind, lambda k: k == COMM)
+    comm = store.positions(kind, lambda k: k == COMM)
     at, stated = _found_in(coll.has, comm)
     said = np.full(comm.shape[0], -1, dtype=np.int64)  # the Collective name arg, if any
     said[stated] = f["collective"][at[stated]]

@@ -267,9 +267,7 @@ def _forward_times(ops, node_seq: np.ndarray, main_thread: int, store: InMemory
     the autograd node around its launch (the forward op it differentiates); -1 where
     the node has no number or no such op is in the trace. One pass over the ops, only
     when some node has a number. ``node_seq`` is read a ``store`` slice at a time."""
-    wanted = np.unique(np.concatenate(
-        [np.unique(node_seq[lo:hi][node_seq[lo:hi] >= 0])
-         for lo, hi in store.slices(node_seq.shape[0])]))
+    wanted = store.unique(lambda s: s[s >= 0], node_seq)
     if not wanted.size:  # no number anywhere: a read-only -1 for every activity, no memory
         return np.broadcast_to(np.int64(-1), node_seq.shape)
     out = store.full(node_seq.shape[0], -1, np.int64)
@@ -362,8 +360,7 @@ def _flow_fallback(scanned, cls_of, corr, rows, store: InMemory):
         miss_l_ts.append(cols["ts"][m])
     l_rows = np.concatenate(miss_l_rows) if miss_l_rows else np.empty(0, np.int64)
     l_corr = np.full(l_rows.shape[0], -1, dtype=np.int64)
-    missing = np.concatenate([lo + np.flatnonzero(corr[lo:hi] < 0)
-                              for lo, hi in store.slices(corr.shape[0])])
+    missing = store.positions(corr, lambda v: v < 0)
     if len(flows) == 0 or (missing.size == 0 and l_rows.size == 0):
         return l_rows, l_corr, 0
     g = scanned.stores["gpu"].gatherer(rows[missing])
@@ -416,13 +413,9 @@ def _correlation_join(launch, corr, ts_of, fix_rows, fix_corr, scanned, work_byt
             c = corr[lo:hi]
             part_of[lo:hi] = np.where(c >= 0, c % n_parts, -1)
     for p in range(n_parts):
-        sel, keys = [], []
-        for lo, hi in store.slices(corr.shape[0]):
-            c = corr[lo:hi]
-            m = np.flatnonzero(c >= 0 if part_of is None else part_of[lo:hi] == p)
-            sel.append(lo + m)
-            keys.append(c[m])
-        sel, keys = np.concatenate(sel), np.concatenate(keys)
+        sel = (store.positions(corr, lambda v: v >= 0) if part_of is None
+               else store.positions(part_of, lambda v: v == p))
+        keys = store.take(corr, sel)
         if sel.size == 0:
             continue
         got = parts.get(p)

@@ -84,6 +84,18 @@ class InMemory:
         return sum(int(np.count_nonzero(test(values[lo:hi])))
                    for lo, hi in self.slices(values.shape[0]))
 
+    def positions(self, values: np.ndarray, test) -> np.ndarray:
+        """The positions where ``test`` (a function of an array slice giving booleans)
+        holds in ``values``, ascending, a slice at a time."""
+        return np.concatenate([lo + np.flatnonzero(test(values[lo:hi]))
+                               for lo, hi in self.slices(values.shape[0])])
+
+    def unique(self, fn, *arrays: np.ndarray) -> np.ndarray:
+        """The distinct values (sorted) of ``fn(*slices)`` over the arrays' slices: a
+        few values out of many rows (iterations, threads, ids)."""
+        return np.unique(np.concatenate([fn(*(a[lo:hi] for a in arrays))
+                                         for lo, hi in self.slices(arrays[0].shape[0])]))
+
     def take(self, values: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """``values[positions]`` (``positions`` ascending), a slice of ``values`` at a
         time."""
