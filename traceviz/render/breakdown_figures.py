@@ -230,8 +230,10 @@ def top_kernels(table: pa.Table, kernel_type: str):
         ax.text(max(m, h), yi, f"  {m:,.2f} ms ({100 * sum(v.values()) / grand:.1f}%)",
                 va="center", fontsize="x-small")
     ax.set_xlim(0, hi.max() * 1.35 if hi.max() > 0 else 1)
+    folded = ("each rank's folded tail" if not rest
+              else f"{len(rest)} more names + each rank's folded tail")
     labels = _labels([n for n, _ in entries[:len(top)]]) + [
-        f"others ({len(rest)} more names + each rank's folded tail)"][:len(entries) - len(top)]
+        f"others ({folded})"][:len(entries) - len(top)]
     ax.set_yticks(y, labels, fontsize="x-small")
     ax.set_xlabel(f"ms per rank, mean over {_ranks(nranks)}"
                   + ("; whiskers: lowest and highest rank" if nranks > 1 else "")
