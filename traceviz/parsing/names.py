@@ -65,23 +65,22 @@ class Strings:
         elsewhere (5 bytes per row besides the result). Indices and null mask are made
         in ``store`` (:mod:`traceviz.table.parked`): a slice at a time when it parks."""
         store = store or InMemory()
-        canon_of = self.canon_lookup()  # -1 stays -1 (last entry)
+        canon = store.map(np.int32, self.canon_lookup().__getitem__, ids)  # -1 stays -1
         used = np.zeros(len(self.texts) + 1, dtype=bool)
-        for lo, hi in store.slices(ids.shape[0]):
-            used[canon_of[ids[lo:hi]]] = True
+        for lo, hi in store.slices(canon.shape[0]):
+            used[canon[lo:hi]] = True
         used[-1] = False
         code = np.cumsum(used, dtype=np.int32) - 1  # dense code of each used id, O(rows)
         code[-1] = 0  # absent rows: any valid index, masked below
         if rows is None:
-            mask = store.map(bool, lambda i: canon_of[i] < 0, ids)
-            indices = store.map(np.int32, lambda i: code[canon_of[i]], ids)
+            mask = store.map(bool, lambda c: c < 0, canon)
+            indices = store.map(np.int32, code.__getitem__, canon)
         else:
-            canon = canon_of[ids]
             mask = store.full(n, True, bool)
             store.scatter(mask, rows, canon < 0)
             indices = store.full(n, 0, np.int32)
             store.scatter(indices, rows, code[canon])
-            del canon
+        del canon
         dictionary = strings([self.texts[i] for i in np.flatnonzero(used[:-1]).tolist()])
         # safe=False: the indices are valid by construction, and checking them reads
         # every one (all the pages of parked indices)
