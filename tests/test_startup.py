@@ -49,3 +49,22 @@ def test_cli_skips_numba_blas_probe(fake_scipy):
 def test_without_it_numba_imports_scipy(fake_scipy):
     # the stand-in is what numba's probe imports when nothing stops it
     assert "during probe: True" in _run(fake_scipy, "")
+
+
+def test_parse_imports_no_synthesizer_analysis_or_drawing(tmp_path):
+    # the parse path's modules, as Python reports them (-X importtime), in the command's
+    # own process: nothing from the synthesizer, the analyses, the figures or matplotlib
+    from helpers import shared
+
+    trace = shared("kineto/docs/before_fix_trace.json")
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "traceviz", "parse",
+                          str(trace), "-o", str(tmp_path / "t.parquet")],
+                         capture_output=True, text=True, check=True)
+    modules = {line.rsplit("|", 1)[1].strip() for line in out.stderr.splitlines()
+               if line.startswith("import time:") and "|" in line}
+    assert {"traceviz.ingest.build", "numba", "pyarrow"} <= modules  # the parse ran
+    loaded = sorted(m for m in modules if m.split(".")[0] == "matplotlib"
+                    or m.startswith(("traceviz.synth", "traceviz.analysis",
+                                     "traceviz.render")))
+    assert loaded == []
+    assert (tmp_path / "t.parquet").stat().st_size > 0

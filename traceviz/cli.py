@@ -184,35 +184,51 @@ def topology(world, tp, pp, cp, ep, expert_tp, order, gbs, from_traces, from_fil
     click.echo(f"wrote {command.write(text, output, as_json)}", err=True)
 
 
-def _synth_options(func):
-    """One option per SynthConfig knob (the dataclass is the single source of truth)."""
+class _LazyOptions(click.Command):
+    """A command whose options are made the first time they are needed (its call, its
+    ``--help``), not when the command line is imported: ``make_params`` may import what
+    the other commands never load."""
+
+    def __init__(self, *args, make_params, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._make_params = make_params
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        if self._make_params is not None:
+            self.params.extend(self._make_params())
+            self._make_params = None
+        return super().get_params(ctx)
+
+
+def _synth_options() -> list[click.Option]:
+    """One option per SynthConfig knob (the dataclass is the single source of truth);
+    made on first use, so no other command imports the synthesizer."""
     import dataclasses
 
     from .synth import SynthConfig
+    from .synth.config import LAYOUTS, SCHEDULES
 
-    for f in reversed(dataclasses.fields(SynthConfig)):
+    options = []
+    for f in dataclasses.fields(SynthConfig):
         if f.name == "extra":
             continue
         flag = "--" + f.name.replace("_", "-")
         if f.type in ("bool", bool):
-            func = click.option(f"{flag}/--no-{f.name.replace('_', '-')}", f.name,
-                                default=f.default, show_default=True)(func)
+            options.append(click.Option([f"{flag}/--no-{f.name.replace('_', '-')}", f.name],
+                                        default=f.default, show_default=True))
         elif f.name in ("schedule", "layout"):
-            from .synth.config import LAYOUTS, SCHEDULES
-
-            func = click.option(flag, f.name, default=f.default, show_default=True,
-                                type=click.Choice(SCHEDULES if f.name == "schedule"
-                                                  else LAYOUTS))(func)
+            options.append(click.Option([flag, f.name], default=f.default, show_default=True,
+                                        type=click.Choice(SCHEDULES if f.name == "schedule"
+                                                          else LAYOUTS)))
         else:
             kind = float if isinstance(f.default, float) else int
-            func = click.option(flag, f.name, type=kind, default=f.default,
-                                show_default=f.default is not None)(func)
-    return func
+            options.append(click.Option([flag, f.name], type=kind, default=f.default,
+                                        show_default=f.default is not None))
+    return options
 
 
-@main.command()
+@main.command(cls=_LazyOptions, make_params=_synth_options)
 @click.argument("outdir", type=click.Path(file_okay=False))
-@_synth_options
 def synth(outdir: str, **knobs) -> None:
     """Write a synthetic Megatron-like job: per-rank Kineto traces, the topology file and
     ground_truth/ (kernels.parquet: the true phase, micro-batch and group of every
