@@ -92,8 +92,9 @@ class InMemory:
 
     def unique(self, fn, *arrays: np.ndarray) -> np.ndarray:
         """The distinct values (sorted) of ``fn(*slices)`` over the arrays' slices: a
-        few values out of many rows (iterations, threads, ids)."""
-        return np.unique(np.concatenate([fn(*(a[lo:hi] for a in arrays))
+        few values out of many rows (iterations, threads, ids): each slice's are made
+        distinct before they are joined, so no more than a slice's rows are held."""
+        return np.unique(np.concatenate([np.unique(fn(*(a[lo:hi] for a in arrays)))
                                          for lo, hi in self.slices(arrays[0].shape[0])]))
 
     def take(self, values: np.ndarray, positions: np.ndarray) -> np.ndarray:
