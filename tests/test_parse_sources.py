@@ -18,6 +18,7 @@ import traceviz
 from traceviz.errors import TraceError
 from traceviz.parsing import reader
 from traceviz.parsing.cpu_table import CPU_ONLY_FIELDS
+from traceviz.table.schema import DELTA_COLUMNS
 
 TRACE = "hta/nccl_parser_config/nccl_data.json.gz"  # pretty-printed, fractional µs
 
@@ -101,9 +102,9 @@ def test_cpu_table_and_load_round_trip(tmp_path):
 
 def test_parquet_encodings(tmp_path):
     """Only dictionary (string) columns are dictionary-encoded in the file (int64 times
-    and ids are not: that doubled the file and cost ~70 MB per row group), and every
-    other column has min / max statistics; the table reads back equal to the parsed
-    one."""
+    and ids are not: that doubled the file and cost ~70 MB per row group), the times and
+    ids in row order are delta-encoded and the other integers plain, and every other
+    column has min / max statistics; the table reads back equal to the parsed one."""
     out = tmp_path / "r.parquet"
     parsed = traceviz.parse_trace(shared(TRACE))
     parsed.columns.write_parquet(str(out))
@@ -115,6 +116,10 @@ def test_parquet_encodings(tmp_path):
         dictionary = any("DICTIONARY" in e for e in chunk.encodings)
         assert dictionary == pa.types.is_dictionary(field.type), chunk.path_in_schema
         assert chunk.is_stats_set == (not dictionary), chunk.path_in_schema
+        delta = "DELTA_BINARY_PACKED" in chunk.encodings
+        assert delta == (field.name in DELTA_COLUMNS), chunk.path_in_schema
+    assert {"ts", "launch_ts", "correlation", "stream", "index"} <= set(DELTA_COLUMNS)
+    assert "dur" not in DELTA_COLUMNS
     assert traceviz.load(out).equals(parsed.activities)
 
 

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import TraceError, TraceVizError
+from .schema import DELTA_COLUMNS
 from .scratch import release, temp_file_for
 
 
@@ -74,9 +75,12 @@ def writer_options(schema: pa.Schema) -> dict:
     our activity tables that made files twice as large, writing twice as slow and cost
     ~70 MB of memory per row group. Min / max statistics (what lets a reader skip row
     groups) for every column but those dictionaries: the strings' min / max were ~20 %
-    of writing an activity table and skip nothing (every row group holds most names)."""
+    of writing an activity table and skip nothing (every row group holds most names).
+    Integer columns of :data:`~.schema.DELTA_COLUMNS` are delta-encoded."""
     dictionaries = [f.name for f in schema if pa.types.is_dictionary(f.type)]
     return {"compression": "zstd", "use_dictionary": dictionaries,
+            "column_encoding": {f.name: "DELTA_BINARY_PACKED" for f in schema
+                                if f.name in DELTA_COLUMNS and pa.types.is_integer(f.type)},
             "write_statistics": [path for f in schema if f.name not in dictionaries
                                  for path in _leaf_paths(f.name, f.type)]}
 
