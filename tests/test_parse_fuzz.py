@@ -15,7 +15,14 @@ from reference import DEVICE_SIDE, activities, complete, event_count, load
 
 import traceviz
 from traceviz.parsing.budget import MemoryPlan
-from traceviz.parsing.lexer import NUM_OK, NUM_RANGE, number_token
+from traceviz.parsing.lexer import (
+    NUM_OK,
+    NUM_RANGE,
+    hash_bytes,
+    number_token,
+    scan_string,
+    string_hash,
+)
 
 NUMBER = st.from_regex(r"-?(0|[1-9][0-9]{0,12})(\.[0-9]{1,12})?([eE][-+]?[0-9]{1,2})?",
                        fullmatch=True).map(Raw)
@@ -166,3 +173,31 @@ def test_number_token_exact(text, scale, delim):
         assert (end, value, status) == (len(text), exact, NUM_OK)
     else:  # beyond int64: its own status (a skip reason of its own)
         assert status == NUM_RANGE
+
+
+@settings(max_examples=3000, deadline=None)
+@given(text=st.text(st.characters(blacklist_categories=("Cs",)), max_size=40),
+       ascii_only=st.booleans(), after=st.sampled_from(["", ":", ",\"ab\\\\cdefgh\"", " " * 9]))
+def test_string_hash_is_of_the_decoded_text(text, ascii_only, after):
+    """scan_string ends past the closing quote and hashes the decoded UTF-8 bytes, however
+    the text is escaped and wherever escapes fall in its 8-byte words, with the buffer
+    ending right after the string or not; string_hash (Python) and hash_bytes (raw bytes)
+    are the same hash."""
+    encoded = json.dumps(text, ensure_ascii=ascii_only).encode()
+    buf = np.frombuffer(encoded + after.encode(), dtype=np.uint8)
+    end, h, _ = scan_string(buf, 0, buf.shape[0])
+    assert end == len(encoded)
+    assert h == string_hash(text.encode())
+    raw = np.frombuffer(text.encode() + b"tail", dtype=np.uint8)
+    assert hash_bytes(raw, 0, len(text.encode())) == h
+
+
+def test_string_hashes_differ_on_alike_names():
+    """The hash stands for the string in the intern table (no byte comparison), so names
+    that differ in a byte or two, or only in length, must hash apart: 400,000 of them."""
+    names = [f"layer_{i:05d}.mlp.fc{i % 7}" for i in range(100_000)]
+    names += [f"ncclDevKernel_AllReduce_{chr(65 + i % 26)}{i}" for i in range(100_000)]
+    names += ["x" * k for k in range(1, 300)] + ["\0" * k for k in range(1, 300)]
+    names += [f"{i:08x}{i:08x}" for i in range(199_402)]
+    hashes = {string_hash(n.encode()) for n in names}
+    assert len(names) == 400_000 and len(hashes) == len(names)

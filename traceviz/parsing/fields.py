@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .lexer import fnv1a
+from .lexer import string_hash
 
 # ---- stores -----------------------------------------------------------------------
 GPU, LAUNCH, OPS, PY, COMM, FLOW, XARGS = range(7)
@@ -135,11 +135,12 @@ TRACE_EVENTS_KEY = b"traceEvents"
 
 
 def key_table(mapping: dict[bytes, int], size: int = 256) -> tuple[np.ndarray, np.ndarray]:
-    """Open-addressing table (``hash & (size-1)``, linear probing) of FNV hashes -> value."""
+    """Open-addressing table (``hash & (size-1)``, linear probing) of string hashes
+    (:func:`~.lexer.string_hash`) -> value."""
     keys = np.zeros(size, dtype=np.int64)
     vals = np.full(size, -1, dtype=np.int64)
     for raw, value in mapping.items():
-        h = fnv1a(raw) or 1
+        h = string_hash(raw) or 1
         slot = h & (size - 1)
         while keys[slot] != 0:
             slot = (slot + 1) & (size - 1)
@@ -151,7 +152,8 @@ def key_table(mapping: dict[bytes, int], size: int = 256) -> tuple[np.ndarray, n
 EVENT_KEY_TABLE = key_table(EVENT_KEYS)
 ARG_KEY_TABLE = key_table(ARG_KEYS)
 CATEGORY_TABLE = key_table({k.encode(): v for k, v in CATEGORY_CLASS.items()})
-TRACE_EVENTS_HASH = np.int64(fnv1a(TRACE_EVENTS_KEY))  # np.int64: numba mis-compares plain ints
+# np.int64: numba mis-compares plain ints
+TRACE_EVENTS_HASH = np.int64(string_hash(TRACE_EVENTS_KEY))
 
 # ---- scanner status --------------------------------------------------------------------
 (R_NEED_MORE, R_FLUSH, R_GROW_STRINGS, R_GROW_THREADS, R_DRAIN, R_DONE, R_ERROR) = range(1, 8)

@@ -11,21 +11,44 @@ Return conventions shared by all functions here:
 * ``INCOMPLETE`` (-1) means the buffer ended before the token did (more bytes may complete it);
 * ``SYNTAX`` (-2) means the bytes cannot be JSON at this point.
 
-Strings are hashed with 64-bit FNV-1a over their decoded UTF-8 bytes (escapes resolved,
-quotes excluded), computed in ``uint64`` (signed overflow is undefined behaviour for LLVM, so
-wrapping arithmetic must be unsigned) and returned as the same bits in an ``int64``;
-:func:`fnv1a` is the same hash in Python for building key constants.
+Strings are hashed over their decoded UTF-8 bytes (escapes resolved, quotes excluded),
+eight bytes at a time: each full little-endian 64-bit word of the bytes is XORed into
+the state and the state mixed (splitmix64's finalizer: a bijection with full avalanche,
+so the 64-bit hash can stand for the string, see :mod:`.strings`), then the tail word
+(the last 0-7 bytes, zero-padded, with the length's low byte as its top byte) the same
+way. The scanner loads eight bytes at once and finds the first quote or backslash among
+them with bit arithmetic: a string without escapes is hashed a word at a time, its end
+found in the word that holds it; escapes go a byte at a time into the same words.
+Arithmetic is ``uint64`` (signed overflow is undefined behaviour for LLVM, so wrapping
+arithmetic must be unsigned); the hash is returned as the same bits in an ``int64``.
+:func:`string_hash` is the same hash in Python for building key constants.
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 INCOMPLETE = -1
 SYNTAX = -2
 
-FNV_OFFSET = np.uint64(0xCBF29CE484222325)
-FNV_PRIME = np.uint64(0x100000001B3)
+# the hash's start and splitmix64's finalizer constants
+_SEED = 0x9E3779B97F4A7C15
+_M1 = 0xBF58476D1CE4E5B9
+_M2 = 0x94D049BB133111EB
+_MASK = 0xFFFFFFFFFFFFFFFF
+SEED = np.uint64(_SEED)
+M1 = np.uint64(_M1)
+M2 = np.uint64(_M2)
+_ONES = np.uint64(0x0101010101010101)
+_HIGHS = np.uint64(0x8080808080808080)
+_QUOTES = np.uint64(0x2222222222222222)
+_BACKSLASHES = np.uint64(0x5C5C5C5C5C5C5C5C)
+if sys.byteorder != "little":  # the words of the hash are loaded little-endian
+    raise ImportError("traceviz's scanner needs a little-endian machine")
 
 # number parse status
 NUM_OK = 0
@@ -38,12 +61,103 @@ _MAX_DIV10 = 922337203685477580  # (2**63 - 1) // 10
 _INT64_MAX = 9223372036854775807
 
 
-def fnv1a(data: bytes) -> int:
-    """FNV-1a 64 of ``data`` as a signed int64, identical to :func:`scan_string`'s hash."""
-    h = 0xCBF29CE484222325
-    for b in data:
-        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+def _py_mix(h: int, word: int) -> int:
+    x = h ^ word
+    x = ((x ^ (x >> 30)) * _M1) & _MASK
+    x = ((x ^ (x >> 27)) * _M2) & _MASK
+    return x ^ (x >> 31)
+
+
+def string_hash(data: bytes) -> int:
+    """The hash of ``data`` (decoded bytes) as a signed int64, identical to
+    :func:`scan_string`'s and :func:`hash_bytes`'."""
+    h = _SEED
+    full = len(data) // 8 * 8
+    for k in range(0, full, 8):
+        h = _py_mix(h, int.from_bytes(data[k:k + 8], "little"))
+    h = _py_mix(h, int.from_bytes(data[full:], "little") | (len(data) & 0xFF) << 56)
     return h - (1 << 64) if h >= (1 << 63) else h
+
+
+@intrinsic
+def load_word(typingctx, buf, i):
+    """The 8 bytes ``buf[i:i+8]`` as one little-endian ``uint64`` (one unaligned load;
+    the caller checked they are in the buffer)."""
+    if not (isinstance(buf, types.Array) and buf.dtype == types.uint8
+            and isinstance(i, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        at = builder.gep(data, [args[1]])
+        return builder.load(builder.bitcast(at, ir.IntType(64).as_pointer()), align=1)
+
+    return types.uint64(buf, i), codegen
+
+
+@intrinsic
+def trailing_zeros(typingctx, v):
+    """The number of trailing zero bits of the ``uint64`` ``v`` (64 if it is 0)."""
+    if v != types.uint64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
+
+    return types.uint64(v), codegen
+
+
+@njit(nogil=True, cache=True, _nrt=False, inline="always")
+def _mix(h, word):
+    """The state ``h`` after the 64-bit ``word`` (see the module doc)."""
+    x = h ^ word
+    x = (x ^ (x >> np.uint64(30))) * M1
+    x = (x ^ (x >> np.uint64(27))) * M2
+    return x ^ (x >> np.uint64(31))
+
+
+@njit(nogil=True, cache=True, _nrt=False, inline="always")
+def _specials(v):
+    """The high bit of each byte of ``v`` that is a quote or a backslash, and maybe of
+    bytes above the first such byte (``(x - 0x01..) & ~x & 0x80..`` flags the zero bytes
+    of ``x`` exactly up to the first one): 0 when none is, else the first one is the
+    lowest flagged byte."""
+    q = v ^ _QUOTES
+    b = v ^ _BACKSLASHES
+    return (((q - _ONES) & ~q) | ((b - _ONES) & ~b)) & _HIGHS
+
+
+@njit(nogil=True, cache=True, _nrt=False, inline="always")
+def _put(h, word, nb, byte):
+    """The hash state after one more decoded ``byte``: ``(h, word, nb)``, ``word``
+    holding the ``nb`` (< 8) bytes not yet mixed."""
+    word |= np.uint64(byte) << np.uint64(8 * nb)
+    if nb == 7:
+        return _mix(h, word), np.uint64(0), 0
+    return h, word, nb + 1
+
+
+@njit(nogil=True, cache=True, _nrt=False, inline="always")
+def _finish(h, word, length):
+    """The hash of ``length`` bytes from their state: ``word`` holds the last
+    ``length % 8`` of them (see the module doc)."""
+    return np.int64(_mix(h, word | (np.uint64(length & 0xFF) << np.uint64(56))))
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def hash_bytes(buf, start, end):
+    """The hash of the raw bytes ``buf[start:end]`` (as they are: no escape decoded)."""
+    h = SEED
+    i = start
+    while i + 8 <= end:
+        h = _mix(h, load_word(buf, i))
+        i += 8
+    word = np.uint64(0)
+    nb = 0
+    while i < end:
+        h, word, nb = _put(h, word, nb, buf[i])
+        i += 1
+    return _finish(h, word, end - start)
 
 
 @njit(nogil=True, cache=True, _nrt=False)
@@ -52,11 +166,6 @@ def skip_ws(buf, i, n):
     while i < n and (buf[i] == 32 or buf[i] == 10 or buf[i] == 13 or buf[i] == 9):
         i += 1
     return i
-
-
-@njit(nogil=True, cache=True, _nrt=False)
-def _mix(h, byte):
-    return (h ^ np.uint64(byte)) * FNV_PRIME
 
 
 @njit(nogil=True, cache=True, _nrt=False)
@@ -97,17 +206,26 @@ def _simple_escape(e):
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def _mix_utf8(h, cp):
-    """``h`` mixed with the UTF-8 bytes of code point ``cp``."""
+def _put_utf8(h, word, nb, cp):
+    """The hash state after the UTF-8 bytes of code point ``cp``."""
     if cp < 0x80:
-        return _mix(h, cp)
+        return _put(h, word, nb, cp)
     if cp < 0x800:
-        return _mix(_mix(h, 0xC0 | (cp >> 6)), 0x80 | (cp & 0x3F))
+        h, word, nb = _put(h, word, nb, 0xC0 | (cp >> 6))
+        return _put(h, word, nb, 0x80 | (cp & 0x3F))
     if cp < 0x10000:
-        h = _mix(h, 0xE0 | (cp >> 12))
-        return _mix(_mix(h, 0x80 | ((cp >> 6) & 0x3F)), 0x80 | (cp & 0x3F))
-    h = _mix(_mix(h, 0xF0 | (cp >> 18)), 0x80 | ((cp >> 12) & 0x3F))
-    return _mix(_mix(h, 0x80 | ((cp >> 6) & 0x3F)), 0x80 | (cp & 0x3F))
+        h, word, nb = _put(h, word, nb, 0xE0 | (cp >> 12))
+    else:
+        h, word, nb = _put(h, word, nb, 0xF0 | (cp >> 18))
+        h, word, nb = _put(h, word, nb, 0x80 | ((cp >> 12) & 0x3F))
+    h, word, nb = _put(h, word, nb, 0x80 | ((cp >> 6) & 0x3F))
+    return _put(h, word, nb, 0x80 | (cp & 0x3F))
+
+
+@njit(nogil=True, cache=True, _nrt=False, inline="always")
+def _utf8_length(cp):
+    """The number of UTF-8 bytes of code point ``cp``."""
+    return 1 if cp < 0x80 else 2 if cp < 0x800 else 3 if cp < 0x10000 else 4
 
 
 @njit(nogil=True, cache=True, _nrt=False)
@@ -119,47 +237,71 @@ def scan_string(buf, i, n):
     ``"cat"`` (keys, categories and interned strings mean what JSON says); an invalid
     escape is hashed as written (its decoding fails later, at its offset).
     """
-    h = FNV_OFFSET
+    h = SEED
+    word = np.uint64(0)  # the decoded bytes not yet mixed: nb of them
+    nb = 0
+    length = 0
     esc = False
     i += 1
     while i < n:
+        if nb == 0 and i + 8 <= n:  # a word at a time up to the first quote / backslash
+            v = load_word(buf, i)
+            special = _specials(v)
+            if special == np.uint64(0):
+                h = _mix(h, v)
+                length += 8
+                i += 8
+                continue
+            p = np.int64(trailing_zeros(special) >> np.uint64(3))  # bytes before it
+            if p > 0:
+                nb = p
+                word = v & ((np.uint64(1) << np.uint64(8 * p)) - np.uint64(1))
+                length += p
+                i += p
         c = buf[i]
         if c == _QUOTE:
-            return i + 1, np.int64(h), esc
+            return i + 1, _finish(h, word, length), esc
         if c != _BACKSLASH:
-            h = _mix(h, c)
+            h, word, nb = _put(h, word, nb, c)
+            length += 1
             i += 1
             continue
         esc = True
         if i + 1 >= n:
-            return INCOMPLETE, np.int64(h), esc
+            return INCOMPLETE, np.int64(0), esc
         e = buf[i + 1]
         if e != 117:  # not \u
             b = _simple_escape(e)
             if b < 0:
-                h = _mix(_mix(h, c), e)
+                h, word, nb = _put(h, word, nb, c)
+                h, word, nb = _put(h, word, nb, e)
+                length += 2
             else:
-                h = _mix(h, b)
+                h, word, nb = _put(h, word, nb, b)
+                length += 1
             i += 2
             continue
         if i + 6 > n:
-            return INCOMPLETE, np.int64(h), esc
+            return INCOMPLETE, np.int64(0), esc
         cp = _hex4(buf, i + 2)
         if cp < 0:
-            h = _mix(_mix(h, c), e)
+            h, word, nb = _put(h, word, nb, c)
+            h, word, nb = _put(h, word, nb, e)
+            length += 2
             i += 2
             continue
         i += 6
         if 0xD800 <= cp < 0xDC00:  # a high surrogate: its low half may follow
             if i + 6 > n:
-                return INCOMPLETE, np.int64(h), esc
+                return INCOMPLETE, np.int64(0), esc
             if buf[i] == _BACKSLASH and buf[i + 1] == 117:
                 lo = _hex4(buf, i + 2)
                 if 0xDC00 <= lo < 0xE000:
                     cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00)
                     i += 6
-        h = _mix_utf8(h, cp)
-    return INCOMPLETE, np.int64(h), esc
+        h, word, nb = _put_utf8(h, word, nb, cp)
+        length += _utf8_length(cp)
+    return INCOMPLETE, np.int64(0), esc
 
 
 @njit(nogil=True, cache=True, _nrt=False)

@@ -34,13 +34,12 @@ from numba import njit
 
 from . import fields as L
 from .lexer import (
-    FNV_OFFSET,
-    FNV_PRIME,
     INCOMPLETE,
     NUM_OK,
     NUM_RANGE,
     SYNTAX,
     first_char,
+    hash_bytes,
     number_token,
     scan_string,
     skip_string,
@@ -81,14 +80,6 @@ def _lookup(w, table, h):
         if k == 0:
             return np.int64(-1)
         slot = (slot + 1) & mask
-
-
-@njit(nogil=True, cache=True, _nrt=False)
-def _hash_span(buf, start, end):
-    h = FNV_OFFSET
-    for i in range(start, end):
-        h = (h ^ np.uint64(buf[i])) * FNV_PRIME
-    return np.int64(h)
 
 
 @njit(nogil=True, cache=True, _nrt=False, inline="always")
@@ -159,7 +150,7 @@ def _parse_args(buf, i, n, w, strs):
                 if e >= 0:
                     if not _room(w, strs):
                         return NEED_ROOM
-                    w[AR + slot] = intern(strs, w, _hash_span(buf, k, e), k, e - k)
+                    w[AR + slot] = intern(strs, w, hash_bytes(buf, k, e), k, e - k)
             else:
                 e = skip_value(buf, k, n)
         if e < 0:

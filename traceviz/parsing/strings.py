@@ -1,11 +1,11 @@
 """String interning shared across the chunks of one trace.
 
-Inside the numba scan loop a string is only hashed (FNV-1a of its raw bytes) and looked
-up in an open-addressing table (rows ``SR_KEY`` / ``SR_ID`` of the ``strs`` array); a
-hash seen for the first time gets the next id and its byte span is queued in the
-``SR_PEND_*`` rows. After each scanner call (before the chunk buffer is reused)
-:meth:`StringTable.take_pending` decodes only those new spans, so Python touches each
-distinct string once, never each event.
+Inside the numba scan loop a string is only hashed (:func:`.lexer.scan_string`: its
+decoded bytes) and looked up in an open-addressing table (rows ``SR_KEY`` / ``SR_ID``
+of the ``strs`` array); a hash seen for the first time gets the next id and its byte
+span is queued in the ``SR_PEND_*`` rows. After each scanner call (before the chunk
+buffer is reused) :meth:`StringTable.take_pending` decodes only those new spans, so
+Python touches each distinct string once, never each event.
 
 Two raw spellings of one text (``"A"`` and ``"\\u0041"``) get two ids with the same
 decoded text; :meth:`StringTable.canonical` maps every id to the first id of its text.
