@@ -21,6 +21,7 @@ from traceviz.parsing.lexer import (
     hash_bytes,
     number_token,
     scan_string,
+    skip_string,
     string_hash,
 )
 
@@ -179,14 +180,15 @@ def test_number_token_exact(text, scale, delim):
 @given(text=st.text(st.characters(blacklist_categories=("Cs",)), max_size=40),
        ascii_only=st.booleans(), after=st.sampled_from(["", ":", ",\"ab\\\\cdefgh\"", " " * 9]))
 def test_string_hash_is_of_the_decoded_text(text, ascii_only, after):
-    """scan_string ends past the closing quote and hashes the decoded UTF-8 bytes, however
-    the text is escaped and wherever escapes fall in its 8-byte words, with the buffer
-    ending right after the string or not; string_hash (Python) and hash_bytes (raw bytes)
-    are the same hash."""
+    """scan_string and skip_string end past the closing quote (INCOMPLETE without it) and
+    scan_string hashes the decoded UTF-8 bytes, however the text is escaped and wherever
+    escapes fall in its 8-byte words, with the buffer ending right after the string or
+    not; string_hash (Python) and hash_bytes (raw bytes) are the same hash."""
     encoded = json.dumps(text, ensure_ascii=ascii_only).encode()
     buf = np.frombuffer(encoded + after.encode(), dtype=np.uint8)
     end, h, _ = scan_string(buf, 0, buf.shape[0])
-    assert end == len(encoded)
+    assert end == len(encoded) == skip_string(buf, 0, buf.shape[0])
+    assert skip_string(buf, 0, len(encoded) - 1) == scan_string(buf, 0, len(encoded) - 1)[0] == -1
     assert h == string_hash(text.encode())
     raw = np.frombuffer(text.encode() + b"tail", dtype=np.uint8)
     assert hash_bytes(raw, 0, len(text.encode())) == h

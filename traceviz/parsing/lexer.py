@@ -327,9 +327,16 @@ def first_char(buf, k, e):
 
 @njit(nogil=True, cache=True, _nrt=False)
 def skip_string(buf, i, n):
-    """Like :func:`scan_string` without the hash: the end position or INCOMPLETE."""
+    """Like :func:`scan_string` without the hash: the end position or INCOMPLETE (eight
+    bytes at a time up to each quote or backslash)."""
     i += 1
     while i < n:
+        if i + 8 <= n:
+            special = _specials(load_word(buf, i))
+            if special == np.uint64(0):
+                i += 8
+                continue
+            i += np.int64(trailing_zeros(special) >> np.uint64(3))
         c = buf[i]
         if c == _QUOTE:
             return i + 1
