@@ -62,6 +62,7 @@ _INT64_MAX = 9223372036854775807
 
 
 def _py_mix(h: int, word: int) -> int:
+    """:func:`_mix` on Python ints (for :func:`string_hash`)."""
     x = h ^ word
     x = ((x ^ (x >> 30)) * _M1) & _MASK
     x = ((x ^ (x >> 27)) * _M2) & _MASK
@@ -80,7 +81,7 @@ def string_hash(data: bytes) -> int:
 
 
 @intrinsic
-def load_word(typingctx, buf, i):
+def load_word(_typingctx, buf, i):
     """The 8 bytes ``buf[i:i+8]`` as one little-endian ``uint64`` (one unaligned load;
     the caller checked they are in the buffer)."""
     if not (isinstance(buf, types.Array) and buf.dtype == types.uint8
@@ -96,7 +97,7 @@ def load_word(typingctx, buf, i):
 
 
 @intrinsic
-def trailing_zeros(typingctx, v):
+def trailing_zeros(_typingctx, v):
     """The number of trailing zero bits of the ``uint64`` ``v`` (64 if it is 0)."""
     if v != types.uint64:
         return None
