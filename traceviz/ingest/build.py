@@ -57,7 +57,7 @@ from ..parsing.reader import (
     scan_trace,
     segment_work,
 )
-from ..table.arrays import column, fixed_dictionary, strings
+from ..table.arrays import column, fixed_dictionary
 from ..table.io import atomic_path
 from ..table.parked import InMemory, Parking, release_free_memory
 from ..table.schema import (
@@ -283,7 +283,7 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     op_name, op_ext = gathered(store, ops, links.op_row, "name", "external_id")
     links.op_row = None
     put("cpu_op", s.dictionary(op_name, store=store))
-    put("cpu_op_external_id", op_ext, store.map(bool, lambda v: v < 0, op_ext), pa.int64())
+    put("cpu_op_external_id", op_ext, _negative(store, op_ext), pa.int64())
     del op_ext
     name, = gathered(store, gpu, links.rows, "name")
     said_backward = s.matches(patterns.phases["backward_name"])
@@ -319,7 +319,7 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     del launch_ts, no_launch
     launch_tid = store.map(np.int64, lambda t: np.where(t >= 0, tid_of[np.maximum(t, 0)], -1),
                            launch_thread)
-    put("launch_tid", launch_tid, store.map(bool, lambda v: v < 0, launch_tid), pa.int64())
+    put("launch_tid", launch_tid, _negative(store, launch_tid), pa.int64())
     del launch_thread, launch_tid
     put("iteration", iteration)
     del iteration
@@ -327,7 +327,7 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     put("microbatch", microbatch)
     put("chunk", chunk)
     del phase, microbatch, chunk
-    _collective_columns(coll, s, patterns, name, kind, put, store)
+    _collective_columns(coll, s, patterns, name, put, store)
     del coll
     put("cat", fixed_dictionary(store.map(np.int32, lambda c: np.select(
         [c == L.CLS_KERNEL, c == L.CLS_MEMCPY], [KERNEL, MEMCPY], MEMSET), cls),
@@ -397,11 +397,15 @@ class CollectiveMeta:
     fields per such row (-1 unknown); ``ranks`` / ``size`` / ``desc_code`` the group
     facts completed from pg_config (see
     :func:`~traceviz.classify.collectives.group_facts`); ``groups`` the comm_group per
-    activity (index into GROUPS, -1 for non-COMM rows).
+    activity (index into GROUPS, -1 for non-COMM rows). ``comm`` holds the row numbers of
+    the COMM activities; ``at`` / ``stated`` where each is in ``has``, and whether it is.
     """
 
     n: int
     has: np.ndarray
+    comm: np.ndarray
+    at: np.ndarray
+    stated: np.ndarray
     fields: dict[str, np.ndarray]
     ranks: list
     size: np.ndarray
@@ -455,8 +459,13 @@ def _collective_meta(scanned: ScannedTrace, s: Strings, patterns: Patterns,
         by_kernel[store.take(name, rows)])
     groups = store.full(n, -1, np.int8)
     store.scatter(groups, rows, found)
-    return CollectiveMeta(n, has, fields, ranks, size, desc_code, descs, groups, evidence,
-                          store)
+    return CollectiveMeta(n, has, rows, at, stated, fields, ranks, size, desc_code, descs,
+                          groups, evidence, store)
+
+
+def _negative(store: InMemory, values: np.ndarray) -> np.ndarray:
+    """Where ``values`` are negative (unknown), made in ``store``."""
+    return store.map(bool, lambda v: v < 0, values)
 
 
 def _found_in(sorted_rows: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -468,33 +477,25 @@ def _found_in(sorted_rows: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np
 
 
 def _collective_columns(coll: CollectiveMeta, s: Strings, patterns: Patterns,
-                        name: np.ndarray, kind: np.ndarray, put, store: InMemory) -> None:
+                        name: np.ndarray, put, store: InMemory) -> None:
     """Put the collective metadata columns and comm_group. Each column is expanded to
     full length just before ``put`` (in ``store``) and dropped right after it."""
     n, f, full = coll.n, coll.fields, coll.full
-
-    def negative(values: np.ndarray) -> np.ndarray:
-        return store.map(bool, lambda v: v < 0, values)
-
-    comm = store.positions(kind, lambda k: k == COMM)
-    at, stated = _found_in(coll.has, comm)
-    said = np.full(comm.shape[0], -1, dtype=np.int64)  # the Collective name arg, if any
-    said[stated] = f["collective"][at[stated]]
+    said = np.full(coll.comm.shape[0], -1, dtype=np.int64)  # the Collective name arg, if any
+    said[coll.stated] = f["collective"][coll.at[coll.stated]]
     types = store.full(n, -1, np.int32)
-    store.scatter(types, comm, collective_types(s.texts, patterns, said,
-                                                store.take(name, comm),
-                                                np.ones(comm.shape[0], dtype=bool)))
-    del comm, at, stated, said
+    store.scatter(types, coll.comm, collective_types(s.texts, patterns, said,
+                                                     store.take(name, coll.comm),
+                                                     np.ones(coll.comm.shape[0], dtype=bool)))
+    del said
     put("collective", fixed_dictionary(types, COLLECTIVES, store))
     del types
     put("pg_name", s.dictionary(f["pg_name"], n, coll.has, store))
     code = full(coll.desc_code)
-    put("pg_desc", pa.DictionaryArray.from_arrays(
-        column(store.map(np.int32, lambda v: np.maximum(v, 0), code), mask=negative(code)),
-        strings(list(coll.descs)), safe=False))
+    put("pg_desc", fixed_dictionary(code, tuple(coll.descs), store))
     del code
     size = full(coll.size)
-    put("group_size", size, negative(size), pa.int32())
+    put("group_size", size, _negative(store, size), pa.int32())
     del size
     put("group_ranks", _list_column(n, coll.has, coll.ranks, store))
     put("comm_group", fixed_dictionary(coll.groups, GROUPS, store))
@@ -503,13 +504,13 @@ def _collective_columns(coll: CollectiveMeta, s: Strings, patterns: Patterns,
     for col, nel_field in (("msg_in_bytes", "in_nelems"), ("msg_out_bytes", "out_nelems")):
         nel = f[nel_field]
         v = full(np.where((nel >= 0) & (elem > 0), nel * elem, -1), np.int64)
-        put(col, v, negative(v), pa.int64())
+        put(col, v, _negative(store, v), pa.int64())
         del v
     put("dtype", s.dictionary(f["dtype"], n, coll.has, store))
     for col, t in (("seq", pa.int64()), ("in_nelems", pa.int64()), ("out_nelems", pa.int64()),
                    ("src_rank", pa.int32()), ("dst_rank", pa.int32())):
         v = full(f[col], np.int64 if t == pa.int64() else np.int32)
-        put(col, v, negative(v), t)
+        put(col, v, _negative(store, v), t)
         del v
 
 

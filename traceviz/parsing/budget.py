@@ -48,7 +48,7 @@ LINK_BYTES_PER_ACTIVITY = 64
 # what stays in memory per activity when the arrays are parked (measured on the kernel-
 # dense traces at the default budget, ~200 MB of runtime: 2 GB, 6.3 M kernels, peak
 # 277-285 MiB, i.e. BUILD_WORK + ~5 bytes per activity; 10 GB, 31.4 M kernels, 312 MiB:
-# ~2 bytes); the larger
+# ~2 bytes): the larger of the two
 PARKED_BYTES_PER_ACTIVITY = 5
 BUILD_WORK = 48 << 20
 # what scanning a compressed trace in segments on every core holds above one pass besides

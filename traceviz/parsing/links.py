@@ -101,12 +101,10 @@ def activity_rows(scanned: ScannedTrace, cls_of: np.ndarray, store: InMemory,
     gpu, rdt = scanned.stores["gpu"], row_dtype(scanned)
     if not store.parks:
         rows, classes, ts = [], [], []
-        for start, cols in gpu.blocks("cat", "ts"):
-            c = cls_of[cols["cat"]]
-            keep = np.flatnonzero(np.isin(c, L.ACTIVITY_CLASSES))
+        for start, keep, c, t in _activity_blocks(gpu, cls_of):
             rows.append((start + keep).astype(rdt))
-            classes.append(c[keep])
-            ts.append(cols["ts"][keep])
+            classes.append(c)
+            ts.append(t)
         if not rows:
             return np.empty(0, rdt), np.empty(0, np.int8)
         # each list is joined just before it is needed and dropped after
@@ -119,18 +117,14 @@ def activity_rows(scanned: ScannedTrace, cls_of: np.ndarray, store: InMemory,
     grid = np.linspace(lo, hi + 1, 4097).astype(np.int64)
     hist = np.zeros(4096, dtype=np.int64)
     n = 0
-    for _, cols in gpu.blocks("cat", "ts"):
-        keep = np.isin(cls_of[cols["cat"]], L.ACTIVITY_CLASSES)
-        hist += np.histogram(cols["ts"][keep], bins=grid)[0]
-        n += int(keep.sum())
+    for _, keep, _, t in _activity_blocks(gpu, cls_of):
+        hist += np.histogram(t, bins=grid)[0]
+        n += keep.shape[0]
     edges = bucket_edges(hist, grid, max(1, parked.SLICE_ROWS))
     buckets = Parts(edges.shape[0] - 1, ("ts", "row", "cls"), scanned.budget, work_bytes // 4)
-    for start, cols in gpu.blocks("cat", "ts"):
-        c = cls_of[cols["cat"]]
-        keep = np.flatnonzero(np.isin(c, L.ACTIVITY_CLASSES))
-        t = cols["ts"][keep]
+    for start, keep, c, t in _activity_blocks(gpu, cls_of):
         buckets.add(np.searchsorted(edges, t, side="right") - 1,
-                    {"ts": t, "row": start + keep, "cls": c[keep]})
+                    {"ts": t, "row": start + keep, "cls": c})
     rows, classes = store.full(n, -1, rdt), store.full(n, -1, np.int8)
     at = 0
     for b in range(buckets.n):
@@ -142,6 +136,15 @@ def activity_rows(scanned: ScannedTrace, cls_of: np.ndarray, store: InMemory,
         del got, order
         store.release()
     return rows, classes
+
+
+def _activity_blocks(gpu, cls_of: np.ndarray):
+    """Per block of the GPU store: its first row, the positions of its activities in it,
+    their category classes and their ts."""
+    for start, cols in gpu.blocks("cat", "ts"):
+        c = cls_of[cols["cat"]]
+        keep = np.flatnonzero(np.isin(c, L.ACTIVITY_CLASSES))
+        yield start, keep, c[keep], cols["ts"][keep]
 
 
 def gathered(store: InMemory, source, rows: np.ndarray, *names: str) -> list[np.ndarray]:

@@ -67,8 +67,7 @@ class Strings:
         store = store or InMemory()
         canon = store.map(np.int32, self.canon_lookup().__getitem__, ids)  # -1 stays -1
         used = np.zeros(len(self.texts) + 1, dtype=bool)
-        for lo, hi in store.slices(canon.shape[0]):
-            used[canon[lo:hi]] = True
+        used[store.unique(lambda c: c, canon)] = True
         used[-1] = False
         code = np.cumsum(used, dtype=np.int32) - 1  # dense code of each used id, O(rows)
         code[-1] = 0  # absent rows: any valid index, masked below
