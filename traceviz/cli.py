@@ -692,6 +692,41 @@ def _run_overrides(global_batch_size, seq_len, flops_per_token, params, model, p
 
 @main.command()
 @click.argument("root", type=click.Path())
+@click.option("--topology", "topology_file", type=click.Path(dir_okay=False),
+              help="unique_parallel_groups_*.txt [default: found, else from pg_config].")
+@click.option("-o", "--output", "outdir",
+              help="Folder for the tables and diagnosis.txt [default: "
+                   "traceviz-out/<job>/diagnose].")
+def diagnose(root, topology_file, outdir) -> None:
+    """Who waits for whom in one profiled iteration's ranks: every communication kernel
+    split into wait (for the last member of its call, on synced clocks) and transfer,
+    each rank's time ledger (compute, exposed transfer per group, pipeline bubble,
+    waiting for a rank, gradient sync, CPU bound, idle: parts that add up to the
+    iteration), and the stragglers (ranks slower than their peers on the same kernels).
+
+    \b
+    Writes comm_calls, ledger, ledger_waits, ledger_totals, stragglers, peer_speed,
+    wait_chain (.csv and .parquet) and diagnosis.txt.
+
+    \b
+    Examples:
+      traceviz diagnose job/iteration_10
+      traceviz diagnose tensorboard_dir/ -o diag/
+    """
+    from .commands import diagnose as command
+
+    result = command.run(root, topology=topology_file)
+    outdir = outdir or command_output("diagnose", root)
+    _write(result, outdir)
+    _echo_all(result.lines)
+    _echo_all([f"note: {n}" for n in result.notes], err=True)
+    click.echo(f"wrote comm_calls, ledger, stragglers (.csv, .parquet) and diagnosis.txt "
+               f"to {outdir}", err=True)
+    _left_out(result.failed)
+
+
+@main.command()
+@click.argument("root", type=click.Path())
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="TorchTitan train config (TOML): model, batch, sequence length, "
                    "parallelism.")

@@ -12,7 +12,7 @@ ns and kinds are traceviz's. ``offset_ns`` moves the rank's times onto a common 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +20,11 @@ import pyarrow as pa
 from ..table.arrays import codes_of, index_in, ints
 from ..table.schema import COLLECTIVES, GROUPS, KINDS, PHASES, metadata
 from .hta_compat import HTA_OTHER, hta_kind, hta_round
+
+# every column :func:`activities` reads (a table without one reads as all unknown)
+COLUMNS = ("ts", "dur", "launch_ts", "launch_dur", "iteration", "stream", "name", "kind",
+           "phase", "microbatch", "chunk", "comm_group", "collective", "device",
+           "launch_name", "bytes", "memory_bw_gbps")
 
 # kinds the sweeps tell apart: the schema's, plus HTA's OTHER (``hta_compat`` only)
 SWEEP_KINDS = KINDS + ("OTHER",)
@@ -65,6 +70,8 @@ class RankActivities:
     bandwidth: np.ndarray   # GB/s: the trace's own value (Kineto's, from its ns duration),
     #                         else bytes / duration; NaN without either
     offset_ns: int = 0
+    # the table rows kept, in this order
+    rows: slice | np.ndarray = field(default_factory=lambda: slice(None))
 
     def __len__(self) -> int:
         return self.ts.shape[0]
@@ -142,7 +149,7 @@ def activities(table: pa.Table, options: Options = Options(), offset_ns: int = 0
         device=_column(table, "device", ints)[rows], stream=stream[rows],
         launch_ts=launch_ts[rows], launch_end=launch_end[rows],
         launch_name=launch_name[rows], launch_names=launch_names,
-        bandwidth=bandwidth[rows], offset_ns=offset_ns)
+        bandwidth=bandwidth[rows], offset_ns=offset_ns, rows=rows)
 
 
 def _moved(times: np.ndarray, offset_ns: int) -> np.ndarray:

@@ -1,6 +1,7 @@
 """Interval algebra over int64 nanosecond arrays (numba): unions, measures,
-intersections, k-way sweeps (:mod:`.core`), containment queries (:mod:`.containment`)
-and lanes of non-overlapping intervals (:mod:`.lanes`).
+intersections, k-way sweeps (:mod:`.core`), containment queries (:mod:`.containment`),
+lanes of non-overlapping intervals (:mod:`.lanes`) and time by precedence
+(:mod:`.precedence`).
 
 An interval is ``[start, end)`` with ``end >= start``. A *union* is a sorted array pair of
 disjoint intervals; intervals that touch (``start == running end``) are merged, as HTA
@@ -18,7 +19,8 @@ from .core import (
                    union,
 )
 from .lanes import lanes
+from .precedence import grouped_top_times
 
 __all__ = ["union", "measure", "intersect", "combination_times",
            "grouped_combination_times", "grouped_measure", "grouped_span",
-           "innermost_enclosing", "step_of", "lanes"]
+           "innermost_enclosing", "step_of", "lanes", "grouped_top_times"]

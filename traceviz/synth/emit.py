@@ -148,6 +148,13 @@ def comm_args(item: Item, members: list[int], pg_name: str, seq: int, rank: int,
             "Process Group Name": pg_name, "Process Group Description": desc,
             "Process Group Ranks": "[" + ", ".join(map(str, members)) + "]",
             "Rank": members.index(rank), "Seq": seq}
+    if item.kind in ("send", "recv"):
+        # as PyTorch's profiler writes a point-to-point call (torch/csrc/profiler/util.cpp):
+        # ``Rank`` is the peer's rank in the group, ``Dst Rank`` / ``Src Rank`` the peer's
+        # global rank (groupRanks[peer])
+        peer = (members.index(rank) + item.peer) % len(members)
+        args["Rank"] = peer
+        args["Dst Rank" if item.kind == "send" else "Src Rank"] = members[peer]
     if not with_desc:
         del args["Process Group Description"]
     return args
@@ -218,9 +225,16 @@ def emit_rank(w: RankWriter, program: list[Item], tl, *, device: int, iterations
                                 gpu=(device, stream))
             w.flow("s", "ac2g", corr, t_launch, w.pid, w.tid[item.thread])
             w.flow("f", "ac2g", corr, t_kernel, device, stream)
+            talk = item.kind in ("coll", "send", "recv")
             truth.append({"iteration": first_iteration + it, "index": k, "correlation": corr,
                           "ts": t_kernel,
-                          "dur": ns(tl.end[idx]) + w.skew - t_kernel, "stream": stream})
+                          "dur": ns(tl.end[idx]) + w.skew - t_kernel, "stream": stream,
+                          # communication: waiting for the last member, then moving data
+                          "wait_ns": ns(tl.last_arrival[idx]) - ns(tl.start[idx])
+                          if talk else None,
+                          "transfer_ns": ns(tl.end[idx]) - ns(tl.last_arrival[idx])
+                          if talk else None,
+                          "waited_for": int(tl.last_rank[idx]) if talk else None})
     return truth
 
 

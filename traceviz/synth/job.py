@@ -139,6 +139,10 @@ def synthesize(cfg: SynthConfig, out: str | os.PathLike) -> Path:
                 "seq": (seq_of(row["iteration"] - cfg.first_iteration, row["index"])
                         if kind == "COMM" else None),
                 "p2p": item.kind in ("send", "recv"),
+                "wait_ns": row["wait_ns"], "transfer_ns": row["transfer_ns"],
+                "waited_for_rank": (row["waited_for"] if row["waited_for"] is not None
+                                    and row["waited_for"] != r and row["wait_ns"] > 0
+                                    else None),
                 "flops": item.flops, "name": item.name,
                 # the module path a profiler with_modules shows (the forward's, for a
                 # backward kernel with an autograd sequence number)

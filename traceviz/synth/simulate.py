@@ -42,6 +42,8 @@ class Timeline:
     launch_end: np.ndarray
     start: np.ndarray       # GPU start
     end: np.ndarray         # GPU end
+    last_arrival: np.ndarray  # communication: the last member's start (NaN otherwise)
+    last_rank: np.ndarray     # communication: that member's rank (-1 otherwise)
     step_start: list        # CPU start of each iteration (ProfilerStep)
     step_end: list
 
@@ -89,6 +91,9 @@ def simulate(cfg: SynthConfig, programs: list[list[Item]], stage_of: list[int],
     n_items = [len(programs[stage_of[r]]) * cfg.iterations for r in range(world)]
     arrays = [{k: np.zeros(n_items[r]) for k in ("issue", "launch", "launch_end", "start",
                                                   "end")} for r in range(world)]
+    for r, a in enumerate(arrays):
+        a["last_arrival"] = np.full(n_items[r], np.nan)
+        a["last_rank"] = np.full(n_items[r], -1, dtype=np.int64)
     step_start: list[list[float]] = [[] for _ in range(world)]
     step_end: list[list[float]] = [[] for _ in range(world)]
     cpu = [{"main": 1000.0, "bwd": 1000.0} for _ in range(world)]
@@ -153,7 +158,8 @@ def simulate(cfg: SynthConfig, programs: list[list[Item]], stage_of: list[int],
         for r in range(world):
             step_end[r].append(max([cpu[r]["main"], cpu[r]["bwd"], *st[r].lanes.values()]))
     return [Timeline(issue=a["issue"], launch=a["launch"], launch_end=a["launch_end"],
-                     start=a["start"], end=a["end"], step_start=step_start[r],
+                     start=a["start"], end=a["end"], last_arrival=a["last_arrival"],
+                     last_rank=a["last_rank"], step_start=step_start[r],
                      step_end=step_end[r]) for r, a in enumerate(arrays)]
 
 
@@ -196,11 +202,16 @@ def _issue(r, item, idx, a, cpu, last_thread) -> None:
 
 
 def _resolve(cfg, group: dict, arrays, states) -> None:
-    """All members have arrived: the call ends at the same time on all of them."""
+    """All members have arrived: the call ends at the same time on all of them. Each
+    member's kernel waits from its own arrival to the last member's (the truth of
+    ``wait``), then moves the data (``transfer``)."""
     n = len(group)
     item = next(iter(group.values()))[2]
-    end = max(arrival for arrival, _, _ in group.values()) + transfer_us(cfg, item, max(n, 2))
+    last_rank, (last, _, _) = max(group.items(), key=lambda kv: (kv[1][0], -kv[0]))
+    end = last + transfer_us(cfg, item, max(n, 2))
     for r, (arrival, idx, it) in group.items():
         arrays[r]["start"][idx] = arrival
         arrays[r]["end"][idx] = end
+        arrays[r]["last_arrival"][idx] = last
+        arrays[r]["last_rank"][idx] = last_rank
         states[r].close(it.lane, end)

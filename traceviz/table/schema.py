@@ -52,9 +52,12 @@ FWD, BWD, RECOMPUTE, OPTIMIZER, OTHER = range(5)
 # and last pipeline stages, apart from PP's send / receive
 GROUPS = ("TP", "CP", "EP", "ETP", "DP", "EDP", "PP", "EMB", "POS_EMB", "OTHER")
 
-# ``collective``: the collective type of a COMM activity
+# ``collective``: the collective type of a COMM activity; Barrier and Handshake move no
+# payload (a barrier; a kernel that only signals peers or exchanges counts, such as
+# DeepEP's notify kernels)
 COLLECTIVES = ("AllReduce", "AllGather", "ReduceScatter", "AllToAll", "Broadcast",
-               "SendRecv", "Reduce", "Gather", "Scatter", "Barrier")
+               "SendRecv", "Reduce", "Gather", "Scatter", "Barrier", "Handshake")
+NO_PAYLOAD = ("Barrier", "Handshake")
 
 
 def group(name: str) -> int:

@@ -1,0 +1,257 @@
+"""A job's diagnosis: clocks synced, every communication kernel split into wait and
+transfer (:mod:`.waits`), each rank's time ledger (:mod:`.ledger`), each rank's speed
+against its peers and the stragglers (:mod:`.stragglers`), and the ranks each
+iteration's path of waits runs through.
+
+**Wait chain.** Back from the rank whose iteration window ends last: on the current rank,
+the latest communication kernel before the current time that waited at least
+:data:`CHAIN_WAIT_NS` for another rank sends the chain to that rank, at the time it
+arrived; the time in between is the current rank's. The chain ends at the rank's window
+start. The ranks it runs through (with their time on it) are the ones the iteration
+waited for: where the figures and the pipeline view look first.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ...intervals import intersect, union
+from ...table.schema import COMP
+from ..activities import RankActivities, activities
+from ..calls import rank_calls
+from ..clocks import offsets_from_calls
+from .ledger import PARTS, Pipelines, RankLedger, ledger_tables, rank_ledger
+from .stragglers import PeerSpeed, peer_speed
+from .waits import RankComm, comm_calls, match, rank_comm
+
+CHAIN_WAIT_NS = 20_000  # waits shorter than this (clock noise, launch jitter) are ignored
+CHAIN_SCHEMA = pa.schema([("iteration", pa.int32()), ("rank", pa.int32()),
+                          ("ns", pa.int64()), ("pct", pa.float64())])
+TOTALS_SCHEMA = pa.schema(
+    [("iteration", pa.int32()), ("ranks", pa.int32()), ("span_ns", pa.int64())]
+    + [(f"{p}_ns", pa.int64()) for p in PARTS] + [(f"{p}_pct", pa.float64())
+                                                  for p in PARTS])
+
+
+@dataclass
+class Diagnosis:
+    """Everything ``traceviz diagnose`` reports, as tables (each module documents its
+    columns)."""
+
+    ranks: list[int]
+    synced: bool
+    offsets: dict[int, int]  # ns per rank: its clock minus the common clock
+    comm_calls: pa.Table
+    ledger: pa.Table
+    ledger_waits: pa.Table
+    totals: pa.Table
+    speed: PeerSpeed
+    chain: pa.Table
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def stragglers(self) -> pa.Table:
+        return self.speed.stragglers()
+
+    def chain_ranks(self, top: int = 8) -> list[int]:
+        """The ranks the iterations' wait chains spend the most time on."""
+        if not self.chain.num_rows:
+            return []
+        ranks = self.chain["rank"].to_numpy()
+        ns = self.chain["ns"].to_numpy()
+        uniq, inv = np.unique(ranks, return_inverse=True)
+        total = np.bincount(inv, weights=ns)
+        return uniq[np.argsort(-total, kind="stable")][:top].tolist()
+
+
+def pipelines_of(tables: dict[int, pa.Table]) -> list[list[int]]:
+    """The PP groups the ranks' ``pg_config`` state (Megatron's
+    ``PIPELINE_MODEL_PARALLEL_GROUP``), in stage order."""
+    from ...table.schema import metadata
+
+    seen: dict[tuple, None] = {}
+    for t in tables.values():
+        for pg in metadata(t).get("pg_config") or []:
+            if (isinstance(pg, dict) and pg.get("pg_desc") == "PIPELINE_MODEL_PARALLEL_GROUP"
+                    and isinstance(pg.get("ranks"), list)):
+                seen[tuple(int(r) for r in pg["ranks"])] = None
+    return [list(g) for g in seen]
+
+
+def diagnose(tables: dict[int, pa.Table], pipelines: list[list[int]] | None = None
+             ) -> Diagnosis:
+    """The diagnosis of the ranks' tables (rank -> activity table); ``pipelines``: the
+    job's PP groups in stage order (None: from the tables' ``pg_config``)."""
+    notes: list[str] = []
+    ranks = sorted(tables)
+    offsets, synced = offsets_from_calls([rank_calls(tables[r], r) for r in ranks], notes)
+    if len(ranks) < 2:
+        notes[:] = ["one rank: waits need the other members of each call (n/a, never 0); "
+                    "only kernels that move no payload are split"]
+    acts = [activities(tables[r], rank=r, offset_ns=offsets.get(r, 0)) for r in ranks]
+    pg_names: dict[str, int] = {}
+    comms = [rank_comm(tables[a.rank], a, pg_names) for a in acts]
+    match(acts, comms, synced or len(ranks) < 2)
+    groups = pipelines if pipelines is not None else pipelines_of(tables)
+    pipes = Pipelines.of(groups, max(ranks) + 1 if ranks else 0)
+    ledgers = [rank_ledger(a, c, pipes) for a, c in zip(acts, comms)]
+    ledger, waits = ledger_tables(ledgers)
+    stage = {r: int(pipes.stage[r]) for r in ranks if pipes.stage[r] >= 0} or {
+        a.rank: int(st) for a in acts
+        if (st := (a.meta.get("classification") or {}).get("stage")) is not None
+        and int((a.meta.get("classification") or {}).get("pp") or 1) > 1}
+    n_its = max(len(set(ledger["iteration"].to_pylist())), 1)
+    waited_on = _waited_on(waits, n_its)
+    chain, segments = wait_chain(acts, comms, ledgers)
+    on_chain = {r: ns // n_its for r, ns in _compute_on(acts, segments).items()}
+    unknown = sum(int((~c.known).sum()) for c in comms)
+    total = sum(len(c) for c in comms)
+    if unknown and len(ranks) > 1:
+        notes.append(f"{unknown} of {total} communication kernels have no known wait / "
+                     "transfer split (their call's members are not all in the job, or "
+                     "they state no process group or peer): counted as comm_unsplit")
+    names = sorted(pg_names, key=pg_names.get)
+    return Diagnosis(ranks, synced, {r: offsets.get(r, 0) for r in ranks},
+                     comm_calls(acts, comms, names), ledger, waits,
+                     totals(ledger), peer_speed(acts, stage, waited_on, on_chain),
+                     chain, notes)
+
+
+def _compute_on(acts: list[RankActivities], segments: list[tuple[int, int, int, int]]
+                ) -> dict[int, int]:
+    """Per rank, its compute time (ns, union of compute kernels) inside the chain's
+    pieces on that rank."""
+    by_rank: dict[int, list[tuple[int, int]]] = {}
+    for _, r, a, b in segments:
+        by_rank.setdefault(r, []).append((a, b))
+    out = {}
+    for a in acts:
+        pieces = by_rank.get(a.rank)
+        if not pieces:
+            continue
+        comp = a.kind == COMP
+        inside = intersect(union(a.ts[comp], a.end[comp]),
+                           union(np.array([p[0] for p in pieces]),
+                                 np.array([p[1] for p in pieces])))
+        out[a.rank] = int((inside[1] - inside[0]).sum())
+    return out
+
+
+def _waited_on(waits: pa.Table, iterations: int) -> dict[int, int]:
+    """Exposed ns per iteration that other ranks waited for each rank (wait_rank)."""
+    sel = waits.filter(pc.and_(pc.equal(waits["part"], "wait_rank"),
+                               pc.is_valid(waits["waited_for_rank"])))
+    out: dict[int, int] = {}
+    for r, ns in zip(sel["waited_for_rank"].to_pylist(), sel["exposed_ns"].to_pylist()):
+        out[r] = out.get(r, 0) + ns
+    return {r: v // iterations for r, v in out.items()}
+
+
+def totals(ledger: pa.Table) -> pa.Table:
+    """Per iteration: the mean over ranks of the span and of each part (ns, and % of the
+    mean span; the parts add up to it)."""
+    its = np.unique(ledger["iteration"].to_numpy()) if ledger.num_rows else []
+    cols: dict[str, list] = {f.name: [] for f in TOTALS_SCHEMA}
+    it_col = ledger["iteration"].to_numpy()
+    for it in its:
+        rows = it_col == it
+        span = ledger["span_ns"].to_numpy()[rows]
+        cols["iteration"].append(int(it))
+        cols["ranks"].append(int(rows.sum()))
+        parts = {p: ledger[f"{p}_ns"].to_numpy()[rows].mean() for p in PARTS}
+        mean_span = span.mean()
+        # integer means that still add up: the remainder goes to the largest part
+        ints = {p: int(v) for p, v in parts.items()}
+        ints[max(parts, key=parts.get)] += int(round(mean_span)) - sum(ints.values())
+        cols["span_ns"].append(int(round(mean_span)))
+        for p in PARTS:
+            cols[f"{p}_ns"].append(ints[p])
+            cols[f"{p}_pct"].append(100.0 * ints[p] / round(mean_span) if mean_span else None)
+    return pa.table(cols, schema=TOTALS_SCHEMA)
+
+
+def wait_chain(acts: list[RankActivities], comms: list[RankComm],
+               ledgers: list[RankLedger]) -> tuple[pa.Table, list[tuple[int, int, int, int]]]:
+    """Per iteration, the ranks its chain of waits runs through (see the module doc)
+    and their time on it (ns, % of the chain); and the chain's pieces (iteration, rank,
+    start, end; ns)."""
+    by_rank = {a.rank: (a, c) for a, c in zip(acts, comms)}
+    spans: dict[int, dict[int, tuple[int, int]]] = {}
+    for lg in ledgers:
+        for it, a, b in zip(lg.windows.iteration.tolist(), lg.windows.start.tolist(),
+                            lg.windows.end.tolist()):
+            spans.setdefault(it, {})[lg.rank] = (a, b)
+    hops: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    for r, (a, c) in by_rank.items():
+        wait = c.wait(a)
+        ok = c.known & (c.waited_for >= 0) & (wait >= CHAIN_WAIT_NS)
+        order = np.argsort(c.wait_end[ok], kind="stable")
+        hops[r] = (c.wait_end[ok][order], c.waited_for[ok][order])
+    cols: dict[str, list] = {f.name: [] for f in CHAIN_SCHEMA}
+    segments: list[tuple[int, int, int, int]] = []
+    for it, sp in sorted(spans.items()):
+        r = max(sp, key=lambda k: sp[k][1])
+        t = sp[r][1]
+        time: dict[int, int] = {}
+        for _ in range(100_000):  # each hop goes back in time; bounded all the same
+            start = sp.get(r, (t, t))[0]
+            at, who = hops.get(r, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+            k = int(np.searchsorted(at, t, side="left")) - 1
+            if k < 0 or at[k] <= start or who[k] not in sp:
+                time[r] = time.get(r, 0) + max(t - start, 0)
+                segments.append((it, r, start, t))
+                break
+            time[r] = time.get(r, 0) + int(t - at[k])
+            segments.append((it, r, int(at[k]), t))
+            r, t = int(who[k]), int(at[k])
+        whole = sum(time.values())
+        for rank, ns in sorted(time.items(), key=lambda kv: -kv[1]):
+            cols["iteration"].append(it)
+            cols["rank"].append(rank)
+            cols["ns"].append(ns)
+            cols["pct"].append(100.0 * ns / whole if whole else None)
+    return pa.table(cols, schema=CHAIN_SCHEMA), segments
+
+
+CAUSE_NAMES = {"bubble": "pipeline bubble", "grad_sync": "exposed gradient sync",
+               "comm_unsplit": "communication (wait unknown)", "memory": "memory copies",
+               "cpu_bound": "CPU / launch bound", "idle": "idle"}
+
+
+def causes(diag: Diagnosis) -> list[dict]:
+    """What the iterations lose besides compute, largest first: each part of the ledger
+    (per rank and iteration, mean over the job's rows), with waiting for other ranks
+    the ranks waited for listed (``waited_for``: rank, ns per rank and iteration, ranks
+    waiting for it; most first). Each: ``cause``, ``part``, ``ns`` (mean per rank and
+    iteration), ``pct`` (of the mean span)."""
+    if not diag.ledger.num_rows:
+        return []
+    rows = diag.ledger.num_rows
+    span = float(np.mean(diag.ledger["span_ns"].to_numpy()))
+    out = []
+    for p in PARTS:
+        if p in ("compute", "wait_rank"):
+            continue
+        ns = float(diag.ledger[f"{p}_ns"].to_numpy().sum()) / rows
+        if ns > 0:
+            name = CAUSE_NAMES.get(p) or f"exposed {p.split('_', 1)[1].upper()} transfer"
+            out.append({"cause": name, "part": p, "ns": ns, "waited_for": []})
+    w = diag.ledger_waits.filter(pc.equal(diag.ledger_waits["part"], "wait_rank"))
+    by: dict = {}
+    for r, who, ns in zip(w["rank"].to_pylist(), w["waited_for_rank"].to_pylist(),
+                          w["exposed_ns"].to_pylist()):
+        tot, waiting = by.get(who, (0, set()))
+        by[who] = (tot + ns, waiting | {r})
+    total = sum(ns for ns, _ in by.values())
+    if total:
+        out.append({"cause": "waiting for other ranks", "part": "wait_rank",
+                    "ns": total / rows,
+                    "waited_for": [{"rank": who, "ns": ns / rows, "ranks_waiting": len(wt)}
+                                   for who, (ns, wt) in sorted(by.items(),
+                                                               key=lambda kv: -kv[1][0])]})
+    for c in out:
+        c["pct"] = 100.0 * c["ns"] / span if span else None
+    return sorted(out, key=lambda c: -c["ns"])

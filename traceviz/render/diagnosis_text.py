@@ -1,0 +1,120 @@
+"""The diagnosis as text: the short ledger a command prints, and ``diagnosis.txt``."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..analysis.diagnose.diagnosis import Diagnosis, causes
+from ..analysis.diagnose.ledger import PARTS
+
+LABELS = {"compute": "compute", "memory": "memory", "grad_sync": "gradient sync",
+          "comm_unsplit": "comm (split n/a)", "bubble": "pipeline bubble",
+          "wait_rank": "waiting for other ranks", "cpu_bound": "CPU / launch bound",
+          "idle": "idle"}
+
+
+LIST_ROWS = 64  # rank-iterations listed one by one in diagnosis.txt; beyond: a summary
+
+
+def _ms(ns: float | None) -> str:
+    return "n/a" if ns is None else f"{ns / 1e6:.2f} ms"
+
+
+def where(speed_row: dict | None) -> str:
+    """``node N, GPU G`` of a rank's peer-speed row (what is known)."""
+    if not speed_row:
+        return ""
+    bits = [f"node {speed_row['node']}" if speed_row.get("node") is not None else None,
+            f"GPU {speed_row['local_gpu']}" if speed_row.get("local_gpu") is not None
+            else None]
+    return ", ".join(b for b in bits if b)
+
+
+def _waited(w: dict, speed: dict) -> str:
+    """``rank N (node, GPU) X ms by K ranks``: one rank waited for."""
+    if w["rank"] is None:
+        return f"handshakes / barriers {_ms(w['ns'])}"
+    place = where(speed.get(w["rank"]))
+    return (f"rank {w['rank']}" + (f" ({place})" if place else "")
+            + f" {_ms(w['ns'])} by {w['ranks_waiting']} rank(s)")
+
+
+def straggler_line(s: dict) -> str:
+    """One straggler, in words."""
+    place = where(s)
+    return (f"rank {s['rank']}" + (f" ({place})" if place else "")
+            + f": {s['slowdown']:.2f}x the compute time of its {s['peers']} peer(s) on "
+            f"the same kernels ({s['units_slower']} of {s['units']} kernels per micro-batch "
+            f"slower, p = {s['p_value']:.1e}); {_ms(s['excess_ns'])} more compute per "
+            f"iteration, of which the job waits about {_ms(s['cost_ns'])}")
+
+
+def ledger_lines(diag: Diagnosis, top: int = 5) -> list[str]:
+    """The short ledger: per iteration the job's mean span and parts, the largest
+    causes, the stragglers."""
+    lines = []
+    speed = {r["rank"]: r for r in diag.speed.table.to_pylist()}
+    clocks = "clocks synced" if diag.synced else "clocks not synced"
+    for t in diag.totals.to_pylist():
+        head = (f"ProfilerStep#{t['iteration']}" if t["iteration"] >= 0
+                else "the whole trace")
+        lines.append(f"{head}, {t['ranks']} rank(s), {clocks}: {_ms(t['span_ns'])} per "
+                     "iteration (mean over ranks), of which")
+        transfer = [(p, t[f"{p}_pct"]) for p in PARTS if p.startswith("transfer_")
+                    and t[f"{p}_ns"] > 0]
+        shown = [f"{LABELS[p]} {t[f'{p}_pct']:.1f} %" for p in
+                 ("compute", "bubble", "wait_rank", "grad_sync", "comm_unsplit")
+                 if t[f"{p}_ns"] > 0 or p == "compute"]
+        if transfer:
+            shown.append("exposed transfer " + f"{sum(v for _, v in transfer):.1f} % ("
+                         + ", ".join(f"{p.split('_', 1)[1].upper()} {v:.1f}"
+                                     for p, v in transfer) + ")")
+        shown += [f"{LABELS[p]} {t[f'{p}_pct']:.1f} %" for p in
+                  ("memory", "cpu_bound", "idle") if t[f"{p}_ns"] > 0]
+        lines.append("  " + " | ".join(shown))
+    found = causes(diag)[:top]
+    if found:
+        lines.append("largest losses (per rank and iteration):")
+        for i, c in enumerate(found, 1):
+            lines.append(f"  {i}. {c['cause']}: {_ms(c['ns'])} ({c['pct']:.1f} %)"
+                         + (": mostly " + ", ".join(_waited(w, speed) for w in
+                                                    c["waited_for"][:3])
+                            if c["waited_for"] else ""))
+    strag = diag.stragglers.to_pylist()
+    if strag:
+        lines.append("stragglers (same work, slower GPU), worst first:")
+        lines += [f"  {straggler_line(s)}" for s in strag[:top]]
+        if len(strag) > top:
+            lines.append(f"  ... {len(strag) - top} more in stragglers.csv")
+    elif diag.speed.table.num_rows and diag.speed.table["slowdown"].null_count < \
+            diag.speed.table.num_rows:
+        lines.append("stragglers: none (every rank within 5 % of its peers' compute time "
+                     "on the same kernels, or not significantly slower)")
+    return lines
+
+
+def diagnosis_text(diag: Diagnosis) -> str:
+    """``diagnosis.txt``: the short ledger, the notes, and every rank's ledger row."""
+    lines = ["TRACEVIZ DIAGNOSIS", "=" * 80] + ledger_lines(diag, top=10)
+    if diag.notes:
+        lines += ["", "notes:"] + [f"  {n}" for n in diag.notes]
+    chain = diag.chain_ranks()
+    if chain:
+        lines += ["", "the iterations' chains of waits run through rank(s) "
+                  + ", ".join(map(str, chain))]
+    used = [p for p in PARTS if diag.ledger[f"{p}_ns"].to_numpy().any()]
+    rows = diag.ledger.to_pylist()
+    if len(rows) <= LIST_ROWS:
+        lines += ["", "per rank and iteration (ms; the parts add up to the span; ledger.csv):"]
+        lines.append("  " + f"{'rank':>6} {'iter':>6} {'span':>9} " + " ".join(
+            f"{p[:10]:>10}" for p in used))
+        lines += ["  " + f"{r['rank']:>6} {r['iteration']:>6} {r['span_ns'] / 1e6:>9.3f} "
+                  + " ".join(f"{r[f'{p}_ns'] / 1e6:>10.3f}" for p in used) for r in rows]
+    else:
+        lines += ["", f"over {len(rows)} rank-iterations (ms; every row in ledger.csv):",
+                  f"  {'part':<20} {'min':>9} {'median':>9} {'max':>9}  ranks at min / max"]
+        for p in ["span"] + used:
+            v = np.array([r[f"{p}_ns"] for r in rows], np.int64)
+            lo, hi = int(np.argmin(v)), int(np.argmax(v))
+            lines.append(f"  {p:<20} {v.min() / 1e6:>9.3f} {np.median(v) / 1e6:>9.3f} "
+                         f"{v.max() / 1e6:>9.3f}  {rows[lo]['rank']} / {rows[hi]['rank']}")
+    return "\n".join(lines) + "\n"
