@@ -45,9 +45,14 @@ def test_demo_runs_every_step(tmp_path):
     assert abs(mean["mfu_pct"] - 100 * tflops / 989.5) < 1e-6 * 100
     assert 0 < mean["mfu_pct"] <= 100
     assert "MFU" in result.output
+    # the diagnosis finds the slow GPU; the pipeline view shows its group
+    strag = list(csv.DictReader(open(out / "diagnose" / "stragglers.csv")))
+    assert [int(s["rank"]) for s in strag] == [5]
+    assert "stragglers (same work, slower GPU)" in result.output
+    assert "pipeline bubble" in result.output
     stages = list(csv.DictReader(open(out / "pipeline" / "pipeline_stages.csv")))
-    assert [int(s["rank"]) for s in stages] == [0, 4, 8, 12]
-    assert (out / "pipeline" / "pipeline_group0_iter10.png").stat().st_size > 0
+    assert [int(s["rank"]) for s in stages] == [1, 5, 9, 13]
+    assert (out / "pipeline" / "pipeline_group1_iter10.png").stat().st_size > 0
     assert "<section id='stragglers'>" in (out / "traceviz_report.html").read_text()
     # the critical path across the 16 ranks and the op model, also on the page
     by_rank = list(csv.DictReader(open(out / "critical-path" / "critical_path_by_rank.csv")))

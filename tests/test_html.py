@@ -18,8 +18,8 @@ from traceviz.commands.report import make_report
 from traceviz.commands.result import write
 from traceviz.synth import SynthConfig, synthesize
 
-SECTIONS = ("summary", "timeline", "overlap", "pipeline", "kernels", "model", "collectives",
-            "stragglers")
+SECTIONS = ("diagnosis", "summary", "timeline", "overlap", "pipeline", "kernels", "model",
+            "collectives", "stragglers")
 STRAGGLER = 3
 
 
@@ -48,7 +48,8 @@ def test_page_is_self_contained(page):
     assert f"{rep['throughput']['mean']['time_ms']:,.2f} ms" in text
     top = rep["cross_rank"]["by_group"]
     tp = next(g for g in top if g["group"] == "TP")
-    assert tp["stragglers"][0]["rank"] == STRAGGLER
+    assert tp["last_to_arrive"][0]["rank"] == STRAGGLER
+    assert [s["rank"] for s in rep["diagnosis"]["stragglers"]] == [STRAGGLER]
     assert f"<a href='#rank-{STRAGGLER}'>rank {STRAGGLER}</a>" in text
     assert f"<tr id='rank-{STRAGGLER}'>" in text
     # the pipeline section lists the gaps of the pipeline view's gaps table

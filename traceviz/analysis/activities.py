@@ -72,6 +72,11 @@ class RankActivities:
     offset_ns: int = 0
     # the table rows kept, in this order
     rows: slice | np.ndarray = field(default_factory=lambda: slice(None))
+    # communication split (:mod:`.diagnose.waits`; None: not matched across ranks): per
+    # activity where its wait ends and its transfer begins (same clock as ``ts``; -1: not
+    # communication, or the split is unknown) and the rank it waited for (-1 none)
+    wait_end: np.ndarray | None = None
+    waited_for: np.ndarray | None = None
 
     def __len__(self) -> int:
         return self.ts.shape[0]

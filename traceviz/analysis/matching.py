@@ -11,7 +11,7 @@ Per matched call:
   and the last one waits for nobody, so this is the time the data took to move, and it
   does not depend on clock offsets;
 * each member's wait = latest start - its own start (time its kernel spent waiting);
-* the straggler's delay = latest start - second-latest start (how long the whole call
+* the last arriver's delay = latest start - second-latest start (how long the whole call
   waited for that one rank).
 
 busbw = S x factor / time (nccl-tests), from the transfer time (true link speed) and,
@@ -111,8 +111,10 @@ def match(calls: list[RankCalls], offsets: dict[int, int]) -> Matched:
         member_busbw=_gbps(nbytes[call], factor[call], a["busy"]))
 
 
-def stragglers(m: Matched, comm_group: int, top: int = 3) -> list[dict]:
-    """The ranks that most often held up calls of one group type, by total delay."""
+def last_to_arrive(m: Matched, comm_group: int, top: int = 3) -> list[dict]:
+    """The ranks that most often held up calls of one group type (arrived last), by
+    total delay. Arriving last is the schedule's doing as often as a slow rank's (see
+    :mod:`.diagnose.stragglers` for ranks slower on the same work)."""
     sel = (m.comm_group == comm_group) & (m.members >= 2)
     if not sel.any():
         return []

@@ -6,7 +6,8 @@ Every activity gets a Megatron-TraceViz category: ``pp_communication`` /
 kind ``fwd_computation``, ``fwd_communication``, ``bwd_computation``,
 ``bwd_communication``, ``bwd_computation_recompute``, ``bwd_communication_recompute``,
 ``optimizer_computation``, ``optimizer_communication``, else ``other``; memory kernels
-count as ``memory``.
+count as ``memory``; where a communication kernel's wait / transfer split is known, its
+wait is ``pp_wait`` (pipeline group: the bubble) or ``comm_wait`` (any other group).
 
 Per rank, iteration, step (Forward; Backward = the backward and the recompute of its
 forward) and micro-batch (and model chunk), the step's **window** holds every GPU
@@ -24,7 +25,12 @@ neighbouring stage; reported as ``p2p_ns``):
   |U(COMM of G) ∩ U(COMP)| (communication of G hidden behind the step's compute);
 * ``recompute_ns`` = |U(what the recomputed forward launched)| (phase RECOMPUTE), split
   into ``recompute_comp_ns`` and ``recompute_comm_ns``;
-* ``p2p_ns`` = |U(the step's pipeline P2P kernels)|.
+* ``p2p_ns`` = |U(the step's pipeline P2P kernels)|;
+* ``comm_transfer_ns`` / ``comm_wait_ns``: the window's communication split into moving
+  data and waiting for each call's last member (:mod:`.diagnose.waits`, transfer first
+  where they overlap; they add up to ``comm_ns``), ``p2p_wait_ns`` the P2P hand-offs'
+  waiting (the bubble before the step); null where the split is unknown (one rank
+  alone, a call's members missing).
 
 Megatron-TraceViz's own micro-batch numbers leave DP and PP communication out; its comm is
 ``comm_tp_ns`` + ``comm_cp_ns`` + ``comm_ep_ns`` + ``comm_etp_ns`` when the groups do not
@@ -53,12 +59,14 @@ from ..table.schema import (
     group,
 )
 from .activities import RankActivities
+from .diagnose.ledger import Pipelines
+from .diagnose.waits import comm_split
 from .overlap import comm_comp
 
 CATEGORIES = ("optimizer_computation", "optimizer_communication", "dp_communication",
               "pp_communication", "fwd_computation", "fwd_communication",
               "bwd_computation", "bwd_communication", "bwd_computation_recompute",
-              "bwd_communication_recompute", "memory", "other")
+              "bwd_communication_recompute", "memory", "other", "pp_wait", "comm_wait")
 COLUMNS = ("ts", "dur", "kind", "phase", "microbatch", "chunk", "comm_group", "collective",
            "iteration")
 
@@ -90,17 +98,38 @@ class RankCategories:
     iteration: np.ndarray
 
 
-def categorized(acts: RankActivities) -> RankCategories:
-    """The categories of one rank's activities (see :func:`categorize`)."""
-    return RankCategories(acts.rank, acts.ts, acts.end, categorize(acts), acts.iteration)
+def categorized(acts: RankActivities, pipelines: Pipelines | None = None
+                ) -> RankCategories:
+    """The categories of one rank's activities (see :func:`categorize`); where their
+    communication split is known, a kernel's wait for the last member of its call is an
+    interval of its own: ``pp_wait`` when it waits on a pipeline peer (a pipeline-group
+    kernel, or a member on another stage of the rank's pipeline: the ledger's bubble),
+    ``comm_wait`` otherwise; the kernel keeps its category for its transfer."""
+    cat = categorize(acts)
+    if acts.wait_end is None:
+        return RankCategories(acts.rank, acts.ts, acts.end, cat, acts.iteration)
+    waits = np.flatnonzero(acts.wait_end > acts.ts)
+    pipe = cat[waits] == CATEGORIES.index("pp_communication")
+    if pipelines is not None and acts.waited_for is not None:
+        pipe |= pipelines.other_stage(acts.rank, acts.waited_for[waits])
+    ts = acts.ts.copy()
+    ts[waits] = acts.wait_end[waits]
+    return RankCategories(
+        acts.rank, np.concatenate([ts, acts.ts[waits]]),
+        np.concatenate([acts.end, acts.wait_end[waits]]),
+        np.concatenate([cat, np.where(pipe, CATEGORIES.index("pp_wait"),
+                                      CATEGORIES.index("comm_wait"))]),
+        np.concatenate([acts.iteration, acts.iteration[waits]]))
 
 
 GROUP_COLUMNS = tuple(f"comm_{g.lower()}_ns" for g in GROUPS) + tuple(
     f"overlap_{g.lower()}_ns" for g in GROUPS)
 MICROBATCH_COLUMNS = (
     "rank", "iteration", "phase", "microbatch", "chunk", "start_ns", "wall_clock_ns",
-    "comp_ns", "comm_ns", "mem_ns", "overlap_ns", "comp_only_ns", "comm_only_ns", "idle_ns",
-    "recompute_ns", "recompute_comp_ns", "recompute_comm_ns", "p2p_ns") + GROUP_COLUMNS
+    "comp_ns", "comm_ns", "comm_transfer_ns", "comm_wait_ns", "mem_ns", "overlap_ns",
+    "comp_only_ns", "comm_only_ns", "idle_ns", "recompute_ns", "recompute_comp_ns",
+    "recompute_comm_ns", "p2p_ns", "p2p_wait_ns") + GROUP_COLUMNS
+NULLABLE = ("comm_transfer_ns", "comm_wait_ns", "p2p_wait_ns")  # -1: the split is unknown
 
 
 def is_p2p(acts: RankActivities) -> np.ndarray:
@@ -149,6 +178,15 @@ def microbatch_table(ranks: list[RankActivities]) -> pa.Table:
                                                  end[rc & (kind == COMM)], g[rc & (kind == COMM)],
                                                  n),
             "p2p_ns": grouped_measure(ra.ts[sel][~own], ra.end[sel][~own], grp[~own], n)}
+        keys = np.zeros(len(ra), np.int64)
+        keys[sel] = grp
+        in_window = np.zeros(len(ra), bool)
+        in_window[w] = True
+        split = comm_split(ra, keys, n, in_window)
+        cols["comm_transfer_ns"], cols["comm_wait_ns"] = split[:, 0], split[:, 1]
+        hand_off = np.zeros(len(ra), bool)
+        hand_off[sel[~own]] = True
+        cols["p2p_wait_ns"] = comm_split(ra, keys, n, hand_off)[:, 1]
         comp, comm_group = kind == COMP, np.where(kind == COMM, ra.group[w], -1)
         for code, name in enumerate(GROUPS):
             comm_col, overlap_col = f"comm_{name.lower()}_ns", f"overlap_{name.lower()}_ns"
@@ -166,7 +204,8 @@ def microbatch_table(ranks: list[RankActivities]) -> pa.Table:
         for k, v in cols.items():
             out[k] += v.tolist()
     return pa.table({k: pa.array(v, pa.string() if k == "phase" else
-                                 pa.int32() if k == "rank" else pa.int64())
+                                 pa.int32() if k == "rank" else pa.int64(),
+                                 mask=np.array(v) < 0 if k in NULLABLE else None)
                      for k, v in out.items()})
 
 

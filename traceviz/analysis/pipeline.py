@@ -53,7 +53,10 @@ def measured_steps(rows: list[dict], ranks: list[int]) -> tuple[list[Step], int]
     steps = [Step(stage_of[r["rank"]], "F" if r["phase"] == "Forward" else "B",
                   r["microbatch"], max(r["chunk"], 0), r["start_ns"],
                   r["start_ns"] + r["wall_clock_ns"],
-                  recompute=bool(r.get("recompute_ns") or 0))
+                  recompute=bool(r.get("recompute_ns") or 0),
+                  exposed_dp=sum((r.get(f"comm_{g}_ns") or 0) - (r.get(f"overlap_{g}_ns") or 0)
+                                 for g in ("dp", "edp")),
+                  waited=r["comm_wait_ns"] if r.get("comm_wait_ns") is not None else -1)
              for r in rows if r["rank"] in stage_of]
     t0 = min((s.start for s in steps), default=0)
     for s in steps:
@@ -72,9 +75,12 @@ def _handoff(steps: list[Step], pp: int, vpp: int) -> int:
 
 
 def pipeline_view(rows: list[dict], ranks: list[int], vpp: int = 1,
-                  iteration_ns: dict[int, int] | None = None) -> PipelineView:
+                  iteration_ns: dict[int, int] | None = None,
+                  stragglers: list[dict] | None = None) -> PipelineView:
     """Measured vs ideal schedule of the PP group ``ranks`` (stage order);
-    ``iteration_ns``: the length of each rank's whole iteration (ProfilerStep)."""
+    ``iteration_ns``: the length of each rank's whole iteration (ProfilerStep);
+    ``stragglers``: the job's (:mod:`.diagnose.stragglers` rows), to name a slow stage's
+    cause."""
     pp = len(ranks)
     steps, t0 = measured_steps(rows, ranks)
     mbs = len({s.microbatch for s in steps})
@@ -125,7 +131,7 @@ def pipeline_view(rows: list[dict], ranks: list[int], vpp: int = 1,
         ph = phases([s for s in steps if s.stage == p])
         for k in ("warmup_steps", "steady_pairs", "cooldown_steps"):
             cols[k].append(ph[k])
-    gaps = largest_gaps(steps, pp, vpp, p2p, fwd, bwd, ranks)
+    gaps = largest_gaps(steps, pp, vpp, p2p, fwd, bwd, ranks, stragglers=stragglers or [])
     return PipelineView(ranks, steps, ideal, pa.table(cols), p2p, gaps, t0)
 
 

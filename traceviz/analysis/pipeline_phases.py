@@ -16,10 +16,14 @@ own forward). Per step:
   lag): time the step waited beyond the schedule (a late P2P, a host delay); the expected
   lag is the P2P latency after a dependency on another stage, and after a previous step
   that sends (blocking P2P, as in :func:`..schedule.simulate`), 0 otherwise;
-* ``slow`` = duration - the stage's median duration of that phase (a slow micro-batch).
+* ``slow`` = duration - the stage's median duration of that phase, named by what
+  explains at least half of it: the data-parallel communication its window exposes (a
+  gradient reduce-scatter its backward hooks launched: kind ``dp_sync``), its
+  collectives' waiting for other ranks (``wait``), else a slow micro-batch (``slow``).
 
 Stage imbalance is the critical stage's median forward + backward above the mean of the
-other stages, per micro-batch. Times are int64 ns.
+other stages, per micro-batch; where a straggler (:mod:`.diagnose.stragglers`) sits on
+that stage, the stage runs at its pace (kind ``straggler``). Times are int64 ns.
 """
 from __future__ import annotations
 
@@ -56,8 +60,10 @@ def _dependency(s: Step, pp: int, vpp: int) -> tuple[str, int, int] | None:
 
 
 def largest_gaps(steps: list[Step], pp: int, vpp: int, p2p_ns: int, fwd_med: np.ndarray,
-                 bwd_med: np.ndarray, ranks: list[int], top: int = 3) -> list[dict]:
-    """The largest losses against the ideal rules (see the module doc), biggest first."""
+                 bwd_med: np.ndarray, ranks: list[int], top: int = 3,
+                 stragglers: list[dict] = ()) -> list[dict]:
+    """The largest losses against the ideal rules (see the module doc), biggest first;
+    ``stragglers``: the job's straggler rows (rank, stage, slowdown, ...)."""
     done = {(s.phase, s.microbatch, s.chunk * pp + s.stage): s for s in steps}
     found: list[dict] = []
     for p in range(pp):
@@ -80,10 +86,21 @@ def largest_gaps(steps: list[Step], pp: int, vpp: int, p2p_ns: int, fwd_med: np.
                               "stage": p, "what": f"{what} {cause}"})
             median = (fwd_med if s.phase == "F" else bwd_med)[p]
             if s.end - s.start > median:
-                found.append({"kind": "slow", "ns": int(s.end - s.start - median),
-                              "stage": p, "what": f"{what} ran "
-                              f"{(s.end - s.start) / 1e6:.3f} ms vs the stage's median "
-                              f"{median / 1e6:.3f} ms (slow micro-batch)"})
+                excess = s.end - s.start - median
+                ran = (f"{what} ran {(s.end - s.start) / 1e6:.3f} ms vs the stage's "
+                       f"median {median / 1e6:.3f} ms")
+                if s.exposed_dp >= excess / 2:
+                    kind, why = "dp_sync", (
+                        f"it carries {s.exposed_dp / 1e6:.3f} ms of exposed data-parallel "
+                        "communication (the gradient reduce-scatter / all-reduce its "
+                        "backward hooks launch; Megatron: overlap_grad_reduce)")
+                elif s.waited >= excess / 2:
+                    kind, why = "wait", (f"its collectives waited {s.waited / 1e6:.3f} ms "
+                                         "for other ranks")
+                else:
+                    kind, why = "slow", "slow micro-batch"
+                found.append({"kind": kind, "ns": int(excess), "stage": p,
+                              "what": f"{ran}: {why}"})
             sends = (s.chunk * pp + p < pp * vpp - 1) if s.phase == "F" else \
                 (s.chunk * pp + p > 0)
             prev_end = s.end + (p2p_ns if sends else 0)
@@ -93,11 +110,19 @@ def largest_gaps(steps: list[Step], pp: int, vpp: int, p2p_ns: int, fwd_med: np.
         others = float(np.mean(np.delete(per_mb, crit)))
         excess = per_mb[crit] - others
         mbs = len({s.microbatch for s in steps}) * vpp
+        slow = [s for s in stragglers if s.get("stage") == crit]
         if others > 0 and excess > 0:
-            found.append({"kind": "imbalance", "ns": int(excess * mbs), "stage": crit,
-                          "what": f"stage {crit} (rank {ranks[crit]}) takes "
-                          f"{per_mb[crit] / 1e6:.3f} ms per micro-batch, "
-                          f"{100 * excess / others:.1f} % above the other stages' mean "
-                          f"(stage imbalance)"})
+            head = (f"stage {crit} (rank {ranks[crit]}) takes {per_mb[crit] / 1e6:.3f} ms "
+                    f"per micro-batch, {100 * excess / others:.1f} % above the other "
+                    "stages' mean")
+            if slow:
+                s = slow[0]
+                found.append({"kind": "straggler", "ns": int(excess * mbs), "stage": crit,
+                              "what": f"{head}: the stage runs at the pace of straggler "
+                              f"rank {s['rank']} ({s['slowdown']:.2f}x its peers' compute "
+                              "on the same kernels; its partners wait for it)"})
+            else:
+                found.append({"kind": "imbalance", "ns": int(excess * mbs), "stage": crit,
+                              "what": f"{head} (stage imbalance)"})
     found.sort(key=lambda g: -g["ns"])
     return found[:top]

@@ -8,10 +8,11 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ..intervals.core import clip, union
 from ..table.arrays import index_in, ints
 from ..table.schema import COLLECTIVES, COMM, GROUPS, KINDS, metadata
+from .activities import activities
 from .calls import RankCalls, rank_calls
+from .diagnose.ledger import windows
 from .overlap import comm_by_key, comm_comp
 
 
@@ -26,11 +27,12 @@ class RankSummary:
     steps: list[tuple[int, int, int]]  # (iteration, ts, dur) of each ProfilerStep
     first_ts: int                      # earliest GPU activity start
     last_end: int                      # latest GPU activity end
+    span_ns: int                       # the iterations' windows (the ledger's), summed
     comm_ns: int                       # |COMM kernels|
     comp_ns: int                       # |COMP kernels|
     overlap_ns: int                    # |COMM ∩ COMP|
-    # keyed by ("comm_group", group) and ("collective", type):
-    # inside the ProfilerSteps (the whole trace without steps):
+    # keyed by ("comm_group", group) and ("collective", type), of the kernels the
+    # ProfilerSteps launched (every kernel without steps):
     busy_by: dict[tuple[str, str], int]    # |COMM kernels of the key|
     hidden_by: dict[tuple[str, str], int]  # |COMM kernels of the key ∩ COMP|
     calls: RankCalls
@@ -57,13 +59,14 @@ def summarize(table: pa.Table, rank: int) -> RankSummary:
     whole = comm_comp(ts, end, kind, np.zeros(ts.shape[0], np.int64), 1)
     steps = [(int(s.get("iteration", -1)), int(s["ts"]), int(s["dur"]))
              for s in meta.get("steps") or [] if s.get("ts") is not None]
-    # busy and hidden time per group / collective are shares of the iterations: only the
-    # parts of kernels inside a ProfilerStep count when there are steps
+    # busy and hidden time per group / collective are shares of the iterations: the
+    # kernels the ProfilerSteps launched, whole (the GPU runs on after the CPU's step
+    # ends), over the iterations' windows (the ledger's); every kernel without steps
+    win = windows(activities(table, rank=rank))
     index = np.arange(ts.shape[0])
-    in_ts, in_end = ts, end
     if steps:
-        starts = np.array([s[1] for s in steps], np.int64)
-        index, in_ts, in_end = clip(ts, end, union(starts, starts + [s[2] for s in steps]))
+        index = np.flatnonzero(ints(table["iteration"]) >= 0)
+    in_ts, in_end = ts[index], end[index]
     busy_by, hidden = {}, {}
     for column, labels in (("comm_group", GROUPS), ("collective", COLLECTIVES)):
         codes = index_in(table[column], labels)[index]
@@ -79,6 +82,7 @@ def summarize(table: pa.Table, rank: int) -> RankSummary:
         rank=rank, world_size=int(world) if isinstance(world, int) else None,
         device_name=_device_name(meta), steps=sorted(steps, key=lambda s: s[1]),
         first_ts=int(ts.min()) if ts.size else 0, last_end=int(end.max()) if ts.size else 0,
+        span_ns=int((win.end - win.start).sum()),
         comm_ns=int(whole.comm[0]), comp_ns=int(whole.comp[0]),
         overlap_ns=int(whole.overlap[0]), busy_by=busy_by, hidden_by=hidden,
         calls=rank_calls(table, rank),

@@ -12,8 +12,11 @@ Definitions (all times are GPU kernel times in ns unless named otherwise):
 * Overlap per rank = |COMM ∩ COMP| / |COMM| over GPU kernels (interval unions).
 * Per call on one rank: S (nccl-tests' operation size), algbw = S / kernel time, busbw =
   algbw x factor(collective, group size). Bus bytes = S x factor.
-* Per group type: share of iteration = |group's COMM kernels| / traced step time, summed
-  over ranks; hidden = |group's COMM ∩ COMP| / |group's COMM|.
+* Per group type, over the kernels the ProfilerSteps launched (whole: a kernel the CPU
+  launched inside a step counts even where it runs after the CPU's step ended): share of
+  iteration = |group's COMM kernels| / the iterations' windows (the ledger's: step start
+  to the later of its end and its last kernel's), summed over ranks; hidden = |group's
+  COMM ∩ COMP| / |group's COMM|.
 * Cross-rank numbers: see :mod:`.matching`.
 """
 from __future__ import annotations
@@ -22,7 +25,7 @@ import numpy as np
 
 from ..table.schema import COLLECTIVES, GROUPS
 from .calls import factors
-from .matching import Matched, match, stragglers
+from .matching import Matched, last_to_arrive, match
 from .rank_summary import RankSummary
 from .run_config import RunConfig, peak_tflops_of
 
@@ -189,11 +192,16 @@ def _cross_rank(m: Matched) -> dict:
             "mean_wait_ms": float(waits.mean()) / MS,
             "busbw_transfer_gbps": _stats(m.busbw_transfer[sel]),
             "busbw_kernel_gbps": _stats(m.member_busbw[sel[m.member_call]]),
-            "stragglers": [{**s, "delay_ms": s["delay_ns"] / MS,
-                            "mean_delay_ms": s["mean_delay_ns"] / MS}
-                           for s in stragglers(m, g)]})
+            # who arrived last, by how much: the schedule's order as much as a slow rank
+            # (the first pipeline stage ends its backward last); the stragglers are the
+            # diagnosis's (ranks slower than their peers on the same kernels)
+            "last_to_arrive": [{**s, "delay_ms": s["delay_ns"] / MS,
+                                "mean_delay_ms": s["mean_delay_ns"] / MS}
+                               for s in last_to_arrive(m, g)]})
     multi = np.flatnonzero(m.members >= 2)
-    slow = multi[np.argsort(-m.span[multi], kind="stable")[:TOP_SLOWEST]]
+    # the slowest by their own cost (the data's move), not by how long early members
+    # waited for the last one
+    slow = multi[np.argsort(-m.transfer[multi], kind="stable")[:TOP_SLOWEST]]
     return {
         "matched_calls": int(len(m)), "calls_with_several_ranks": int(multi.size),
         "by_group": groups,
@@ -232,8 +240,7 @@ def build_report(summaries: list[RankSummary], config: RunConfig, offsets: dict[
     if not synced and gpus > 1:
         notes.append("iteration time: the longest rank's own span (clocks not synced, "
                      "spans across ranks cannot be compared)")
-    step_ns = sum(sum(d for _, _, d in s.steps) or (s.last_end - s.first_ts)
-                  for s in summaries)
+    step_ns = sum(s.span_ns for s in summaries)
 
     def shares(column: str, labels):
         def extra(code: int) -> dict:

@@ -22,6 +22,11 @@ class Step:
     start: int
     end: int
     recompute: bool = False  # a measured backward that re-ran its forward
+    # measured steps: the data-parallel communication in the step's window not hidden
+    # behind its compute (a gradient reduce-scatter its backward hooks launched), and the
+    # time its collectives waited for other ranks (-1 unknown); ns
+    exposed_dp: int = 0
+    waited: int = -1
 
 
 def simulate(pp: int, microbatches: int, fwd_ns: np.ndarray, bwd_ns: np.ndarray,

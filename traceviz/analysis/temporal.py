@@ -9,6 +9,10 @@ OTHER activities (:func:`..intervals.grouped_combination_times`):
   with communication (COMP and COMM), comm-only, mem-only, other-only, idle; they sum
   to ``kernel_time``;
 * overlap % = 100 |U(COMM) ∩ U(COMP)| / |U(COMM)| (:mod:`.overlap`; null without COMM);
+* ``comm_transfer`` / ``comm_wait``: the communication time split into moving data and
+  waiting for the call's last member (:mod:`.diagnose.waits`; transfer first where they
+  overlap): they add up to ``comm``; null for one rank alone or where a kernel's split is
+  unknown;
 * kernel-type breakdown: time in every combination of COMP / COMM / MEM (OTHER and idle
   left out), labelled as HTA does ("COMPUTATION overlapping COMMUNICATION"), summed over
   ranks.
@@ -26,6 +30,7 @@ import pyarrow as pa
 from ..intervals import grouped_combination_times, grouped_span
 from ..table.schema import COMM, COMP, MEM
 from .activities import SWEEP_KINDS, RankActivities
+from .diagnose.waits import comm_split
 from .hta_compat import HTA_OTHER
 from .overlap import from_sweep, percent
 
@@ -49,6 +54,9 @@ class RankSweep:
     iterations: np.ndarray
     spans: np.ndarray
     times: np.ndarray
+    # per group: communication time in transfer and in wait (ns; int64[groups, 2], -1
+    # where the split is unknown)
+    comm_split: np.ndarray | None = None
 
 
 def sweep(acts: RankActivities) -> RankSweep:
@@ -56,10 +64,16 @@ def sweep(acts: RankActivities) -> RankSweep:
     its = np.unique(acts.iteration)
     # row 0 the whole rank, then one row per iteration: two sweeps, so no array holds
     # every activity twice
-    whole = _sweep_groups(acts, np.zeros(len(acts), np.int64), 1)
-    per_iteration = _sweep_groups(acts, np.searchsorted(its, acts.iteration), its.shape[0])
+    whole_keys = np.zeros(len(acts), np.int64)
+    it_keys = np.searchsorted(its, acts.iteration)
+    whole = _sweep_groups(acts, whole_keys, 1)
+    per_iteration = _sweep_groups(acts, it_keys, its.shape[0])
     times, spans = (np.concatenate(p) for p in zip(whole, per_iteration))
-    return RankSweep(acts.rank, len(acts), its, spans, times)
+    split = None
+    if acts.wait_end is not None:
+        split = np.concatenate([comm_split(acts, whole_keys, 1),
+                                comm_split(acts, it_keys, its.shape[0])])
+    return RankSweep(acts.rank, len(acts), its, spans, times, split)
 
 
 def _sweep_groups(acts: RankActivities, keys: np.ndarray, n_keys: int
@@ -76,7 +90,7 @@ def temporal_breakdown(sweeps: list[RankSweep]) -> pa.Table:
     cols: dict[str, list] = {k: [] for k in (
         "rank", "iteration", "kernel_time_ns", "idle_ns", "compute_ns", "non_compute_ns",
         "compute_only_ns", "compute_overlapped_comm_ns", "comm_only_ns", "mem_only_ns",
-        "other_only_ns", "comm_ns", "overlap_pct")}
+        "other_only_ns", "comm_ns", "comm_transfer_ns", "comm_wait_ns", "overlap_pct")}
     comp, comm, mem = _has(COMP), _has(COMM), _has(MEM)
     for sw in sweeps:
         its, span, t = sw.iterations, sw.spans, sw.times
@@ -97,6 +111,9 @@ def temporal_breakdown(sweeps: list[RankSweep]) -> pa.Table:
         cols["mem_only_ns"] += t[:, mem & ~comp & ~comm].sum(axis=1).tolist()
         cols["other_only_ns"] += t[:, 1 << HTA_OTHER].tolist()
         cols["comm_ns"] += comm_t.tolist()
+        split = sw.comm_split if sw.comm_split is not None else np.full((span.size, 2), -1)
+        cols["comm_transfer_ns"] += [v if v >= 0 else None for v in split[:, 0].tolist()]
+        cols["comm_wait_ns"] += [v if v >= 0 else None for v in split[:, 1].tolist()]
         cols["overlap_pct"] += cc.pct().tolist()
     table = {k: pa.array(v, pa.float64() if k == "overlap_pct" else
                          pa.int32() if k in ("rank",) else pa.int64(),

@@ -22,6 +22,9 @@ import pyarrow.compute as pc
 from ..analysis.activities import activities
 from ..analysis.calls import COLUMNS as CALL_COLUMNS
 from ..analysis.clocks import collective_ends, synchronize
+from ..analysis.diagnose.diagnosis import Diagnosis, diagnosis_of
+from ..analysis.diagnose.ledger import Pipelines
+from ..analysis.diagnose.waits import SPLIT_COLUMNS, attach, job_comm, split_rows
 from ..analysis.microbatches import (
     COLUMNS,
     categorized,
@@ -40,10 +43,12 @@ from .result import Result
 RANK_FIGURES = 64  # ranks up to which "auto" draws every rank's figures
 
 
-def figure_ranks(mb: pa.Table, ranks: list[int], which: str) -> set[int]:
+def figure_ranks(mb: pa.Table, ranks: list[int], which: str, diag: Diagnosis | None = None
+                 ) -> set[int]:
     """The ranks that get per-rank figures: ``all``, ``none``, or ``auto``: every rank up
-    to :data:`RANK_FIGURES` ranks, else the representative ones by the idle time of their
-    micro-batch steps (:func:`traceviz.render.breakdown_figures.representative`)."""
+    to :data:`RANK_FIGURES` ranks, else the stragglers and the ranks the iterations'
+    chains of waits run through (``diag``), and the representative ones by the idle time
+    of their micro-batch steps (:func:`traceviz.render.breakdown_figures.representative`)."""
     if which == "all" or (which == "auto" and len(ranks) <= RANK_FIGURES):
         return set(ranks)
     if which == "none":
@@ -51,7 +56,10 @@ def figure_ranks(mb: pa.Table, ranks: list[int], which: str) -> set[int]:
     idle = dict.fromkeys(ranks, 0)
     for r, v in zip(mb["rank"].to_pylist(), mb["idle_ns"].to_pylist()):
         idle[r] += v or 0
-    return {r for r, _ in representative(idle)}
+    outliers = set()
+    if diag is not None:
+        outliers = set(diag.stragglers["rank"].to_pylist()) | set(diag.chain_ranks(4))
+    return {r for r, _ in representative(idle)} | (outliers & set(ranks))
 
 
 def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
@@ -62,7 +70,7 @@ def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
     ``data``: folder, ranks, sync."""
     files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
     failed: list[str] = []
-    columns = tuple(dict.fromkeys(COLUMNS + CALL_COLUMNS))
+    columns = tuple(dict.fromkeys(COLUMNS + CALL_COLUMNS + SPLIT_COLUMNS))
     tables = {rank: t for rank, _, t in rank_tables(files, columns, failed)}
     if not tables:
         raise TraceVizError(f"{folder}: no parsed rank tables (run 'traceviz batch' first)")
@@ -80,11 +88,19 @@ def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
         else:
             notes.append(f"note: clocks of ranks {unlinked} not synced (no collective links "
                          "them to another rank): they keep their own clock")
-    ranks = [activities(tables[r], rank=r,
-                        offset_ns=sync.offset_of(r) if alignment == "synced" else 0)
-             for r in sorted(tables)]
-    del tables
-    cats = [categorized(a) for a in ranks]
+    # wait / transfer: every call's members on synced clocks, whatever the figures use
+    jc = job_comm(tables, {r: sync.offset_of(r) for r in tables},
+                  len(tables) > 1 and bool(linked.any()))
+    layout, layout_note = job_layout(root, folder, topology)
+    groups = (layout.groups()["PIPELINE_MODEL_PARALLEL_GROUP"] if layout is not None
+              and layout.world >= max(tables) + 1 else None)
+    diag = diagnosis_of(jc, groups)
+    pipelines = Pipelines.of(groups or [], 0)
+    ranks = jc.acts if alignment == "synced" else [
+        attach(activities(tables[r], rank=r), *split_rows(jc, r, tables[r].num_rows))
+        for r in sorted(tables)]
+    del tables, jc
+    cats = [categorized(a, pipelines) for a in ranks]
     mb, spans = microbatch_table(ranks), category_spans(cats)
     res = Result(tables={"microbatches": mb, "category_spans": spans},
                  csv={"clock_offsets.csv": sync.table()},
@@ -92,12 +108,14 @@ def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
                  failed=failed)
     res.notes += notes
     res.data["alignment"] = alignment
-    drawn = figure_ranks(mb, [rc.rank for rc in cats], rank_figures) if figures else set()
+    drawn = figure_ranks(mb, [rc.rank for rc in cats], rank_figures, diag) if figures \
+        else set()
     if figures and len(drawn) < len(cats):
         res.notes.append(f"note: figures for {len(drawn)} of {len(cats)} ranks and their PP "
-                         "groups and model replicas (the least and most idle in their "
-                         "micro-batch steps, p5-p95 between; --rank-figures all draws every "
-                         "rank); the tables have every rank")
+                         "groups and model replicas (the stragglers, the ranks the chains of "
+                         "waits run through, the least and most idle in their micro-batch "
+                         "steps and p5-p95 between; --rank-figures all draws every rank); "
+                         "the tables have every rank")
     for rc in cats:
         r = rc.rank
         mine = mb.filter(pc.equal(mb["rank"], r))
@@ -109,9 +127,8 @@ def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
                 timeline, [("", [rc])], f"Rank {r} timeline", alignment)
             res.figures[f"rank_{r:04d}/comm_comp_overlap_combined_rank{r}.png"] = Figure(
                 overlap_bars, mine.to_pylist(), r)
-    layout, note = job_layout(root, folder, topology)
-    if note:
-        res.notes.append(f"note: {note}; PP and model-group figures skipped")
+    if layout_note:
+        res.notes.append(f"note: {layout_note}; PP and model-group figures skipped")
     if layout is None or not figures:
         return res
     by_rank = {rc.rank: rc for rc in cats}

@@ -1,8 +1,9 @@
 """``traceviz demo``: synthesize a small Megatron-like job and run every analysis on it.
 
-The job (tp2 pp4 dp2, 8 micro-batches, clocks skewed per node) is written to
-``OUTDIR/job``, its tables (and the aggregate outputs) to ``OUTDIR/tables``; the other
-analyses write beside them. Nothing is read from the network.
+The job (tp2 pp4 dp2, 8 micro-batches, clocks skewed per node, the GPU of rank 5 1.3x
+slower than the others) is written to ``OUTDIR/job``, its tables (and the aggregate
+outputs) to ``OUTDIR/tables``; the other analyses write beside them. Nothing is read
+from the network.
 """
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ from pathlib import Path
 from ..analysis.run_config import training_flops_per_token
 from ..ingest import batch
 from ..synth import SynthConfig, synthesize
-from . import aggregate, breakdown, critical_path, html, ops, pipeline, report
+from . import aggregate, breakdown, critical_path, diagnose, html, ops, pipeline, report
 from .result import Result, write
 
 DEMO = SynthConfig(tp=2, pp=4, dp=2, microbatches=8, layers=8, with_stack=False,
-                   skew_us=250.0, gpus_per_node=8)
+                   skew_us=250.0, gpus_per_node=8, straggler_rank=5, straggler_factor=1.3)
 # what a user would pass: the synthetic model's size (12 h^2 parameters per transformer
 # layer), its batch and sequence length; the peak comes from the traces' device (H100)
 DEMO_FACTS = {"model": f"demo-{12 * DEMO.layers * DEMO.hidden ** 2 / 1e9:.1f}B",
@@ -28,16 +29,17 @@ DEMO_FACTS = {"model": f"demo-{12 * DEMO.layers * DEMO.hidden ** 2 / 1e9:.1f}B",
 
 
 def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> dict[str, Path]:
-    """Synthesize the demo job and run batch (with CPU tables), aggregate, breakdown,
-    report, pipeline, the critical path, the op model and the HTML page on it; returns
-    where each step wrote."""
+    """Synthesize the demo job and run batch (with CPU tables), aggregate, diagnose,
+    breakdown, report, pipeline, the critical path, the op model and the HTML page on it;
+    returns where each step wrote."""
     out = Path(outdir)
     job = out / "job"
     steps: dict[str, Path] = {}
     start = time.perf_counter()
     synthesize(DEMO, job)
     steps["synthesized job (16 ranks)"] = job
-    echo(f"synthesized a 16-rank job (tp2 pp4 dp2, 8 micro-batches) in {job}")
+    echo(f"synthesized a 16-rank job (tp2 pp4 dp2, 8 micro-batches, rank {DEMO.straggler_rank}"
+         f"'s GPU {DEMO.straggler_factor}x slower) in {job}")
     tables = out / "tables"
     outcomes = batch.run(job, tables, jobs=min(2, os.cpu_count() or 1), quiet=True, cpu=True)
     steps["parsed tables"] = tables
@@ -47,6 +49,12 @@ def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> dict[
     written = write(agg, folder)
     steps["aggregate (micro-batches, clocks, figures)"] = folder
     echo(f"aggregate: {len(written)} tables and figures -> {folder}")
+    diag = diagnose.run(folder)
+    write(diag, out / "diagnose")
+    steps["diagnosis (who waits for whom, ledger, stragglers)"] = out / "diagnose"
+    echo(f"diagnose: -> {out / 'diagnose'}")
+    for line in diag.lines:
+        echo(f"  {line}")
     brk = breakdown.run([tables])
     written = write(brk, out / "breakdown")
     steps["breakdown (HTA-style tables and figures)"] = out / "breakdown"

@@ -64,5 +64,5 @@ def run(root: str | os.PathLike, topology: str | os.PathLike | None = None) -> R
                 "ledger_waits": diag.ledger_waits, "ledger_totals": diag.totals,
                 "stragglers": diag.stragglers, "peer_speed": diag.speed.table,
                 "wait_chain": diag.chain},
-        texts={"diagnosis.txt": diagnosis_text(diag)}, lines=ledger_lines(diag),
+        texts={"diagnosis.txt": diagnosis_text(diag)}, lines=ledger_lines(diag.summary()),
         notes=list(diag.notes), data={"diagnosis": diag}, failed=failed)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ..analysis.activities import activities
 from ..analysis.calls import COLUMNS as CALL_COLUMNS
-from ..analysis.clocks import collective_ends, synchronize
+from ..analysis.diagnose.diagnosis import diagnosis_of
+from ..analysis.diagnose.waits import SPLIT_COLUMNS, job_comm
 from ..analysis.microbatches import COLUMNS, microbatch_table
 from ..analysis.pipeline import PipelineView, pipeline_view, stage_marks, step_length
 from ..errors import TraceVizError
@@ -79,9 +79,9 @@ def _from_tables(root: Path, folder: Path, vpp: int | None, iteration: int | Non
     """Add the views of one folder of rank tables; False when it lacks ``iteration``."""
     files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
     tables = {rank: t for rank, _, t in rank_tables(
-        files, tuple(dict.fromkeys(COLUMNS + CALL_COLUMNS)), res.failed)}
-    sync = synchronize({r: collective_ends(t) for r, t in tables.items()})
-    ranks = {r: activities(t, rank=r, offset_ns=sync.offset_of(r)) for r, t in tables.items()}
+        files, tuple(dict.fromkeys(COLUMNS + CALL_COLUMNS + SPLIT_COLUMNS)), res.failed)}
+    jc = job_comm(tables)  # synced clocks, every communication kernel's wait / transfer
+    ranks = {a.rank: a for a in jc.acts}
     del tables
     rows = microbatch_table(list(ranks.values())).to_pylist()
     its = sorted({r["iteration"] for r in rows})
@@ -95,10 +95,22 @@ def _from_tables(root: Path, folder: Path, vpp: int | None, iteration: int | Non
     if layout is None:
         raise TraceVizError(f"{folder}: {note}; pass --topology")
     have = {r["rank"] for r in rows}
-    groups = [g for g in layout.groups()["PIPELINE_MODEL_PARALLEL_GROUP"] if set(g) <= have]
+    every = layout.groups()["PIPELINE_MODEL_PARALLEL_GROUP"]
+    groups = [g for g in every if set(g) <= have]
     if not groups:
         raise TraceVizError(f"{folder}: no PP group has all its ranks")
-    for i, grp in enumerate(groups if all_groups else groups[:1]):
+    diag = diagnosis_of(jc, every if layout.world >= max(ranks) + 1 else None)
+    strag = diag.stragglers.to_pylist()
+    first = focus_group(groups, [s["rank"] for s in strag] + diag.chain_ranks())
+    if not all_groups and first:
+        res.notes.append(f"PP group {groups.index(first)} (ranks {first}) shown: "
+                         + ("it holds straggler rank "
+                            f"{next(s['rank'] for s in strag if s['rank'] in first)}"
+                            if any(s["rank"] in first for s in strag) else
+                            "the iteration's chain of waits runs through it")
+                         + " (--all-groups draws every group)")
+    for i, grp in enumerate(groups if all_groups else [first or groups[0]]):
+        i = groups.index(grp)
         if vpp is None:  # as the tables were classified (found from the traces)
             found = {(ranks[r].meta.get("classification") or {}).get("vpp") or 1 for r in grp}
             if len(found) > 1:
@@ -107,10 +119,21 @@ def _from_tables(root: Path, folder: Path, vpp: int | None, iteration: int | Non
             vpp = found.pop()
         lengths = {r: step_length(ranks[r].meta, it) for r in grp}
         marks = [(r, *m) for r in grp for m in stage_marks(ranks[r], it)]
-        view = pipeline_view(rows, grp, vpp, {r: n for r, n in lengths.items() if n})
+        view = pipeline_view(rows, grp, vpp, {r: n for r, n in lengths.items() if n}, strag)
         title = f"PP group {i} (ranks {grp}), ProfilerStep {it}"
         _add_view(res, view, grp, i, title, f"pipeline_group{i}_iter{it}", marks)
     return True
+
+
+def focus_group(groups: list[list[int]], ranks: list[int]) -> list[int] | None:
+    """The PP group to show first: the one holding the first of ``ranks`` (the
+    stragglers, worst first, then the ranks the chains of waits run through) that is in
+    one; None when none is."""
+    for r in ranks:
+        for g in groups:
+            if r in g:
+                return g
+    return None
 
 
 def run(root: str | os.PathLike, vpp: int | None = None, iteration: int | None = None,

@@ -22,6 +22,7 @@ from ..ingest.tables import has_cpu_tables, input_files, one_folder, rank_tables
 from ..ingest.topology import job_layout
 from ..render.report_text import report_text
 from . import ops
+from .diagnose import diagnosis_of
 from .result import Result
 
 COLUMNS = tuple(dict.fromkeys(CALL_COLUMNS + ("comm_group",)))
@@ -85,6 +86,11 @@ def make_report(root: str | os.PathLike, *, config_file: str | None = None,
                        if clock_sync else ({}, False))
     rep = build_report(summaries, config, offsets, layout, notes, synced)
     rep["throughput"]["trace_flops"] = _trace_flops(root, config.peak_tflops)
+    rep["diagnosis"], rep["diagnosis_why"] = None, None
+    try:
+        rep["diagnosis"] = diagnosis_of(root, topology)[0].summary()
+    except TraceVizError as exc:
+        rep["diagnosis_why"] = str(exc)
     return _finite({**rep, "failed": failed})
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..analysis.diagnose.diagnosis import Diagnosis, causes
+from ..analysis.diagnose.diagnosis import Diagnosis
 from ..analysis.diagnose.ledger import PARTS
 
 LABELS = {"compute": "compute", "memory": "memory", "grad_sync": "gradient sync",
@@ -33,7 +33,7 @@ def _waited(w: dict, speed: dict) -> str:
     """``rank N (node, GPU) X ms by K ranks``: one rank waited for."""
     if w["rank"] is None:
         return f"handshakes / barriers {_ms(w['ns'])}"
-    place = where(speed.get(w["rank"]))
+    place = where(speed.get(str(w["rank"])))
     return (f"rank {w['rank']}" + (f" ({place})" if place else "")
             + f" {_ms(w['ns'])} by {w['ranks_waiting']} rank(s)")
 
@@ -48,30 +48,31 @@ def straggler_line(s: dict) -> str:
             f"iteration, of which the job waits about {_ms(s['cost_ns'])}")
 
 
-def ledger_lines(diag: Diagnosis, top: int = 5) -> list[str]:
-    """The short ledger: per iteration the job's mean span and parts, the largest
-    causes, the stragglers."""
+def ledger_lines(summary: dict, top: int = 5) -> list[str]:
+    """The short ledger of a diagnosis (:meth:`Diagnosis.summary`): per iteration the
+    job's mean span and parts, the largest causes, the stragglers."""
     lines = []
-    speed = {r["rank"]: r for r in diag.speed.table.to_pylist()}
-    clocks = "clocks synced" if diag.synced else "clocks not synced"
-    for t in diag.totals.to_pylist():
+    speed = summary["places"]
+    clocks = "clocks synced" if summary["synced"] else "clocks not synced"
+    for t in summary["totals"]:
         head = (f"ProfilerStep#{t['iteration']}" if t["iteration"] >= 0
                 else "the whole trace")
-        lines.append(f"{head}, {t['ranks']} rank(s), {clocks}: {_ms(t['span_ns'])} per "
-                     "iteration (mean over ranks), of which")
+        lines.append(f"{head}, {t['ranks']} rank(s), {clocks}: {_ms(t['job_span_ns'])} "
+                     f"from the first rank's start to the last rank's end; per rank "
+                     f"{_ms(t['span_ns'])} on average, of which")
         transfer = [(p, t[f"{p}_pct"]) for p in PARTS if p.startswith("transfer_")
-                    and t[f"{p}_ns"] > 0]
+                    and (t[f"{p}_pct"] or 0) >= 0.05]
         shown = [f"{LABELS[p]} {t[f'{p}_pct']:.1f} %" for p in
                  ("compute", "bubble", "wait_rank", "grad_sync", "comm_unsplit")
-                 if t[f"{p}_ns"] > 0 or p == "compute"]
+                 if (t[f"{p}_pct"] or 0) >= 0.05 or p == "compute"]
         if transfer:
             shown.append("exposed transfer " + f"{sum(v for _, v in transfer):.1f} % ("
                          + ", ".join(f"{p.split('_', 1)[1].upper()} {v:.1f}"
                                      for p, v in transfer) + ")")
         shown += [f"{LABELS[p]} {t[f'{p}_pct']:.1f} %" for p in
-                  ("memory", "cpu_bound", "idle") if t[f"{p}_ns"] > 0]
+                  ("memory", "cpu_bound", "idle") if (t[f"{p}_pct"] or 0) >= 0.05]
         lines.append("  " + " | ".join(shown))
-    found = causes(diag)[:top]
+    found = summary["causes"][:top]
     if found:
         lines.append("largest losses (per rank and iteration):")
         for i, c in enumerate(found, 1):
@@ -79,14 +80,13 @@ def ledger_lines(diag: Diagnosis, top: int = 5) -> list[str]:
                          + (": mostly " + ", ".join(_waited(w, speed) for w in
                                                     c["waited_for"][:3])
                             if c["waited_for"] else ""))
-    strag = diag.stragglers.to_pylist()
+    strag = summary["stragglers"]
     if strag:
         lines.append("stragglers (same work, slower GPU), worst first:")
         lines += [f"  {straggler_line(s)}" for s in strag[:top]]
         if len(strag) > top:
             lines.append(f"  ... {len(strag) - top} more in stragglers.csv")
-    elif diag.speed.table.num_rows and diag.speed.table["slowdown"].null_count < \
-            diag.speed.table.num_rows:
+    elif summary["peers_compared"]:
         lines.append("stragglers: none (every rank within 5 % of its peers' compute time "
                      "on the same kernels, or not significantly slower)")
     return lines
@@ -94,7 +94,7 @@ def ledger_lines(diag: Diagnosis, top: int = 5) -> list[str]:
 
 def diagnosis_text(diag: Diagnosis) -> str:
     """``diagnosis.txt``: the short ledger, the notes, and every rank's ledger row."""
-    lines = ["TRACEVIZ DIAGNOSIS", "=" * 80] + ledger_lines(diag, top=10)
+    lines = ["TRACEVIZ DIAGNOSIS", "=" * 80] + ledger_lines(diag.summary(), top=10)
     if diag.notes:
         lines += ["", "notes:"] + [f"  {n}" for n in diag.notes]
     chain = diag.chain_ranks()

@@ -39,8 +39,24 @@ details{margin:8px 0}summary{cursor:pointer;color:#1f3b57;font-weight:600}
 .kpi{display:inline-block;margin:6px 18px 6px 0;padding:8px 14px;background:#eef2f6;
      border-radius:6px}.kpi b{display:block;font-size:20px}
 .note{color:#555;font-size:13px}
+.ledger{display:flex;height:30px;max-width:1100px;border:1px solid #999;margin:8px 0}
+.ledger span{display:block;height:100%;overflow:hidden;font-size:11px;color:#111;
+             text-align:center;line-height:30px;white-space:nowrap}
+.swatch{display:inline-block;width:11px;height:11px;margin:0 4px 0 12px;
+        border:1px solid #999;vertical-align:middle}
+ol.causes li{margin:3px 0}
 """
-SECTIONS = (("summary", "Summary"), ("timeline", "Timeline"), ("overlap", "Overlap per rank"),
+# the ledger's parts on the page: label and colour (the timelines' colours where they
+# draw the same thing)
+LEDGER_PARTS = (("compute", "compute", "#82AAE7"), ("memory", "memory", "#C9B458"),
+                ("transfer", "exposed transfer", "#2E5AAC"),
+                ("grad_sync", "gradient sync", "#76E5DF"),
+                ("comm_unsplit", "communication (split n/a)", "#B28FCE"),
+                ("bubble", "pipeline bubble", "#E6DAF2"),
+                ("wait_rank", "waiting for other ranks", "#D4D4D4"),
+                ("cpu_bound", "CPU / launch bound", "#dd8452"), ("idle", "idle", "#ffffff"))
+SECTIONS = (("diagnosis", "Diagnosis"), ("summary", "Summary"), ("timeline", "Timeline"),
+            ("overlap", "Overlap per rank"),
             ("pipeline", "Pipeline"), ("kernels", "Top kernels"), ("model", "Op model"),
             ("collectives", "Collectives"), ("stragglers", "Stragglers"))
 
@@ -311,13 +327,92 @@ def _collectives(rep: dict) -> str:
               "size, from kernel time; n/a where the trace has no message sizes.</p>")
 
 
+def _place(places: dict, rank) -> str:
+    """``node N, GPU G`` of a rank the diagnosis names (what is known)."""
+    p = places.get(str(rank)) or {}
+    bits = [f"node {p['node']}" if p.get("node") is not None else "",
+            f"GPU {p['local_gpu']}" if p.get("local_gpu") is not None else ""]
+    return esc(", ".join(b for b in bits if b))
+
+
+def _diagnosis(diag: dict | None, why: str | None) -> str:
+    """The first screen: per iteration where the time goes (the ledger's parts, mean
+    over ranks), the largest losses, the stragglers."""
+    if diag is None:
+        return f"<p class='note'>n/a: {esc(why or 'no diagnosis')}</p>"
+    out = []
+    for t in diag["totals"]:
+        pct = {key: sum(t[f"{p}_pct"] or 0 for p in _parts_of(key, t)) for key, _, _ in
+               LEDGER_PARTS}
+        bar = "".join(
+            f"<span style='width:{v:.3f}%;background:{color}' title='{esc(label)} "
+            f"{v:.1f} %'>{esc(label) if v >= 9 else ''}</span>"
+            for (key, label, color) in LEDGER_PARTS if (v := pct[key]) > 0)
+        legend = "".join(f"<span class='swatch' style='background:{color}'></span>"
+                         f"{esc(label)} {pct[key]:.1f} %"
+                         for key, label, color in LEDGER_PARTS if pct[key] >= 0.05)
+        head = (f"ProfilerStep#{t['iteration']}" if t["iteration"] >= 0 else "whole trace")
+        out.append(f"<h3>{esc(head)}: {duration(t['job_span_ns'] / MB)} from the first "
+                   f"rank's start to the last one's end; per rank {duration(t['span_ns'] / MB)}"
+                   f" on average ({t['ranks']} ranks), of which"
+                   + ("" if diag["synced"] else " (clocks NOT synced: waits n/a)") + "</h3>"
+                   f"<div class='ledger'>{bar}</div><p class='note'>{legend}</p>")
+    items = []
+    for c in diag["causes"][:6]:
+        who = ", ".join(f"{rank_link(w['rank'])} ({_place(diag['places'], w['rank'])}) "
+                        f"{duration(w['ns'] / MB)} by {w['ranks_waiting']} rank(s)"
+                        for w in c["waited_for"][:3] if w["rank"] is not None)
+        items.append(f"<li><b>{esc(c['cause'])}</b>: {duration(c['ns'] / MB)} per rank and "
+                     f"iteration ({c['pct']:.1f} %)" + (f"; mostly {who}" if who else "")
+                     + "</li>")
+    if items:
+        out.append(f"<h3>Largest losses</h3><ol class='causes'>{''.join(items)}</ol>")
+    strag = diag["stragglers"]
+    if strag:
+        out.append("<h3>Stragglers (same kernels, slower GPU)</h3><ul>" + "".join(
+            f"<li>{rank_link(s['rank'])} ({_place(diag['places'], s['rank'])}): "
+            f"{s['slowdown']:.2f}x its {s['peers']} peers' compute; the job waits about "
+            f"{duration((s['cost_ns'] or 0) / MB)} per iteration for it</li>"
+            for s in strag[:5]) + "</ul>")
+    elif diag["peers_compared"]:
+        out.append("<p>No straggler: every rank within 5 % of its peers' compute on the "
+                   "same kernels (or not significantly slower).</p>")
+    out.append("<p class='note'>Every rank's iteration is split into parts that add up to "
+               "it: compute, memory, exposed transfer (communication moving data with no "
+               "compute under it), gradient sync, pipeline bubble (waiting on a pipeline "
+               "peer), waiting for other ranks (a collective's last member), CPU bound, "
+               "idle. Per rank in ledger.csv of 'traceviz diagnose'.</p>")
+    return "".join(out)
+
+
+def _parts_of(key: str, t: dict) -> list[str]:
+    """The ledger's parts a page part stands for (every exposed transfer is one)."""
+    if key == "transfer":
+        return [k[:-4] for k in t if k.startswith("transfer_") and k.endswith("_pct")]
+    return [key]
+
+
 def _stragglers(rep: dict) -> str:
+    diag = rep.get("diagnosis")
     x = rep["cross_rank"]
     if x is None:
         return "<p class='note'>n/a: one rank traced.</p>"
+    rows = [[rank_link(s["rank"]), _place(diag["places"], s["rank"]),
+             str(s["stage"]) if s["stage"] is not None else "n/a", str(s["peers"]),
+             fmt(s["slowdown"], 3), f"{s['units_slower']} / {s['units']}",
+             f"{s['p_value']:.1e}", duration(s["excess_ns"] / MB),
+             duration((s["cost_ns"] or 0) / MB), duration(s["waited_on_ns"] / MB)]
+            for s in (diag or {}).get("stragglers", [])]
+    out = ("<p class='note'>Ranks whose GPU runs the same kernels slower than their peers "
+           "(the other ranks of their pipeline stage), by the time the job waits for "
+           "them.</p>"
+           + table(["rank", "where", "stage", "peers", "slowdown", "kernels slower",
+                    "p", "extra compute / iteration", "job waits / iteration",
+                    "others wait for it / iteration"], rows, name="stragglers",
+                   empty="no straggler" if diag else "n/a: no diagnosis"))
     parts = []
     for g in x["by_group"]:
-        s = g["stragglers"]
+        s = g["last_to_arrive"]
         rows = [[rank_link(r["rank"]), str(r["times_last"]), str(r["calls"]),
                  duration(r["delay_ms"]), duration(r["mean_delay_ms"])] for r in s]
         parts.append(
@@ -332,7 +427,9 @@ def _stragglers(rep: dict) -> str:
     slow = [[group_link(s["group"]), esc(s["collective"] or "?"), str(s["number"]),
              esc(s["process_group"] or "?"), fmt(s["span_ms"], 3), fmt(s["skew_ms"], 3),
              fmt(s["transfer_ms"], 3), rank_link(s["last_rank"])] for s in x["slowest_calls"]]
-    return ("".join(parts) + "<h3>Slowest calls</h3>"
+    return (out + folded("Who arrived last in each group's collectives (the schedule's "
+                         "order as much as a slow rank)", "".join(parts))
+            + "<h3>Slowest calls (by transfer time)</h3>"
             + table(["group", "collective", "call", "process group", "ms", "skew ms",
                      "transfer ms", "last to arrive"], slow, name="slowest",
                     empty="no call matched across ranks"))
@@ -349,6 +446,7 @@ def report_page(title: str, rep: dict, tables: dict[str, pa.Table],
     timeline says ``no_timeline``), and the op model (None: ``no_ops`` says why)."""
     plots = plots or {}
     return page(title, {
+        "diagnosis": _diagnosis(rep.get("diagnosis"), rep.get("diagnosis_why")),
         "summary": _summary(rep),
         "timeline": _timeline(plots.get("timeline"), no_timeline),
         "overlap": _overlap(rep, tables["temporal_breakdown"].to_pylist(), overlap_figure),

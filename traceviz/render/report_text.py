@@ -3,6 +3,8 @@ Profiler's layout (headings framed by 80 ``=``, 2 decimals, ``END OF REPORT``), 
 sections' numbers computed correctly, and the cross-rank sections added."""
 from __future__ import annotations
 
+from .diagnosis_text import ledger_lines
+
 RULE = "=" * 80
 
 
@@ -123,18 +125,27 @@ def report_text(rep: dict) -> str:
                   f"{_f(g['mean_wait_ms'], ' ms')}",
                   f"    Bus Bandwidth from transfer time: {_bw(g['busbw_transfer_gbps'])}",
                   f"    Bus Bandwidth from kernel time:   {_bw(g['busbw_kernel_gbps'])}"]
-        for s in g["stragglers"]:
-            lines.append(f"    straggler: rank {s['rank']} arrived last in {s['times_last']} "
-                         f"of {s['calls']} calls, holding them up {_f(s['delay_ms'])} ms "
-                         f"({_f(s['mean_delay_ms'])} ms per call)")
+        for s in g["last_to_arrive"]:
+            lines.append(f"    last to arrive: rank {s['rank']} in {s['times_last']} of "
+                         f"{s['calls']} calls, {_f(s['delay_ms'])} ms after the next-to-last "
+                         f"in all ({_f(s['mean_delay_ms'])} ms per call)")
     if x["slowest_calls"]:
-        lines.append("Slowest Calls:")
+        lines.append("Slowest Calls (by transfer time, the data's move):")
     for s in x["slowest_calls"]:
         lines.append(f"  {s['group']} {s['collective'] or '?'} #{s['number']} on process group "
                      f"{s['process_group'] or '?'} (iteration "
                      f"{s['iteration']}, {s['ranks']} ranks, {_gb(s['bytes'])}): "
                      f"{_f(s['span_ms'])} ms, skew {_f(s['skew_ms'])} ms, transfer "
                      f"{_f(s['transfer_ms'])} ms, last rank {s['last_rank']}")
+    diag = rep.get("diagnosis")
+    _heading(lines, "7. WHO WAITS FOR WHOM (traceviz diagnose)")
+    if diag is None:
+        lines.append("n/a: " + (rep.get("diagnosis_why") or "no diagnosis"))
+    else:
+        lines += ledger_lines(diag)
+        lines.append("(last to arrive in section 6 is not a straggler: the schedule decides "
+                     "who arrives last as often as a slow GPU; stragglers run the same "
+                     "kernels slower than their peers)")
     if rep.get("failed"):
         _heading(lines, f"RANKS LEFT OUT ({len(rep['failed'])})")
         lines += [f"  {why}" for why in rep["failed"]]

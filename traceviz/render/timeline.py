@@ -25,8 +25,11 @@ COLORS = {
     "bwd_computation": "#F7A6BF", "bwd_communication": "#E0703A",
     "bwd_computation_recompute": "#5B27F5", "bwd_communication_recompute": "#275AF5",
     "memory": "#C9B458", "other": "#808080",
+    # waiting for the last member of a call: pale, so the work stands out
+    "pp_wait": "#E6DAF2", "comm_wait": "#D4D4D4",
 }
-ORDER = ("optimizer_computation", "optimizer_communication", "dp_communication",
+ORDER = ("pp_wait", "comm_wait", "optimizer_computation", "optimizer_communication",
+         "dp_communication",
          "pp_communication", "fwd_communication", "bwd_communication",
          "bwd_communication_recompute", "bwd_computation_recompute", "fwd_computation",
          "bwd_computation", "memory", "other")  # thin (top) to tall (behind)

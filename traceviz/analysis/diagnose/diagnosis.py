@@ -12,6 +12,7 @@ waited for: where the figures and the pipeline view look first.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,18 +21,17 @@ import pyarrow.compute as pc
 
 from ...intervals import intersect, union
 from ...table.schema import COMP
-from ..activities import RankActivities, activities
-from ..calls import rank_calls
-from ..clocks import offsets_from_calls
+from ..activities import RankActivities
 from .ledger import PARTS, Pipelines, RankLedger, ledger_tables, rank_ledger
 from .stragglers import PeerSpeed, peer_speed
-from .waits import RankComm, comm_calls, match, rank_comm
+from .waits import JobComm, RankComm, comm_calls, job_comm
 
 CHAIN_WAIT_NS = 20_000  # waits shorter than this (clock noise, launch jitter) are ignored
 CHAIN_SCHEMA = pa.schema([("iteration", pa.int32()), ("rank", pa.int32()),
                           ("ns", pa.int64()), ("pct", pa.float64())])
 TOTALS_SCHEMA = pa.schema(
-    [("iteration", pa.int32()), ("ranks", pa.int32()), ("span_ns", pa.int64())]
+    [("iteration", pa.int32()), ("ranks", pa.int32()), ("job_span_ns", pa.int64()),
+     ("span_ns", pa.int64())]
     + [(f"{p}_ns", pa.int64()) for p in PARTS] + [(f"{p}_pct", pa.float64())
                                                   for p in PARTS])
 
@@ -56,6 +56,23 @@ class Diagnosis:
     def stragglers(self) -> pa.Table:
         return self.speed.stragglers()
 
+    def summary(self, top: int = 10) -> dict:
+        """The diagnosis in brief, JSON-able: per iteration the mean ledger
+        (``totals``), the largest ``causes``, the ``stragglers`` (worst first), the node
+        and GPU of the ranks they name (``places``, keyed by the rank as text, as JSON
+        has it), the ranks the chains of waits run through, the notes."""
+        strag = self.stragglers.to_pylist()
+        found = causes(self)[:top]
+        named = {s["rank"] for s in strag} | {w["rank"] for c in found
+                                              for w in c["waited_for"][:5]}
+        places = {str(r["rank"]): {"node": r["node"], "local_gpu": r["local_gpu"]}
+                  for r in self.speed.table.to_pylist() if r["rank"] in named}
+        compared = self.speed.table["slowdown"].null_count < self.speed.table.num_rows
+        return {"ranks": len(self.ranks), "synced": self.synced,
+                "totals": self.totals.to_pylist(), "causes": found, "stragglers": strag,
+                "peers_compared": bool(compared), "places": places,
+                "chain_ranks": self.chain_ranks(), "notes": list(self.notes)}
+
     def chain_ranks(self, top: int = 8) -> list[int]:
         """The ranks the iterations' wait chains spend the most time on."""
         if not self.chain.num_rows:
@@ -67,14 +84,12 @@ class Diagnosis:
         return uniq[np.argsort(-total, kind="stable")][:top].tolist()
 
 
-def pipelines_of(tables: dict[int, pa.Table]) -> list[list[int]]:
-    """The PP groups the ranks' ``pg_config`` state (Megatron's
+def pipelines_of(metas: Iterable[dict]) -> list[list[int]]:
+    """The PP groups the ranks' ``pg_config`` state (their tables' metadata; Megatron's
     ``PIPELINE_MODEL_PARALLEL_GROUP``), in stage order."""
-    from ...table.schema import metadata
-
     seen: dict[tuple, None] = {}
-    for t in tables.values():
-        for pg in metadata(t).get("pg_config") or []:
+    for meta in metas:
+        for pg in meta.get("pg_config") or []:
             if (isinstance(pg, dict) and pg.get("pg_desc") == "PIPELINE_MODEL_PARALLEL_GROUP"
                     and isinstance(pg.get("ranks"), list)):
                 seen[tuple(int(r) for r in pg["ranks"])] = None
@@ -85,19 +100,20 @@ def diagnose(tables: dict[int, pa.Table], pipelines: list[list[int]] | None = No
              ) -> Diagnosis:
     """The diagnosis of the ranks' tables (rank -> activity table); ``pipelines``: the
     job's PP groups in stage order (None: from the tables' ``pg_config``)."""
-    notes: list[str] = []
-    ranks = sorted(tables)
-    offsets, synced = offsets_from_calls([rank_calls(tables[r], r) for r in ranks], notes)
+    return diagnosis_of(job_comm(tables), pipelines)
+
+
+def diagnosis_of(jc: JobComm, pipelines: list[list[int]] | None = None) -> Diagnosis:
+    """The diagnosis of a job whose communication is matched (:func:`.waits.job_comm`)."""
+    acts, comms, offsets, synced = jc.acts, jc.comms, jc.offsets, jc.synced
+    notes = list(jc.notes)
+    ranks = [a.rank for a in acts]
     if len(ranks) < 2:
         notes[:] = ["one rank: waits need the other members of each call (n/a, never 0); "
                     "only kernels that move no payload are split"]
-    acts = [activities(tables[r], rank=r, offset_ns=offsets.get(r, 0)) for r in ranks]
-    pg_names: dict[str, int] = {}
-    comms = [rank_comm(tables[a.rank], a, pg_names) for a in acts]
-    match(acts, comms, synced or len(ranks) < 2)
-    groups = pipelines if pipelines is not None else pipelines_of(tables)
+    groups = pipelines if pipelines is not None else pipelines_of(a.meta for a in acts)
     pipes = Pipelines.of(groups, max(ranks) + 1 if ranks else 0)
-    ledgers = [rank_ledger(a, c, pipes) for a, c in zip(acts, comms)]
+    ledgers = [rank_ledger(a, pipes) for a in acts]
     ledger, waits = ledger_tables(ledgers)
     stage = {r: int(pipes.stage[r]) for r in ranks if pipes.stage[r] >= 0} or {
         a.rank: int(st) for a in acts
@@ -113,9 +129,8 @@ def diagnose(tables: dict[int, pa.Table], pipelines: list[list[int]] | None = No
         notes.append(f"{unknown} of {total} communication kernels have no known wait / "
                      "transfer split (their call's members are not all in the job, or "
                      "they state no process group or peer): counted as comm_unsplit")
-    names = sorted(pg_names, key=pg_names.get)
     return Diagnosis(ranks, synced, {r: offsets.get(r, 0) for r in ranks},
-                     comm_calls(acts, comms, names), ledger, waits,
+                     comm_calls(acts, comms, jc.pg_names), ledger, waits,
                      totals(ledger), peer_speed(acts, stage, waited_on, on_chain),
                      chain, notes)
 
@@ -151,14 +166,18 @@ def _waited_on(waits: pa.Table, iterations: int) -> dict[int, int]:
 
 
 def totals(ledger: pa.Table) -> pa.Table:
-    """Per iteration: the mean over ranks of the span and of each part (ns, and % of the
-    mean span; the parts add up to it)."""
+    """Per iteration: ``job_span_ns`` from the earliest rank's window start to the latest
+    rank's window end (the job's iteration, on the ledger's clocks), and the mean over
+    ranks of the span and of each part (ns, and % of the mean span; the parts add up to
+    it)."""
     its = np.unique(ledger["iteration"].to_numpy()) if ledger.num_rows else []
     cols: dict[str, list] = {f.name: [] for f in TOTALS_SCHEMA}
     it_col = ledger["iteration"].to_numpy()
     for it in its:
         rows = it_col == it
         span = ledger["span_ns"].to_numpy()[rows]
+        start = ledger["start_ns"].to_numpy()[rows]
+        cols["job_span_ns"].append(int((start + span).max() - start.min()))
         cols["iteration"].append(int(it))
         cols["ranks"].append(int(rows.sum()))
         parts = {p: ledger[f"{p}_ns"].to_numpy()[rows].mean() for p in PARTS}

@@ -40,7 +40,6 @@ import pyarrow as pa
 from ...intervals import grouped_top_times, union
 from ...table.schema import COMM, GROUPS, MEM, collective, group
 from ..activities import RankActivities
-from .waits import RankComm
 
 TRANSFER_PARTS = tuple(f"transfer_{g.lower()}" for g in GROUPS)
 PARTS = ("compute", "memory") + TRANSFER_PARTS + ("grad_sync", "comm_unsplit", "bubble",
@@ -125,8 +124,10 @@ class Pipelines:
         return ok & (self.pipe[at] == self.pipe[rank]) & (self.stage[at] != self.stage[rank])
 
 
-def rank_ledger(acts: RankActivities, rc: RankComm, pipelines: Pipelines) -> RankLedger:
-    """The ledger of one rank (see the module doc)."""
+def rank_ledger(acts: RankActivities, pipelines: Pipelines) -> RankLedger:
+    """The ledger of one rank (see the module doc): its activities with their
+    communication split attached (:func:`.waits.attach`; without one, every
+    communication kernel's split is unknown)."""
     win = windows(acts)
     nw = win.start.size
     # the levels of each activity's intervals: compute / memory, and for communication
@@ -136,21 +137,25 @@ def rank_ledger(acts: RankActivities, rc: RankComm, pipelines: Pipelines) -> Ran
     level[acts.kind == MEM] = _MEMORY
     level[acts.kind == COMM] = -1
     starts, ends, levels = [ts[level >= 0]], [end[level >= 0]], [level[level >= 0]]
-    p = rc.pos
+    p = np.flatnonzero(acts.kind == COMM)
+    wait_end = (acts.wait_end[p] if acts.wait_end is not None
+                else np.full(p.size, -1, np.int64))
+    waited_for = (acts.waited_for[p] if acts.waited_for is not None
+                  else np.full(p.size, -1, np.int64))
     grp = np.where(acts.group[p] >= 0, acts.group[p], group("OTHER"))
     grad = (np.isin(grp, (group("DP"), group("EDP")))
             & np.isin(acts.collective[p], (collective("ReduceScatter"),
                                            collective("AllReduce"))))
     transfer_level = np.where(grad, _GRAD, _TRANSFER0 + grp)
-    known = rc.known
-    starts += [np.where(known, rc.wait_end, ts[p]), ts[p][known]]
-    ends += [end[p], rc.wait_end[known]]
+    known = wait_end >= 0
+    starts += [np.where(known, wait_end, ts[p]), ts[p][known]]
+    ends += [end[p], wait_end[known]]
     # wait labels: (pipeline?, group, waited-for rank) in order of first appearance
     # waiting on a pipeline peer: a pipeline-group kernel, or a collective whose last
     # member sits on another stage of this rank's pipeline (the schedule, not a slower
     # rank, made it late: the first stage ends its backward last)
-    pipe = (grp == group("PP")) | pipelines.other_stage(acts.rank, rc.waited_for)
-    label_keys = np.stack([np.where(pipe, 0, 1), grp, rc.waited_for], axis=1)[known]
+    pipe = (grp == group("PP")) | pipelines.other_stage(acts.rank, waited_for)
+    label_keys = np.stack([np.where(pipe, 0, 1), grp, waited_for], axis=1)[known]
     labels, label = (np.unique(label_keys, axis=0, return_inverse=True)
                      if label_keys.size else (np.zeros((0, 3), np.int64),
                                               np.zeros(0, np.int64)))

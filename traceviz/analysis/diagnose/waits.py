@@ -35,9 +35,12 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from ...intervals import grouped_top_times
 from ...table.arrays import codes_of, ints
 from ...table.schema import COLLECTIVES, COMM, GROUPS, NO_PAYLOAD, PHASES, collective
-from ..activities import RankActivities
+from ..activities import RankActivities, activities
+from ..calls import rank_calls
+from ..clocks import offsets_from_calls
 
 META_COLUMNS = ("pg_name", "seq", "src_rank", "dst_rank", "group_size", "group_ranks",
                 "msg_in_bytes", "msg_out_bytes")
@@ -219,14 +222,17 @@ def match(ranks: list[RankActivities], comms: list[RankComm], synced: bool) -> N
         c = call[at:at + n]
         at += n
         end = acts.end[rc.pos]
-        ok = (c >= 0) & complete[np.maximum(c, 0)]
-        lst = np.where(ok, last[np.maximum(c, 0)], t)
+        if not n_calls:  # nothing matched: a zero-length lookup would index nothing
+            c = np.full(n, -1, np.int64)
+        at_c = np.maximum(c, 0)
+        ok = (c >= 0) & (complete[at_c] if n_calls else False)
+        lst = np.where(ok, last[at_c] if n_calls else t, t)
         rc.wait_end = np.where(rc.no_payload, end, np.clip(lst, t, end))
         rc.known = ok | rc.no_payload
-        who = np.where(ok, last_rank[np.maximum(c, 0)], -1)
+        who = np.where(ok, last_rank[at_c] if n_calls else -1, -1)
         rc.waited_for = np.where((who != acts.rank) & (rc.wait_end > t) & ok, who, -1)
-        rc.members = np.where(c >= 0, members[np.maximum(c, 0)], 1)
-        rc.expected = np.where(c >= 0, expected[np.maximum(c, 0)],
+        rc.members = np.where(c >= 0, members[at_c] if n_calls else 1, 1)
+        rc.expected = np.where(c >= 0, expected[at_c] if n_calls else -1,
                                np.where(rc.peer >= 0, 2, rc.size))
 
 
@@ -274,3 +280,127 @@ def comm_calls(ranks: list[RankActivities], comms: list[RankComm], pg_names: lis
     return pa.Table.from_arrays(arrays, schema=COMM_CALLS_SCHEMA)
 
 
+
+
+@dataclass
+class JobComm:
+    """A job's ranks on synced clocks (``offsets``: ns per rank, empty when not synced),
+    their communication kernels matched and split (also attached to the activities:
+    ``wait_end`` / ``waited_for``)."""
+
+    acts: list[RankActivities]
+    comms: list[RankComm]
+    pg_names: list[str]
+    offsets: dict[int, int]
+    synced: bool
+    notes: list[str]
+
+
+def job_comm(tables: dict[int, pa.Table], offsets: dict[int, int] | None = None,
+             synced: bool = True) -> JobComm:
+    """Sync the clocks of ``tables`` (rank -> activity table) on their collectives' ends
+    (or take ``offsets``: ns per rank, ``synced`` whether they sync the ranks), then
+    match and split every communication kernel (see the module doc)."""
+    notes: list[str] = []
+    ranks = sorted(tables)
+    if offsets is None:
+        offsets, synced = offsets_from_calls([rank_calls(tables[r], r) for r in ranks],
+                                             notes)
+    acts = [activities(tables[r], rank=r, offset_ns=offsets.get(r, 0)) for r in ranks]
+    names: dict[str, int] = {}
+    comms = [rank_comm(tables[a.rank], a, names) for a in acts]
+    match(acts, comms, synced)
+    for a, rc in zip(acts, comms):
+        a.wait_end = np.full(len(a), -1, np.int64)
+        a.wait_end[rc.pos[rc.known]] = rc.wait_end[rc.known]
+        a.waited_for = np.full(len(a), -1, np.int64)
+        a.waited_for[rc.pos] = rc.waited_for
+    return JobComm(acts, comms, sorted(names, key=names.get), offsets, synced, notes)
+
+
+def split_rows(jc: JobComm, rank: int, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """(wait end on the rank's own clock, waited-for rank) per row of its table; -1 where
+    the row is not communication or its split is unknown."""
+    acts = jc.acts[[a.rank for a in jc.acts].index(rank)]
+    rows = np.arange(n_rows)[acts.rows]
+    wait_end = np.full(n_rows, -1, np.int64)
+    waited_for = np.full(n_rows, -1, np.int64)
+    wait_end[rows] = np.where(acts.wait_end >= 0, acts.wait_end + acts.offset_ns, -1)
+    waited_for[rows] = acts.waited_for
+    return wait_end, waited_for
+
+
+def attach(acts: RankActivities, wait_end_rows: np.ndarray, waited_for_rows: np.ndarray
+           ) -> RankActivities:
+    """``acts`` with its communication split (:func:`split_rows` of its table) on its own
+    clock basis, clipped into each activity (HTA's rounded times)."""
+    we = wait_end_rows[acts.rows]
+    known = we >= 0
+    acts.wait_end = np.where(known, np.clip(we - acts.offset_ns, acts.ts, acts.end), -1)
+    acts.waited_for = waited_for_rows[acts.rows]
+    return acts
+
+
+# what matching and splitting read of a table
+SPLIT_COLUMNS = ("ts", "dur", "kind", "collective", "comm_group", "iteration", "phase",
+                 "name") + META_COLUMNS
+
+
+@dataclass
+class CommRows:
+    """The communication rows of one rank's table (``rows``: their row numbers in the
+    table of ``n_rows`` rows), enough to match them across ranks."""
+
+    table: pa.Table
+    rows: np.ndarray
+    n_rows: int
+
+
+def comm_rows(table: pa.Table) -> CommRows:
+    """The communication rows of ``table`` (the columns :data:`SPLIT_COLUMNS` there are)."""
+    kind = table["kind"].to_numpy(zero_copy_only=False) if "kind" in table.column_names \
+        else np.array([], object)
+    rows = np.flatnonzero(kind == "COMM")
+    have = [c for c in SPLIT_COLUMNS if c in table.column_names]
+    return CommRows(table.select(have).take(rows), rows, table.num_rows)
+
+
+def job_split(parts: dict[int, CommRows]) -> tuple[dict[int, tuple[np.ndarray, np.ndarray]],
+                                                   JobComm]:
+    """Per rank, (wait end on its own clock, waited-for rank) per row of its whole table
+    (:func:`split_rows`), from its communication rows alone."""
+    jc = job_comm({r: p.table for r, p in parts.items()})
+    out = {}
+    for r, p in parts.items():
+        we, wf = split_rows(jc, r, p.rows.size)
+        wait_end = np.full(p.n_rows, -1, np.int64)
+        waited_for = np.full(p.n_rows, -1, np.int64)
+        wait_end[p.rows], waited_for[p.rows] = we, wf
+        out[r] = (wait_end, waited_for)
+    return out, jc
+
+
+def comm_split(acts: RankActivities, keys: np.ndarray, n_keys: int,
+               only: np.ndarray | None = None) -> np.ndarray:
+    """int64[n_keys, 2]: per group key (one per activity) the communication time in
+    transfer and in wait (the union of its communication kernels split, transfer first
+    where transfers and waits overlap: the two add up to the union); -1 for a group
+    with a communication kernel whose split is unknown (or none attached). ``only``:
+    the activities to count (bool; default all)."""
+    comm = np.flatnonzero((acts.kind == COMM) & (True if only is None else only))
+    if acts.wait_end is None:
+        out = np.zeros((n_keys, 2), np.int64)
+        out[np.unique(keys[comm])] = -1
+        return out
+    we = acts.wait_end[comm]
+    known = we >= 0
+    ts, end = acts.ts[comm][known], acts.end[comm][known]
+    starts = np.concatenate([we[known], ts])
+    ends = np.concatenate([end, we[known]])
+    levels = np.repeat([0, 1], known.sum())
+    k = keys[comm][known]
+    out = grouped_top_times(starts, ends, levels, np.concatenate([k, k]), n_keys, 2)
+    unknown = np.zeros(n_keys, bool)
+    unknown[keys[comm][~known]] = True
+    out[unknown] = -1
+    return out
