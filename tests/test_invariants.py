@@ -21,9 +21,10 @@ from reference import events_of, load, read_bytes
 
 import traceviz
 from traceviz.cli import main
-from traceviz.commands import breakdown, report
+from traceviz.analysis.diagnose.ledger import PARTS
+from traceviz.commands import breakdown, diagnose, report
 from traceviz.errors import TraceVizError
-from traceviz.table.schema import COLLECTIVES, GROUPS, KINDS, PHASES
+from traceviz.table.schema import COLLECTIVES, GROUPS, KINDS, NO_PAYLOAD, PHASES
 
 pytestmark = needs_shared
 TRACE_FILES = shared_traces()
@@ -46,6 +47,28 @@ def _walk(value):
     elif isinstance(value, list):
         for v in value:
             yield from _walk(v)
+
+
+def _diagnosis_invariants(diag, one_rank: bool) -> None:
+    """The ledger adds up to each rank's span with no negative part; wait + transfer is
+    each communication kernel's duration where known, unknown (null) otherwise, and
+    always unknown without synced clocks (or for one rank alone) but for kernels that
+    move no payload; the job's mean parts are percentages that add up to 100."""
+    parts = [f"{p}_ns" for p in PARTS]
+    for r in diag.ledger.to_pylist():
+        assert sum(r[p] for p in parts) == r["span_ns"] and min(r[p] for p in parts) >= 0
+    for c in diag.comm_calls.to_pylist():
+        assert (c["wait_ns"] is None) == (c["transfer_ns"] is None)
+        if c["wait_ns"] is not None:
+            assert c["wait_ns"] >= 0 and c["transfer_ns"] >= 0
+            assert c["wait_ns"] + c["transfer_ns"] == c["end_ns"] - c["start_ns"]
+            if one_rank or not diag.synced:
+                assert c["kind"] in NO_PAYLOAD and c["transfer_ns"] == 0, c
+    for t in diag.totals.to_pylist():
+        pcts = [t[f"{p}_pct"] for p in PARTS]
+        assert all(_pct_ok(v) for v in pcts) and sum(pcts) == pytest.approx(100)
+    for s in diag.speed.table.to_pylist():
+        assert s["p_value"] is None or 0 <= s["p_value"] <= 1
 
 
 def _raw_negative_durations(path) -> int:
@@ -136,6 +159,9 @@ def test_every_trace_keeps_the_invariants(path, tmp_path):
         missing = pq.read_table(tmp_path / "ops" / "ops_not_modelled.parquet").to_pylist()
         assert all(0 <= r["pct_of_gpu_time"] <= 100 for r in missing)
 
+    # the diagnosis of one rank alone: its waits n/a (never 0), the ledger adds up
+    _diagnosis_invariants(diagnose.run(path).data["diagnosis"], one_rank=True)
+
     # the trace against itself: nothing changed
     same = CliRunner().invoke(main, ["diff", str(path), str(path), "-o", str(tmp_path / "d")])
     assert "Traceback" not in same.output and "internal error" not in same.output
@@ -162,6 +188,7 @@ def test_every_command_on_every_job(job, tmp_path):
                  ["report", out_dir(root), "--json", "-o", tmp_path / "r.json"],
                  ["export", out_dir(root), "-o", tmp_path / "job.json.gz"],
                  ["critical-path", root, "-o", tmp_path / "cp"],
+                 ["diagnose", root, "-o", tmp_path / "diag"],
                  ["html", root, "-o", tmp_path / "job.html"]):
         result = runner.invoke(main, [str(a) for a in args])
         outputs[args[0]] = result
@@ -193,3 +220,7 @@ def test_every_command_on_every_job(job, tmp_path):
         spans.sort()
         assert all(b[0] >= a[1] - 1e-3 for a, b in zip(spans, spans[1:]))
     assert (tmp_path / "job.html").read_text().count("<section") >= 6
+    _diagnosis_invariants(diagnose.run(out_dir(root)).data["diagnosis"], one_rank=False)
+    for r in pq.read_table(tmp_path / "bd" / "temporal_breakdown.parquet").to_pylist():
+        if r["comm_wait_ns"] is not None:
+            assert r["comm_wait_ns"] + r["comm_transfer_ns"] == r["comm_ns"]

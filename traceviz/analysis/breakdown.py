@@ -1,6 +1,7 @@
 """Every HTA-style analysis of a set of ranks, as tables: temporal breakdown, kernel-type
-breakdown, top kernels, idle time by cause, launch statistics, queue length and memcpy
-bandwidth summaries (each module documents its definitions)."""
+breakdown, top kernels, idle time by cause (HTA's per stream, and the GPU's time without
+compute by the ledger's causes: :func:`.diagnose.ledger.idle_causes`), launch statistics,
+queue length and memcpy bandwidth summaries (each module documents its definitions)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,6 +9,8 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from .activities import RankActivities
+from .diagnose.diagnosis import pipelines_of
+from .diagnose.ledger import Pipelines, idle_causes, rank_ledger
 from .idle import idle_breakdown
 from .kernels import top_kernels
 from .launch import launch_stats_summary
@@ -35,7 +38,9 @@ def breakdown_tables(ranks: list[RankActivities], params: Params = Params(),
                      hta_compat: bool = False) -> dict[str, pa.Table]:
     """Every table of the breakdown by name, from ranks sorted by rank."""
     sweeps = [sweep(a) for a in ranks]  # one sweep per rank feeds both tables
+    pipelines = Pipelines.of(pipelines_of(a.meta for a in ranks), 0)
     return {
+        "idle_causes": idle_causes([rank_ledger(a, pipelines) for a in ranks]),
         "temporal_breakdown": temporal_breakdown(sweeps),
         "kernel_type_breakdown": kernel_type_breakdown(sweeps),
         "top_kernels": top_kernels(ranks, params.num_kernels, params.duration_ratio,

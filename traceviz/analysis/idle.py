@@ -35,11 +35,15 @@ def gaps(acts: RankActivities, kernel_wait_ns: int = 30_000
 
 def idle_breakdown(ranks: list[RankActivities], kernel_wait_ns: int = 30_000) -> pa.Table:
     """Per rank, stream and category: idle time (ns), its share of the stream's idle
-    time (NaN when the stream has none), and the statistics of its gaps (ns)."""
+    time (NaN when the stream has none) and of the rank's span (first kernel start to
+    last end: one stream is idle while the others run, so these do not add up over
+    streams), and the statistics of its gaps (ns)."""
     cols: dict[str, list] = {k: [] for k in ("rank", "stream", "idle_category", "idle_ns",
-                                             "idle_ratio", *(f"gap_{s}" for s in STATS))}
+                                             "idle_ratio", "idle_pct_of_span",
+                                             *(f"gap_{s}" for s in STATS))}
     for acts in ranks:
         stream, gap, cat = gaps(acts, kernel_wait_ns)
+        span = int(acts.end.max() - acts.ts.min()) if len(acts) else 0
         for s in np.unique(acts.stream).tolist():
             on = stream == s
             total = gap[on].sum()
@@ -50,6 +54,8 @@ def idle_breakdown(ranks: list[RankActivities], kernel_wait_ns: int = 30_000) ->
                 cols["idle_category"].append(name)
                 cols["idle_ns"].append(int(g.sum()))
                 cols["idle_ratio"].append(float(g.sum() / total) if total else float("nan"))
+                cols["idle_pct_of_span"].append(100.0 * g.sum() / span if span
+                                                else float("nan"))
                 for k, v in describe(g).items():
                     cols[f"gap_{k}"].append(v)
     return pa.table({k: pa.array(v, pa.int32() if k == "rank" else None)

@@ -10,12 +10,17 @@ import os
 
 from ..analysis.activities import Options, RankActivities, activities
 from ..analysis.breakdown import COLUMNS, OPTIONAL_COLUMNS, Params, breakdown_tables
-from ..analysis.diagnose.waits import SPLIT_COLUMNS, CommRows, attach, comm_rows, job_split
+from ..analysis.diagnose.waits import (
+    SPLIT_COLUMNS,
+    CommRows,
+    attach,
+    comm_rows,
+    job_split,
+)
 from ..errors import TraceVizError
 from ..ingest.tables import input_files, rank_tables
 from ..render.breakdown_figures import breakdown_figures
 from .result import Result
-
 
 _COLUMNS = tuple(dict.fromkeys(COLUMNS + SPLIT_COLUMNS))
 
@@ -60,7 +65,7 @@ def summary_lines(tables: dict) -> list[str]:
         split = ""
         if r["comm_ns"] and r["comm_wait_ns"] is not None and span:
             split = (f" (communication {100 * r['comm_ns'] / span:.2f} %: moving data "
-                     f"{100 * r['comm_transfer_ns'] / span:.2f} %, waiting for other ranks "
+                     f"{100 * r['comm_transfer_ns'] / span:.2f} %, waiting for their peers "
                      f"{100 * r['comm_wait_ns'] / span:.2f} %)")
         lines.append(
             f"rank {r['rank']}: span {span / 1e6:.3f} ms; compute "

@@ -1,5 +1,5 @@
 """Figures of the breakdown, each answering the question in its title and readable from
-1 to 1,000+ ranks: where each rank's GPU time goes, why streams are idle, which kernels
+1 to 1,000+ ranks: where each rank's GPU time goes, why it does not compute, which kernels
 take the time and how long one call of each takes. Beyond :data:`MAX_ROWS` ranks a
 figure draws representative ranks (min, percentiles, max and the most extreme ones) and
 says how many it leaves out. Each function returns a matplotlib figure (see
@@ -18,9 +18,15 @@ PARTS = (("compute_only_ns", "compute only", "#4c72b0"),
          ("compute_overlapped_comm_ns", "compute overlapped with comm", "#55a868"),
          ("comm_only_ns", "comm only", "#c44e52"), ("mem_only_ns", "memory only", "#8172b2"),
          ("other_only_ns", "other only", "#ccb974"), ("idle_ns", "idle", "#d0d0d0"))
-IDLE_CAUSES = (("host_wait", "waiting for the host (launch)", "#dd8452"),
-               ("kernel_wait", "between back-to-back kernels", "#4c72b0"),
-               ("other", "other (sync, dependencies, no work)", "#c0c0c0"))
+# the ledger's parts besides compute (traceviz.analysis.diagnose.ledger), as drawn
+CAUSES = (("bubble", "pipeline bubble", "#C9B3E3"),
+          ("wait_rank", "waiting for other ranks", "#A8A8A8"),
+          ("transfer", "exposed transfer", "#2E5AAC"),
+          ("grad_sync", "exposed gradient sync", "#76E5DF"),
+          ("comm_unsplit", "comm (wait n/a)", "#B28FCE"),
+          ("memory", "memory copies", "#C9B458"),
+          ("cpu_bound", "CPU / launch bound", "#dd8452"),
+          ("idle", "idle", "#e6e6e6"))
 MAX_ROWS = 24     # ranks drawn one by one; beyond, representative ranks
 TOP = 12          # kernels named per type
 PERCENTILES = (5, 25, 50, 75, 95)
@@ -136,42 +142,27 @@ def kernel_types(table: pa.Table):
 
 
 def idle(table: pa.Table):
-    """Idle time by cause: per rank (summed over its streams) and per stream (mean over
-    the ranks that have it)."""
-    title = "Why are the GPU streams idle? (idle ms by cause)"
-    rows = [r for r in table.to_pylist() if r["idle_ns"] and r["idle_ns"] > 0]
+    """The time each rank's GPU does not compute, by cause, as % of its iterations (the
+    ledger's parts besides compute: they add up with compute to the whole span)."""
+    title = "Where does each rank's GPU time go besides compute? (% of its iterations)"
+    rows = [r for r in table.to_pylist() if r["iteration"] is None and r["ns"] > 0]
     if not rows:
-        return no_data(title, "no idle time between kernels on any stream")
-    per_rank: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    per_stream: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    stream_ranks: dict[int, set] = defaultdict(set)
+        return no_data(title, "the GPUs compute all the time (or there is no activity)")
+    share: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for r in rows:
-        per_rank[r["rank"]][r["idle_category"]] += r["idle_ns"] / 1e6
-        per_stream[r["stream"]][r["idle_category"]] += r["idle_ns"] / 1e6
-        stream_ranks[r["stream"]].add(r["rank"])
-    ranks = {r for r in per_rank}
-    pick = representative({r: sum(v.values()) for r, v in per_rank.items()})
-    streams = sorted(per_stream, key=lambda s: -sum(per_stream[s].values()))[:MAX_ROWS]
-    fig = new_figure((12, _height(max(len(pick), len(streams)))), layout="constrained")
-    left, right = fig.subplots(1, 2)
-    _hbars(left, [lab for _, lab in pick],
-           [(label, color, np.array([per_rank[r].get(cat, 0.0) for r, _ in pick]))
-            for cat, label, color in IDLE_CAUSES], lambda v: f"{v:.1f}",
-           lambda v: f"{v:,.1f} ms", lambda v: f"{ms_text(v.sum())} on these ranks")
-    left.set_title("per rank, all its streams", fontsize="small", loc="left")
-    _hbars(right, [f"stream {s} ({_ranks(len(stream_ranks[s]))})" for s in streams],
-           [(label, color, np.array([per_stream[s].get(cat, 0.0) / len(stream_ranks[s])
-                                     for s in streams]))
-            for cat, label, color in IDLE_CAUSES], lambda v: f"{v:.1f}",
-           lambda v: f"{v:,.1f} ms")
-    more = len(per_stream) - len(streams)
-    right.set_title("per stream, mean over its ranks"
-                    + (f" ({more} more streams in the table)" if more else ""),
-                    fontsize="small", loc="left")
-    left.set_xlabel(f"idle ms; {_scope(len(pick), len(ranks), 'idle time')}", wrap=True)
-    right.set_xlabel("idle ms")
-    fig.suptitle(title, x=0.01, ha="left")
-    _legend_below(fig, left)
+        key = "transfer" if r["cause"].startswith("transfer_") else r["cause"]
+        share[r["rank"]][key] += r["pct_of_span"] or 0.0
+    pick = representative({r: sum(v.values()) for r, v in share.items()})
+    fig = new_figure((11, _height(len(pick))), layout="constrained")
+    ax = fig.subplots()
+    _hbars(ax, [lab for _, lab in pick],
+           [(label, color, np.array([share[r].get(key, 0.0) for r, _ in pick]))
+            for key, label, color in CAUSES], lambda v: f"{v:.0f}%",
+           lambda v: f"{v:.1f} %", lambda v: f"mean {v.mean():.2g}%")
+    ax.set_xlabel("% of the rank's iterations (ProfilerStep to its last kernel); "
+                  + _scope(len(pick), len(share), "time without compute"), wrap=True)
+    ax.set_title(title, loc="left")
+    _legend_below(fig, ax)
     return fig
 
 
@@ -291,7 +282,7 @@ def breakdown_figures(tables: dict[str, pa.Table], notes: list[str]) -> dict[str
     cannot be drawn is left out with a line in ``notes``."""
     top = tables["top_kernels"]
     figures = {"temporal_breakdown.png": Figure(temporal, tables["temporal_breakdown"]),
-               "idle_time_breakdown.png": Figure(idle, tables["idle_time_breakdown"])}
+               "idle_time_breakdown.png": Figure(idle, tables["idle_causes"])}
     types = tables["kernel_type_breakdown"]
     if any(t < 0 for t in types.column("time_ns").to_pylist()):
         notes.append("note: kernel_type_breakdown.png not drawn: some kernel types have a "

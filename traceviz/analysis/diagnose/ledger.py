@@ -249,3 +249,49 @@ def ledger_tables(ledgers: list[RankLedger]) -> tuple[pa.Table, pa.Table]:
                    for r in rows], f.type) for i, f in enumerate(WAITS_SCHEMA)],
         schema=WAITS_SCHEMA)
     return ledger, waits
+
+
+CAUSES_SCHEMA = pa.schema([("rank", pa.int32()), ("iteration", pa.int32()),
+                           ("cause", pa.string()), ("waited_for_rank", pa.int32()),
+                           ("ns", pa.int64()), ("pct_of_span", pa.float64())])
+
+
+def idle_causes(ledgers: list[RankLedger]) -> pa.Table:
+    """The time each rank's GPU does not compute, by cause, per iteration and for all of
+    its iterations together (``iteration`` null): every part of the ledger but compute,
+    waiting for other ranks split by the rank waited for; ns and % of the span (of the
+    iteration, or of all of them)."""
+    cols: dict[str, list] = {f.name: [] for f in CAUSES_SCHEMA}
+
+    def add(rank, it, cause, who, ns, span):
+        if ns <= 0:
+            return
+        for k, v in (("rank", rank), ("iteration", it), ("cause", cause),
+                     ("waited_for_rank", who), ("ns", ns),
+                     ("pct_of_span", 100.0 * ns / span if span else None)):
+            cols[k].append(v)
+
+    for lg in ledgers:
+        spans = (lg.windows.end - lg.windows.start).tolist()
+        whole = sum(spans)
+        its = lg.windows.iteration.tolist()
+        by_it = {it: {} for it in its}
+        for it, part, _, who, ns in lg.waits:
+            if part == "wait_rank":
+                key = who if who >= 0 else None
+                by_it[it][key] = by_it[it].get(key, 0) + ns
+        for p in PARTS:
+            if p in ("compute", "wait_rank"):
+                continue
+            col = lg.parts[:, PARTS.index(p)]
+            for it, ns, span in zip(its, col.tolist(), spans):
+                add(lg.rank, it, p, None, ns, span)
+            add(lg.rank, None, p, None, int(col.sum()), whole)
+        total: dict = {}
+        for it, span in zip(its, spans):
+            for who, ns in by_it[it].items():
+                add(lg.rank, it, "wait_rank", who, ns, span)
+                total[who] = total.get(who, 0) + ns
+        for who, ns in total.items():
+            add(lg.rank, None, "wait_rank", who, ns, whole)
+    return pa.table(cols, schema=CAUSES_SCHEMA)
