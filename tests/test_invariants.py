@@ -20,8 +20,8 @@ from helpers import TRACES, needs_shared, out_dir, shared_traces, trace_id
 from reference import events_of, load, read_bytes
 
 import traceviz
-from traceviz.cli import main
 from traceviz.analysis.diagnose.ledger import PARTS
+from traceviz.cli import main
 from traceviz.commands import breakdown, diagnose, report
 from traceviz.errors import TraceVizError
 from traceviz.table.schema import COLLECTIVES, GROUPS, KINDS, NO_PAYLOAD, PHASES
