@@ -21,7 +21,8 @@ def job_timeline(rows: list[dict], stages: list[dict], title: str, synced: bool 
     """A plotly figure: per rank (rows of :func:`row_order`, first on top) a bar per
     micro-batch step window (``microbatches`` rows: start_ns on synced clocks,
     wall_clock_ns), x in ms from the earliest step; hover: phase, micro-batch, chunk,
-    wall clock, compute, communication, overlap, idle, P2P (ms)."""
+    wall clock, compute, communication (and its waiting), overlap, idle, P2P (and its
+    waiting: the bubble before the step) (ms; n/a where unknown)."""
     import plotly.graph_objects as go
 
     labels = row_order(sorted({r["rank"] for r in rows}), stages)
@@ -39,14 +40,16 @@ def job_timeline(rows: list[dict], stages: list[dict], title: str, synced: bool 
             customdata=[[r["microbatch"], r["chunk"], r["iteration"],
                          r["comp_ns"] / 1e6, r["comm_ns"] / 1e6, r["overlap_ns"] / 1e6,
                          r["idle_ns"] / 1e6, r["p2p_ns"] / 1e6,
-                         "yes" if r["recompute_ns"] else "no"] for r in mine],
+                         "yes" if r["recompute_ns"] else "no", _ms(r.get("comm_wait_ns")),
+                         _ms(r.get("p2p_wait_ns"))] for r in mine],
             hovertemplate=(f"<b>%{{y}}</b><br>{phase} micro-batch %{{customdata[0]}}"
                            " chunk %{customdata[1]}, iteration %{customdata[2]}<br>"
                            "start %{base:.3f} ms, wall clock %{x:.3f} ms<br>"
-                           "compute %{customdata[3]:.3f} ms, comm %{customdata[4]:.3f} ms, "
-                           "overlap %{customdata[5]:.3f} ms<br>idle %{customdata[6]:.3f} ms,"
-                           " P2P %{customdata[7]:.3f} ms, recompute %{customdata[8]}"
-                           "<extra></extra>")))
+                           "compute %{customdata[3]:.3f} ms, comm %{customdata[4]:.3f} ms "
+                           "(waiting %{customdata[9]}), overlap %{customdata[5]:.3f} ms<br>"
+                           "idle %{customdata[6]:.3f} ms, P2P %{customdata[7]:.3f} ms "
+                           "(waiting: the bubble %{customdata[10]}), recompute "
+                           "%{customdata[8]}<extra></extra>")))
     n = len(labels)
     fig.update_layout(
         title=dict(text=title, x=0.01, font_size=14), barmode="overlay", bargap=0.15,
@@ -60,6 +63,11 @@ def job_timeline(rows: list[dict], stages: list[dict], title: str, synced: bool 
                    automargin=True, tickfont_size=10 if n <= 64 else 8,
                    showticklabels=n <= 128))
     return fig
+
+
+def _ms(ns: int | None) -> str:
+    """A duration for a hover (ms, three decimals), n/a when unknown."""
+    return "n/a" if ns is None else f"{ns / 1e6:.3f} ms"
 
 
 def to_html(fig, div_id: str, include_js: bool) -> str:
