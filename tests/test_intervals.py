@@ -78,3 +78,24 @@ def test_touching_intervals_merge():
     # idle between groups of one key counts in mask 0; nothing before the first start
     t = combination_times(np.array([10, 30]), np.array([20, 35]), np.array([0, 1]), 2)
     assert t.tolist() == [10, 10, 5, 0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(intervals)
+def test_grouped_top_times(items):
+    """Each covered unit cell counts once, for the lowest level open in it; per group the
+    levels add up to the union's length."""
+    from traceviz.intervals import grouped_top_times
+
+    s, e, level, key = arrays(items)
+    got = grouped_top_times(s, e, level, key, 4, 3)
+    for k in range(4):
+        on = key == k
+        cells = grid(s[on], e[on])
+        want = np.zeros(3, np.int64)
+        for t in range(cells.shape[1]):
+            open_levels = level[on][cells[:, t]]
+            if open_levels.size:
+                want[open_levels.min()] += 1
+        assert np.array_equal(got[k], want)
+        assert got[k].sum() == measure(s[on], e[on])

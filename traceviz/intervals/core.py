@@ -91,6 +91,20 @@ def clip(starts: np.ndarray, ends: np.ndarray, windows: tuple[np.ndarray, np.nda
     return index[keep], lo[keep], hi[keep]
 
 
+@nb.njit(cache=True, nogil=True, inline="always")
+def next_endpoint(starts, ends, keys, by_start, by_end, i, j):
+    """The next endpoint of a sweep in (key, time) order that merges the intervals'
+    order by (key, start) ``by_start`` (at ``i``) and by (key, end) ``by_end`` (at
+    ``j``), a start before an end at a tie: (interval, time, +1 start / -1 end, next i,
+    next j)."""
+    n = starts.shape[0]
+    if i < n and (j >= n or keys[by_start[i]] < keys[by_end[j]] or (
+            keys[by_start[i]] == keys[by_end[j]]
+            and starts[by_start[i]] <= ends[by_end[j]])):
+        return by_start[i], starts[by_start[i]], 1, i + 1, j
+    return by_end[j], ends[by_end[j]], -1, i, j + 1
+
+
 @nb.njit(cache=True, nogil=True)
 def _sweep(starts, ends, cats, keys, by_start, by_end, n_keys, n_cats):
     """Accumulate time per (key, open-category mask) over every interval's two endpoints
@@ -106,18 +120,7 @@ def _sweep(starts, ends, cats, keys, by_start, by_end, n_keys, n_cats):
     prev_key = -1
     i = j = 0
     while i < n or j < n:
-        if i < n and (j >= n or keys[by_start[i]] < keys[by_end[j]] or (
-                keys[by_start[i]] == keys[by_end[j]]
-                and starts[by_start[i]] <= ends[by_end[j]])):
-            r = by_start[i]
-            t = starts[r]
-            step = 1
-            i += 1
-        else:
-            r = by_end[j]
-            t = ends[r]
-            step = -1
-            j += 1
+        r, t, step, i, j = next_endpoint(starts, ends, keys, by_start, by_end, i, j)
         k = keys[r]
         if k != prev_key:  # a new group: nothing is open
             count[:] = 0

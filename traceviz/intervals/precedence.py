@@ -10,13 +10,14 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from .core import next_endpoint
+
 
 @nb.njit(cache=True, nogil=True)
 def _sweep(starts, ends, levels, keys, by_start, by_end, n_keys, n_levels):
-    """Per (key, level): the time during which ``level`` is the lowest open level.
-    ``by_start`` / ``by_end`` order the intervals by (key, start) / (key, end); their
-    endpoints are merged here (a start before an end at a tie: the endpoints at one time
-    all apply before the next segment)."""
+    """Per (key, level): the time during which ``level`` is the lowest open level; the
+    endpoints in (key, time) order (:func:`.core.next_endpoint`: those at one time all
+    apply before the next segment)."""
     out = np.zeros((n_keys, n_levels), dtype=np.int64)
     count = np.zeros(n_levels, dtype=np.int64)
     n = starts.shape[0]
@@ -25,18 +26,7 @@ def _sweep(starts, ends, levels, keys, by_start, by_end, n_keys, n_levels):
     prev_key = -1
     i = j = 0
     while i < n or j < n:
-        if i < n and (j >= n or keys[by_start[i]] < keys[by_end[j]] or (
-                keys[by_start[i]] == keys[by_end[j]]
-                and starts[by_start[i]] <= ends[by_end[j]])):
-            r = by_start[i]
-            t = starts[r]
-            step = 1
-            i += 1
-        else:
-            r = by_end[j]
-            t = ends[r]
-            step = -1
-            j += 1
+        r, t, step, i, j = next_endpoint(starts, ends, keys, by_start, by_end, i, j)
         k = keys[r]
         if k != prev_key:  # a new group: nothing is open
             count[:] = 0
