@@ -318,3 +318,35 @@ def test_the_slow_rank_is_first_at_128_ranks(tmp_path):
     led = pq.read_table(out / "ledger.parquet").to_pandas()
     assert len(led) == 128
     assert (led[[f"{p}_ns" for p in PARTS]].sum(axis=1) == led.span_ns).all()
+
+
+@pytest.mark.parametrize("strip", ["layout", "layout-and-peers"])
+def test_without_a_layout(straggler_job, tmp_path, strip):
+    """Tables that state no pipeline (no pg_config, no stage): the pipelines are the ranks
+    the sends and receives link, and the ledger is the same; without peers either, the
+    slow rank is still found among the ranks that launch the same kernels."""
+    import glob
+
+    import traceviz
+    from traceviz.analysis.diagnose.diagnosis import diagnose
+
+    job, want = straggler_job
+    tables = {}
+    folder = job.parent / "tables" / "iteration_10"
+    for f in sorted(glob.glob(str(folder / "rank_*[0-9].parquet"))):
+        t = traceviz.load(f)
+        meta = traceviz.metadata(t)
+        meta["pg_config"], meta["distributed"]["pg_config"] = [], []
+        meta["classification"] = {k: v for k, v in meta["classification"].items()
+                                  if k not in ("stage", "pp")}
+        if strip == "layout-and-peers":
+            t = t.drop_columns(["src_rank", "dst_rank", "group_ranks"])
+        tables[meta["rank"]] = t.replace_schema_metadata({b"traceviz": json.dumps(meta)})
+    got = diagnose(tables)
+    assert [s["rank"] for s in got.stragglers.to_pylist()] == [5]
+    stages = {s["rank"]: s["stage"] for s in got.speed.table.to_pylist()}
+    # tp2 pp4 dp2: stage = rank // 4, ordered by the forward sends; unknown without peers
+    assert stages == {r: (r // 4 if strip == "layout" else None) for r in range(16)}
+    if strip == "layout":
+        assert any("pipelines found from the send / receive peers" in n for n in got.notes)
+        assert got.ledger.equals(want.ledger)

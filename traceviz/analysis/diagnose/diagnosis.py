@@ -20,11 +20,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...intervals import intersect, union
-from ...table.schema import COMP
+from ...table.schema import COMP, FWD, group
 from ..activities import RankActivities
 from .ledger import PARTS, Pipelines, RankLedger, ledger_tables, rank_ledger
 from .stragglers import PeerSpeed, peer_speed
-from .waits import JobComm, RankComm, comm_calls, job_comm
+from .waits import SEND, JobComm, RankComm, comm_calls, job_comm
 
 CHAIN_WAIT_NS = 20_000  # waits shorter than this (clock noise, launch jitter) are ignored
 CHAIN_SCHEMA = pa.schema([("iteration", pa.int32()), ("rank", pa.int32()),
@@ -96,6 +96,46 @@ def pipelines_of(metas: Iterable[dict]) -> list[list[int]]:
     return [list(g) for g in seen]
 
 
+def pipelines_from_p2p(acts: list[RankActivities], comms: list[RankComm]
+                       ) -> tuple[list[list[int]], bool]:
+    """The pipelines the pipeline group's sends and receives link (connected ranks), and
+    whether their stages could be ordered: by the forward sends (stage s sends its
+    activations to s + 1); an interleaved pipeline's forward sends go round in a circle,
+    and its stages stay unordered (listed by rank)."""
+    parent: dict[int, int] = {}
+
+    def find(r: int) -> int:
+        while parent.setdefault(r, r) != r:
+            parent[r] = parent[parent[r]]
+            r = parent[r]
+        return r
+
+    forward: set[tuple[int, int]] = set()
+    for a, rc in zip(acts, comms):
+        pp = (a.group[rc.pos] == group("PP")) & (rc.peer >= 0)
+        for peer, direction, phase in zip(rc.peer[pp].tolist(), rc.direction[pp].tolist(),
+                                          a.phase[rc.pos][pp].tolist()):
+            parent[find(a.rank)] = find(peer)
+            if direction == SEND and phase == FWD:
+                forward.add((a.rank, peer))
+    members: dict[int, list[int]] = {}
+    for r in list(parent):
+        members.setdefault(find(r), []).append(r)
+    groups, ordered = [], True
+    for ranks in sorted(sorted(m) for m in members.values()):
+        nxt = {a: b for a, b in forward if a in ranks}
+        first = [r for r in ranks if r not in {b for a, b in forward if b in ranks}]
+        chain = first[:1]
+        while chain and chain[-1] in nxt and len(chain) < len(ranks):
+            chain.append(nxt[chain[-1]])
+        if len(first) == 1 and sorted(chain) == ranks:
+            groups.append(chain)
+        else:
+            groups.append(ranks)
+            ordered = False
+    return groups, ordered
+
+
 def diagnose(tables: dict[int, pa.Table], pipelines: list[list[int]] | None = None
              ) -> Diagnosis:
     """The diagnosis of the ranks' tables (rank -> activity table); ``pipelines``: the
@@ -112,10 +152,17 @@ def diagnosis_of(jc: JobComm, pipelines: list[list[int]] | None = None) -> Diagn
         notes[:] = ["one rank: waits need the other members of each call (n/a, never 0); "
                     "only kernels that move no payload are split"]
     groups = pipelines if pipelines is not None else pipelines_of(a.meta for a in acts)
+    ordered = True
+    if not groups:  # no layout and no group descriptions: the pipelines P2P links
+        groups, ordered = pipelines_from_p2p(acts, comms)
+        if groups:
+            notes.append(f"pipelines found from the send / receive peers ({len(groups)} "
+                         "group(s)" + (")" if ordered else "; stages not ordered)"))
     pipes = Pipelines.of(groups, max(ranks) + 1 if ranks else 0)
     ledgers = [rank_ledger(a, pipes) for a in acts]
     ledger, waits = ledger_tables(ledgers)
-    stage = {r: int(pipes.stage[r]) for r in ranks if pipes.stage[r] >= 0} or {
+    stage = ({r: int(pipes.stage[r]) for r in ranks if pipes.stage[r] >= 0} if ordered
+             else {}) or {
         a.rank: int(st) for a in acts
         if (st := (a.meta.get("classification") or {}).get("stage")) is not None
         and int((a.meta.get("classification") or {}).get("pp") or 1) > 1}

@@ -2,8 +2,9 @@
 
 **Peers** are the ranks doing the same work: the ranks of one pipeline stage (tensor-,
 context-, expert- and data-parallel partners run the same layers; stages from the job's
-pipeline groups, else the parse's classification); every rank is a peer of every other
-in a job without pipeline stages.
+pipeline groups, else the parse's classification). Where no stage is known, the ranks
+that launch the same compute kernels the same number of times in each micro-batch (when
+that groups most ranks with others; else every rank is a peer of every other).
 
 **Same kernels.** Compute kernels are summed per *unit*: (iteration, phase, micro-batch,
 chunk, kernel name), or (iteration, kernel name) where the trace has no micro-batches
@@ -76,10 +77,10 @@ def sign_test(slower: int, units: int) -> float:
                                                                for x in logs))
 
 
-def _cells(acts: RankActivities) -> tuple[np.ndarray, np.ndarray, list[str]]:
+def _cells(acts: RankActivities) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """(cell keys [n, 5]: iteration, phase, micro-batch, chunk (-1 without
-    micro-batches), name id; summed ns per cell; the names) of one rank's compute
-    kernels."""
+    micro-batches), name id; summed ns per cell; kernels per cell; the names) of one
+    rank's compute kernels."""
     comp = acts.kind == COMP
     mb = acts.microbatch[comp]
     has_mb = (mb >= 0).any()
@@ -94,9 +95,11 @@ def _cells(acts: RankActivities) -> tuple[np.ndarray, np.ndarray, list[str]]:
     else:
         dur = (acts.end - acts.ts)[comp]
     if not keys.size:
-        return np.zeros((0, 5), np.int64), np.zeros(0, np.int64), acts.names
+        return (np.zeros((0, 5), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
+                acts.names)
     uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-    return uniq, np.bincount(inv.ravel(), weights=dur).astype(np.int64), acts.names
+    return (uniq, np.bincount(inv.ravel(), weights=dur).astype(np.int64),
+            np.bincount(inv.ravel()), acts.names)
 
 
 def peer_speed(ranks: list[RankActivities], stage: dict[int, int],
@@ -108,17 +111,25 @@ def peer_speed(ranks: list[RankActivities], stage: dict[int, int],
     cells = {a.rank: _cells(a) for a in ranks}
     names: dict[str, int] = {}
     keyed: dict[int, dict[tuple, int]] = {}
-    for r, (keys, ns, nm) in cells.items():
+    work: dict[int, int] = {}
+    for r, (keys, ns, count, nm) in cells.items():
         glob = np.array([names.setdefault(x, len(names)) for x in nm] + [-1], np.int64)
         keys = keys.copy()
         keys[:, 4] = glob[keys[:, 4]]
         keyed[r] = dict(zip(map(tuple, keys.tolist()), ns.tolist()))
+        work[r] = hash(tuple(zip(map(tuple, keys.tolist()), count.tolist())))
     rows = []
     classes: dict[int, list[int]] = {}
     for a in ranks:
         classes.setdefault(stage.get(a.rank, -1), []).append(a.rank)
-    for st, members in classes.items():
-        rows += _compare(members, keyed, st)
+    if not stage:  # no stages known: peers are the ranks that run the same kernels
+        alike: dict[int, list[int]] = {}
+        for a in ranks:
+            alike.setdefault(work[a.rank], []).append(a.rank)
+        if sum(len(m) for m in alike.values() if len(m) > 1) > len(ranks) // 2:
+            classes = {k: m for k, m in enumerate(alike.values())}
+    for members in classes.values():
+        rows += _compare(members, keyed, stage)
     by_rank = {a.rank: a for a in ranks}
     out = {f.name: [] for f in SCHEMA}
     for row in rows:
@@ -137,8 +148,9 @@ def peer_speed(ranks: list[RankActivities], stage: dict[int, int],
     return PeerSpeed(pa.table(out, schema=SCHEMA))
 
 
-def _compare(members: list[int], keyed: dict[int, dict[tuple, int]], st: int) -> list[dict]:
-    """The rows of one class of peers."""
+def _compare(members: list[int], keyed: dict[int, dict[tuple, int]],
+             stage: dict[int, int]) -> list[dict]:
+    """The rows of one class of peers (``stage``: each rank's, where known)."""
     counts: dict[tuple, int] = {}
     for r in members:
         for cell in keyed[r]:
@@ -158,7 +170,7 @@ def _compare(members: list[int], keyed: dict[int, dict[tuple, int]], st: int) ->
         slowdown = own / med if comparable else None
         p = sign_test(slower, units) if comparable else None
         rows.append({
-            "rank": r, "stage": st if st >= 0 else None,
+            "rank": r, "stage": stage.get(r),
             "peers": len(members) - 1, "slowdown": slowdown, "units": units,
             "units_slower": slower, "p_value": p,
             "excess_ns": int(round((own - med) / max(len(iterations), 1))) if comparable
