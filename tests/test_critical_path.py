@@ -138,18 +138,26 @@ def test_what_if(slow_job):
 def test_retime_with_unit_factors_reproduces_the_measured_times(slow_job):
     # directly: the graph re-timed with its own times equals the measured node times
     # wherever the measured time is explained (wait >= 0)
+    from traceviz.analysis.diagnose.waits import job_comm
     from traceviz.ingest.tables import load_with_cpu, tables_folder
     tables = load_with_cpu(tables_folder(slow_job, cpu=True))
+    jc = job_comm({traceviz_rank(gpu): gpu for gpu, _ in tables})
     ranks, infos = [], []
     for gpu, cpu in tables:
         ev = rank_events(gpu, cpu)
         ranks.append(R.build(ev, R.window(ev, "ProfilerStep", 0)))
-        infos.append(J.kernel_info(gpu, ev.rank))
+        infos.append(J.kernel_info(gpu, J.call_rows(jc, ev.rank, gpu.num_rows)))
     jg = J.join(ranks, infos, {})
     t = J.measure(jg, jg.own)
     again = J.retime(jg, t, jg.own)
     assert (t.binding >= 0).sum() > 0.9 * jg.graph.n_nodes - len(ranks) * 50
     assert np.array_equal(again.ts, t.ts)
+
+
+def traceviz_rank(table) -> int:
+    from traceviz.table.schema import metadata
+
+    return int(metadata(table)["rank"])
 
 
 def test_bad_what_if_is_a_usage_error(slow_job):
@@ -186,14 +194,16 @@ def test_perfetto_tracks_mark_the_path(slow_job, tmp_path):
     assert again.exit_code == 0, again.output
 
 
-def test_pipeline_pairs_are_joined_through_their_nccl_ranges(tmp_path):
-    """pp 4: the PP group has four ranks, so a send / receive's peer comes from the
-    'nccl:send A->B' / 'nccl:recv A<-B' range around it; the path then walks the stages
-    and the slow stage holds most of it."""
+def test_pipeline_pairs_are_joined_through_their_peers(tmp_path):
+    """pp 4: the PP group has four ranks, so a send / receive's peer is the global rank
+    PyTorch writes (a send's Dst Rank, a receive's Src Rank); every pair is joined, the
+    path walks the stages and the slow stage holds most of it."""
     synthesize(SynthConfig(tp=1, pp=4, dp=1, microbatches=4, layers=4, seed=1,
                            straggler_rank=2, straggler_factor=1.5), tmp_path / "job")
     result = command.run(tmp_path / "job" / "iteration_10")
     assert not any("could not be paired" in n for n in result.notes), result.notes
+    # 3 stage boundaries x 4 micro-batches x (activation + gradient) x 2 ends
+    assert "pipeline sends / receives: 48 of 48 joined" in " ".join(result.notes)
     assert set(result.data["hops"]) == {0, 1, 2, 3}
     by_rank = result.data["by_rank"]
     assert max(by_rank, key=by_rank.get) == 2

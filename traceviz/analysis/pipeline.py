@@ -44,6 +44,26 @@ class PipelineView:
     p2p_ns: int
     gaps: list[dict]
     origin: int                   # absolute time (ns) of the measured steps' 0
+    vpp: int = 1
+    microbatches: int = 0
+
+
+def resimulated(view: PipelineView, microbatches: int | None = None,
+                vpp: int | None = None) -> tuple[int, int]:
+    """(ideal makespan now, ideal makespan with ``microbatches`` micro-batches and / or
+    ``vpp`` model chunks per stage), ns: Megatron's schedule simulated with each stage's
+    median step times (a stage's time per micro-batch split evenly over the new chunks)
+    and the measured P2P hand-off (:func:`.schedule.simulate`)."""
+    st = view.stages.to_pylist()
+    fwd = np.array([s["median_forward_ns"] for s in st], np.float64)
+    bwd = np.array([s["median_backward_ns"] for s in st], np.float64)
+    pp, m, v = len(st), view.microbatches, view.vpp
+    if not m:
+        return 0, 0
+    now = simulate(pp, m, fwd, bwd, view.p2p_ns, v)
+    m2, v2 = microbatches or m, vpp or v
+    new = simulate(pp, m2, fwd * v / v2, bwd * v / v2, view.p2p_ns, v2)
+    return max(s.end for s in now), max(s.end for s in new)
 
 
 def measured_steps(rows: list[dict], ranks: list[int]) -> tuple[list[Step], int]:
@@ -132,7 +152,7 @@ def pipeline_view(rows: list[dict], ranks: list[int], vpp: int = 1,
         for k in ("warmup_steps", "steady_pairs", "cooldown_steps"):
             cols[k].append(ph[k])
     gaps = largest_gaps(steps, pp, vpp, p2p, fwd, bwd, ranks, stragglers=stragglers or [])
-    return PipelineView(ranks, steps, ideal, pa.table(cols), p2p, gaps, t0)
+    return PipelineView(ranks, steps, ideal, pa.table(cols), p2p, gaps, t0, vpp, mbs)
 
 
 def stage_marks(acts: RankActivities, iteration: int) -> list[tuple[str, int, int]]:

@@ -14,10 +14,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ..analysis.calls import rank_calls
-from ..analysis.clocks import offsets_from_calls
 from ..analysis.critical_path import job as J
 from ..analysis.critical_path import rank_graph as R
+from ..analysis.critical_path import what_if as W
 from ..analysis.critical_path.graph import longest_path, path_edges
 from ..analysis.critical_path.summary import BOUND_BY, bound_by, breakdown
 from ..analysis.critical_path.tables import (
@@ -27,7 +26,11 @@ from ..analysis.critical_path.tables import (
     phases_of,
     rank_path_table,
 )
+from ..analysis.diagnose.diagnosis import diagnosis_of
+from ..analysis.diagnose.waits import job_comm
 from ..analysis.host_device import SYNC, rank_events
+from ..analysis.microbatches import microbatch_table
+from ..analysis.pipeline import pipeline_view
 from ..errors import TraceVizError, UsageError
 from ..ingest.tables import load_with_cpu, one_rank_with_cpu, tables_folder
 from ..render.critical_path_figure import draw
@@ -139,8 +142,8 @@ def _one_rank(gpu: pa.Table, cpu: pa.Table, ann: str | None, inst: int, hta_comp
         result.notes.append("the trace has no cuda_sync events: synchronisation edges are "
                             "missing (profile with a recent PyTorch)")
     if what_if:
-        jg = J.join([rg], [J.kernel_info(gpu, ev.rank)], {})
-        _what_if(result, jg, what_if, J.measure(jg, jg.own))
+        jg = J.join([rg], [J.kernel_info(gpu)], {})
+        _what_if(result, W.Context(jg, J.measure(jg, jg.own)), what_if)
     result.figures["critical_path.png"] = Figure(draw, _segments(rg.graph, edges, [rg],
                                                                            np.array([0])),
                                                  lines[0])
@@ -151,6 +154,9 @@ def _job(folder: Path, ann: str | None, inst: int, what_if: list[str], clock_syn
          exact: bool = False) -> Result:
     tables = load_with_cpu(folder)
     notes: list[str] = []
+    # every communication kernel matched into its call (process group + Seq; sends and
+    # receives by their peers), and the clocks synced on the collectives' ends
+    jc = job_comm({int(metadata(gpu).get("rank", -1)): gpu for gpu, _ in tables})
     ranks, infos, phases, stages = [], [], [], {}
     for gpu, cpu in tables:
         r = int(metadata(gpu).get("rank", -1))
@@ -162,17 +168,15 @@ def _job(folder: Path, ann: str | None, inst: int, what_if: list[str], clock_syn
             notes.append(f"{_rank_label(r)} left out: {e}")
             continue
         ranks.append(R.build(ev, w))
-        info = J.kernel_info(gpu, r)
-        J.annotated_peers(ev, info)
-        infos.append(info)
+        infos.append(J.kernel_info(gpu, J.call_rows(jc, r, gpu.num_rows)))
         phases.append(phases_of(gpu))
     if not ranks:
         raise TraceVizError(f"{folder}: no rank has the window {ann or 'ProfilerStep'!r} "
                             f"instance {inst}: {notes[-1] if notes else ''}")
     offsets: dict[int, int] = {}
     if clock_sync and len(ranks) > 1:
-        calls = [rank_calls(gpu, int(metadata(gpu).get("rank", -1))) for gpu, _ in tables]
-        offsets, _ = offsets_from_calls(calls, notes)
+        offsets = jc.offsets
+        notes += jc.notes
     elif len(ranks) > 1:
         notes.append("clocks not synced (--no-clock-sync): each rank's own clock")
     jg = J.join(ranks, infos, offsets)
@@ -181,13 +185,18 @@ def _job(folder: Path, ann: str | None, inst: int, what_if: list[str], clock_syn
     edges = J.path(jg, t)
     own, wait = J.path_times(jg, t, edges, jg.own)
     span = int(own.sum() + wait.sum())
+    first, last = J.iteration_span(jg, t)
+    # the iteration (the joined points' span: the what-ifs' baseline too) = the path
+    # and, when the path starts after the iteration's first point, the time before it
+    before = (last - first) - span
     cat, ns = parts(jg, edges, own, wait)
     from ..analysis.critical_path.job import CATEGORIES
 
     g = jg.graph
     path_ranks = g.node_rank[g.dst[edges]]
     table = job_path_table(jg, edges, own, wait, J.slack(jg, t, jg.own), phases, stages)
-    by_cat = by([CATEGORIES[c] for c in cat.tolist()], ns, "category", span)
+    labels = [CATEGORIES[c] for c in cat.tolist()] + ["before the path"]
+    by_cat = by(labels, np.r_[ns, max(before, 0)], "category", last - first)
     by_rank = by(np.concatenate([path_ranks, path_ranks]).tolist(), ns, "rank", span)
     ph = table["phase"].to_pylist()
     by_phase = by([p or "none" for p in ph + ph], ns, "phase", span)
@@ -199,7 +208,7 @@ def _job(folder: Path, ann: str | None, inst: int, what_if: list[str], clock_syn
             else "the whole trace" if not ranks[0].window.annotation
             else f"{ranks[0].window.annotation} instance {inst}")
     lines = [f"critical path of {what} across {len(ranks)} ranks "
-             f"({'clocks synced' if offsets else 'own clocks'}): {_ms(span)}, "
+             f"({'clocks synced' if offsets else 'own clocks'}): {_ms(last - first)}, "
              f"{edges.size} edges, through rank(s) "
              f"{' -> '.join(map(str, hops[:12]))}{' ...' if len(hops) > 12 else ''}"]
     lines += [f"  {r['category']:24s} {r['pct']:7.3f} %  {_ms(r['ns'])}"
@@ -208,36 +217,51 @@ def _job(folder: Path, ann: str | None, inst: int, what_if: list[str], clock_syn
                             "critical_path_by_rank": by_rank,
                             "critical_path_by_phase": by_phase},
                     lines=lines, notes=notes,
-                    data={"span_ns": span, "hops": hops, "edges": int(edges.size),
+                    data={"span_ns": span, "iteration_ns": last - first, "hops": hops,
+                          "edges": int(edges.size),
                           "by_rank": dict(zip(by_rank["rank"].to_pylist(),
                                               by_rank["ns"].to_pylist())),
                           "tracks": _tracks(table, "category", ("edge", "own_ns", "wait_ns",
                                                                 "slack_ns", "category"))})
     if what_if:
-        _what_if(result, jg, what_if, t)
+        _what_if(result, what_if_context(jc, jg, t), what_if)
     result.figures["critical_path.png"] = Figure(draw, _segments(g, edges, ranks,
                                                                           jg.node_base), lines[0])
     return result
 
 
-def _what_if(result: Result, jg: J.JobGraph, specs: list[str], measured: J.Timing) -> None:
-    """Re-time the job with each spec alone and with all together; a table and lines."""
-    base = J.retime(jg, measured, jg.own)
-    t0 = int(base.ts.max() - base.ts.min())
+def what_if_context(jc, jg: J.JobGraph, measured: J.Timing) -> W.Context:
+    """What the job's what-ifs need besides its graph: the stragglers (the diagnosis of
+    the matched job ``jc``) and the views of its complete pipeline groups."""
+    diag = diagnosis_of(jc)
+    stragglers = {r["rank"]: r["slowdown"] for r in diag.stragglers.to_pylist()}
+    views = []
+    if diag.stages_ordered:
+        rows = microbatch_table(jc.acts).to_pylist()
+        have = {r["rank"] for r in rows}
+        vpp = max([int((a.meta.get("classification") or {}).get("vpp") or 1)
+                   for a in jc.acts] or [1])
+        views = [pipeline_view([r for r in rows if r["rank"] in set(g)], g, vpp)
+                 for g in diag.pipelines if len(g) > 1 and set(g) <= have]
+    return W.Context(jg, measured, stragglers, views)
+
+
+def _what_if(result: Result, ctx: W.Context, specs: list[str]) -> None:
+    """Re-time the job with each spec alone and, for the re-timed ones, all together; a
+    table and lines."""
+    together = [s for s in specs if not W.is_pipeline(s)]
     rows = []
-    for label, chosen in [(s, [s]) for s in specs] + ([("all together", specs)]
-                                                      if len(specs) > 1 else []):
-        scale, _ = J.what_if_scale(jg, chosen)
-        own = np.round(jg.own * scale).astype(np.int64)
-        t = J.retime(jg, measured, own)
-        new = int(t.ts.max() - t.ts.min())
-        edges = J.path(jg, t)
-        ranks = sorted(set(jg.graph.node_rank[jg.graph.dst[edges]].tolist()))
-        rows.append({"what_if": label, "iteration_ns": new, "baseline_ns": t0,
-                     "change_pct": 100.0 * (new - t0) / t0 if t0 else None,
-                     "path_ranks": ",".join(map(str, ranks[:64]))})
-        result.lines.append(f"what-if {label}: {_ms(t0)} -> {_ms(new)} "
-                            f"({rows[-1]['change_pct']:+.2f} %)")
+    for chosen in [[s] for s in specs] + ([together] if len(together) > 1 else []):
+        out = W.evaluate(ctx, chosen)
+        label = out.what_if if len(chosen) == 1 else "all together"
+        rows.append({"what_if": label, "iteration_ns": out.iteration_ns,
+                     "baseline_ns": out.baseline_ns, "change_pct": out.change_pct,
+                     "model": out.model,
+                     "path_ranks": ",".join(map(str, out.path_ranks[:64]))})
+        result.lines.append(f"what-if {label}: {_ms(out.baseline_ns)} -> "
+                            f"{_ms(out.iteration_ns)} ({out.change_pct:+.2f} %)"
+                            + (" [pipeline re-simulation]" if out.model.startswith("pipe")
+                               else ""))
     result.tables["critical_path_what_if"] = pa.Table.from_pylist(rows)
 
 

@@ -57,6 +57,19 @@ class SynthConfig:
     tp_gbps: float = 300.0
     dp_gbps: float = 40.0
     pp_gbps: float = 40.0
+    # counterfactual knobs: every compute kernel's time, and every transfer's (all
+    # groups; or the TP, DP (with EDP) or PP group's) multiplied
+    compute_scale: float = 1.0
+    comm_scale: float = 1.0
+    tp_comm_scale: float = 1.0
+    dp_comm_scale: float = 1.0
+    pp_comm_scale: float = 1.0
+    # the host waits for the GPU: Megatron's batch_p2p_sync (torch.cuda.synchronize()
+    # after each batch of pipeline sends / receives; 1F1B only: the interleaved schedule
+    # overlaps its P2P by default, unbatched), and the loss's .item() at the iteration's
+    # end (a device-to-host copy and a stream synchronize)
+    p2p_sync: bool = False
+    loss_sync: bool = False
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -45,6 +45,7 @@ FRAMES = {
                             "finalize_model_grads",
     "optimizer_step": "megatron/core/optimizer/optimizer.py(477): step",
 }
+SYNC_CBID = {"cudaDeviceSynchronize": 165, "cudaStreamSynchronize": 131}  # CUPTI ids
 FORWARD_OPS = {
     "linear": ("aten::linear", "aten::mm"), "layer_norm": ("aten::layer_norm",
                                                            "aten::native_layer_norm"),
@@ -55,6 +56,7 @@ FORWARD_OPS = {
     "optimizer": ("FusedAdam", "multi_tensor_adam"), "copy": ("aten::copy_", "aten::copy_"),
     "zero": ("aten::zero_", "aten::fill_"), "mul": ("aten::mul", "aten::mul"),
     "ones_like": ("aten::ones_like", "aten::fill_"), "nested_add": ("aten::add", "aten::add"),
+    "item": ("aten::item", "aten::_local_scalar_dense"),
 }
 BACKWARD_NODES = {
     "mm_backward": ("MmBackward0", "aten::mm"), "add_backward": ("AddBackward0", "aten::add"),
@@ -192,6 +194,10 @@ def emit_rank(w: RankWriter, program: list[Item], tl, *, device: int, iterations
             corr = corr_base + idx
             if it and item.seq_op >= 0:  # autograd sequence numbers never repeat
                 item = dataclasses.replace(item, seq_op=item.seq_op + it * seq_span)
+            if item.kind == "sync":  # the host waits for the GPU: a runtime call alone
+                w._event("cuda_runtime", item.name, tl.launch[idx], tl.launch_end[idx],
+                         item.thread, {"cbid": SYNC_CBID[item.name], "correlation": corr})
+                continue
             ext = _launching_ops(w, item, tl, idx, forward_op_ts, members_of,
                                  lambda: args_of(item, it, k))
             if item.thread == "bwd" and item.phase == "BWD" and item.seq_op in forward_op_ts:
@@ -330,8 +336,8 @@ def _frames_and_spans(w: RankWriter, program: list[Item], tl, base: int, with_st
             if with_stack:
                 w.frame(FRAMES["checkpoint"], t0 - 3.0, t1 + 3.0, "bwd", 0)
             continue
-        if frame == "optimizer_step":
-            w.cpu_op("Optimizer.step#FusedAdam.step", t0 - 6.0, t1 + 6.0, "main",
+        if frame == "optimizer_step":  # inside the ops before and after it (nested)
+            w.cpu_op("Optimizer.step#FusedAdam.step", t0 - 0.1, t1 + 1.9, "main",
                      cat="user_annotation")
         if not with_stack:
             continue

@@ -46,7 +46,8 @@ LANE_OF_GROUP = {"tp": "tp", "cp": "cp", "ep": "ep", "dp-cp": "dp", "edp": "edp"
 class Item:
     """One GPU activity of a stage's program."""
 
-    kind: str            # comp | coll | send | recv | mem
+    kind: str            # comp | coll | send | recv | mem | sync (a host synchronize:
+    #                      no GPU activity; lane "all" or the stream it waits for)
     lane: str            # key of STREAMS
     name: str            # kernel name
     op: str              # CPU op that launches it (template key in emit.py)
@@ -329,6 +330,7 @@ class StageProgram:
         kw = dict(phase="FWD", mb=m, chunk=chunk)
         if vs > 0:
             self.p2p("recv", ("act", m, vs - 1), -1, frame="recv_forward", **kw)
+        self.p2p_sync(frame="recv_forward", **kw)
         kw["frame"] = "forward_step"
         if vs == 0:
             self.items.append(Item("mem", "compute", "Memcpy HtoD (Pageable -> Device)",
@@ -353,6 +355,7 @@ class StageProgram:
         kw = dict(phase="BWD", mb=m, chunk=chunk)
         if vs < c.pp * c.vpp - 1:
             self.p2p("recv", ("grad", m, vs + 1), +1, frame="recv_backward", **kw)
+        self.p2p_sync(frame="recv_backward", **kw)
         kw["frame"] = "backward_step"
         seqs = self.fwd_seqs.pop((m, chunk))
         if vs == c.pp * c.vpp - 1:
@@ -389,6 +392,18 @@ class StageProgram:
         self.items.append(Item(kind, lane, NCCL_KERNEL[kind], "p2p", thread="main",
                                group="pp", collective=kind, in_nelems=nelems,
                                out_nelems=nelems, key=key, peer=peer, **kw))
+        self.pending_p2p = True
+
+    def p2p_sync(self, **kw) -> None:
+        """Megatron's batch_p2p_sync: torch.cuda.synchronize() after each batch of
+        sends / receives; the batch is what the schedule issued since the last one (a
+        step's receive with the previous step's send, as ``send_forward_recv_backward``
+        batches them). Not with the interleaved schedule: Megatron overlaps its P2P
+        there by default (overlap_p2p_comm), which turns batching off."""
+        if self.cfg.p2p_sync and self.cfg.vpp == 1 and self.pending_p2p:
+            self.items.append(Item("sync", "all", "cudaDeviceSynchronize", "sync",
+                                   thread="main", **kw))
+        self.pending_p2p = False
 
     def optimizer(self) -> None:
         c = self.cfg
@@ -404,9 +419,16 @@ class StageProgram:
             self.comp(_ADAM, "optimizer", 0.15, **kw)
         grads = params // (c.dp * c.cp) if c.dp * c.cp > 1 else params
         self.coll("dp-cp", "_allgather_base", grads, params, **kw)
+        if c.loss_sync:  # the loss's .item(): a device-to-host copy, then a synchronize
+            kw["frame"] = "report"
+            self.items.append(Item("mem", "compute", "Memcpy DtoH (Device -> Pageable)",
+                                   "item", dur=3.0, **kw))
+            self.items.append(Item("sync", "compute", "cudaStreamSynchronize", "item",
+                                   **kw))
 
     def build(self) -> list[Item]:
         self.fwd_seqs: dict = {}
+        self.pending_p2p = False
         for _ in range(2):  # the iteration starts by zeroing the gradient buffers
             self.items.append(Item("mem", "compute", "Memset (Device)", "zero", dur=6.0,
                                    thread="main", frame="zero_grad"))
@@ -415,5 +437,6 @@ class StageProgram:
                 self.forward(m, chunk)
             else:  # the last micro-batch's backward of a chunk triggers its gradient sync
                 self.backward(m, chunk, m == self.cfg.microbatches - 1)
+        self.p2p_sync(phase="BWD", frame="send_backward")  # the last step's sends
         self.optimizer()
         return self.items

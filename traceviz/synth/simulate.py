@@ -2,7 +2,9 @@
 
 Each rank runs its stage's program (:mod:`.program`) in order. A CPU thread (main, or
 the autograd thread for backward work) issues each item: op overhead, then the launch
-(``cudaLaunchKernel``), and runs ahead of the GPU. On the GPU:
+(``cudaLaunchKernel``), and runs ahead of the GPU, up to a synchronize (a ``sync``
+item), which returns :data:`SYNC_RETURN_US` after the GPU work issued before it has
+ended (all of it, or its stream's). On the GPU:
 
 * compute items run on the compute stream after their launch and after every blocking
   communication issued before them (TP / CP / EP collectives, P2P receives);
@@ -27,8 +29,10 @@ from .config import SynthConfig
 from .program import Item
 
 BLOCKING_LANES = {"tp", "cp", "ep", "pp_fr", "pp_br"}
-LAUNCH_US = {"comp": 4.0, "mem": 6.0, "coll": 7.0, "send": 7.0, "recv": 7.0}
-OVERHEAD_US = {"comp": 9.0, "mem": 12.0, "coll": 25.0, "send": 30.0, "recv": 30.0}
+LAUNCH_US = {"comp": 4.0, "mem": 6.0, "coll": 7.0, "send": 7.0, "recv": 7.0, "sync": 3.0}
+OVERHEAD_US = {"comp": 9.0, "mem": 12.0, "coll": 25.0, "send": 30.0, "recv": 30.0,
+               "sync": 4.0}
+SYNC_RETURN_US = 6.0  # a synchronize returns this long after the GPU work it waits for
 ELEM_BYTES = {"BFloat16": 2, "Float": 4}
 STEP_GAP_US = 150.0
 
@@ -49,13 +53,17 @@ class Timeline:
 
 
 def transfer_us(cfg: SynthConfig, item: Item, n: int) -> float:
-    """Time to move the collective's data once all members are ready (ring model)."""
+    """Time to move the collective's data once all members are ready (ring model),
+    times the config's communication scales."""
     size = max(item.in_nelems, item.out_nelems) * ELEM_BYTES.get(item.dtype, 2)
     factor = {"allreduce": 2 * (n - 1) / n, "_allgather_base": (n - 1) / n,
               "_reduce_scatter_base": (n - 1) / n, "all_to_allv": (n - 1) / n}.get(
                   item.collective, 1.0)
     gbps = {"tp": cfg.tp_gbps, "pp": cfg.pp_gbps}.get(item.group, cfg.dp_gbps)
-    return 8.0 + size * factor / (gbps * 1e3)
+    scale = cfg.comm_scale * {"tp": cfg.tp_comm_scale, "pp": cfg.pp_comm_scale,
+                              "dp-cp": cfg.dp_comm_scale, "edp": cfg.dp_comm_scale}.get(
+                                  item.group, 1.0)
+    return (8.0 + size * factor / (gbps * 1e3)) * scale
 
 
 def call_indices(program: list[Item]) -> list[int]:
@@ -105,11 +113,8 @@ def simulate(cfg: SynthConfig, programs: list[list[Item]], stage_of: list[int],
             cpu[r]["main"] = cpu[r]["bwd"] = idle + STEP_GAP_US
             step_start[r].append(cpu[r]["main"])
         ptr = [0] * world
+        issued = [0] * world  # the CPU runs ahead of the GPU up to its next synchronize
         waiting: dict = {}
-        for r in range(world):  # the CPU runs ahead of the GPU: issue everything first
-            prog = programs[stage_of[r]]
-            for k, item in enumerate(prog):
-                _issue(r, item, it * len(prog) + k, arrays[r], cpu, last_thread)
         while True:
             progress = False
             for r in range(world):
@@ -119,7 +124,18 @@ def simulate(cfg: SynthConfig, programs: list[list[Item]], stage_of: list[int],
                 while ptr[r] < len(prog):
                     k = ptr[r]
                     item, idx = prog[k], base + k
-                    if item.kind in ("comp", "mem"):
+                    while issued[r] < len(prog) and prog[issued[r]].kind != "sync":
+                        _issue(r, prog[issued[r]], base + issued[r], a, cpu, last_thread)
+                        issued[r] += 1
+                    if item.kind == "sync":
+                        if s.open_lanes:
+                            break  # it returns once the work issued before it has ended
+                        awaited = (s.lanes.values() if item.lane == "all"
+                                   else [s.lanes.get(item.lane, 0.0)])
+                        _issue(r, item, idx, a, cpu, last_thread,
+                               release=max(awaited, default=0.0) + SYNC_RETURN_US)
+                        issued[r] += 1
+                    elif item.kind in ("comp", "mem"):
                         if item.kind == "comp" and s.open_blocking:
                             break  # its inputs are still in flight
                         if item.frame == "optimizer_step" and s.open_lanes:
@@ -128,7 +144,8 @@ def simulate(cfg: SynthConfig, programs: list[list[Item]], stage_of: list[int],
                                     s.blocking if item.kind == "comp" else 0.0)
                         if item.frame == "optimizer_step":
                             ready = max(ready, *s.lanes.values())
-                        dur = item.dur * (speed[r] if item.kind == "comp" else 1.0)
+                        dur = item.dur * (speed[r] * cfg.compute_scale
+                                          if item.kind == "comp" else 1.0)
                         a["start"][idx], a["end"][idx] = ready, ready + dur
                         s.lanes["compute"] = s.last_comp = ready + dur
                     else:
@@ -186,8 +203,10 @@ class _RankState:
             self.blocking = max(self.blocking, end)
 
 
-def _issue(r, item, idx, a, cpu, last_thread) -> None:
-    """CPU side: the launching op and the launch call, on the item's thread."""
+def _issue(r, item, idx, a, cpu, last_thread, release: float = 0.0) -> None:
+    """CPU side: the launching op and the launch call, on the item's thread; a
+    synchronize (``release``: when the GPU work it waits for has ended, plus its return)
+    holds the thread until then."""
     th = item.thread
     if th != last_thread[r]:
         other = "main" if th == "bwd" else "bwd"
@@ -197,7 +216,7 @@ def _issue(r, item, idx, a, cpu, last_thread) -> None:
     t = cpu[r][th]
     a["issue"][idx] = t
     a["launch"][idx] = t + OVERHEAD_US[item.kind]
-    a["launch_end"][idx] = a["launch"][idx] + LAUNCH_US[item.kind]
+    a["launch_end"][idx] = max(a["launch"][idx] + LAUNCH_US[item.kind], release)
     cpu[r][th] = a["launch_end"][idx] + 2.0
 
 

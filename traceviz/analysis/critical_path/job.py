@@ -3,47 +3,57 @@ clock, with what-if re-timing.
 
 **Joining ranks.** Each rank's graph (:mod:`.rank_graph`, exact ns) is moved onto the
 common clock (``ts - offset``, offsets from the collectives' ends, :mod:`..clocks`). The
-members of one collective call (same process group and ``Seq``, else the same position
-in the group's calls) are joined: the call ends on every member once the last member has
-started and the data has moved, so an edge runs from the last member's kernel start to
-every member's kernel end. A point-to-point kernel (pipeline send / receive) is joined
-the same way to the kernel in the same position of the same peer pair on the peer (NCCL
-runs the operations of one communicator in the same order on both sides); where the peer
-cannot be told (groups of more than two ranks without ``Src Rank`` / ``Dst Rank``), it is
-not joined, and the result says so.
+members of one call (:mod:`..diagnose.waits`: a collective's kernels of one process group
+and ``Seq``; a send and its receive by their peers, as PyTorch writes them) are joined:
+the call ends on every member once the last member has started and the data has moved,
+so an edge runs from *every* member's kernel start to every other member's kernel end,
+its own time that member's transfer (re-timed, whoever arrives last binds). Sends /
+receives that cannot be paired (no peer stated in a group of more than two ranks, the
+peer not traced) are not joined, and the result says how many, loudly.
+
+**Synchronising calls.** Traces profiled without ``cuda_sync`` events (PyTorch's
+default) do not say what a ``cudaDeviceSynchronize`` / ``cudaStreamSynchronize`` /
+``cudaEventSynchronize`` / blocking ``cudaMemcpy`` (``.item()``) waited for: the device
+activity launched before the call that ends last before it returns is taken to be it
+(an *inferred* sync edge), so the host's work after the call moves with the GPU's.
 
 **The path.** An edge's *own time* is what the work takes: an operator's or kernel's span,
 a launch or kernel-kernel delay, a gap between top-level operators on a thread; 0 for a
 blocking sync call (it only waits) and for sync edges; a collective's own time is its
-*transfer*: the last member's kernel time (it waits for nobody). A point is reached
-through the predecessor whose end plus own time is latest (its *binding* edge); the path
-is followed back from the iteration's last point along binding edges. Its time on the
-common clock is split per edge into the own time (compute, each comm group, memory,
-CPU, launch, kernel-kernel) and *wait*: the rest, time the point was later than the work
-before it explains (``wait: other rank`` on an edge from another rank). The parts add
-up to the iteration's span.
+*transfer*: the member's time after the last member arrived (it waits for nobody). A
+point is reached through the predecessor whose end plus own time is latest (its
+*binding* edge); the path is followed back from the iteration's last point along binding
+edges. Its time on the common clock is split per edge into the own time (compute, each
+comm group, memory, CPU, launch, kernel-kernel) and *wait*: the rest, time the point was
+later than the work before it explains (``wait: other rank`` on an edge from another
+rank). The **iteration** is the span of the points the graph joins (an edge in or out:
+:func:`iteration_span`): the path, and the time before it where it starts after the
+iteration's first point.
 
-**What-if.** The own time of chosen edges is multiplied by a factor and every point is
-re-timed in topological order: its time is its latest predecessor's plus own time, plus
-its measured wait (kept as is); points without predecessors keep their time. The new
-iteration time is the span of the re-timed points and the new path follows the new
-binding edges. With every factor 1 the re-timed job equals the measured one.
+**What-if** (:mod:`.what_if`). The own time of chosen edges is multiplied by a factor and
+every point is re-timed in topological order: its time is its latest predecessor's plus
+own time, plus its measured wait (kept as is); points without predecessors keep their
+time. The new iteration time is the span of the re-timed joined points and the new path
+follows the new binding edges. With every factor 1 the re-timed job equals the measured
+one.
 """
 from __future__ import annotations
 
-import fnmatch
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
 
 from ...errors import UsageError
-from ...table.arrays import index_in, ints, row_texts
+from ...table.arrays import index_in, row_texts
 from ...table.schema import COLLECTIVES, GROUPS, KINDS
-from ..host_device import ACTIVITY, RankEvents
+from ..host_device import ACTIVITY
 from .graph import COLLECTIVE, KERNEL_KERNEL, LAUNCH, OPERATOR, SYNC, EdgeList, Graph, csr, dedup
 from .rank_graph import BLOCKING_CALLS, RankGraph
+
+# the calls that return only when GPU work has ended (a cudaMemcpyAsync returns at once)
+SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
+              "cudaMemcpy")
 
 # path categories
 CATEGORIES = ("compute", "memory", "cpu", "launch", "kernel_kernel", "wait",
@@ -55,17 +65,13 @@ COMM0 = 7
 @dataclass
 class KernelInfo:
     """Per GPU-table row of one rank: what the job join needs (kind code, comm group
-    code, process group, call number, peer)."""
+    code, kernel name, and the communication call it belongs to)."""
 
     kind: np.ndarray        # 0 COMP, 1 COMM, 2 MEM (schema order), -1 unknown
     group: np.ndarray       # GROUPS index, -1
-    pg: list[str]           # per row process group name ("" unknown)
-    seq: np.ndarray         # -1 unknown
-    p2p: np.ndarray         # bool
-    peer: np.ndarray        # -1 unknown
     name: list[str]
-    members: dict[int, list[int]] = field(default_factory=dict)  # P2P rows, peer unknown
-
+    call: np.ndarray        # the call's id in the job (:mod:`..diagnose.waits`), -1 none
+    p2p: np.ndarray         # bool: a point-to-point kernel (SendRecv)
 
 
 @dataclass
@@ -94,8 +100,8 @@ def join(ranks: list[RankGraph], infos: list[KernelInfo], offsets: dict[int, int
     edges = EdgeList()
     own_parts, cat_parts, grp_parts, name_parts = [], [], [], []
     names: dict[str, int] = {}
-    members = []  # (key, rank index, start node, end node, dur)
-    unjoined = 0
+    members = []  # (call, start node, end node, group, name id) per communication kernel
+    p2p_seen = 0
     for k, (rg, info) in enumerate(zip(ranks, infos)):
         g, ev = rg.graph, rg.events
         b = base[k]
@@ -122,15 +128,14 @@ def join(ranks: list[RankGraph], infos: list[KernelInfo], offsets: dict[int, int
         trow = ev.table_row[rows]
         comm = info.kind[trow] == 1
         rows, trow = rows[comm], trow[comm]
-        keys, lost = _call_keys(ev.rank, info, trow, ev.ts[rows])
-        unjoined += lost
-        for r, key in zip(rows.tolist(), keys):
-            if key is not None:
-                t = ev.table_row[r]
-                members.append((key, rg.start_node[r] + b, rg.end_node[r] + b,
-                                int(info.group[t]), names.setdefault(info.name[t], len(names))))
+        p2p_seen += int(info.p2p[trow].sum())
+        ids = np.array([names.setdefault(info.name[t], len(names)) for t in trow.tolist()],
+                       np.int64)
+        members += list(zip(info.call[trow].tolist(), (rg.start_node[rows] + b).tolist(),
+                            (rg.end_node[rows] + b).tolist(), info.group[trow].tolist(),
+                            ids.tolist(), info.p2p[trow].tolist()))
     ts = np.concatenate(node_ts) if node_ts else np.empty(0, np.int64)
-    src, dst, own_c, grp_c, nm_c = _collective_edges(members, ts)
+    src, dst, own_c, grp_c, nm_c, p2p_joined = _collective_edges(members, ts)
     edges.add(src, dst, COLLECTIVE, 0, -1)
     graph = Graph.build(ts, np.concatenate(node_event), np.concatenate(node_start),
                         np.concatenate(node_rank), edges)
@@ -141,13 +146,41 @@ def join(ranks: list[RankGraph], infos: list[KernelInfo], offsets: dict[int, int
     nm = np.concatenate(name_parts + [nm_c])
     raw = edges.arrays()
     _, last = dedup(raw[0], raw[1], ts.size)
-    if unjoined:
-        notes.append(f"{unjoined} point-to-point kernel(s) could not be paired with their "
-                     "peer (no Src / Dst Rank in a group of more than two ranks): the path "
-                     "does not follow them across ranks")
+    if p2p_seen and len(ranks) > 1:
+        notes.append(f"pipeline sends / receives: {p2p_joined} of {p2p_seen} joined with "
+                     "their peer's kernel")
+    if p2p_joined < p2p_seen and len(ranks) > 1:
+        notes.append(f"WARNING: {p2p_seen - p2p_joined} send / receive kernel(s) could not "
+                     "be paired with their peer's (no Src / Dst Rank and no two-rank group, "
+                     "or the peer is not traced in this window): the path and what-ifs do "
+                     "not follow them across ranks")
     jg = JobGraph(graph, ranks, own[last], cat[last], base, offsets, notes, grp[last],
                   nm[last], sorted(names, key=names.get))
     jg.own = _transfer_spans(jg)
+    return _consistent(jg)
+
+
+CONTRADICTION_NS = 1_000  # an edge arriving this much after its point: out of order
+
+
+def _consistent(jg: JobGraph) -> JobGraph:
+    """``jg`` without the edges its measured times contradict: an edge whose source plus
+    own time comes more than :data:`CONTRADICTION_NS` after its destination's measured
+    time (CPU spans the profiler recorded overlapping, not nested, make the call-stack
+    walk chain a later point before an earlier one). Kept, re-timing would move the
+    earlier point with the later one; without it the point keeps its other
+    predecessors, or its measured time."""
+    g = jg.graph
+    keep = g.node_ts[g.src] + jg.own <= g.node_ts[g.dst] + CONTRADICTION_NS
+    if keep.all():
+        return jg
+    jg.notes.append(f"{int((~keep).sum())} edge(s) the trace's times contradict (spans "
+                    "recorded overlapping, not nested) left out of the graph")
+    jg.graph = Graph(g.node_ts, g.node_event, g.node_start, g.node_rank, g.src[keep],
+                     g.dst[keep], g.kind[keep], g.weight[keep], g.attr[keep])
+    jg.own, jg.category = jg.own[keep], jg.category[keep]
+    jg.edge_comm_group = jg.edge_comm_group[keep]
+    jg.edge_name = jg.edge_name[keep]
     return jg
 
 
@@ -201,8 +234,44 @@ def _device_order(rg: RankGraph):
                                    delay)[has_launch],
                           np.where(queued & ~late, gap, 0)[same],
                           (ev.ts[rows] - ev.end[other])[inferred]])
+    s_src, s_dst = _inferred_syncs(rg)
+    src = np.concatenate([src, s_src])
+    dst = np.concatenate([dst, s_dst])
+    kind = np.concatenate([kind, np.full(s_src.size, SYNC, np.int8)])
+    own = np.concatenate([own, np.zeros(s_src.size, np.int64)])
     ok = (src >= 0) & (dst >= 0)
     return src[ok], dst[ok], kind[ok], own[ok]
+
+
+SYNC_RETURN_NS = 50_000  # GPU work ending up to this much after a synchronize returns
+
+
+def _inferred_syncs(rg: RankGraph) -> tuple[np.ndarray, np.ndarray]:
+    """The GPU work each synchronising call waited for, which traces profiled without
+    ``cuda_sync`` events do not say (``cudaDeviceSynchronize``, ``cudaStreamSynchronize``,
+    ``cudaEventSynchronize``, a blocking ``cudaMemcpy``; ``.item()`` is a copy and a
+    stream synchronize): the device activity launched before the call began that ends
+    last before it returned (within :data:`SYNC_RETURN_NS`) on the rank. An edge from
+    that activity's end to the call's end (own time 0): re-timed, the call returns when
+    that work ends, and the host's work after it moves with it. Returns (src, dst) node
+    ids of the rank graph."""
+    ev = rg.events
+    calls = np.flatnonzero(ev.is_named(*SYNC_CALLS) & (rg.end_node >= 0) & ~ev.gpu)
+    acts = np.flatnonzero((rg.end_node >= 0) & (ev.cls == ACTIVITY) & (ev.link >= 0))
+    if not calls.size or not acts.size:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    acts = acts[np.argsort(ev.end[acts], kind="stable")]
+    ends = ev.end[acts]
+    launched = ev.ts[ev.link[acts]]
+    src, dst = [], []
+    for c in calls.tolist():
+        k = int(np.searchsorted(ends, ev.end[c] + SYNC_RETURN_NS, side="right")) - 1
+        while k >= 0 and launched[k] > ev.ts[c]:  # launched meanwhile: not waited for
+            k -= 1
+        if k >= 0:
+            src.append(rg.end_node[acts[k]])
+            dst.append(rg.end_node[c])
+    return np.asarray(src, np.int64), np.asarray(dst, np.int64)
 
 
 def _own_times(rg: RankGraph, info: KernelInfo, names: dict[str, int]):
@@ -232,57 +301,34 @@ def _own_times(rg: RankGraph, info: KernelInfo, names: dict[str, int]):
     return own, cat, grp, nm
 
 
-def _call_keys(rank: int, info: KernelInfo, trow: np.ndarray, ts: np.ndarray):
-    """Join key per COMM kernel (None: not joined) and how many P2P kernels had no
-    known peer. Collectives: (pg, Seq) else (pg, position in the group); P2P: (pg, peer
-    pair, position among this pair's kernels)."""
-    order = np.argsort(ts, kind="stable")
-    keys: list = [None] * trow.size
-    count: dict = {}
-    lost = 0
-    for i in order.tolist():
-        r = trow[i]
-        pg = info.pg[r]
-        if not pg:
-            continue
-        if info.p2p[r]:
-            peer = int(info.peer[r])
-            if peer < 0:
-                lost += 1
-                continue
-            pair = (min(rank, peer), max(rank, peer))
-            n = count.get((pg, pair), 0)
-            count[(pg, pair)] = n + 1
-            keys[i] = ("p2p", pg, pair, n)
-        elif info.seq[r] >= 0:
-            keys[i] = ("c", pg, int(info.seq[r]))
-        else:
-            n = count.get(pg, 0)
-            count[pg] = n + 1
-            keys[i] = ("o", pg, n)
-    return keys, lost
-
-
 def _collective_edges(members, ts):
-    """Edges from the last member's kernel start to every other member's kernel end, the
-    transfer time of each call (own time of these edges), and their comm group."""
-    by_key: dict = {}
-    for key, s, e, grp, nm in members:
-        by_key.setdefault(key, []).append((s, e, grp, nm))
+    """Every member of a call joined to every other: an edge from each member's kernel
+    start to each other member's kernel end, its own time that member's transfer (its
+    end - the last member's start, measured), so that re-timed, a member ends its
+    transfer after the latest re-timed arrival, whoever arrives last. Returns the edges,
+    own times, comm groups, name ids and how many point-to-point kernels were joined."""
+    by_call: dict = {}
+    for call, s, e, grp, nm, p2p in members:
+        if call >= 0:
+            by_call.setdefault(call, []).append((s, e, grp, nm, p2p))
     src, dst, own, grp_out, nm_out = [], [], [], [], []
-    for ms in by_key.values():
+    joined = 0
+    for ms in by_call.values():
         if len(ms) < 2:
             continue
-        last = max(ms, key=lambda m: ts[m[0]])
-        transfer = max(0, min(ts[m[1]] for m in ms) - ts[last[0]])
-        for m in ms:
-            if m is not last:
-                src.append(last[0])
-                dst.append(m[1])
-                own.append(transfer)
-                grp_out.append(m[2])
-                nm_out.append(m[3])
-    return tuple(np.asarray(x, np.int64) for x in (src, dst, own, grp_out, nm_out))
+        joined += sum(m[4] for m in ms)
+        last = max(ts[m[0]] for m in ms)
+        for v in ms:
+            transfer = max(0, int(ts[v[1]] - last))
+            for u in ms:
+                if u is not v:
+                    src.append(u[0])
+                    dst.append(v[1])
+                    own.append(transfer)
+                    grp_out.append(v[2])
+                    nm_out.append(v[3])
+    return tuple(np.asarray(x, np.int64) for x in (src, dst, own, grp_out, nm_out)) + (
+        joined,)
 
 
 def _transfer_spans(jg: JobGraph) -> np.ndarray:
@@ -332,6 +378,19 @@ def retime(jg: JobGraph, base: Timing, own: np.ndarray) -> Timing:
     ts, binding, _ = _sweep(base.order, g.n_nodes, g.src, g.dst, g.node_ts, own, base.wait,
                             True)
     return Timing(ts, binding, base.wait, base.order)
+
+
+def iteration_span(jg: JobGraph, t: Timing) -> tuple[int, int]:
+    """(first, last) time of the points joined to the graph (an edge in or out: points
+    no edge explains keep their measured time and say nothing of a re-timed job); the
+    iteration's span is their difference, measured and re-timed alike."""
+    g = jg.graph
+    joined = np.zeros(g.n_nodes, bool)
+    joined[g.src] = True
+    joined[g.dst] = True
+    if not joined.any():
+        return 0, 0
+    return int(t.ts[joined].min()), int(t.ts[joined].max())
 
 
 def path(jg: JobGraph, t: Timing) -> np.ndarray:
@@ -414,67 +473,6 @@ def _sweep(order, n, src, dst, ts0, own, wait, retime):
     return ts, binding, arrival
 
 
-# ---- what-if ---------------------------------------------------------------------------
-_WHAT_IF = re.compile(r"^\s*(?P<what>[^=]+?)\s*=\s*(?P<factor>[0-9.eE+-]+)\s*$")
-
-
-def what_if_scale(jg: JobGraph, specs: list[str]) -> tuple[np.ndarray, list[str]]:
-    """Per edge, the factor its own time is multiplied by, from ``specs`` such as
-    ``COMM:TP=0.5`` (a comm group's kernels and joins), ``COMM=0.5``, ``COMP=0.8`` /
-    ``compute``, ``MEM``, ``cpu``, ``launch``, ``kernel:flash*=0.8`` (kernel name glob),
-    ``rank:3=0.5`` (every own time on rank 3); and the specs as understood."""
-    g = jg.graph
-    scale = np.ones(g.src.size)
-    done = []
-    node_rank = g.node_rank
-    for spec in specs:
-        m = _WHAT_IF.match(spec)
-        if not m:
-            raise UsageError(f"--what-if {spec!r}: expected WHAT=FACTOR, e.g. COMM:TP=0.5")
-        what, factor = m["what"], float(m["factor"])
-        if not factor >= 0:
-            raise UsageError(f"--what-if {spec!r}: the factor must be >= 0")
-        sel = _selection(jg, what, node_rank)
-        if sel is None:
-            raise UsageError(f"--what-if {spec!r}: unknown target {what!r}; use COMM[:GROUP], "
-                             "COMP, MEM, cpu, launch, kernel:GLOB or rank:N")
-        scale[sel] *= factor
-        done.append(f"{what} x{factor:g} ({int(sel.sum())} edges)")
-    return scale, done
-
-
-def _selection(jg: JobGraph, what: str, node_rank: np.ndarray) -> np.ndarray | None:
-    cat = jg.category
-    low = what.lower()
-    comm = cat >= COMM0
-    if low in ("comm", "communication"):
-        return comm
-    if low.startswith("comm:"):
-        grp = what.split(":", 1)[1].strip().upper()
-        if grp not in GROUPS:
-            return None
-        return cat == COMM0 + GROUPS.index(grp)
-    if low in ("comp", "compute"):
-        return cat == COMPUTE
-    if low in ("mem", "memory"):
-        return cat == MEMORY
-    if low == "cpu":
-        return cat == CPU
-    if low == "launch":
-        return cat == LAUNCH_CAT
-    if low.startswith("kernel:"):
-        pat = what.split(":", 1)[1].strip()
-        hit = np.array([fnmatch.fnmatchcase(t, pat) for t in jg.names] + [False])
-        return hit[jg.edge_name]
-    if low.startswith("rank:"):
-        try:
-            r = int(what.split(":", 1)[1])
-        except ValueError:
-            return None
-        return node_rank[jg.graph.src] == r
-    return None
-
-
 def slack(jg: JobGraph, t: Timing, own: np.ndarray) -> np.ndarray:
     """Per node, how much later (ns) it could be without making the iteration longer:
     its latest time (backwards from the iteration's end over own times and waits) minus
@@ -498,67 +496,27 @@ def _slack(order, n, src, dst, ts, own, wait):
     return np.maximum(late - ts, 0)
 
 
-def kernel_info(table, rank: int) -> KernelInfo:
-    """What the join needs of a rank's GPU activity table (see :class:`KernelInfo`)."""
+def kernel_info(table, calls: np.ndarray | None = None) -> KernelInfo:
+    """What the join needs of a rank's GPU activity table (see :class:`KernelInfo`);
+    ``calls``: the call id of each row (:func:`call_rows`; None: not joined)."""
     n = table.num_rows
-
-    def col(name):
-        return ints(table[name]) if name in table.column_names else np.full(n, -1, np.int64)
-
-    def texts(name):
-        return row_texts(table, name, "").tolist()
-
-    kind = index_in(table["kind"], KINDS) if "kind" in table.column_names else col("")
+    kind = index_in(table["kind"], KINDS) if "kind" in table.column_names \
+        else np.full(n, -1, np.int64)
     group = index_in(table["comm_group"], GROUPS) if "comm_group" in table.column_names \
         else np.full(n, -1, np.int64)
     coll = index_in(table["collective"], COLLECTIVES) if "collective" in table.column_names \
         else np.full(n, -1, np.int64)
-    p2p = coll == COLLECTIVES.index("SendRecv")
-    peer = np.full(n, -1, np.int64)
-    src, dst = col("src_rank"), col("dst_rank")
-    peer = np.where((src >= 0) & (src != rank), src, np.where((dst >= 0) & (dst != rank),
-                                                              dst, -1))
-    need = np.flatnonzero(p2p & (peer < 0))
-    known: dict[int, list[int]] = {}
-    listed = table["group_ranks"].take(need).to_pylist() \
-        if need.size and "group_ranks" in table.column_names else []
-    for i, got in zip(need.tolist(), listed):
-        members = [int(x) for x in (got if isinstance(got, list)
-                                    else re.findall(r"-?\d+", str(got or "")))]
-        others = [m for m in members if m != rank]
-        if len(members) == 2 and len(others) == 1:
-            peer[i] = others[0]
-        else:
-            known[i] = members
     return KernelInfo(kind=np.asarray(kind, np.int64), group=np.asarray(group, np.int64),
-                      pg=texts("pg_name"), seq=col("seq"), p2p=p2p, peer=peer,
-                      name=texts("name"), members=known)
+                      name=row_texts(table, "name", "").tolist(),
+                      call=np.full(n, -1, np.int64) if calls is None else calls,
+                      p2p=(coll == COLLECTIVES.index("SendRecv")) & (kind == 1))
 
 
-P2P_TITLE = re.compile(r"^nccl:(send|recv) (\d+)(?:->|<-)(\d+)$")
-
-
-def annotated_peers(ev: RankEvents, info: KernelInfo) -> None:
-    """Fill the unknown peers of P2P kernels from the ``nccl:send A->B`` / ``nccl:recv
-    A<-B`` range PyTorch records around the call (group-local ranks, mapped through the
-    group's ranks)."""
-    rows = np.flatnonzero((ev.cls == ACTIVITY) & (ev.link >= 0))
-    rows = rows[np.isin(ev.table_row[rows], list(info.members))]
-    if not rows.size:
-        return
-    title = np.array([bool(P2P_TITLE.match(t)) for t in ev.names] + [False])
-    ann = np.flatnonzero(title[ev.name] & ~ev.gpu)
-    if not ann.size:
-        return
-    ann = ann[np.lexsort((ev.ts[ann], ev.tid[ann]))]
-    launch = ev.link[rows]
-    for r, call in zip(rows.tolist(), launch.tolist()):
-        same = ann[ev.tid[ann] == ev.tid[call]]
-        at = np.searchsorted(ev.ts[same], ev.ts[call], side="right") - 1
-        if at < 0 or ev.end[same[at]] < ev.ts[call]:
-            continue
-        m = P2P_TITLE.match(ev.names[ev.name[same[at]]])
-        members = info.members[int(ev.table_row[r])]
-        local = int(m[3])
-        if local < len(members):
-            info.peer[int(ev.table_row[r])] = members[local]
+def call_rows(jc, rank: int, n_rows: int) -> np.ndarray:
+    """The call id (:mod:`..diagnose.waits`) of each row of ``rank``'s table in the
+    matched job ``jc``; -1 where none."""
+    k = [a.rank for a in jc.acts].index(rank)
+    acts, rc = jc.acts[k], jc.comms[k]
+    out = np.full(n_rows, -1, np.int64)
+    out[np.arange(n_rows)[acts.rows][rc.pos]] = rc.call
+    return out

@@ -51,6 +51,9 @@ class Diagnosis:
     speed: PeerSpeed
     chain: pa.Table
     notes: list[str] = field(default_factory=list)
+    # the job's pipeline groups (stage order where ``stages_ordered``)
+    pipelines: list[list[int]] = field(default_factory=list)
+    stages_ordered: bool = False
 
     @property
     def stragglers(self) -> pa.Table:
@@ -179,7 +182,7 @@ def diagnosis_of(jc: JobComm, pipelines: list[list[int]] | None = None) -> Diagn
     return Diagnosis(ranks, synced, {r: offsets.get(r, 0) for r in ranks},
                      comm_calls(acts, comms, jc.pg_names), ledger, waits,
                      totals(ledger), peer_speed(acts, stage, waited_on, on_chain),
-                     chain, notes)
+                     chain, notes, [list(g) for g in groups], bool(groups) and ordered)
 
 
 def _compute_on(acts: list[RankActivities], segments: list[tuple[int, int, int, int]]

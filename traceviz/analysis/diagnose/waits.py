@@ -79,6 +79,7 @@ class RankComm:
     waited_for: np.ndarray = None  # type: ignore[assignment]  # rank, -1 nobody / unknown
     members: np.ndarray = None   # type: ignore[assignment]  # ranks seen in the call
     expected: np.ndarray = None  # type: ignore[assignment]  # ranks the call needs, -1
+    call: np.ndarray = None  # type: ignore[assignment]  # the call's id in the job, -1 none
 
     def __len__(self) -> int:
         return self.pos.shape[0]
@@ -231,6 +232,7 @@ def match(ranks: list[RankActivities], comms: list[RankComm], synced: bool) -> N
         rc.known = ok | rc.no_payload
         who = np.where(ok, last_rank[at_c] if n_calls else -1, -1)
         rc.waited_for = np.where((who != acts.rank) & (rc.wait_end > t) & ok, who, -1)
+        rc.call = c
         rc.members = np.where(c >= 0, members[at_c] if n_calls else 1, 1)
         rc.expected = np.where(c >= 0, expected[at_c] if n_calls else -1,
                                np.where(rc.peer >= 0, 2, rc.size))

@@ -1,0 +1,190 @@
+"""What-ifs: the job re-timed with one thing changed, and the iteration time it predicts.
+
+Two models, each for what it can answer:
+
+* **Re-timed graph** (:mod:`.job`): own times of chosen edges multiplied, every point
+  re-timed, the iteration = the span of the joined points. Specs:
+  ``COMM[:GROUP]=F``, ``COMP=F`` (``compute``), ``MEM=F``, ``cpu=F``, ``launch=F``,
+  ``kernel:GLOB=F``, ``rank:N=F`` (every own time on rank N);
+  ``straggler=fix``: every straggler's compute at its peers' speed (its compute own
+  times x 1 / slowdown, :mod:`..diagnose.stragglers`);
+  ``overlap=GROUP`` (``DP``, ``TP``, ``EP``, ...): that group's communication hidden
+  behind compute entirely, as Megatron's overlap options aim for (its own times x 0: an
+  upper bound of what overlapping saves).
+* **Pipeline re-simulation** (:func:`..pipeline.resimulated`): ``microbatches=N`` and
+  ``vpp=N`` change the schedule itself; Megatron's order is simulated with each stage's
+  median step times and P2P hand-off, now and changed, and the iteration changes by the
+  difference of the two simulated makespans (the group with the longest one).
+
+Times are int64 ns.
+"""
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...errors import TraceVizError, UsageError
+from ...table.schema import GROUPS
+from ..pipeline import PipelineView, resimulated
+from .job import (
+    COMM0,
+    COMPUTE,
+    CPU,
+    LAUNCH_CAT,
+    MEMORY,
+    JobGraph,
+    Timing,
+    iteration_span,
+    path,
+    retime,
+)
+
+_SCALE = re.compile(r"^\s*(?P<what>[^=]+?)\s*=\s*(?P<factor>[0-9.eE+-]+)\s*$")
+_NAMED = re.compile(r"^\s*(?P<what>straggler|overlap|microbatches|vpp)\s*=\s*(?P<value>\S+)\s*$",
+                    re.IGNORECASE)
+PIPELINE_SPECS = ("microbatches", "vpp")
+
+
+@dataclass
+class Context:
+    """What the what-ifs re-time: the joined graph and its measured timing, the
+    stragglers' slowdown by rank, the pipeline groups' views."""
+
+    jg: JobGraph
+    measured: Timing
+    stragglers: dict[int, float] = field(default_factory=dict)
+    pipelines: list[PipelineView] = field(default_factory=list)
+
+    @property
+    def baseline_ns(self) -> int:
+        first, last = iteration_span(self.jg, self.measured)
+        return last - first
+
+
+@dataclass
+class Outcome:
+    """One what-if's predicted iteration."""
+
+    what_if: str
+    iteration_ns: int
+    baseline_ns: int
+    model: str          # "re-timed graph" | "pipeline re-simulation"
+    path_ranks: list[int]
+
+    @property
+    def change_pct(self) -> float | None:
+        return (100.0 * (self.iteration_ns - self.baseline_ns) / self.baseline_ns
+                if self.baseline_ns else None)
+
+
+def is_pipeline(spec: str) -> bool:
+    """Whether ``spec`` changes the pipeline schedule (re-simulated, not re-timed)."""
+    m = _NAMED.match(spec)
+    return bool(m) and m["what"].lower() in PIPELINE_SPECS
+
+
+def evaluate(ctx: Context, specs: list[str]) -> Outcome:
+    """The iteration ``specs`` predict together (scaling specs only) or alone (a
+    pipeline spec)."""
+    label = " + ".join(specs)
+    base = ctx.baseline_ns
+    if len(specs) == 1 and is_pipeline(specs[0]):
+        return Outcome(label, base + _pipeline_change(ctx, specs[0]), base,
+                       "pipeline re-simulation", [])
+    if any(is_pipeline(s) for s in specs):
+        raise UsageError(f"--what-if {label!r}: microbatches / vpp change the schedule and "
+                         "are predicted alone")
+    scale = scale_of(ctx, specs)
+    own = np.round(ctx.jg.own * scale).astype(np.int64)
+    t = retime(ctx.jg, ctx.measured, own)
+    first, last = iteration_span(ctx.jg, t)
+    g = ctx.jg.graph
+    ranks = sorted(set(g.node_rank[g.dst[path(ctx.jg, t)]].tolist()))
+    return Outcome(label, last - first, base, "re-timed graph", ranks)
+
+
+def _pipeline_change(ctx: Context, spec: str) -> int:
+    """How much a pipeline spec changes the iteration (ns): the longest simulated
+    makespan of the job's pipeline groups, changed minus now."""
+    m = _NAMED.match(spec)
+    try:
+        value = int(m["value"])
+    except ValueError:
+        raise UsageError(f"--what-if {spec!r}: expected a whole number, e.g. "
+                         f"{m['what'].lower()}=16") from None
+    if value < 1:
+        raise UsageError(f"--what-if {spec!r}: must be >= 1")
+    if not ctx.pipelines:
+        raise TraceVizError(f"--what-if {spec!r}: no pipeline group with every stage's "
+                            "micro-batch steps (needs the job's layout and micro-batches)")
+    key = m["what"].lower()
+    try:
+        sims = [resimulated(v, **{key: value}) for v in ctx.pipelines]
+    except TraceVizError as exc:
+        raise UsageError(f"--what-if {spec!r}: {exc}") from None
+    return max(new for _, new in sims) - max(now for now, _ in sims)
+
+
+def scale_of(ctx: Context, specs: list[str]) -> np.ndarray:
+    """Per edge, the factor its own time is multiplied by (see the module doc)."""
+    jg = ctx.jg
+    scale = np.ones(jg.graph.src.size)
+    for spec in specs:
+        named = _NAMED.match(spec)
+        if named and named["what"].lower() == "straggler":
+            if named["value"].lower() != "fix":
+                raise UsageError(f"--what-if {spec!r}: expected straggler=fix")
+            src_rank = jg.graph.node_rank[jg.graph.src]
+            for rank, slowdown in ctx.stragglers.items():
+                scale[(src_rank == rank) & (jg.category == COMPUTE)] /= slowdown
+            continue
+        if named and named["what"].lower() == "overlap":
+            sel = _selection(jg, f"comm:{named['value']}")
+            if sel is None:
+                raise UsageError(f"--what-if {spec!r}: unknown group; use one of "
+                                 f"{', '.join(GROUPS)}")
+            scale[sel] = 0.0
+            continue
+        m = _SCALE.match(spec)
+        if not m:
+            raise UsageError(f"--what-if {spec!r}: expected WHAT=FACTOR (e.g. COMM:TP=0.5), "
+                             "straggler=fix, overlap=GROUP, microbatches=N or vpp=N")
+        factor = float(m["factor"])
+        if not factor >= 0:
+            raise UsageError(f"--what-if {spec!r}: the factor must be >= 0")
+        sel = _selection(jg, m["what"])
+        if sel is None:
+            raise UsageError(f"--what-if {spec!r}: unknown target {m['what']!r}; use "
+                             "COMM[:GROUP], COMP, MEM, cpu, launch, kernel:GLOB, rank:N, "
+                             "straggler=fix, overlap=GROUP, microbatches=N or vpp=N")
+        scale[sel] *= factor
+    return scale
+
+
+def _selection(jg: JobGraph, what: str) -> np.ndarray | None:
+    """The edges a scaling target names (None: no such target)."""
+    cat = jg.category
+    low = what.lower().strip()
+    if low in ("comm", "communication"):
+        return cat >= COMM0
+    if low.startswith("comm:"):
+        grp = what.split(":", 1)[1].strip().upper()
+        return cat == COMM0 + GROUPS.index(grp) if grp in GROUPS else None
+    simple = {"comp": COMPUTE, "compute": COMPUTE, "mem": MEMORY, "memory": MEMORY,
+              "cpu": CPU, "launch": LAUNCH_CAT}
+    if low in simple:
+        return cat == simple[low]
+    if low.startswith("kernel:"):
+        pat = what.split(":", 1)[1].strip()
+        hit = np.array([fnmatch.fnmatchcase(t, pat) for t in jg.names] + [False])
+        return hit[jg.edge_name]
+    if low.startswith("rank:"):
+        try:
+            r = int(what.split(":", 1)[1])
+        except ValueError:
+            return None
+        return jg.graph.node_rank[jg.graph.src] == r
+    return None
