@@ -8,6 +8,7 @@ path's table, the summaries and a figure of the path over the ranks' timelines."
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -150,10 +151,24 @@ def _one_rank(gpu: pa.Table, cpu: pa.Table, ann: str | None, inst: int, hta_comp
     return result
 
 
-def _job(folder: Path, ann: str | None, inst: int, what_if: list[str], clock_sync: bool,
-         exact: bool = False) -> Result:
+@dataclass
+class JobPath:
+    """A job's joined graph, what it was built from, and its measured timing."""
+
+    jc: JobComm
+    jg: J.JobGraph
+    measured: J.Timing
+    ranks: list
+    phases: list
+    stages: dict
+    offsets: dict[int, int]
+
+
+def job_path(folder: Path, notes: list[str], ann: str | None = None, inst: int = 0,
+             clock_sync: bool = True, exact: bool = False) -> JobPath:
+    """The joined graph of the ranks in ``folder`` (their CPU tables parsed), over the
+    window ``ann`` / ``inst``; what it leaves out goes to ``notes``."""
     tables = load_with_cpu(folder)
-    notes: list[str] = []
     # every communication kernel matched into its call (process group + Seq; sends and
     # receives by their peers), and the clocks synced on the collectives' ends
     jc = job_comm({int(metadata(gpu).get("rank", -1)): gpu for gpu, _ in tables})
@@ -181,7 +196,15 @@ def _job(folder: Path, ann: str | None, inst: int, what_if: list[str], clock_syn
         notes.append("clocks not synced (--no-clock-sync): each rank's own clock")
     jg = J.join(ranks, infos, offsets)
     notes += jg.notes
-    t = J.measure(jg, jg.own)
+    return JobPath(jc, jg, J.measure(jg, jg.own), ranks, phases, stages, offsets)
+
+
+def _job(folder: Path, ann: str | None, inst: int, what_if: list[str], clock_sync: bool,
+         exact: bool = False) -> Result:
+    notes: list[str] = []
+    jp = job_path(folder, notes, ann, inst, clock_sync, exact)
+    jg, t, ranks, phases, stages, offsets = (jp.jg, jp.measured, jp.ranks, jp.phases,
+                                             jp.stages, jp.offsets)
     edges = J.path(jg, t)
     own, wait = J.path_times(jg, t, edges, jg.own)
     span = int(own.sum() + wait.sum())
@@ -224,26 +247,10 @@ def _job(folder: Path, ann: str | None, inst: int, what_if: list[str], clock_syn
                           "tracks": _tracks(table, "category", ("edge", "own_ns", "wait_ns",
                                                                 "slack_ns", "category"))})
     if what_if:
-        _what_if(result, what_if_context(jc, jg, t), what_if)
+        _what_if(result, W.context(jp.jc, jg, t, diagnosis_of(jp.jc)), what_if)
     result.figures["critical_path.png"] = Figure(draw, _segments(g, edges, ranks,
                                                                           jg.node_base), lines[0])
     return result
-
-
-def what_if_context(jc, jg: J.JobGraph, measured: J.Timing) -> W.Context:
-    """What the job's what-ifs need besides its graph: the stragglers (the diagnosis of
-    the matched job ``jc``) and the views of its complete pipeline groups."""
-    diag = diagnosis_of(jc)
-    stragglers = {r["rank"]: r["slowdown"] for r in diag.stragglers.to_pylist()}
-    views = []
-    if diag.stages_ordered:
-        rows = microbatch_table(jc.acts).to_pylist()
-        have = {r["rank"] for r in rows}
-        vpp = max([int((a.meta.get("classification") or {}).get("vpp") or 1)
-                   for a in jc.acts] or [1])
-        views = [pipeline_view([r for r in rows if r["rank"] in set(g)], g, vpp)
-                 for g in diag.pipelines if len(g) > 1 and set(g) <= have]
-    return W.Context(jg, measured, stragglers, views)
 
 
 def _what_if(result: Result, ctx: W.Context, specs: list[str]) -> None:

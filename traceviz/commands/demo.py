@@ -1,7 +1,7 @@
 """``traceviz demo``: synthesize a small Megatron-like job and run every analysis on it.
 
 The job (tp2 pp4 dp2, 8 micro-batches, clocks skewed per node, the GPU of rank 5 1.3x
-slower than the others) is written to ``OUTDIR/job``, its tables (and the aggregate
+slower than the others, the host synchronizing as Megatron's defaults do) is written to ``OUTDIR/job``, its tables (and the aggregate
 outputs) to ``OUTDIR/tables``; the other analyses write beside them. Nothing is read
 from the network.
 """
@@ -19,7 +19,8 @@ from . import aggregate, breakdown, critical_path, diagnose, html, ops, pipeline
 from .result import Result, write
 
 DEMO = SynthConfig(tp=2, pp=4, dp=2, microbatches=8, layers=8, with_stack=False,
-                   skew_us=250.0, gpus_per_node=8, straggler_rank=5, straggler_factor=1.3)
+                   skew_us=250.0, gpus_per_node=8, straggler_rank=5, straggler_factor=1.3,
+                   p2p_sync=True, loss_sync=True)
 # what a user would pass: the synthetic model's size (12 h^2 parameters per transformer
 # layer), its batch and sequence length; the peak comes from the traces' device (H100)
 DEMO_FACTS = {"model": f"demo-{12 * DEMO.layers * DEMO.hidden ** 2 / 1e9:.1f}B",

@@ -86,9 +86,10 @@ def make_report(root: str | os.PathLike, *, config_file: str | None = None,
                        if clock_sync else ({}, False))
     rep = build_report(summaries, config, offsets, layout, notes, synced)
     rep["throughput"]["trace_flops"] = _trace_flops(root, config.peak_tflops)
-    rep["diagnosis"], rep["diagnosis_why"] = None, None
+    rep["diagnosis"], rep["diagnosis_why"], rep["advice"] = None, None, []
     try:
-        rep["diagnosis"] = diagnosis_of(root, topology)[0].summary()
+        diag, _, advice = diagnosis_of(root, topology, advice=True)
+        rep["diagnosis"], rep["advice"] = diag.summary(), advice.to_pylist()
     except TraceVizError as exc:
         rep["diagnosis_why"] = str(exc)
     return _finite({**rep, "failed": failed})

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 
 from ..analysis.diagnose.diagnosis import Diagnosis
 from ..analysis.diagnose.ledger import PARTS
@@ -92,9 +93,32 @@ def ledger_lines(summary: dict, top: int = 5) -> list[str]:
     return lines
 
 
-def diagnosis_text(diag: Diagnosis) -> str:
-    """``diagnosis.txt``: the short ledger, the notes, and every rank's ledger row."""
-    lines = ["TRACEVIZ DIAGNOSIS", "=" * 80] + ledger_lines(diag.summary(), top=10)
+def advice_lines(advice: pa.Table, top: int = 5) -> list[str]:
+    """The advice, ranked by the saving its what-if predicts."""
+    rows = advice.to_pylist()
+    if not rows:
+        return ["advice: nothing stands out (no straggler, bubble, exposed communication "
+                "or host overhead above the thresholds)"]
+    lines = ["advice (a slow GPU first, then by the predicted saving per iteration):"]
+    for r in rows[:top]:
+        saving = ("saving n/a" if r["saving_ns"] is None else
+                  f"saves {_ms(r['saving_ns'])} ({r['saving_pct']:.1f} %)")
+        lines.append(f"  {r['rank']}. {r['finding']}: {r['action']}; {saving} "
+                     f"[what-if {r['what_if']}]")
+    if len(rows) > top:
+        lines.append(f"  ... {len(rows) - top} more in advice.csv")
+    return lines
+
+
+def diagnosis_text(diag: Diagnosis, advice: pa.Table | None = None) -> str:
+    """``diagnosis.txt``: the advice, the short ledger, the notes, and every rank's
+    ledger row."""
+    lines = ["TRACEVIZ DIAGNOSIS", "=" * 80]
+    if advice is not None:
+        lines += advice_lines(advice, top=advice.num_rows)
+        lines += [f"  evidence for {r['rank']}: {r['evidence']}" for r in advice.to_pylist()]
+        lines.append("")
+    lines += ledger_lines(diag.summary(), top=10)
     if diag.notes:
         lines += ["", "notes:"] + [f"  {n}" for n in diag.notes]
     chain = diag.chain_ranks()

@@ -335,12 +335,29 @@ def _place(places: dict, rank) -> str:
     return esc(", ".join(b for b in bits if b))
 
 
-def _diagnosis(diag: dict | None, why: str | None) -> str:
-    """The first screen: per iteration where the time goes (the ledger's parts, mean
-    over ranks), the largest losses, the stragglers."""
+def _advice(advice: list[dict]) -> str:
+    """The advice as an ordered list: finding, action, predicted saving, evidence."""
+    if not advice:
+        return ("<p>Advice: nothing stands out (no straggler, bubble, exposed "
+                "communication or host overhead above the thresholds).</p>")
+    items = []
+    for r in advice[:5]:
+        saving = ("saving n/a" if r["saving_ns"] is None else
+                  f"saves {duration(r['saving_ns'] / MB)} per iteration "
+                  f"({r['saving_pct']:.1f} %)")
+        items.append(f"<li title='{esc(r['evidence'])}'><b>{esc(r['finding'])}</b>: "
+                     f"{esc(r['action'])}. <i>{esc(saving)}</i> <span class='note'>"
+                     f"(what-if {esc(r['what_if'])}; hover for the evidence)</span></li>")
+    return ("<h3>Advice: what to change (a slow GPU first, then by predicted saving)</h3>"
+            f"<ol class='causes'>{''.join(items)}</ol>")
+
+
+def _diagnosis(diag: dict | None, why: str | None, advice: list[dict] | None = None) -> str:
+    """The first screen: the advice, per iteration where the time goes (the ledger's
+    parts, mean over ranks), the largest losses, the stragglers."""
     if diag is None:
         return f"<p class='note'>n/a: {esc(why or 'no diagnosis')}</p>"
-    out = []
+    out = [_advice(advice or [])]
     for t in diag["totals"]:
         pct = {key: sum(t[f"{p}_pct"] or 0 for p in _parts_of(key, t)) for key, _, _ in
                LEDGER_PARTS}
@@ -366,7 +383,8 @@ def _diagnosis(diag: dict | None, why: str | None) -> str:
                      f"iteration ({c['pct']:.1f} %)" + (f"; mostly {who}" if who else "")
                      + "</li>")
     if items:
-        out.append(f"<h3>Largest losses</h3><ol class='causes'>{''.join(items)}</ol>")
+        out.append(folded("Largest losses, and who waits for whom",
+                          f"<ol class='causes'>{''.join(items)}</ol>"))
     strag = diag["stragglers"]
     if strag:
         out.append("<h3>Stragglers (same kernels, slower GPU)</h3><ul>" + "".join(
@@ -446,7 +464,8 @@ def report_page(title: str, rep: dict, tables: dict[str, pa.Table],
     timeline says ``no_timeline``), and the op model (None: ``no_ops`` says why)."""
     plots = plots or {}
     return page(title, {
-        "diagnosis": _diagnosis(rep.get("diagnosis"), rep.get("diagnosis_why")),
+        "diagnosis": _diagnosis(rep.get("diagnosis"), rep.get("diagnosis_why"),
+                                rep.get("advice")),
         "summary": _summary(rep),
         "timeline": _timeline(plots.get("timeline"), no_timeline),
         "overlap": _overlap(rep, tables["temporal_breakdown"].to_pylist(), overlap_figure),

@@ -3,7 +3,10 @@ Profiler's layout (headings framed by 80 ``=``, 2 decimals, ``END OF REPORT``), 
 sections' numbers computed correctly, and the cross-rank sections added."""
 from __future__ import annotations
 
-from .diagnosis_text import ledger_lines
+import pyarrow as pa
+
+from ..analysis.diagnose.advice import ADVICE_SCHEMA
+from .diagnosis_text import advice_lines, ledger_lines
 
 RULE = "=" * 80
 
@@ -53,6 +56,11 @@ def report_text(rep: dict) -> str:
              "Parallelism:"]
     par = c["parallelism"] or c["config_parallelism"]
     lines += [f"  {k}: {v}" for k, v in par.items()] or ["  unknown (no topology; see NOTES)"]
+
+    _heading(lines, "ADVICE (traceviz diagnose: what to change, the saving re-timed)")
+    lines += (advice_lines(pa.Table.from_pylist(rep["advice"], schema=ADVICE_SCHEMA))
+              if rep.get("diagnosis") is not None else
+              [f"n/a: {rep.get('diagnosis_why') or 'no diagnosis'}"])
 
     _heading(lines, "1. THROUGHPUT")
     m = t["mean"]

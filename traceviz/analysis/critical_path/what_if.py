@@ -7,7 +7,7 @@ Two models, each for what it can answer:
   ``COMM[:GROUP]=F``, ``COMP=F`` (``compute``), ``MEM=F``, ``cpu=F``, ``launch=F``,
   ``kernel:GLOB=F``, ``rank:N=F`` (every own time on rank N);
   ``straggler=fix``: every straggler's compute at its peers' speed (its compute own
-  times x 1 / slowdown, :mod:`..diagnose.stragglers`);
+  times x 1 / slowdown, :mod:`..diagnose.stragglers`); ``straggler:R=fix`` rank R's;
   ``overlap=GROUP`` (``DP``, ``TP``, ``EP``, ...): that group's communication hidden
   behind compute entirely, as Megatron's overlap options aim for (its own times x 0: an
   upper bound of what overlapping saves).
@@ -28,7 +28,10 @@ import numpy as np
 
 from ...errors import TraceVizError, UsageError
 from ...table.schema import GROUPS
-from ..pipeline import PipelineView, resimulated
+from ..diagnose.diagnosis import Diagnosis
+from ..diagnose.waits import JobComm
+from ..microbatches import microbatch_table
+from ..pipeline import PipelineView, pipeline_view, resimulated
 from .job import (
     COMM0,
     COMPUTE,
@@ -43,8 +46,8 @@ from .job import (
 )
 
 _SCALE = re.compile(r"^\s*(?P<what>[^=]+?)\s*=\s*(?P<factor>[0-9.eE+-]+)\s*$")
-_NAMED = re.compile(r"^\s*(?P<what>straggler|overlap|microbatches|vpp)\s*=\s*(?P<value>\S+)\s*$",
-                    re.IGNORECASE)
+_NAMED = re.compile(r"^\s*(?P<what>straggler(?::(?P<rank>\d+))?|overlap|microbatches|vpp)"
+                    r"\s*=\s*(?P<value>\S+)\s*$", re.IGNORECASE)
 PIPELINE_SPECS = ("microbatches", "vpp")
 
 
@@ -78,6 +81,22 @@ class Outcome:
     def change_pct(self) -> float | None:
         return (100.0 * (self.iteration_ns - self.baseline_ns) / self.baseline_ns
                 if self.baseline_ns else None)
+
+
+def context(jc: JobComm, jg: JobGraph, measured: Timing, diag: Diagnosis) -> Context:
+    """What a job's what-ifs need besides its graph: the stragglers of its diagnosis and
+    the views of its complete pipeline groups (stages ordered), from the matched job
+    ``jc`` (its activities on synced clocks)."""
+    stragglers = {r["rank"]: r["slowdown"] for r in diag.stragglers.to_pylist()}
+    views = []
+    if diag.stages_ordered:
+        rows = microbatch_table(jc.acts).to_pylist()
+        have = {r["rank"] for r in rows}
+        vpp = max([int((a.meta.get("classification") or {}).get("vpp") or 1)
+                   for a in jc.acts] or [1])
+        views = [pipeline_view([r for r in rows if r["rank"] in set(g)], g, vpp)
+                 for g in diag.pipelines if len(g) > 1 and set(g) <= have]
+    return Context(jg, measured, stragglers, views)
 
 
 def is_pipeline(spec: str) -> bool:
@@ -134,11 +153,17 @@ def scale_of(ctx: Context, specs: list[str]) -> np.ndarray:
     scale = np.ones(jg.graph.src.size)
     for spec in specs:
         named = _NAMED.match(spec)
-        if named and named["what"].lower() == "straggler":
+        if named and named["what"].lower().startswith("straggler"):
             if named["value"].lower() != "fix":
-                raise UsageError(f"--what-if {spec!r}: expected straggler=fix")
+                raise UsageError(f"--what-if {spec!r}: expected straggler=fix or "
+                                 "straggler:RANK=fix")
+            which = ({int(named["rank"]): ctx.stragglers.get(int(named["rank"]))}
+                     if named["rank"] else ctx.stragglers)
+            if None in which.values():
+                raise UsageError(f"--what-if {spec!r}: rank {named['rank']} is not a "
+                                 "straggler (see stragglers.csv of 'traceviz diagnose')")
             src_rank = jg.graph.node_rank[jg.graph.src]
-            for rank, slowdown in ctx.stragglers.items():
+            for rank, slowdown in which.items():
                 scale[(src_rank == rank) & (jg.category == COMPUTE)] /= slowdown
             continue
         if named and named["what"].lower() == "overlap":

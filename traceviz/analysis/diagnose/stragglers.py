@@ -20,7 +20,9 @@ over all its compared units. A rank is a **straggler** when ``p_value`` <= 0.01 
 has nothing to compare with (null).
 
 **Cost.** ``excess_ns``: the rank's compute time beyond its peers' median per iteration.
-``cost_ns``: the time the job loses to it per iteration, estimated from the iterations'
+``cost_ns``: the time the job loses to it per iteration: where the ranks' CPU tables
+give the job's graph, the re-timed saving of running it at its peers' speed (the
+advice's ``straggler:R=fix``, :mod:`.advice`); else estimated from the iterations'
 chains of waits (:mod:`.diagnosis`): the rank's compute time on the chain x (1 -
 1 / slowdown), what the chain would be shorter if the rank ran at its peers' speed (0 when
 no chain runs through it: the job does not wait for it). ``waited_on_ns``: the exposed
@@ -56,6 +58,14 @@ class PeerSpeed:
     """Every rank's speed against its peers (one row per rank, :data:`SCHEMA`)."""
 
     table: pa.Table
+
+    def with_costs(self, costs: dict[int, int]) -> PeerSpeed:
+        """The table with ``cost_ns`` of the ranks in ``costs`` replaced (a re-timed
+        saving, more exact than the chain's estimate)."""
+        ranks = self.table["rank"].to_pylist()
+        cost = [costs.get(r, c) for r, c in zip(ranks, self.table["cost_ns"].to_pylist())]
+        at = self.table.schema.get_field_index("cost_ns")
+        return PeerSpeed(self.table.set_column(at, "cost_ns", pa.array(cost, pa.int64())))
 
     def stragglers(self) -> pa.Table:
         """The stragglers, the worst (largest ``cost_ns``, then ``excess_ns``) first."""
