@@ -28,10 +28,8 @@ from ..analysis.critical_path.tables import (
     rank_path_table,
 )
 from ..analysis.diagnose.diagnosis import diagnosis_of
-from ..analysis.diagnose.waits import job_comm
+from ..analysis.diagnose.waits import JobComm, job_comm
 from ..analysis.host_device import SYNC, rank_events
-from ..analysis.microbatches import microbatch_table
-from ..analysis.pipeline import pipeline_view
 from ..errors import TraceVizError, UsageError
 from ..ingest.tables import load_with_cpu, one_rank_with_cpu, tables_folder
 from ..render.critical_path_figure import draw

@@ -1,9 +1,9 @@
 """``traceviz demo``: synthesize a small Megatron-like job and run every analysis on it.
 
 The job (tp2 pp4 dp2, 8 micro-batches, clocks skewed per node, the GPU of rank 5 1.3x
-slower than the others, the host synchronizing as Megatron's defaults do) is written to ``OUTDIR/job``, its tables (and the aggregate
-outputs) to ``OUTDIR/tables``; the other analyses write beside them. Nothing is read
-from the network.
+slower than the others, the host synchronizing as Megatron's defaults do) is written to
+``OUTDIR/job``, its tables (and the aggregate outputs) to ``OUTDIR/tables``; the other
+analyses write beside them. Nothing is read from the network.
 """
 from __future__ import annotations
 
