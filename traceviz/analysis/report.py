@@ -52,8 +52,10 @@ class _RankCalls:
 
     def __init__(self, summaries: list[RankSummary]) -> None:
         cs = [s.calls for s in summaries]
-        cat = (lambda f: np.concatenate([getattr(c, f) for c in cs]) if cs
-               else np.zeros(0, np.int64))
+
+        def cat(f: str) -> np.ndarray:
+            return np.concatenate([getattr(c, f) for c in cs]) if cs else np.zeros(0, np.int64)
+
         self.rank = np.concatenate([np.full(len(c), c.rank) for c in cs]) if cs \
             else np.zeros(0, np.int64)
         self.collective, self.comm_group = cat("collective"), cat("comm_group")
