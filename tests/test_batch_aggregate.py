@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 
 import pyarrow.parquet as pq
 import pytest
@@ -192,3 +193,30 @@ def test_dask_local_cluster_gives_identical_tables(tmp_path):
     for p in sorted((tmp_path / "local").rglob("rank_*.parquet")):
         q = tmp_path / "dask" / p.relative_to(tmp_path / "local")
         assert pq.read_table(p).equals(pq.read_table(q)), p.name
+
+
+def test_cached_tables_belong_to_their_job(tmp_path):
+    """Tables in ./traceviz-out/<folder name> are keyed by the job's full path and each
+    trace's size and time: another job of the same folder name is parsed for itself and
+    its analyses see its own ranks only; a trace replaced by another copied with an
+    older time kept is parsed again."""
+    import shutil
+
+    from traceviz.commands import diagnose
+
+    a = synthesize(SynthConfig(tp=2, pp=4, dp=2, microbatches=2, layers=4, seed=1),
+                   tmp_path / "a" / "job")
+    b = synthesize(SynthConfig(tp=2, pp=2, dp=2, microbatches=2, layers=4, seed=2),
+                   tmp_path / "b" / "job")
+    assert CliRunner().invoke(main, ["batch", str(a), "-q"]).exit_code == 0
+    assert len(diagnose.run(a).data["diagnosis"].ranks) == 16
+    # the same folder name, another job: its 8 ranks, not 16
+    assert diagnose.run(b).data["diagnosis"].ranks == list(range(8))
+    # a trace replaced by another with an older modification time kept (cp -p, rsync -a)
+    trace = next((b / "iteration_10").glob("rank_0001_*"))
+    other = next((a / "iteration_10").glob("rank_0001_*"))
+    old = trace.stat().st_mtime - 3600
+    shutil.copyfile(other, trace)
+    os.utime(trace, (old, old))
+    again = CliRunner().invoke(main, ["batch", str(b), "-q"])
+    assert "1 parsed, 7 up to date" in again.output, again.output

@@ -141,9 +141,9 @@ def test_retime_with_unit_factors_reproduces_the_measured_times(slow_job):
     from traceviz.analysis.diagnose.waits import job_comm
     from traceviz.ingest.tables import load_with_cpu, tables_folder
     tables = load_with_cpu(tables_folder(slow_job, cpu=True))
-    jc = job_comm({traceviz_rank(gpu): gpu for gpu, _ in tables})
+    jc = job_comm({r: gpu for r, gpu, _ in tables})
     ranks, infos = [], []
-    for gpu, cpu in tables:
+    for _, gpu, cpu in tables:
         ev = rank_events(gpu, cpu)
         ranks.append(R.build(ev, R.window(ev, "ProfilerStep", 0)))
         infos.append(J.kernel_info(gpu, J.call_rows(jc, ev.rank, gpu.num_rows)))
@@ -152,12 +152,6 @@ def test_retime_with_unit_factors_reproduces_the_measured_times(slow_job):
     again = J.retime(jg, t, jg.own)
     assert (t.binding >= 0).sum() > 0.9 * jg.graph.n_nodes - len(ranks) * 50
     assert np.array_equal(again.ts, t.ts)
-
-
-def traceviz_rank(table) -> int:
-    from traceviz.table.schema import metadata
-
-    return int(metadata(table)["rank"])
 
 
 def test_bad_what_if_is_a_usage_error(slow_job):

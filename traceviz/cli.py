@@ -697,16 +697,20 @@ def _run_overrides(global_batch_size, seq_len, flops_per_token, params, model, p
 @click.option("-o", "--output", "outdir",
               help="Folder for the tables and diagnosis.txt [default: "
                    "traceviz-out/<job>/diagnose].")
-def diagnose(root, topology_file, outdir) -> None:
+@click.option("--advice/--no-advice", default=True, show_default=True,
+              help="End with advice, each saving predicted by re-timing the job's graph "
+                   "(parses the ranks' CPU tables).")
+def diagnose(root, topology_file, outdir, advice) -> None:
     """Who waits for whom in one profiled iteration's ranks: every communication kernel
     split into wait (for the last member of its call, on synced clocks) and transfer,
     each rank's time ledger (compute, exposed transfer per group, pipeline bubble,
     waiting for a rank, gradient sync, CPU bound, idle: parts that add up to the
-    iteration), and the stragglers (ranks slower than their peers on the same kernels).
+    iteration), the stragglers (ranks slower than their peers on the same kernels), and
+    advice: what to change, ranked by the saving a what-if predicts.
 
     \b
     Writes comm_calls, ledger, ledger_waits, ledger_totals, stragglers, peer_speed,
-    wait_chain (.csv and .parquet) and diagnosis.txt.
+    wait_chain, advice (.csv and .parquet) and diagnosis.txt.
 
     \b
     Examples:
@@ -715,13 +719,13 @@ def diagnose(root, topology_file, outdir) -> None:
     """
     from .commands import diagnose as command
 
-    result = command.run(root, topology=topology_file)
+    result = command.run(root, topology=topology_file, advice=advice)
     outdir = outdir or command_output("diagnose", root)
     _write(result, outdir)
     _echo_all(result.lines)
     _echo_all([f"note: {n}" for n in result.notes], err=True)
-    click.echo(f"wrote comm_calls, ledger, stragglers (.csv, .parquet) and diagnosis.txt "
-               f"to {outdir}", err=True)
+    click.echo(f"wrote comm_calls, ledger, stragglers, advice (.csv, .parquet) and "
+               f"diagnosis.txt to {outdir}", err=True)
     _left_out(result.failed)
 
 

@@ -169,12 +169,12 @@ def job_path(folder: Path, notes: list[str], ann: str | None = None, inst: int =
     tables = load_with_cpu(folder)
     # every communication kernel matched into its call (process group + Seq; sends and
     # receives by their peers), and the clocks synced on the collectives' ends
-    jc = job_comm({int(metadata(gpu).get("rank", -1)): gpu for gpu, _ in tables})
+    jc = job_comm({r: gpu for r, gpu, _ in tables})
     ranks, infos, phases, stages = [], [], [], {}
-    for gpu, cpu in tables:
-        r = int(metadata(gpu).get("rank", -1))
+    for r, gpu, cpu in tables:
         stages[r] = (metadata(gpu).get("classification") or {}).get("stage")
         ev = rank_events(gpu, cpu)
+        ev.rank = r  # numbered as every command numbers a table that states no rank
         try:
             w = _window(ev, ann, inst, notes, exact)
         except TraceVizError as e:

@@ -31,7 +31,8 @@ def _pct(x: float | None) -> str:
 
 def _ranks(path: Path, rank: int | None) -> list[tuple[pa.Table, pa.Table]]:
     one = one_rank_with_cpu(path, rank)
-    return [one] if one else load_with_cpu(tables_folder(path, cpu=True))
+    return [one] if one else [(g, c) for _, g, c in load_with_cpu(tables_folder(path,
+                                                                               cpu=True))]
 
 
 def run(path: str | os.PathLike, *, rank: int | None = None,

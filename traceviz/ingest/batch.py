@@ -108,8 +108,10 @@ def plan(root: str | os.PathLike, outdir: str | os.PathLike | None = None,
         up_to_date = dest.exists() and dest.stat().st_mtime >= t.path.stat().st_mtime
         if cpu and not Path(cpu_path(str(dest))).exists():
             up_to_date = False
-        if up_to_date and ((options is not None and _parsed_with(dest) != options)
-                           or not _parsed_from(dest, t.path)):
+        if dest.exists() and not _parsed_from(dest, t.path):
+            up_to_date = False  # another trace now sits at its path (even an older one)
+            stale.add(task.trace)
+        if up_to_date and options is not None and _parsed_with(dest) != options:
             up_to_date = False
             stale.add(task.trace)
         (fresh if up_to_date and not force else todo).append(task)
@@ -117,16 +119,23 @@ def plan(root: str | os.PathLike, outdir: str | os.PathLike | None = None,
 
 
 def _parsed_from(table: Path, trace: Path) -> bool:
-    """Whether ``table`` was parsed from ``trace`` (another job's trace of the same
-    name, or a trace moved since, makes it stale)."""
+    """Whether ``table`` was parsed from ``trace`` as it is now: the same file (another
+    job's trace of the same name, or a trace moved since, makes it stale), of the same
+    size and modification time as when it was parsed (a trace replaced by another, even
+    one copied with an older time kept, makes it stale)."""
     try:
-        source = file_metadata(table).get("source")
+        meta = file_metadata(table)
     except (OSError, ValueError):
         return False
+    source, stat = meta.get("source"), meta.get("source_stat")
     try:
-        return bool(source) and os.path.samefile(source, trace)
+        if not (source and os.path.samefile(source, trace)):
+            return False
+        now = trace.stat()
     except OSError:
         return False
+    return not isinstance(stat, dict) or (stat.get("size") == now.st_size
+                                          and stat.get("mtime_ns") == now.st_mtime_ns)
 
 
 def _parsed_with(table: Path) -> dict | None:
@@ -379,7 +388,7 @@ def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
                               "traceviz version")
     outcomes.sort(key=lambda o: (o.rank, o.trace))
     with atomic_path(output_root(root, outdir) / SUMMARY) as tmp, open(tmp, "w") as fh:
-        json.dump({"root": str(root), "topology": args[1],
+        json.dump({"root": str(Path(root).resolve()), "topology": args[1],
                    "outcomes": [asdict(o) for o in outcomes]}, fh, indent=1)
     return outcomes
 
@@ -391,6 +400,22 @@ def _earlier_outcomes(out: Path) -> dict[str, dict]:
         return {o["trace"]: o for o in doc["outcomes"] if isinstance(o, dict) and "trace" in o}
     except (OSError, ValueError, KeyError, TypeError):
         return {}
+
+
+def job_root(folder: Path) -> Path | None:
+    """The job (its traces' folder or trace, resolved) the last batch into ``folder`` (its
+    ``batch_summary.json`` in ``folder`` or up to three parents) parsed; None: none."""
+    folder = Path(folder).resolve()
+    for parent in (folder, *list(folder.parents)[:3]):
+        try:
+            doc = json.loads((parent / SUMMARY).read_text())
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError):
+            return None
+        root = doc.get("root") if isinstance(doc, dict) else None
+        return Path(root).resolve() if isinstance(root, str) else None
+    return None
 
 
 def failures_of(folder: Path) -> list[str]:

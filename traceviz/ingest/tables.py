@@ -23,7 +23,8 @@ def input_files(paths: list[str | os.PathLike]) -> list[Path]:
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            parquet = sorted(x for x in p.rglob("*.parquet") if is_activity_table(x))
+            parquet = of_this_job(sorted(x for x in p.rglob("*.parquet")
+                                         if is_activity_table(x)), p)
             out += parquet or [t.path for t in find_traces(p)]
         elif p.exists():
             out.append(p)
@@ -32,6 +33,37 @@ def input_files(paths: list[str | os.PathLike]) -> list[Path]:
     if not out:
         raise TraceVizError("; ".join(no_traces_message(p) for p in paths))
     return out
+
+
+def of_this_job(tables: list[Path], folder: Path) -> list[Path]:
+    """``tables`` but those another job left in ``folder``: where a batch wrote the
+    folder (its ``batch_summary.json`` there or in a parent), a table parsed from a trace
+    outside that batch's job folder belongs to another job of the same folder name (an
+    earlier batch into the same output), and is left out."""
+    from .batch import job_root
+
+    root = job_root(folder)
+    if root is None:
+        return tables
+    keep = []
+    for t in tables:
+        try:
+            source = file_metadata(t).get("source")
+        except (OSError, ValueError):
+            keep.append(t)  # unreadable: its loader says why
+            continue
+        if not source or not os.path.isabs(source) or _under(Path(source), root):
+            keep.append(t)
+    return keep
+
+
+def _under(path: Path, root: Path) -> bool:
+    """Whether ``path`` is ``root`` or inside it (both resolved)."""
+    try:
+        path = path.resolve()
+    except OSError:
+        return False
+    return path == root or path.is_relative_to(root)
 
 
 def one_folder(files: list[Path], root: Path) -> list[Path]:
@@ -239,19 +271,23 @@ def has_cpu_tables(folder: Path) -> bool:
     return bool(tables) and all(Path(cpu_path(str(p))).exists() for p in tables)
 
 
-def load_with_cpu(folder: Path) -> list[tuple[pa.Table, pa.Table]]:
-    """(GPU activity table, CPU table) of every rank table of ``folder``; a one-line
-    error when a CPU table is missing."""
+def load_with_cpu(folder: Path) -> list[tuple[int, pa.Table, pa.Table]]:
+    """(rank, GPU activity table, CPU table) of every rank table of ``folder`` (the rank
+    as :func:`rank_tables` numbers it); a one-line error when a CPU table is missing."""
     from .outputs import cpu_path
 
     out = []
-    for p in input_files([folder]):
+    for k, p in enumerate(input_files([folder])):
         sibling = Path(cpu_path(str(p)))
         if not sibling.exists():
             raise TraceVizError(f"{p}: no CPU table next to it; parse the job again with "
                                 "CPU tables ('traceviz ops' or 'critical-path' on its traces "
                                 "does)")
-        out.append((read_table(p), read_table(sibling)))
+        gpu = read_table(p)
+        out.append((rank_of(gpu, p, k), gpu, read_table(sibling)))
+    ranks = [r for r, _, _ in out]
+    if len(set(ranks)) < len(ranks):
+        raise TraceVizError(f"{folder}: two tables claim one rank; keep one table per rank")
     return out
 
 

@@ -2,6 +2,8 @@
 parquet metadata (see :mod:`traceviz.table.schema`), and thread numbers."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .._version import __version__
@@ -40,6 +42,9 @@ def trace_metadata(scanned: ScannedTrace, rank: int, rank_source: str, join_stat
         "schema_version": SCHEMA_VERSION,
         "traceviz_version": __version__,
         "source": scanned.source,
+        # the source file as parsed: a later trace at the same path is another trace
+        # even where its time is older (copied with its time kept)
+        "source_stat": _stat(scanned.source),
         "compression": scanned.compression,
         "rank": rank,
         "rank_source": rank_source,
@@ -53,3 +58,12 @@ def trace_metadata(scanned: ScannedTrace, rank: int, rank_source: str, join_stat
         "threads": threads,
         "stats": stats,
     }
+
+
+def _stat(source: str) -> dict | None:
+    """Size and modification time (ns) of the source file (None: not a file, stdin)."""
+    try:
+        st = os.stat(source)
+    except (OSError, ValueError, TypeError):
+        return None
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}

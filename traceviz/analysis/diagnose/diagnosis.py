@@ -164,8 +164,8 @@ def diagnosis_of(jc: JobComm, pipelines: list[list[int]] | None = None) -> Diagn
     pipes = Pipelines.of(groups, max(ranks) + 1 if ranks else 0)
     ledgers = [rank_ledger(a, pipes) for a in acts]
     ledger, waits = ledger_tables(ledgers)
-    stage = ({r: int(pipes.stage[r]) for r in ranks if pipes.stage[r] >= 0} if ordered
-             else {}) or {
+    stage = ({r: int(pipes.stage[r]) for r in ranks
+              if 0 <= r < pipes.stage.size and pipes.stage[r] >= 0} if ordered else {}) or {
         a.rank: int(st) for a in acts
         if (st := (a.meta.get("classification") or {}).get("stage")) is not None
         and int((a.meta.get("classification") or {}).get("pp") or 1) > 1}
