@@ -27,9 +27,11 @@ from ..analysis.critical_path.tables import (
     phases_of,
     rank_path_table,
 )
-from ..analysis.diagnose.diagnosis import diagnosis_of
+from ..analysis.diagnose.diagnosis import Diagnosis, diagnosis_of
 from ..analysis.diagnose.waits import JobComm, job_comm
 from ..analysis.host_device import SYNC, rank_events
+from ..analysis.microbatches import microbatch_table
+from ..analysis.pipeline import pipeline_view
 from ..errors import TraceVizError, UsageError
 from ..ingest.tables import load_with_cpu, one_rank_with_cpu, tables_folder
 from ..render.critical_path_figure import draw
@@ -245,10 +247,27 @@ def _job(folder: Path, ann: str | None, inst: int, what_if: list[str], clock_syn
                           "tracks": _tracks(table, "category", ("edge", "own_ns", "wait_ns",
                                                                 "slack_ns", "category"))})
     if what_if:
-        _what_if(result, W.context(jp.jc, jg, t, diagnosis_of(jp.jc)), what_if)
+        _what_if(result, what_if_context(jp.jc, jg, t, diagnosis_of(jp.jc)), what_if)
     result.figures["critical_path.png"] = Figure(draw, _segments(g, edges, ranks,
                                                                           jg.node_base), lines[0])
     return result
+
+
+def what_if_context(jc: JobComm, jg: J.JobGraph, measured: J.Timing, diag: Diagnosis
+                    ) -> W.Context:
+    """What a job's what-ifs need besides its graph: the stragglers of its diagnosis and
+    the views of its complete pipeline groups (stages ordered), from the matched job
+    ``jc`` (its activities on synced clocks)."""
+    stragglers = {r["rank"]: r["slowdown"] for r in diag.stragglers.to_pylist()}
+    views = []
+    if diag.stages_ordered:
+        rows = microbatch_table(jc.acts).to_pylist()
+        have = {r["rank"] for r in rows}
+        vpp = max([int((a.meta.get("classification") or {}).get("vpp") or 1)
+                   for a in jc.acts] or [1])
+        views = [pipeline_view([r for r in rows if r["rank"] in set(g)], g, vpp)
+                 for g in diag.pipelines if len(g) > 1 and set(g) <= have]
+    return W.Context(jg, measured, stragglers, views)
 
 
 def _what_if(result: Result, ctx: W.Context, specs: list[str]) -> None:

@@ -14,7 +14,6 @@ import pyarrow as pa
 
 from ..analysis.activities import COLUMNS as ACTIVITY_COLUMNS
 from ..analysis.calls import COLUMNS as CALL_COLUMNS
-from ..analysis.critical_path import what_if as W
 from ..analysis.diagnose.advice import advise
 from ..analysis.diagnose.diagnosis import Diagnosis, diagnose
 from ..analysis.diagnose.diagnosis import diagnosis_of as diagnose_comm
@@ -29,7 +28,7 @@ from ..ingest.tables import (
 )
 from ..ingest.topology import job_layout
 from ..render.diagnosis_text import advice_lines, diagnosis_text, ledger_lines
-from .critical_path import job_path
+from .critical_path import job_path, what_if_context
 from .result import Result
 
 COLUMNS = tuple(dict.fromkeys(ACTIVITY_COLUMNS + CALL_COLUMNS + META_COLUMNS))
@@ -65,7 +64,7 @@ def diagnosis_of(root: str | os.PathLike, topology: str | os.PathLike | None = N
             notes: list[str] = []
             jp = job_path(cpu_folder, notes)
             diag = diagnose_comm(jp.jc, _pipelines(root, folder, topology, jp.jc.acts))
-            ctx = W.context(jp.jc, jp.jg, jp.measured, diag)
+            ctx = what_if_context(jp.jc, jp.jg, jp.measured, diag)
             diag.notes += [n for n in notes if n not in diag.notes]
             adv = advise(diag, ctx)
             # the stragglers' cost: the re-timed saving of fixing each

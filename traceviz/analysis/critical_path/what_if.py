@@ -28,10 +28,7 @@ import numpy as np
 
 from ...errors import TraceVizError, UsageError
 from ...table.schema import GROUPS
-from ..diagnose.diagnosis import Diagnosis
-from ..diagnose.waits import JobComm
-from ..microbatches import microbatch_table
-from ..pipeline import PipelineView, pipeline_view, resimulated
+from ..pipeline import PipelineView, resimulated
 from .job import (
     COMM0,
     COMPUTE,
@@ -81,22 +78,6 @@ class Outcome:
     def change_pct(self) -> float | None:
         return (100.0 * (self.iteration_ns - self.baseline_ns) / self.baseline_ns
                 if self.baseline_ns else None)
-
-
-def context(jc: JobComm, jg: JobGraph, measured: Timing, diag: Diagnosis) -> Context:
-    """What a job's what-ifs need besides its graph: the stragglers of its diagnosis and
-    the views of its complete pipeline groups (stages ordered), from the matched job
-    ``jc`` (its activities on synced clocks)."""
-    stragglers = {r["rank"]: r["slowdown"] for r in diag.stragglers.to_pylist()}
-    views = []
-    if diag.stages_ordered:
-        rows = microbatch_table(jc.acts).to_pylist()
-        have = {r["rank"] for r in rows}
-        vpp = max([int((a.meta.get("classification") or {}).get("vpp") or 1)
-                   for a in jc.acts] or [1])
-        views = [pipeline_view([r for r in rows if r["rank"] in set(g)], g, vpp)
-                 for g in diag.pipelines if len(g) > 1 and set(g) <= have]
-    return Context(jg, measured, stragglers, views)
 
 
 def is_pipeline(spec: str) -> bool:
