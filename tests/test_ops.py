@@ -194,3 +194,119 @@ def test_per_microbatch_totals_equal_the_truth(job):
     for r in table:  # the group's throughput is over the calls that have FLOPs
         if r["flops"]:
             assert r["tflops"] == pytest.approx(r["pct_peak_flops"] * 989.5 / 100, rel=1e-6)
+
+
+def _attention_trace(path, ops: list[tuple]) -> None:
+    """A trace of nested operator calls ``(name, ts, dur, dims, concrete, kernel)`` (µs;
+    ``kernel``: the name of a kernel the call launches itself, or None), with their
+    launches and kernels as PyTorch's profiler writes them."""
+    events = []
+    for i, (name, ts, dur, dims, concrete, kernel) in enumerate(ops):
+        types = ["c10::BFloat16" if d else "Scalar" for d in dims]
+        events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 2,
+                       "ts": ts, "dur": dur,
+                       "args": {"Input Dims": dims, "Input type": types,
+                                "Concrete Inputs": concrete}})
+        if kernel:
+            events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
+                           "pid": 1, "tid": 2, "ts": ts + 1, "dur": 1,
+                           "args": {"correlation": i + 1}})
+            events.append({"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": 7,
+                           "ts": 1000 + 100 * i, "dur": 50,
+                           "args": {"correlation": i + 1, "stream": 7, "device": 0}})
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+
+
+def test_attention_causal_flags_at_their_schema_positions_counted_once(tmp_path):
+    """Each attention op's causal argument sits where PyTorch's native_functions.yaml
+    puts it (the Concrete Inputs of ``_flash_attention_forward`` hold ``max_q`` /
+    ``max_k`` at 5 / 6 and ``is_causal`` at 8); SDPA's wrappers around the kernel-level op
+    are not counted again, and a kernel a wrapper launches itself is named as not
+    modelled."""
+    b, s, h, d = 2, 1024, 16, 64
+    bhsd, bshd = [b, h, s, d], [b, s, h, d]
+    full = 2.0 * b * h * s * s * 2 * d  # non-causal forward FLOPs, hand-computed
+    sdpa = [bhsd] * 3 + [[]] * 5
+    flash = [bshd] * 3 + [[]] * 12
+    flash_concrete = ["", "", "", "", "", str(s), str(s), "0.", "True", "False", "0.125"]
+    eff = [bshd] * 3 + [[]] * 11
+    eff_concrete = ["", "", "", "", "", "", str(s), str(s), "0.", "1", "True", "0.125"]
+    cudnn_bwd = [bhsd] * 5 + [[b, h, s]] + [[]] * 10
+    cudnn_concrete = [""] * 9 + ["", "", str(s), str(s), "0.", "True", "0.125"]
+    _attention_trace(tmp_path / "t.json", [
+        ("aten::scaled_dot_product_attention", 0, 100, sdpa,
+         ["", "", "", "", "0.", "True", "0.125", "False"], "transpose_kernel"),
+        ("aten::_scaled_dot_product_flash_attention", 10, 80, sdpa[:7],
+         ["", "", "", "0.", "True", "False", "0.125"], None),
+        ("aten::_flash_attention_forward", 20, 60, flash, flash_concrete,
+         "flash_fwd_kernel"),
+        ("aten::_efficient_attention_forward", 200, 50, eff, eff_concrete,
+         "fmha_cutlassF_kernel"),
+        ("aten::_efficient_attention_forward", 300, 50, eff,
+         eff_concrete[:9] + ["0"] + eff_concrete[10:], "fmha_cutlassF_kernel"),
+        ("aten::_scaled_dot_product_cudnn_attention_backward", 400, 50, cudnn_bwd,
+         cudnn_concrete, "cudnn_bwd_kernel"),
+    ])
+    result = command.run(tmp_path / "t.json")
+    calls = result.data["calls"].to_pylist()
+    got = [(c["op"], c["flops"]) for c in calls]
+    assert got == [("aten::_flash_attention_forward", full / 2),
+                   ("aten::_efficient_attention_forward", full / 2),  # mask type 1
+                   ("aten::_efficient_attention_forward", full),  # mask type 0: none
+                   ("aten::_scaled_dot_product_cudnn_attention_backward", 2.5 * full / 2)]
+    assert sum(c["flops"] for c in calls) == pytest.approx(full * (0.5 + 0.5 + 1 + 1.25))
+    free = {(r["op"], r["why"]): r for r in result.tables["ops_not_modelled"].to_pylist()}
+    assert ("aten::scaled_dot_product_attention", "no modelled operator") in free
+
+
+@pytest.mark.parametrize("path", ["tracelens/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+                                  "tracelens/torch_compile_triton/trace.json.gz"])
+def test_flash_attention_flops_on_real_traces(path):
+    """A real causal (Qwen on MI300) and non-causal (torch.compile) flash attention:
+    FLOPs recomputed from each raw event's shapes and ``is_causal`` (input 8 of
+    ``_flash_attention_forward``), each call once (not again for the SDPA wrappers)."""
+    trace = shared(path)
+    events = events_of(load(read_bytes(trace)))
+    calls = [c for c in command.run(trace).data["calls"].to_pylist()
+             if c["family"] == "attention"]
+    raw = [e for e in events if e.get("name") == "aten::_flash_attention_forward"]
+    assert len(calls) == len(raw) > 0
+    causal = set()
+    for c in calls:
+        ev = events[c["event_index"]]
+        assert ev["name"] == "aten::_flash_attention_forward"
+        (b, s, h, d), (_, sk, _, _), (_, _, _, dv) = ev["args"]["Input Dims"][:3]
+        flag = ev["args"]["Concrete Inputs"][8]
+        causal.add(flag)
+        want = 2.0 * b * h * s * sk * (d + dv) / (2 if flag == "True" else 1)
+        assert c["flops"] == want
+    assert causal == ({"True"} if "Qwen" in path else {"False"})
+
+
+ITEMSIZE = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8,
+            "long": 8, "int": 4, "bool": 1}
+
+
+@pytest.mark.parametrize("path", ["hta/negative_queue_length_values_check/rank0.json.gz",
+                                  "hta/trace_diff/test/test.json.gz",
+                                  "tracelens/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+                                  "tracelens/b200/eager_trace.json.gz"])
+def test_copy_and_fill_bytes_are_read_plus_written_once(path):
+    """``copy_(dst, src)`` reads its source and writes its destination (each in its own
+    dtype); ``fill_`` / ``zero_`` only write: bytes recomputed from the raw events."""
+    trace = shared(path)
+    events = events_of(load(read_bytes(trace)))
+    checked = 0
+    for c in command.run(trace).data["calls"].to_pylist():
+        if c["op"] not in ("aten::copy_", "aten::fill_", "aten::zero_"):
+            continue
+        args = events[c["event_index"]]["args"]
+        dims, types = args["Input Dims"], args["Input type"]
+        if not dims[0] or types[0] not in ITEMSIZE:
+            continue
+        want = math.prod(dims[0]) * ITEMSIZE[types[0]]
+        if c["op"] == "aten::copy_" and dims[1]:
+            want += math.prod(dims[1]) * ITEMSIZE[types[1]]
+        assert c["bytes"] == want, (c["op"], dims, types)
+        checked += 1
+    assert checked > 0

@@ -12,7 +12,8 @@ Families and formulas (``e``: bytes per element of the operand's dtype):
   A[M,K] x B[K,N] with groups along K -> 2MKN;
 - ``attention``: ``aten::_scaled_dot_product_{flash,efficient,cudnn}_attention`` and
   ``aten::scaled_dot_product_attention`` (q[B,H,S,D], k[B,H,Sk,D], v[B,H,Sk,Dv]): 2BHS Sk
-  (D + Dv), halved when causal (``is_causal`` in Concrete Inputs); their ``_backward``:
+  (D + Dv), halved when causal (the op's ``is_causal`` / ``causal`` in Concrete Inputs at
+  its schema's position, the memory-efficient ops' ``custom_mask_type`` != 0); ``_backward``:
   2.5x that (flash backward recomputes Q K^T: five matmuls for the forward's two);
   flash-attn's ``flash_attn::_flash_attn_forward`` / ``_backward`` (q[B,S,H,D]) alike;
   bytes: q, k, v and the output (forward) / their gradients too (backward);
@@ -21,7 +22,9 @@ Families and formulas (``e``: bytes per element of the operand's dtype):
   ``aten::convolution_backward``: twice that (input and weight gradients);
 - ``elementwise`` / ``norm`` / ``softmax`` (a list of aten names): bytes only, every
   tensor input read once and an output the size of the largest input written; FLOPs
-  unknown (None).
+  unknown (None). ``copy_`` / ``fill_`` / ``zero_`` overwrite their first input: it is
+  written once and not read (``copy_``: source read + destination written, each in its
+  own dtype; ``fill_``: the destination written).
 
 Anything else is not modelled (``family`` None). Shapes that do not fit the formula
 (missing dims, wrong rank) give None: unknown is never 0. ``dtype`` is the data type
@@ -41,31 +44,56 @@ ELEMENT = {"float": (4, "fp32"), "double": (8, "fp64"), "c10::Half": (2, "bf16")
            "c10::BFloat16": (2, "bf16"), "Half": (2, "bf16"), "BFloat16": (2, "bf16"),
            "c10::Float8_e4m3fn": (1, "fp8"), "c10::Float8_e5m2": (1, "fp8"),
            "c10::Float8_e4m3fnuz": (1, "fp8"), "c10::Float8_e5m2fnuz": (1, "fp8"),
-           "long int": (8, None), "int": (4, None), "bool": (1, None),
+           "long int": (8, None), "long": (8, None), "int": (4, None), "bool": (1, None),
            "unsigned char": (1, None), "signed char": (1, None), "short int": (2, None),
            "c10::complex<float>": (8, "fp32")}
 
 GEMM = {"aten::mm", "aten::addmm", "aten::_addmm_activation", "aten::bmm", "aten::baddbmm",
         "aten::matmul", "aten::linear", "aten::_scaled_mm", "aten::_grouped_mm"}
-# attention ops: (index of q in the inputs, index of is_causal in Concrete Inputs or
-# None, layout of q: "bhsd" / "bshd", backward)
+# attention ops: (index of q in the inputs, index of the causal flag in Concrete Inputs,
+# layout of q: "bhsd" / "bshd", backward). Indices are the ops' schemas in PyTorch's
+# native_functions.yaml (flash-attn's own for ``flash_attn::``); the memory-efficient
+# kernels take an int ``custom_mask_type`` (0 none, 1 / 2 causal) where the others take
+# a bool ``is_causal`` / ``causal`` (see MASK_TYPE).
 ATTENTION = {
+    # (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     "aten::scaled_dot_product_attention": (0, 5, "bhsd", False),
+    # (query, key, value, dropout_p, is_causal, return_debug_mask, scale)
     "aten::_scaled_dot_product_flash_attention": (0, 4, "bhsd", False),
+    # (query, key, value, attn_bias, compute_log_sumexp, dropout_p, is_causal, scale)
     "aten::_scaled_dot_product_efficient_attention": (0, 6, "bhsd", False),
+    # (query, key, value, attn_bias, compute_log_sumexp, dropout_p, is_causal, ...)
     "aten::_scaled_dot_product_cudnn_attention": (0, 6, "bhsd", False),
+    # (grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k,
+    #  dropout_p, is_causal, ...)
     "aten::_scaled_dot_product_flash_attention_backward": (1, 11, "bhsd", True),
+    # (grad_out, query, key, value, attn_bias, out, logsumexp, philox_seed,
+    #  philox_offset, dropout_p, grad_input_mask, is_causal, scale)
     "aten::_scaled_dot_product_efficient_attention_backward": (1, 11, "bhsd", True),
-    "aten::_scaled_dot_product_cudnn_attention_backward": (1, 11, "bhsd", True),
-    "aten::_flash_attention_forward": (0, 6, "bshd", False),
-    "aten::_flash_attention_backward": (1, 10, "bshd", True),
-    "aten::_efficient_attention_forward": (0, 8, "bshd", False),
-    "aten::_efficient_attention_backward": (1, 11, "bshd", True),
+    # (grad_out, query, key, value, out, logsumexp, philox_seed, philox_offset,
+    #  attn_bias, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, scale)
+    "aten::_scaled_dot_product_cudnn_attention_backward": (1, 14, "bhsd", True),
+    # (query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, ...)
+    "aten::_flash_attention_forward": (0, 8, "bshd", False),
+    # (grad_out, query, key, value, out, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k,
+    #  dropout_p, is_causal, ...)
+    "aten::_flash_attention_backward": (1, 11, "bshd", True),
+    # (query, key, value, bias, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+    #  dropout_p, custom_mask_type, ...)
+    "aten::_efficient_attention_forward": (0, 9, "bshd", False),
+    # (grad_out, query, key, value, bias, out, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+    #  max_seqlen_k, logsumexp, dropout_p, philox_seed, philox_offset, custom_mask_type, ...)
+    "aten::_efficient_attention_backward": (1, 14, "bshd", True),
+    # flash-attn 2: (q, k, v, dropout_p, softmax_scale, causal, ...)
     "flash_attn::_flash_attn_forward": (0, 5, "bshd", False),
     "FlashAttnFunc": (0, 5, "bshd", False),  # flash-attn's autograd function
     "aiter::_flash_attn_forward": (0, 5, "bshd", False),  # ROCm's flash-attn port
+    # (dout, q, k, v, out, softmax_lse, dq, dk, dv, dropout_p, softmax_scale, causal, ...)
     "flash_attn::_flash_attn_backward": (1, 11, "bshd", True),
 }
+MASK_TYPE = {"aten::_efficient_attention_forward", "aten::_efficient_attention_backward"}
+# in-place ops that overwrite their first input without reading it
+OVERWRITE = {"aten::copy_", "aten::fill_", "aten::zero_"}
 CONV = {"aten::convolution", "aten::_convolution", "aten::convolution_backward"}
 ELEMENTWISE = re.compile(
     r"^aten::(add|sub|mul|div|neg|abs|exp|log|sqrt|rsqrt|pow|clamp|where|maximum|minimum|"
@@ -168,6 +196,10 @@ def model(name: str, dims_text: str | None, types_text: str | None,
         return Model(fam, None, None, dtype)
     if e is None or out is None:
         return Model(fam, flops, None, dtype)
+    if name in OVERWRITE and tensors and tensors[0] == 0:
+        # the destination is written, not read: bytes = the sources read + it written
+        read = sum(_numel(dims[i]) * (sizes[i][0] or e) for i in tensors[1:])
+        return Model(fam, flops, float(read + _numel(dims[0]) * (sizes[0][0] or e)), dtype)
     read = sum(_numel(dims[i]) * (sizes[i][0] or e) for i in tensors)
     return Model(fam, flops, float(read + out * e), dtype)
 
@@ -223,8 +255,13 @@ def _broadcast(x: list[int], y: list[int]) -> list[int]:
     return [max(a, b) for a, b in zip(x, y)]
 
 
-def _flag(concrete: list, i: int | None) -> bool:
-    return i is not None and i < len(concrete) and str(concrete[i]).strip() == "True"
+def _causal(name: str, concrete: list, i: int) -> bool:
+    """Whether the call's causal argument (input ``i``) says causal: ``True`` for a
+    bool flag, a nonzero ``custom_mask_type`` for the memory-efficient kernels."""
+    text = str(concrete[i]).strip() if i < len(concrete) else ""
+    if name in MASK_TYPE:
+        return text.lstrip("-").isdigit() and int(text) != 0
+    return text == "True"
 
 
 def _attention(name: str, dims, concrete) -> tuple[float, int]:
@@ -237,7 +274,7 @@ def _attention(name: str, dims, concrete) -> tuple[float, int]:
         b, s, h, d = q[-4] if len(q) == 4 else 1, q[-3], q[-2], q[-1]
         sk, dv = k[-3], v[-1]
     flops = 2.0 * b * h * s * sk * (d + dv)
-    if _flag(concrete, causal_at):
+    if _causal(name, concrete, causal_at):
         flops /= 2
     return (2.5 * flops if backward else flops), b * h * s * dv
 

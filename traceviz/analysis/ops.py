@@ -93,6 +93,25 @@ def _nearest(parent: np.ndarray, start: np.ndarray, wanted: np.ndarray) -> np.nd
     return out
 
 
+def _wrappers(ev: RankEvents, parent: np.ndarray, modelled: np.ndarray) -> np.ndarray:
+    """The attention calls that hold another attention call (``scaled_dot_product_attention``
+    around ``_scaled_dot_product_flash_attention`` around ``_flash_attention_forward``;
+    flash-attn's ``FlashAttnFunc`` around ``flash_attn::_flash_attn_forward``): wrappers,
+    whose work the innermost call counts once. A kernel a wrapper launches itself belongs
+    to the next modelled operator around it, or is not modelled."""
+    attention = np.array([family(t) == "attention" for t in ev.names] + [False])
+    attn = modelled & attention[ev.name]
+    wrapper = np.zeros(attn.size, bool)
+    cur = parent[np.flatnonzero(attn)]
+    for _ in range(256):
+        cur = cur[cur >= 0]
+        if not cur.size:
+            break
+        wrapper[cur[attn[cur]]] = True
+        cur = parent[cur]
+    return wrapper
+
+
 def rank_ops(gpu: pa.Table, cpu: pa.Table, peak_tflops: float | None = None) -> RankOps:
     """The op model of one rank from its GPU and CPU tables (see the module doc)."""
     ev = rank_events(gpu, cpu)
@@ -111,6 +130,7 @@ def rank_ops(gpu: pa.Table, cpu: pa.Table, peak_tflops: float | None = None) -> 
     parent = _parents(order, tid_key, ev.ts, ev.end)
     fam_of_name = np.array([family(t) is not None for t in ev.names] + [False])
     modelled = (ev.cls == CPU_OP) & fam_of_name[ev.name]
+    modelled &= ~_wrappers(ev, parent, modelled)
     # kernels: compute and memory activities with a launch call
     kind = row_texts(gpu, "kind", "")
     launched = np.flatnonzero((ev.cls == ACTIVITY) & (ev.link >= 0))
