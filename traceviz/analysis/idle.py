@@ -1,10 +1,19 @@
-"""Idle time per stream, split by cause (HTA's idle-time breakdown).
+"""Idle time per stream, split by cause (HTA's idle-time breakdown, made right where a
+stream's activities overlap).
 
-On each stream, activities in start order; the gap before activity i is ``ts_i -
-end_{i-1}`` (the first has none). A gap is **host_wait** when activity i was launched
-after activity i-1 had ended (the GPU waited for the CPU), else **kernel_wait** when it
-is shorter than ``kernel_wait_ns`` (default 30 µs: back-to-back kernels), else
-**other** (waiting on another stream, an event, a sync). Times are ns.
+On each stream, activities in start order, each one's interval merged with those before
+it (a DMA or a kernel may start before the previous one on its stream ends): the gap
+before activity i is ``ts_i - max(end_0 .. end_{i-1})`` when positive; activities that
+start inside earlier ones leave no gap. A stream's idle time is then its span (first
+start to last end) minus the union of its activities, never negative. A gap is
+**host_wait** when activity i was launched after the merged activities before it had
+ended (the GPU waited for the CPU), else **kernel_wait** when it is shorter than
+``kernel_wait_ns`` (default 30 µs: back-to-back kernels), else **other** (waiting on
+another stream, an event, a sync). Times are ns.
+
+HTA measures ``ts_i - end_{i-1}`` instead, so overlapping activities give it negative
+gaps (negative kernel_wait on streams whose DMAs overlap); traceviz does not reproduce
+that, with or without ``--hta-compat``.
 """
 from __future__ import annotations
 
@@ -17,20 +26,31 @@ from .stats import STATS, describe
 CATEGORIES = ("host_wait", "kernel_wait", "other")
 
 
+def _reach(stream: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Running maximum of ``end`` within each run of equal ``stream`` (rows sorted by
+    stream): how far the merged activities so far reach."""
+    reach = end.copy()
+    bounds = np.flatnonzero(np.r_[True, stream[1:] != stream[:-1], True])
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        np.maximum.accumulate(end[a:b], out=reach[a:b])
+    return reach
+
+
 def gaps(acts: RankActivities, kernel_wait_ns: int = 30_000
          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(stream, gap ns, category index) of every gap between consecutive activities of
-    a stream."""
-    order = np.lexsort((acts.ts, acts.stream))
+    """(stream, gap ns > 0, category index) of every gap between a stream's merged
+    activities, in the stream's order."""
+    # activities starting together: the first launched decides the gap's cause
+    order = np.lexsort((acts.launch_ts, acts.ts, acts.stream))
     stream, ts, end, launch = (acts.stream[order], acts.ts[order], acts.end[order],
                                acts.launch_ts[order])
-    same = stream[1:] == stream[:-1]
-    gap = (ts[1:] - end[:-1])[same]
-    prev_end = end[:-1][same]
-    launched = launch[1:][same]
+    reach = _reach(stream, end)
+    gap = ts[1:] - reach[:-1]
+    keep = (stream[1:] == stream[:-1]) & (gap > 0)
+    gap, prev_end, launched = gap[keep], reach[:-1][keep], launch[1:][keep]
     cat = np.where((launched >= 0) & (launched > prev_end), 0,
                    np.where(gap < kernel_wait_ns, 1, 2))
-    return stream[1:][same], gap, cat
+    return stream[1:][keep], gap, cat
 
 
 def idle_breakdown(ranks: list[RankActivities], kernel_wait_ns: int = 30_000) -> pa.Table:
