@@ -288,3 +288,30 @@ def test_truncated_rank_is_noted(tmp_path):
                .read_bytes())
     assert int(cut[0].split("byte ")[1].split(";")[0]) <= size
     assert rep["configuration"]["ranks"] == [0, 1, 2, 3]
+
+
+def test_one_overlap_number_per_rank(tmp_path):
+    """Hand-computed (µs): a warm-up all-reduce [10, 60] launched before ProfilerStep#1
+    [100, 300]; in the step, compute [110, 200] and an all-reduce [150, 250] of 1 MiB.
+    The rank's overlap and its group's hidden share are over the same kernels, the
+    step's: 50 / 100 = 50 % (not 50 / 150); its simple bus bandwidth is the step's call's
+    bus bytes over its 100 µs."""
+    from handjob import K, Rank, write_job
+
+    from traceviz.commands.report import make_report
+
+    ar = dict(name="ncclDevKernel_AllReduce_Sum_bf16_RING_LL", coll="allreduce",
+              group=[0, 1], pg="0", nbytes=1 << 20)
+    job = write_job(tmp_path / "job", [Rank(0, 2, [K(10, 60, seq=0, launch_end=8, **ar),
+                                                  K(110, 200, launch_end=105),
+                                                  K(150, 250, seq=1, launch_end=140, **ar)],
+                                            steps=[(1, 100, 300)])])
+    report = make_report(job)
+    (rank,) = report["overlap"]["per_rank"]
+    assert rank["comm_ms"] == pytest.approx(0.1) and rank["overlap_pct"] == pytest.approx(50)
+    (group,) = report["network"]["by_group"]
+    assert group["hidden_pct"] == pytest.approx(50)
+    (net,) = report["network"]["per_rank"]
+    assert net["operations"] == 2  # every call is listed
+    # all-reduce bus bytes = S x 2 (n - 1) / n = S at n = 2, over 100 µs
+    assert net["simple_busbw_gbps"] == pytest.approx((1 << 20) / 100e3)

@@ -28,11 +28,11 @@ class RankSummary:
     first_ts: int                      # earliest GPU activity start
     last_end: int                      # latest GPU activity end
     span_ns: int                       # the iterations' windows (the ledger's), summed
+    # of the kernels the ProfilerSteps launched, whole (every kernel without steps):
     comm_ns: int                       # |COMM kernels|
     comp_ns: int                       # |COMP kernels|
     overlap_ns: int                    # |COMM ∩ COMP|
-    # keyed by ("comm_group", group) and ("collective", type), of the kernels the
-    # ProfilerSteps launched (every kernel without steps):
+    # the same kernels, keyed by ("comm_group", group) and ("collective", type):
     busy_by: dict[tuple[str, str], int]    # |COMM kernels of the key|
     hidden_by: dict[tuple[str, str], int]  # |COMM kernels of the key ∩ COMP|
     calls: RankCalls
@@ -56,7 +56,6 @@ def summarize(table: pa.Table, rank: int) -> RankSummary:
     ts = ints(table["ts"])
     end = ts + np.maximum(ints(table["dur"], 0), 0)
     kind = index_in(table["kind"], KINDS)
-    whole = comm_comp(ts, end, kind, np.zeros(ts.shape[0], np.int64), 1)
     steps = [(int(s.get("iteration", -1)), int(s["ts"]), int(s["dur"]))
              for s in meta.get("steps") or [] if s.get("ts") is not None]
     # busy and hidden time per group / collective are shares of the iterations: the
@@ -67,6 +66,8 @@ def summarize(table: pa.Table, rank: int) -> RankSummary:
     if steps:
         index = np.flatnonzero(ints(table["iteration"]) >= 0)
     in_ts, in_end = ts[index], end[index]
+    # the rank's overlap over the same kernels as its groups': one number per rank
+    whole = comm_comp(in_ts, in_end, kind[index], np.zeros(index.size, np.int64), 1)
     busy_by, hidden = {}, {}
     for column, labels in (("comm_group", GROUPS), ("collective", COLLECTIVES)):
         codes = index_in(table[column], labels)[index]

@@ -9,7 +9,9 @@ Definitions (all times are GPU kernel times in ns unless named otherwise):
   per token x tokens / time / the job's GPUs (its world size, not the ranks traced); MFU
   = that / peak, never above 100 % (inputs that give more are reported, not used).
   Without ProfilerSteps the traced GPU window stands in for one iteration.
-* Overlap per rank = |COMM ∩ COMP| / |COMM| over GPU kernels (interval unions).
+* Overlap per rank = |COMM ∩ COMP| / |COMM| over the GPU kernels the ProfilerSteps
+  launched, whole (interval unions; every kernel without steps): the same kernels as
+  the per-group shares below, so a rank has one overlap number.
 * Per call on one rank: S (nccl-tests' operation size), algbw = S / kernel time, busbw =
   algbw x factor(collective, group size). Bus bytes = S x factor.
 * Per group type, over the kernels the ProfilerSteps launched (whole: a kernel the CPU
@@ -60,6 +62,7 @@ class _RankCalls:
             else np.zeros(0, np.int64)
         self.collective, self.comm_group = cat("collective"), cat("comm_group")
         self.nbytes, self.busy, self.size = cat("nbytes"), cat("busy"), cat("size")
+        self.iteration = cat("iteration")
         self.factor = factors(self.collective, self.size)
         known = self.nbytes >= 0
         self.bus_bytes = np.where(known, np.maximum(self.nbytes, 0) * self.factor, np.nan)
@@ -163,6 +166,7 @@ def _per_rank_network(rc: _RankCalls, summaries: list[RankSummary]) -> list[dict
     rows = []
     for s in summaries:
         sel = rc.rank == s.rank
+        stepped = sel & ((rc.iteration >= 0) | (not s.steps))
         bus = rc.bus_bytes[sel]
         ok = np.isfinite(rc.busbw[sel]) & np.isfinite(bus)
         known = np.isfinite(bus).any()
@@ -170,8 +174,9 @@ def _per_rank_network(rc: _RankCalls, summaries: list[RankSummary]) -> list[dict
             "rank": s.rank, "operations": int(sel.sum()),
             "bytes": int(np.maximum(rc.nbytes[sel], 0).sum()) if known else None,
             "bus_bytes": float(np.nansum(bus)) if known else None,
-            # bus bytes over the time any communication kernel ran
-            "simple_busbw_gbps": (float(np.nansum(bus) / s.comm_ns)
+            # bus bytes over the time any communication kernel ran, both of the calls
+            # the ProfilerSteps launched (every call without steps)
+            "simple_busbw_gbps": (float(np.nansum(rc.bus_bytes[stepped]) / s.comm_ns)
                                   if s.comm_ns and known else None),
             # per-call busbw weighted by bus bytes
             "collective_busbw_gbps": (float(np.average(rc.busbw[sel][ok], weights=bus[ok]))
