@@ -67,7 +67,7 @@ def test_tflops_per_gpu_divides_by_the_world_size(tmp_path):
     tiny_peak = report.make_report(job, overrides={**facts, "peak_tflops": 1e-6})
     assert all(r["mfu_pct"] is None for r in tiny_peak["throughput"]["iterations"])
     assert any("MFU is impossible" in n for n in tiny_peak["notes"])
-    assert tiny_peak["throughput"]["mean"]["mfu_pct"] is None
+    assert tiny_peak["throughput"]["mfu"]["mfu_pct"] is None
 
 
 # ---- 2. communication that is not an nccl* kernel ------------------------------------

@@ -220,8 +220,9 @@ def test_overlapping_activities_leave_no_negative_idle(tmp_path):
     """A stream whose copies overlap (hand-computed, µs): A [0, 10], B [5, 8] inside A,
     C [12, 20] launched at 11 (after A ended: host_wait 2), D [100, 105] launched at 1
     (other: 80). HTA would count B - A = -5 and C - B = 4."""
-    import traceviz
     from helpers import trace_text
+
+    import traceviz
 
     events = []
     for i, (start, dur, launch) in enumerate([(0, 10, -5), (5, 3, -4), (12, 8, 11),

@@ -173,16 +173,44 @@ def test_html_page_has_the_op_model_once_cpu_tables_exist(job, tmp_path):
     assert "MFU" in model
 
 
-def test_report_shows_the_trace_mfu_next_to_the_6n_estimate(job):
+def test_one_mfu_naming_its_source(job, tmp_path):
+    """The report and the page show one MFU: the configuration's model FLOPs when given,
+    else the traced ops' own (mean over ranks and iterations); the other is at most a
+    TFLOP/s cross-check."""
     from traceviz.commands.report import make_report
+    from traceviz.render.report_text import report_text
 
-    before = make_report(job)["throughput"]["trace_flops"]
-    assert before["mfu_pct"] is None and "traceviz ops" in before["why"]
+    before = make_report(job)["throughput"]["mfu"]
+    assert before["mfu_pct"] is None and before["source"] is None
+    assert "traceviz ops" in before["why"]
     iters = command.run(job).data["iterations"].to_pylist()  # parses the CPU tables
-    after = make_report(job, overrides={"peak_tflops": 989.5})["throughput"]["trace_flops"]
-    assert after["mfu_pct"] == pytest.approx(np.mean([r["mfu_pct"] for r in iters]))
-    assert after["tflops_per_gpu"] == pytest.approx(np.mean([r["model_tflops"]
-                                                             for r in iters]))
+    rep = make_report(job, overrides={"peak_tflops": 989.5})
+    mfu = rep["throughput"]["mfu"]
+    assert mfu["source"] == "trace"
+    assert mfu["mfu_pct"] == pytest.approx(np.mean([r["mfu_pct"] for r in iters]))
+    assert mfu["tflops_per_gpu"] == pytest.approx(np.mean([r["model_tflops"] for r in iters]))
+    text = report_text(rep)
+    assert text.count("MFU") == 1 and "traced ops' own FLOPs" in text
+    # given the model's size, the configuration's FLOPs are the MFU's source
+    facts = {"peak_tflops": 989.5, "global_batch_size": 8, "seq_len": 4096, "flops_per_token": 6e8}
+    rep = make_report(job, overrides=facts)
+    mfu, spans = rep["throughput"]["mfu"], rep["throughput"]["iterations"]
+    assert mfu["source"] == "config"
+    want = np.mean([6e8 * 8 * 4096 / (r["time_ms"] / 1e3) / 4 / 1e12 for r in spans])
+    assert mfu["tflops_per_gpu"] == pytest.approx(want)
+    assert mfu["mfu_pct"] == pytest.approx(100 * want / 989.5)
+    assert "Cross-check: the traced ops' own FLOPs give" in report_text(rep)
+    out = tmp_path / "page.html"
+    r = CliRunner().invoke(main, ["html", str(job), "-o", str(out), "--flops-per-token", "6e8",
+                                  "--global-batch-size", "8", "--seq-len", "4096"])
+    assert r.exit_code == 0, r.output
+    page = out.read_text()
+    # one value (the summary card) naming its source; the op model section points there
+    assert page.count("MFU") == 2 and page.count("class='kpi'>MFU") == 1
+    assert "title='the run&#x27;s configuration: model FLOPs per token" in page
+    assert "config FLOPs</small><b>" in page
+    model = page[page.index("<section id='model'>"):]
+    assert "MFU: the summary's" in model[:model.index("</section>")]
 
 
 def test_per_microbatch_totals_equal_the_truth(job):

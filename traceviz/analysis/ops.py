@@ -21,8 +21,9 @@ operator with the same autograd ``Sequence number``.
 achieved TFLOP/s per GPU = FLOPs / the step's span; MFU = that / the device's peak for
 BF16 (or ``peak_tflops``). *Model* FLOPs leave out recompute (phase RECOMPUTE);
 *executed* FLOPs count it too. Units: FLOPs, bytes, ns; TFLOP/s = FLOPs / ns / 1e3,
-TB/s = bytes / ns / 1e3; percentages in [0, 100] are not clipped: above 100 means the
-model or the peak is wrong, and is reported as such.
+TB/s = bytes / ns / 1e3; a call's % of peak or an iteration's MFU / HFU above 100 means
+the model, the shapes or the peak is wrong: it is null (n/a), never clipped, and the
+command says so.
 """
 from __future__ import annotations
 
@@ -297,8 +298,18 @@ def _modules(ev: RankEvents, gpu, parent, acts, kind) -> pa.Table:
                      "gpu_ns": pa.array(ns, pa.int64())})
 
 
+def _utilization(tflops: float | None, peak: float | None) -> float | None:
+    """100 x ``tflops`` / ``peak``; None when either is unknown or the result is above
+    100 % (impossible: the peak or the recorded shapes are wrong)."""
+    if tflops is None or not peak:
+        return None
+    pct = 100.0 * tflops / peak
+    return pct if pct <= 100.0 else None
+
+
 def _iterations(ev: RankEvents, calls: pa.Table, peak: float | None) -> pa.Table:
-    """Per ProfilerStep#N of the rank: span, model / executed FLOPs, TFLOP/s, MFU."""
+    """Per ProfilerStep#N of the rank: span, model / executed FLOPs, TFLOP/s, MFU and HFU
+    (null above 100 %: see :func:`_utilization`)."""
     step = re.compile(r"^ProfilerStep#(\d+)$")
     rows = []
     n = calls.num_rows
@@ -323,9 +334,8 @@ def _iterations(ev: RankEvents, calls: pa.Table, peak: float | None) -> pa.Table
         rows.append({"rank": ev.rank, "iteration": int(m[1]), "span_ns": span,
                      "model_flops": mdl, "executed_flops": executed,
                      "model_tflops": tf,
-                     "mfu_pct": 100.0 * tf / peak if tf is not None and peak else None,
-                     "hfu_pct": (100.0 * executed / span / 1e3 / peak
-                                 if has and peak else None)})
+                     "mfu_pct": _utilization(tf, peak),
+                     "hfu_pct": _utilization(executed / span / 1e3 if has else None, peak)})
     return pa.Table.from_pylist(rows, schema=pa.schema([
         ("rank", pa.int32()), ("iteration", pa.int64()), ("span_ns", pa.int64()),
         ("model_flops", pa.float64()), ("executed_flops", pa.float64()),

@@ -98,6 +98,13 @@ def _iterations(summaries: list[RankSummary], offsets: dict[int, int], synced: b
                                                                       kv[0] or 0))]
 
 
+def _means(rows: list[dict], keys: tuple[str, ...]) -> dict:
+    """The mean over ``rows`` of each key; None when a row lacks it (a mean of the rows
+    that have the value would hide the others)."""
+    return {k: (float(np.mean([r[k] for r in rows]))
+                if rows and all(r[k] is not None for r in rows) else None) for k in keys}
+
+
 def _throughput(iters: list[dict], config: RunConfig, gpus: int, notes: list[str]) -> dict:
     """Per iteration: time, tokens/s, samples/s, TFLOP/s per GPU (over the job's ``gpus``,
     not the ranks traced) and MFU. An MFU above 100 % is impossible: it is left out
@@ -125,12 +132,41 @@ def _throughput(iters: list[dict], config: RunConfig, gpus: int, notes: list[str
                         "do not fit these traces; TFLOP/s and MFU left out")
         rows.append(row)
     # a mean of the iterations that have the value would hide the others: n/a then
-    mean = {k: (float(np.mean([r[k] for r in rows]))
-                if rows and all(r[k] is not None for r in rows) else None)
-            for k in ("time_ms", "tokens_per_s", "samples_per_s", "tflops_per_gpu", "mfu_pct")}
-    return {"iterations": rows, "mean": mean,
+    return {"iterations": rows, "mean": _means(rows, ("time_ms", "tokens_per_s",
+                                                     "samples_per_s")),
             "window": "ProfilerStep spans" if iters and iters[0]["iteration"] is not None
             else "traced GPU window (no ProfilerStep)"}
+
+
+MFU_SOURCES = {
+    "config": "the run's configuration: model FLOPs per token (6 x parameters, or "
+              "--flops-per-token) x tokens per iteration",
+    "trace": "the traced ops' own FLOPs (GEMM, attention, convolution from their recorded "
+             "shapes; recompute left out)"}
+
+
+def chosen_mfu(iterations: list[dict], trace: dict) -> dict:
+    """The report's one MFU and TFLOP/s per GPU (means over the traced iterations),
+    naming their source: the model FLOPs of the configuration when given
+    (``iterations``: the throughput's rows), else the traced ops' own (``trace``:
+    ``tflops_per_gpu`` / ``mfu_pct`` / ``why`` of :mod:`.ops`); null with the reason when
+    neither is known."""
+    mean = _means(iterations, ("tflops_per_gpu", "mfu_pct"))
+    if mean["tflops_per_gpu"] is not None:
+        return {"tflops_per_gpu": mean["tflops_per_gpu"], "mfu_pct": mean["mfu_pct"],
+                "source": "config", "source_text": MFU_SOURCES["config"],
+                "why": None if mean["mfu_pct"] is not None else
+                "the device's peak is unknown: set --peak-tflops"}
+    if trace.get("tflops_per_gpu") is not None:
+        return {"tflops_per_gpu": trace["tflops_per_gpu"], "mfu_pct": trace.get("mfu_pct"),
+                "source": "trace", "source_text": MFU_SOURCES["trace"],
+                "why": trace.get("why")}
+    why = ("no model FLOPs: give --params, --flops-per-token or --config with the "
+           "batch and sequence length, or profile with record_shapes=True")
+    if trace.get("why"):
+        why += f" (traced ops: {trace['why']})"
+    return {"tflops_per_gpu": None, "mfu_pct": None, "source": None, "source_text": None,
+            "why": why}
 
 
 def _overlap(summaries: list[RankSummary]) -> dict:

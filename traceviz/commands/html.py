@@ -70,7 +70,7 @@ def page_of(title: str, rep: dict, brk: Result, pipe: Result | None, why: str,
                                   pipe.figures[first].png() if first else None)
         stages = pipe.tables["pipeline_stages"].to_pylist()
     ops = None if model is None else OpsSection(
-        model.lines, model.tables["ops_by_shape"], model.tables["ops_by_module"],
+        model.data["header"], model.tables["ops_by_shape"], model.tables["ops_by_module"],
         [(name[:-4].replace("_", " "), fig.png()) for name, fig in sorted(model.figures.items())])
     return report_page(title, rep, brk.tables, kernels, overlap.png() if overlap else None,
                        section, why, _plots(mb, places, stages, synced),

@@ -60,12 +60,14 @@ def run(path: str | os.PathLike, *, rank: int | None = None,
              f"  GPU time of compute / memory kernels: modelled {_pct(_share(with_model, total))}"
              f", modelled op without shapes {_pct(_share(shapes_missing, total))}, "
              f"no model {_pct(_share(none, total))}"]
+    header = list(lines)  # what the op model is, without its FLOP rates
     tf = iters["model_tflops"].to_numpy(zero_copy_only=False) if iters.num_rows else None
     if tf is not None and np.isfinite(tf).any():
-        mfu = iters["mfu_pct"].to_numpy(zero_copy_only=False)
+        mfu = iters["mfu_pct"].to_numpy(zero_copy_only=False)[np.isfinite(tf)]
         known = int(np.isfinite(tf).sum())
+        # n/a when some rank-iteration has none: a mean of the others would hide it
         lines.append(f"  from the trace's own FLOPs: {np.nanmean(tf):.4g} TFLOP/s per GPU, "
-                     f"MFU {_pct(float(np.nanmean(mfu)) if np.isfinite(mfu).any() else None)}"
+                     f"MFU {_pct(float(mfu.mean()) if np.isfinite(mfu).all() else None)}"
                      f" (mean over {known} rank-iteration(s); recompute left out)")
     elif not iters.num_rows:
         lines.append("  from the trace's own FLOPs: n/a (no ProfilerStep: no iteration to "
@@ -88,7 +90,8 @@ def run(path: str | os.PathLike, *, rank: int | None = None,
                                             dev.tbps if dev else None, device),
                  "ops_by_module.png": Figure(modules, mod_table)},
         lines=lines, data={"calls": calls, "iterations": iters, "shapes": shapes,
-                           "modelled_ns": with_model, "total_ns": total})
+                           "modelled_ns": with_model, "total_ns": total,
+                           "header": header, "peak_tflops": peak})
     result.exports["ops_calls.parquet"] = partial(write_parquet, calls)
     above = (calls.filter(pc.and_(pc.is_valid(calls["tflops"]),
                                   pc.is_null(calls["pct_peak_flops"]))).num_rows
@@ -97,6 +100,13 @@ def run(path: str | os.PathLike, *, rank: int | None = None,
         result.notes.append(f"{above} call(s) ran faster than the device's peak for their "
                             "data type: their % of peak is left out (n/a); the peak (set "
                             "--peak-tflops) or their recorded shapes are wrong")
+    impossible = (iters.filter(pc.and_(pc.is_valid(iters["model_tflops"]),
+                                       pc.is_null(iters["mfu_pct"]))).num_rows
+                  if iters.num_rows and peak else 0)
+    if impossible:
+        result.notes.append(f"{impossible} rank-iteration(s) would exceed 100 % MFU against "
+                            f"the peak of {peak} TFLOP/s: their MFU is left out (n/a); the "
+                            "peak (set --peak-tflops) or their recorded shapes are wrong")
     if total == 0:
         result.notes.append("no compute or memory kernel with a launching CPU call")
     return result

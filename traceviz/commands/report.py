@@ -14,7 +14,7 @@ import numpy as np
 from ..analysis.calls import COLUMNS as CALL_COLUMNS
 from ..analysis.clocks import offsets_from_calls
 from ..analysis.rank_summary import RankSummary, summarize
-from ..analysis.report import build_report
+from ..analysis.report import build_report, chosen_mfu
 from ..analysis.run_config import RunConfig, from_torchtitan_toml
 from ..errors import TraceVizError
 from ..ingest.outputs import default_path
@@ -85,7 +85,11 @@ def make_report(root: str | os.PathLike, *, config_file: str | None = None,
     offsets, synced = (offsets_from_calls([s.calls for s in summaries], notes)
                        if clock_sync else ({}, False))
     rep = build_report(summaries, config, offsets, layout, notes, synced)
-    rep["throughput"]["trace_flops"] = _trace_flops(root, config.peak_tflops)
+    trace = _trace_flops(root, config.peak_tflops)
+    rep["throughput"]["mfu"] = chosen_mfu(rep["throughput"]["iterations"], trace)
+    # the traced ops' TFLOP/s stays a cross-check; the one MFU is the chosen one
+    rep["throughput"]["trace_flops"] = {"tflops_per_gpu": trace["tflops_per_gpu"],
+                                        "why": trace["why"]}
     rep["diagnosis"], rep["diagnosis_why"], rep["advice"] = None, None, []
     try:
         diag, _, advice = diagnosis_of(root, topology, advice=True)
@@ -106,13 +110,20 @@ def _trace_flops(root: Path, peak: float | None) -> dict:
         return {**none, "why": "no tables"}
     if not has_cpu_tables(folder):
         return {**none, "why": "the ranks' CPU tables are not parsed: run 'traceviz ops'"}
-    iters = ops.run(folder, peak_tflops=peak).data["iterations"].to_pylist()
+    model = ops.run(folder, peak_tflops=peak)
+    iters = model.data["iterations"].to_pylist()
     tf = [r["model_tflops"] for r in iters if r["model_tflops"] is not None]
     mfu = [r["mfu_pct"] for r in iters if r["mfu_pct"] is not None]
     if not tf:
         return {**none, "why": "no traced op has FLOPs (record_shapes off?)"}
+    # a mean over the rank-iterations that have an MFU would hide the others
+    whole = len(mfu) == len(tf)
+    why = (None if whole else "the device's peak is unknown: set --peak-tflops"
+           if not model.data["peak_tflops"] else
+           "above 100 % of the peak for some iteration: the peak (--peak-tflops) or the "
+           "recorded shapes are wrong")
     return {"tflops_per_gpu": float(np.mean(tf)),
-            "mfu_pct": float(np.mean(mfu)) if mfu else None, "why": None}
+            "mfu_pct": float(np.mean(mfu)) if whole else None, "why": why}
 
 
 def run(root: str | os.PathLike, *, config_file: str | None = None,

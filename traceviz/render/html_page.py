@@ -186,10 +186,15 @@ MB = 1e6
 
 
 def _summary(rep: dict) -> str:
-    c, t = rep["configuration"], rep["throughput"]["mean"]
+    c, t, mfu = rep["configuration"], rep["throughput"]["mean"], rep["throughput"]["mfu"]
+    # the KPI names its source (its definition is the tooltip), or why it is n/a
+    source = {"config": "config FLOPs", "trace": "traced ops' FLOPs"}.get(mfu["source"],
+                                                                        "no FLOPs")
     kpis = [("iteration time", fmt(t["time_ms"], unit=" ms")),
             ("tokens/s", fmt(t["tokens_per_s"], 0)),
-            ("TFLOP/s per GPU", fmt(t["tflops_per_gpu"])), ("MFU", fmt(t["mfu_pct"], unit=" %")),
+            ("TFLOP/s per GPU", fmt(mfu["tflops_per_gpu"])),
+            (f"MFU <small title='{esc(mfu['source_text'] or mfu['why'] or '')}'>"
+             f"{esc(source)}</small>", fmt(mfu["mfu_pct"], unit=" %")),
             ("comm-compute overlap", fmt(rep["overlap"]["average_pct"], unit=" %"))]
     par = c["parallelism"] or c["config_parallelism"] or {}
     rows = [["GPUs traced / world", f"{c['gpus']} / {c['world_size']}"],
@@ -273,8 +278,9 @@ def _kernels(top, figures: list[tuple[str, bytes]]) -> str:
 
 @dataclass
 class OpsSection:
-    """What the op model section shows (``traceviz ops``): its summary lines, the op
-    shapes and modules tables, the roofline and module figures (PNG)."""
+    """What the op model section shows (``traceviz ops``): its header lines (not its
+    MFU: the page shows one, in the summary), the op shapes and modules tables, the
+    roofline and module figures (PNG)."""
 
     lines: list[str]
     shapes: pa.Table
@@ -293,7 +299,8 @@ def _model(ops: OpsSection | None, why: str) -> str:
     module_rows = [[esc(middle_cut(r["module"], 80)), esc(r["phase"] or ""), esc(r["kind"]),
                     fmt(r["gpu_ns"] / MB), fmt(r["pct_of_gpu_time"], 3)]
                    for r in ops.modules.slice(0, 50).to_pylist()] if ops.modules.num_rows else []
-    return ("".join(f"<p class='note'>{esc(line.strip())}</p>" for line in ops.lines[:3])
+    return ("".join(f"<p class='note'>{esc(line.strip())}</p>" for line in ops.lines)
+            + "<p class='note'>MFU: the summary's (one, with its source).</p>"
             + "<h3>Op shapes by GPU time</h3>"
             + table(["op", "input dims", "dtype", "phase", "calls", "ms", "TFLOP/s",
                      "% of peak", "p10 %", "p50 %"], shape_rows, name="op_shapes",

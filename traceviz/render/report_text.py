@@ -26,11 +26,18 @@ def iterations_text(iterations: list) -> str:
     return ", ".join(map(str, iterations)) or "none"
 
 
-def _trace_flops_line(tf: dict) -> str:
-    """The TFLOP/s and MFU from the traced ops' own FLOPs, next to the 6N x tokens ones."""
-    text = (f"From the traced ops' FLOPs: TFLOP/s per GPU {_f(tf.get('tflops_per_gpu'))}, "
-            f"MFU {_f(tf.get('mfu_pct'), '%')}")
-    return text + (f" ({tf['why']})" if tf.get("why") else "")
+def _mfu_lines(t: dict) -> list[str]:
+    """The one TFLOP/s per GPU and MFU with their source; the traced ops' TFLOP/s as a
+    cross-check when the configuration's FLOPs are the source."""
+    mfu, tf = t["mfu"], t.get("trace_flops") or {}
+    lines = [f"TFLOP/s per GPU: {_f(mfu['tflops_per_gpu'])}",
+             f"MFU: {_f(mfu['mfu_pct'], '%')}"
+             + (f" (from {mfu['source_text']})" if mfu["source"] else "")
+             + (f"; n/a: {mfu['why']}" if mfu["why"] else "")]
+    if mfu["source"] == "config" and tf.get("tflops_per_gpu") is not None:
+        lines.append(f"Cross-check: the traced ops' own FLOPs give "
+                     f"{_f(tf['tflops_per_gpu'])} TFLOP/s per GPU")
+    return lines
 
 
 def _heading(lines: list[str], title: str) -> None:
@@ -68,12 +75,12 @@ def report_text(rep: dict) -> str:
               f"Time per Iteration: {_f(m['time_ms'], ' ms')}",
               f"Tokens per Second: {_f(m['tokens_per_s'])}",
               f"Samples per Second: {_f(m['samples_per_s'])}",
-              f"TFLOP/s per GPU: {_f(m['tflops_per_gpu'])}",
-              f"MFU: {_f(m['mfu_pct'], '%')}",
-              _trace_flops_line(t.get("trace_flops") or {}), "Per Iteration:"]
+              *_mfu_lines(t), "Per Iteration:"]
+    per_it = t["mfu"]["source"] == "config"  # the configuration's MFU per iteration
     lines += [f"  {r['iteration'] if r['iteration'] is not None else 'whole trace'}: "
-              f"{_f(r['time_ms'], ' ms')}, {_f(r['tokens_per_s'])} tokens/s, MFU "
-              f"{_f(r['mfu_pct'], '%')}" for r in t["iterations"]]
+              f"{_f(r['time_ms'], ' ms')}, {_f(r['tokens_per_s'])} tokens/s"
+              + (f", MFU {_f(r['mfu_pct'], '%')}" if per_it else "")
+              for r in t["iterations"]]
 
     _heading(lines, "2. COMMUNICATION-COMPUTATION OVERLAP")
     lines += [f"Average Overlap: {_f(o['average_pct'], '%')}",
