@@ -4,6 +4,8 @@ slow rank (the synthesizer's ground truth), with what-if re-timing."""
 from __future__ import annotations
 
 import csv
+import json
+from pathlib import Path
 
 import networkx as nx
 import numpy as np
@@ -222,5 +224,69 @@ def test_iteration_picks_exactly_that_profiler_step():
     r = CliRunner().invoke(main, ["critical-path", str(trace), "--iteration", "10"])
     assert r.exit_code == 1 and "no ProfilerStep#10 in the trace (its steps: " \
         "ProfilerStep#101, ProfilerStep#102" in r.output
-    assert command.run(trace, iteration=102).data["nodes"] == \
-        command.run(trace, annotation="ProfilerStep", instance=1).data["nodes"]
+    assert command.run(trace, iteration=102).data["by_category"] == \
+        command.run(trace, annotation="ProfilerStep", instance=1).data["by_category"]
+    assert command.run(trace, iteration=102, hta_compat=True).data["nodes"] == \
+        command.run(trace, annotation="ProfilerStep", instance=1,
+                    hta_compat=True).data["nodes"]
+
+
+HTA_RUNS = list(csv.DictReader((Path(__file__).parent / "data" /
+                                "hta_critical_path.csv").open()))
+
+
+@pytest.mark.parametrize("ref", HTA_RUNS, ids=[r["path"] for r in HTA_RUNS])
+def test_hta_compat_equals_hta_on_every_real_trace(ref):
+    """HTA 0.6.1's path on each real trace it analyses (its own run, tests/data), node
+    for node and µs for µs: a CUDA graph's kernels are one launch's (HTA keeps the
+    last), a device's stream 0 (ROCm) is no CPU call stack."""
+    result = command.run(shared(ref["path"]), annotation=ref["annotation"],
+                         instance=int(ref["instance"]), hta_compat=True)
+    assert result.data["nodes"] == int(ref["nodes"])
+    assert result.data["total_ns"] == int(ref["total_us"]) * 1000
+
+
+def test_a_cycle_is_broken_and_named_not_refused(tmp_path):
+    """Two copies back to back on one thread, the later one written first in the trace:
+    at 2 µs the walk along the thread runs first copy end -> second copy start, while
+    the runtime-lock chain runs second copy start -> first copy end (HTA's graph has the
+    same cycle and refuses the window). The edge running back is removed, the events
+    named, and the path is over the rest (hand-computed: the copies' 2 + 5 µs on the
+    device, the 2 µs gap between them, launched at 0 and 2 µs)."""
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1,
+         "ts": 0, "dur": 100}]
+    for corr, (ts, dur, at, length) in enumerate([(2, 3, 10, 5), (0, 2, 6, 2)], start=1):
+        events += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaMemcpyAsync", "pid": 1,
+                    "tid": 1, "ts": ts, "dur": dur, "args": {"correlation": corr}},
+                   {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pinned -> Device)",
+                    "pid": 0, "tid": 7, "ts": at, "dur": length,
+                    "args": {"correlation": corr, "stream": 7, "device": 0}}]
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    for hta in (False, True):
+        result = command.run(trace, hta_compat=hta)
+        note = next(n for n in result.notes if "had a cycle" in n)
+        assert "'cudaMemcpyAsync' end at 0.002 ms -> the rank 'cudaMemcpyAsync' start " \
+            "at 0.002 ms" in note and "1 edge(s)" in note
+    assert result.data["total_ns"] == 9_000  # HTA's weights: 7 µs copies + 2 µs gap
+    got = command.run(trace).data
+    assert got["iteration_ns"] == 15_000  # launched at 0, the last copy ends at 15 µs
+    assert got["by_category"] == {"memory": 7_000, "launch": 6_000, "kernel_kernel": 2_000}
+
+
+def test_acyclic_drops_only_the_edges_running_back_inside_cycles():
+    from traceviz.analysis.critical_path.graph import Graph, acyclic, topo
+
+    ts = np.array([0, 10, 20, 30, 40, 50], np.int64)
+    src = np.array([0, 1, 2, 3, 2, 4, 5], np.int64)
+    dst = np.array([1, 2, 1, 0, 3, 5, 4], np.int64)
+    n = ts.size
+    z = np.zeros(src.size, np.int64)
+    g = Graph(ts, np.arange(n), np.ones(n, bool), np.zeros(n, np.int64), src, dst,
+              z.astype(np.int8), z, z - 1)
+    keep = acyclic(g)
+    # 2 -> 1 and 3 -> 0 close the cycle 0 1 2 3, 5 -> 4 the cycle 4 5
+    assert keep.tolist() == [True, True, False, False, True, True, False]
+    assert topo(n, src[keep], dst[keep])[1]
+    assert acyclic(g.subset(keep)).all()

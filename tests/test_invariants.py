@@ -140,10 +140,18 @@ def test_every_trace_keeps_the_invariants(path, tmp_path):
     assert "Traceback" not in cp.output and "internal error" not in cp.output, cp.output
     assert cp.exit_code in (0, 1), cp.output
     if cp.exit_code == 0:
-        with (tmp_path / "cp" / "critical_path_summary.csv").open() as f:
-            shares = [float(r["pct"]) for r in csv.DictReader(f) if r["pct"]]
+        # the parts add up to the window's joined span; the path's edges to the path
+        with (tmp_path / "cp" / "critical_path_by_category.csv").open() as f:
+            rows = list(csv.DictReader(f))
+        shares = [float(r["pct"]) for r in rows if r["pct"]]
         assert all(_pct_ok(p) for p in shares)
         assert not shares or sum(shares) == pytest.approx(100)
+        edges = pq.read_table(tmp_path / "cp" / "critical_path.parquet").to_pylist()
+        before = sum(int(r["ns"]) for r in rows if r["category"] == "before the path")
+        if edges:
+            assert sum(int(r["ns"]) for r in rows) - before == \
+                edges[-1]["to_ns"] - edges[0]["from_ns"]
+            assert all(r["own_ns"] >= 0 and r["wait_ns"] >= 0 for r in edges)
 
     # the op model: shares in [0, 100] adding up to the whole, MFU <= 100 %
     ops = CliRunner().invoke(main, ["ops", str(path), "-o", str(tmp_path / "ops")])

@@ -438,7 +438,8 @@ def ops(path, rank, peak_tflops, outdir) -> None:
                    "from the last).")
 @click.option("--rank", type=int, help="Analyse this one rank of a job (HTA's model).")
 @click.option("--hta-compat", is_flag=True,
-              help="HTA's whole-µs times (one rank): its numbers exactly.")
+              help="HTA's model and whole-µs times (one rank): its path and bound_by "
+                   "numbers exactly.")
 @click.option("--what-if", "what_if", multiple=True, metavar="WHAT=FACTOR",
               help="Re-time with own times scaled: COMM:TP=0.5, COMM=0.5, COMP=0.8, MEM, "
                    "cpu, launch, kernel:GLOB=0.8, rank:3=0.5 (repeatable; each alone and "
@@ -450,10 +451,10 @@ def ops(path, rank, peak_tflops, outdir) -> None:
 def critical_path(path, iteration, annotation, instance, rank, hta_compat, what_if,
                   clock_sync, outdir) -> None:
     """What bounds an iteration: the critical path through CPU operators, launches, GPU
-    kernels and synchronisation. One rank (a trace, or --rank of a job): HTA's
-    critical_path_analysis and its bound_by summary. A job folder: the ranks joined
-    through their collectives on synced clocks; the path's time by category, rank and
-    phase; --what-if re-timings.
+    kernels and synchronisation, its time by category adding up to the window. One rank
+    (a trace, or --rank of a job): HTA's graph (--hta-compat: HTA's path and bound_by
+    numbers). A job folder: the ranks joined through their collectives on synced clocks;
+    the path's time by category, rank and phase; --what-if re-timings.
 
     \b
     Examples:

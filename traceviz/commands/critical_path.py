@@ -112,43 +112,76 @@ def _write_trace(trace: Path | None, tracks: dict, out: Path) -> None:
 
 def _one_rank(gpu: pa.Table, cpu: pa.Table, ann: str | None, inst: int, hta_compat: bool,
               what_if: list[str], exact: bool = False) -> Result:
+    """One rank's path: the job's model on the one rank (parts add up to the window's
+    joined span), or with ``hta_compat`` HTA's model and numbers."""
     ev = rank_events(gpu, cpu, hta_compat=hta_compat)
     notes: list[str] = []
     w = _window(ev, ann, inst, notes, exact)
-    rg = R.build(ev, w)
-    nodes, ok = longest_path(rg.graph)
-    if not ok:
-        raise TraceVizError("the graph of this window has a cycle (the trace's nesting "
-                            "contradicts itself); no critical path")
+    rg = R.build(ev, w, hta_compat)
+    notes += rg.notes
+    jg = J.join([rg], [J.kernel_info(gpu)], {})
+    measured = J.measure(jg, jg.own)
+    if hta_compat:
+        result = _hta_path(rg, gpu, notes)
+        if not (ev.cls == SYNC).any():
+            result.notes.append("the trace has no cuda_sync events: HTA's model has no "
+                                "edge from the GPU work a synchronising call waited for "
+                                "(without --hta-compat they are inferred)")
+    else:
+        notes += [n for n in jg.notes if n not in notes]
+        stage = (metadata(gpu).get("classification") or {}).get("stage")
+        result = _path_result(jg, measured, [rg], [phases_of(gpu)], {ev.rank: stage}, {},
+                              notes, inst)
+    if what_if:
+        _what_if(result, W.Context(jg, measured), what_if)
+    return result
+
+
+def _hta_path(rg: R.RankGraph, gpu: pa.Table, notes: list[str]) -> Result:
+    """HTA's longest path over the rank graph and its bound_by summary: ``ns`` / ``pct``
+    are HTA's (edge weights: dependency and sync edges weigh 0), ``clock_ns`` the time
+    the path's edges of each label cover on the clock (they add up to the path's span)."""
+    ev, w = rg.events, rg.window
+    nodes, _ = longest_path(rg.graph)
     edges = path_edges(rg.graph, nodes)
     labels = bound_by(rg.graph, ev, edges)
     b = breakdown(rg.graph.weight[edges], labels)
+    g = rg.graph
+    clock = g.node_ts[g.dst[edges]] - g.node_ts[g.src[edges]]
+    clock_ns = np.bincount(labels, weights=clock, minlength=len(BOUND_BY)).astype(np.int64)
+    span = int(clock.sum())
     table = rank_path_table(rg, edges, labels, phases_of(gpu))
     summary = pa.table({"bound_by": list(BOUND_BY), "ns": b.ns,
                         "pct": pa.array(b.pct if b.pct is not None else [None] * len(b.ns),
-                                        pa.float64())})
-    what = (w.names[0] if len(w.names) == 1 else "the whole trace" if not w.annotation
-            else f"{w.annotation} instances {w.instances}")
-    lines = [f"critical path of {_rank_label(ev.rank)}, {what} "
-             f"({'HTA µs' if hta_compat else 'ns'}): "
-             f"{nodes.size} nodes, {_ms(b.total_ns)}"]
-    lines += [f"  {k:28s} {b.pct[i]:7.3f} %  {_ms(b.ns[i])}" for i, k in enumerate(BOUND_BY)
-              if b.pct is not None and b.ns[i] > 0]
+                                        pa.float64()),
+                        "clock_ns": clock_ns,
+                        "clock_pct": pa.array(100.0 * clock_ns / span if span else
+                                              [None] * len(BOUND_BY), pa.float64())})
+    lines = [f"critical path of {_rank_label(ev.rank)}, {_what(w)} (HTA's model, µs): "
+             f"{nodes.size} nodes, {_ms(b.total_ns)} weighted; its edges span "
+             f"{_ms(span)} on the clock (HTA weighs dependency and sync edges 0)"]
+    lines += [f"  {k:28s} {b.pct[i]:7.3f} %  {_ms(b.ns[i])}"
+              + (f"  ({_ms(clock_ns[i])} on the clock)" if clock_ns[i] != b.ns[i] else "")
+              for i, k in enumerate(BOUND_BY)
+              if b.pct is not None and (b.ns[i] > 0 or clock_ns[i] > 0)]
     result = Result(tables={"critical_path": table}, csv={"critical_path_summary.csv": summary},
                     lines=lines, notes=notes,
                     data={"nodes": int(nodes.size), "total_ns": b.total_ns,
-                          "bound_by": b.as_dict()})
+                          "span_ns": span, "bound_by": b.as_dict()})
     result.data["tracks"] = _tracks(table, "bound_by", ("edge", "weight_ns", "bound_by"))
-    if not (ev.cls == SYNC).any():
-        result.notes.append("the trace has no cuda_sync events: synchronisation edges are "
-                            "missing (profile with a recent PyTorch)")
-    if what_if:
-        jg = J.join([rg], [J.kernel_info(gpu)], {})
-        _what_if(result, W.Context(jg, J.measure(jg, jg.own)), what_if)
-    result.figures["critical_path.png"] = Figure(draw, _segments(rg.graph, edges, [rg],
-                                                                           np.array([0])),
-                                                 lines[0])
+    legend = {k: (f"{k} ({b.ns[i] / 1e6:.3g} ms" + (
+        f"; {clock_ns[i] / 1e6:.3g} ms on the clock)" if clock_ns[i] != b.ns[i] else ")"))
+        for i, k in enumerate(BOUND_BY)}
+    seg = _segments(g, edges, [rg], np.array([0]), [BOUND_BY[k] for k in labels.tolist()],
+                    legend)
+    result.figures["critical_path.png"] = Figure(draw, seg, lines[0])
     return result
+
+
+def _what(w: R.Window) -> str:
+    """The window, as the first line names it."""
+    return (w.names[0] if len(w.names) == 1 else "the whole trace" if not w.annotation
+            else f"{w.annotation} instances {w.instances}")
 
 
 @dataclass
@@ -203,8 +236,19 @@ def _job(folder: Path, ann: str | None, inst: int, what_if: list[str], clock_syn
          exact: bool = False) -> Result:
     notes: list[str] = []
     jp = job_path(folder, notes, ann, inst, clock_sync, exact)
-    jg, t, ranks, phases, stages, offsets = (jp.jg, jp.measured, jp.ranks, jp.phases,
-                                             jp.stages, jp.offsets)
+    result = _path_result(jp.jg, jp.measured, jp.ranks, jp.phases, jp.stages, jp.offsets,
+                          notes, inst)
+    if what_if:
+        _what_if(result, what_if_context(jp.jc, jp.jg, jp.measured, diagnosis_of(jp.jc)),
+                 what_if)
+    return result
+
+
+def _path_result(jg: J.JobGraph, t: J.Timing, ranks: list, phases: list, stages: dict,
+                 offsets: dict[int, int], notes: list[str], inst: int) -> Result:
+    """The path back from the iteration's last joined point, its time by category,
+    rank and phase (parts add up to the iteration: the joined points' span), as tables,
+    lines and a figure."""
     edges = J.path(jg, t)
     own, wait = J.path_times(jg, t, edges, jg.own)
     span = int(own.sum() + wait.sum())
@@ -213,12 +257,10 @@ def _job(folder: Path, ann: str | None, inst: int, what_if: list[str], clock_syn
     # and, when the path starts after the iteration's first point, the time before it
     before = (last - first) - span
     cat, ns = parts(jg, edges, own, wait)
-    from ..analysis.critical_path.job import CATEGORIES
-
     g = jg.graph
     path_ranks = g.node_rank[g.dst[edges]]
     table = job_path_table(jg, edges, own, wait, J.slack(jg, t, jg.own), phases, stages)
-    labels = [CATEGORIES[c] for c in cat.tolist()] + ["before the path"]
+    labels = [J.CATEGORIES[c] for c in cat.tolist()] + ["before the path"]
     by_cat = by(labels, np.r_[ns, max(before, 0)], "category", last - first)
     by_rank = by(np.concatenate([path_ranks, path_ranks]).tolist(), ns, "rank", span)
     ph = table["phase"].to_pylist()
@@ -227,13 +269,15 @@ def _job(folder: Path, ann: str | None, inst: int, what_if: list[str], clock_syn
     for r in path_ranks.tolist():
         if r != hops[-1]:
             hops.append(r)
-    what = (ranks[0].window.names[0] if len(ranks[0].window.names) == 1
-            else "the whole trace" if not ranks[0].window.annotation
-            else f"{ranks[0].window.annotation} instance {inst}")
-    lines = [f"critical path of {what} across {len(ranks)} ranks "
-             f"({'clocks synced' if offsets else 'own clocks'}): {_ms(last - first)}, "
-             f"{edges.size} edges, through rank(s) "
-             f"{' -> '.join(map(str, hops[:12]))}{' ...' if len(hops) > 12 else ''}"]
+    w = ranks[0].window
+    what = (w.names[0] if len(w.names) == 1 else "the whole trace" if not w.annotation
+            else f"{w.annotation} instance {inst}")
+    where = (f"of {_rank_label(ranks[0].events.rank)}, {what}" if len(ranks) == 1 else
+             f"of {what} across {len(ranks)} ranks "
+             f"({'clocks synced' if offsets else 'own clocks'})")
+    lines = [f"critical path {where}: {_ms(last - first)}, {edges.size} edges"
+             + (f", through rank(s) {' -> '.join(map(str, hops[:12]))}"
+                f"{' ...' if len(hops) > 12 else ''}" if len(ranks) > 1 else "")]
     lines += [f"  {r['category']:24s} {r['pct']:7.3f} %  {_ms(r['ns'])}"
               for r in by_cat.to_pylist()]
     result = Result(tables={"critical_path": table, "critical_path_by_category": by_cat,
@@ -242,14 +286,21 @@ def _job(folder: Path, ann: str | None, inst: int, what_if: list[str], clock_syn
                     lines=lines, notes=notes,
                     data={"span_ns": span, "iteration_ns": last - first, "hops": hops,
                           "edges": int(edges.size),
+                          "by_category": dict(zip(by_cat["category"].to_pylist(),
+                                                  by_cat["ns"].to_pylist())),
                           "by_rank": dict(zip(by_rank["rank"].to_pylist(),
                                               by_rank["ns"].to_pylist())),
                           "tracks": _tracks(table, "category", ("edge", "own_ns", "wait_ns",
                                                                 "slack_ns", "category"))})
-    if what_if:
-        _what_if(result, what_if_context(jp.jc, jg, t, diagnosis_of(jp.jc)), what_if)
-    result.figures["critical_path.png"] = Figure(draw, _segments(g, edges, ranks,
-                                                                          jg.node_base), lines[0])
+    legend = {r["category"]: f"{r['category']} ({r['ns'] / 1e6:.3g} ms)"
+              for r in by_cat.to_pylist()}
+    # each edge drawn as its wait, then its own time
+    n = edges.size
+    split = np.r_[g.node_ts[g.src[edges]], g.node_ts[g.src[edges]] + wait]
+    seg = _segments(g, np.r_[edges, edges], ranks, jg.node_base,
+                    [J.CATEGORIES[c] for c in np.r_[cat[n:], cat[:n]].tolist()], legend,
+                    start=split, end=np.r_[split[n:], g.node_ts[g.dst[edges]]])
+    result.figures["critical_path.png"] = Figure(draw, seg, lines[0])
     return result
 
 
@@ -299,14 +350,21 @@ def _tracks(table: pa.Table, label: str, args: tuple[str, ...]) -> dict:
             "args": {**{a: cols[a] for a in args}, "event": cols["event"]}}
 
 
-def _segments(graph, edges: np.ndarray, ranks, node_base: np.ndarray) -> dict:
-    """What the figure draws: per path edge its rank, whether it ends on the GPU, start,
-    end and kind."""
+def _segments(graph, edges: np.ndarray, ranks, node_base: np.ndarray, labels: list[str],
+              legend: dict[str, str], start: np.ndarray | None = None,
+              end: np.ndarray | None = None) -> dict:
+    """What the figure draws: per path segment (an edge, or a part of one from ``start``
+    to ``end``) its rank, the rank it comes from, whether it ends on the GPU, its times
+    and its label; ``legend`` the text of each label (the summary's numbers)."""
     dst = graph.dst[edges]
     k = np.searchsorted(node_base, dst, side="right") - 1
     gpu = np.array([bool(ranks[i].events.gpu[graph.node_event[v]])
                     for i, v in zip(k.tolist(), dst.tolist())], bool)
-    return {"gpu": gpu, "rank": graph.node_rank[graph.dst[edges]],
+    return {"gpu": gpu, "rank": graph.node_rank[dst],
             "from_rank": graph.node_rank[graph.src[edges]],
-            "start": graph.node_ts[graph.src[edges]], "end": graph.node_ts[graph.dst[edges]],
-            "kind": graph.kind[edges], "ranks": sorted({int(rg.events.rank) for rg in ranks})}
+            "start": graph.node_ts[graph.src[edges]] if start is None else start,
+            "end": graph.node_ts[dst] if end is None else end,
+            "label": labels, "legend": legend,
+            "ends_edge": (np.ones(edges.size, bool) if end is None else
+                          np.asarray(end) == graph.node_ts[dst]),
+            "ranks": sorted({int(rg.events.rank) for rg in ranks})}

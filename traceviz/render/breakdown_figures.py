@@ -12,7 +12,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..analysis.diff import short_name
-from .figures import Figure, middle_cut, new_figure, no_data
+from ..table.text import middle_cut
+from .figures import Figure, new_figure, no_data
 
 PARTS = (("compute_only_ns", "compute only", "#4c72b0"),
          ("compute_overlapped_comm_ns", "compute overlapped with comm", "#55a868"),

@@ -1,10 +1,10 @@
 """Figure of ``traceviz critical-path``: the path over the ranks' timelines.
 
 Two rows per rank, its CPU and its GPU (all ranks up to 32, else the ranks the path
-visits); each path edge is a bar on the row of its end point from its start to its end,
-coloured by what it is (operator / kernel span, launch delay, kernel-kernel delay,
-sync, a join across ranks), and a jump to another rank is a thin vertical line. Time in
-ms from the path's start."""
+visits); each path segment (an edge, or its wait and its own time apart) is a bar on
+the row of its end point, coloured by its label in the command's summary (the job
+model's category, HTA's bound_by) with the summary's time in the legend, and a jump to
+another rank is a thin vertical line. Time in ms from the path's start."""
 from __future__ import annotations
 
 import textwrap
@@ -13,15 +13,18 @@ import numpy as np
 
 from .figures import new_figure, no_data
 
-KIND_COLORS = ("#4C72B0", "#BBBBBB", "#DD8452", "#C44E52", "#8172B3", "#55A868")
-KIND_LABELS = ("operator / kernel", "dependency", "launch delay", "kernel-kernel delay",
-               "sync", "join across ranks")
+PALETTE = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3",
+           "#8C8C8C", "#CCB974", "#64B5CD", "#2F4B7C", "#A05195", "#F95D6A", "#FFA600",
+           "#003F5C", "#BBBBBB")
+JUMP_COLOR = "#222222"
 MAX_RANKS = 32
 
 
 def draw(seg: dict, title: str):
-    """The path (see the module doc); ``seg`` from the command (rank, from_rank, start,
-    end, kind per edge; ranks)."""
+    """The path (see the module doc); ``seg`` from the command: per segment its rank,
+    from_rank, gpu, start, end, label and whether it ends its edge (``ends_edge``), the
+    legend text of each label (the summary's numbers, in the summary's order) and the
+    job's ranks. Every colour drawn is in the legend."""
     title = "Which work bounds the iteration? The critical path\n" + title
     if len(seg["start"]) == 0:
         return no_data(title.split("\n")[0], "the window has no path (no events in it)")
@@ -33,35 +36,31 @@ def draw(seg: dict, title: str):
     t0 = float(np.min(seg["start"]))
     start = (np.asarray(seg["start"]) - t0) / 1e6
     end = (np.asarray(seg["end"]) - t0) / 1e6
-    rank, from_rank, kind = map(np.asarray, (seg["rank"], seg["from_rank"], seg["kind"]))
+    rank, from_rank = np.asarray(seg["rank"]), np.asarray(seg["from_rank"])
+    label = np.asarray(seg["label"], dtype=object)
     side = np.where(np.asarray(seg["gpu"]), "GPU", "CPU")
     height = min(0.3 * len(rows) + 1.8, 17)
     fig = new_figure((12, height), layout="constrained")
     ax = fig.subplots()
     y = np.array([row_of[(r, s)] for r, s in zip(rank.tolist(), side.tolist())])
-    width = np.maximum(end - start, 1e-4)
-
-    def bars(sel: np.ndarray, color: str, h: float, label: str | None) -> None:
-        # one collection per row: thousands of edges draw in one call each
+    drawn = end > start
+    for k, (name, text) in enumerate(seg["legend"].items()):
+        sel = drawn & (label == name)
+        if not sel.any():
+            continue
+        color, first = PALETTE[k % len(PALETTE)], text
+        # one collection per row: thousands of segments draw in one call each
         for row in np.unique(y[sel]).tolist():
             at = sel & (y == row)
-            ax.broken_barh(list(zip(start[at].tolist(), width[at].tolist())),
-                           (row - h / 2, h), facecolors=color, label=label)
-            label = None
-
-    same = rank == from_rank
-    for k, color in enumerate(KIND_COLORS):
-        sel = (kind == k) & same
-        if sel.any() and (end[sel] - start[sel]).sum() > 0:
-            bars(sel, color, 0.6,
-                 f"{KIND_LABELS[k]} ({(end[sel] - start[sel]).sum():.3g} ms)")
-    jumps = np.flatnonzero(~same)
+            ax.broken_barh(list(zip(start[at].tolist(), (end[at] - start[at]).tolist())),
+                           (row - 0.3, 0.6), facecolors=color, label=first)
+            first = None
+    jumps = np.flatnonzero((rank != from_rank) & np.asarray(seg["ends_edge"]))
     if jumps.size:
-        bars(~same, KIND_COLORS[5], 0.3, None)
         y0 = np.array([row_of[(r, "GPU")] for r in from_rank[jumps].tolist()])
         ax.vlines(end[jumps], np.minimum(y0, y[jumps]), np.maximum(y0, y[jumps]),
-                  color=KIND_COLORS[5], linewidth=1,
-                  label=f"joins across ranks ({jumps.size})")
+                  color=JUMP_COLOR, linewidth=1,
+                  label=f"jump to another rank ({jumps.size})")
     ax.set_xlim(0, max(float(end.max()), 1e-3) * 1.01)
     step = max(1, len(rows) // 40)
     ax.set_yticks(np.arange(0, len(rows), step),

@@ -27,12 +27,6 @@ def swatch(color, **kwargs):
     return Rectangle((0, 0), 1, 1, facecolor=color, **kwargs)
 
 
-def middle_cut(text: str, width: int) -> str:
-    """``text`` cut in the middle to ``width`` characters (an ellipsis where it is cut):
-    kernel names differ at both ends."""
-    return text if len(text) <= width else text[: width // 2 - 1] + "…" + text[-(width // 2):]
-
-
 def ms_text(v: float) -> str:
     """A time in ms, three significant digits below 10 ms (never 1.2e+04 ms)."""
     return f"{v:,.1f} ms" if v >= 10 else f"{v:.3g} ms"

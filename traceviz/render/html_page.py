@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from ..analysis.diff import short_name
-from .figures import middle_cut
+from ..table.text import middle_cut
 from .pipeline_figure import gap_text
 from .report_text import iterations_text
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from .figures import middle_cut, ms_text, new_figure, no_data
+from ..table.text import middle_cut
+from .figures import ms_text, new_figure, no_data
 
 FAMILY_COLORS = {"gemm": "#4C72B0", "attention": "#DD8452", "conv": "#55A868",
                  "elementwise": "#8172B3", "norm": "#937860", "softmax": "#DA8BC3"}

@@ -70,6 +70,12 @@ class Graph:
     def n_nodes(self) -> int:
         return self.node_ts.size
 
+    def subset(self, keep: np.ndarray) -> Graph:
+        """The same nodes with the edges where ``keep``."""
+        return Graph(self.node_ts, self.node_event, self.node_start, self.node_rank,
+                     self.src[keep], self.dst[keep], self.kind[keep], self.weight[keep],
+                     self.attr[keep])
+
 
 def dedup(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(first occurrence of each distinct edge, in insertion order; its last occurrence)."""
@@ -92,6 +98,110 @@ def csr(n, keys):
     for v in range(n):
         start[v + 1] += start[v]
     return order, start
+
+
+@njit(cache=True)
+def topo(n, src, dst):
+    """Kahn's topological order of the nodes (by node id among the ready ones) and
+    whether every node got one (False: a cycle)."""
+    so, start = csr(n, src)
+    indeg = np.zeros(n, np.int64)
+    for e in range(src.size):
+        indeg[dst[e]] += 1
+    queue = np.empty(n, np.int64)
+    qt = 0
+    for v in range(n):
+        if indeg[v] == 0:
+            queue[qt] = v
+            qt += 1
+    qh = 0
+    while qh < qt:
+        v = queue[qh]
+        qh += 1
+        for k in range(start[v], start[v + 1]):
+            c = dst[so[k]]
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                queue[qt] = c
+                qt += 1
+    return queue, qt == n
+
+
+@njit(cache=True)
+def _components(n, src, dst):
+    """Strongly connected component id per node (Tarjan's, iterative)."""
+    so, start = csr(n, src)
+    index = np.full(n, -1, np.int64)
+    low = np.zeros(n, np.int64)
+    on_stack = np.zeros(n, np.bool_)
+    comp = np.full(n, -1, np.int64)
+    stack = np.empty(n, np.int64)
+    call_node = np.empty(n, np.int64)
+    call_next = np.empty(n, np.int64)
+    sp = 0
+    counter = 0
+    n_comp = 0
+    for root in range(n):
+        if index[root] >= 0:
+            continue
+        index[root] = counter
+        low[root] = counter
+        counter += 1
+        stack[sp] = root
+        sp += 1
+        on_stack[root] = True
+        call_node[0] = root
+        call_next[0] = start[root]
+        depth = 1
+        while depth > 0:
+            v = call_node[depth - 1]
+            k = call_next[depth - 1]
+            if k < start[v + 1]:
+                call_next[depth - 1] = k + 1
+                w = dst[so[k]]
+                if index[w] < 0:
+                    index[w] = counter
+                    low[w] = counter
+                    counter += 1
+                    stack[sp] = w
+                    sp += 1
+                    on_stack[w] = True
+                    call_node[depth] = w
+                    call_next[depth] = start[w]
+                    depth += 1
+                elif on_stack[w] and index[w] < low[v]:
+                    low[v] = index[w]
+                continue
+            if low[v] == index[v]:
+                while True:
+                    sp -= 1
+                    w = stack[sp]
+                    on_stack[w] = False
+                    comp[w] = n_comp
+                    if w == v:
+                        break
+                n_comp += 1
+            depth -= 1
+            if depth > 0:
+                u = call_node[depth - 1]
+                if low[v] < low[u]:
+                    low[u] = low[v]
+    return comp
+
+
+def acyclic(graph: Graph) -> np.ndarray:
+    """Which edges to keep so that the graph has no cycle (bool per edge; all when it has
+    none). Points in time order (node id at a tie) run forward along every edge but
+    those that close a cycle: within each strongly connected component the edges that
+    run back in that order are dropped, and what is left of the component runs forward
+    only, so it holds no cycle."""
+    n, src, dst = graph.n_nodes, graph.src, graph.dst
+    if src.size == 0 or topo(n, src, dst)[1]:
+        return np.ones(src.size, bool)
+    comp = _components(n, src, dst)
+    place = np.empty(n, np.int64)
+    place[np.lexsort((np.arange(n), graph.node_ts))] = np.arange(n)
+    return ~((comp[src] == comp[dst]) & (place[dst] <= place[src]))
 
 
 @njit(cache=True)

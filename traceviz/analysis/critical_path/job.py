@@ -48,18 +48,33 @@ from ...errors import UsageError
 from ...table.arrays import index_in, row_texts
 from ...table.schema import COLLECTIVES, GROUPS, KINDS
 from ..host_device import ACTIVITY
-from .graph import COLLECTIVE, KERNEL_KERNEL, LAUNCH, OPERATOR, SYNC, EdgeList, Graph, csr, dedup
-from .rank_graph import BLOCKING_CALLS, RankGraph
+from . import rank_graph as R
+from .graph import (
+    COLLECTIVE,
+    KERNEL_KERNEL,
+    LAUNCH,
+    OPERATOR,
+    SYNC,
+    EdgeList,
+    Graph,
+    acyclic,
+    csr,
+    dedup,
+    topo,
+)
+from .rank_graph import BLOCKING_CALLS, RankGraph, cycle_note, point_text
 
-# the calls that return only when GPU work has ended (a cudaMemcpyAsync returns at once)
+# the calls that return only when GPU work has ended (a cudaMemcpyAsync returns at once),
+# CUDA's and HIP's (ROCm; hipMemcpyWithStream is PyTorch's blocking copy there)
 SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
-              "cudaMemcpy")
+              "cudaMemcpy", "hipDeviceSynchronize", "hipStreamSynchronize",
+              "hipEventSynchronize", "hipMemcpy", "hipMemcpyWithStream")
 
 # path categories
 CATEGORIES = ("compute", "memory", "cpu", "launch", "kernel_kernel", "wait",
-              "wait: other rank") + tuple(f"comm: {g}" for g in GROUPS)
-COMPUTE, MEMORY, CPU, LAUNCH_CAT, KK_CAT, WAIT, WAIT_RANK = range(7)
-COMM0 = 7
+              "wait: other rank", "wait: earlier work") + tuple(f"comm: {g}" for g in GROUPS)
+COMPUTE, MEMORY, CPU, LAUNCH_CAT, KK_CAT, WAIT, WAIT_RANK, WAIT_EARLIER = range(8)
+COMM0 = 8
 
 
 @dataclass
@@ -89,6 +104,8 @@ class JobGraph:
     edge_comm_group: np.ndarray | None = None   # GROUPS index per edge (-1)
     edge_name: np.ndarray | None = None         # kernel name id per edge (-1) ...
     names: list[str] = field(default_factory=list)  # ... into this list
+    # per node: an activity start queued behind device work launched before the window
+    queued: np.ndarray | None = None
 
 
 def join(ranks: list[RankGraph], infos: list[KernelInfo], offsets: dict[int, int]
@@ -101,6 +118,7 @@ def join(ranks: list[RankGraph], infos: list[KernelInfo], offsets: dict[int, int
     own_parts, cat_parts, grp_parts, name_parts = [], [], [], []
     names: dict[str, int] = {}
     members = []  # (call, start node, end node, group, name id) per communication kernel
+    queued = []  # node ids of activity starts queued behind work from before the window
     p2p_seen = 0
     for k, (rg, info) in enumerate(zip(ranks, infos)):
         g, ev = rg.graph, rg.events
@@ -118,6 +136,7 @@ def join(ranks: list[RankGraph], infos: list[KernelInfo], offsets: dict[int, int
         grp_parts.append(grp)
         name_parts.append(nm)
         x_src, x_dst, x_kind, x_own = _device_order(rg)
+        queued.append(_queued_behind_earlier(rg) + b)
         edges.add(x_src + b, x_dst + b, x_kind, 0, -1)
         own_parts.append(x_own)
         cat_parts.append(np.select([x_kind == LAUNCH, x_kind == SYNC], [LAUNCH_CAT, WAIT],
@@ -155,7 +174,8 @@ def join(ranks: list[RankGraph], infos: list[KernelInfo], offsets: dict[int, int
                      "or the peer is not traced in this window): the path and what-ifs do "
                      "not follow them across ranks")
     jg = JobGraph(graph, ranks, own[last], cat[last], base, offsets, notes, grp[last],
-                  nm[last], sorted(names, key=names.get))
+                  nm[last], sorted(names, key=names.get), np.zeros(ts.size, bool))
+    jg.queued[np.concatenate(queued + [np.zeros(0, np.int64)])] = True
     jg.own = _transfer_spans(jg)
     return _consistent(jg)
 
@@ -172,16 +192,31 @@ def _consistent(jg: JobGraph) -> JobGraph:
     predecessors, or its measured time."""
     g = jg.graph
     keep = g.node_ts[g.src] + jg.own <= g.node_ts[g.dst] + CONTRADICTION_NS
-    if keep.all():
-        return jg
-    jg.notes.append(f"{int((~keep).sum())} edge(s) the trace's times contradict (spans "
-                    "recorded overlapping, not nested) left out of the graph")
-    jg.graph = Graph(g.node_ts, g.node_event, g.node_start, g.node_rank, g.src[keep],
-                     g.dst[keep], g.kind[keep], g.weight[keep], g.attr[keep])
+    if not keep.all():
+        jg.notes.append(f"{int((~keep).sum())} edge(s) the trace's times contradict (spans "
+                        "recorded overlapping, not nested) left out of the graph")
+        _keep(jg, keep)
+    keep = acyclic(jg.graph)
+    if not keep.all():
+        g = jg.graph
+
+        def point(v: int) -> str:
+            k = int(np.searchsorted(jg.node_base, v, side="right") - 1)
+            return point_text(jg.ranks[k], v - int(jg.node_base[k]))
+
+        removed = np.flatnonzero(~keep)
+        jg.notes.append(cycle_note([(point(int(g.src[e])), point(int(g.dst[e])))
+                                    for e in removed[:2].tolist()], int(removed.size)))
+        _keep(jg, keep)
+    return jg
+
+
+def _keep(jg: JobGraph, keep: np.ndarray) -> None:
+    """Keep only the edges where ``keep`` (their own times and labels too)."""
+    jg.graph = jg.graph.subset(keep)
     jg.own, jg.category = jg.own[keep], jg.category[keep]
     jg.edge_comm_group = jg.edge_comm_group[keep]
     jg.edge_name = jg.edge_name[keep]
-    return jg
 
 
 INFERRED_WAIT_NS = 20_000  # another stream's activity ending this close before: waited on
@@ -208,8 +243,9 @@ def _device_order(rg: RankGraph):
     rows = rows[np.lexsort((ev.ts[rows], ev.stream[rows]))]
     launch = ev.link[rows]
     has_launch = rg.start_node[launch] >= 0
-    same = np.r_[False, ev.stream[rows][1:] == ev.stream[rows][:-1]]
-    prev = np.r_[-1, rows[:-1]]
+    same = np.zeros(rows.size, bool)  # the previous activity is on the same stream
+    same[1:] = ev.stream[rows][1:] == ev.stream[rows][:-1]
+    prev = np.r_[-1, rows[:-1]][:rows.size]
     prev_end = np.where(same, ev.end[np.maximum(prev, 0)], np.iinfo(np.int64).min)
     queued = same & (ev.ts[launch] < prev_end)
     delay = np.maximum(ev.ts[rows] - ev.ts[launch], 0)
@@ -235,6 +271,8 @@ def _device_order(rg: RankGraph):
                           np.where(queued & ~late, gap, 0)[same],
                           (ev.ts[rows] - ev.end[other])[inferred]])
     s_src, s_dst = _inferred_syncs(rg)
+    h_src, h_dst = _handoffs(rg)
+    s_src, s_dst = np.r_[s_src, h_src], np.r_[s_dst, h_dst]
     src = np.concatenate([src, s_src])
     dst = np.concatenate([dst, s_dst])
     kind = np.concatenate([kind, np.full(s_src.size, SYNC, np.int8)])
@@ -243,7 +281,57 @@ def _device_order(rg: RankGraph):
     return src[ok], dst[ok], kind[ok], own[ok]
 
 
+def _queued_behind_earlier(rg: RankGraph) -> np.ndarray:
+    """Node ids of the activity starts in the window that follow, on their stream and
+    within :data:`INFERRED_WAIT_NS`, an activity the window does not hold (launched
+    before it): the device was still busy with earlier work (the previous step's, when
+    the GPU runs behind the CPU), which is what they waited for."""
+    ev = rg.events
+    acts = np.flatnonzero((ev.cls == ACTIVITY) & (ev.stream >= 0))
+    acts = acts[np.lexsort((ev.ts[acts], ev.stream[acts], ev.pid[acts]))]
+    if acts.size < 2:
+        return np.zeros(0, np.int64)
+    cur, prev = acts[1:], acts[:-1]
+    same = (ev.stream[cur] == ev.stream[prev]) & (ev.pid[cur] == ev.pid[prev])
+    hit = (same & (rg.start_node[cur] >= 0) & (rg.start_node[prev] < 0)
+           & (ev.ts[cur] - ev.end[prev] <= INFERRED_WAIT_NS) & (ev.end[prev] > ev.ts[prev]))
+    return rg.start_node[cur[hit]]
+
+
+def _handoffs(rg: RankGraph) -> tuple[np.ndarray, np.ndarray]:
+    """(src, dst) node ids of *hand-off* edges: a CPU thread whose work starts inside the
+    window (PyTorch's autograd engine thread when the backward begins, a data-loader or
+    a communication thread) is taken to start from the point just before on another
+    CPU thread of its process, so that the path runs on through what led to it instead
+    of stopping there."""
+    ev = rg.events
+    thread = R.threads(ev, R.clip(ev, rg.window))
+    rows = np.flatnonzero((thread >= 0) & (rg.start_node >= 0))
+    if rows.size == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    nodes = np.r_[rg.start_node[rows], rg.end_node[rows]]
+    owner = np.r_[thread[rows], thread[rows]]
+    pid = np.r_[ev.pid[rows], ev.pid[rows]]
+    ok = nodes >= 0
+    nodes, owner, pid = nodes[ok], owner[ok], pid[ok]
+    order = np.argsort(nodes, kind="stable")
+    nodes, owner, pid = nodes[order], owner[order], pid[order]
+    src, dst = [], []
+    for t in np.unique(owner).tolist():
+        first = int(np.flatnonzero(owner == t)[0])
+        k = first - 1
+        while k >= 0 and pid[k] != pid[first]:
+            k -= 1
+        if k >= 0 and rg.graph.node_ts[nodes[k]] < rg.graph.node_ts[nodes[first]]:
+            src.append(int(nodes[k]))
+            dst.append(int(nodes[first]))
+    return np.asarray(src, np.int64), np.asarray(dst, np.int64)
+
+
 SYNC_RETURN_NS = 50_000  # GPU work ending up to this much after a synchronize returns
+# copies that block the host when their destination is pageable memory
+COPY_CALLS = ("cudaMemcpyAsync", "hipMemcpyAsync", "hipMemcpyWithStream", "cudaMemcpy",
+              "hipMemcpy")
 
 
 def _inferred_syncs(rg: RankGraph) -> tuple[np.ndarray, np.ndarray]:
@@ -253,8 +341,9 @@ def _inferred_syncs(rg: RankGraph) -> tuple[np.ndarray, np.ndarray]:
     stream synchronize): the device activity launched before the call began that ends
     last before it returned (within :data:`SYNC_RETURN_NS`) on the rank. An edge from
     that activity's end to the call's end (own time 0): re-timed, the call returns when
-    that work ends, and the host's work after it moves with it. Returns (src, dst) node
-    ids of the rank graph."""
+    that work ends, and the host's work after it moves with it. A copy call that returned
+    only after its own copy on the device ended (a copy to pageable memory blocks the
+    host) gets the edge from that copy. Returns (src, dst) node ids of the rank graph."""
     ev = rg.events
     calls = np.flatnonzero(ev.is_named(*SYNC_CALLS) & (rg.end_node >= 0) & ~ev.gpu)
     acts = np.flatnonzero((rg.end_node >= 0) & (ev.cls == ACTIVITY) & (ev.link >= 0))
@@ -271,6 +360,15 @@ def _inferred_syncs(rg: RankGraph) -> tuple[np.ndarray, np.ndarray]:
         if k >= 0:
             src.append(rg.end_node[acts[k]])
             dst.append(rg.end_node[c])
+    # a copy call (cudaMemcpyAsync to pageable memory, .to("cpu")) that returned only
+    # after its own copy ended waited for it, and the copy for the work before it
+    copies = np.flatnonzero(ev.is_named(*COPY_CALLS) & (rg.end_node >= 0) & ~ev.gpu
+                            & (ev.link >= 0))
+    mine = ev.link[copies]
+    blocked = (rg.end_node[mine] >= 0) & (ev.end[mine] <= ev.end[copies]) & \
+        (ev.end[mine] > ev.ts[copies])
+    src += rg.end_node[mine[blocked]].tolist()
+    dst += rg.end_node[copies[blocked]].tolist()
     return np.asarray(src, np.int64), np.asarray(dst, np.int64)
 
 
@@ -281,10 +379,10 @@ def _own_times(rg: RankGraph, info: KernelInfo, names: dict[str, int]):
     measured = g.node_ts[g.dst] - g.node_ts[g.src]
     a = np.maximum(g.attr, 0)
     is_act = (g.attr >= 0) & (ev.cls[a] == ACTIVITY)
-    trow = np.where(is_act, ev.table_row[a], 0)
-    kind = np.where(is_act, info.kind[trow], -1)
-    grp = np.where(is_act & (kind == 1), info.group[trow], -1)
-    blocking = ev.is_named(*BLOCKING_CALLS)[a] & (g.attr >= 0)
+    trow = np.where(is_act, ev.table_row[a], -1)  # -1: the padding row below
+    kind = np.where(is_act, np.r_[info.kind, -1][trow], -1)
+    grp = np.where(is_act & (kind == 1), np.r_[info.group, -1][trow], -1)
+    blocking = ev.is_named(*BLOCKING_CALLS, *SYNC_CALLS)[a] & (g.attr >= 0)
     own = np.where((g.kind == SYNC) | ((g.kind == OPERATOR) & blocking), 0,
                    np.maximum(measured, 0))
     cat = np.full(g.src.size, CPU, np.int64)
@@ -360,7 +458,7 @@ class Timing:
 def measure(jg: JobGraph, own: np.ndarray) -> Timing:
     """Binding edges and waits of the measured times."""
     g = jg.graph
-    order, ok = _topo(g.n_nodes, g.src, g.dst)
+    order, ok = topo(g.n_nodes, g.src, g.dst)
     if not ok:
         raise UsageError("the critical-path graph has a cycle (clock offsets or a trace's "
                          "nesting contradict each other); try --no-clock-sync or one rank")
@@ -414,38 +512,17 @@ def path(jg: JobGraph, t: Timing) -> np.ndarray:
 
 def path_times(jg: JobGraph, t: Timing, edges: np.ndarray, own: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray]:
-    """(own part, wait part) in ns of each path edge; they add up to the path's span."""
+    """(own part, wait part) in ns of each path edge, both >= 0; they add up to the
+    path's span. An edge the trace's times run back along (by at most
+    :data:`CONTRADICTION_NS`) takes no time: each edge spans from the latest point of
+    the path so far to its end (or none)."""
     g = jg.graph
-    span = t.ts[g.dst[edges]] - t.ts[g.src[edges]]
-    mine = np.minimum(np.maximum(own[edges], 0), np.maximum(span, 0))
+    if edges.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    reach = np.maximum.accumulate(t.ts[np.r_[g.src[edges[0]], g.dst[edges]]])
+    span = np.diff(reach)
+    mine = np.minimum(np.maximum(own[edges], 0), span)
     return mine, span - mine
-
-
-@njit(cache=True)
-def _topo(n, src, dst):
-    """Kahn's topological order of the nodes (by node id among the ready ones) and
-    whether every node got one (False: a cycle)."""
-    so, start = csr(n, src)
-    indeg = np.zeros(n, np.int64)
-    for e in range(src.size):
-        indeg[dst[e]] += 1
-    queue = np.empty(n, np.int64)
-    qt = 0
-    for v in range(n):
-        if indeg[v] == 0:
-            queue[qt] = v
-            qt += 1
-    qh = 0
-    while qh < qt:
-        v = queue[qh]
-        qh += 1
-        for k in range(start[v], start[v + 1]):
-            c = dst[so[k]]
-            indeg[c] -= 1
-            if indeg[c] == 0:
-                queue[qt] = c
-                qt += 1
-    return queue, qt == n
 
 
 @njit(cache=True)

@@ -28,15 +28,16 @@ numba-compiled and linear in the window's events (plus a sort).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
 
 from ...errors import TraceVizError
+from ...table.text import middle_cut
 from ..host_device import ACTIVITY, CPU_OP, RUNTIME, SYNC, USER_ANNOT, RankEvents
 from ..queue import QUEUE_CALLS
-from .graph import DEPENDENCY, KERNEL_KERNEL, LAUNCH, OPERATOR, EdgeList, Graph
+from .graph import DEPENDENCY, KERNEL_KERNEL, LAUNCH, OPERATOR, EdgeList, Graph, acyclic
 from .graph import SYNC as SYNC_EDGE
 
 LOCK_CALLS = ("cudaHostAlloc", "cudaLaunchKernel", "cudaMemcpyAsync")
@@ -88,14 +89,21 @@ def window(ev: RankEvents, annotation: str = DEFAULT_ANNOTATION,
                   [ev.names[ev.name[r]] for r in sel])
 
 
-def clip(ev: RankEvents, w: Window) -> np.ndarray:
+def clip(ev: RankEvents, w: Window, hta_compat: bool = False) -> np.ndarray:
     """HTA's clip: CPU events starting in the window with dur > 0, and device events
-    whose launching call does (or that are Stream Wait Events). Bool per row."""
+    whose launching call does (or that are Stream Wait Events). Bool per row. With
+    ``hta_compat`` a call that launched several activities (``cudaGraphLaunch``: a CUDA
+    graph's kernels) keeps only its last one, as HTA's correlation join does."""
     ts_in = (ev.ts >= w.start) & (ev.ts <= w.end)
     cpu = (ev.stream < 0) & ts_in & (ev.dur > 0) & (ev.cls != ACTIVITY)
     link = np.maximum(ev.link, 0)
     launched = (ev.link >= 0) & ts_in[link] & (ev.dur[link] > 0)
     device = (ev.stream >= 0) & (launched | ev.is_named(STREAM_WAIT))
+    if hta_compat:
+        acts = np.flatnonzero(device & (ev.cls == ACTIVITY) & (ev.link >= 0))
+        acts = acts[np.lexsort((ev.order[acts], ev.ts[acts], ev.link[acts]))]
+        last = np.r_[ev.link[acts][1:] != ev.link[acts][:-1], True]
+        device[acts[~last]] = False
     return cpu | device
 
 
@@ -108,11 +116,13 @@ class RankGraph:
     graph: Graph
     start_node: np.ndarray
     end_node: np.ndarray
+    notes: list[str] = field(default_factory=list)  # what building it had to change
 
 
-def build(ev: RankEvents, w: Window) -> RankGraph:
-    """HTA's graph of one rank over one window (see the module doc)."""
-    keep = clip(ev, w)
+def build(ev: RankEvents, w: Window, hta_compat: bool = False) -> RankGraph:
+    """HTA's graph of one rank over one window (see the module doc; ``hta_compat``: see
+    :func:`clip`)."""
+    keep = clip(ev, w, hta_compat)
     has_nodes = keep & (((ev.cls == CPU_OP) | (ev.cls == RUNTIME))
                         | ((ev.stream >= 0) & (ev.correlation >= 0) & ev.gpu))
     rows = np.flatnonzero(has_nodes)
@@ -138,7 +148,37 @@ def build(ev: RankEvents, w: Window) -> RankGraph:
     _kernel_edges(edges, ev, keep, node_ts, node_event, start_node, end_node)
     graph = Graph.build(node_ts, node_event, node_start,
                         np.full(order.size, ev.rank, np.int64), edges)
-    return RankGraph(ev, w, graph, start_node, end_node)
+    rg = RankGraph(ev, w, graph, start_node, end_node)
+    keep = acyclic(graph)
+    if not keep.all():
+        removed = np.flatnonzero(~keep)
+        rg.notes.append(cycle_note([(point_text(rg, int(graph.src[e])),
+                                     point_text(rg, int(graph.dst[e])))
+                                    for e in removed[:2].tolist()], int(removed.size)))
+        rg.graph = graph.subset(keep)
+    return rg
+
+
+def point_text(rg: RankGraph, v: int) -> str:
+    """Node ``v`` of ``rg``'s graph as its event, start or end, and time in the window."""
+    g, ev = rg.graph, rg.events
+    e = int(g.node_event[v])
+    return (f"{_rank(ev.rank)} {middle_cut(ev.names[ev.name[e]], 60)!r} "
+            f"{'start' if g.node_start[v] else 'end'} at "
+            f"{(g.node_ts[v] - rg.window.start) / 1e6:.3f} ms")
+
+
+def cycle_note(examples: list[tuple[str, str]], n: int) -> str:
+    """What was done about a graph's cycles: ``n`` edges removed, named by ``examples``
+    (their points, :func:`point_text`)."""
+    shown = "; ".join(f"{a} -> {b}" for a, b in examples[:2])
+    return (f"the critical-path graph had a cycle (the trace's nesting or order "
+            f"contradicts itself, e.g. {shown}): {n} edge(s) running back in time inside "
+            "it removed, the path is over the rest (HTA refuses such a window)")
+
+
+def _rank(rank: int) -> str:
+    return f"rank {rank}" if rank >= 0 else "the rank"
 
 
 def _weights(node_ts, src, dst, zero):
@@ -176,10 +216,11 @@ def _lock_pass(node_event, node_start, is_lock):
     return np.array(src), np.array(dst), np.array(kind)
 
 
-def _threads(ev: RankEvents, keep: np.ndarray) -> np.ndarray:
+def threads(ev: RankEvents, keep: np.ndarray) -> np.ndarray:
     """Call-stack id per row (-1: not on a CPU call stack). Rows are grouped by (pid,
     tid), the backward thread merged into the forward one when each is one thread
-    (HTA's rule); threads with any row on a stream > 0 are device threads."""
+    (HTA's rule); a thread is a CPU call stack when none of its rows is on a stream (a
+    device's stream 0, as on ROCm, is a stream: HTA's rule too)."""
     tid = ev.tid.copy()
     annot = keep & ((ev.cls == CPU_OP) | (ev.cls == USER_ANNOT))
 
@@ -198,7 +239,7 @@ def _threads(ev: RankEvents, keep: np.ndarray) -> np.ndarray:
     _, inv = np.unique(np.stack([ev.pid[rows], tid[rows]], 1), axis=0, return_inverse=True)
     inv = inv.reshape(-1)
     device = np.zeros(inv.max() + 1, bool)
-    np.logical_or.at(device, inv, ev.stream[rows] > 0)
+    np.logical_or.at(device, inv, ev.stream[rows] >= 0)
     key[rows] = np.where(device[inv], -1, inv)
     return key
 
@@ -206,7 +247,7 @@ def _threads(ev: RankEvents, keep: np.ndarray) -> np.ndarray:
 def _stack_edges(edges: EdgeList, ev: RankEvents, keep, node_ts, node_start, node_event,
                  start_node, end_node, node_lock) -> None:
     """Edges along each thread's call stack, depth first (see the module doc)."""
-    thread = _threads(ev, keep)
+    thread = threads(ev, keep)
     rows = np.flatnonzero(thread >= 0)
     if rows.size == 0:
         return

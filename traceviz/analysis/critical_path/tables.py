@@ -8,7 +8,7 @@ import pyarrow as pa
 from ...table.arrays import row_texts
 from ..host_device import ACTIVITY, CPU_OP, PYTHON, RUNTIME, SYNC, USER_ANNOT
 from .graph import EDGE_KINDS, Graph
-from .job import CATEGORIES, WAIT, WAIT_RANK, JobGraph
+from .job import CATEGORIES, WAIT, WAIT_EARLIER, WAIT_RANK, JobGraph
 from .rank_graph import RankGraph
 from .summary import BOUND_BY
 
@@ -75,10 +75,15 @@ def job_path_table(jg: JobGraph, edges: np.ndarray, own: np.ndarray, wait: np.nd
 def parts(jg: JobGraph, edges: np.ndarray, own: np.ndarray, wait: np.ndarray
           ) -> tuple[np.ndarray, np.ndarray]:
     """(category per part, ns per part): each path edge's own time under its category
-    and its wait under ``wait`` / ``wait: other rank`` (a join across ranks)."""
+    and its wait under ``wait: other rank`` (a join across ranks), ``wait: earlier
+    work`` (a device activity queued behind work launched before the window) or
+    ``wait``."""
     g = jg.graph
     cross = g.node_rank[g.src[edges]] != g.node_rank[g.dst[edges]]
-    cat = np.concatenate([jg.category[edges], np.where(cross, WAIT_RANK, WAIT)])
+    earlier = jg.queued[g.dst[edges]] if jg.queued is not None else np.zeros(edges.size,
+                                                                               bool)
+    cat = np.concatenate([jg.category[edges],
+                          np.select([cross, earlier], [WAIT_RANK, WAIT_EARLIER], WAIT)])
     return cat, np.concatenate([own, wait])
 
 
