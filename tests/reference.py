@@ -13,7 +13,7 @@ import gzip
 import io
 import json
 import re
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
+from decimal import MAX_EMAX, MIN_EMIN, ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
 from pathlib import Path
 
 try:
@@ -75,6 +75,7 @@ def scaled(value, scale: int) -> int | None:
         return None
     with localcontext() as ctx:
         ctx.prec = 200
+        ctx.Emax, ctx.Emin = MAX_EMAX, MIN_EMIN  # "1e999999999" is a number, out of range
         if abs(Decimal(value)) > Decimal(10) ** 40:
             return None
         out = int((Decimal(value) * (10 ** scale)).quantize(Decimal(1), rounding=ROUND_HALF_UP))

@@ -24,7 +24,7 @@ from .hta_compat import HTA_OTHER, hta_kind, hta_round
 # every column :func:`activities` reads (a table without one reads as all unknown)
 COLUMNS = ("ts", "dur", "launch_ts", "launch_dur", "iteration", "stream", "name", "kind",
            "phase", "microbatch", "chunk", "comm_group", "collective", "device",
-           "launch_name", "bytes", "memory_bw_gbps")
+           "launch_name", "bytes", "memory_bw_gbps", "correlation")
 
 # kinds the sweeps tell apart: the schema's, plus HTA's OTHER (``hta_compat`` only)
 SWEEP_KINDS = KINDS + ("OTHER",)
@@ -69,6 +69,7 @@ class RankActivities:
     launch_names: list[str]
     bandwidth: np.ndarray   # GB/s: the trace's own value (Kineto's, from its ns duration),
     #                         else bytes / duration; NaN without either
+    correlation: np.ndarray  # the trace's correlation id, -1: none
     offset_ns: int = 0
     # the table rows kept, in this order
     rows: slice | np.ndarray = field(default_factory=lambda: slice(None))
@@ -154,7 +155,8 @@ def activities(table: pa.Table, options: Options = Options(), offset_ns: int = 0
         device=_column(table, "device", ints)[rows], stream=stream[rows],
         launch_ts=launch_ts[rows], launch_end=launch_end[rows],
         launch_name=launch_name[rows], launch_names=launch_names,
-        bandwidth=bandwidth[rows], offset_ns=offset_ns, rows=rows)
+        bandwidth=bandwidth[rows], correlation=_column(table, "correlation", ints)[rows],
+        offset_ns=offset_ns, rows=rows)
 
 
 def _moved(times: np.ndarray, offset_ns: int) -> np.ndarray:

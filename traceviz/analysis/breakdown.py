@@ -19,7 +19,7 @@ from .temporal import kernel_type_breakdown, sweep, temporal_breakdown
 
 # the columns the breakdown reads of a parsed table
 COLUMNS = ("device", "ts", "dur", "launch_ts", "launch_dur", "iteration", "stream", "name",
-           "cat", "kind", "launch_name", "bytes", "memory_bw_gbps")
+           "cat", "kind", "launch_name", "bytes", "memory_bw_gbps", "correlation")
 OPTIONAL_COLUMNS = ("memory_bw_gbps",)  # tables parsed before it existed lack it
 
 
@@ -45,7 +45,7 @@ def breakdown_tables(ranks: list[RankActivities], params: Params = Params(),
         "kernel_type_breakdown": kernel_type_breakdown(sweeps),
         "top_kernels": top_kernels(ranks, params.num_kernels, params.duration_ratio,
                                    hta_compat),
-        "idle_time_breakdown": idle_breakdown(ranks, params.kernel_wait_ns),
+        "idle_time_breakdown": idle_breakdown(ranks, params.kernel_wait_ns, hta_compat),
         "launch_stats": launch_stats_summary(ranks, params.runtime_cutoff_ns,
                                              params.launch_delay_cutoff_ns, hta_compat),
         "queue_length_summary": queue_length_summary(ranks),

@@ -36,14 +36,20 @@ def _reach(stream: np.ndarray, end: np.ndarray) -> np.ndarray:
     return reach
 
 
-def gaps(acts: RankActivities, kernel_wait_ns: int = 30_000
+def gaps(acts: RankActivities, kernel_wait_ns: int = 30_000, hta_compat: bool = False
          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(stream, gap ns > 0, category index) of every gap between a stream's merged
-    activities, in the stream's order."""
+    activities, in the stream's order. ``hta_compat``: an activity with a correlation
+    id whose launch is not in the trace counts as launched when the trace's first event
+    starts, as HTA's correlation join makes it (its row 0), instead of not launched."""
     # activities starting together: the first launched decides the gap's cause
     order = np.lexsort((acts.launch_ts, acts.ts, acts.stream))
     stream, ts, end, launch = (acts.stream[order], acts.ts[order], acts.end[order],
                                acts.launch_ts[order])
+    first = ((acts.meta.get("stats") or {}).get("first_event_ts") if hta_compat else None)
+    if first is not None:  # HTA's whole µs (its load-time ceil)
+        lost = (launch < 0) & (acts.correlation[order] >= 0)
+        launch = np.where(lost, -(-int(first - acts.offset_ns) // 1000) * 1000, launch)
     reach = _reach(stream, end)
     gap = ts[1:] - reach[:-1]
     keep = (stream[1:] == stream[:-1]) & (gap > 0)
@@ -53,16 +59,17 @@ def gaps(acts: RankActivities, kernel_wait_ns: int = 30_000
     return stream[1:][keep], gap, cat
 
 
-def idle_breakdown(ranks: list[RankActivities], kernel_wait_ns: int = 30_000) -> pa.Table:
+def idle_breakdown(ranks: list[RankActivities], kernel_wait_ns: int = 30_000,
+                   hta_compat: bool = False) -> pa.Table:
     """Per rank, stream and category: idle time (ns), its share of the stream's idle
     time (NaN when the stream has none) and of the rank's span (first kernel start to
     last end: one stream is idle while the others run, so these do not add up over
-    streams), and the statistics of its gaps (ns)."""
+    streams), and the statistics of its gaps (ns). ``hta_compat``: see :func:`gaps`."""
     cols: dict[str, list] = {k: [] for k in ("rank", "stream", "idle_category", "idle_ns",
                                              "idle_ratio", "idle_pct_of_span",
                                              *(f"gap_{s}" for s in STATS))}
     for acts in ranks:
-        stream, gap, cat = gaps(acts, kernel_wait_ns)
+        stream, gap, cat = gaps(acts, kernel_wait_ns, hta_compat)
         span = int(acts.end.max() - acts.ts.min()) if len(acts) else 0
         for s in np.unique(acts.stream).tolist():
             on = stream == s

@@ -81,7 +81,7 @@ X_STORE, X_ROW, X_WAIT_STREAM, X_WAIT_CORR, X_DIMS, X_TYPES, X_CONCRETE = (
 # ---- category classes --------------------------------------------------------------
 (CLS_NONE, CLS_KERNEL, CLS_MEMCPY, CLS_MEMSET, CLS_GPU_ANNOT, CLS_SYNC, CLS_RUNTIME,
  CLS_DRIVER, CLS_CPU_OP, CLS_USER_ANNOT, CLS_PYTHON, CLS_OTHER, CLS_LAUNCH_FLOW,
- CLS_FWDBWD) = range(14)
+ CLS_FWDBWD, CLS_TRACE) = range(15)
 
 # Kineto's activity types (libkineto/include/ActivityType.h) and older spellings. Device
 # activities: CUDA / ROCm / XPU kernels, memcpy, memset; MTIA's on-device CCP events.
@@ -103,6 +103,7 @@ CATEGORY_CLASS = {
     "ac2g": CLS_LAUNCH_FLOW, "async": CLS_LAUNCH_FLOW, "async_cpu_to_gpu": CLS_LAUNCH_FLOW,
     "async_npu": CLS_LAUNCH_FLOW,  # torch_npu: from the launching op to the device task
     "fwdbwd": CLS_FWDBWD,
+    "Trace": CLS_TRACE,  # the profiler's own span around the trace
 }
 ACTIVITY_CLASSES = (CLS_KERNEL, CLS_MEMCPY, CLS_MEMSET)
 
@@ -196,9 +197,11 @@ ERROR_TEXT = {
 (S_EVENTS, S_COMPLETE, S_FLOW, S_INSTANT, S_METADATA, S_COUNTER, S_OTHER_PH,
  S_SKIP_NO_TS, S_SKIP_NO_DUR, S_SKIP_BAD_TS, S_SKIP_BAD_DUR, S_SKIP_NOT_OBJECT,
  S_SKIP_NO_PH, S_BAD_NUMBER, S_META_NOT_KEPT, S_NEG_DUR, S_SKIP_BAD_FLOW, S_SKIP_RANGE_TS,
- S_SKIP_RANGE_DUR) = range(11, 30)
+ S_SKIP_RANGE_DUR, S_FIRST_SEEN, S_FIRST_TS) = range(11, 32)
+# (S_FIRST_*: the ts of the trace's first complete event with a category other than
+# "Trace", in file order: the row HTA's correlation join falls back to)
 # ... store fill and global row base (one slot per store) ...
-W_FILL = 30
+W_FILL = 32
 W_BASE = W_FILL + N_STORES
 # ... per-event scratch: parsed fields (W_EV + V_*) and args (W_ARG + A_*) ...
 W_EV = W_BASE + N_STORES

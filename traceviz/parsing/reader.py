@@ -335,6 +335,7 @@ def _stats_dict(w: np.ndarray, strings: StringTable, header: Header) -> dict:
         by_cat[text] = by_cat.get(text, 0) + int(counts[sid])
     out = {L.STAT_NAMES[k]: int(w[k]) for k in L.STAT_NAMES}
     out["events_by_cat"] = dict(sorted(by_cat.items()))
+    out["first_event_ts"] = int(w[L.S_FIRST_TS]) if w[L.S_FIRST_SEEN] else None
     out["skipped"] = {L.SKIP_NAMES[k]: int(w[k]) for k in L.SKIP_NAMES if w[k]}
     out["notes"] = {L.NOTE_NAMES[k]: int(w[k]) for k in L.NOTE_NAMES if w[k]}
     if header.dropped:
@@ -610,6 +611,8 @@ def _merge(a: _Part, b: _Part) -> None:
     b.stores = a.stores
     for k in (*L.STAT_NAMES, *L.SKIP_NAMES, *L.NOTE_NAMES, L.ST_EVENT_INDEX):
         b.w[k] += a.w[k]
+    if a.w[L.S_FIRST_SEEN]:  # the earlier part's first event comes first
+        b.w[L.S_FIRST_SEEN], b.w[L.S_FIRST_TS] = 1, a.w[L.S_FIRST_TS]
     b.w[L.W_NTHR] = a.w[L.W_NTHR]
     b.w[L.ST_SAW_EVENTS] = 1
     b.strings, b.thr = a.strings, a.thr

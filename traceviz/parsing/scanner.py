@@ -389,6 +389,9 @@ def _commit(w, strs, thr, blocks, spans, start, end):
     if w[EV + V_DUR] < 0:
         w[L.S_NEG_DUR] += 1
     cls = strs[L.SR_CLASS, cat] if cat >= 0 else L.CLS_NONE
+    if w[L.S_FIRST_SEEN] == 0 and cat >= 0 and cls != L.CLS_TRACE:
+        w[L.S_FIRST_SEEN] = 1
+        w[L.S_FIRST_TS] = w[EV + V_TS]
     thread = _thread(thr, w, w[EV + V_PIDN], w[EV + V_PIDS], w[EV + V_TIDN],
                                       w[EV + V_TIDS])
     if (cls == L.CLS_KERNEL or cls == L.CLS_MEMCPY or cls == L.CLS_MEMSET
