@@ -260,3 +260,63 @@ def test_patterns_override_comm_groups(tmp_path):
         else:
             assert m["comm_group"] == "OTHER"
     assert any(b["comm_group"] not in (None, "OTHER") for b in base)
+
+
+def _last_stage_trace(path):
+    """Two micro-batches of a last pipeline stage as PyTorch records them without python
+    stacks (µs): forward_step (a linear, the cross-entropy, then the loss reporting: a
+    cat and an all-reduce that create no autograd node, so the profiler gives them the
+    *next* node's Sequence number, the loss scaling's), backward_step on the main thread
+    (the loss scaling mul: that node; the root gradient's ones_like: none), then the
+    autograd engine thread."""
+    events = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1,
+               "tid": 1, "ts": 0, "dur": 2100}]
+    corr = [0]
+
+    def op(name, tid, ts, dur, seq, kernel, k_dur=3):
+        args = {} if seq is None else {"Sequence number": seq}
+        events.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid,
+                       "ts": ts, "dur": dur, "args": args})
+        corr[0] += 1
+        events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
+                       "pid": 1, "tid": tid, "ts": ts + 1, "dur": 1,
+                       "args": {"correlation": corr[0]}})
+        events.append({"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": 7,
+                       "ts": ts + 3, "dur": k_dur,
+                       "args": {"correlation": corr[0], "stream": 7, "device": 0}})
+
+    for m in range(2):
+        b, s = 1000 * m, 3 * m
+        op("aten::linear", 1, b, 100, s, f"gemm_fwd_{m}", 80)
+        op("aten::cross_entropy_loss", 1, b + 110, 50, s + 1, f"log_softmax_{m}", 30)
+        op("aten::cat", 1, b + 170, 10, s + 2, f"cat_report_{m}")
+        op("c10d::allreduce_", 1, b + 185, 15, s + 2,
+           f"ncclDevKernel_AllReduce_Sum_f32_RING_LL_{m}", 495)
+        op("aten::mul", 1, b + 700, 10, s + 2, f"scale_loss_{m}")
+        op("aten::ones_like", 1, b + 715, 5, None, f"root_grad_{m}")
+        op("autograd::engine::evaluate_function: MulBackward0", 2, b + 730, 10, s + 2,
+           f"mul_bwd_{m}")
+        op("autograd::engine::evaluate_function: NllLossBackward0", 2, b + 750, 50, s + 1,
+           f"nll_bwd_{m}")
+        op("autograd::engine::evaluate_function: AddmmBackward0", 2, b + 810, 90, s,
+           f"gemm_bwd_{m}", 80)
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+
+
+def test_loss_reporting_stays_in_the_forward_on_the_last_stage(tmp_path):
+    """A node's forward op is the *last* main-thread op with its Sequence number (the
+    profiler stamps ops that create no node with the next node's number, as PyTorch 2.x
+    does): the loss reporting (0.5 ms all-reduce) stays in the forward micro-batch, only
+    backward_step's loss scaling and root gradient join the backward."""
+    import traceviz
+
+    _last_stage_trace(tmp_path / "t.json")
+    table = traceviz.parse(tmp_path / "t.json")
+    got = {n: (p, m) for n, p, m in zip(table["name"].to_pylist(), table["phase"].to_pylist(),
+                                        table["microbatch"].to_pylist())}
+    for m in range(2):
+        for k in ("gemm_fwd", "log_softmax", "cat_report",
+                  "ncclDevKernel_AllReduce_Sum_f32_RING_LL"):
+            assert got[f"{k}_{m}"] == ("FWD", m), k
+        for k in ("scale_loss", "root_grad", "mul_bwd", "nll_bwd", "gemm_bwd"):
+            assert got[f"{k}_{m}"] == ("BWD", m), k

@@ -72,7 +72,8 @@ class Links:
     frames: dict             # forward_step / backward_step python frames: (ts, dur)
     schedule_frames: dict    # frames of each schedule pattern: how many
     forward_ts: np.ndarray   # start (ns) of the forward op that the launch's autograd
-    #                          node differentiates (same Sequence number, main thread); -1
+    #                          node differentiates (the last main-thread op with its
+    #                          Sequence number); -1
     autograd: np.ndarray     # launch inside an autograd engine node (not a checkpoint)
     in_op: np.ndarray        # launch inside a cpu_op
     in_rpc: np.ndarray       # a kernel launched inside a record_param_comms
@@ -266,26 +267,29 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int,
 
 def _forward_times(ops, node_seq: np.ndarray, main_thread: int, store: InMemory
                    ) -> np.ndarray:
-    """Per activity: start of the earliest main-thread op with the ``Sequence number`` of
-    the autograd node around its launch (the forward op it differentiates); -1 where
-    the node has no number or no such op is in the trace. One pass over the ops, only
-    when some node has a number. ``node_seq`` is read a ``store`` slice at a time."""
+    """Per activity: start of the forward op that the autograd node around its launch
+    differentiates: the *latest* main-thread op with the node's ``Sequence number`` (the
+    profiler stamps every op run with grad enabled with the number the next node will
+    take, so ops that create no node, such as a loss-reporting all-reduce, share it with
+    the op that creates the node after them); -1 where the node has no number or no
+    such op is in the trace. One pass over the ops, only when some node has a number.
+    ``node_seq`` is read a ``store`` slice at a time."""
     wanted = store.unique(lambda s: s[s >= 0], node_seq)
     if not wanted.size:  # no number anywhere: a read-only -1 for every activity, no memory
         return np.broadcast_to(np.int64(-1), node_seq.shape)
     out = store.full(node_seq.shape[0], -1, np.int64)
-    first = np.full(wanted.shape[0], np.iinfo(np.int64).max)
+    last = np.full(wanted.shape[0], np.iinfo(np.int64).min)
     for _, cols in ops.blocks("ts", "thread", "seq_number"):
         seq = cols["seq_number"]
         pos = np.searchsorted(wanted, seq)
         pos[pos == wanted.shape[0]] = 0
         hit = np.flatnonzero((cols["thread"] == main_thread) & (wanted[pos] == seq))
-        np.minimum.at(first, pos[hit], cols["ts"][hit])
+        np.maximum.at(last, pos[hit], cols["ts"][hit])
     for lo, hi in store.slices(node_seq.shape[0]):
         seq = node_seq[lo:hi]
         has = np.flatnonzero(seq >= 0)
-        found = first[np.searchsorted(wanted, seq[has])]
-        out[lo + has] = np.where(found < np.iinfo(np.int64).max, found, -1)
+        found = last[np.searchsorted(wanted, seq[has])]
+        out[lo + has] = np.where(found > np.iinfo(np.int64).min, found, -1)
     return out
 
 
