@@ -320,3 +320,26 @@ def test_loss_reporting_stays_in_the_forward_on_the_last_stage(tmp_path):
             assert got[f"{k}_{m}"] == ("FWD", m), k
         for k in ("scale_loss", "root_grad", "mul_bwd", "nll_bwd", "gemm_bwd"):
             assert got[f"{k}_{m}"] == ("BWD", m), k
+
+
+def test_deepep_kernels_by_what_they_do():
+    """DeepEP's kernels as CUPTI names them (its csrc/kernels: layout.cu, intranode.cu,
+    internode.cu): the layout kernel counts tokens per rank and expert on the GPU
+    (compute), dispatch / combine move tokens (all-to-all), notify kernels only
+    exchange counts with the peers (a handshake: no payload)."""
+    from traceviz.classify.kinds import first_match, name_kinds
+    from traceviz.classify.patterns import load_patterns
+    from traceviz.table.schema import KINDS
+
+    patterns = load_patterns()
+    names = ["void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, "
+             "int*, bool*, int, int, int, int)",
+             "void deep_ep::intranode::dispatch<8, 768, 6144>(int4*, float*, long*, float*)",
+             "void deep_ep::intranode::combine<__nv_bfloat16, 8, 768, 4096>(int4*, float*)",
+             "void deep_ep::intranode::notify_dispatch<8>(int const*, int*, int, int const*)",
+             "void deep_ep::internode::cached_notify<true>(int, int, int, int)",
+             "void deep_ep::internode_ll::dispatch<false, 9, 7168>(void*, float*, int*)"]
+    kinds = [KINDS[k] for k in name_kinds(names, patterns).tolist()]
+    assert kinds == ["COMP", "COMM", "COMM", "COMM", "COMM", "COMM"]
+    assert first_match(names[1:], patterns.collectives) == [
+        "AllToAll", "AllToAll", "Handshake", "Handshake", "AllToAll"]
