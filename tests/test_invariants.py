@@ -152,6 +152,15 @@ def test_every_trace_keeps_the_invariants(path, tmp_path):
             assert sum(int(r["ns"]) for r in rows) - before == \
                 edges[-1]["to_ns"] - edges[0]["from_ns"]
             assert all(r["own_ns"] >= 0 and r["wait_ns"] >= 0 for r in edges)
+            # the path runs to the window's end: no activity the step launched ends after
+            steps = traceviz.metadata(table).get("steps") or []
+            if steps:
+                first = min(steps, key=lambda st: st["ts"])
+                lt = table["launch_ts"].to_numpy(zero_copy_only=False)
+                inside = (lt >= first["ts"]) & (lt <= first["ts"] + first["dur"])
+                ends = (table["ts"].to_numpy() + np.maximum(table["dur"].to_numpy(), 0))
+                if inside.any():
+                    assert ends[inside].max() <= edges[-1]["to_ns"]
 
     # the op model: shares in [0, 100] adding up to the whole, MFU <= 100 %
     ops = CliRunner().invoke(main, ["ops", str(path), "-o", str(tmp_path / "ops")])
