@@ -290,3 +290,21 @@ def test_acyclic_drops_only_the_edges_running_back_inside_cycles():
     assert keep.tolist() == [True, True, False, False, True, True, False]
     assert topo(n, src[keep], dst[keep])[1]
     assert acyclic(g.subset(keep)).all()
+
+
+def test_strongly_connected_components_equal_networkx():
+    from traceviz.analysis.critical_path.graph import _components
+
+    for seed in range(200):
+        rnd = np.random.default_rng(seed)
+        n, m = int(rnd.integers(1, 30)), int(rnd.integers(0, 60))
+        src, dst = rnd.integers(0, n, m), rnd.integers(0, n, m)
+        comp = _components(n, src.astype(np.int64), dst.astype(np.int64))
+        g = nx.DiGraph()
+        g.add_nodes_from(range(n))
+        g.add_edges_from(zip(src.tolist(), dst.tolist()))
+        got: dict = {}
+        for v, c in enumerate(comp.tolist()):
+            got.setdefault(c, set()).add(v)
+        assert {frozenset(c) for c in got.values()} == \
+            {frozenset(c) for c in nx.strongly_connected_components(g)}, seed

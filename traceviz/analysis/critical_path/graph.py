@@ -101,16 +101,17 @@ def csr(n, keys):
 
 
 @njit(cache=True)
-def topo(n, src, dst):
-    """Kahn's topological order of the nodes (by node id among the ready ones) and
-    whether every node got one (False: a cycle)."""
+def _kahn(n, src, dst, seeds):
+    """Kahn's topological order: the nodes of ``seeds`` without a predecessor in that
+    order, then each node once its last predecessor is placed (successors in insertion
+    order). Returns (order, how many nodes it holds)."""
     so, start = csr(n, src)
     indeg = np.zeros(n, np.int64)
     for e in range(src.size):
         indeg[dst[e]] += 1
-    queue = np.empty(n, np.int64)
+    queue = np.empty(seeds.size, np.int64)
     qt = 0
-    for v in range(n):
+    for v in seeds:
         if indeg[v] == 0:
             queue[qt] = v
             qt += 1
@@ -124,12 +125,21 @@ def topo(n, src, dst):
             if indeg[c] == 0:
                 queue[qt] = c
                 qt += 1
+    return queue, qt
+
+
+@njit(cache=True)
+def topo(n, src, dst):
+    """Kahn's topological order of the nodes (by node id among the ready ones) and
+    whether every node got one (False: a cycle)."""
+    queue, qt = _kahn(n, src, dst, np.arange(n))
     return queue, qt == n
 
 
 @njit(cache=True)
 def _components(n, src, dst):
-    """Strongly connected component id per node (Tarjan's, iterative)."""
+    """Strongly connected component id per node (Tarjan's, iterative: a node is entered
+    when its turn comes as a root or as an unvisited successor)."""
     so, start = csr(n, src)
     index = np.full(n, -1, np.int64)
     low = np.zeros(n, np.int64)
@@ -144,48 +154,44 @@ def _components(n, src, dst):
     for root in range(n):
         if index[root] >= 0:
             continue
-        index[root] = counter
-        low[root] = counter
-        counter += 1
-        stack[sp] = root
-        sp += 1
-        on_stack[root] = True
-        call_node[0] = root
-        call_next[0] = start[root]
-        depth = 1
-        while depth > 0:
+        depth = 0
+        w = root
+        while True:
+            if w >= 0:  # enter w
+                index[w] = counter
+                low[w] = counter
+                counter += 1
+                stack[sp] = w
+                sp += 1
+                on_stack[w] = True
+                call_node[depth] = w
+                call_next[depth] = start[w]
+                depth += 1
+                w = -1
+            if depth == 0:
+                break
             v = call_node[depth - 1]
             k = call_next[depth - 1]
             if k < start[v + 1]:
                 call_next[depth - 1] = k + 1
-                w = dst[so[k]]
-                if index[w] < 0:
-                    index[w] = counter
-                    low[w] = counter
-                    counter += 1
-                    stack[sp] = w
-                    sp += 1
-                    on_stack[w] = True
-                    call_node[depth] = w
-                    call_next[depth] = start[w]
-                    depth += 1
-                elif on_stack[w] and index[w] < low[v]:
-                    low[v] = index[w]
+                c = dst[so[k]]
+                if index[c] < 0:
+                    w = c
+                elif on_stack[c] and index[c] < low[v]:
+                    low[v] = index[c]
                 continue
             if low[v] == index[v]:
                 while True:
                     sp -= 1
-                    w = stack[sp]
-                    on_stack[w] = False
-                    comp[w] = n_comp
-                    if w == v:
+                    x = stack[sp]
+                    on_stack[x] = False
+                    comp[x] = n_comp
+                    if x == v:
                         break
                 n_comp += 1
             depth -= 1
-            if depth > 0:
-                u = call_node[depth - 1]
-                if low[v] < low[u]:
-                    low[u] = low[v]
+            if depth > 0 and low[v] < low[call_node[depth - 1]]:
+                low[call_node[depth - 1]] = low[v]
     return comp
 
 
@@ -218,28 +224,8 @@ def _longest(n, src, dst, weight):
                 seen[v] = True
                 gorder[g] = v
                 g += 1
-    # successors / predecessors in insertion order (CSR)
-    so, sstart = csr(n, src)
-    po, pstart = csr(n, dst)
-    indeg = pstart[1:] - pstart[:-1]
-    queue = np.empty(g, np.int64)
-    qh = 0
-    qt = 0
-    for k in range(g):
-        v = gorder[k]
-        if indeg[v] == 0:
-            queue[qt] = v
-            qt += 1
-    left = indeg.copy()
-    while qh < qt:
-        v = queue[qh]
-        qh += 1
-        for k in range(sstart[v], sstart[v + 1]):
-            c = dst[so[k]]
-            left[c] -= 1
-            if left[c] == 0:
-                queue[qt] = c
-                qt += 1
+    queue, qt = _kahn(n, src, dst, gorder[:g])
+    po, pstart = csr(n, dst)  # predecessors in insertion order
     if qt < g:
         return np.empty(0, np.int64), False
     dist = np.zeros(n, np.int64)
