@@ -5,12 +5,16 @@ import gzip
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
 import pytest
+from click.testing import CliRunner
 from helpers import shared
 from reference import read_bytes
+
+from traceviz.cli import main
 
 GOOD = '{"traceEvents":[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":1,"dur":2}]}'
 
@@ -151,3 +155,30 @@ def test_parse_and_job_commands_share_one_table(tmp_path):
     assert sorted(p.name for p in folder.glob("*.parquet")) == ["rank3.pt.trace.parquet"]
     assert table.stat().st_mtime_ns == before  # up to date: reused, not parsed again
     assert json.loads((tmp_path / "r.json").read_text())["configuration"]["ranks"] == [3]
+
+
+@pytest.mark.parametrize("args", [
+    ["parse", "{job}/rank0.json.gz", "-o", "{job}/rank0.json.gz"],
+    ["parse", "{job}/rank0.json.gz", "-o", "{job}/rank1.json.gz"],
+    ["html", "{job}", "-o", "{job}/rank0.json.gz"],
+    ["export", "{job}/rank0.json.gz", "-o", "{job}/rank0.json.gz"],
+    ["counters", "{job}/rank0.json.gz", "-o", "{job}/rank0.json.gz"],
+    ["report", "{job}", "-o", "{job}/rank1.json.gz"],
+    ["report", "{job}", "--topology", "{job}/groups.txt", "-o", "{job}/groups.txt"],
+], ids=lambda a: " ".join(a[:1] + a[-2:]))
+def test_an_output_that_is_an_input_is_refused(tmp_path, args):
+    """-o naming a file the command reads (a trace, the topology file) is one line and
+    exit 1 / 2; the input is left as it was and nothing else is written there."""
+    job = tmp_path / "job"
+    job.mkdir()
+    for r in (0, 1):
+        shutil.copy(shared(f"hta/trace_filter/sampled_rank-{r}.json.gz"), job / f"rank{r}.json.gz")
+    assert CliRunner().invoke(main, ["topology", "--world", "2", "--tp", "2", "-o",
+                                     str(job / "groups.txt")]).exit_code == 0
+    before = {p.name: p.read_bytes() for p in job.iterdir()}
+    r = CliRunner().invoke(main, [a.format(job=job) for a in args])
+    assert r.exit_code in (1, 2), r.output
+    line = r.output.strip()
+    assert "\n" not in line and "Traceback" not in line
+    assert "is an input of this command" in line or "names a trace file" in line
+    assert {p.name: p.read_bytes() for p in job.iterdir()} == before  # nothing left over

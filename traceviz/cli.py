@@ -16,6 +16,7 @@ import click
 from ._version import __version__
 from .errors import TraceVizError, UsageError, one_line
 from .ingest.outputs import command_output
+from .table.inputs import guarding_inputs
 
 
 def _fail(message: str, code: int = 1) -> None:
@@ -47,7 +48,8 @@ class _Group(click.Group):
 
     def invoke(self, ctx: click.Context):
         try:
-            return super().invoke(ctx)
+            with guarding_inputs():  # an output named like an input is refused
+                return super().invoke(ctx)
         except UsageError as exc:
             _fail(str(exc), 2)
         except TraceVizError as exc:
@@ -130,6 +132,7 @@ def parse(trace: str, output: str | None, cpu: bool, patterns: str | None, stric
             "stdin" if trace == "-" else trace)
     if cpu and output == "-":
         raise UsageError("--cpu writes a second file: give -o FILE, not '-'")
+    command.check_output(output)
     start = time.perf_counter()
     chosen = click.get_current_context().get_parameter_source("memory_budget")
     result = command.run(trace, cpu=cpu, patterns=patterns, memory_budget=memory_budget << 20,

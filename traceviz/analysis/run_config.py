@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass, field, replace
 
 from ..errors import TraceVizError
+from ..table.inputs import note_input
 from .devices import device_of
 
 # parameter counts of TorchTitan model flavors (for 6 N FLOPs per token)
@@ -61,6 +62,7 @@ def _read_toml(path: str | os.PathLike) -> dict:
         import tomllib
     except ModuleNotFoundError:  # Python < 3.11
         import tomli as tomllib
+    note_input(path)
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)

@@ -12,6 +12,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 from ..errors import TraceVizError
+from ..table.inputs import note_input
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ def load_patterns(path: str | Path | None = None) -> Patterns:
     where = "patterns.toml"
     if path is not None:
         where = str(path)
+        note_input(path)
         try:
             user = tomllib.loads(Path(path).read_text())
         except OSError as exc:

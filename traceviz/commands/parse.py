@@ -9,8 +9,9 @@ import os
 
 from ..errors import TraceVizError, UsageError
 from ..ingest.build import ParsedTrace, parse_trace
+from ..ingest.discover import is_trace_name
 from ..ingest.outputs import default_path, trace_stem
-from ..topology.groups_file import from_file
+from ..ingest.topology import from_file
 
 
 def default_output(trace: str) -> str:
@@ -18,6 +19,14 @@ def default_output(trace: str) -> str:
     see :mod:`traceviz.ingest.outputs`): the table ``traceviz batch TRACE`` (and every
     command given the trace) writes and reuses."""
     return str(default_path(trace, f"{trace_stem(os.path.basename(trace))}.parquet"))
+
+
+def check_output(output: str) -> None:
+    """Refuse, before any work, an output named like a trace (``-o b.json.gz``): the
+    table is parquet, and a trace of that name would be written over."""
+    if output != "-" and is_trace_name(os.path.basename(output)):
+        raise UsageError(f"-o {output}: names a trace file; traceviz parse writes a parquet "
+                         "table: name a .parquet file")
 
 
 def run(trace: str, *, cpu: bool = False, patterns: str | None = None,

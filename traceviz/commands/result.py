@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from ..errors import TraceVizError
 from ..render.figures import Figure, save_all
+from ..table.inputs import is_input
 from ..table.io import write_csv, write_csv_and_parquet, write_text
 
 
@@ -36,6 +38,10 @@ def write(result: Result, outdir: str | os.PathLike) -> list[Path]:
     """Write every output of ``result`` under ``outdir`` (atomically, file by file);
     returns the paths written."""
     out = Path(outdir)
+    for dest in destinations(result, out):  # before any file: none, or all of them
+        if is_input(dest):
+            raise TraceVizError(f"{dest}: is an input of this command; writing the output "
+                                "there would destroy it: name another output (-o)")
     written: list[Path] = []
     for name, table in result.tables.items():
         written += write_csv_and_parquet(table, (out / name).parent, Path(name).name)
@@ -49,6 +55,13 @@ def write(result: Result, outdir: str | os.PathLike) -> list[Path]:
     written += save_all(result.figures, out,
                         lambda items, n: progress(items, "figures", total=n))
     return written
+
+
+def destinations(result: Result, out: Path) -> list[Path]:
+    """Every file :func:`write` would write for ``result`` under ``out``."""
+    return ([out / f"{name}{ext}" for name in result.tables for ext in (".csv", ".parquet")]
+            + [out / name for name in (*result.csv, *result.texts, *result.exports,
+                                       *result.figures)])
 
 
 def progress(items, what: str, total: int | None = None):

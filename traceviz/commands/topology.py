@@ -6,7 +6,7 @@ import json
 import os
 
 from ..errors import UsageError
-from ..ingest.topology import from_traces
+from ..ingest.topology import from_file, from_traces
 from ..table.io import write_text
 from ..topology import groups_file
 from ..topology.layout import Layout, to_json
@@ -19,7 +19,7 @@ def layout_of(*, world: int | None = None, tp: int = 1, pp: int = 1, cp: int = 1
     if traces:
         return from_traces(traces)
     if file:
-        return groups_file.from_file(file)
+        return from_file(file)
     if world is None:
         raise UsageError("give --world (with --tp/--pp/...), --from-traces DIR or "
                          "--from-file FILE")

@@ -151,8 +151,8 @@ def parse_one(task: Task, memory_budget: int, topology_file: str | None, cpu: bo
     """Parse one trace into its table (runs in a worker). Never raises for bad input."""
     start = time.perf_counter()
     try:
-        from ..topology.groups_file import from_file
         from .build import parse_trace
+        from .topology import from_file
 
         topology = from_file(topology_file) if topology_file else None
         # a worker process holds nothing but the runtime: its floor is worth a warning
@@ -347,8 +347,8 @@ def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
     ``batch_summary.json`` into the output folder; return one outcome per trace
     (skipped ones included), in rank order. ``traces``: see :func:`plan`."""
     from ..classify.patterns import load_patterns
-    from ..topology.groups_file import from_file
     from .build import parse_options
+    from .topology import from_file
 
     if topology is None:
         found = find_topology_file(root if Path(root).is_dir() else Path(root).parent)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..parsing.header import read_header
+from ..table.inputs import note_input
 from .outputs import OUT
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst", ".json.zstd")
@@ -126,6 +127,9 @@ def find_traces(root: str | os.PathLike) -> list[TraceFile]:
         candidates = sorted(p for p in root.rglob("*") if p.is_file() and is_trace_name(p.name)
                             and OUT not in p.relative_to(root).parts[:-1])
     found = [describe(p) for p in candidates]
+    for f in found:
+        if f is not None:
+            note_input(f.path)  # read now, or through its cached table: never an output
     return [f for f in found if f is not None]
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from ..errors import TraceVizError, UsageError
+from ..table.inputs import note_input
 from ..table.io import read_table
 from ..table.schema import file_metadata, is_activity_table, metadata, parquet_schema
 
@@ -27,6 +28,7 @@ def input_files(paths: list[str | os.PathLike]) -> list[Path]:
                                          if is_activity_table(x)), p)
             out += parquet or [t.path for t in find_traces(p)]
         elif p.exists():
+            note_input(p)
             out.append(p)
         else:
             raise TraceVizError(f"{p}: no such file or folder")

@@ -17,6 +17,7 @@ from pathlib import Path
 import orjson
 
 from ..errors import TraceVizError
+from ..table.inputs import note_input
 
 NAME = re.compile(r"^event_times_PP(\d+)_VPP(\d+)_TPxCPxDP_rank_(\d+)_pp_rank_(\d+)"
                   r"_rank_(\d+)\.json$")
@@ -65,6 +66,7 @@ def read_group(folder: str | os.PathLike, group: int = 0) -> TimerGroup:
     rows, total = [], {}
     for stage in range(pp):
         rank, path = by_stage[stage]
+        note_input(path)
         try:
             events = orjson.loads(path.read_bytes())
         except (OSError, orjson.JSONDecodeError) as exc:

@@ -7,12 +7,20 @@ import os
 from pathlib import Path
 
 from ..errors import TraceVizError
+from ..table.inputs import note_input
 from ..table.schema import file_metadata
+from ..topology import groups_file
 from ..topology.derive import layout_from_groups, observed_groups
-from ..topology.groups_file import from_file
 from ..topology.layout import Layout
 
 TOPOLOGY_GLOB = "unique_parallel_groups*.txt"
+
+
+def from_file(path: str | os.PathLike) -> Layout:
+    """The layout a topology file states (:func:`~traceviz.topology.groups_file.from_file`),
+    the file noted as an input of the command."""
+    note_input(path)
+    return groups_file.from_file(path)
 
 
 def find_topology_file(folder: str | os.PathLike) -> Path | None:

@@ -16,17 +16,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import TraceError, TraceVizError
+from .inputs import is_input, note_input
 from .schema import DELTA_COLUMNS
 from .scratch import release, temp_file_for
 
 
 @contextlib.contextmanager
 def atomic_path(dest: str | os.PathLike) -> Iterator[str]:
-    """Yield a temporary path next to ``dest``; on success it is renamed to ``dest``."""
+    """Yield a temporary path next to ``dest``; on success it is renamed to ``dest``.
+    Refused when ``dest`` is a folder or one of the command's inputs."""
     dest = os.fspath(dest)
     folder = os.path.dirname(os.path.abspath(dest))
     if os.path.isdir(dest):
         raise TraceVizError(f"{dest}: is a folder; name a file to write")
+    if is_input(dest):
+        raise TraceVizError(f"{dest}: is an input of this command; writing the output there "
+                            "would destroy it: name another output (-o)")
     try:
         os.makedirs(folder, exist_ok=True)
         tmp = temp_file_for(dest)
@@ -130,6 +135,7 @@ def write_text(text: str, dest: str | os.PathLike) -> Path:
 def read_table(path: str | os.PathLike, columns: Sequence[str] | None = None) -> pa.Table:
     """A table written by ``traceviz parse`` (schema metadata included); only ``columns``
     when given. An unreadable file raises :class:`~traceviz.errors.TraceError`."""
+    note_input(path)
     try:
         return pq.read_table(path, columns=list(columns) if columns else None)
     except (OSError, pa.ArrowInvalid) as exc:
