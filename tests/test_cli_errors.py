@@ -182,3 +182,45 @@ def test_an_output_that_is_an_input_is_refused(tmp_path, args):
     assert "\n" not in line and "Traceback" not in line
     assert "is an input of this command" in line or "names a trace file" in line
     assert {p.name: p.read_bytes() for p in job.iterdir()} == before  # nothing left over
+
+
+def test_an_impossible_world_size_neither_exhausts_memory_nor_changes_a_number(tmp_path):
+    """A trace or a groups file claiming 2,000,000,000 ranks: the layout is refused in one
+    line naming the file; a rank stating it is outvoted by the others (or, alone, makes
+    the world size unknown), said in a note, and TFLOP/s per GPU divides by the ranks'
+    agreed world size."""
+    from traceviz.analysis.report import job_world
+    from traceviz.topology.layout import MAX_WORLD, agreed_world
+
+    assert agreed_world([4, 4, 2_000_000_000, 4], "traces")[0] == 4
+    world, note = agreed_world([2_000_000_000], "traces")
+    assert world == 0 and "beyond 1,048,576 ranks" in note
+    assert agreed_world([8, 16, 16], "t")[0] == 16 and agreed_world([8, 16], "t")[0] == 16
+    assert agreed_world([None, 0, True], "t") == (0, None)
+    runner = CliRunner()
+    r = runner.invoke(main, ["topology", "--world", "2000000000", "--tp", "8", "-o",
+                             str(tmp_path / "g.txt")])
+    assert r.exit_code == 2 and "beyond 1,048,576 ranks" in r.output
+    assert runner.invoke(main, ["topology", "--world", "2", "--tp", "2", "-o",
+                                str(tmp_path / "g.txt")]).exit_code == 0
+    big = tmp_path / "big.txt"
+    big.write_text((tmp_path / "g.txt").read_text().replace("World Size: 2\n",
+                                                            "World Size: 2000000000\n"))
+    trace = shared("hta/trace_filter/sampled_rank-0.json.gz")
+    r = runner.invoke(main, ["report", str(trace), "--topology", str(big), "-o",
+                             str(tmp_path / "r.txt")])
+    assert r.exit_code == 1 and r.output.strip() == (
+        f"traceviz: error: {big}: world 2,000,000,000 is beyond {MAX_WORLD:,} ranks: "
+        "not a real job's size")
+    doc = json.loads(gzip.open(trace).read())
+    doc["distributedInfo"]["world_size"] = 2_000_000_000
+    one = tmp_path / "alone" / "rank0.json"
+    one.parent.mkdir()
+    one.write_text(json.dumps(doc))
+    from traceviz.commands.report import make_report
+
+    rep = make_report(one, overrides={"global_batch_size": 8, "seq_len": 1024,
+                                      "flops_per_token": 1e6})
+    assert rep["configuration"]["world_size"] == 1
+    assert any("beyond 1,048,576 ranks" in n for n in rep["notes"])
+    assert job_world([], None) == 0

@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..table.schema import COLLECTIVES, GROUPS
+from ..topology.layout import Layout, agreed_world
 from .calls import factors
 from .matching import Matched, last_to_arrive, match
 from .rank_summary import RankSummary
@@ -260,6 +261,19 @@ def _cross_rank(m: Matched) -> dict:
             for i in slow.tolist()]}
 
 
+def job_world(summaries: list[RankSummary], layout: Layout | None,
+              notes: list[str] | None = None) -> int:
+    """The job's world size: what its ranks agree on (:func:`agreed_world`; implausible
+    or outvoted values named in ``notes``), or its layout's when larger; 0 unknown."""
+    traced, note = agreed_world([s.world_size for s in summaries], "traces")
+    if note and notes is not None:
+        notes.append(note)
+    if layout is not None and traced and layout.world != traced and notes is not None:
+        notes.append(f"the parallel layout has {layout.world:,} ranks, the traces state "
+                     f"{traced:,}: {max(layout.world, traced):,} used")
+    return max(traced, layout.world if layout is not None else 0)
+
+
 def build_report(summaries: list[RankSummary], config: RunConfig, offsets: dict[int, int],
                  layout=None, notes: list[str] | None = None, synced: bool = False) -> dict:
     """The report of a job's ranks (sorted by rank); ``synced``: whether ``offsets``
@@ -270,8 +284,7 @@ def build_report(summaries: list[RankSummary], config: RunConfig, offsets: dict[
     device = next((s.device_name for s in summaries if s.device_name), None)
     if config.peak_tflops is None:
         config = config.updated(peak_tflops=peak_tflops_of(device))
-    stated = max([s.world_size or 0 for s in summaries]
-                 + [layout.world if layout is not None else 0])
+    stated = job_world(summaries, layout, notes)
     world = max(stated, gpus)
     if not stated and config.flops_per_token:
         notes.append("world size unknown (no distributedInfo, no layout): TFLOP/s per GPU "

@@ -14,7 +14,7 @@ import numpy as np
 from ..analysis.calls import COLUMNS as CALL_COLUMNS
 from ..analysis.clocks import offsets_from_calls
 from ..analysis.rank_summary import RankSummary, summarize
-from ..analysis.report import build_report, chosen_mfu
+from ..analysis.report import build_report, chosen_mfu, job_world
 from ..analysis.run_config import RunConfig, from_torchtitan_toml
 from ..errors import TraceVizError
 from ..ingest.outputs import default_path
@@ -79,7 +79,7 @@ def make_report(root: str | os.PathLike, *, config_file: str | None = None,
     layout, layout_note = job_layout(root, folder, topology)
     if layout_note:
         notes.append(f"parallel layout unknown: {layout_note}")
-    world = max([s.world_size or 0 for s in summaries] + [len(summaries)])
+    world = max(job_world(summaries, layout), len(summaries))
     config = from_torchtitan_toml(config_file, world) if config_file else RunConfig()
     config = config.updated(**(overrides or {}))
     offsets, synced = (offsets_from_calls([s.calls for s in summaries], notes)

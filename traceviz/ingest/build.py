@@ -58,6 +58,7 @@ from ..parsing.reader import (
     segment_work,
 )
 from ..table.arrays import column, fixed_dictionary
+from ..table.inputs import note_input
 from ..table.io import atomic_path
 from ..table.parked import InMemory, Parking, release_free_memory
 from ..table.schema import (
@@ -104,6 +105,8 @@ def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
     Otherwise a warning when the per-activity arrays alone go past the budget
     (:meth:`MemoryPlan.beyond`: they are held in memory, not spilled).
     """
+    if isinstance(src, (str, os.PathLike)) and os.fspath(src) != "-":
+        note_input(src)  # never an output of this command
     if not isinstance(patterns, Patterns):
         patterns = load_patterns(patterns)
     plan = plan or MemoryPlan.measure(memory_budget, jit_loaded())

@@ -6,21 +6,25 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..errors import TraceVizError
+from ..errors import TraceVizError, UsageError
 from ..table.inputs import note_input
 from ..table.schema import file_metadata
 from ..topology import groups_file
 from ..topology.derive import layout_from_groups, observed_groups
-from ..topology.layout import Layout
+from ..topology.layout import Layout, agreed_world
 
 TOPOLOGY_GLOB = "unique_parallel_groups*.txt"
 
 
 def from_file(path: str | os.PathLike) -> Layout:
     """The layout a topology file states (:func:`~traceviz.topology.groups_file.from_file`),
-    the file noted as an input of the command."""
+    the file noted as an input of the command; a size it states that no job has is an
+    error naming the file."""
     note_input(path)
-    return groups_file.from_file(path)
+    try:
+        return groups_file.from_file(path)
+    except UsageError as exc:
+        raise TraceVizError(f"{path}: {exc}") from None
 
 
 def find_topology_file(folder: str | os.PathLike) -> Path | None:
@@ -34,10 +38,11 @@ def find_topology_file(folder: str | os.PathLike) -> Path | None:
 
 
 def pg_configs_of(paths: list[Path]) -> tuple[list[list[dict]], int]:
-    """(pg_config of each trace or readable parsed table, largest world size stated)."""
+    """(pg_config of each trace or readable parsed table, the world size they agree on:
+    :func:`~traceviz.topology.layout.agreed_world`)."""
     from ..parsing.header import read_header
 
-    configs, world = [], 0
+    configs, stated = [], []
     for path in paths:
         if path.suffix == ".parquet":
             try:
@@ -48,9 +53,8 @@ def pg_configs_of(paths: list[Path]) -> tuple[list[list[dict]], int]:
             header = read_header(path) or {}
             info = header.get("distributedInfo") or {}
         configs.append(info.get("pg_config") or [])
-        if isinstance(info.get("world_size"), int):
-            world = max(world, info["world_size"])
-    return configs, world
+        stated.append(info.get("world_size"))
+    return configs, agreed_world(stated, "traces")[0]
 
 
 def from_traces(root: str | os.PathLike) -> Layout:
@@ -73,13 +77,14 @@ def job_layout(root: Path, folder: Path, topology: str | os.PathLike | None
                ) -> tuple[Layout | None, str | None]:
     """(layout, None) of the job whose tables are in ``folder``: ``topology`` when given,
     else a topology file in ``folder`` / ``root`` or a parent, else the traces'
-    pg_config; (None, why) when none states it."""
+    pg_config (``root``'s own when it is one trace: other traces in its folder may be
+    another job's); (None, why) when none states it."""
     if topology:
         return from_file(topology), None
     found = find_topology_file(folder) or find_topology_file(root)
     if found:
         return from_file(found), None
     try:
-        return from_traces(folder), None
+        return from_traces(root if Path(root).is_file() else folder), None
     except TraceVizError as exc:
         return None, f"no topology ({exc})"

@@ -19,7 +19,6 @@ import threading
 from typing import BinaryIO
 
 from ..errors import TraceError
-from ..table.inputs import note_input
 
 try:  # ISA-L's inflate (~2.5x zlib's) where a wheel is built for the machine
     from isal import isal_zlib as zlib
@@ -54,7 +53,6 @@ class ByteSource:
                 raise TraceError(self.name, f"cannot open: {exc.strerror or exc}",
                                  hint="check the path and its permissions") from None
             self._own = True
-            note_input(self.name)
         else:
             self.name = getattr(src, "name", None) or "<stream>"
             if not isinstance(self.name, str):

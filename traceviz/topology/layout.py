@@ -19,6 +19,9 @@ from itertools import product
 from ..errors import UsageError
 
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
+# far above any job run today (~1e5 GPUs); a larger world size is a wrong number, and
+# building its groups would exhaust memory
+MAX_WORLD = 1 << 20
 
 # Megatron's group_desc strings -> (generator, token set); EMBEDDING groups are derived
 # from the pipeline groups.
@@ -71,6 +74,24 @@ def generate(sizes: dict[str, int], order: str, tokens: str) -> list[list[int]]:
     return groups
 
 
+def agreed_world(stated: list, where: str) -> tuple[int, str | None]:
+    """The world size the ranks of a job agree on, from what each states (None / 0:
+    nothing): the most common plausible value (the larger at a tie); 0 when none is.
+    Returns it and a note naming the other values and what became of them, or None."""
+    values = [v for v in stated if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+    plausible = [v for v in values if v <= MAX_WORLD]
+    world = max(set(plausible), key=lambda v: (plausible.count(v), v)) if plausible else 0
+    others = sorted(set(values) - {world})
+    if not others:
+        return world, None
+    told = ", ".join(f"{v:,} ({values.count(v)} rank(s))" for v in others[:4])
+    if not world:
+        return 0, (f"{where}: world size {told} is beyond {MAX_WORLD:,} ranks, not a real "
+                   "job's: world size unknown")
+    return world, (f"{where}: world size stated differently by some ranks: {told}; "
+                   f"{world:,} used, as most ranks state it")
+
+
 @dataclass(frozen=True)
 class Layout:
     """The parallel sizes of a Megatron job (order ``tp-cp-ep-dp-pp`` by default)."""
@@ -89,6 +110,9 @@ class Layout:
         for name in ("world", "tp", "pp", "cp", "ep", "expert_tp"):
             if getattr(self, name) < 1:
                 raise UsageError(f"{name} must be >= 1, got {getattr(self, name)}")
+            if getattr(self, name) > MAX_WORLD:
+                raise UsageError(f"{name} {getattr(self, name):,} is beyond {MAX_WORLD:,} "
+                                 "ranks: not a real job's size")
         if self.world % (self.tp * self.pp * self.cp):
             raise UsageError(f"world size {self.world} is not divisible by "
                              f"tp*pp*cp = {self.tp}*{self.pp}*{self.cp}")
