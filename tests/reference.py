@@ -118,8 +118,11 @@ def kind_of(cat: str, name: str, collective: bool = False) -> str:
 
 
 def complete(ev) -> bool:
-    return (isinstance(ev, dict) and ev.get("ph") == "X" and scaled(ev.get("ts"), 3) is not None
-            and scaled(ev.get("dur"), 3) is not None)
+    """A complete event with a ts and a dur in int64 ns whose end fits int64 too."""
+    if not (isinstance(ev, dict) and ev.get("ph") == "X"):
+        return False
+    ts, dur = scaled(ev.get("ts"), 3), scaled(ev.get("dur"), 3)
+    return ts is not None and dur is not None and ts + max(dur, 0) <= INT64[1]
 
 
 def activities(doc) -> dict[int, dict]:

@@ -224,3 +224,20 @@ def test_an_impossible_world_size_neither_exhausts_memory_nor_changes_a_number(t
     assert rep["configuration"]["world_size"] == 1
     assert any("beyond 1,048,576 ranks" in n for n in rep["notes"])
     assert job_world([], None) == 0
+
+
+def test_an_event_whose_end_overflows_is_skipped_with_its_reason(tmp_path):
+    """A start that fits int64 ns with an end that does not (9223372036850000 µs + 5 ms)
+    would wrap around to a negative end: the event is skipped and named; the rest stays."""
+    import traceviz
+
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 9223372036850000,
+         "dur": 5000, "args": {"stream": 7}},
+        {"ph": "X", "cat": "kernel", "name": "k2", "pid": 0, "tid": 7, "ts": 100, "dur": 50,
+         "args": {"stream": 7}}]}))
+    table = traceviz.parse(trace)
+    assert table["name"].to_pylist() == ["k2"] and table["dur"].to_pylist() == [50_000]
+    skipped = traceviz.metadata(table)["stats"]["skipped"]
+    assert skipped == {"end (ts + dur) beyond the int64 ns range": 1}

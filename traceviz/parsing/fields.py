@@ -197,11 +197,11 @@ ERROR_TEXT = {
 (S_EVENTS, S_COMPLETE, S_FLOW, S_INSTANT, S_METADATA, S_COUNTER, S_OTHER_PH,
  S_SKIP_NO_TS, S_SKIP_NO_DUR, S_SKIP_BAD_TS, S_SKIP_BAD_DUR, S_SKIP_NOT_OBJECT,
  S_SKIP_NO_PH, S_BAD_NUMBER, S_META_NOT_KEPT, S_NEG_DUR, S_SKIP_BAD_FLOW, S_SKIP_RANGE_TS,
- S_SKIP_RANGE_DUR, S_FIRST_SEEN, S_FIRST_TS) = range(11, 32)
+ S_SKIP_RANGE_DUR, S_SKIP_RANGE_END, S_FIRST_SEEN, S_FIRST_TS) = range(11, 33)
 # (S_FIRST_*: the ts of the trace's first complete event with a category other than
 # "Trace", in file order: the row HTA's correlation join falls back to)
 # ... store fill and global row base (one slot per store) ...
-W_FILL = 32
+W_FILL = 33
 W_BASE = W_FILL + N_STORES
 # ... per-event scratch: parsed fields (W_EV + V_*) and args (W_ARG + A_*) ...
 W_EV = W_BASE + N_STORES
@@ -240,6 +240,7 @@ SKIP_NAMES = {
     S_SKIP_NO_PH: "event without ph", S_SKIP_BAD_FLOW: "flow event without id or ts",
     S_SKIP_RANGE_TS: "ts beyond the int64 ns range",
     S_SKIP_RANGE_DUR: "dur beyond the int64 ns range",
+    S_SKIP_RANGE_END: "end (ts + dur) beyond the int64 ns range",
 }
 NOTE_NAMES = {
     S_BAD_NUMBER: "numeric args out of int64 range (stored as -1)",

@@ -56,6 +56,7 @@ NEED_ROOM = -3  # an event could not intern a string: the string table must grow
  V_IDST, V_BP, V_SPARE) = range(L.N_EV)
 # number-field status
 MISSING, GOOD, BAD, RANGE = 0, 1, 2, 3
+INT64_MAX = np.int64(2 ** 63 - 1)
 
 _STR_TAG = np.uint64(0x5BD1E9955BD1E995)
 _MIX1 = np.uint64(0x9E3779B97F4A7C15)
@@ -385,6 +386,9 @@ def _commit(w, strs, thr, blocks, spans, start, end):
         st = w[EV + V_DURST]
         w[L.S_SKIP_NO_DUR if st == MISSING else L.S_SKIP_RANGE_DUR if st == RANGE
           else L.S_SKIP_BAD_DUR] += 1
+        return
+    if w[EV + V_DUR] > 0 and w[EV + V_TS] > INT64_MAX - w[EV + V_DUR]:
+        w[L.S_SKIP_RANGE_END] += 1  # its end would wrap around: no time is right
         return
     if w[EV + V_DUR] < 0:
         w[L.S_NEG_DUR] += 1
