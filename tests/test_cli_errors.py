@@ -241,3 +241,25 @@ def test_an_event_whose_end_overflows_is_skipped_with_its_reason(tmp_path):
     assert table["name"].to_pylist() == ["k2"] and table["dur"].to_pylist() == [50_000]
     skipped = traceviz.metadata(table)["stats"]["skipped"]
     assert skipped == {"end (ts + dur) beyond the int64 ns range": 1}
+
+
+def test_a_rank_no_rank_can_be_is_no_rank(tmp_path):
+    """A file name or distributedInfo stating rank 99999999999 (beyond int32, the rank
+    column's type): not a rank (numbered by position), one line where two then clash,
+    never an internal error."""
+    import traceviz
+
+    ev = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 20, "dur": 50,
+          "args": {"stream": 7}}
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "rank_99999999999.json").write_text(json.dumps({"traceEvents": [ev]}))
+    (job / "rank_1.json").write_text(json.dumps(
+        {"distributedInfo": {"rank": 99999999999}, "traceEvents": [ev]}))
+    for name in ("rank_99999999999.json", "rank_1.json"):
+        meta = traceviz.metadata(traceviz.parse(job / name))
+        assert (meta["rank"], meta["rank_source"]) == (
+            (-1, "unknown") if name.startswith("rank_9") else (1, "file name"))
+    r = CliRunner().invoke(main, ["breakdown", str(job), "-o", str(tmp_path / "b")])
+    assert r.exit_code == 1 and "internal error" not in r.output
+    assert "are both rank 1" in r.output and "\n" not in r.output.strip()

@@ -21,15 +21,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..parsing.header import read_header
+from ..parsing.header import is_rank, rank_in_name, read_header
 from ..table.inputs import note_input
 from .outputs import OUT
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst", ".json.zstd")
 _ITER_DIR = re.compile(r"^iteration_(\d+)$")
 _ITER_NAME = re.compile(r"iter_(\d+)")
-_RANK_NAME = (re.compile(r"rank[_-]?(\d+)", re.IGNORECASE),
-              re.compile(r"worker[_-]?(\d+)", re.IGNORECASE))
 
 
 @dataclass(frozen=True)
@@ -41,14 +39,6 @@ class TraceFile:
     rank_source: str  # "distributedInfo", "file name" or "unknown"
     iteration: int | None
     size: int
-
-
-def rank_from_name(name: str) -> int | None:
-    for pattern in _RANK_NAME:
-        m = pattern.search(name)
-        if m:
-            return int(m.group(1))
-    return None
 
 
 def iteration_of(path: Path) -> int | None:
@@ -73,7 +63,7 @@ def looks_like_rank_trace(path: Path) -> bool:
     files in ``iteration_N`` (Megatron-TraceViz, TorchTitan) or ``torch_profile``
     (Megatron-LM) folders. Such a file that cannot be read is a failed rank, never
     skipped."""
-    return (rank_from_name(path.name) is not None or ".pt.trace.json" in path.name
+    return (rank_in_name(path.name) is not None or ".pt.trace.json" in path.name
             or bool(_RANK_PLACE.match(path.parent.name)))
 
 
@@ -91,8 +81,8 @@ def describe(path: Path) -> TraceFile | None:
     dist = (header or {}).get("distributedInfo") or {}
     rank = dist.get("rank") if isinstance(dist, dict) else None
     source = "distributedInfo"
-    if not isinstance(rank, int) or isinstance(rank, bool):
-        rank, source = rank_from_name(path.name), "file name"
+    if not is_rank(rank):
+        rank, source = rank_in_name(path.name), "file name"
         if rank is None:
             rank, source = -1, "unknown"
     return TraceFile(path=path, rank=rank, rank_source=source, iteration=iteration_of(path),

@@ -180,10 +180,10 @@ def load_table(path: Path, columns: tuple[str, ...] | None = None) -> pa.Table:
 
 def stated_rank(table: pa.Table, path: Path) -> int | None:
     """The table's rank (``distributedInfo``), else the file name's, else None."""
-    from .discover import rank_from_name
+    from ..parsing.header import rank_in_name
 
     rank = int(metadata(table).get("rank", -1))
-    return rank if rank >= 0 else rank_from_name(path.name)
+    return rank if rank >= 0 else rank_in_name(path.name)
 
 
 def rank_of(table: pa.Table, path: Path, fallback: int) -> int:

@@ -15,6 +15,20 @@ import orjson
 KEEP_UNKNOWN_BELOW = 64 << 10  # bytes; larger values of keys we do not use are dropped
 _RANK_IN_NAME = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _WORKER_IN_NAME = re.compile(r"worker[-_]?(\d+)", re.IGNORECASE)
+RANK_LIMIT = 1 << 31  # a rank is stored as int32: a larger number is no rank
+
+
+def rank_in_name(name: str) -> int | None:
+    """The rank a trace's file name states (``rank_3``, ``worker7``), None when it states
+    none or a number no rank can be."""
+    base = name.replace("\\", "/").rsplit("/", 1)[-1]
+    m = _RANK_IN_NAME.search(base) or _WORKER_IN_NAME.search(base)
+    return int(m.group(1)) if m and int(m.group(1)) < RANK_LIMIT else None
+
+
+def is_rank(value: object) -> bool:
+    """Whether a value a trace states can be a rank (an int in [0, 2**31))."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < RANK_LIMIT
 
 
 def decode_json(raw: bytes) -> Any:
@@ -78,13 +92,10 @@ class Header:
     def rank(self, source_name: str) -> tuple[int, str]:
         """(rank, where it came from): distributedInfo, else the file name, else -1."""
         r = self.distributed.get("rank")
-        if isinstance(r, int) and not isinstance(r, bool):
+        if is_rank(r):
             return r, "distributedInfo"
-        base = source_name.replace("\\", "/").rsplit("/", 1)[-1]
-        m = _RANK_IN_NAME.search(base) or _WORKER_IN_NAME.search(base)
-        if m:
-            return int(m.group(1)), "file name"
-        return -1, "unknown"
+        named = rank_in_name(source_name)
+        return (named, "file name") if named is not None else (-1, "unknown")
 
     def world_size(self) -> int:
         w = self.distributed.get("world_size")
