@@ -263,3 +263,20 @@ def test_a_rank_no_rank_can_be_is_no_rank(tmp_path):
     r = CliRunner().invoke(main, ["breakdown", str(job), "-o", str(tmp_path / "b")])
     assert r.exit_code == 1 and "internal error" not in r.output
     assert "are both rank 1" in r.output and "\n" not in r.output.strip()
+
+
+@pytest.mark.parametrize("value", ["0", '"two"', '"\\u0000"', "-5", "1e400", "[1]",
+                                   "2000000000000", "true"])
+def test_bad_config_values_are_one_line(tmp_path, value):
+    """A TorchTitan config whose batch / sequence / degree is no whole number in range:
+    one line naming the file, the key and the value (was ZeroDivisionError, ValueError,
+    OverflowError, TypeError)."""
+    cfg = tmp_path / "train.toml"
+    cfg.write_text(f'[model]\nname = "llama3"\nflavor = "8B"\n[training]\n'
+                   f"local_batch_size = {value}\nseq_len = 4096\n")
+    r = CliRunner().invoke(main, ["report", str(shared("hta/trace_filter/sampled_rank-0.json"
+                                                       ".gz")), "--config", str(cfg), "-o",
+                                  str(tmp_path / "r.txt")])
+    assert r.exit_code == 1 and "internal error" not in r.output
+    assert r.output.startswith(f"traceviz: error: {cfg}: [training] local_batch_size = ")
+    assert "is not a whole number from 1 to" in r.output and not (tmp_path / "r.txt").exists()

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import TraceVizError
 from ..table.inputs import note_input
+from ..topology.layout import MAX_WORLD
 from .devices import device_of
 
 # parameter counts of TorchTitan model flavors (for 6 N FLOPs per token)
@@ -73,6 +74,17 @@ def _read_toml(path: str | os.PathLike) -> dict:
                             "train config") from None
 
 
+MAX_COUNT = 1 << 40  # sequences per batch, tokens per sequence: beyond is no real run
+
+
+def _table(cfg: dict, section: str, path) -> dict:
+    """The config's ``[section]`` table ({} when absent)."""
+    value = cfg.get(section, {})
+    if not isinstance(value, dict):
+        raise TraceVizError(f"{path}: '{section}' is not a table ([{section}])")
+    return value
+
+
 def from_torchtitan_toml(path: str | os.PathLike, world: int | None) -> RunConfig:
     """Model, batch and parallelism of a TorchTitan train config.
 
@@ -80,16 +92,32 @@ def from_torchtitan_toml(path: str | os.PathLike, world: int | None) -> RunConfi
     data-parallel degree, ``replicate x shard``; a shard degree of -1 takes the ranks
     left over by the other degrees (needs ``world``)."""
     cfg = _read_toml(path)
-    model, training = cfg.get("model", {}), cfg.get("training", {})
-    par = dict(cfg.get("parallelism", {}))
-    local = training.get("local_batch_size", training.get("batch_size"))
-    rep = int(par.get("data_parallel_replicate_degree", 1))
-    shard = int(par.get("data_parallel_shard_degree", -1 if world else 1))
+    model, training = _table(cfg, "model", path), _table(cfg, "training", path)
+    par = dict(_table(cfg, "parallelism", path))
+
+    def count(table: dict, section: str, key: str, default, limit: int, auto: bool = False):
+        """A positive whole number (``auto``: or -1, 'the rest') at most ``limit``."""
+        value = table.get(key, default)
+        if value is None or (auto and value == -1 and not isinstance(value, bool)):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= limit:
+            return value
+        raise TraceVizError(f"{path}: [{section}] {key} = {value!r} is not a whole number "
+                            f"from 1 to {limit:,}" + (" (or -1)" if auto else ""))
+
+    local = count(training, "training", "local_batch_size",
+                  training.get("batch_size"), MAX_COUNT)
+    if "local_batch_size" not in training:
+        local = count(training, "training", "batch_size", None, MAX_COUNT)
+    seq_len = count(training, "training", "seq_len", None, MAX_COUNT)
+    rep = count(par, "parallelism", "data_parallel_replicate_degree", 1, MAX_WORLD)
+    shard = count(par, "parallelism", "data_parallel_shard_degree", -1 if world else 1,
+                  MAX_WORLD, auto=True)
     if shard < 0:
         other = rep
         for key in ("tensor_parallel_degree", "pipeline_parallel_degree",
                     "context_parallel_degree"):
-            other *= int(par.get(key, 1))
+            other *= count(par, "parallelism", key, 1, MAX_WORLD)
         shard = max(1, (world or other) // other)
     name = model.get("name")
     flavor = model.get("flavor")
@@ -97,7 +125,7 @@ def from_torchtitan_toml(path: str | os.PathLike, world: int | None) -> RunConfi
     return RunConfig(
         model=f"{name}{flavor or ''}" if name else None,
         global_batch_size=int(local) * rep * shard if local else None,
-        seq_len=training.get("seq_len"),
+        seq_len=seq_len,
         flops_per_token=training_flops_per_token(params) if params else None,
         parallelism={"dp_replicate": rep, "dp_shard": shard,
                      **{k: v for k, v in sorted(par.items())}},
