@@ -280,3 +280,28 @@ def test_bad_config_values_are_one_line(tmp_path, value):
     assert r.exit_code == 1 and "internal error" not in r.output
     assert r.output.startswith(f"traceviz: error: {cfg}: [training] local_batch_size = ")
     assert "is not a whole number from 1 to" in r.output and not (tmp_path / "r.txt").exists()
+
+
+def test_a_gz_cut_before_its_first_event_is_an_error(tmp_path):
+    """A .json.gz cut inside its first event (its header and the start of traceEvents
+    decompress, no event completes): exit 1, one line with the byte offset, no table (it
+    was exit 0 with an empty table)."""
+    import zlib
+
+    data = read_bytes(shared("hta/trace_filter/sampled_rank-0.json.gz"))
+    packed = gzip.compress(data)
+    events = data.find(b'"traceEvents"')
+    first_end = data.find(b"}", data.find(b'"dur"', events))  # no event completes before
+
+    def inflated(k: int) -> int:
+        return len(zlib.decompressobj(wbits=31).decompress(packed[:k]))
+
+    cut = next(k for k in range(20, len(packed)) if events + 20 < inflated(k) < first_end)
+    trace = tmp_path / "cut.json.gz"
+    trace.write_bytes(packed[:cut])
+    out = tmp_path / "cut.parquet"
+    proc = run("parse", str(trace), "-o", str(out))
+    assert proc.returncode == 1, proc.stderr
+    line = proc.stderr.decode().strip()
+    assert line.startswith(f"traceviz: error: {trace}: byte ") and "\n" not in line
+    assert "is cut before its first complete event" in line and not out.exists()

@@ -42,6 +42,10 @@ def check_cut(piece: bytes, full_expected: dict) -> None:
         with pytest.raises(TraceError, match="ends before any trace event|not a Kineto"):
             traceviz.parse_trace(io.BytesIO(piece), chunk_size=4096)
         return
+    if n == 0:  # cut inside traceEvents before its first event: nothing to keep, an error
+        with pytest.raises(TraceError, match="is cut before its first complete event"):
+            traceviz.parse_trace(io.BytesIO(piece), chunk_size=4096)
+        return
     result = traceviz.parse_trace(io.BytesIO(piece), chunk_size=4096)
     stats = result.meta["stats"]
     assert stats["events"] == n

@@ -277,6 +277,10 @@ def _finish(part: _Part, budget: SpillBudget, bytes_read: int | None = None,
         raise TraceError(source.name, "is JSON but not a Kineto trace (no 'traceEvents')",
                          offset=None,
                          hint="pass a PyTorch profiler trace (export_chrome_trace output)")
+    if truncated_at is not None and not w[L.S_EVENTS]:  # nothing to keep: no table
+        raise TraceError(source.name, "is cut before its first complete event",
+                         offset=truncated_at, hint="the file is cut short; re-export or copy "
+                         "it again")
     if truncated_at is not None:
         warnings.append(
             f"{source.name}: trace is truncated at byte {truncated_at} "
