@@ -36,6 +36,9 @@ def run(*args, stdin=None):
     # text after the end that holds more events: not a crash tail (that is truncation)
     (GOOD.encode() + b' {"ph": "X"}', "unexpected data after the end"),
     (b"\x1f\x8b\x08\x00garbagegarbage", "gzip data is corrupt"),
+    # JSON readers keep the last of two equal keys; traceviz does not guess
+    (GOOD.encode()[:-1] + b', "traceEvents": []}',
+     "byte 86: a second 'traceEvents' array (JSON readers"),
 ])
 def test_bad_input_one_line(tmp_path, content, message):
     trace = tmp_path / "bad.json"

@@ -163,7 +163,7 @@ TRACE_EVENTS_HASH = np.int64(string_hash(TRACE_EVENTS_KEY))
  M_ARRAY_AFTER, M_DONE) = range(8)
 # errors
 (E_NONE, E_NOT_JSON, E_EXPECTED_KEY, E_EXPECTED_COLON, E_EXPECTED_COMMA, E_BAD_VALUE,
- E_EVENTS_NOT_ARRAY, E_TRAILING, E_BAD_EVENT) = range(9)
+ E_EVENTS_NOT_ARRAY, E_TRAILING, E_BAD_EVENT, E_TWO_EVENTS) = range(10)
 ERROR_TEXT = {
     E_NOT_JSON: "expected '{' or '[' at the start of a Kineto trace",
     E_EXPECTED_KEY: "expected a quoted object key",
@@ -173,6 +173,8 @@ ERROR_TEXT = {
     E_EVENTS_NOT_ARRAY: "'traceEvents' is not an array",
     E_TRAILING: "unexpected data after the end of the trace",
     E_BAD_EVENT: "malformed trace event",
+    E_TWO_EVENTS: "a second 'traceEvents' array (JSON readers, browsers and Perfetto keep "
+                  "only the last: which one is the trace is unclear)",
 }
 
 # ---- packed scanner state ---------------------------------------------------------------

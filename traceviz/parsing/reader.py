@@ -222,7 +222,8 @@ def _scan(source: ByteSource | FileRange | Segment, budget: SpillBudget, chunk_s
         elif status == L.R_ERROR:
             code = int(w[L.ST_ERRCODE])
             where = offset + int(w[L.ST_ERRPOS])
-            if w[L.S_EVENTS] and _crash_tail(buf[int(w[L.ST_ERRPOS]):n], source, eof):
+            if (w[L.S_EVENTS] and code != L.E_TWO_EVENTS
+                    and _crash_tail(buf[int(w[L.ST_ERRPOS]):n], source, eof)):
                 truncated_at = where  # what a node that died mid-write leaves: a cut
                 crash_tail = True
                 break

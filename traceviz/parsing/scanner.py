@@ -585,6 +585,8 @@ def scan(buf, n, eof, w, strs, thr, blocks, spans):
             if k >= n:
                 return _need_more(w, mode, kstart)
             if h == L.TRACE_EVENTS_HASH and j - kstart - 2 == 11:
+                if w[L.ST_SAW_EVENTS]:
+                    return _fail(w, L.E_TWO_EVENTS, kstart)
                 if buf[k] != 91:
                     return _fail(w, L.E_EVENTS_NOT_ARRAY, k)
                 w[L.ST_SAW_EVENTS] = 1
