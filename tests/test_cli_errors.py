@@ -308,3 +308,31 @@ def test_a_gz_cut_before_its_first_event_is_an_error(tmp_path):
     line = proc.stderr.decode().strip()
     assert line.startswith(f"traceviz: error: {trace}: byte ") and "\n" not in line
     assert "is cut before its first complete event" in line and not out.exists()
+
+
+def test_negative_durations_are_kept_with_a_warning(tmp_path):
+    trace = tmp_path / "neg.json"
+    trace.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "kernel", "name": "a", "pid": 0, "tid": 7, "ts": 1, "dur": -2,
+         "args": {"stream": 7}},
+        {"ph": "X", "cat": "kernel", "name": "b", "pid": 0, "tid": 7, "ts": 5, "dur": 2,
+         "args": {"stream": 7}}]}))
+    proc = run("parse", str(trace), "-o", str(tmp_path / "neg.parquet"))
+    assert proc.returncode == 0
+    assert "1 complete event(s) with a negative dur: kept, each lasting 0" in \
+        proc.stderr.decode()
+
+
+def test_parse_warnings_reach_every_command(tmp_path):
+    """A command that parses a trace itself (breakdown on one trace, report on a folder)
+    says what the parse found (a cut trace), as parse and batch do."""
+    data = read_bytes(shared("hta/trace_filter/sampled_rank-1.json.gz"))
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "rank1.json").write_bytes(data[:246_000])
+    for args in (["breakdown", str(job / "rank1.json")], ["report", str(job)]):
+        proc = subprocess.run([sys.executable, "-m", "traceviz", *args], cwd=tmp_path,
+                              capture_output=True)
+        assert proc.returncode == 0, proc.stderr
+        assert f"traceviz: warning: {job / 'rank1.json'}: trace is truncated at byte" in \
+            proc.stderr.decode()

@@ -382,6 +382,11 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
                                               for cat, n in unread.items())
             + " events on a device's timeline are of a kind traceviz does not read as "
               "device activities; their time is not in the tables")
+    negative = meta["stats"]["notes"].get(L.NOTE_NAMES[L.S_NEG_DUR])
+    if negative:
+        scanned.warnings.append(
+            f"{scanned.source}: {negative} complete event(s) with a negative dur: kept, "
+            "each lasting 0 in every interval and breakdown (a clock or profiler fault)")
     cpu_out = None
     if cpu:
         cpu_out = cpu_columns(scanned, s, pid_of, tid_of, plan.output_held(n),

@@ -124,8 +124,9 @@ def ensure_tables(root: str | os.PathLike, outdir: str | os.PathLike | None = No
             import sys
 
             quiet = not sys.stderr.isatty()
-        batch.run(root, out, jobs=jobs or min(2, os.cpu_count() or 1), topology=topology,
-                  vpp=vpp, quiet=quiet, traces=traces, cpu=cpu)
+        outcomes = batch.run(root, out, jobs=jobs or min(2, os.cpu_count() or 1),
+                             topology=topology, vpp=vpp, quiet=quiet, traces=traces, cpu=cpu)
+        _warn([w for o in outcomes if o.status == "parsed" for w in o.warnings])
         folders = table_folders(out)
     else:
         folders = table_folders(root)
@@ -155,6 +156,17 @@ def check_vpp(folder: Path, vpp: int) -> None:
                 "the traces)")
 
 
+def _warn(warnings: list[str]) -> None:
+    """What the parses just made found (a cut trace, negative durations, events of a
+    kind not read), one line each on stderr, whichever command asked for the tables."""
+    import sys
+
+    from ..errors import one_line
+
+    for w in warnings:
+        print(f"traceviz: warning: {one_line(w)}", file=sys.stderr)
+
+
 def tables_folder(root: Path, **options) -> Path:
     """The one folder of parsed rank tables of ``root``'s one profiled iteration (see
     :func:`ensure_tables`), else an error naming the folders to choose from."""
@@ -175,6 +187,7 @@ def load_table(path: Path, columns: tuple[str, ...] | None = None) -> pa.Table:
     from .build import parse_trace
 
     with parse_trace(path) as parsed:
+        _warn(parsed.warnings)
         return parsed.columns.table(columns)
 
 
