@@ -336,3 +336,25 @@ def test_parse_warnings_reach_every_command(tmp_path):
         assert proc.returncode == 0, proc.stderr
         assert f"traceviz: warning: {job / 'rank1.json'}: trace is truncated at byte" in \
             proc.stderr.decode()
+
+
+def test_control_characters_in_names_never_reach_the_terminal(tmp_path):
+    """A kernel named with ESC [31m, BEL, NUL, a right-to-left override and a backspace:
+    the commands' stdout and stderr hold no control character but line breaks (the
+    figures draw it; matplotlib's missing-glyph warnings would print it)."""
+    name = "evil\x1b[31mRED\x07\x00k\u202etxt\x08"
+    trace = tmp_path / "ctrl.json"
+    trace.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1,
+         "ts": 0, "dur": 500},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+         "ts": 10, "dur": 5, "args": {"correlation": 1}},
+        {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": 20, "dur": 50,
+         "args": {"stream": 7, "correlation": 1}}]}))
+    for command in ("parse", "breakdown", "report", "diagnose", "ops", "critical-path"):
+        proc = subprocess.run([sys.executable, "-m", "traceviz", command, str(trace)],
+                              cwd=tmp_path, capture_output=True)
+        assert proc.returncode == 0, (command, proc.stderr)
+        for stream in (proc.stdout, proc.stderr):
+            text = stream.decode()
+            assert not [c for c in text if (not c.isprintable() and c != "\n")], command

@@ -25,8 +25,9 @@ def _fail(message: str, code: int = 1) -> None:
 
 
 def _echo_all(lines: list[str], err: bool = False) -> None:
+    """Each line as one line: control characters a trace's names may hold escaped."""
     for line in lines:
-        click.echo(line, err=err)
+        click.echo(one_line(line), err=err)
 
 
 def _write(result, outdir) -> list:

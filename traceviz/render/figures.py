@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -102,4 +103,8 @@ def _savefig(fig, target) -> None:
     """PNG at :data:`DPI`; a figure laid out by matplotlib's constrained layout already
     fits its canvas, others are cropped to what they draw (a second drawing pass)."""
     tight = {} if fig.get_layout_engine() is not None else {"bbox_inches": "tight"}
-    fig.savefig(target, format="png", dpi=DPI, **tight)
+    with warnings.catch_warnings():
+        # a name holding control characters (a hostile trace) draws as boxes: matplotlib's
+        # warning would print those characters to the terminal
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
+        fig.savefig(target, format="png", dpi=DPI, **tight)
