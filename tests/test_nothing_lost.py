@@ -4,6 +4,7 @@ mean what JSON says, bad input is one line with the file and byte offset, SIGTER
 nothing behind and what SIGKILL left is removed by the next run."""
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -472,6 +473,41 @@ def test_sigkill_leftovers_are_removed_by_the_next_run(big_job, tmp_path):
     assert again.returncode == 0, output
     assert not _spills(tmpdir) and not _leftover_tmp(out)
     assert len(list(out.rglob("rank_*.parquet"))) == 4
+
+
+def _children(pid: int) -> set[int]:
+    """The pids whose parent is ``pid`` (Linux /proc)."""
+    out = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                out.add(int(stat.parent.name))
+    return out
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_the_workers_die_with_a_killed_batch(big_job, tmp_path):
+    """``kill -9`` of the batch alone (not its process group): its workers notice their
+    parent is gone, SIGTERM themselves, remove their spill folders and exit within
+    seconds instead of parsing on (~270 MB each) until killed by hand."""
+    proc, tmpdir, _ = _spilling_batch(big_job, tmp_path)
+    workers = _children(proc.pid)
+    assert workers  # the two parse workers (and the pool's helpers)
+
+    def running(pid: int) -> bool:  # a zombie has ended (its new parent reaps it)
+        with contextlib.suppress(OSError):
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        return False
+
+    proc.kill()
+    proc.communicate(timeout=60)
+    end = time.monotonic() + 20
+    while time.monotonic() < end and any(running(w) for w in workers):
+        time.sleep(0.1)
+    alive = [w for w in workers if running(w)]
+    assert not alive
+    assert not _spills(tmpdir)
 
 
 def test_sigkill_of_one_worker_mid_batch(big_job, tmp_path):

@@ -18,6 +18,7 @@ import fnmatch
 import json
 import os
 import signal
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -184,13 +185,28 @@ def _progress(total_bytes: int, n: int, quiet: bool):
                 desc=f"ranks 0/{n}", disable=quiet or not n, dynamic_ncols=True, leave=True)
 
 
-def _worker_init(jobs: int) -> None:
+def _worker_init(jobs: int, parent: int | None = None) -> None:
     """A worker SIGTERMed removes its spill folder and temporary files and exits; its
-    scans use their share of the cores (``jobs`` workers parse at once)."""
+    scans use their share of the cores (``jobs`` workers parse at once); it SIGTERMs
+    itself when its parent ``parent`` (pid) is gone (``kill -9`` of the batch: nothing
+    is left running)."""
     from ..parsing.reader import share_cores  # the parser, in the workers only
 
     exit_on_sigterm(None)
     share_cores(jobs)
+    if parent is not None:
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+
+
+PARENT_POLL_S = 0.5
+
+
+def _watch_parent(parent: int) -> None:
+    """SIGTERM this process once its parent ``parent`` has gone (it is then re-parented:
+    its parent pid changes)."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _run_local(tasks: list[Task], jobs: int, args: tuple, done,
@@ -207,7 +223,7 @@ def _run_local(tasks: list[Task], jobs: int, args: tuple, done,
         return out
     out, broken = [], []
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
-                               initializer=_worker_init, initargs=(jobs,))
+                               initializer=_worker_init, initargs=(jobs, os.getpid()))
     try:
         futures = {pool.submit(work, t, *args): t for t in tasks}
         workers = _workers(pool)  # the pool forgets a worker once it is broken
@@ -267,8 +283,8 @@ def _stop(pool: ProcessPoolExecutor) -> None:
             p.join(5)
 
 
-def _child(conn, work, task: Task, args: tuple, jobs: int) -> None:
-    _worker_init(jobs)
+def _child(conn, work, task: Task, args: tuple, jobs: int, parent: int) -> None:
+    _worker_init(jobs, parent)
     conn.send(work(task, *args))
     conn.close()
 
@@ -283,8 +299,8 @@ def _run_isolated(tasks: list[Task], jobs: int, args: tuple, work):
             while waiting and len(running) < jobs:
                 t = waiting.pop(0)
                 recv, send = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_child, args=(send, work, t, args, jobs),
-                                   daemon=True)
+                proc = ctx.Process(target=_child, args=(send, work, t, args, jobs,
+                                                        os.getpid()), daemon=True)
                 proc.start()
                 send.close()
                 running.append((t, proc, recv))
