@@ -526,3 +526,49 @@ def test_sigkill_of_one_worker_mid_batch(big_job, tmp_path):
     assert "killed by SIGKILL" in output and "parsed again" in output
     assert len(list(out.rglob("rank_*.parquet"))) == 4
     assert not _spills(tmpdir)
+
+
+def test_a_full_disk_is_one_line_and_leaves_the_set_whole_or_absent(tmp_path):
+    """Outputs past a file-size limit fail as a full disk does: one line naming the file,
+    exit 1, and none of the command's outputs (nor a temporary file, nor a folder it
+    made) appears; an earlier complete set stays as it was."""
+    import resource
+
+    trace = shared("hta/trace_filter/sampled_rank-1.json.gz")
+    out = tmp_path / "b"
+    ok = subprocess.run([sys.executable, "-m", "traceviz", "breakdown", str(trace), "-o",
+                         str(out)], cwd=tmp_path, capture_output=True)
+    assert ok.returncode == 0, ok.stderr
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+
+    def limit():  # files above 20 kB cannot be written: the figures
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
+
+    for dest in (out, tmp_path / "new" / "deeper"):
+        proc = subprocess.run([sys.executable, "-m", "traceviz", "breakdown", str(trace),
+                               "-o", str(dest)], cwd=tmp_path, capture_output=True,
+                              preexec_fn=limit)
+        err = proc.stderr.decode().strip()
+        assert proc.returncode == 1 and "\n" not in err, err
+        assert err.startswith(f"traceviz: error: {dest}/") and "cannot write: File too" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not (tmp_path / "new").exists()
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_all_or_nothing_puts_every_file_or_none(tmp_path):
+    from traceviz.table.io import all_or_nothing, write_text
+
+    (tmp_path / "a.txt").write_text("old")
+    with pytest.raises(RuntimeError), all_or_nothing():
+        write_text("new a", tmp_path / "a.txt")
+        write_text("b", tmp_path / "sub" / "b.txt")
+        raise RuntimeError("a later output fails")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
+    assert (tmp_path / "a.txt").read_text() == "old"
+    with all_or_nothing():
+        write_text("new a", tmp_path / "a.txt")
+        write_text("b", tmp_path / "sub" / "b.txt")
+        assert (tmp_path / "a.txt").read_text() == "old"  # not yet in place
+    assert (tmp_path / "a.txt").read_text() == "new a"
+    assert (tmp_path / "sub" / "b.txt").read_text() == "b"

@@ -63,6 +63,11 @@ class _Group(click.Group):
             raise SystemExit(0) from None
         except MemoryError:
             _fail("out of memory; lower --memory-budget or use a machine with more RAM")
+        except OSError as exc:  # a disk full, a permission: what and where, one line
+            if os.environ.get("TRACEVIZ_DEBUG"):
+                raise
+            where = f"{exc.filename}: " if exc.filename else ""
+            _fail(f"{where}{exc.strerror or exc}")
         except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except Exception as exc:  # a bug: one line, the traceback on request

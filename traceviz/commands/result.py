@@ -11,7 +11,7 @@ import pyarrow as pa
 from ..errors import TraceVizError
 from ..render.figures import Figure, save_all
 from ..table.inputs import is_input
-from ..table.io import write_csv, write_csv_and_parquet, write_text
+from ..table.io import all_or_nothing, write_csv, write_csv_and_parquet, write_text
 
 
 @dataclass
@@ -35,25 +35,27 @@ class Result:
 
 
 def write(result: Result, outdir: str | os.PathLike) -> list[Path]:
-    """Write every output of ``result`` under ``outdir`` (atomically, file by file);
-    returns the paths written."""
+    """Write every output of ``result`` under ``outdir``, all or nothing (each file under
+    a temporary name, all renamed into place once every one is written); returns the
+    paths written."""
     out = Path(outdir)
     for dest in destinations(result, out):  # before any file: none, or all of them
         if is_input(dest):
             raise TraceVizError(f"{dest}: is an input of this command; writing the output "
                                 "there would destroy it: name another output (-o)")
     written: list[Path] = []
-    for name, table in result.tables.items():
-        written += write_csv_and_parquet(table, (out / name).parent, Path(name).name)
-    for name, table in result.csv.items():
-        written.append(write_csv(table, out / name))
-    for name, text in result.texts.items():
-        written.append(write_text(text, out / name))
-    for name, export in result.exports.items():
-        export(out / name)
-        written.append(out / name)
-    written += save_all(result.figures, out,
-                        lambda items, n: progress(items, "figures", total=n))
+    with all_or_nothing():  # the set appears whole, or not at all (a full disk)
+        for name, table in result.tables.items():
+            written += write_csv_and_parquet(table, (out / name).parent, Path(name).name)
+        for name, table in result.csv.items():
+            written.append(write_csv(table, out / name))
+        for name, text in result.texts.items():
+            written.append(write_text(text, out / name))
+        for name, export in result.exports.items():
+            export(out / name)
+            written.append(out / name)
+        written += save_all(result.figures, out,
+                            lambda items, n: progress(items, "figures", total=n))
     return written
 
 

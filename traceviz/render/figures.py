@@ -3,13 +3,16 @@ draw, with its data); nothing is drawn until it is saved as PNG or embedded in a
 Drawing uses matplotlib's object API (no pyplot state), Agg backend."""
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from ..table.io import atomic_path
+from ..errors import TraceVizError
+from ..table.io import atomic_path, make_folder, place
+from ..table.scratch import release, temp_file_for
 
 DPI = 110
 
@@ -57,6 +60,24 @@ class Figure:
             _savefig(fig, tmp)
         return Path(path)
 
+    def save_temp(self, path: str | os.PathLike) -> str:
+        """Draw the PNG into a temporary file next to ``path`` (what a worker process
+        does: the caller puts it in place, :func:`~traceviz.table.io.place`); the
+        temporary file is removed when drawing fails."""
+        tmp = temp_file_for(os.fspath(path))
+        try:
+            _savefig(self.figure(), tmp)
+            os.chmod(tmp, 0o644)
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            if isinstance(exc, OSError):
+                raise TraceVizError(f"{path}: cannot write: {exc.strerror or exc}") from None
+            raise
+        finally:
+            release(tmp)
+        return tmp
+
     def png(self) -> bytes:
         """The PNG bytes."""
         buf = io.BytesIO()
@@ -82,21 +103,31 @@ def save_all(figures: dict[str, Figure], outdir: Path, wrap=lambda it, n: it) ->
     from ..table.scratch import exit_on_sigterm
 
     done: set[str] = set()
+    futures: dict = {}
+    for folder in {p.parent for p in paths.values()}:
+        make_folder(folder)  # here: the workers only write files
     try:
         with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
                                  initializer=exit_on_sigterm, initargs=(None,)) as pool:
-            futures = {pool.submit(_save, figures[n], p): n for n, p in paths.items()}
+            futures = {pool.submit(_save_temp, figures[n], p): n for n, p in paths.items()}
             for fut in wrap(as_completed(futures), len(futures)):
-                fut.result()  # a drawing error is raised here, as when drawn here
+                tmp = fut.result()  # a drawing error is raised here, as when drawn here
+                place(tmp, os.fspath(paths[futures[fut]]))
                 done.add(futures[fut])
     except BrokenProcessPool:  # no worker could start (e.g. a __main__ read from stdin)
         for n in paths.keys() - done:
             figures[n].save(paths[n])
+    except BaseException:  # what the other workers drew is not put in place
+        for fut, n in futures.items():
+            if n not in done and fut.done() and not fut.cancelled() and not fut.exception():
+                with contextlib.suppress(OSError):
+                    os.unlink(fut.result())
+        raise
     return list(paths.values())
 
 
-def _save(figure: Figure, path: Path) -> Path:
-    return figure.save(path)
+def _save_temp(figure: Figure, path: Path) -> str:
+    return figure.save_temp(path)
 
 
 def _savefig(fig, target) -> None:

@@ -18,13 +18,90 @@ import pyarrow.parquet as pq
 from ..errors import TraceError, TraceVizError
 from .inputs import is_input, note_input
 from .schema import DELTA_COLUMNS
-from .scratch import release, temp_file_for
+from .scratch import adopt, release, temp_file_for
+
+# (temporary file, destination) of the files written while :func:`all_or_nothing` lasts,
+# and the folders made for them
+_staged: list[tuple[str, str]] | None = None
+_made: list[str] = []
+
+
+@contextlib.contextmanager
+def all_or_nothing() -> Iterator[None]:
+    """While it lasts, the files :func:`atomic_path` writes are renamed into place only at
+    its end, all together; when anything fails they are all removed: a set of outputs
+    appears complete or not at all (the files it would replace stay as they were).
+    Nested, the outermost one decides."""
+    global _staged
+    if _staged is not None:
+        yield
+        return
+    _staged = []
+    _made.clear()
+    try:
+        yield
+    except BaseException:
+        for tmp, _ in _staged:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            release(tmp)
+        for folder in sorted(_made, key=len, reverse=True):  # the empty ones it made
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+        raise
+    else:
+        staged = _staged
+        for k, (tmp, dest) in enumerate(staged):
+            try:
+                place(tmp, dest, now=True)
+            except BaseException:
+                for rest, _ in staged[k + 1:]:
+                    with contextlib.suppress(OSError):
+                        os.unlink(rest)
+                    release(rest)
+                raise
+    finally:
+        _staged = None
+        _made.clear()
+
+
+def make_folder(folder: str | os.PathLike) -> None:
+    """``os.makedirs``, remembering the folders it made while :func:`all_or_nothing` runs
+    (removed, when empty, if it fails)."""
+    folder = os.fspath(folder)
+    missing = []
+    parent = folder
+    while parent and not os.path.isdir(parent):
+        missing.append(parent)
+        parent = os.path.dirname(parent)
+    os.makedirs(folder, exist_ok=True)
+    if _staged is not None:
+        _made.extend(missing)
+
+
+def place(tmp: str, dest: str, now: bool = False) -> None:
+    """Put the finished temporary file ``tmp`` at ``dest``: now, or at the end of the
+    running :func:`all_or_nothing`."""
+    adopt(tmp)  # this process holds it (a worker may have written it)
+    if _staged is not None and not now:
+        _staged.append((tmp, dest))
+        return
+    try:
+        os.replace(tmp, dest)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise TraceVizError(f"{dest}: cannot write: {exc.strerror or exc}") from None
+    finally:
+        release(tmp)
 
 
 @contextlib.contextmanager
 def atomic_path(dest: str | os.PathLike) -> Iterator[str]:
-    """Yield a temporary path next to ``dest``; on success it is renamed to ``dest``.
-    Refused when ``dest`` is a folder or one of the command's inputs."""
+    """Yield a temporary path next to ``dest``; on success it is renamed to ``dest`` (or
+    at the end of a running :func:`all_or_nothing`). Refused when ``dest`` is a folder
+    or one of the command's inputs; a failure to write (a full disk) is one line naming
+    ``dest``, and the temporary file is removed."""
     dest = os.fspath(dest)
     folder = os.path.dirname(os.path.abspath(dest))
     if os.path.isdir(dest):
@@ -33,20 +110,21 @@ def atomic_path(dest: str | os.PathLike) -> Iterator[str]:
         raise TraceVizError(f"{dest}: is an input of this command; writing the output there "
                             "would destroy it: name another output (-o)")
     try:
-        os.makedirs(folder, exist_ok=True)
+        make_folder(folder)
         tmp = temp_file_for(dest)
     except OSError as exc:
         raise TraceVizError(f"{dest}: cannot write: {exc.strerror or exc}") from None
     try:
         yield tmp
         os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, dest)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        raise
-    finally:
         release(tmp)
+        if isinstance(exc, OSError):
+            raise TraceVizError(f"{dest}: cannot write: {exc.strerror or exc}") from None
+        raise
+    place(tmp, dest)
 
 
 def _umask() -> int:

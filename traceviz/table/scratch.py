@@ -86,6 +86,11 @@ def temp_file_for(dest: str) -> str:
     return tmp
 
 
+def adopt(path: str) -> None:
+    """This process holds ``path`` now (a temporary file another process wrote for it)."""
+    _held.add(path)
+
+
 def release(path: str) -> None:
     """``path`` (from :func:`spill_folder` / :func:`temp_file_for`) is gone or renamed."""
     _held.discard(path)
