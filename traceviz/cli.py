@@ -767,7 +767,8 @@ def report(root, config_file, topology, no_clock_sync, output, as_json, **facts)
                          output=output, topology=topology, clock_sync=not no_clock_sync)
     _write(result, ".")
     click.echo(result.texts[str(result.data["json" if as_json else "text"])], nl=False)
-    click.echo(f"wrote {result.data['text']} and {result.data['json']}", err=True)
+    click.echo(f"wrote {result.data['text']}, {result.data['json']} and every rank's numbers "
+               f"in {result.data['ranks']}.csv / .parquet", err=True)
     _left_out(result.failed)
 
 

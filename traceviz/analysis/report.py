@@ -24,6 +24,7 @@ Definitions (all times are GPU kernel times in ns unless named otherwise):
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 
 from ..table.schema import COLLECTIVES, GROUPS
 from ..topology.layout import Layout, agreed_world
@@ -34,6 +35,14 @@ from .run_config import RunConfig, peak_tflops_of
 
 MS = 1e6
 TOP_SLOWEST = 10
+
+# every rank's row of the report's per-rank sections (the text summarizes them at scale)
+RANKS_SCHEMA = pa.schema([
+    ("rank", pa.int64()), ("pp_stage", pa.int64()),
+    ("overlap_pct", pa.float64()), ("comm_ms", pa.float64()), ("comp_ms", pa.float64()),
+    ("overlap_ms", pa.float64()), ("operations", pa.int64()), ("bytes", pa.int64()),
+    ("bus_bytes", pa.float64()), ("collective_busbw_gbps", pa.float64()),
+    ("simple_busbw_gbps", pa.float64())])
 
 
 def _stats(values: np.ndarray) -> dict:
@@ -314,6 +323,10 @@ def build_report(summaries: list[RankSummary], config: RunConfig, offsets: dict[
                        "avg_time_ms": r["avg_time_ms"]} for r in by_collective),
                      key=lambda r: (-r["count"], r["name"]))
     per_rank = _per_rank_network(rc, summaries)
+    overlap = _overlap(summaries)
+    stages = layout.pp_stages() if layout is not None and layout.pp > 1 else {}
+    for row in (*overlap["per_rank"], *per_rank):  # what a rank is compared with
+        row["pp_stage"] = stages.get(row["rank"])
     coll_bw = [r["collective_busbw_gbps"] for r in per_rank
                if r["collective_busbw_gbps"] is not None]
     avg_bw = float(np.mean(coll_bw)) if coll_bw else None
@@ -331,7 +344,7 @@ def build_report(summaries: list[RankSummary], config: RunConfig, offsets: dict[
             "config_source": config.source, "iterations": [r["iteration"] for r in iters],
             "ranks": [s.rank for s in summaries]},
         "throughput": _throughput(iters, config, world, notes),
-        "overlap": _overlap(summaries),
+        "overlap": overlap,
         "network": {
             "average_collective_busbw_gbps": avg_bw,
             "utilization_pct": (_pct(avg_bw, config.peak_bw_gbps)
@@ -346,3 +359,12 @@ def build_report(summaries: list[RankSummary], config: RunConfig, offsets: dict[
                        else None),
         "notes": notes,
     }
+
+
+def ranks_table(report: dict) -> pa.Table:
+    """The report's per-rank overlap and network rows as one table (:data:`RANKS_SCHEMA`;
+    unknown values null)."""
+    network = {r["rank"]: r for r in report["network"]["per_rank"]}
+    rows = [{**network.get(r["rank"], {}), **r} for r in report["overlap"]["per_rank"]]
+    return pa.Table.from_pylist([{k: row.get(k) for k in RANKS_SCHEMA.names} for row in rows],
+                                schema=RANKS_SCHEMA)

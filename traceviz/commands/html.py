@@ -11,7 +11,15 @@ from ..errors import TraceVizError
 from ..ingest.tables import has_cpu_tables, tables_folder
 from ..ingest.topology import job_layout
 from ..render.html_page import OpsSection, PipelineSection, report_page
-from ..render.interactive import job_timeline, to_html
+from ..render.interactive import (
+    BAR_ROWS,
+    click_hook,
+    group_drilldown,
+    job_heatmap,
+    job_timeline,
+    row_order,
+    to_html,
+)
 from . import breakdown, ops, pipeline
 from .aggregate import aggregate_folder
 from .report import make_report
@@ -30,18 +38,29 @@ def pipeline_places(root: Path, folder: Path, topology: str | None) -> list[dict
 
 
 def _plots(mb: list[dict], places: list[dict], stages: list[dict],
-           synced: bool) -> dict[str, str]:
+           synced: bool, focus: int | None = None) -> dict[str, str]:
     """The page's interactive plots (HTML): the job timeline (rows by pipeline group and
-    stage of ``places``), and the first PP group's steps (``stages`` of the pipeline
-    view); plotly's JavaScript goes with the first one."""
+    stage of ``places``; beyond :data:`BAR_ROWS` ranks a heatmap over a drill-down into
+    one pipeline group, the one holding ``focus`` first), and the first PP group's steps
+    (``stages`` of the pipeline view); plotly's JavaScript goes with the first one."""
     plots: dict[str, str] = {}
     if not mb:
         return plots
-    plots["timeline"] = to_html(job_timeline(mb, places or stages,
-                                             "Micro-batch steps of every rank"
-                                             + ("" if synced else " (clocks NOT synced: "
-                                                "each rank on its own clock)"), synced),
-                                "job-timeline", include_js=True)
+    title = "Micro-batch steps of every rank" + ("" if synced else " (clocks NOT synced: "
+                                                 "each rank on its own clock)")
+    ranks = sorted({r["rank"] for r in mb})
+    if len(ranks) <= BAR_ROWS:
+        plots["timeline"] = to_html(job_timeline(mb, places or stages, title, synced),
+                                    "job-timeline", include_js=True)
+    else:
+        plots["timeline"] = to_html(job_heatmap(mb, places or stages, title, synced),
+                                    "job-timeline", include_js=True)
+        if places or stages:
+            drill, index = group_drilldown(mb, places or stages, focus, synced)
+            plots["timeline"] += (to_html(drill, "job-drilldown", include_js=False)
+                                  + click_hook("job-timeline", "job-drilldown", index,
+                                               row_order(ranks, places or stages,
+                                                         by_stage=True)))
     first = [s for s in stages if s["pp_group"] == stages[0]["pp_group"]] if stages else []
     members = {s["rank"] for s in first}
     mine = [r for r in mb if r["rank"] in members]
@@ -72,8 +91,10 @@ def page_of(title: str, rep: dict, brk: Result, pipe: Result | None, why: str,
     ops = None if model is None else OpsSection(
         model.data["header"], model.tables["ops_by_shape"], model.tables["ops_by_module"],
         [(name[:-4].replace("_", " "), fig.png()) for name, fig in sorted(model.figures.items())])
+    strag = (rep.get("diagnosis") or {}).get("stragglers") or []
     return report_page(title, rep, brk.tables, kernels, overlap.png() if overlap else None,
-                       section, why, _plots(mb, places, stages, synced),
+                       section, why, _plots(mb, places, stages, synced,
+                                            strag[0]["rank"] if strag else None),
                        no_timeline or "no micro-batch steps found (no forward / backward "
                        "step launched kernels)", ops, no_model)
 

@@ -14,7 +14,7 @@ import numpy as np
 from ..analysis.calls import COLUMNS as CALL_COLUMNS
 from ..analysis.clocks import offsets_from_calls
 from ..analysis.rank_summary import RankSummary, summarize
-from ..analysis.report import build_report, chosen_mfu, job_world
+from ..analysis.report import build_report, chosen_mfu, job_world, ranks_table
 from ..analysis.run_config import RunConfig, from_torchtitan_toml
 from ..errors import TraceVizError
 from ..ingest.outputs import default_path
@@ -130,9 +130,11 @@ def run(root: str | os.PathLike, *, config_file: str | None = None,
         overrides: dict | None = None, output: str | None = None,
         topology: str | None = None, clock_sync: bool = True) -> Result:
     """The report of ``root`` as text (``output``, default
-    ``traceviz-out/<job>/report/<default_name>``) and its JSON twin next to it (``output`` ending in
-    .json names the JSON; the text gets .txt); ``data["report"]`` is the dict,
-    ``data["text"]`` / ``data["json"]`` the two paths."""
+    ``traceviz-out/<job>/report/<default_name>``), its JSON twin next to it (``output`` ending in
+    .json names the JSON; the text gets .txt) and every rank's overlap and network numbers
+    as ``<text's stem>_ranks`` (.csv, .parquet); ``data["report"]`` is the dict,
+    ``data["text"]`` / ``data["json"]`` / ``data["ranks"]`` the paths (the last without
+    its suffix)."""
     report = make_report(root, config_file=config_file, overrides=overrides,
                          topology=topology, clock_sync=clock_sync)
     text = Path(output) if output else default_path(root, "report", default_name(
@@ -140,7 +142,9 @@ def run(root: str | os.PathLike, *, config_file: str | None = None,
     twin = text.with_suffix(".json")
     if text == twin:  # -o x.json names the JSON report; the text goes next to it
         text = text.with_suffix(".txt")
+    ranks = text.with_name(f"{text.stem}_ranks")
     return Result(texts={str(twin): json.dumps(report, indent=1, allow_nan=False),
-                         str(text): report_text(report)},
-                  data={"report": report, "text": text, "json": twin},
+                         str(text): report_text(report, ranks.name)},
+                  tables={str(ranks): ranks_table(report)},
+                  data={"report": report, "text": text, "json": twin, "ranks": ranks},
                   failed=report["failed"])

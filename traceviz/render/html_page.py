@@ -16,8 +16,10 @@ import pyarrow as pa
 
 from ..analysis.diff import short_name
 from ..table.text import middle_cut
+from .interactive import BAR_ROWS
 from .pipeline_figure import gap_text
-from .report_text import iterations_text
+from .rank_spread import LISTED
+from .report_text import OVERLAP_METRICS, iterations_text, rank_summary
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:0;color:#222}
@@ -211,10 +213,12 @@ def _summary(rep: dict) -> str:
 def _timeline(plot: str | None, why: str) -> str:
     if plot is None:
         return f"<p class='note'>{esc(why)}</p>"
-    return (f"{plot}<p class='note'>Each bar is one forward / backward micro-batch step "
-            "window (every kernel the step launched, its P2P hand-offs excluded), on the "
-            "clocks the axis names; drag to zoom, double-click to reset, hover for the "
-            "step's numbers.</p>")
+    return (f"{plot}<p class='note'>Beyond {BAR_ROWS} ranks the job is a heatmap (the "
+            "share of each time bin a rank spends in micro-batch steps: pale is a bubble or "
+            "a wait) over one pipeline group's bars. Each bar is one forward / backward "
+            "micro-batch step window (every kernel the step launched, its P2P hand-offs "
+            "excluded), on the clocks the axis names; drag to zoom, double-click to reset, "
+            "hover for the step's numbers.</p>")
 
 
 def _overlap(rep: dict, temporal, figure: bytes | None) -> str:
@@ -225,8 +229,15 @@ def _overlap(rep: dict, temporal, figure: bytes | None) -> str:
         rows.append([f"rank {r['rank']}", fmt(r["comp_ms"]), fmt(r["comm_ms"]),
                      fmt(r["overlap_pct"]), fmt(s.get("idle_pct"))])
         ids.append(f"rank-{r['rank']}")
-    return (table(["rank", "compute ms", "comm ms", "comm hidden behind compute %",
-                   "idle % of span"], rows, ids, name="overlap", empty="no rank has kernels")
+    per_rank = rep["overlap"]["per_rank"]
+    summary = ("" if len(per_rank) <= LISTED else
+               f"<p class='note'>{len(per_rank)} ranks; outliers are compared with their "
+               "pipeline stage:</p><ul>" + "".join(
+                   f"<li>{esc(line.strip())}</li>"
+                   for line in rank_summary(per_rank, OVERLAP_METRICS)) + "</ul>")
+    return (summary
+            + table(["rank", "compute ms", "comm ms", "comm hidden behind compute %",
+                     "idle % of span"], rows, ids, name="overlap", empty="no rank has kernels")
             + folded("Where each rank's GPU time goes (figure)",
                      image(figure, "temporal breakdown per rank") if figure else ""))
 

@@ -7,6 +7,7 @@ import pyarrow as pa
 
 from ..analysis.diagnose.advice import ADVICE_SCHEMA
 from .diagnosis_text import advice_lines, ledger_lines
+from .rank_spread import LISTED, spread_lines
 
 RULE = "=" * 80
 
@@ -49,8 +50,40 @@ def _bw(stats: dict) -> str:
             f"{_f(stats['p95'])}, min/max {_f(stats['min'])} / {_f(stats['max'])} GB/s")
 
 
-def report_text(rep: dict) -> str:
-    """The text report."""
+# per-rank metrics summarized at scale: (label, key, format, tolerance in its unit)
+OVERLAP_METRICS = (("overlap", "overlap_pct", lambda v: _f(v, " %"), 1.0),
+                   ("communication", "comm_ms", lambda v: _f(v, " ms"), 0.0),
+                   ("compute", "comp_ms", lambda v: _f(v, " ms"), 0.0))
+NETWORK_METRICS = (
+    ("Collective Bandwidth", "collective_busbw_gbps", lambda v: _f(v, " GB/s"), 0.0),
+    ("Simple Bandwidth", "simple_busbw_gbps", lambda v: _f(v, " GB/s"), 0.0),
+    ("Total Bytes", "bytes", _gb, 0.0),
+    ("Communication Operations", "operations", lambda v: f"{v:,.0f}", 0.0))
+
+
+def rank_summary(rows: list[dict], metrics: tuple) -> list[str]:
+    """Per metric of ``metrics`` the summary of ``rows`` (one per rank), each rank
+    compared with its pipeline stage (``pp_stage``) when known."""
+    ranks = [r["rank"] for r in rows]
+    stages = {r["rank"]: str(r["pp_stage"]) for r in rows
+              if r.get("pp_stage") is not None} or None
+    return [line for label, key, fmt, atol in metrics
+            for line in spread_lines(label, ranks, [r[key] for r in rows], fmt, stages,
+                                     atol=atol)]
+
+
+def _per_rank(rows: list[dict], each, metrics: tuple, table: str) -> list[str]:
+    """``each(row)``'s lines for every rank while they are at most :data:`LISTED`; else
+    :func:`rank_summary`, every rank's numbers in ``table``."""
+    if len(rows) <= LISTED:
+        return [line for r in rows for line in each(r)]
+    return ([f"  {len(rows)} ranks, summarized (every rank: {table}.csv):"]
+            + ["    " + line for line in rank_summary(rows, metrics)])
+
+
+def report_text(rep: dict, ranks_table: str = "report_ranks") -> str:
+    """The text report; at scale its per-rank sections are summaries of the table
+    ``ranks_table`` (the command writes it next to the text)."""
     c, t, o, n = rep["configuration"], rep["throughput"], rep["overlap"], rep["network"]
     kind = "TRAINING" if rep["kind"] == "training" else "INFERENCE"
     lines = [RULE, f"TRACEVIZ {'DISTRIBUTED ' if c['world_size'] > 1 else ''}{kind} "
@@ -86,20 +119,24 @@ def report_text(rep: dict) -> str:
     lines += [f"Average Overlap: {_f(o['average_pct'], '%')}",
               f"Min Overlap: {_f(o['min_pct'], '%')}",
               f"Max Overlap: {_f(o['max_pct'], '%')}", "Per-Rank Overlap:"]
-    lines += [f"  rank {r['rank']}: {_f(r['overlap_pct'], '%')} (comm {_f(r['comm_ms'])} ms, "
-              f"compute {_f(r['comp_ms'])} ms)" for r in o["per_rank"]]
+    lines += _per_rank(
+        o["per_rank"], lambda r: [f"  rank {r['rank']}: {_f(r['overlap_pct'], '%')} (comm "
+                                  f"{_f(r['comm_ms'])} ms, compute {_f(r['comp_ms'])} ms)"],
+        OVERLAP_METRICS, ranks_table)
 
     _heading(lines, "3. NETWORK LOAD (nccl-tests bus bandwidth, per call's own group size)")
     lines += [f"Average Collective Bandwidth: {_f(n['average_collective_busbw_gbps'], ' GB/s')}",
               f"Peak Bandwidth: {_f(c['peak_bw_gbps'], ' GB/s')}",
               f"Bandwidth Utilization: {_f(n['utilization_pct'], '%')}",
               f"Total Traffic: {_gb(n['total_bytes'])}", "Per-Rank Network Stats:"]
-    for r in n["per_rank"]:
-        lines += [f"  rank {r['rank']}:",
-                  f"    Collective Bandwidth: {_f(r['collective_busbw_gbps'], ' GB/s')}",
-                  f"    Simple Bandwidth: {_f(r['simple_busbw_gbps'], ' GB/s')}",
-                  f"    Total Bytes: {_gb(r['bytes'])}",
-                  f"    Communication Operations: {r['operations']}"]
+    lines += _per_rank(
+        n["per_rank"], lambda r: [
+            f"  rank {r['rank']}:",
+            f"    Collective Bandwidth: {_f(r['collective_busbw_gbps'], ' GB/s')}",
+            f"    Simple Bandwidth: {_f(r['simple_busbw_gbps'], ' GB/s')}",
+            f"    Total Bytes: {_gb(r['bytes'])}",
+            f"    Communication Operations: {r['operations']}"],
+        NETWORK_METRICS, ranks_table)
     lines.append("Collective Breakdown:")
     for r in sorted(n["by_collective"], key=lambda r: r["name"]):
         lines += [f"  {r['name']}:", f"    Count: {r['count']}",

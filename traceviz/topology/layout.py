@@ -167,6 +167,10 @@ class Layout:
             "expert_dp_rank": (rank // (etp * ep)) % self.edp,
         } if self.order == DEFAULT_ORDER else self._coordinates_by_search(rank)
 
+    def pp_stages(self) -> dict[int, int]:
+        """Every rank's pipeline stage (its index in its pipeline group)."""
+        return {r: i for pipe in self.generator("dense", "pp") for i, r in enumerate(pipe)}
+
     def _coordinates_by_search(self, rank: int) -> dict[str, int]:
         out = {}
         for key, (which, tokens) in (("tp_rank", ("dense", "tp")), ("cp_rank", ("dense", "cp")),
