@@ -153,3 +153,38 @@ def test_page_is_a_heatmap_with_a_drilldown(job):
                                      ".layout.updatemenus[0].active") == 2
     finally:
         driver.quit()
+
+
+def test_a_terminal_sees_progress_and_a_pipe_does_not(job):
+    """Reading the ranks' tables shows a bar on a terminal's stderr, never in a pipe."""
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    root, tables = job
+    cmd = [sys.executable, "-m", "traceviz", "report", str(tables), "-o",
+           str(root / "tty" / "r.txt")]
+    master, slave = os.openpty()
+    seen = bytearray()
+
+    def drain():
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                return
+            if not chunk:
+                return
+            seen.extend(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=slave, timeout=300)
+    os.close(slave)
+    reader.join(timeout=10)
+    os.close(master)
+    assert done.returncode == 0
+    assert b"reading ranks" in seen and b"/128" in seen, bytes(seen[-300:])
+    piped = subprocess.run(cmd, capture_output=True, timeout=300)
+    assert piped.returncode == 0 and b"reading ranks" not in piped.stderr

@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from ..errors import TraceVizError
+from ..progress import progress
 from ..render.figures import Figure, save_all
 from ..table.inputs import is_input
 from ..table.io import all_or_nothing, write_csv, write_csv_and_parquet, write_text
@@ -65,14 +66,3 @@ def destinations(result: Result, out: Path) -> list[Path]:
             + [out / name for name in (*result.csv, *result.texts, *result.exports,
                                        *result.figures)])
 
-
-def progress(items, what: str, total: int | None = None):
-    """``items`` with a progress bar on stderr (tqdm) while a terminal watches and there
-    are more than a few; plain ``items`` otherwise."""
-    import sys
-
-    if not sys.stderr.isatty() or (total is not None and total < 4):
-        return items
-    from tqdm import tqdm
-
-    return tqdm(items, desc=what, total=total, unit="", leave=False, dynamic_ncols=True)

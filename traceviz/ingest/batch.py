@@ -28,6 +28,7 @@ from multiprocessing.connection import wait as mp_wait
 from pathlib import Path
 
 from ..errors import TraceVizError, UsageError, one_line
+from ..progress import byte_bar
 from ..table.io import atomic_path
 from ..table.schema import file_metadata
 from ..table.scratch import exit_on_sigterm
@@ -176,13 +177,6 @@ def parse_one(task: Task, memory_budget: int, topology_file: str | None, cpu: bo
         return Outcome(task.trace, task.rank, task.output, "failed",
                        time.perf_counter() - start,
                        error=f"{task.trace}: internal error: {type(exc).__name__}: {exc}")
-
-
-def _progress(total_bytes: int, n: int, quiet: bool):
-    from tqdm import tqdm
-
-    return tqdm(total=total_bytes, unit="B", unit_scale=True, unit_divisor=1024,
-                desc=f"ranks 0/{n}", disable=quiet or not n, dynamic_ncols=True, leave=True)
 
 
 def _worker_init(jobs: int, parent: int | None = None) -> None:
@@ -373,7 +367,7 @@ def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
     todo, fresh, stale = plan(root, outdir, folders, force, options, traces, cpu)
     args = (memory_budget, str(topology) if topology else None, cpu, vpp)
     jobs = jobs or min(len(todo), os.cpu_count() or 1) or 1
-    bar = _progress(sum(t.size for t in todo), len(todo), quiet)
+    bar = byte_bar(sum(t.size for t in todo), f"ranks 0/{len(todo)}", quiet or not todo)
     finished = [0]
 
     def done(task: Task, outcome: Outcome) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from ..errors import TraceVizError, UsageError
+from ..progress import progress
 from ..table.inputs import note_input
 from ..table.io import read_table
 from ..table.schema import file_metadata, is_activity_table, metadata, parquet_schema
@@ -217,7 +218,7 @@ def rank_tables(files: list[Path], columns: tuple[str, ...] | None, failed: list
     for folder in sorted({f.parent for f in files if f.suffix == ".parquet"}):
         failed += failures_of(folder)  # traces that never became a table
     seen: dict[int, tuple[Path, int | None]] = {}
-    for k, path in enumerate(files):
+    for k, path in enumerate(progress(files, "reading ranks")):
         try:
             table = load_table(path, columns)
         except TraceVizError as exc:
