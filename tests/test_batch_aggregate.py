@@ -220,3 +220,39 @@ def test_cached_tables_belong_to_their_job(tmp_path):
     os.utime(trace, (old, old))
     again = CliRunner().invoke(main, ["batch", str(b), "-q"])
     assert "1 parsed, 7 up to date" in again.output, again.output
+
+
+def test_a_trace_changed_in_place_with_its_time_kept_is_parsed_again(tmp_path):
+    """Same size, same modification time, other content (an edit with ``touch -r``, a
+    copy of a same-sized trace with ``cp -p``): the content stamp makes the table stale,
+    and the new table has the new numbers."""
+    import gzip
+
+    import pyarrow.parquet as pq
+
+    job = synthesize(SynthConfig(tp=1, pp=2, dp=2, microbatches=2, layers=2, seed=4),
+                     tmp_path / "src")
+    plain = tmp_path / "job" / "iteration_10"
+    plain.mkdir(parents=True)
+    for trace in (job / "iteration_10").glob("rank_*"):
+        data = gzip.decompress(trace.read_bytes()) if trace.suffix == ".gz" else \
+            trace.read_bytes()
+        (plain / trace.name.removesuffix(".gz")).write_bytes(data)
+    assert CliRunner().invoke(main, ["batch", str(tmp_path / "job"), "-q"]).exit_code == 0
+    trace = sorted(plain.glob("rank_0001*"))[0]
+    data = trace.read_bytes()
+    at = data.index(b'"cat": "kernel"')
+    at = data.index(b'"dur": ', at) + len(b'"dur": ')
+    assert data[at:at + 1].isdigit() and data[at:at + 1] != b"9"
+    before = trace.stat()
+    changed = data[:at] + bytes([data[at] + 1]) + data[at + 1:]  # one kernel longer
+    trace.write_bytes(changed)
+    os.utime(trace, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert trace.stat().st_size == before.st_size
+    table = out_dir(tmp_path / "job") / "iteration_10" / "rank_0001.parquet"
+    old = pq.read_table(table, columns=["dur"]).column("dur").to_numpy().sum()
+    again = CliRunner().invoke(main, ["batch", str(tmp_path / "job"), "-q"])
+    assert "1 parsed, 3 up to date" in again.output, again.output
+    new = pq.read_table(table, columns=["dur"]).column("dur").to_numpy().sum()
+    digits = len(data[at:data.index(b",", at)].split(b".")[0]) - 1
+    assert new - old == 10 ** digits * 1000  # µs in the trace, ns in the table

@@ -28,6 +28,7 @@ from multiprocessing.connection import wait as mp_wait
 from pathlib import Path
 
 from ..errors import TraceVizError, UsageError, one_line
+from ..parsing.metadata import content_stamp
 from ..progress import byte_bar
 from ..table.io import atomic_path
 from ..table.schema import file_metadata
@@ -123,8 +124,9 @@ def plan(root: str | os.PathLike, outdir: str | os.PathLike | None = None,
 def _parsed_from(table: Path, trace: Path) -> bool:
     """Whether ``table`` was parsed from ``trace`` as it is now: the same file (another
     job's trace of the same name, or a trace moved since, makes it stale), of the same
-    size and modification time as when it was parsed (a trace replaced by another, even
-    one copied with an older time kept, makes it stale)."""
+    size, modification time and content stamp as when it was parsed (a trace replaced by
+    another, even one of the same size copied with its time kept, makes it stale; tables
+    of versions that stored no stamp compare size and time)."""
     try:
         meta = file_metadata(table)
     except (OSError, ValueError):
@@ -136,8 +138,10 @@ def _parsed_from(table: Path, trace: Path) -> bool:
         now = trace.stat()
     except OSError:
         return False
-    return not isinstance(stat, dict) or (stat.get("size") == now.st_size
-                                          and stat.get("mtime_ns") == now.st_mtime_ns)
+    if not isinstance(stat, dict):
+        return True
+    return (stat.get("size") == now.st_size and stat.get("mtime_ns") == now.st_mtime_ns
+            and ("stamp" not in stat or stat["stamp"] == content_stamp(trace)))
 
 
 def _parsed_with(table: Path) -> dict | None:

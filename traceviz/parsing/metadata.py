@@ -2,6 +2,7 @@
 parquet metadata (see :mod:`traceviz.table.schema`), and thread numbers."""
 from __future__ import annotations
 
+import hashlib
 import os
 
 import numpy as np
@@ -44,7 +45,7 @@ def trace_metadata(scanned: ScannedTrace, rank: int, rank_source: str, join_stat
         "source": scanned.source,
         # the source file as parsed: a later trace at the same path is another trace
         # even where its time is older (copied with its time kept)
-        "source_stat": _stat(scanned.source),
+        "source_stat": source_stat(scanned.source),
         "compression": scanned.compression,
         "rank": rank,
         "rank_source": rank_source,
@@ -60,10 +61,33 @@ def trace_metadata(scanned: ScannedTrace, rank: int, rank_source: str, join_stat
     }
 
 
-def _stat(source: str) -> dict | None:
-    """Size and modification time (ns) of the source file (None: not a file, stdin)."""
+STAMP_BYTES = 1 << 16  # the content stamp reads this much at each end of a file
+
+
+def content_stamp(path: str | os.PathLike) -> str | None:
+    """A stamp of a file's content (hex BLAKE2b of its size, first and last
+    :data:`STAMP_BYTES` bytes; the whole file when smaller than twice that): a trace
+    replaced by another of the same size and modification time (``cp -p``,
+    ``rsync -a``, ``tar``, ``touch -r``) has another stamp unless the two differ only in
+    their middle. None when the file cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            digest = hashlib.blake2b(str(size).encode(), digest_size=16)
+            digest.update(f.read(STAMP_BYTES))
+            if size > STAMP_BYTES:
+                f.seek(max(STAMP_BYTES, size - STAMP_BYTES))
+                digest.update(f.read(STAMP_BYTES))
+    except (OSError, ValueError, TypeError):
+        return None
+    return digest.hexdigest()
+
+
+def source_stat(source: str | os.PathLike) -> dict | None:
+    """Size, modification time (ns) and content stamp (:func:`content_stamp`) of the
+    source file (None: not a file, stdin)."""
     try:
         st = os.stat(source)
     except (OSError, ValueError, TypeError):
         return None
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "stamp": content_stamp(source)}
