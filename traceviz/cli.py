@@ -188,7 +188,7 @@ def topology(world, tp, pp, cp, ep, expert_tp, order, gbs, from_traces, from_fil
                                order=order, traces=from_traces, file=from_file)
     text = command.text_of(layout, as_json, gbs)
     if output is None:
-        click.echo(text)
+        _echo_all(text.splitlines())
         return
     click.echo(f"wrote {command.write(text, output, as_json)}", err=True)
 
@@ -766,7 +766,7 @@ def report(root, config_file, topology, no_clock_sync, output, as_json, **facts)
     result = command.run(root, config_file=config_file, overrides=_run_overrides(**facts),
                          output=output, topology=topology, clock_sync=not no_clock_sync)
     _write(result, ".")
-    click.echo(result.texts[str(result.data["json" if as_json else "text"])], nl=False)
+    _echo_all(result.texts[str(result.data["json" if as_json else "text"])].splitlines())
     click.echo(f"wrote {result.data['text']}, {result.data['json']} and every rank's numbers "
                f"in {result.data['ranks']}.csv / .parquet", err=True)
     _left_out(result.failed)

@@ -72,6 +72,9 @@ def _read_toml(path: str | os.PathLike) -> dict:
     except tomllib.TOMLDecodeError as exc:
         raise TraceVizError(f"{path}: not a valid TOML file ({exc}); pass a TorchTitan "
                             "train config") from None
+    except UnicodeDecodeError as exc:
+        raise TraceVizError(f"{path}: byte {exc.start}: not UTF-8 text; pass a TorchTitan "
+                            "train config (TOML)") from None
 
 
 MAX_COUNT = 1 << 40  # sequences per batch, tokens per sequence: beyond is no real run

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import TraceVizError
-from .layout import Layout
+from .layout import MAX_WORLD, Layout
 
 HEADER = "=" * 80
 RULE = "-" * 50
@@ -67,12 +67,13 @@ class GroupsFile:
 
     def layout(self) -> Layout:
         """The parallel sizes this file describes."""
-        try:
-            world, tp, pp = int(self.world), int(self.tp), int(self.pp)
-            cp = int(self.cp) if self.cp.isdigit() else 1
-            ep = int(self.ep) if self.ep.isdigit() else 1
-        except ValueError as exc:
-            raise TraceVizError(f"topology file lacks a size: {exc}") from None
+        for label, value in (("World Size", self.world), ("TP Size", self.tp),
+                             ("PP Size", self.pp)):
+            if not (value.isascii() and value.isdigit() and len(value) <= 9):
+                raise TraceVizError(f"'{label}' is not a whole number: {value[:40]!r}")
+        world, tp, pp = int(self.world), int(self.tp), int(self.pp)
+        cp = int(self.cp) if self.cp.isascii() and self.cp.isdigit() else 1
+        ep = int(self.ep) if self.ep.isascii() and self.ep.isdigit() else 1
         expert_tp = None
         if ep > 1 and self.full_model_sizes[0].isdigit():
             expert_tp = int(self.full_model_sizes[0])
@@ -128,8 +129,8 @@ def parse_text(text: str, source: str = "<topology>") -> GroupsFile:
 
     def number(label: str) -> int:
         value = scalar(label)
-        if not value.isdigit():
-            raise TraceVizError(f"{source}: '{label}' is not a number: {value!r}")
+        if not (value.isascii() and value.isdigit() and len(value) <= 9):
+            raise TraceVizError(f"{source}: '{label}' is not a number: {value[:40]!r}")
         return int(value)
 
     out = GroupsFile(
@@ -145,6 +146,8 @@ def parse_text(text: str, source: str = "<topology>") -> GroupsFile:
     if title not in lines:
         raise TraceVizError(f"{source}: no '{title}' section")
     at = lines.index(title) + 2
+    if at + 1 >= len(lines):
+        raise TraceVizError(f"{source}: the file ends inside '{title}' (cut?)")
     if lines[at] == NOT_AVAILABLE:
         out.full_model = None
     else:
@@ -168,15 +171,32 @@ def _read_groups(lines: list[str], start: int, source: str) -> list[tuple[int, l
         m = _GROUP.match(lines[i])
         if not m:
             break
-        ranks = [int(x) for x in m.group(2).split(",") if x.strip()]
-        out.append((int(m.group(1)), ranks))
+        try:
+            ranks = [int(x) for x in m.group(2).split(",") if x.strip()]
+            number = int(m.group(1))
+        except ValueError:
+            raise TraceVizError(f"{source}: line {i + 1}: a group's ranks are not whole "
+                                "numbers") from None
+        if number > MAX_WORLD or any(not 0 <= r < MAX_WORLD for r in ranks):
+            raise TraceVizError(f"{source}: line {i + 1}: a rank beyond {MAX_WORLD:,}: not "
+                                "a real job's")
+        out.append((number, ranks))
     return out
 
 
 def from_file(path: str | os.PathLike) -> Layout:
     """Layout stated by a ``unique_parallel_groups_*.txt`` file."""
     try:
-        text = Path(path).read_text()
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise TraceVizError(f"{path}: cannot read topology file: {exc.strerror}") from None
-    return parse_text(text, str(path)).layout()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TraceVizError(f"{path}: byte {exc.start}: not UTF-8 text (a Megatron "
+                            "parallel-groups file is text)") from None
+    try:
+        return parse_text(text, str(path)).layout()
+    except TraceVizError as exc:  # every error names the file
+        why = str(exc)
+        raise TraceVizError(why if why.startswith(str(path)) else f"{path}: {why}") from None
