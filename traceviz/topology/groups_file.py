@@ -69,8 +69,9 @@ class GroupsFile:
         """The parallel sizes this file describes."""
         for label, value in (("World Size", self.world), ("TP Size", self.tp),
                              ("PP Size", self.pp)):
-            if not (value.isascii() and value.isdigit() and len(value) <= 9):
-                raise TraceVizError(f"'{label}' is not a whole number: {value[:40]!r}")
+            if not (value.isascii() and value.isdigit() and len(value) <= 18):
+                raise TraceVizError(f"'{label}' is not a whole number below 10^18: "
+                                    f"{value[:40]!r}")
         world, tp, pp = int(self.world), int(self.tp), int(self.pp)
         cp = int(self.cp) if self.cp.isascii() and self.cp.isdigit() else 1
         ep = int(self.ep) if self.ep.isascii() and self.ep.isdigit() else 1
@@ -129,8 +130,9 @@ def parse_text(text: str, source: str = "<topology>") -> GroupsFile:
 
     def number(label: str) -> int:
         value = scalar(label)
-        if not (value.isascii() and value.isdigit() and len(value) <= 9):
-            raise TraceVizError(f"{source}: '{label}' is not a number: {value[:40]!r}")
+        if not (value.isascii() and value.isdigit() and len(value) <= 18):
+            raise TraceVizError(f"{source}: '{label}' is not a whole number below 10^18: "
+                                f"{value[:40]!r}")
         return int(value)
 
     out = GroupsFile(
