@@ -63,8 +63,11 @@ def test_tables_equal_the_cli(cli_job):
     job = traceviz.Job(job_dir)
     assert job.ranks == list(range(CFG.world))
     assert job.folder.resolve() == out_dir(job_dir) / "iteration_10"
-    for name, get in (("temporal_breakdown", job.temporal_breakdown),
-                      ("kernel_type_breakdown", job.kernel_type_breakdown),
+    cli = pq.read_table(out / "brk" / "temporal_breakdown.parquet")
+    whole = pc.is_null(cli["iteration"])
+    _equal(job.temporal_breakdown(), cli.filter(pc.invert(whole)))
+    _equal(job.temporal_breakdown(whole_trace=True), cli.filter(whole))
+    for name, get in (("kernel_type_breakdown", job.kernel_type_breakdown),
                       ("top_kernels", job.top_kernels),
                       ("idle_time_breakdown", job.idle_time),
                       ("launch_stats", job.launch_stats)):
@@ -137,3 +140,53 @@ def test_iteration_picks_its_folder(tmp_path):
         traceviz.Job(root, iteration=30).folder
     with pytest.raises(TraceVizError, match="no such file"):
         traceviz.Job(tmp_path / "absent")
+
+
+def test_a_sum_over_iterations_counts_each_rank_once(cli_job):
+    """temporal_breakdown() holds the iterations (and the time outside them), which
+    partition each rank's trace: their sums are the whole-trace rows, not twice them."""
+    job = traceviz.Job(cli_job[0])
+    per = job.temporal_breakdown().to_pandas().groupby("rank")[
+        ["compute_ns", "comm_ns", "idle_ns", "kernel_time_ns"]].sum()
+    whole = job.temporal_breakdown(whole_trace=True).to_pandas().set_index("rank")
+    assert (per == whole[per.columns]).all().all()
+
+
+def test_results_are_kept_and_a_report_copy_is_the_callers(cli_job, monkeypatch):
+    """report() and collectives() are computed once per arguments; changing a returned
+    report leaves the kept one alone."""
+    from traceviz.commands import report
+
+    job = traceviz.Job(cli_job[0])
+    calls = []
+    real = report.make_report
+    monkeypatch.setattr(report, "make_report", lambda *a, **k: calls.append(1) or real(*a, **k))
+    first = job.report()
+    first["throughput"] = None
+    assert job.report()["throughput"] is not None and len(calls) == 1
+    job.report(seq_len=4096)
+    assert len(calls) == 2
+    assert job.collectives() is job.collectives()
+
+
+def test_failed_ranks_are_listed_never_dropped_silently(cli_job, tmp_path):
+    """A rank whose table is damaged: the job warns, lists it in job.failed with why,
+    and its analyses cover the other ranks."""
+    src = out_dir(cli_job[0]) / "iteration_10"
+    folder = tmp_path / "tables"
+    shutil.copytree(src, folder)
+    (folder / "rank_0003.parquet").write_bytes(b"PAR1 not a table")
+    job = traceviz.Job(folder)
+    with pytest.warns(UserWarning, match="1 rank\\(s\\) .* could not be read"):
+        assert job.ranks == [r for r in range(CFG.world) if r != 3]
+    assert len(job.failed) == 1 and "rank_0003.parquet" in job.failed[0]
+    assert sorted(job.overlap().column("rank").to_pylist()) == job.ranks
+
+
+def test_api_errors_are_the_packages_own(cli_job):
+    """A bad argument is a traceviz error (a TraceVizError subclass), not a CLI one."""
+    job = traceviz.Job(cli_job[0])
+    with pytest.raises(TraceVizError, match="what-if"):
+        job.critical_path(what_if=("COMM:XX=0.5",))
+    with pytest.raises(TraceVizError, match="no rank 99"):
+        job.table(99)

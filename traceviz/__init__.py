@@ -7,6 +7,7 @@ Public API (imported on first use, so ``import traceviz`` is instant)::
     traceviz.load(parquet_path) -> pyarrow.Table
     traceviz.metadata(table) -> dict                      # rank-level facts of a table
     traceviz.Job(path)                                    # a whole job, for notebooks
+    traceviz.TraceVizError, TraceError, UsageError        # what they raise (one line)
 
 Nothing inside the package imports this module: it is the face for users only.
 """
@@ -20,6 +21,9 @@ _PUBLIC = {
     "load": ("traceviz.table.io", "read_table"),
     "metadata": ("traceviz.table.schema", "metadata"),
     "Job": ("traceviz.job", "Job"),
+    "TraceVizError": ("traceviz.errors", "TraceVizError"),
+    "TraceError": ("traceviz.errors", "TraceError"),
+    "UsageError": ("traceviz.errors", "UsageError"),
 }
 
 __all__ = ["__version__", *_PUBLIC]

@@ -15,9 +15,12 @@ time: ``Job(path, iteration=N)`` picks one (default: the first).
 """
 from __future__ import annotations
 
+import copy
 import os
+import warnings
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -58,6 +61,8 @@ class Job:
         self.topology = os.fspath(topology) if topology else None
         self.vpp, self._jobs = vpp, jobs
         self._results: dict[tuple, Result] = {}
+        self._kept: dict[tuple, Any] = {}  # results that are not a command's
+        self._failed: list[str] = []
 
     def __repr__(self) -> str:
         return f"Job({str(self.path)!r}, ranks={len(self.ranks)}, folder={str(self.folder)!r})"
@@ -94,8 +99,22 @@ class Job:
 
     @cached_property
     def ranks(self) -> list[int]:
-        """The ranks traced (from the tables' metadata, else their file names)."""
-        return sorted(r for r, _, _ in rank_tables(self.files, ("ts",), []))
+        """The ranks traced whose table loads (from the tables' metadata, else their file
+        names); the others are in :attr:`failed`."""
+        failed: list[str] = []
+        ranks = sorted(r for r, _, _ in rank_tables(self.files, ("ts",), failed))
+        self._failed = failed
+        if failed:  # never dropped silently: every analysis covers the others only
+            warnings.warn(f"{len(failed)} rank(s) of {self.folder} could not be read and "
+                          f"are left out (job.failed says why): {failed[0]}", stacklevel=2)
+        return ranks
+
+    @property
+    def failed(self) -> list[str]:
+        """One line per rank left out of every analysis: its trace failed to parse or its
+        table cannot be read, and why."""
+        self.ranks  # noqa: B018 (reading the ranks finds the failures)
+        return list(self._failed)
 
     def table(self, rank: int, columns: tuple[str, ...] | None = None) -> pa.Table:
         """One rank's GPU activity table (only ``columns`` when given)."""
@@ -118,11 +137,15 @@ class Job:
         return self._run(("breakdown", options, params), lambda: breakdown.run(
             [self.folder], options, params=params)).tables
 
-    def temporal_breakdown(self, **options) -> pa.Table:
+    def temporal_breakdown(self, whole_trace: bool = False, **options) -> pa.Table:
         """Per rank and iteration: idle / compute / non-compute (HTA), the finer split of
-        the span and the comm-compute overlap; iteration null is the whole trace, -1 the
-        activities outside every ProfilerStep."""
-        return self.breakdown(**options)["temporal_breakdown"]
+        the span and the comm-compute overlap; iteration -1 holds the activities outside
+        every ProfilerStep. ``whole_trace``: instead, one row per rank over its whole
+        trace (iteration null; the CLI's temporal_breakdown.csv holds both, so a sum over
+        its rows would count each rank twice)."""
+        t = self.breakdown(**options)["temporal_breakdown"]
+        whole = pa.compute.is_null(t["iteration"])
+        return t.filter(whole if whole_trace else pa.compute.invert(whole))
 
     def kernel_type_breakdown(self, **options) -> pa.Table:
         """Time in every COMP / COMM / MEM combination, summed over ranks."""
@@ -143,8 +166,7 @@ class Job:
     def overlap(self) -> pa.Table:
         """Per rank over the whole trace: compute, communication and their overlap (ns),
         and the overlap as a share of communication (%, null without communication)."""
-        t = self.temporal_breakdown()
-        t = t.filter(pa.compute.is_null(t["iteration"]))
+        t = self.temporal_breakdown(whole_trace=True)
         return pa.table({"rank": t["rank"], "comp_ns": t["compute_ns"],
                          "comm_ns": t["comm_ns"], "overlap_ns": t["compute_overlapped_comm_ns"],
                          "overlap_pct": t["overlap_pct"]})
@@ -168,22 +190,30 @@ class Job:
 
     def collectives(self) -> pa.Table:
         """Every collective call of every rank, on its own clock (one row per call)."""
-        return pa.concat_tables([rank_calls(table, rank).table()
-                                 for rank, _, table in rank_tables(self.files, CALL_COLUMNS,
-                                                                   [])])
+        if ("collectives",) not in self._kept:
+            self._kept[("collectives",)] = pa.concat_tables(
+                [rank_calls(table, rank).table()
+                 for rank, _, table in rank_tables(self.files, CALL_COLUMNS, [])])
+        return self._kept[("collectives",)]
 
     def report(self, *, global_batch_size: int | None = None, seq_len: int | None = None,
                params: float | None = None, flops_per_token: float | None = None,
                peak_tflops: float | None = None, model: str | None = None,
                clock_sync: bool = True) -> dict:
-        """The collectives and throughput report (``traceviz report``) as a dict;
-        ``params`` in billions gives 6N FLOPs per token."""
+        """The collectives and throughput report (``traceviz report``) as a dict (kept:
+        a copy each call, so changing one leaves the next alone); ``params`` in billions
+        gives 6N FLOPs per token."""
         if flops_per_token is None and params is not None:
             flops_per_token = training_flops_per_token(params * 1e9)
-        return report.make_report(self.folder, overrides={
-            "global_batch_size": global_batch_size, "seq_len": seq_len,
-            "flops_per_token": flops_per_token, "peak_tflops": peak_tflops, "model": model},
-            topology=self.topology, clock_sync=clock_sync)
+        overrides = {"global_batch_size": global_batch_size, "seq_len": seq_len,
+                     "flops_per_token": flops_per_token, "peak_tflops": peak_tflops,
+                     "model": model}
+        key = ("report", tuple(overrides.items()), clock_sync)
+        if key not in self._kept:
+            self._kept[key] = report.make_report(self.folder, overrides=overrides,
+                                                 topology=self.topology,
+                                                 clock_sync=clock_sync)
+        return copy.deepcopy(self._kept[key])
 
     def _pipeline(self, iteration: int | None, all_groups: bool) -> Result:
         return self._run(("pipeline", iteration, all_groups), lambda: pipeline.run(
