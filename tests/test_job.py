@@ -190,3 +190,28 @@ def test_api_errors_are_the_packages_own(cli_job):
         job.critical_path(what_if=("COMM:XX=0.5",))
     with pytest.raises(TraceVizError, match="no rank 99"):
         job.table(99)
+
+
+def test_tables_have_their_declared_schemas(cli_job):
+    """Every table the API returns has the Arrow schema its analysis declares (names,
+    order and types), so a notebook can rely on them."""
+    import pyarrow as pa
+
+    from traceviz.analysis.idle import IDLE_SCHEMA
+    from traceviz.analysis.kernels import TOP_KERNELS_SCHEMA
+    from traceviz.analysis.launch import LAUNCH_SCHEMA
+    from traceviz.analysis.microbatches import MICROBATCH_SCHEMA, SPANS_SCHEMA
+    from traceviz.analysis.pipeline import STAGES_SCHEMA
+    from traceviz.analysis.temporal import KERNEL_TYPE_SCHEMA, TEMPORAL_SCHEMA
+
+    job = traceviz.Job(cli_job[0])
+    for got, want in ((job.temporal_breakdown(), TEMPORAL_SCHEMA),
+                      (job.temporal_breakdown(whole_trace=True), TEMPORAL_SCHEMA),
+                      (job.kernel_type_breakdown(), KERNEL_TYPE_SCHEMA),
+                      (job.top_kernels(), TOP_KERNELS_SCHEMA),
+                      (job.idle_time(), IDLE_SCHEMA), (job.launch_stats(), LAUNCH_SCHEMA),
+                      (job.microbatches(), MICROBATCH_SCHEMA),
+                      (job.category_spans(), SPANS_SCHEMA),
+                      (job.pipeline(), STAGES_SCHEMA.append(pa.field("pp_group", pa.int32())))):
+        assert got.schema.remove_metadata() == want
+        assert got.num_rows > 0

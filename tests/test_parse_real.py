@@ -9,6 +9,7 @@ from reference import activities, event_count, load, read_bytes
 
 import traceviz
 from traceviz.parsing.budget import MemoryPlan
+from traceviz.table.schema import ACTIVITY_SCHEMA
 
 TRACES = shared_traces()
 
@@ -26,6 +27,7 @@ def test_matches_reference(path):
     result = traceviz.parse_trace(path)
     table = result.activities
     meta = result.meta
+    assert table.schema.remove_metadata() == ACTIVITY_SCHEMA  # the declared types
     assert meta["stats"]["events"] == event_count(doc)
     assert meta["stats"]["truncated_at"] is None
     assert table.num_rows == len(expected)

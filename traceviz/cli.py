@@ -392,15 +392,16 @@ def counters(traces, output, series) -> None:
     failed = 0
     for trace in traces:
         try:
-            path, n = command.run(trace, command.output_for(trace, output, len(traces)),
-                                  command.series_of(series))
+            result = command.run(trace, command.output_for(trace, output, len(traces)),
+                                 command.series_of(series))
+            _write(result, ".")
         except UsageError:
             raise
         except TraceVizError as exc:
-            click.echo(f"traceviz: error: {exc}", err=True)
+            click.echo(f"traceviz: error: {one_line(str(exc))}", err=True)
             failed += 1
             continue
-        click.echo(f"{path}: {n} counter events added")
+        click.echo(f"{result.data['output']}: {result.data['events']} counter events added")
     if failed:
         raise SystemExit(1)
 
@@ -797,12 +798,12 @@ def export(source, output, kernels, no_clock_sync) -> None:
     """
     from .commands.export import run
 
-    out, count, notes, failed = run(source, output, kernels, clock_sync=not no_clock_sync)
-    for note in notes:
-        click.echo(note, err=True)
-    click.echo(f"wrote {out} ({count} traceviz events); open it in https://ui.perfetto.dev",
-               err=True)
-    _left_out(failed)
+    result = run(source, output, kernels, clock_sync=not no_clock_sync)
+    _write(result, ".")
+    _echo_all(result.data["notes"], err=True)
+    click.echo(f"wrote {one_line(str(result.data['output']))} ({result.data['events']} "
+               "traceviz events); open it in https://ui.perfetto.dev", err=True)
+    _left_out(result.failed)
 
 
 @main.command()

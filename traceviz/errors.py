@@ -13,7 +13,10 @@ class TraceVizError(Exception):
 
 
 class TraceError(TraceVizError):
-    """A trace file that cannot be read: unreadable, not JSON, not a Kineto trace."""
+    """A trace file that cannot be read: unreadable, not JSON, not a Kineto trace;
+    ``made_from``: what a split trace's part error was made from, to renumber it."""
+
+    made_from: tuple | None = None
 
     def __init__(self, path: str, message: str, *, offset: int | None = None,
                  hint: str = "") -> None:

@@ -28,6 +28,7 @@ from .analysis.activities import Options
 from .analysis.breakdown import Params
 from .analysis.calls import COLUMNS as CALL_COLUMNS
 from .analysis.calls import rank_calls
+from .analysis.report_types import Report
 from .analysis.run_config import training_flops_per_token
 from .commands import aggregate, breakdown, critical_path, ops, pipeline, report
 from .commands.result import Result
@@ -186,7 +187,7 @@ class Job:
 
     def clock_offsets(self) -> pa.Table:
         """Per rank, its clock offset from collective end times, with residuals (ns)."""
-        return self._aggregate().csv["clock_offsets.csv"]
+        return self._aggregate().data["sync"].table()
 
     def collectives(self) -> pa.Table:
         """Every collective call of every rank, on its own clock (one row per call)."""
@@ -199,7 +200,7 @@ class Job:
     def report(self, *, global_batch_size: int | None = None, seq_len: int | None = None,
                params: float | None = None, flops_per_token: float | None = None,
                peak_tflops: float | None = None, model: str | None = None,
-               clock_sync: bool = True) -> dict:
+               clock_sync: bool = True) -> Report:
         """The collectives and throughput report (``traceviz report``) as a dict (kept:
         a copy each call, so changing one leaves the next alone); ``params`` in billions
         gives 6N FLOPs per token."""

@@ -89,16 +89,15 @@ def synchronize(ends_by_rank: dict[int, CollectiveEnds]) -> ClockSync:
     """Least-squares offsets from every rank's collective ends (see the module doc)."""
     ranks = np.array(sorted(ends_by_rank), dtype=np.int64)
     names: dict[str, int] = {}
-    rank_i, group, number, end = [], [], [], []
+    parts: tuple[list[np.ndarray], ...] = ([], [], [], [])  # rank index, group, number, end
     for i, r in enumerate(ranks.tolist()):
         ce = ends_by_rank[r]
         glob = np.array([names.setdefault(g, len(names)) for g in ce.groups] + [-1])
-        rank_i.append(np.full(ce.end.size, i))
-        group.append(glob[ce.group])
-        number.append(ce.number)
-        end.append(ce.end)
+        for part, values in zip(parts, (np.full(ce.end.size, i), glob[ce.group], ce.number,
+                                        ce.end)):
+            part.append(values)
     rank_i, group, number, end = (np.concatenate(a) if a else np.zeros(0, np.int64)
-                                  for a in (rank_i, group, number, end))
+                                  for a in parts)
     _, call = np.unique(np.stack([group, number], axis=1), axis=0, return_inverse=True)
     call = call.ravel()
     size = np.bincount(call)

@@ -20,8 +20,16 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from ..table.arrays import declared
 from .activities import RankActivities
 from .stats import STATS, describe
+
+IDLE_SCHEMA = pa.schema([
+    ("rank", pa.int32()), ("stream", pa.int64()), ("idle_category", pa.string()),
+    ("idle_ns", pa.int64()), ("idle_ratio", pa.float64()), ("idle_pct_of_span", pa.float64()),
+    ("gap_count", pa.float64()), ("gap_mean", pa.float64()), ("gap_std", pa.float64()),
+    ("gap_min", pa.float64()), ("gap_25%", pa.float64()), ("gap_50%", pa.float64()),
+    ("gap_75%", pa.float64()), ("gap_max", pa.float64())])
 
 CATEGORIES = ("host_wait", "kernel_wait", "other")
 
@@ -85,5 +93,5 @@ def idle_breakdown(ranks: list[RankActivities], kernel_wait_ns: int = 30_000,
                                                 else float("nan"))
                 for k, v in describe(g).items():
                     cols[f"gap_{k}"].append(v)
-    return pa.table({k: pa.array(v, pa.int32() if k == "rank" else None)
-                     for k, v in cols.items()})
+    return declared(pa.table({k: pa.array(v, pa.int32() if k == "rank" else None)
+                              for k, v in cols.items()}), IDLE_SCHEMA)

@@ -22,8 +22,14 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from ..table.arrays import declared
 from ..table.schema import COMM, COMP, MEM
 from .activities import RankActivities
+
+TOP_KERNELS_SCHEMA = pa.schema([
+    ("rank", pa.int32()), ("kernel_type", pa.string()), ("name", pa.string()),
+    ("count", pa.int64()), ("sum_ns", pa.int64()), ("max_ns", pa.int64()),
+    ("min_ns", pa.int64()), ("mean_ns", pa.float64()), ("std_ns", pa.float64())])
 
 KERNEL_TYPES = {COMP: "COMPUTATION", COMM: "COMMUNICATION", MEM: "MEMORY"}
 OTHERS = "others"
@@ -73,8 +79,8 @@ def _rank_rows(acts: RankActivities, kind: int, num_kernels: int, duration_ratio
         stats = {k: v[order] for k, v in per_name.items()}
     elif hta_compat:  # re-aggregated over the per-name sums
         labels = [OTHERS if f else n for n, f in zip(names, folded)]
-        names, inverse = np.unique(np.array(labels, dtype=object), return_inverse=True)
-        names = list(names)
+        uniq, inverse = np.unique(np.array(labels, dtype=object), return_inverse=True)
+        names = list(uniq)
         stats = _stats(inverse, per_name["sum"][order], len(names))
         stats["count"] = np.bincount(inverse, weights=per_name["count"][order],
                                      minlength=len(names)).astype(np.int64)
@@ -100,7 +106,7 @@ def top_kernels(ranks: list[RankActivities], num_kernels: int = 10,
             part = _rank_rows(acts, kind, num_kernels, duration_ratio, hta_compat)
             rows += sorted(part, key=lambda r: -r["sum"])
     ints = ("count", "sum", "max", "min")
-    return pa.table({
+    return declared(pa.table({
         "rank": pa.array([r["rank"] for r in rows], pa.int32()),
         "kernel_type": pa.array([r["kernel_type"] for r in rows], pa.string()),
         "name": pa.array([r["name"] for r in rows], pa.string()),
@@ -108,4 +114,4 @@ def top_kernels(ranks: list[RankActivities], num_kernels: int = 10,
            pa.array([round(r[k]) for r in rows] if k in ints else [r[k] for r in rows],
                     pa.int64() if k in ints else pa.float64())
            for k in ("count", "sum", "max", "min", "mean", "std")},
-    })
+    }), TOP_KERNELS_SCHEMA)

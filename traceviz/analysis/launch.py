@@ -14,7 +14,15 @@ import re
 import numpy as np
 import pyarrow as pa
 
+from ..table.arrays import declared
 from .activities import RankActivities
+
+LAUNCH_SCHEMA = pa.schema([
+    ("rank", pa.int32()), ("launch_kernel_pairs", pa.int64()),
+    ("short_gpu_kernels", pa.int64()), ("runtime_outliers", pa.int64()),
+    ("launch_delay_outliers", pa.int64()), ("mean_cpu_ns", pa.float64()),
+    ("mean_gpu_ns", pa.float64()), ("mean_launch_delay_ns", pa.float64()),
+    ("median_launch_delay_ns", pa.float64()), ("max_launch_delay_ns", pa.float64())])
 
 # every call that launches a kernel / memcpy / memset: CUDA runtime and driver, HIP
 # (ROCm), MTIA, XPU (Level Zero, Unified Runtime); a cudaGraphLaunch replays many kernels
@@ -65,5 +73,5 @@ def launch_stats_summary(ranks: list[RankActivities], runtime_cutoff_ns: int = 5
         out["mean_launch_delay_ns"].append(float(delay.mean()) if n else nan)
         out["median_launch_delay_ns"].append(float(np.median(delay)) if n else nan)
         out["max_launch_delay_ns"].append(float(delay.max()) if n else nan)
-    return pa.table({k: pa.array(v, pa.int32() if k == "rank" else None)
-                     for k, v in out.items()})
+    return declared(pa.table({k: pa.array(v, pa.int32() if k == "rank" else None)
+                              for k, v in out.items()}), LAUNCH_SCHEMA)

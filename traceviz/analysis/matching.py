@@ -98,7 +98,7 @@ def match(calls: list[RankCalls], offsets: dict[int, int]) -> Matched:
     size = np.where(size > 0, size, members)
     transfer = a["busy"][last]
     factor = factors(a["collective"][first], size)
-    inverse_names = sorted(names, key=names.get)
+    inverse_names = sorted(names, key=lambda g: names[g])
     return Matched(
         groups=inverse_names, group=a["group"][first], number=a["number"][first],
         collective=a["collective"][first], comm_group=a["comm_group"][first], size=size,

@@ -130,6 +130,16 @@ MICROBATCH_COLUMNS = (
     "comp_only_ns", "comm_only_ns", "idle_ns", "recompute_ns", "recompute_comp_ns",
     "recompute_comm_ns", "p2p_ns", "p2p_wait_ns") + GROUP_COLUMNS
 NULLABLE = ("comm_transfer_ns", "comm_wait_ns", "p2p_wait_ns")  # -1: the split is unknown
+# one row per rank, iteration, phase, micro-batch and chunk: times in ns (README,
+# "step window"); the wait / transfer split null where unknown
+MICROBATCH_SCHEMA = pa.schema([(k, pa.string() if k == "phase" else
+                                pa.int32() if k == "rank" else pa.int64())
+                               for k in MICROBATCH_COLUMNS])
+# one row per rank, iteration and Megatron-TraceViz category
+SPANS_SCHEMA = pa.schema([
+    ("rank", pa.int32()), ("iteration", pa.int64()), ("category", pa.string()),
+    ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("busy_ns", pa.int64()),
+    ("kernels", pa.int64()), ("sum_dur_ns", pa.int64())])
 
 
 def is_p2p(acts: RankActivities) -> np.ndarray:
@@ -203,10 +213,9 @@ def microbatch_table(ranks: list[RankActivities]) -> pa.Table:
         out["chunk"] += uniq[:, 3].tolist()
         for k, v in cols.items():
             out[k] += v.tolist()
-    return pa.table({k: pa.array(v, pa.string() if k == "phase" else
-                                 pa.int32() if k == "rank" else pa.int64(),
-                                 mask=np.array(v) < 0 if k in NULLABLE else None)
-                     for k, v in out.items()})
+    return pa.table([pa.array(out[f.name], f.type, mask=np.array(out[f.name]) < 0
+                              if f.name in NULLABLE else None) for f in MICROBATCH_SCHEMA],
+                    schema=MICROBATCH_SCHEMA)
 
 
 def category_spans(ranks: list[RankCategories]) -> pa.Table:
@@ -232,6 +241,5 @@ def category_spans(ranks: list[RankCategories]) -> pa.Table:
         out["kernels"] += np.bincount(grp, minlength=n).tolist()
         out["sum_dur_ns"] += np.bincount(grp, weights=ra.end - ra.ts,
                                          minlength=n).astype(np.int64).tolist()
-    return pa.table({k: pa.array(v, pa.string() if k == "category" else
-                                 pa.int32() if k == "rank" else pa.int64())
-                     for k, v in out.items()})
+    return pa.table([pa.array(out[f.name], f.type) for f in SPANS_SCHEMA],
+                    schema=SPANS_SCHEMA)

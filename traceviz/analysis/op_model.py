@@ -160,13 +160,22 @@ def _numel(dims) -> int:
     return math.prod(int(d) for d in dims) if isinstance(dims, list) else 0
 
 
-def _tensor(dims, i: int) -> list[int] | None:
+def _shape(dims, i: int) -> list[int] | None:
     """The shape of input ``i`` when it is a tensor (a list of ints), else None."""
     if i >= len(dims) or not isinstance(dims[i], list) or not dims[i]:
         return None
     if not all(isinstance(d, int) for d in dims[i]):
         return None
     return dims[i]
+
+
+def _tensor(dims, i: int) -> list[int]:
+    """The shape of input ``i``; ValueError when it is not a tensor (the op is then
+    not modelled)."""
+    shape = _shape(dims, i)
+    if shape is None:
+        raise ValueError(f"input {i} is not a tensor")
+    return shape
 
 
 def model(name: str, dims_text: str | None, types_text: str | None,
@@ -180,7 +189,7 @@ def model(name: str, dims_text: str | None, types_text: str | None,
         return Model(fam, None, None, None)
     sizes = [ELEMENT.get(t, (None, None)) if isinstance(t, str) else (None, None)
              for t in types] + [(None, None)] * max(0, len(dims) - len(types))
-    tensors = [i for i in range(len(dims)) if _tensor(dims, i) is not None]
+    tensors = [i for i in range(len(dims)) if _shape(dims, i) is not None]
     dtype = next((sizes[i][1] for i in tensors if sizes[i][1]), None)
     e = next((sizes[i][0] for i in tensors if sizes[i][0]), None)
     try:
@@ -224,28 +233,28 @@ def _gemm(name: str, dims) -> tuple[float | None, int | None]:
         rows = math.prod(x[:-1])
         return 2.0 * rows * k * n, rows * n
     if name == "aten::matmul":
-        a, b = _tensor(dims, 0), _tensor(dims, 1)
-        if len(a) == 1 and len(b) == 1:
-            return 2.0 * a[0], 1
-        if len(b) == 1:
-            rows = math.prod(a[:-1])
-            return 2.0 * rows * a[-1], rows
-        if len(a) == 1:
-            batch = math.prod(b[:-2])
-            return 2.0 * batch * a[0] * b[-1], batch * b[-1]
-        batch = math.prod(_broadcast(a[:-2], b[:-2]))
-        m, k, n = a[-2], a[-1], b[-1]
+        lhs, rhs = _tensor(dims, 0), _tensor(dims, 1)
+        if len(lhs) == 1 and len(rhs) == 1:
+            return 2.0 * lhs[0], 1
+        if len(rhs) == 1:
+            rows = math.prod(lhs[:-1])
+            return 2.0 * rows * lhs[-1], rows
+        if len(lhs) == 1:
+            batch = math.prod(rhs[:-2])
+            return 2.0 * batch * lhs[0] * rhs[-1], batch * rhs[-1]
+        batch = math.prod(_broadcast(lhs[:-2], rhs[:-2]))
+        m, k, n = lhs[-2], lhs[-1], rhs[-1]
         return 2.0 * batch * m * k * n, batch * m * n
     if name == "aten::_grouped_mm":
-        a, b = _tensor(dims, 0), _tensor(dims, 1)
-        if len(a) == 2 and len(b) == 3:
-            return 2.0 * a[0] * a[1] * b[2], a[0] * b[2]
-        if len(a) == 3 and len(b) == 3:
-            return 2.0 * a[0] * a[1] * a[2] * b[2], a[0] * a[1] * b[2]
-        if len(a) == 2 and len(b) == 2:
-            return 2.0 * a[0] * a[1] * b[1], a[0] * b[1]
-        if len(a) == 3 and len(b) == 2:
-            return 2.0 * a[0] * a[1] * a[2] * b[1], a[0] * a[1] * b[1]
+        lhs, rhs = _tensor(dims, 0), _tensor(dims, 1)
+        if len(lhs) == 2 and len(rhs) == 3:
+            return 2.0 * lhs[0] * lhs[1] * rhs[2], lhs[0] * rhs[2]
+        if len(lhs) == 3 and len(rhs) == 3:
+            return 2.0 * lhs[0] * lhs[1] * lhs[2] * rhs[2], lhs[0] * lhs[1] * rhs[2]
+        if len(lhs) == 2 and len(rhs) == 2:
+            return 2.0 * lhs[0] * lhs[1] * rhs[1], lhs[0] * rhs[1]
+        if len(lhs) == 3 and len(rhs) == 2:
+            return 2.0 * lhs[0] * lhs[1] * lhs[2] * rhs[1], lhs[0] * lhs[1] * rhs[1]
     raise ValueError(name)
 
 

@@ -330,12 +330,13 @@ def _iterations(ev: RankEvents, calls: pa.Table, peak: float | None) -> pa.Table
         has = bool((inside & known).any()) and span > 0
         executed = float(flops[inside].sum()) if has else None
         mdl = float(flops[inside & ~recompute].sum()) if has else None
-        tf = mdl / span / 1e3 if has else None
+        tf = mdl / span / 1e3 if mdl is not None else None
         rows.append({"rank": ev.rank, "iteration": int(m[1]), "span_ns": span,
                      "model_flops": mdl, "executed_flops": executed,
                      "model_tflops": tf,
                      "mfu_pct": _utilization(tf, peak),
-                     "hfu_pct": _utilization(executed / span / 1e3 if has else None, peak)})
+                     "hfu_pct": _utilization(executed / span / 1e3 if executed is not None
+                                             else None, peak)})
     return pa.Table.from_pylist(rows, schema=pa.schema([
         ("rank", pa.int32()), ("iteration", pa.int64()), ("span_ns", pa.int64()),
         ("model_flops", pa.float64()), ("executed_flops", pa.float64()),

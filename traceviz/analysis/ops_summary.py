@@ -22,10 +22,9 @@ def grouped(calls: pa.Table, keys: tuple[str, ...] = SHAPE_KEYS) -> pa.Table:
     FLOPs, bytes, GPU ns, achieved TFLOP/s and TB/s, % of peak (of the summed time) and
     its spread over calls, and the worst call (lowest % of peak) with its rank and
     start."""
-    keys = list(keys)
     if calls.num_rows == 0:
         return pa.table({k: pa.array([], pa.string()) for k in keys})
-    cols = {k: calls[k].to_pylist() for k in keys + ["rank"]}
+    cols = {k: calls[k].to_pylist() for k in (*keys, "rank")}
     flops = calls["flops"].to_numpy(zero_copy_only=False)
     nbytes = calls["bytes"].to_numpy(zero_copy_only=False)
     ns = calls["gpu_ns"].to_numpy()
@@ -36,8 +35,8 @@ def grouped(calls: pa.Table, keys: tuple[str, ...] = SHAPE_KEYS) -> pa.Table:
     for i, key in enumerate(zip(*(cols[k] for k in keys))):
         groups.setdefault(key, []).append(i)
     rows = []
-    for key, idx in groups.items():
-        idx = np.asarray(idx)
+    for key, members in groups.items():
+        idx = np.asarray(members)
         f, b, t, p, pb = flops[idx], nbytes[idx], ns[idx], pct[idx], pct_bw[idx]
         total_ns = int(t.sum())
         total_f = float(np.nansum(f)) if np.isfinite(f).any() else None

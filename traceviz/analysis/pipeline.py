@@ -32,6 +32,19 @@ from .activities import RankActivities
 from .pipeline_phases import largest_gaps, phases
 from .schedule import Step, simulate
 
+# one row per stage of a pipeline group (README, "bubble"): times in ns, shares in %;
+# ideal and iteration numbers null where unknown
+STAGES_SCHEMA = pa.schema([
+    ("stage", pa.int64()), ("rank", pa.int64()), ("forward_steps", pa.int64()),
+    ("backward_steps", pa.int64()), ("median_forward_ns", pa.int64()),
+    ("median_backward_ns", pa.int64()), ("busy_ns", pa.int64()), ("makespan_ns", pa.int64()),
+    ("bubble_ns", pa.int64()), ("bubble_pct", pa.float64()),
+    ("ideal_makespan_ns", pa.int64()), ("ideal_bubble_pct", pa.float64()),
+    ("analytic_bubble_pct", pa.float64()), ("critical", pa.bool_()),
+    ("iteration_ns", pa.int64()), ("iteration_bubble_pct", pa.float64()),
+    ("warmup_steps", pa.int64()), ("steady_pairs", pa.int64()),
+    ("cooldown_steps", pa.int64())])
+
 
 @dataclass
 class PipelineView:
@@ -113,12 +126,7 @@ def pipeline_view(rows: list[dict], ranks: list[int], vpp: int = 1,
     ideal = simulate(pp, mbs, fwd, bwd, p2p, vpp) if complete and mbs else []
     makespan = max((s.end for s in steps), default=0)
     ideal_span = max((s.end for s in ideal), default=0)
-    cols: dict[str, list] = {k: [] for k in (
-        "stage", "rank", "forward_steps", "backward_steps", "median_forward_ns",
-        "median_backward_ns", "busy_ns", "makespan_ns", "bubble_ns", "bubble_pct",
-        "ideal_makespan_ns", "ideal_bubble_pct", "analytic_bubble_pct", "critical",
-        "iteration_ns", "iteration_bubble_pct", "warmup_steps", "steady_pairs",
-        "cooldown_steps")}
+    cols: dict[str, list] = {k: [] for k in STAGES_SCHEMA.names}
     busy = []
     for p in range(pp):
         mine = [s for s in steps if s.stage == p]
@@ -152,7 +160,8 @@ def pipeline_view(rows: list[dict], ranks: list[int], vpp: int = 1,
         for k in ("warmup_steps", "steady_pairs", "cooldown_steps"):
             cols[k].append(ph[k])
     gaps = largest_gaps(steps, pp, vpp, p2p, fwd, bwd, ranks, stragglers=stragglers or [])
-    return PipelineView(ranks, steps, ideal, pa.table(cols), p2p, gaps, t0, vpp, mbs)
+    return PipelineView(ranks, steps, ideal, pa.table(cols, schema=STAGES_SCHEMA), p2p, gaps,
+                        t0, vpp, mbs)
 
 
 def stage_marks(acts: RankActivities, iteration: int) -> list[tuple[str, int, int]]:

@@ -27,6 +27,8 @@ that stage, the stage runs at its pace (kind ``straggler``). Times are int64 ns.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from .schedule import Step
@@ -61,7 +63,7 @@ def _dependency(s: Step, pp: int, vpp: int) -> tuple[str, int, int] | None:
 
 def largest_gaps(steps: list[Step], pp: int, vpp: int, p2p_ns: int, fwd_med: np.ndarray,
                  bwd_med: np.ndarray, ranks: list[int], top: int = 3,
-                 stragglers: list[dict] = ()) -> list[dict]:
+                 stragglers: Sequence[dict] = ()) -> list[dict]:
     """The largest losses against the ideal rules (see the module doc), biggest first;
     ``stragglers``: the job's straggler rows (rank, stage, slowdown, ...)."""
     done = {(s.phase, s.microbatch, s.chunk * pp + s.stage): s for s in steps}
@@ -116,10 +118,10 @@ def largest_gaps(steps: list[Step], pp: int, vpp: int, p2p_ns: int, fwd_med: np.
                     f"per micro-batch, {100 * excess / others:.1f} % above the other "
                     "stages' mean")
             if slow:
-                s = slow[0]
+                row = slow[0]
                 found.append({"kind": "straggler", "ns": int(excess * mbs), "stage": crit,
                               "what": f"{head}: the stage runs at the pace of straggler "
-                              f"rank {s['rank']} ({s['slowdown']:.2f}x its peers' compute "
+                              f"rank {row['rank']} ({row['slowdown']:.2f}x its peers' compute "
                               "on the same kernels; its partners wait for it)"})
             else:
                 found.append({"kind": "imbalance", "ns": int(excess * mbs), "stage": crit,

@@ -13,6 +13,7 @@ the summary is over the points where the total is > 0.
 from __future__ import annotations
 
 import re
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -73,7 +74,8 @@ def memcpy_subtype(name: str) -> str:
     return "Memset" if name.startswith("Memset") else name[:11]
 
 
-def bandwidth_series(acts: RankActivities, sort_kind: str = "stable"
+def bandwidth_series(acts: RankActivities,
+                     sort_kind: Literal["stable", "quicksort"] = "stable"
                      ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per memcpy / memset subtype: (ts, total GB/s from ts on) change points: +bw at each
     copy's start, -bw at its end (a zero-length copy lasts 1 µs, as in HTA), summed in

@@ -23,6 +23,9 @@ Definitions (all times are GPU kernel times in ns unless named otherwise):
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
 import numpy as np
 import pyarrow as pa
 
@@ -31,6 +34,19 @@ from ..topology.layout import Layout, agreed_world
 from .calls import factors
 from .matching import Matched, last_to_arrive, match
 from .rank_summary import RankSummary
+from .report_types import (
+    CommShare,
+    CrossRank,
+    CrossRankGroup,
+    IterationThroughput,
+    Mfu,
+    NetworkRank,
+    Overlap,
+    OverlapRank,
+    Report,
+    Throughput,
+    Traffic,
+)
 from .run_config import RunConfig, peak_tflops_of
 
 MS = 1e6
@@ -91,7 +107,8 @@ def _iterations(summaries: list[RankSummary], offsets: dict[int, int], synced: b
     cross_rank = synced or len(summaries) == 1
     for s in summaries:
         off = offsets.get(s.rank, 0)
-        own = [(it, ts - off, ts + dur - off) for it, ts, dur in s.steps]
+        own: list[tuple[int | None, int, int]] = [(it, ts - off, ts + dur - off)
+                                                  for it, ts, dur in s.steps]
         if not own and s.last_end > s.first_ts:  # no ProfilerStep: the GPU window
             own = [(None, s.first_ts - off, s.last_end - off)]
         for it, lo, hi in own:
@@ -108,14 +125,15 @@ def _iterations(summaries: list[RankSummary], offsets: dict[int, int], synced: b
                                                                       kv[0] or 0))]
 
 
-def _means(rows: list[dict], keys: tuple[str, ...]) -> dict:
+def _means(rows: Sequence[Mapping[str, Any]], keys: tuple[str, ...]) -> dict:
     """The mean over ``rows`` of each key; None when a row lacks it (a mean of the rows
     that have the value would hide the others)."""
     return {k: (float(np.mean([r[k] for r in rows]))
                 if rows and all(r[k] is not None for r in rows) else None) for k in keys}
 
 
-def _throughput(iters: list[dict], config: RunConfig, gpus: int, notes: list[str]) -> dict:
+def _throughput(iters: list[dict], config: RunConfig, gpus: int, notes: list[str]
+                ) -> Throughput:
     """Per iteration: time, tokens/s, samples/s, TFLOP/s per GPU (over the job's ``gpus``,
     not the ranks traced) and MFU. An MFU above 100 % is impossible: it is left out
     (null), with a note on what does not fit."""
@@ -142,7 +160,8 @@ def _throughput(iters: list[dict], config: RunConfig, gpus: int, notes: list[str
                         "do not fit these traces; TFLOP/s and MFU left out")
         rows.append(row)
     # a mean of the iterations that have the value would hide the others: n/a then
-    return {"iterations": rows, "mean": _means(rows, ("time_ms", "tokens_per_s",
+    return {"iterations": cast(list[IterationThroughput], rows),
+            "mean": _means(rows, ("time_ms", "tokens_per_s",
                                                      "samples_per_s")),
             "window": "ProfilerStep spans" if iters and iters[0]["iteration"] is not None
             else "traced GPU window (no ProfilerStep)"}
@@ -155,7 +174,7 @@ MFU_SOURCES = {
              "shapes; recompute left out)"}
 
 
-def chosen_mfu(iterations: list[dict], trace: dict) -> dict:
+def chosen_mfu(iterations: Sequence[Mapping[str, Any]], trace: dict) -> Mfu:
     """The report's one MFU and TFLOP/s per GPU (means over the traced iterations),
     naming their source: the model FLOPs of the configuration when given
     (``iterations``: the throughput's rows), else the traced ops' own (``trace``:
@@ -179,9 +198,10 @@ def chosen_mfu(iterations: list[dict], trace: dict) -> dict:
             "why": why}
 
 
-def _overlap(summaries: list[RankSummary]) -> dict:
-    rows = [{"rank": s.rank, "comm_ms": s.comm_ns / MS, "comp_ms": s.comp_ns / MS,
-             "overlap_ms": s.overlap_ns / MS, "overlap_pct": _pct(s.overlap_ns, s.comm_ns)}
+def _overlap(summaries: list[RankSummary]) -> Overlap:
+    rows = [OverlapRank(rank=s.rank, comm_ms=s.comm_ns / MS, comp_ms=s.comp_ns / MS,
+                        overlap_ms=s.overlap_ns / MS,
+                        overlap_pct=_pct(s.overlap_ns, s.comm_ns), pp_stage=None)
             for s in summaries]
     pcts = np.array([r["overlap_pct"] for r in rows if r["overlap_pct"] is not None])
     return {"per_rank": rows,
@@ -190,8 +210,8 @@ def _overlap(summaries: list[RankSummary]) -> dict:
             "max_pct": float(pcts.max()) if pcts.size else None}
 
 
-def _by(rc: _RankCalls, codes: np.ndarray, labels, extra=None) -> list[dict]:
-    out = []
+def _by(rc: _RankCalls, codes: np.ndarray, labels, extra=None) -> list[CommShare]:
+    out: list[CommShare] = []
     for code in np.unique(codes).tolist():
         sel = codes == code
         busy = rc.busy[sel]
@@ -203,13 +223,14 @@ def _by(rc: _RankCalls, codes: np.ndarray, labels, extra=None) -> list[dict]:
                "avg_time_ms": float(busy.mean()) / MS,
                "busbw_gbps": _stats(rc.busbw[sel]), "algbw_gbps": _stats(rc.algbw[sel]),
                "with_size": int(known.sum())}
-        out.append({"name": labels[code] if code >= 0 else "unknown", **row,
-                    **(extra(code) if extra else {})})
+        out.append(cast(CommShare, {"name": labels[code] if code >= 0 else "unknown", **row,
+                                    "share_of_iteration_pct": None, "hidden_pct": None,
+                                    **(extra(code) if extra else {})}))
     return out
 
 
-def _per_rank_network(rc: _RankCalls, summaries: list[RankSummary]) -> list[dict]:
-    rows = []
+def _per_rank_network(rc: _RankCalls, summaries: list[RankSummary]) -> list[NetworkRank]:
+    rows: list[NetworkRank] = []
     for s in summaries:
         sel = rc.rank == s.rank
         stepped = sel & ((rc.iteration >= 0) | (not s.steps))
@@ -217,7 +238,7 @@ def _per_rank_network(rc: _RankCalls, summaries: list[RankSummary]) -> list[dict
         ok = np.isfinite(rc.busbw[sel]) & np.isfinite(bus)
         known = np.isfinite(bus).any()
         rows.append({
-            "rank": s.rank, "operations": int(sel.sum()),
+            "rank": s.rank, "operations": int(sel.sum()), "pp_stage": None,
             "bytes": int(np.maximum(rc.nbytes[sel], 0).sum()) if known else None,
             "bus_bytes": float(np.nansum(bus)) if known else None,
             # bus bytes over the time any communication kernel ran, both of the calls
@@ -230,14 +251,14 @@ def _per_rank_network(rc: _RankCalls, summaries: list[RankSummary]) -> list[dict
     return rows
 
 
-def _cross_rank(m: Matched) -> dict:
-    groups = []
+def _cross_rank(m: Matched) -> CrossRank:
+    groups: list[CrossRankGroup] = []
     for g in np.unique(m.comm_group).tolist():
         sel = (m.comm_group == g) & (m.members >= 2)
         if not sel.any():
             continue
         waits = m.member_wait[sel[m.member_call]]
-        groups.append({
+        groups.append(cast(CrossRankGroup, {
             "group": GROUPS[g], "calls": int(sel.sum()),
             "skew_ms": {k: (v / MS if v is not None else None)
                         for k, v in _stats((m.last_start - m.first_start)[sel]
@@ -250,7 +271,7 @@ def _cross_rank(m: Matched) -> dict:
             # diagnosis's (ranks slower than their peers on the same kernels)
             "last_to_arrive": [{**s, "delay_ms": s["delay_ns"] / MS,
                                 "mean_delay_ms": s["mean_delay_ns"] / MS}
-                               for s in last_to_arrive(m, g)]})
+                               for s in last_to_arrive(m, g)]}))
     multi = np.flatnonzero(m.members >= 2)
     # the slowest by their own cost (the data's move), not by how long early members
     # waited for the last one
@@ -284,7 +305,8 @@ def job_world(summaries: list[RankSummary], layout: Layout | None,
 
 
 def build_report(summaries: list[RankSummary], config: RunConfig, offsets: dict[int, int],
-                 layout=None, notes: list[str] | None = None, synced: bool = False) -> dict:
+                 layout=None, notes: list[str] | None = None, synced: bool = False
+                 ) -> Report:
     """The report of a job's ranks (sorted by rank); ``synced``: whether ``offsets``
     come from a clock sync."""
     summaries = sorted(summaries, key=lambda s: s.rank)
@@ -318,15 +340,17 @@ def build_report(summaries: list[RankSummary], config: RunConfig, offsets: dict[
 
     by_collective = _by(rc, rc.collective, COLLECTIVES, shares("collective", COLLECTIVES))
     total_bytes = sum(r["bytes"] or 0 for r in by_collective)
-    traffic = sorted(({"name": r["name"], "count": r["count"], "bytes": r["bytes"],
-                       "pct_of_bytes": _pct(r["bytes"], total_bytes),
-                       "avg_time_ms": r["avg_time_ms"]} for r in by_collective),
+    traffic = sorted((Traffic(name=r["name"], count=r["count"], bytes=r["bytes"],
+                              pct_of_bytes=_pct(r["bytes"], total_bytes),
+                              avg_time_ms=r["avg_time_ms"]) for r in by_collective),
                      key=lambda r: (-r["count"], r["name"]))
     per_rank = _per_rank_network(rc, summaries)
     overlap = _overlap(summaries)
     stages = layout.pp_stages() if layout is not None and layout.pp > 1 else {}
-    for row in (*overlap["per_rank"], *per_rank):  # what a rank is compared with
+    for row in overlap["per_rank"]:  # what a rank is compared with
         row["pp_stage"] = stages.get(row["rank"])
+    for net in per_rank:
+        net["pp_stage"] = stages.get(net["rank"])
     coll_bw = [r["collective_busbw_gbps"] for r in per_rank
                if r["collective_busbw_gbps"] is not None]
     avg_bw = float(np.mean(coll_bw)) if coll_bw else None
@@ -361,7 +385,7 @@ def build_report(summaries: list[RankSummary], config: RunConfig, offsets: dict[
     }
 
 
-def ranks_table(report: dict) -> pa.Table:
+def ranks_table(report: Report) -> pa.Table:
     """The report's per-rank overlap and network rows as one table (:data:`RANKS_SCHEMA`;
     unknown values null)."""
     network = {r["rank"]: r for r in report["network"]["per_rank"]}

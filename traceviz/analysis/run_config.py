@@ -124,7 +124,7 @@ def from_torchtitan_toml(path: str | os.PathLike, world: int | None) -> RunConfi
         shard = max(1, (world or other) // other)
     name = model.get("name")
     flavor = model.get("flavor")
-    params = MODEL_PARAMS.get((name, str(flavor)))
+    params = MODEL_PARAMS.get((str(name), str(flavor)))
     return RunConfig(
         model=f"{name}{flavor or ''}" if name else None,
         global_batch_size=int(local) * rep * shard if local else None,

@@ -28,11 +28,23 @@ import numpy as np
 import pyarrow as pa
 
 from ..intervals import grouped_combination_times, grouped_span
+from ..table.arrays import declared
 from ..table.schema import COMM, COMP, MEM
 from .activities import SWEEP_KINDS, RankActivities
 from .diagnose.waits import comm_split
 from .hta_compat import HTA_OTHER
 from .overlap import from_sweep, percent
+
+TEMPORAL_SCHEMA = pa.schema([
+    ("rank", pa.int32()), ("iteration", pa.int64()), ("kernel_time_ns", pa.int64()),
+    ("idle_ns", pa.int64()), ("compute_ns", pa.int64()), ("non_compute_ns", pa.int64()),
+    ("compute_only_ns", pa.int64()), ("compute_overlapped_comm_ns", pa.int64()),
+    ("comm_only_ns", pa.int64()), ("mem_only_ns", pa.int64()), ("other_only_ns", pa.int64()),
+    ("comm_ns", pa.int64()), ("comm_transfer_ns", pa.int64()), ("comm_wait_ns", pa.int64()),
+    ("overlap_pct", pa.float64()), ("idle_pct", pa.float64()), ("compute_pct", pa.float64()),
+    ("non_compute_pct", pa.float64())])
+KERNEL_TYPE_SCHEMA = pa.schema([
+    ("kernel_type", pa.string()), ("time_ns", pa.int64()), ("percentage", pa.float64())])
 
 _LABEL = {COMP: "COMPUTATION", COMM: "COMMUNICATION", MEM: "MEMORY"}
 _MASKS = np.arange(1 << len(SWEEP_KINDS))
@@ -122,7 +134,7 @@ def temporal_breakdown(sweeps: list[RankSweep]) -> pa.Table:
     for part in ("idle", "compute", "non_compute"):
         table[f"{part}_pct"] = pa.array(percent(np.array(cols[f"{part}_ns"], np.int64), span),
                                         from_pandas=True)
-    return pa.table(table)
+    return declared(pa.table(table), TEMPORAL_SCHEMA)
 
 
 def kernel_type_label(mask: int) -> str:
@@ -138,6 +150,8 @@ def kernel_type_breakdown(sweeps: list[RankSweep]) -> pa.Table:
         np.add.at(total, _MASKS & 7, sw.times[0])
     masks = [m for m in range(1, 8) if total[m] > 0]
     times = total[masks]
-    return pa.table({"kernel_type": [kernel_type_label(m) for m in masks],
-                     "time_ns": pa.array(times, pa.int64()),
-                     "percentage": pa.array(percent(times, np.full(len(masks), times.sum())))})
+    return declared(pa.table({
+        "kernel_type": [kernel_type_label(m) for m in masks],
+        "time_ns": pa.array(times, pa.int64()),
+        "percentage": pa.array(percent(times, np.full(len(masks), times.sum())))}),
+        KERNEL_TYPE_SCHEMA)

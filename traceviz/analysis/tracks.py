@@ -28,8 +28,8 @@ COLUMNS = ("ts", "dur", "kind", "name", "stream", "iteration", "phase", "microba
 
 def _text(table: pa.Table, name: str) -> list:
     codes, values = codes_of(table[name])
-    values = values + [None]
-    return [values[c] for c in codes.tolist()]
+    texts: list[str | None] = [*values, None]
+    return [texts[c] for c in codes.tolist()]
 
 
 @dataclass

@@ -11,6 +11,8 @@ other collectives); then the kernel's name where a library states its group in i
 """
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
+
 import numpy as np
 
 from ..table.schema import GROUPS
@@ -60,7 +62,7 @@ def desc_of(descs: list[str], p2p: bool) -> str:
 
 def comm_groups(is_comm: np.ndarray, desc_codes: np.ndarray, descs: list[str],
                 rank_lists: dict[int, list[int] | None], patterns: Patterns,
-                layout: Layout | None, p2p: set[int] = frozenset(),
+                layout: Layout | None, p2p: AbstractSet[int] = frozenset(),
                 by_kernel: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, int]]:
     """Index into GROUPS per row (int8; -1 for non-COMM rows) and counts per evidence.
 

@@ -1,6 +1,7 @@
 """Load the name patterns: the shipped ``patterns.toml`` merged with a user's file."""
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -37,7 +38,7 @@ def _compile(text: str, where: str) -> re.Pattern:
         raise TraceVizError(f"{where}: bad regular expression {text!r}: {exc}") from None
 
 
-def load_patterns(path: str | Path | None = None) -> Patterns:
+def load_patterns(path: str | os.PathLike | None = None) -> Patterns:
     """The default patterns, with the tables of ``path`` (a TOML file) replacing them."""
     data = tomllib.loads(resources.files(__package__).joinpath("patterns.toml").read_text())
     where = "patterns.toml"

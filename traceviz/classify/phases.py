@@ -252,15 +252,15 @@ def classify_iteration(facts: LaunchFacts, rows: np.ndarray, ops,
     if training:
         last_b = np.flatnonzero(kind == B_OP)[-1]
         tail = np.arange(kind.shape[0]) > last_b
-        op_phase = np.where(tail, OPTIMIZER, np.where(kind == F_OP, FWD, BWD))
+        op_phase: np.ndarray = np.where(tail, OPTIMIZER, np.where(kind == F_OP, FWD, BWD))
     else:
         op_phase = np.where(kind == F_OP, FWD, BWD)
     op_mb = np.full(kind.shape[0], -1, dtype=np.int32)
     op_chunk = np.zeros(kind.shape[0], dtype=np.int32)
-    for k_kind, phase in ((F_OP, FWD), (B_OP, BWD)):
-        sel = np.flatnonzero((kind == k_kind) & (op_phase == phase))
-        mb, chunk = schedule_position(np.arange(sel.shape[0]), k_kind == B_OP, pp, vpp)
-        op_mb[sel], op_chunk[sel] = mb, chunk
+    for k_kind, k_phase in ((F_OP, FWD), (B_OP, BWD)):
+        sel = np.flatnonzero((kind == k_kind) & (op_phase == k_phase))
+        op_mb[sel], op_chunk[sel] = schedule_position(np.arange(sel.shape[0]),
+                                                      k_kind == B_OP, pp, vpp)
     launched = rows[facts.ts[rows] >= 0]
     t = facts.ts[launched]
     if op_of is None:  # frames: the op whose span holds the launch
@@ -426,7 +426,7 @@ def classify(facts: LaunchFacts, frames: dict[str, tuple[np.ndarray, np.ndarray]
     its = store.unique(lambda i: i, facts.iteration)  # -1 (outside every step) first
     by_iteration, bounds = _by_iteration(facts.iteration, its, store)
     op_all = None if use_frames else store.full(n, -1, np.int32)  # op per launch
-    found = []  # per iteration: (rows, ops)
+    found: list[tuple[np.ndarray, tuple]] = []  # per iteration: (rows, ops)
     for k in range(its.shape[0]):
         rows = by_iteration[bounds[k]:bounds[k + 1]]  # ascending
         if use_frames:
@@ -442,20 +442,22 @@ def classify(facts: LaunchFacts, frames: dict[str, tuple[np.ndarray, np.ndarray]
         else:
             own = _own(facts, rows, eligible)
             *ops, op_of = ops_from_threads(facts, own, main_thread)
+            assert op_all is not None  # made for the threads' ops above
             op_all[own] = op_of  # a few pages: the iteration's
             found.append((rows, tuple(ops)))
         store.release()
     if vpp is None:
-        vpp, schedule = detect_vpp([ops[2] for _, ops in found], pp, stage, interleaved)
+        vpp, schedule = detect_vpp([found_ops[2] for _, found_ops in found], pp, stage,
+                                   interleaved)
     else:
         schedule = f"vpp {vpp} given"
     linked = backward = 0
-    for rows, ops in found:
-        op_of = None
+    for rows, it_ops in found:
+        given = None
         if op_all is not None:
             own = _own(facts, rows, eligible)
-            op_of = (own, op_all[own])
-        counts = classify_iteration(facts, rows, ops, op_of, pp, vpp, phase, mb, chunk,
+            given = (own, op_all[own])
+        counts = classify_iteration(facts, rows, it_ops, given, pp, vpp, phase, mb, chunk,
                                     eligible)
         linked, backward = linked + counts[0], backward + counts[1]
         store.release()

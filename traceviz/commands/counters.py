@@ -14,6 +14,7 @@ from ..ingest.outputs import default_path, trace_stem
 from ..parsing.source import ByteSource
 from ..render.perfetto import counter_events
 from ..render.trace_copy import write_with_events
+from .result import Result
 
 
 def default_output(trace: str | os.PathLike, suffix: str = "_with_counters") -> Path:
@@ -45,12 +46,20 @@ def output_for(trace: str | os.PathLike, output: str | os.PathLike | None,
 
 
 def run(trace: str | os.PathLike, output: str | os.PathLike | None = None,
-        series: tuple[str, ...] = SERIES) -> tuple[Path, int]:
-    """Parse ``trace``, then copy it with its counter tracks; (output path, events added)."""
+        series: tuple[str, ...] = SERIES) -> Result:
+    """Parse ``trace``; the :class:`Result`'s one export is its copy with the counter
+    tracks; once written, ``data`` holds ``output`` and ``events`` (added)."""
     tracks = counter_tracks(activities(parse(trace)), series)
     out = Path(output or default_output(trace))
-    src = ByteSource(trace)
-    try:
-        return out, write_with_events(src, os.fspath(trace), out, counter_events(tracks))
-    finally:
-        src.close()
+    result = Result(data={"output": out})
+
+    def copy(path: Path) -> None:
+        src = ByteSource(trace)
+        try:
+            result.data["events"] = write_with_events(src, os.fspath(trace), path,
+                                                      counter_events(tracks))
+        finally:
+            src.close()
+
+    result.exports[str(out)] = copy
+    return result

@@ -96,8 +96,8 @@ def run(path: str | os.PathLike, *, iteration: int | None = None,
     folder = tables_folder(path, cpu=True)
     result = _job(folder, ann, inst, list(what_if), clock_sync, exact)
     events = result.data.pop("tracks")
-    result.exports[TRACE_NAME] = lambda out: export.run(folder, out, clock_sync=clock_sync,
-                                                        extra=path_events(events))
+    result.exports[TRACE_NAME] = lambda out: export.write(folder, out, clock_sync=clock_sync,
+                                                          extra=path_events(events))
     return result
 
 
@@ -105,7 +105,7 @@ def _write_trace(trace: Path | None, tracks: dict, out: Path) -> None:
     """One rank's path as Perfetto tracks: added to a copy of its trace when there is
     one, else on their own."""
     if trace is not None:
-        export.run(trace, out, extra=path_events(tracks))
+        export.write(trace, out, extra=path_events(tracks))
     else:
         write_job((), out, kernels=False, extra=path_events(tracks))
 

@@ -20,6 +20,7 @@ from ..ingest.tables import input_files, load_table, rank_of, rank_tables, table
 from ..parsing.source import ByteSource
 from ..render.perfetto import rank_events, write_job
 from ..render.trace_copy import write_with_events
+from .result import Result
 
 
 def default_output(source: Path) -> Path:
@@ -30,31 +31,57 @@ def default_output(source: Path) -> Path:
 
 def run(source: str | os.PathLike, output: str | os.PathLike | None = None,
         kernels: bool | None = None, clock_sync: bool = True,
-        extra: Iterable[dict] = ()) -> tuple[Path, int, list[str], list[str]]:
-    """Write the export; (output path, events written, notes, the ranks left out with
-    why). ``extra``: more events (int ns on the export's clock: the trace's own for one
-    trace, the synced clock of a job). ``kernels`` defaults to
-    False for one trace (its own kernels are there) and True for a job. The export
-    streams to its file as it is computed (one rank in memory at a time)."""
+        extra: Iterable[dict] = ()) -> Result:
+    """The export as a :class:`Result` whose one export is the file (computed as it is
+    written: it streams, one rank in memory at a time); once written, ``data`` holds
+    ``output``, ``events`` (written), ``notes`` and the result's ``failed`` the ranks
+    left out with why. ``extra`` and ``kernels``: see :func:`write`."""
     source = Path(source)
     if not source.exists():
         raise TraceVizError(f"{source}: no such file or folder")
     out = Path(output) if output else default_output(source)
+    _check_output(source, out)
+    result = Result(data={"output": out})
+
+    def export(path: Path) -> None:
+        events, notes, failed = write(source, path, kernels, clock_sync, extra)
+        result.data.update(events=events, notes=notes)
+        result.failed += failed
+
+    result.exports[str(out)] = export
+    return result
+
+
+def _check_output(source: Path, out: Path) -> None:
+    """A trace's annotated copy is gzipped: its name must say so."""
+    if source.is_file() and source.suffix != ".parquet" and not str(out).endswith(".gz"):
+        raise TraceVizError(f"{out}: a trace's annotated copy is written gzipped; "
+                            "name it .json.gz")
+
+
+def write(source: str | os.PathLike, out: Path, kernels: bool | None = None,
+          clock_sync: bool = True, extra: Iterable[dict] = ()) -> tuple[int, list[str],
+                                                                      list[str]]:
+    """Write the export of ``source`` to ``out`` as it is computed; (events written,
+    notes, the ranks left out with why). ``extra``: more events (int ns on the export's
+    clock: the trace's own for one trace, the synced clock of a job). ``kernels``
+    defaults to False for one trace (its own kernels are there) and True for a job."""
+    source = Path(source)
+    _check_output(source, out)
     notes: list[str] = []
     if source.is_file() and source.suffix != ".parquet":
-        if not str(out).endswith(".gz"):
-            raise TraceVizError(f"{out}: a trace's annotated copy is written gzipped; "
-                                "name it .json.gz")
         table = parse(source)
         events = chain(extra, rank_events(rank_tracks(table, rank_of(table, source, 0)),
                                           bool(kernels)))
         src = ByteSource(source)
         try:
-            return out, write_with_events(src, os.fspath(source), out, events), notes, []
+            return write_with_events(src, os.fspath(source), out, events), notes, []
         finally:
             src.close()
     files = input_files([tables_folder(source)])
-    calls, paths, failed = [], {}, []
+    calls: list = []
+    paths: dict = {}
+    failed: list[str] = []
     for rank, path, table in rank_tables(files, CALL_COLUMNS, failed):
         paths[rank] = path
         calls.append(rank_calls(table, rank))
@@ -64,4 +91,4 @@ def run(source: str | os.PathLike, output: str | os.PathLike | None = None,
     # second pass over the (parquet) tables: only the export's columns, one rank at a time
     tracks = (rank_tracks(load_table(paths[r], COLUMNS), r, offsets.get(r, 0))
               for r in sorted(paths))
-    return out, write_job(tracks, out, kernels is not False, matched, extra), notes, failed
+    return write_job(tracks, out, kernels is not False, matched, extra), notes, failed

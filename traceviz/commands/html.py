@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ..analysis.report_types import Report
 from ..errors import TraceVizError
 from ..ingest.tables import has_cpu_tables, tables_folder
 from ..ingest.topology import job_layout
@@ -71,7 +72,7 @@ def _plots(mb: list[dict], places: list[dict], stages: list[dict],
     return plots
 
 
-def page_of(title: str, rep: dict, brk: Result, pipe: Result | None, why: str,
+def page_of(title: str, rep: Report, brk: Result, pipe: Result | None, why: str,
             mb: list[dict], places: list[dict], synced: bool = True,
             no_timeline: str = "", model: Result | None = None, no_model: str = "") -> str:
     """The page from the report dict, the breakdown's and pipeline's results (``pipe``

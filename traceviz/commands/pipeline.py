@@ -64,7 +64,7 @@ def _add_view(res: Result, view: PipelineView, group: list[int], i: int, title: 
 def _from_timer_dumps(root: Path, all_groups: bool) -> Result:
     """The view from PP-Schedule-Visualization's timer dumps (one PP group per
     TPxCPxDP rank; by default rank 0, as its plot.py draws)."""
-    ids = sorted({int(NAME.match(p.name).group(3)) for p in find_dumps(root)})
+    ids = sorted({int(m.group(3)) for p in find_dumps(root) if (m := NAME.match(p.name))})
     res = Result()
     for i in ids if all_groups else ids[:1]:
         g = read_group(root, i)

@@ -8,6 +8,7 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -15,6 +16,7 @@ from ..analysis.calls import COLUMNS as CALL_COLUMNS
 from ..analysis.clocks import offsets_from_calls
 from ..analysis.rank_summary import RankSummary, summarize
 from ..analysis.report import build_report, chosen_mfu, job_world, ranks_table
+from ..analysis.report_types import Report
 from ..analysis.run_config import RunConfig, from_torchtitan_toml
 from ..errors import TraceVizError
 from ..ingest.outputs import default_path
@@ -32,7 +34,8 @@ def summaries_of(root: Path) -> tuple[list[RankSummary], list[str]]:
     """Every rank's summary (ranks unknown to their trace numbered from file names) and
     the one-line reasons of the files that failed. A job's traces are parsed once into
     its tables (``traceviz batch``'s default place); one table is read alone."""
-    summaries, failed = [], []
+    summaries: list[RankSummary] = []
+    failed: list[str] = []
     if root.is_file() and root.suffix == ".parquet":
         files = [root]
     else:
@@ -55,7 +58,7 @@ def _finite(value):
     return value
 
 
-def default_name(report: dict, when: dt.datetime) -> str:
+def default_name(report: Report, when: dt.datetime) -> str:
     """``<YYYYmmdd-HHMMSS>_<model>_dp<X>_tp<Y>_pp<Z>_gpu<N>.txt``."""
     c = report["configuration"]
     p = c["parallelism"] or {}
@@ -66,7 +69,7 @@ def default_name(report: dict, when: dt.datetime) -> str:
 
 def make_report(root: str | os.PathLike, *, config_file: str | None = None,
                 overrides: dict | None = None, topology: str | None = None,
-                clock_sync: bool = True) -> dict:
+                clock_sync: bool = True) -> Report:
     """The report dict of ``root`` (NaN-free: JSON-ready); ``failed`` lists the ranks
     left out (their trace or table could not be read), one line each."""
     root = Path(root)
@@ -93,10 +96,11 @@ def make_report(root: str | os.PathLike, *, config_file: str | None = None,
     rep["diagnosis"], rep["diagnosis_why"], rep["advice"] = None, None, []
     try:
         diag, _, advice = diagnosis_of(root, topology, advice=True)
-        rep["diagnosis"], rep["advice"] = diag.summary(), advice.to_pylist()
+        rep["diagnosis"] = diag.summary()
+        rep["advice"] = advice.to_pylist() if advice is not None else []
     except TraceVizError as exc:
         rep["diagnosis_why"] = str(exc)
-    return _finite({**rep, "failed": failed})
+    return cast(Report, _finite({**rep, "failed": failed}))
 
 
 def _trace_flops(root: Path, peak: float | None) -> dict:

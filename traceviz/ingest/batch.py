@@ -93,7 +93,8 @@ def plan(root: str | os.PathLike, outdir: str | os.PathLike | None = None,
         from .discover import no_traces_message
 
         raise TraceVizError(no_traces_message(root))
-    todo, fresh = [], []
+    todo: list[Task] = []
+    fresh: list[Task] = []
     stale: set[str] = set()
     seen: dict[Path, str] = {}
     for t in traces:
@@ -291,7 +292,7 @@ def _run_isolated(tasks: list[Task], jobs: int, args: tuple, work):
     """(task, outcome) for each task parsed in a fresh process of its own, ``jobs`` at a
     time; a process that dies gives a failed outcome naming how."""
     ctx = get_context("spawn")
-    waiting, running = list(tasks), []
+    waiting, running = list(tasks), []  # type: list[Task], list
     try:
         while waiting or running:
             while waiting and len(running) < jobs:

@@ -24,6 +24,7 @@ import json
 import os
 import re
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -178,7 +179,7 @@ class ParsedTrace:
     columns: OutputColumns
     cpu_columns: OutputColumns | None = None
     _tables: dict = field(default_factory=dict)
-    _close: object = None
+    _close: Callable[[], None] | None = None
 
     def set_meta(self, key: str, value) -> None:
         """Add a rank-level fact to the metadata (of both tables)."""
@@ -270,7 +271,7 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     # so the phases and the columns held never meet them. Parked, each is made a slice at
     # a time (store.map / store.each) and its pages are handed back after its put.
     put("correlation", links.corr)
-    links.corr = None
+    links.corr = None  # type: ignore[assignment]  # dropped: memory
     launch_row = links.launch_row
     no_launch = store.map(bool, lambda r: r < 0, launch_row)
     put("launch_dur", gathered(store, launch, launch_row, "dur")[0], no_launch, pa.int64())
@@ -280,11 +281,11 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     links.stats["launched by a graph launch"] = store.count(
         launch_name, lambda v: graph_launch[v])
     links.stats["graph launches"] = int(graph.shape[0])
-    links.launch_row = None
+    links.launch_row = None  # type: ignore[assignment]  # dropped: memory
     put("launch_name", s.dictionary(launch_name, store=store))
     del launch_name, graph, launch_row
     op_name, op_ext = gathered(store, ops, links.op_row, "name", "external_id")
-    links.op_row = None
+    links.op_row = None  # type: ignore[assignment]  # dropped: memory
     put("cpu_op", s.dictionary(op_name, store=store))
     put("cpu_op_external_id", op_ext, _negative(store, op_ext), pa.int64())
     del op_ext
@@ -304,9 +305,9 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
         memory[lo:hi][cls == L.CLS_MEMCPY] = 1
         memory[lo:hi][cls == L.CLS_MEMSET] = 2
         del cls, k
-    links.in_rpc = None
+    links.in_rpc = None  # type: ignore[assignment]  # dropped: memory
     coll = _collective_meta(scanned, s, patterns, links.comm_row, kind, topology, name, store)
-    links.comm_row = None
+    links.comm_row = None  # type: ignore[assignment]  # dropped: memory
     phase, microbatch, chunk, evidence = _phases(s, patterns, links, coll, memory,
                                                  backward_named, pipeline, vpp, store)
     del memory, backward_named
@@ -568,7 +569,8 @@ def _pipeline(scanned: ScannedTrace, topology: Layout | None, rank: int
         return topology.pp, stage
     for pg in scanned.header.distributed.get("pg_config") or []:
         if isinstance(pg, dict) and pg.get("pg_desc") == "PIPELINE_MODEL_PARALLEL_GROUP":
-            ranks = pg.get("ranks") if isinstance(pg.get("ranks"), list) else []
+            listed = pg.get("ranks")
+            ranks = listed if isinstance(listed, list) else []
             size = int(pg.get("pg_size") or len(ranks) or 1)
             return size, ranks.index(rank) if rank in ranks else None
     return 1, 0

@@ -50,7 +50,7 @@ def _ns(ms, path: Path, key: str) -> int:
 
 def read_group(folder: str | os.PathLike, group: int = 0) -> TimerGroup:
     """The PP group of TPxCPxDP rank ``group`` from the dumps in ``folder``."""
-    files = [(p, NAME.match(p.name)) for p in find_dumps(folder)]
+    files = [(p, m) for p in find_dumps(folder) if (m := NAME.match(p.name))]
     mine = [(p, m) for p, m in files if int(m.group(3)) == group]
     if not mine:
         have = sorted({int(m.group(3)) for _, m in files})

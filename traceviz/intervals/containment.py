@@ -22,7 +22,7 @@ def innermost_enclosing(span_ts: np.ndarray, span_dur: np.ndarray, span_thread: 
     :data:`QUERY_SLICE` at a time (each slice walks the spans again), so besides the
     result only a slice's sort order is held, whatever the number of points.
     """
-    out = np.full(q_ts.shape[0], -1, dtype=dtype)
+    out: np.ndarray = np.full(q_ts.shape[0], -1, dtype=dtype)
     if span_ts.shape[0] == 0 or q_ts.shape[0] == 0:
         return out
     span_end = span_ts + np.maximum(span_dur, 0)

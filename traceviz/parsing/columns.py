@@ -71,7 +71,7 @@ class SpillFile:
     def append(self, arr: np.ndarray) -> int:
         """Write ``arr`` at the end; returns its byte offset."""
         offset = self.size
-        view = memoryview(np.ascontiguousarray(arr)).cast("B")
+        view = np.ascontiguousarray(arr).data.cast("B")
         self._fh.seek(offset)
         while view:
             view = view[self._fh.write(view):]
@@ -81,7 +81,7 @@ class SpillFile:
     def read(self, offset: int, dtype: np.dtype, count: int) -> np.ndarray:
         """``count`` items of ``dtype`` written at ``offset``."""
         out = np.empty(count, dtype=dtype)
-        view = memoryview(out).cast("B")
+        view = out.data.cast("B")
         self._fh.seek(offset)
         while view:
             got = self._fh.readinto(view)
@@ -265,7 +265,8 @@ class ColumnStore:
         It keeps ``rows`` and one int32 (int64 past 2**31 rows) array of the positions
         of the valid rows, grouped by block; nothing else of their length is made.
         """
-        positions, bounds = group_positions(rows, [b.start for b in self.sealed])
+        positions, bounds = group_positions(rows, np.array([b.start for b in self.sealed],
+                                                           dtype=np.int64))
         n = rows.shape[0]
 
         def get(name: str) -> np.ndarray:

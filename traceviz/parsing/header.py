@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any
+from typing import Any, TypeGuard
 
 import orjson
 
@@ -26,7 +26,7 @@ def rank_in_name(name: str) -> int | None:
     return int(m.group(1)) if m and int(m.group(1)) < RANK_LIMIT else None
 
 
-def is_rank(value: object) -> bool:
+def is_rank(value: object) -> TypeGuard[int]:
     """Whether a value a trace states can be a rank (an int in [0, 2**31))."""
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < RANK_LIMIT
 

@@ -101,19 +101,17 @@ def activity_rows(scanned: ScannedTrace, cls_of: np.ndarray, store: InMemory,
     each bucket's rows, gathered in file order, sorted and written in place)."""
     gpu, rdt = scanned.stores["gpu"], row_dtype(scanned)
     if not store.parks:
-        rows, classes, ts = [], [], []
+        row_parts, class_parts, ts_parts = [], [], []
         for start, keep, c, t in _activity_blocks(gpu, cls_of):
-            rows.append((start + keep).astype(rdt))
-            classes.append(c)
-            ts.append(t)
-        if not rows:
+            row_parts.append((start + keep).astype(rdt))
+            class_parts.append(c)
+            ts_parts.append(t)
+        if not row_parts:
             return np.empty(0, rdt), np.empty(0, np.int8)
         # each list is joined just before it is needed and dropped after
-        ts = np.concatenate(ts)
-        order = np.argsort(ts, kind="stable")
-        del ts
-        rows = np.concatenate(rows)[order]
-        return rows, np.concatenate(classes)[order]
+        order = np.argsort(np.concatenate(ts_parts), kind="stable")
+        del ts_parts
+        return np.concatenate(row_parts)[order], np.concatenate(class_parts)[order]
     lo, hi = gpu.ts_range()
     grid = np.linspace(lo, hi + 1, 4097).astype(np.int64)
     hist = np.zeros(4096, dtype=np.int64)
@@ -205,6 +203,7 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int,
                                         launch_ts, launch_thread, scanned, work_bytes, rdt,
                                         store)
     op_row, node_row = queries[0].result, queries[1].result
+    assert op_row is not None and node_row is not None  # every query is answered
     del queries
     stats["launch inside a cpu_op"] = store.count(op_row, lambda v: v >= 0)
     n = rows.shape[0]
@@ -338,17 +337,21 @@ def _inside(ts, dur, thread, q_ts, q_thread) -> np.ndarray:
     return innermost_enclosing(ts, dur, thread, q_ts, q_thread, dtype=np.int32) >= 0
 
 
-def _frames(scanned: ScannedTrace, lookups: Lookups) -> dict[str, tuple]:
+def _frames(scanned: ScannedTrace, lookups: Lookups
+            ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(ts, dur, thread) of the python frames each phase pattern selects."""
-    out = {key: ([], [], []) for key in lookups.frame}
+    out: dict[str, tuple[list, list, list]] = {key: ([], [], []) for key in lookups.frame}
     for _, cols in scanned.stores["python"].blocks("ts", "dur", "thread", "name"):
         for key, select in lookups.frame.items():
             rows = np.flatnonzero(select[cols["name"]])
             out[key][0].append(cols["ts"][rows])
             out[key][1].append(cols["dur"][rows])
             out[key][2].append(cols["thread"][rows].astype(np.int64))
-    return {key: tuple(np.concatenate(v) if v else np.empty(0, np.int64) for v in parts)
-            for key, parts in out.items()}
+    def joined(v: list) -> np.ndarray:
+        return np.concatenate(v) if v else np.empty(0, np.int64)
+
+    return {key: (joined(ts), joined(dur), joined(thread))
+            for key, (ts, dur, thread) in out.items()}
 
 
 def _flow_fallback(scanned, cls_of, corr, rows, store: InMemory):
@@ -457,7 +460,8 @@ def _ops_pass(ops, queries: list[SpanQuery], step_number, is_rpc, small: np.ndar
     grid = np.linspace(lo, hi + 1, 4097).astype(np.int64)
     for q in queries:
         q.hist = np.zeros(4096, dtype=np.int64)
-    collect = {"steps": {"ts": [], "dur": [], "number": [], "thread": []},
+    collect: dict[str, dict[str, list]] = {
+               "steps": {"ts": [], "dur": [], "number": [], "thread": []},
                "rpc": {"ts": [], "dur": [], "thread": [], "row": []},
                "small": {"ts": [], "dur": [], "thread": [], "name": []}}
     for start, cols in ops.blocks("ts", "dur", "thread", "cat", "name"):
@@ -483,7 +487,8 @@ def _ops_pass(ops, queries: list[SpanQuery], step_number, is_rpc, small: np.ndar
     plans = []
     for q in queries:
         edges = (np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max])
-                 if q.count <= per_bucket else bucket_edges(q.hist, grid, per_bucket))
+                 if q.count <= per_bucket or q.hist is None
+                 else bucket_edges(q.hist, grid, per_bucket))
         plans.append((edges, Parts(edges.shape[0] - 1, ("ts", "end", "thread", "row"),
                                    scanned.budget, work_bytes // 8)))
     for start, cols in ops.blocks("ts", "dur", "thread", "cat", "name"):

@@ -75,6 +75,7 @@ class Strings:
             mask = store.map(bool, lambda c: c < 0, canon)
             indices = store.map(np.int32, code.__getitem__, canon)
         else:
+            assert n is not None  # given with rows
             mask = store.full(n, True, bool)
             store.scatter(mask, rows, canon < 0)
             indices = store.full(n, 0, np.int32)

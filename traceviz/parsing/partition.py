@@ -51,6 +51,7 @@ class Parts:
                 self._flush(p)
 
     def _flush(self, p: int) -> None:
+        assert self._path is not None  # flushing: the spill folder exists
         for f in self.fields:
             if self._buf[p][f]:
                 with open(os.path.join(self._path, f"{p}.{f}"), "ab") as fh:

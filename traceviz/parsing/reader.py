@@ -8,12 +8,11 @@ straddles two chunks is re-read whole from the start of the next buffer).
 from __future__ import annotations
 
 import functools
-import itertools
 import os
 import queue
 import threading
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -123,7 +122,7 @@ def scan_trace(src: str | os.PathLike | BinaryIO, *, memory_budget: int = DEFAUL
 class _Part:
     """What scanning one byte range of a trace produced (before it is checked)."""
 
-    source: ByteSource
+    source: ByteSource | FileRange | Segment
     w: np.ndarray
     strings: StringTable
     thr: np.ndarray
@@ -165,7 +164,7 @@ def _scan(source: ByteSource | FileRange | Segment, budget: SpillBudget, chunk_s
     def fill_buffer() -> None:
         nonlocal n, eof
         while n < buf.shape[0] and not eof:
-            got = source.readinto(memoryview(buf)[n:])
+            got = source.readinto(buf.data[n:])
             if got == 0:
                 eof = True
             n += got
@@ -174,7 +173,7 @@ def _scan(source: ByteSource | FileRange | Segment, budget: SpillBudget, chunk_s
         try:
             strings.take_pending(buf, w)
         except BadString as exc:
-            raise TraceError(source.name, str(exc), offset=offset + exc.offset,
+            raise TraceError(source.name, str(exc), offset=offset + (exc.offset or 0),
                              hint="the file is not valid JSON there; re-export the trace"
                              ) from None
         mem = buf.data
@@ -250,7 +249,7 @@ def _scan(source: ByteSource | FileRange | Segment, budget: SpillBudget, chunk_s
             fill_buffer()
     for s, name in enumerate(L.STORE_NAMES):
         stores[name].seal(int(w[L.W_FILL + s]))
-        stores[name].block = None  # the active blocks are done with
+        stores[name].block = None  # type: ignore[assignment]  # the active blocks are done
         w[L.W_FILL + s] = 0
     return _Part(source, w, strings, thr, header, stores, truncated_at, crash_tail, split_end)
 
@@ -308,7 +307,8 @@ def _finish(part: _Part, budget: SpillBudget, bytes_read: int | None = None,
 _EVENT_MARK = b'"ph"'
 
 
-def _crash_tail(rest: np.ndarray, source: ByteSource, eof: bool) -> bool:
+def _crash_tail(rest: np.ndarray, source: ByteSource | FileRange | Segment,
+                eof: bool) -> bool:
     """Whether the bytes from a JSON error to the end of the stream (``rest``, then what
     ``source`` still has) hold no further event: zero bytes or garbage, not a corrupt
     spot in a trace that goes on. Reads the rest of the stream."""
@@ -338,7 +338,7 @@ def _stats_dict(w: np.ndarray, strings: StringTable, header: Header) -> dict:
     for sid in np.flatnonzero(counts).tolist():
         text = strings.texts[sid]
         by_cat[text] = by_cat.get(text, 0) + int(counts[sid])
-    out = {L.STAT_NAMES[k]: int(w[k]) for k in L.STAT_NAMES}
+    out: dict[str, Any] = {L.STAT_NAMES[k]: int(w[k]) for k in L.STAT_NAMES}
     out["events_by_cat"] = dict(sorted(by_cat.items()))
     out["first_event_ts"] = int(w[L.S_FIRST_TS]) if w[L.S_FIRST_SEEN] else None
     out["skipped"] = {L.SKIP_NAMES[k]: int(w[k]) for k in L.SKIP_NAMES if w[k]}
@@ -453,10 +453,13 @@ def _scan_parts(path, splits: list[int], budget: SpillBudget, chunk_size: int,
     todo: queue.Queue = queue.Queue()
     for source in sources:
         todo.put(source)
+    def stop() -> None:
+        for s in sources:
+            s.stop_reading()
+
     try:
-        whole = _scan_in_order(todo, len(sources), lambda: head,
-                               lambda: [s.stop_reading() for s in sources],
-                               budget, chunk_size, drop)
+        whole = _scan_in_order(todo, len(sources), lambda: head, stop, budget, chunk_size,
+                               drop)
     finally:
         for source in sources:
             source.close()
@@ -530,7 +533,9 @@ def _scan_in_order(todo: queue.Queue, threads: int, head, stop, budget: SpillBud
     try:
         for w in workers:
             w.start()
-        for i in itertools.count():
+        i = -1
+        while True:
+            i += 1
             with done:
                 while i not in results:
                     done.wait()

@@ -23,7 +23,7 @@ from ..errors import TraceError
 try:  # ISA-L's inflate (~2.5x zlib's) where a wheel is built for the machine
     from isal import isal_zlib as zlib
 except ImportError:
-    import zlib
+    import zlib  # type: ignore[no-redef]
 
 GZIP_MAGIC = b"\x1f\x8b"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -124,7 +124,7 @@ class ByteSource:
         except _Stopped:
             pass
 
-    def _plain(self, q: queue.Queue) -> None:
+    def _plain(self, q: _StoppableQueue) -> None:
         if self._head:
             q.put(self._head)
         readinto = getattr(self._fh, "readinto", None)
@@ -142,7 +142,7 @@ class ByteSource:
                 return
             q.put(memoryview(chunk)[:got])
 
-    def _gunzip(self, q: queue.Queue) -> None:
+    def _gunzip(self, q: _StoppableQueue) -> None:
         dec = zlib.decompressobj(wbits=31)
         data = self._head
         while True:
@@ -167,10 +167,10 @@ class ByteSource:
                         return
                 dec = zlib.decompressobj(wbits=31)  # next gzip member
 
-    def _unzstd(self, q: queue.Queue) -> None:
+    def _unzstd(self, q: _StoppableQueue) -> None:
         import zstandard
 
-        raw = io.BufferedReader(_Prefixed(self._head, self))  # type: ignore[arg-type]
+        raw = io.BufferedReader(_Prefixed(self._head, self))
         reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
         while True:
             try:
@@ -280,7 +280,7 @@ class _Prefixed(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, b) -> int:  # type: ignore[override]
+    def readinto(self, b) -> int:
         if self._head:
             k = min(len(self._head), len(b))
             b[:k] = self._head[:k]

@@ -64,7 +64,10 @@ def rehash(old, new, key_row, id_row):
 
 
 class BadString(ValueError):
-    """A JSON string body that JSON cannot decode (an invalid escape)."""
+    """A JSON string body that JSON cannot decode (an invalid escape); ``offset``: where
+    it starts in its buffer, once known."""
+
+    offset: int | None = None
 
 
 def decode_raw(raw: bytes, string: bool = True) -> str:

@@ -7,6 +7,7 @@ says how many it leaves out. Each function returns a matplotlib figure (see
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -33,7 +34,7 @@ TOP = 12          # kernels named per type
 PERCENTILES = (5, 25, 50, 75, 95)
 
 
-def representative(values: dict[int, float], extremes: int = 5) -> list[tuple[int, str]]:
+def representative(values: Mapping[int, float], extremes: int = 5) -> list[tuple[int, str]]:
     """The ranks to draw, as (rank, label): every rank in rank order when there are at
     most :data:`MAX_ROWS`; else, ordered by ``values``, the lowest, the ranks at
     :data:`PERCENTILES` (nearest rank) and the ``extremes`` highest, each labelled with
@@ -69,7 +70,7 @@ def _hbars(ax, labels: list[str], parts: list[tuple[str, str, np.ndarray]],
     ``legend_fmt(values)`` (so a part too thin to see still says how much it is)."""
     y = np.arange(len(labels))[::-1]
     left = np.zeros(len(labels))
-    width = max(float(sum(p[2] for p in parts).max()) if parts else 0.0, 1e-12)
+    width = max(float(np.sum([p[2] for p in parts], axis=0).max()) if parts else 0.0, 1e-12)
     for label, color, values in parts:
         if not np.any(values > 0):
             continue
@@ -202,8 +203,8 @@ def top_kernels(table: pa.Table, kernel_type: str):
     top, rest = named[:TOP], named[TOP:]
     others: dict[int, int] = defaultdict(int)
     for n in rest + (["others"] if "others" in sums else []):
-        for rank, v in sums[n].items():
-            others[rank] += v
+        for rank, ns in sums[n].items():
+            others[rank] += ns
     entries = [(n, sums[n]) for n in top] + ([("others", dict(others))] if others else [])
     grand = sum(sum(v.values()) for _, v in entries)
     fig = new_figure((11, _height(len(entries))), layout="constrained")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from ..analysis.diff import short_name
+from ..analysis.report_types import Report
 from ..table.text import middle_cut
 from .interactive import BAR_ROWS
 from .pipeline_figure import gap_text
@@ -187,10 +188,10 @@ class PipelineSection:
 MB = 1e6
 
 
-def _summary(rep: dict) -> str:
+def _summary(rep: Report) -> str:
     c, t, mfu = rep["configuration"], rep["throughput"]["mean"], rep["throughput"]["mfu"]
     # the KPI names its source (its definition is the tooltip), or why it is n/a
-    source = {"config": "config FLOPs", "trace": "traced ops' FLOPs"}.get(mfu["source"],
+    source = {"config": "config FLOPs", "trace": "traced ops' FLOPs"}.get(mfu["source"] or "",
                                                                         "no FLOPs")
     kpis = [("iteration time", fmt(t["time_ms"], unit=" ms")),
             ("tokens/s", fmt(t["tokens_per_s"], 0)),
@@ -221,7 +222,7 @@ def _timeline(plot: str | None, why: str) -> str:
             "hover for the step's numbers.</p>")
 
 
-def _overlap(rep: dict, temporal, figure: bytes | None) -> str:
+def _overlap(rep: Report, temporal, figure: bytes | None) -> str:
     shares = {r["rank"]: r for r in temporal if r["iteration"] is None}  # whole trace
     rows, ids = [], []
     for r in rep["overlap"]["per_rank"]:
@@ -327,7 +328,7 @@ def _gb(nbytes: int | None) -> float | None:
     return None if nbytes is None else nbytes / 1e9
 
 
-def _collectives(rep: dict) -> str:
+def _collectives(rep: Report) -> str:
     def rows_of(items, link):
         return [[link(r["name"]), str(r["count"]), fmt(_gb(r["bytes"])), fmt(r["time_ms"]),
                  fmt(r["busbw_gbps"]["median"]), fmt(r["busbw_gbps"]["p95"]),
@@ -428,12 +429,13 @@ def _parts_of(key: str, t: dict) -> list[str]:
     return [key]
 
 
-def _stragglers(rep: dict) -> str:
+def _stragglers(rep: Report) -> str:
     diag = rep.get("diagnosis")
     x = rep["cross_rank"]
     if x is None:
         return "<p class='note'>n/a: one rank traced.</p>"
-    rows = [[rank_link(s["rank"]), _place(diag["places"], s["rank"]),
+    places = (diag or {}).get("places", {})
+    rows = [[rank_link(s["rank"]), _place(places, s["rank"]),
              str(s["stage"]) if s["stage"] is not None else "n/a", str(s["peers"]),
              fmt(s["slowdown"], 3), f"{s['units_slower']} / {s['units']}",
              f"{s['p_value']:.1e}", duration(s["excess_ns"] / MB),
@@ -471,7 +473,7 @@ def _stragglers(rep: dict) -> str:
                     empty="no call matched across ranks"))
 
 
-def report_page(title: str, rep: dict, tables: dict[str, pa.Table],
+def report_page(title: str, rep: Report, tables: dict[str, pa.Table],
                 kernel_figures: list[tuple[str, bytes]], overlap_figure: bytes | None,
                 pipeline: PipelineSection | None, why: str,
                 plots: dict[str, str] | None = None, no_timeline: str = "",

@@ -128,7 +128,7 @@ def job_heatmap(rows: list[dict], stages: list[dict], title: str, synced: bool =
     import plotly.graph_objects as go
 
     labels = row_order(sorted({r["rank"] for r in rows}), stages, by_stage=True)
-    firsts = {}
+    firsts: dict[str, str] = {}
     for label in labels.values():  # a tick at each stage's first row
         firsts.setdefault(label.split(" · ")[0], label)
     ranks = list(labels)
@@ -161,7 +161,7 @@ def group_drilldown(rows: list[dict], stages: list[dict], focus: int | None,
     groups: dict[int, list[dict]] = {}
     for s in stages:
         groups.setdefault(s["pp_group"], []).append(s)
-    by_rank = {}
+    by_rank: dict[int, list[dict]] = {}
     for r in rows:
         by_rank.setdefault(r["rank"], []).append(r)
     t0 = min(r["start_ns"] for r in rows)

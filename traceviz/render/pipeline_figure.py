@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..analysis.schedule import Step
@@ -35,7 +36,7 @@ def _label(s: Step) -> str:
 
 
 def draw(panels: list[tuple[str, list[Step]]], ranks: list[int], title: str,
-         marks: list[Mark] = ()):
+         marks: Sequence[Mark] = ()):
     """Stacked panels (e.g. measured, ideal) on one time axis (ms); ``marks`` go on the
     first. A backward that re-ran its forward (recompute) is hatched, labelled ``r``."""
     pp = len(ranks)
@@ -86,7 +87,7 @@ def draw(panels: list[tuple[str, list[Step]]], ranks: list[int], title: str,
 
 
 def page(panels: list[tuple[str, list[Step]]], ranks: list[int], title: str,
-         table_html: str = "", marks: list[Mark] = ()) -> str:
+         table_html: str = "", marks: Sequence[Mark] = ()) -> str:
     """One HTML document, no script and no network: SVG bars with hover titles."""
     pp = len(ranks)
     span = max([s.end for _, steps in panels for s in steps] + [m.end for m in marks]

@@ -3,9 +3,13 @@ Profiler's layout (headings framed by 80 ``=``, 2 decimals, ``END OF REPORT``), 
 sections' numbers computed correctly, and the cross-rank sections added."""
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 import pyarrow as pa
 
 from ..analysis.diagnose.advice import ADVICE_SCHEMA
+from ..analysis.report_types import CrossRank, Report, Stats, Throughput
 from .diagnosis_text import advice_lines, ledger_lines
 from .rank_spread import LISTED, spread_lines
 
@@ -27,7 +31,7 @@ def iterations_text(iterations: list) -> str:
     return ", ".join(map(str, iterations)) or "none"
 
 
-def _mfu_lines(t: dict) -> list[str]:
+def _mfu_lines(t: Throughput) -> list[str]:
     """The one TFLOP/s per GPU and MFU with their source; the traced ops' TFLOP/s as a
     cross-check when the configuration's FLOPs are the source."""
     mfu, tf = t["mfu"], t.get("trace_flops") or {}
@@ -45,7 +49,7 @@ def _heading(lines: list[str], title: str) -> None:
     lines += ["", RULE, title, RULE]
 
 
-def _bw(stats: dict) -> str:
+def _bw(stats: Stats) -> str:
     return (f"mean {_f(stats['mean'])}, median {_f(stats['median'])}, p95 "
             f"{_f(stats['p95'])}, min/max {_f(stats['min'])} / {_f(stats['max'])} GB/s")
 
@@ -61,7 +65,7 @@ NETWORK_METRICS = (
     ("Communication Operations", "operations", lambda v: f"{v:,.0f}", 0.0))
 
 
-def rank_summary(rows: list[dict], metrics: tuple) -> list[str]:
+def rank_summary(rows: Sequence[Mapping[str, Any]], metrics: tuple) -> list[str]:
     """Per metric of ``metrics`` the summary of ``rows`` (one per rank), each rank
     compared with its pipeline stage (``pp_stage``) when known."""
     ranks = [r["rank"] for r in rows]
@@ -72,7 +76,8 @@ def rank_summary(rows: list[dict], metrics: tuple) -> list[str]:
                                      atol=atol)]
 
 
-def _per_rank(rows: list[dict], each, metrics: tuple, table: str) -> list[str]:
+def _per_rank(rows: Sequence[Mapping[str, Any]], each, metrics: tuple, table: str
+              ) -> list[str]:
     """``each(row)``'s lines for every rank while they are at most :data:`LISTED`; else
     :func:`rank_summary`, every rank's numbers in ``table``."""
     if len(rows) <= LISTED:
@@ -81,7 +86,7 @@ def _per_rank(rows: list[dict], each, metrics: tuple, table: str) -> list[str]:
             + ["    " + line for line in rank_summary(rows, metrics)])
 
 
-def report_text(rep: dict, ranks_table: str = "report_ranks") -> str:
+def report_text(rep: Report, ranks_table: str = "report_ranks") -> str:
     """The text report; at scale its per-rank sections are summaries of the table
     ``ranks_table`` (the command writes it next to the text)."""
     c, t, o, n = rep["configuration"], rep["throughput"], rep["overlap"], rep["network"]
@@ -147,11 +152,11 @@ def report_text(rep: dict, ranks_table: str = "report_ranks") -> str:
                   f"hidden behind compute: {_f(r['hidden_pct'], '%')}"]
 
     _heading(lines, "4. TRAFFIC DISTRIBUTION")
-    for r in rep["traffic"]:
-        lines += [f"  {r['name']}:", f"    Count: {r['count']}",
-                  f"    Total Traffic: {_gb(r['bytes'])}",
-                  f"    Percent of Total Traffic: {_f(r['pct_of_bytes'], '%')}",
-                  f"    Average Time: {_f(r['avg_time_ms'], ' ms')}"]
+    for t_row in rep["traffic"]:
+        lines += [f"  {t_row['name']}:", f"    Count: {t_row['count']}",
+                  f"    Total Traffic: {_gb(t_row['bytes'])}",
+                  f"    Percent of Total Traffic: {_f(t_row['pct_of_bytes'], '%')}",
+                  f"    Average Time: {_f(t_row['avg_time_ms'], ' ms')}"]
 
     _heading(lines, "5. PARALLEL GROUPS")
     for r in n["by_group"]:
@@ -161,7 +166,8 @@ def report_text(rep: dict, ranks_table: str = "report_ranks") -> str:
                   f"    Share of Iteration Time: {_f(r['share_of_iteration_pct'], '%')}, "
                   f"hidden behind compute: {_f(r['hidden_pct'], '%')}"]
 
-    x = rep["cross_rank"] or {"by_group": [], "slowest_calls": []}
+    x: CrossRank = rep["cross_rank"] or {"matched_calls": 0, "calls_with_several_ranks": 0,
+                                         "by_group": [], "slowest_calls": []}
     if rep["cross_rank"] is None:
         _heading(lines, "6. CROSS-RANK COLLECTIVES")
         lines.append("n/a: one rank traced")

@@ -42,7 +42,8 @@ def _seq_tables(program) -> tuple[list[int], dict]:
     """Per item its sequence number within an iteration on its process group (collective
     calls per group token; P2P transfers per direction), and the count per iteration."""
     calls = call_indices(program)
-    seq, per_iter = [], {}
+    seq: list[int] = []
+    per_iter: dict = {}
     for item, c in zip(program, calls):
         if item.kind == "coll":
             key = item.group
@@ -68,7 +69,7 @@ def synthesize(cfg: SynthConfig, out: str | os.PathLike) -> Path:
     programs = [StageProgram(cfg, p).build() for p in range(cfg.pp)]
 
     def by_rank(groups: list[list[int]]) -> list[list[int]]:
-        of = [None] * world
+        of: list[list[int]] = [[] for _ in range(world)]
         for g in groups:
             for r in g:
                 of[r] = g

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from .config import SynthConfig
 from .schedule import stage_order as megatron_order
@@ -327,7 +328,7 @@ class StageProgram:
     def forward(self, m: int, chunk: int) -> None:
         c = self.cfg
         vs = self.virtual_stage(chunk)
-        kw = dict(phase="FWD", mb=m, chunk=chunk)
+        kw: dict[str, Any] = dict(phase="FWD", mb=m, chunk=chunk)
         if vs > 0:
             self.p2p("recv", ("act", m, vs - 1), -1, frame="recv_forward", **kw)
         self.p2p_sync(frame="recv_forward", **kw)
@@ -352,7 +353,7 @@ class StageProgram:
     def backward(self, m: int, chunk: int, last_mb: bool) -> None:
         c = self.cfg
         vs = self.virtual_stage(chunk)
-        kw = dict(phase="BWD", mb=m, chunk=chunk)
+        kw: dict[str, Any] = dict(phase="BWD", mb=m, chunk=chunk)
         if vs < c.pp * c.vpp - 1:
             self.p2p("recv", ("grad", m, vs + 1), +1, frame="recv_backward", **kw)
         self.p2p_sync(frame="recv_backward", **kw)
@@ -407,7 +408,7 @@ class StageProgram:
 
     def optimizer(self) -> None:
         c = self.cfg
-        kw = dict(thread="main", phase="OPTIMIZER", frame="finalize_model_grads")
+        kw: dict[str, Any] = dict(thread="main", phase="OPTIMIZER", frame="finalize_model_grads")
         params = 12 * c.hidden * c.hidden // c.tp * c.layers_per_chunk * c.vpp
         if c.pp > 1 and self.p in (0, c.pp - 1):
             self.coll("emb", "allreduce", c.hidden * 1024, c.hidden * 1024, **kw)

@@ -151,6 +151,7 @@ def simulate(cfg: SynthConfig, programs: list[list[Item]], stage_of: list[int],
                     else:
                         if item.lane in s.open_lanes:
                             break  # the previous call on this stream has not ended
+                        key: tuple
                         if item.kind == "coll":
                             key = ("coll", item.group, tuple(members[item.group][r]), it,
                                    calls[stage_of[r]][k])

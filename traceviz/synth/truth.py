@@ -14,6 +14,7 @@ P2P kernels|.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 
 
 def merged(intervals: list[tuple[int, int]]) -> list[list[int]]:
@@ -44,7 +45,7 @@ def intersection(a: list[list[int]], b: list[list[int]]) -> int:
     return total
 
 
-def _span(ks: list[dict]) -> list[tuple[int, int]]:
+def _span(ks: Iterable[dict]) -> list[tuple[int, int]]:
     return [(k["ts"], k["ts"] + k["dur"]) for k in ks]
 
 

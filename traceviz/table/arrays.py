@@ -63,6 +63,15 @@ def _booleans(arr: np.ndarray, mask: np.ndarray | None) -> pa.Array:
                                  null_count=nulls)
 
 
+def declared(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` in ``schema``'s types: the declared schema is an analysis's contract,
+    so a column named otherwise or out of order, or a value its type cannot hold, is an
+    error (never a silently different table)."""
+    if table.column_names != schema.names:
+        raise ValueError(f"columns {table.column_names} are not the declared {schema.names}")
+    return table.cast(schema)
+
+
 def strings(texts: list[str]) -> pa.Array:
     """A string array of ``texts`` made from its buffers (see :func:`column`)."""
     encoded = [t.encode() for t in texts]

@@ -139,7 +139,7 @@ class Parking(InMemory):
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             for part in parts():
-                view = memoryview(np.ascontiguousarray(part)).cast("B")
+                view = np.ascontiguousarray(part).data.cast("B")
                 while view:
                     view = view[os.write(fd, view):]
             mapped = mmap.mmap(fd, size)

@@ -17,13 +17,24 @@ import pyarrow as pa
 SCHEMA_VERSION = 1
 METADATA_KEY = b"traceviz"
 
-ACTIVITY_COLUMNS = (
-    "rank", "device", "stream", "cat", "name", "ts", "dur", "correlation", "external_id",
-    "launch_ts", "launch_dur", "launch_tid", "launch_name", "cpu_op", "cpu_op_external_id",
-    "kind", "iteration", "phase", "microbatch", "chunk", "comm_group", "collective",
-    "pg_name", "pg_desc", "group_size", "group_ranks",
-    "msg_in_bytes", "msg_out_bytes", "dtype", "seq", "in_nelems", "out_nelems",
-    "src_rank", "dst_rank", "bytes", "memory_bw_gbps", "index")
+_TEXT = pa.dictionary(pa.int32(), pa.string())  # names repeat: stored once each
+# The GPU activity table, one row per kernel / memcpy / memset (README, "The GPU activity
+# table"): times and sizes int64 (ns, bytes), ranks and small counts int32, texts
+# dictionary-encoded; every column nullable (null: unknown).
+ACTIVITY_SCHEMA = pa.schema([
+    ("rank", pa.int32()), ("device", pa.int32()), ("stream", pa.int64()), ("cat", _TEXT),
+    ("name", _TEXT), ("ts", pa.int64()), ("dur", pa.int64()), ("correlation", pa.int64()),
+    ("external_id", pa.int64()), ("launch_ts", pa.int64()), ("launch_dur", pa.int64()),
+    ("launch_tid", pa.int64()), ("launch_name", _TEXT), ("cpu_op", _TEXT),
+    ("cpu_op_external_id", pa.int64()), ("kind", _TEXT), ("iteration", pa.int32()),
+    ("phase", _TEXT), ("microbatch", pa.int32()), ("chunk", pa.int32()),
+    ("comm_group", _TEXT), ("collective", _TEXT), ("pg_name", _TEXT), ("pg_desc", _TEXT),
+    ("group_size", pa.int32()), ("group_ranks", pa.list_(pa.int32())),
+    ("msg_in_bytes", pa.int64()), ("msg_out_bytes", pa.int64()), ("dtype", _TEXT),
+    ("seq", pa.int64()), ("in_nelems", pa.int64()), ("out_nelems", pa.int64()),
+    ("src_rank", pa.int32()), ("dst_rank", pa.int32()), ("bytes", pa.int64()),
+    ("memory_bw_gbps", pa.float64()), ("index", pa.int64())])
+ACTIVITY_COLUMNS = tuple(ACTIVITY_SCHEMA.names)
 
 # Integer columns whose values grow with the row (times and ids in file or time order) or
 # come in long runs (the stream, device and launch thread of consecutive activities), in

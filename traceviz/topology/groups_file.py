@@ -46,7 +46,7 @@ class GroupsFile:
 
     @classmethod
     def from_layout(cls, layout: Layout, global_batch_size: int | str = "N/A",
-                    timestamp: _dt.datetime | None = None) -> GroupsFile:
+                    timestamp: _dt.datetime | str | None = None) -> GroupsFile:
         """What the patch writes for a job with this layout."""
         groups = {"tp": sorted(layout.generator("dense", "tp")),
                   "pp": sorted(layout.generator("dense", "pp")),
@@ -157,7 +157,7 @@ def parse_text(text: str, source: str = "<topology>") -> GroupsFile:
                      lines[at + 1])
         if not m:
             raise TraceVizError(f"{source}: line {at + 2}: unexpected full-model line")
-        out.full_model_sizes = m.groups()
+        out.full_model_sizes = (m.group(1), m.group(2), m.group(3), m.group(4))
         out.full_model = dict(_read_groups(lines, at + 3, source))
     if "ERROR INFORMATION" in lines:
         for line in lines[lines.index("ERROR INFORMATION") + 2:]:

@@ -122,7 +122,7 @@ class Layout:
 
     @property
     def etp(self) -> int:
-        return self.expert_tp
+        return self.expert_tp if self.expert_tp is not None else self.tp
 
     @property
     def dp(self) -> int:

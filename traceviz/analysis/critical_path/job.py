@@ -174,8 +174,8 @@ def join(ranks: list[RankGraph], infos: list[KernelInfo], offsets: dict[int, int
                      "or the peer is not traced in this window): the path and what-ifs do "
                      "not follow them across ranks")
     jg = JobGraph(graph, ranks, own[last], cat[last], base, offsets, notes, grp[last],
-                  nm[last], sorted(names, key=names.get), np.zeros(ts.size, bool))
-    jg.queued[np.concatenate(queued + [np.zeros(0, np.int64)])] = True
+                  nm[last], sorted(names, key=lambda g: names[g]), np.zeros(ts.size, bool))
+    jg.queued[np.concatenate(queued + [np.zeros(0, np.int64)])] = True  # type: ignore[index]
     jg.own = _transfer_spans(jg)
     return _consistent(jg)
 
@@ -215,6 +215,7 @@ def _keep(jg: JobGraph, keep: np.ndarray) -> None:
     """Keep only the edges where ``keep`` (their own times and labels too)."""
     jg.graph = jg.graph.subset(keep)
     jg.own, jg.category = jg.own[keep], jg.category[keep]
+    assert jg.edge_comm_group is not None and jg.edge_name is not None  # made with the graph
     jg.edge_comm_group = jg.edge_comm_group[keep]
     jg.edge_name = jg.edge_name[keep]
 

@@ -83,7 +83,7 @@ class Outcome:
 def is_pipeline(spec: str) -> bool:
     """Whether ``spec`` changes the pipeline schedule (re-simulated, not re-timed)."""
     m = _NAMED.match(spec)
-    return bool(m) and m["what"].lower() in PIPELINE_SPECS
+    return m is not None and m["what"].lower() in PIPELINE_SPECS
 
 
 def evaluate(ctx: Context, specs: list[str]) -> Outcome:
@@ -110,6 +110,8 @@ def _pipeline_change(ctx: Context, spec: str) -> int:
     """How much a pipeline spec changes the iteration (ns): the longest simulated
     makespan of the job's pipeline groups, changed minus now."""
     m = _NAMED.match(spec)
+    if m is None:
+        raise UsageError(f"--what-if {spec!r}: expected WHAT=VALUE")
     try:
         value = int(m["value"])
     except ValueError:

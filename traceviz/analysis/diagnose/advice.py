@@ -33,6 +33,7 @@ else), by saving; then the configuration changes by saving; the unpredicted last
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
@@ -130,8 +131,8 @@ def advise(diag: Diagnosis, ctx: W.Context | None, why: str = "") -> pa.Table:
     """``advice``: the findings ranked by the saving their what-if predicts
     (:data:`ADVICE_SCHEMA`); without a graph to re-time (``ctx`` None: ``why``) the
     savings are null."""
-    rows = []
-    base = ctx.baseline_ns if ctx is not None else None
+    rows: list[dict[str, Any]] = []
+    base = ctx.baseline_ns if ctx is not None else 0
     for f in findings(diag):
         spec, model, predicted, saving, evidence = f.what_if, None, None, None, f.evidence
         if ctx is not None:

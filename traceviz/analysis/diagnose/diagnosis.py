@@ -190,8 +190,8 @@ def _compute_on(acts: list[RankActivities], segments: list[tuple[int, int, int, 
     """Per rank, its compute time (ns, union of compute kernels) inside the chain's
     pieces on that rank."""
     by_rank: dict[int, list[tuple[int, int]]] = {}
-    for _, r, a, b in segments:
-        by_rank.setdefault(r, []).append((a, b))
+    for _, r, lo, hi in segments:
+        by_rank.setdefault(r, []).append((lo, hi))
     out = {}
     for a in acts:
         pieces = by_rank.get(a.rank)
@@ -220,7 +220,8 @@ def totals(ledger: pa.Table) -> pa.Table:
     rank's window end (the job's iteration, on the ledger's clocks), and the mean over
     ranks of the span and of each part (ns, and % of the mean span; the parts add up to
     it)."""
-    its = np.unique(ledger["iteration"].to_numpy()) if ledger.num_rows else []
+    its = (np.unique(ledger["iteration"].to_numpy()) if ledger.num_rows
+           else np.zeros(0, np.int64))
     cols: dict[str, list] = {f.name: [] for f in TOTALS_SCHEMA}
     it_col = ledger["iteration"].to_numpy()
     for it in its:
@@ -234,7 +235,7 @@ def totals(ledger: pa.Table) -> pa.Table:
         mean_span = span.mean()
         # integer means that still add up: the remainder goes to the largest part
         ints = {p: int(v) for p, v in parts.items()}
-        ints[max(parts, key=parts.get)] += int(round(mean_span)) - sum(ints.values())
+        ints[max(parts, key=lambda p: parts[p])] += int(round(mean_span)) - sum(ints.values())
         cols["span_ns"].append(int(round(mean_span)))
         for p in PARTS:
             cols[f"{p}_ns"].append(ints[p])

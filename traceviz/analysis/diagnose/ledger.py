@@ -245,7 +245,7 @@ def ledger_tables(ledgers: list[RankLedger]) -> tuple[pa.Table, pa.Table]:
          for f in LEDGER_SCHEMA], schema=LEDGER_SCHEMA)
     rows = [(lg.rank,) + w for lg in ledgers for w in lg.waits]
     waits = pa.Table.from_arrays(
-        [pa.array([r[i] if not (f.name == "waited_for_rank" and r[i] < 0) else None
+        [pa.array([r[i] if not (f.name == "waited_for_rank" and int(r[i]) < 0) else None
                    for r in rows], f.type) for i, f in enumerate(WAITS_SCHEMA)],
         schema=WAITS_SCHEMA)
     return ledger, waits
@@ -275,7 +275,7 @@ def idle_causes(ledgers: list[RankLedger]) -> pa.Table:
         spans = (lg.windows.end - lg.windows.start).tolist()
         whole = sum(spans)
         its = lg.windows.iteration.tolist()
-        by_it = {it: {} for it in its}
+        by_it: dict[int, dict] = {it: {} for it in its}
         for it, part, _, who, ns in lg.waits:
             if part == "wait_rank":
                 key = who if who >= 0 else None

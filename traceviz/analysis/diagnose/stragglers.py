@@ -141,7 +141,7 @@ def peer_speed(ranks: list[RankActivities], stage: dict[int, int],
     for members in classes.values():
         rows += _compare(members, keyed, stage)
     by_rank = {a.rank: a for a in ranks}
-    out = {f.name: [] for f in SCHEMA}
+    out: dict[str, list] = {f.name: [] for f in SCHEMA}
     for row in rows:
         a = by_rank[row["rank"]]
         gpn = len(a.meta.get("device_properties") or [])
@@ -177,12 +177,12 @@ def _compare(members: list[int], keyed: dict[int, dict[tuple, int]],
         slower = sum(keyed[r][c] > median[c] for c in mine)
         own, med = sum(keyed[r][c] for c in mine), sum(median[c] for c in mine)
         comparable = len(members) >= 2 and units > 0 and med > 0
-        slowdown = own / med if comparable else None
-        p = sign_test(slower, units) if comparable else None
+        slowdown = own / med if comparable else 0.0
+        p = sign_test(slower, units) if comparable else 1.0
         rows.append({
             "rank": r, "stage": stage.get(r),
-            "peers": len(members) - 1, "slowdown": slowdown, "units": units,
-            "units_slower": slower, "p_value": p,
+            "peers": len(members) - 1, "slowdown": slowdown if comparable else None,
+            "units": units, "units_slower": slower, "p_value": p if comparable else None,
             "excess_ns": int(round((own - med) / max(len(iterations), 1))) if comparable
             else None,
             "straggler": bool(comparable and p <= P_MAX and slowdown >= SLOWDOWN_MIN)})

@@ -317,7 +317,7 @@ def job_comm(tables: dict[int, pa.Table], offsets: dict[int, int] | None = None,
         a.wait_end[rc.pos[rc.known]] = rc.wait_end[rc.known]
         a.waited_for = np.full(len(a), -1, np.int64)
         a.waited_for[rc.pos] = rc.waited_for
-    return JobComm(acts, comms, sorted(names, key=names.get), offsets, synced, notes)
+    return JobComm(acts, comms, sorted(names, key=lambda g: names[g]), offsets, synced, notes)
 
 
 def split_rows(jc: JobComm, rank: int, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
@@ -325,6 +325,7 @@ def split_rows(jc: JobComm, rank: int, n_rows: int) -> tuple[np.ndarray, np.ndar
     the row is not communication or its split is unknown."""
     acts = jc.acts[[a.rank for a in jc.acts].index(rank)]
     rows = np.arange(n_rows)[acts.rows]
+    assert acts.wait_end is not None and acts.waited_for is not None  # split attached
     wait_end = np.full(n_rows, -1, np.int64)
     waited_for = np.full(n_rows, -1, np.int64)
     wait_end[rows] = np.where(acts.wait_end >= 0, acts.wait_end + acts.offset_ns, -1)
