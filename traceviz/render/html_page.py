@@ -233,14 +233,28 @@ def _overlap(rep: Report, temporal, figure: bytes | None) -> str:
     per_rank = rep["overlap"]["per_rank"]
     summary = ("" if len(per_rank) <= LISTED else
                f"<p class='note'>{len(per_rank)} ranks; outliers are compared with their "
-               "pipeline stage:</p><ul>" + "".join(
-                   f"<li>{esc(line.strip())}</li>"
-                   for line in rank_summary(per_rank, OVERLAP_METRICS)) + "</ul>")
+               "pipeline stage:</p>" + _nested(rank_summary(per_rank, OVERLAP_METRICS)))
     return (summary
             + table(["rank", "compute ms", "comm ms", "comm hidden behind compute %",
                      "idle % of span"], rows, ids, name="overlap", empty="no rank has kernels")
             + folded("Where each rank's GPU time goes (figure)",
                      image(figure, "temporal breakdown per rank") if figure else ""))
+
+
+def _nested(lines: list[str]) -> str:
+    """Summary lines as a list, the indented ones nested under the line before them."""
+    out, open_sub = ["<ul>"], False
+    for line in lines:
+        sub = line.startswith("  ")
+        if sub and not open_sub:
+            out[-1] = out[-1].removesuffix("</li>") + "<ul>"
+            open_sub = True
+        elif not sub and open_sub:
+            out.append("</ul></li>")
+            open_sub = False
+        out.append(f"<li>{esc(line.strip())}</li>")
+    out.append("</ul></li></ul>" if open_sub else "</ul>")
+    return "".join(out)
 
 
 def _pipeline(pipeline: PipelineSection | None, plot: str | None, why: str) -> str:
