@@ -121,15 +121,17 @@ def synchronize(ends_by_rank: dict[int, CollectiveEnds]) -> ClockSync:
     reference = _components(lap, ranks)
     offsets = np.zeros(n)
     for ref in np.unique(reference):
-        comp = np.flatnonzero(reference == ref)
-        sol = np.linalg.lstsq(lap[np.ix_(comp, comp)], rhs[comp], rcond=None)[0]
-        offsets[comp] = sol - sol[0]  # comp is sorted: its first rank is the reference
+        # comp is sorted: its first rank is the reference, offset 0; without it the
+        # component's Laplacian is positive definite (a direct solve, ~10x lstsq's speed)
+        rest = np.flatnonzero(reference == ref)[1:]
+        if rest.size:
+            offsets[rest] = np.linalg.solve(lap[np.ix_(rest, rest)], rhs[rest])
     offsets = np.rint(offsets).astype(np.int64)
     synced = rel - offsets[rank_i]
     residual = np.abs(synced - (np.bincount(call, weights=synced) / np.maximum(m, 1))[call])
     used = np.bincount(rank_i, minlength=n)
-    med = np.array([np.median(residual[rank_i == i]) if used[i] else np.nan
-                    for i in range(n)])
+    by_rank = np.split(residual[np.argsort(rank_i, kind="stable")], np.cumsum(used)[:-1])
+    med = np.array([np.median(r) if r.size else np.nan for r in by_rank])
     mx = np.full(n, -np.inf)
     np.maximum.at(mx, rank_i, residual)
     mx[used == 0] = np.nan

@@ -84,8 +84,8 @@ class _RankCalls:
         def cat(f: str) -> np.ndarray:
             return np.concatenate([getattr(c, f) for c in cs]) if cs else np.zeros(0, np.int64)
 
-        self.rank = np.concatenate([np.full(len(c), c.rank) for c in cs]) if cs \
-            else np.zeros(0, np.int64)
+        # summary i's calls are rows bounds[i]:bounds[i + 1] (concatenated in order)
+        self.bounds = np.cumsum([0] + [len(c) for c in cs])
         self.collective, self.comm_group = cat("collective"), cat("comm_group")
         self.nbytes, self.busy, self.size = cat("nbytes"), cat("busy"), cat("size")
         self.iteration = cat("iteration")
@@ -231,19 +231,19 @@ def _by(rc: _RankCalls, codes: np.ndarray, labels, extra=None) -> list[CommShare
 
 def _per_rank_network(rc: _RankCalls, summaries: list[RankSummary]) -> list[NetworkRank]:
     rows: list[NetworkRank] = []
-    for s in summaries:
-        sel = rc.rank == s.rank
-        stepped = sel & ((rc.iteration >= 0) | (not s.steps))
+    for i, s in enumerate(summaries):  # the rows of one rank: a slice, not a scan
+        sel = slice(int(rc.bounds[i]), int(rc.bounds[i + 1]))
+        stepped = (rc.iteration[sel] >= 0) | (not s.steps)
         bus = rc.bus_bytes[sel]
         ok = np.isfinite(rc.busbw[sel]) & np.isfinite(bus)
         known = np.isfinite(bus).any()
         rows.append({
-            "rank": s.rank, "operations": int(sel.sum()), "pp_stage": None,
+            "rank": s.rank, "operations": int(bus.size), "pp_stage": None,
             "bytes": int(np.maximum(rc.nbytes[sel], 0).sum()) if known else None,
             "bus_bytes": float(np.nansum(bus)) if known else None,
             # bus bytes over the time any communication kernel ran, both of the calls
             # the ProfilerSteps launched (every call without steps)
-            "simple_busbw_gbps": (float(np.nansum(rc.bus_bytes[stepped]) / s.comm_ns)
+            "simple_busbw_gbps": (float(np.nansum(bus[stepped]) / s.comm_ns)
                                   if s.comm_ns and known else None),
             # per-call busbw weighted by bus bytes
             "collective_busbw_gbps": (float(np.average(rc.busbw[sel][ok], weights=bus[ok]))
