@@ -96,6 +96,17 @@ def _names(table: pa.Table, name: str) -> tuple[np.ndarray, list[str]]:
     return np.broadcast_to(np.int64(-1), (table.num_rows,)), []
 
 
+def kept_meta(meta: dict) -> dict:
+    """What analyses read of a rank's metadata (its ``meta``): every fact but the
+    trace's ``distributed`` info, and ``pg_config`` cut to the pipeline groups. Both list
+    every process group of the job (O(world) per rank, O(world^2) over a job: ~1 MB of
+    objects per rank at 4,096 ranks), and no analysis of activities reads the others."""
+    kept = {k: v for k, v in meta.items() if k not in ("distributed", "pg_config")}
+    kept["pg_config"] = [pg for pg in meta.get("pg_config") or [] if isinstance(pg, dict)
+                         and pg.get("pg_desc") == "PIPELINE_MODEL_PARALLEL_GROUP"]
+    return kept
+
+
 def activities(table: pa.Table, options: Options = Options(), offset_ns: int = 0,
                rank: int | None = None) -> RankActivities:
     """The activities of one rank's table that ``options`` keep (see the module doc);
@@ -144,7 +155,7 @@ def activities(table: pa.Table, options: Options = Options(), offset_ns: int = 0
         given = table["memory_bw_gbps"].to_numpy(zero_copy_only=False).astype(np.float64)
         bandwidth = np.where(np.isnan(given), bandwidth, given)
     return RankActivities(
-        rank=int(meta.get("rank", -1)) if rank is None else rank, meta=meta,
+        rank=int(meta.get("rank", -1)) if rank is None else rank, meta=kept_meta(meta),
         ts=_moved(ts[rows], offset_ns), end=_moved(end[rows], offset_ns), kind=kind[rows],
         phase=_column(table, "phase", lambda c: index_in(c, PHASES))[rows],
         microbatch=_column(table, "microbatch", ints)[rows],
