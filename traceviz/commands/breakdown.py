@@ -53,7 +53,8 @@ def run(paths: list[str | os.PathLike], options: Options = Options(), *,
     tables = breakdown_tables(selected, params, options.hta_compat)
     notes: list[str] = []
     return Result(tables=tables, figures=breakdown_figures(tables, notes),
-                  lines=summary_lines(tables, _stages(paths)), notes=notes,
+                  lines=summary_lines(tables, _stages(paths) if len(selected) > LISTED
+                                      else None), notes=notes,
                   data={"ranks": [a.rank for a in selected]}, failed=failed)
 
 

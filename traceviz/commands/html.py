@@ -18,7 +18,6 @@ from ..render.interactive import (
     group_drilldown,
     job_heatmap,
     job_timeline,
-    row_order,
     to_html,
 )
 from . import breakdown, ops, pipeline
@@ -49,19 +48,18 @@ def _plots(mb: list[dict], places: list[dict], stages: list[dict],
         return plots
     title = "Micro-batch steps of every rank" + ("" if synced else " (clocks NOT synced: "
                                                  "each rank on its own clock)")
-    ranks = sorted({r["rank"] for r in mb})
-    if len(ranks) <= BAR_ROWS:
+    ranks = len({r["rank"] for r in mb})
+    if ranks <= BAR_ROWS:
         plots["timeline"] = to_html(job_timeline(mb, places or stages, title, synced),
                                     "job-timeline", include_js=True)
     else:
-        plots["timeline"] = to_html(job_heatmap(mb, places or stages, title, synced),
-                                    "job-timeline", include_js=True)
+        heatmap, labels = job_heatmap(mb, places or stages, title, synced)
+        plots["timeline"] = to_html(heatmap, "job-timeline", include_js=True)
         if places or stages:
             drill, index = group_drilldown(mb, places or stages, focus, synced)
             plots["timeline"] += (to_html(drill, "job-drilldown", include_js=False)
                                   + click_hook("job-timeline", "job-drilldown", index,
-                                               row_order(ranks, places or stages,
-                                                         by_stage=True)))
+                                               labels))
     first = [s for s in stages if s["pp_group"] == stages[0]["pp_group"]] if stages else []
     members = {s["rank"] for s in first}
     mine = [r for r in mb if r["rank"] in members]

@@ -8,11 +8,15 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from ..errors import TraceVizError
 from ..progress import progress
 from ..render.figures import Figure, save_all
-from ..table.inputs import is_input
-from ..table.io import all_or_nothing, write_csv, write_csv_and_parquet, write_text
+from ..table.io import (
+    all_or_nothing,
+    refuse_input,
+    write_csv,
+    write_csv_and_parquet,
+    write_text,
+)
 
 
 @dataclass
@@ -41,9 +45,7 @@ def write(result: Result, outdir: str | os.PathLike) -> list[Path]:
     paths written."""
     out = Path(outdir)
     for dest in destinations(result, out):  # before any file: none, or all of them
-        if is_input(dest):
-            raise TraceVizError(f"{dest}: is an input of this command; writing the output "
-                                "there would destroy it: name another output (-o)")
+        refuse_input(dest)
     written: list[Path] = []
     with all_or_nothing():  # the set appears whole, or not at all (a full disk)
         for name, table in result.tables.items():

@@ -87,6 +87,19 @@ def _hbars(ax, labels: list[str], parts: list[tuple[str, str, np.ndarray]],
     ax.set_yticks(y, labels, fontsize="small")
 
 
+def _segment_pct(value: float) -> str:
+    """A share written inside its bar segment: whole percents, two significant digits
+    below 1 % (a bar of 0.09 % never reads 0 %)."""
+    return f"{value:.0f}%" if value >= 1 else f"{value:.2g}%"
+
+
+def _mean_pct(values: np.ndarray) -> str:
+    """A legend's mean share: one decimal from 1 % up, two significant digits below
+    (a thin part still says how much it is; 99.8 % never reads 1e+02 %)."""
+    m = float(np.mean(values))
+    return f"mean {m:.1f}%" if m >= 1 else f"mean {m:.2g}%"
+
+
 def _legend_below(fig, ax) -> None:
     handles, labels = ax.get_legend_handles_labels()
     if handles:
@@ -111,8 +124,8 @@ def temporal(table: pa.Table):
     parts = [(label, color, np.array([100 * rows[r][col] / rows[r]["kernel_time_ns"]
                                       for r, _ in pick]))
              for col, label, color in PARTS]
-    _hbars(ax, [lab for _, lab in pick], parts, lambda v: f"{v:.0f}%",
-           legend_fmt=lambda v: f"mean {v.mean():.2g}%")
+    _hbars(ax, [lab for _, lab in pick], parts, _segment_pct,
+           legend_fmt=_mean_pct)
     ax.set_xlim(0, 100)
     ax.set_xlabel("% of the GPU span (first to last kernel); "
                   + _scope(len(pick), len(rows), "idle share"))
@@ -159,8 +172,8 @@ def idle(table: pa.Table):
     ax = fig.subplots()
     _hbars(ax, [lab for _, lab in pick],
            [(label, color, np.array([share[r].get(key, 0.0) for r, _ in pick]))
-            for key, label, color in CAUSES], lambda v: f"{v:.0f}%",
-           lambda v: f"{v:.1f} %", lambda v: f"mean {v.mean():.2g}%")
+            for key, label, color in CAUSES], _segment_pct,
+           lambda v: f"{v:.1f} %", _mean_pct)
     ax.set_xlabel("% of the rank's iterations (ProfilerStep to its last kernel); "
                   + _scope(len(pick), len(share), "time without compute"), wrap=True)
     ax.set_title(title, loc="left")

@@ -3,15 +3,13 @@ draw, with its data); nothing is drawn until it is saved as PNG or embedded in a
 Drawing uses matplotlib's object API (no pyplot state), Agg backend."""
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import TraceVizError
-from ..table.io import atomic_path, make_folder, place
+from ..table.io import atomic_path, cannot_write, discard, make_folder, make_readable, place
 from ..table.scratch import release, temp_file_for
 
 DPI = 110
@@ -67,15 +65,13 @@ class Figure:
         tmp = temp_file_for(os.fspath(path))
         try:
             _savefig(self.figure(), tmp)
-            os.chmod(tmp, 0o644)
+            make_readable(tmp)
         except BaseException as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+            discard(tmp)
             if isinstance(exc, OSError):
-                raise TraceVizError(f"{path}: cannot write: {exc.strerror or exc}") from None
+                raise cannot_write(path, exc) from None
             raise
-        finally:
-            release(tmp)
+        release(tmp)  # the caller adopts it
         return tmp
 
     def png(self) -> bytes:
@@ -120,8 +116,7 @@ def save_all(figures: dict[str, Figure], outdir: Path, wrap=lambda it, n: it) ->
     except BaseException:  # what the other workers drew is not put in place
         for fut, n in futures.items():
             if n not in done and fut.done() and not fut.cancelled() and not fut.exception():
-                with contextlib.suppress(OSError):
-                    os.unlink(fut.result())
+                discard(fut.result())
         raise
     return list(paths.values())
 

@@ -17,7 +17,6 @@ import pyarrow as pa
 from ..analysis.diff import short_name
 from ..analysis.report_types import Report
 from ..table.text import middle_cut
-from .interactive import BAR_ROWS
 from .pipeline_figure import gap_text
 from .rank_spread import LISTED
 from .report_text import OVERLAP_METRICS, iterations_text, rank_summary
@@ -214,9 +213,7 @@ def _summary(rep: Report) -> str:
 def _timeline(plot: str | None, why: str) -> str:
     if plot is None:
         return f"<p class='note'>{esc(why)}</p>"
-    return (f"{plot}<p class='note'>Beyond {BAR_ROWS} ranks the job is a heatmap (the "
-            "share of each time bin a rank spends in micro-batch steps: pale is a bubble or "
-            "a wait) over one pipeline group's bars. Each bar is one forward / backward "
+    return (f"{plot}<p class='note'>Each bar is one forward / backward "
             "micro-batch step window (every kernel the step launched, its P2P hand-offs "
             "excluded), on the clocks the axis names; drag to zoom, double-click to reset, "
             "hover for the step's numbers.</p>")

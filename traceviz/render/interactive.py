@@ -11,6 +11,8 @@ import json
 
 import numpy as np
 
+from ..intervals import union
+
 PHASE_COLORS = {"Forward": "#4c72b0", "Backward": "#dd8452"}
 CONFIG = {"displaylogo": False, "responsive": True, "scrollZoom": False}
 BAR_ROWS = 64  # up to this many ranks the job timeline draws each rank's bars
@@ -106,14 +108,9 @@ def busy_grid(rows: list[dict], ranks: list[int], bins: int = BINS
             (r["start_ns"] - t0, r["start_ns"] - t0 + r["wall_clock_ns"]))
     share = np.zeros((len(ranks), bins))
     for i, rank in enumerate(ranks):
-        spans = np.array(sorted(windows.get(rank, [])), dtype=np.float64).reshape(-1, 2)
-        if not spans.size:
+        if rank not in windows:
             continue
-        # the union: a window starts a new piece when it begins after every earlier end
-        ends = np.maximum.accumulate(spans[:, 1])
-        new = np.r_[True, spans[1:, 0] > ends[:-1]]
-        starts = spans[new, 0]
-        stops = np.maximum.reduceat(spans[:, 1], np.flatnonzero(new))
+        starts, stops = union(*np.array(windows[rank], dtype=np.int64).T)
         # time covered before each edge, differenced per bin
         covered = np.clip(edges[:, None] - starts[None, :], 0, (stops - starts)[None, :])
         share[i] = np.diff(covered.sum(axis=1)) / np.diff(edges)
@@ -124,13 +121,15 @@ def job_heatmap(rows: list[dict], stages: list[dict], title: str, synced: bool =
     """A plotly heatmap of the job at scale: a row per rank (:func:`row_order` by stage:
     each stage a block of its pipeline groups, first on top), :data:`BINS` time bins,
     colour = the share of the bin in micro-batch steps (:func:`busy_grid`); hover: the
-    rank's place, the time, the share."""
+    rank's place, the time, the share. Returns (figure, rank -> row label)."""
     import plotly.graph_objects as go
 
     labels = row_order(sorted({r["rank"] for r in rows}), stages, by_stage=True)
+    stage_of = {s["rank"]: s["stage"] for s in stages}
     firsts: dict[str, str] = {}
-    for label in labels.values():  # a tick at each stage's first row
-        firsts.setdefault(label.split(" · ")[0], label)
+    for rank, label in labels.items():  # a tick at each stage's first row
+        if rank in stage_of:
+            firsts.setdefault(f"stage {stage_of[rank]}", label)
     ranks = list(labels)
     edges, share = busy_grid(rows, ranks)
     mids = (edges[:-1] + edges[1:]) / 2e6
@@ -142,13 +141,15 @@ def job_heatmap(rows: list[dict], stages: list[dict], title: str, synced: bool =
                       "<extra></extra>"))
     n = len(labels)
     fig.update_layout(
-        title=dict(text=title, x=0.01, font_size=14), height=min(900, max(420, 160 + n)),
+        title=dict(text=f"{title}: the share of each time bin a rank spends in its steps "
+                   "(pale: a bubble or a wait)", x=0.01, font_size=14),
+        height=min(900, max(420, 160 + n)),
         margin=dict(l=10, r=10, t=40, b=40),
         xaxis=dict(title=_axis_title(n, synced)),
         yaxis=dict(autorange="reversed", automargin=True, tickvals=list(firsts.values()),
                    ticktext=list(firsts), tickfont_size=10,
                    title=f"{n} ranks by stage (hover: the rank; click: its group)"))
-    return fig
+    return fig, labels
 
 
 def group_drilldown(rows: list[dict], stages: list[dict], focus: int | None,

@@ -42,9 +42,7 @@ def all_or_nothing() -> Iterator[None]:
         yield
     except BaseException:
         for tmp, _ in _staged:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            release(tmp)
+            discard(tmp)
         for folder in sorted(_made, key=len, reverse=True):  # the empty ones it made
             with contextlib.suppress(OSError):
                 os.rmdir(folder)
@@ -56,9 +54,7 @@ def all_or_nothing() -> Iterator[None]:
                 place(tmp, dest, now=True)
             except BaseException:
                 for rest, _ in staged[k + 1:]:
-                    with contextlib.suppress(OSError):
-                        os.unlink(rest)
-                    release(rest)
+                    discard(rest)
                 raise
     finally:
         _staged = None
@@ -89,11 +85,33 @@ def place(tmp: str, dest: str, now: bool = False) -> None:
     try:
         os.replace(tmp, dest)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise TraceVizError(f"{dest}: cannot write: {exc.strerror or exc}") from None
-    finally:
-        release(tmp)
+        discard(tmp)
+        raise cannot_write(dest, exc) from None
+    release(tmp)
+
+
+def discard(tmp: str) -> None:
+    """Remove an unfinished temporary file, and forget it."""
+    with contextlib.suppress(OSError):
+        os.unlink(tmp)
+    release(tmp)
+
+
+def cannot_write(dest: str | os.PathLike, exc: OSError) -> TraceVizError:
+    """The one-line error of a file that could not be written (a full disk, ...)."""
+    return TraceVizError(f"{os.fspath(dest)}: cannot write: {exc.strerror or exc}")
+
+
+def refuse_input(dest: str | os.PathLike) -> None:
+    """An error when ``dest`` is one of the command's inputs (writing would destroy it)."""
+    if is_input(dest):
+        raise TraceVizError(f"{os.fspath(dest)}: is an input of this command; writing the "
+                            "output there would destroy it: name another output (-o)")
+
+
+def make_readable(tmp: str) -> None:
+    """Give a finished temporary file the permissions a new file gets (the umask's)."""
+    os.chmod(tmp, 0o666 & ~_umask())
 
 
 @contextlib.contextmanager
@@ -106,23 +124,19 @@ def atomic_path(dest: str | os.PathLike) -> Iterator[str]:
     folder = os.path.dirname(os.path.abspath(dest))
     if os.path.isdir(dest):
         raise TraceVizError(f"{dest}: is a folder; name a file to write")
-    if is_input(dest):
-        raise TraceVizError(f"{dest}: is an input of this command; writing the output there "
-                            "would destroy it: name another output (-o)")
+    refuse_input(dest)
     try:
         make_folder(folder)
         tmp = temp_file_for(dest)
     except OSError as exc:
-        raise TraceVizError(f"{dest}: cannot write: {exc.strerror or exc}") from None
+        raise cannot_write(dest, exc) from None
     try:
         yield tmp
-        os.chmod(tmp, 0o666 & ~_umask())
+        make_readable(tmp)
     except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        release(tmp)
+        discard(tmp)
         if isinstance(exc, OSError):
-            raise TraceVizError(f"{dest}: cannot write: {exc.strerror or exc}") from None
+            raise cannot_write(dest, exc) from None
         raise
     place(tmp, dest)
 
