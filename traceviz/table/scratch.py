@@ -97,10 +97,18 @@ def release(path: str) -> None:
 
 
 def remove_held() -> None:
-    """Remove every temporary file and folder this process holds."""
+    """Remove every temporary file and folder this process holds (a SIGTERM may come
+    while other threads still write into a spill folder)."""
     for path in list(_held):
         if os.path.isdir(path):
-            shutil.rmtree(path, ignore_errors=True)
+            # renamed first: a scanner thread still spilling cannot add a file to it
+            # behind rmtree's back (which left the emptied folder in place)
+            doomed = path + ".removing"
+            try:
+                os.rename(path, doomed)
+            except OSError:
+                doomed = path
+            shutil.rmtree(doomed, ignore_errors=True)
         else:
             with contextlib.suppress(OSError):
                 os.unlink(path)
