@@ -208,3 +208,32 @@ def test_full_temporary_folder_while_parking_is_one_line(monkeypatch):
     assert "cannot write the spill files" in message and "TMPDIR" in message
     assert "No space left on device" in message and "\n" not in message
     assert ours() <= before
+
+
+@pytest.mark.parametrize("with_stack", [False, True])
+def test_phases_a_slice_at_a_time_equal_whole(tmp_path, with_stack):
+    """The phase / micro-batch / chunk of every activity, worked a few activities at a
+    time (what bounds a trace without ProfilerStep: one iteration of millions of
+    activities), are those of the whole iteration at once: backward ops are paired with
+    their forward op by the votes of every slice together."""
+    from traceviz.synth import SynthConfig, synthesize
+    from traceviz.table import parked
+
+    synthesize(SynthConfig(tp=1, pp=2, dp=1, microbatches=4, layers=2, recompute=True,
+                           with_stack=with_stack), tmp_path / "job")
+    for trace in sorted((tmp_path / "job").rglob("rank_*.json*")):
+        whole = traceviz.parse_trace(trace)
+        saved = parked.SLICE_ROWS
+        parked.SLICE_ROWS = 13
+        try:
+            sliced = traceviz.parse_trace(trace)
+        finally:
+            parked.SLICE_ROWS = saved
+        cols = ["phase", "microbatch", "chunk"]
+        assert sliced.activities.select(cols).equals(whole.activities.select(cols))
+        assert sliced.meta["classification"] == whole.meta["classification"]
+        evidence = whole.meta["classification"]["microbatch_evidence"]
+        assert evidence["backward ops paired with their forward op by Sequence number"] > 0
+        assert set(whole.activities["phase"].to_pylist()) >= {"FWD", "BWD", "RECOMPUTE"}
+        whole.close()
+        sliced.close()

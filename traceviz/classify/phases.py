@@ -55,6 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..table.arrays import group_positions
+from ..table import parked
 from ..table.parked import InMemory
 from ..table.schema import BWD, FWD, OPTIMIZER, OTHER, RECOMPUTE
 from ..topology.schedule import schedule_table, warmup
@@ -261,65 +262,102 @@ def classify_iteration(facts: LaunchFacts, rows: np.ndarray, ops,
         sel = np.flatnonzero((kind == k_kind) & (op_phase == k_phase))
         op_mb[sel], op_chunk[sel] = schedule_position(np.arange(sel.shape[0]),
                                                       k_kind == B_OP, pp, vpp)
-    launched = rows[facts.ts[rows] >= 0]
-    t = facts.ts[launched]
-    if op_of is None:  # frames: the op whose span holds the launch
-        pos = np.searchsorted(start, t, side="right") - 1
-        inside = (pos >= 0) & (t < end[np.maximum(pos, 0)])
-        op = np.where(inside, pos, -1)
-    else:  # ops_from_threads' op per row it was given
-        op = np.full(launched.shape[0], -1, dtype=np.int64)
-        op[np.searchsorted(launched, op_of[0])] = op_of[1]
-    linked = _link_backward_ops(facts.forward_ts[launched], op, start, end, kind, op_phase,
-                                op_mb, op_chunk)
-    p2p = facts.p2p[launched]
-    # P2P: a send belongs to the op just before it (the last op started at or before
-    # it), a receive to the op just after it (the first op not ended before it)
-    before = np.searchsorted(start, t, side="right") - 1
-    after = np.searchsorted(end, t, side="right")
-    op = np.where(p2p == 1, np.where(before >= 0, before, -1), op)
-    op = np.where(p2p == 2, np.where(after < start.shape[0], after, -1), op)
-    op = np.where(eligible[launched], op, -1)
-    has = op >= 0
-    phase = np.full(launched.shape[0], OTHER, dtype=np.int8)
-    phase[has] = op_phase[op[has]]
-    mb = np.full(launched.shape[0], -1, dtype=np.int32)
-    chunk = np.zeros(launched.shape[0], dtype=np.int32)
-    mb[has], chunk[has] = op_mb[op[has]], op_chunk[op[has]]
-    phase[(phase == BWD) & facts.recompute[launched] & (p2p == 0)] = RECOMPUTE
-    if training and end.shape[0]:
-        last_b_end = end[np.flatnonzero(kind == B_OP)[-1]]
-        tail = (~has) & (t > last_b_end) & eligible[launched]
-        phase[tail] = OPTIMIZER
-    opt = facts.optimizer[launched]
-    phase[opt] = OPTIMIZER
-    mb[phase == OPTIMIZER] = -1
-    chunk[phase == OPTIMIZER] = 0
-    out_phase[launched], out_mb[launched], out_chunk[launched] = phase, mb, chunk
+    pairs = [_backward_pairs(facts.forward_ts[part], op, start, end, kind, op_phase)
+             for part, _, op in _launch_ops(facts, rows, start, end, op_of)]
+    linked = _link_backward_ops(pairs, op_phase, op_mb, op_chunk)
+    last_b_end = (end[np.flatnonzero(kind == B_OP)[-1]] if training and end.shape[0]
+                  else None)
+    for part, t, op in _launch_ops(facts, rows, start, end, op_of):
+        p2p = facts.p2p[part]
+        # P2P: a send belongs to the op just before it (the last op started at or before
+        # it), a receive to the op just after it (the first op not ended before it)
+        before = np.searchsorted(start, t, side="right") - 1
+        after = np.searchsorted(end, t, side="right")
+        op = np.where(p2p == 1, np.where(before >= 0, before, -1), op)
+        op = np.where(p2p == 2, np.where(after < start.shape[0], after, -1), op)
+        del before, after
+        op = np.where(eligible[part], op, -1)
+        has = op >= 0
+        phase = np.full(part.shape[0], OTHER, dtype=np.int8)
+        phase[has] = op_phase[op[has]]
+        mb = np.full(part.shape[0], -1, dtype=np.int32)
+        chunk = np.zeros(part.shape[0], dtype=np.int32)
+        mb[has], chunk[has] = op_mb[op[has]], op_chunk[op[has]]
+        phase[(phase == BWD) & facts.recompute[part] & (p2p == 0)] = RECOMPUTE
+        if last_b_end is not None:
+            phase[(~has) & (t > last_b_end) & eligible[part]] = OPTIMIZER
+        phase[facts.optimizer[part]] = OPTIMIZER
+        mb[phase == OPTIMIZER] = -1
+        chunk[phase == OPTIMIZER] = 0
+        out_phase[part], out_mb[part], out_chunk[part] = phase, mb, chunk
     return linked, int(((kind == B_OP) & (op_phase == BWD)).sum())
 
 
-def _link_backward_ops(forward_ts, op, start, end, kind, op_phase, op_mb, op_chunk) -> int:
-    """Give each backward op the micro-batch / chunk of the forward op its activities'
-    autograd nodes differentiate (``forward_ts``: that forward op's start). A forward
+# launches classified at a time: ~80 bytes each of working arrays (20 MB per slice)
+LAUNCH_SLICE = 1 << 18
+
+
+def _launch_ops(facts: LaunchFacts, rows: np.ndarray, start: np.ndarray, end: np.ndarray,
+                op_of: tuple[np.ndarray, np.ndarray] | None):
+    """Yield ``(part, launch start, op)`` for the launched activities among ``rows``
+    (ascending), :data:`LAUNCH_SLICE` of ``rows`` at a time (what one slice holds is a few
+    arrays of that length, whatever the iteration's size: a trace without ProfilerStep is
+    one iteration). ``op``: the op each launch belongs to (-1 none): the op whose span
+    holds it (``op_of`` None: frames), else :func:`ops_from_threads`' op per row given."""
+    step = min(parked.SLICE_ROWS, LAUNCH_SLICE)
+    for lo in range(0, rows.shape[0], step):
+        part = rows[lo:lo + step]
+        t = facts.ts[part]
+        part, t = part[t >= 0], t[t >= 0]
+        if op_of is None:
+            pos = np.searchsorted(start, t, side="right") - 1
+            op = np.where((pos >= 0) & (t < end[np.maximum(pos, 0)]), pos, -1)
+        else:
+            own, own_op = op_of
+            at = np.minimum(np.searchsorted(own, part), max(own.shape[0] - 1, 0))
+            op = (np.where(own[at] == part, own_op[at], -1) if own.shape[0]
+                  else np.full(part.shape[0], -1, dtype=np.int64))
+        yield part, t, op
+
+
+def _backward_pairs(forward_ts, op, start, end, kind, op_phase
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """``(pairs, counts)``: the distinct (backward op, forward op) pairs among these
+    launches (``pairs``: 2 x k) and how many launches state each, where a launch's
+    autograd node differentiates a forward cpu_op started at ``forward_ts``. A forward
     cpu_op starts before its first launch, so its micro-batch op is the first op ending
-    after it. Updates ``op_mb`` / ``op_chunk`` in place; returns the backward ops linked."""
+    after it."""
+    none = (np.zeros((2, 0), dtype=np.int64), np.zeros(0, dtype=np.int64))
     sel = np.flatnonzero((forward_ts >= 0) & (op >= 0))
     sel = sel[kind[op[sel]] == B_OP]
     if not sel.size:
-        return 0
+        return none
     target = np.searchsorted(end, forward_ts[sel], side="right")
     ok = target < start.shape[0]
     sel, target = sel[ok], target[ok]
     ok = (kind[target] == F_OP) & (op_phase[target] == FWD)
     b_op, f_op = op[sel[ok]], target[ok]
     if not b_op.size:
+        return none
+    return np.unique(np.stack([b_op, f_op]).astype(np.int64), axis=1, return_counts=True)
+
+
+def _link_backward_ops(pairs: list[tuple[np.ndarray, np.ndarray]], op_phase, op_mb,
+                       op_chunk) -> int:
+    """Give each backward op the micro-batch / chunk of the forward op most of its
+    activities' autograd nodes differentiate (``pairs``: :func:`_backward_pairs` of each
+    slice of launches). Updates ``op_mb`` / ``op_chunk`` in place; returns the backward
+    ops linked."""
+    if not any(c.size for _, c in pairs):
         return 0
-    pairs, counts = np.unique(np.stack([b_op, f_op]), axis=1, return_counts=True)
-    best = np.lexsort((-counts, pairs[0]))  # per backward op, the most common first
+    pairs_all = np.concatenate([p for p, _ in pairs], axis=1)
+    uniq, inverse = np.unique(pairs_all, axis=1, return_inverse=True)
+    counts = np.bincount(inverse.ravel(), weights=np.concatenate([c for _, c in pairs]),
+                         minlength=uniq.shape[1])
+    best = np.lexsort((-counts, uniq[0]))  # per backward op, the most common first
     first = np.ones(best.shape[0], dtype=bool)
-    first[1:] = pairs[0, best[1:]] != pairs[0, best[:-1]]
-    b, f = pairs[0, best[first]], pairs[1, best[first]]
+    first[1:] = uniq[0, best[1:]] != uniq[0, best[:-1]]
+    b, f = uniq[0, best[first]], uniq[1, best[first]]
     keep = op_phase[b] == BWD  # not the optimizer tail
     b, f = b[keep], f[keep]
     op_mb[b], op_chunk[b] = op_mb[f], op_chunk[f]
