@@ -22,6 +22,8 @@ from . import fields as L
 from .budget import SEGMENT_OVERHEAD
 from .columns import ColumnStore, SpillBudget
 from .header import Header
+from .long_strings import C_CUTS, C_FIRST, C_GONE, MAX_EVENT, MAX_STRING, compact, position
+from .long_strings import new_state as new_cut_state
 from .scanner import _thread, scan
 from .segments import EVENT_BOUNDARY, HEAD_BYTES, Segment, Splitter
 from .source import GZIP_MAGIC, ZSTD_MAGIC, ByteSource, FileRange
@@ -160,6 +162,11 @@ def _scan(source: ByteSource | FileRange | Segment, budget: SpillBudget, chunk_s
     truncated_at = None
     crash_tail = False
     split_end = False
+    cutting = None  # the long strings of an event larger than the buffer being cut
+
+    def at(pos: int) -> int:
+        """The trace's byte offset of ``buf[pos]``."""
+        return offset + (pos if cutting is None else position(cutting, pos))
 
     def fill_buffer() -> None:
         nonlocal n, eof
@@ -171,9 +178,9 @@ def _scan(source: ByteSource | FileRange | Segment, budget: SpillBudget, chunk_s
 
     def drain() -> None:
         try:
-            strings.take_pending(buf, w)
+            strings.take_pending(buf, w, at)
         except BadString as exc:
-            raise TraceError(source.name, str(exc), offset=offset + (exc.offset or 0),
+            raise TraceError(source.name, str(exc), offset=at(exc.offset or 0),
                              hint="the file is not valid JSON there; re-export the trace"
                              ) from None
         mem = buf.data
@@ -190,6 +197,15 @@ def _scan(source: ByteSource | FileRange | Segment, budget: SpillBudget, chunk_s
             else:
                 w[L.S_META_NOT_KEPT] += 1
         w[L.ST_NRAW] = 0
+
+    def cut_long() -> None:
+        """Cut the long strings of the event being read since the last call."""
+        nonlocal n
+        assert cutting is not None
+        cuts = int(cutting[C_CUTS])
+        n = compact(buf, n, cutting, MAX_STRING)
+        if cutting[C_CUTS] > cuts:
+            strings.count_cuts(int(cutting[C_CUTS]) - cuts, offset + int(cutting[C_FIRST]))
 
     fill_buffer()
     if n == 0 and source.stream_truncated:
@@ -220,7 +236,7 @@ def _scan(source: ByteSource | FileRange | Segment, budget: SpillBudget, chunk_s
             break
         elif status == L.R_ERROR:
             code = int(w[L.ST_ERRCODE])
-            where = offset + int(w[L.ST_ERRPOS])
+            where = at(int(w[L.ST_ERRPOS]))
             if (w[L.S_EVENTS] and code != L.E_TWO_EVENTS
                     and _crash_tail(buf[int(w[L.ST_ERRPOS]):n], source, eof)):
                 truncated_at = where  # what a node that died mid-write leaves: a cut
@@ -233,20 +249,36 @@ def _scan(source: ByteSource | FileRange | Segment, budget: SpillBudget, chunk_s
         elif status == L.R_NEED_MORE:
             pos = int(w[L.ST_POS])
             if eof:
-                split_end = offset + pos == source.stop
-                truncated_at = None if split_end else offset + pos
+                split_end = at(pos) == source.stop
+                truncated_at = None if split_end else at(pos)
                 break
             if pos == 0 and n == buf.shape[0]:  # one item larger than the buffer
-                bigger = np.empty(buf.shape[0] * 2, dtype=np.uint8)
-                bigger[:n] = buf[:n]
-                buf = bigger
+                if cutting is None:  # cut its long strings, now and as it arrives
+                    cutting = new_cut_state()
+                    cut_long()
+                if n > buf.shape[0] * 3 // 4:  # cutting made little room: grow
+                    if buf.shape[0] >= MAX_EVENT:
+                        raise TraceError(
+                            source.name, f"an event or value larger than "
+                            f"{MAX_EVENT / 2**20:g} MB (after cutting its strings to {MAX_STRING >> 10} KiB) "
+                            "starts here", offset=offset,
+                            hint="no profiler writes one: the file is damaged or not a "
+                                 "trace; remove that event or re-export the trace")
+                    bigger = np.empty(buf.shape[0] * 2, dtype=np.uint8)
+                    bigger[:n] = buf[:n]
+                    buf = bigger
             else:
                 rest = n - pos
                 buf[:rest] = buf[pos:n]
                 n = rest
-                offset += pos
+                if pos and cutting is not None:  # past the event that was cut
+                    offset, cutting = at(pos), None
+                else:
+                    offset += pos
                 w[L.ST_POS] = 0
             fill_buffer()
+            if cutting is not None:
+                cut_long()
     for s, name in enumerate(L.STORE_NAMES):
         stores[name].seal(int(w[L.W_FILL + s]))
         stores[name].block = None  # type: ignore[assignment]  # the active blocks are done
@@ -287,6 +319,12 @@ def _finish(part: _Part, budget: SpillBudget, bytes_read: int | None = None,
             + ("(zero bytes or garbage from there to the end, as a node that died while "
                "writing leaves) " if part.crash_tail else "")
             + f"(kept the {int(w[L.S_EVENTS])} complete events before it)")
+    if part.strings.cuts:
+        warnings.append(
+            f"{source.name}: {part.strings.cuts} string(s) longer than "
+            f"{MAX_STRING >> 10} KiB (first at byte {part.strings.first_cut}) cut to their "
+            f"first {MAX_STRING >> 10} KiB, ending in '…(+N bytes cut)'; no profiler writes "
+            "such names: check what wrote the trace")
     if source.stream_truncated:
         warnings.append(f"{source.name}: {source.compression} stream ends early "
                         f"(decompressed {bytes_read} bytes)")
@@ -343,6 +381,8 @@ def _stats_dict(w: np.ndarray, strings: StringTable, header: Header) -> dict:
     out["first_event_ts"] = int(w[L.S_FIRST_TS]) if w[L.S_FIRST_SEEN] else None
     out["skipped"] = {L.SKIP_NAMES[k]: int(w[k]) for k in L.SKIP_NAMES if w[k]}
     out["notes"] = {L.NOTE_NAMES[k]: int(w[k]) for k in L.NOTE_NAMES if w[k]}
+    if strings.cuts:
+        out["notes"][f"strings longer than {MAX_STRING >> 10} KiB (cut)"] = strings.cuts
     if header.dropped:
         out["notes"]["top-level keys not kept (large, unused)"] = len(header.dropped)
     return out
@@ -660,6 +700,7 @@ def _merge_strings(a: StringTable, b: StringTable) -> np.ndarray:
     cls = b.strs[L.SR_CLASS, :nb]
     known = cls >= 0
     a.strs[L.SR_CLASS, ids[known]] = cls[known]
+    a.count_cuts(b.cuts, b.first_cut)
     return smap
 
 

@@ -12,11 +12,14 @@ decoded text; :meth:`StringTable.canonical` maps every id to the first id of its
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import orjson
 from numba import njit
 
 from . import fields as L
+from .long_strings import MAX_STRING, ROOM, cut_point, marker
 
 
 @njit(nogil=True, cache=True, _nrt=False)
@@ -103,6 +106,15 @@ class StringTable:
         self.texts: list[str] = []
         self._first_of: dict[str, int] = {}
         self._canon: list[int] = []
+        self.cuts = 0  # strings cut to MAX_STRING bytes (traceviz.parsing.long_strings)
+        self.first_cut: int | None = None  # where the first began (byte offset)
+
+    def count_cuts(self, cuts: int, first: int | None) -> None:
+        """Note ``cuts`` more strings cut, the first of them at byte ``first``."""
+        if cuts:
+            self.cuts += cuts
+            if self.first_cut is None or (first is not None and first < self.first_cut):
+                self.first_cut = first
 
     def grow(self, count: int, headroom: int) -> None:
         """Make room for ``headroom`` more strings (``count`` exist) at load factor <= 1/2."""
@@ -117,22 +129,29 @@ class StringTable:
             new[L.SR_COUNT, :count] = self.strs[L.SR_COUNT, :count]
             self.strs = new
 
-    def take_pending(self, buf: np.ndarray, w: np.ndarray) -> None:
-        """Decode the spans queued since the last call; ``buf`` is the scanned buffer. A
-        span right after a quote is a string body, else a non-string value's text. A
-        string JSON cannot decode raises :class:`BadString` with ``.offset`` (in
-        ``buf``)."""
+    def take_pending(self, buf: np.ndarray, w: np.ndarray,
+                     at: Callable[[int], int] = int) -> None:
+        """Decode the spans queued since the last call; ``buf`` is the scanned buffer,
+        whose byte ``i`` is byte ``at(i)`` of the trace. A span right after a quote is a
+        string body, else a non-string value's text; one longer than
+        :data:`~.long_strings.MAX_STRING` is cut (:mod:`.long_strings`). A string JSON
+        cannot decode raises :class:`BadString` with ``.offset`` (in ``buf``)."""
         count = int(w[L.W_NPEND])
         if count == 0:
             return
         mem = buf.data
         for sid, off, ln in self.strs[L.SR_PEND_ID:L.SR_PEND_LEN + 1, :count].T.tolist():
+            end = off + ln
+            cut = cut_point(buf, off, end, MAX_STRING) if ln > MAX_STRING + ROOM else end
             try:
-                text = decode_raw(bytes(mem[off:off + ln]), off > 0 and buf[off - 1] == 34)
+                text = decode_raw(bytes(mem[off:cut]), off > 0 and buf[off - 1] == 34)
             except BadString as exc:
                 w[L.W_NPEND] = 0
                 exc.offset = off
                 raise
+            if cut < end:
+                text += marker(end - cut)
+                self.count_cuts(1, at(off))
             assert sid == len(self.texts)
             self.texts.append(text)
             self._canon.append(self._first_of.setdefault(text, sid))

@@ -1,0 +1,155 @@
+"""Strings past MAX_STRING bytes are cut (traceviz.parsing.long_strings): the one rule
+wherever the string sits, the parse's buffer bounded however long a string is, what was
+cut said, and every other number of the trace unchanged."""
+from __future__ import annotations
+
+import gzip
+import io
+import json
+
+import numpy as np
+import pytest
+
+import traceviz
+from traceviz.errors import TraceError
+from traceviz.parsing import long_strings as ls
+from traceviz.parsing import reader
+from traceviz.parsing.strings import decode_raw
+
+CAP = 100
+TOKENS = ["a", "é", "中", "😀", '\\"', "\\\\", "\\u00e9", "\\ud83d\\ude00", "\\n", "x"]
+
+
+def _compacted(raw: bytes, chunk: int) -> tuple[bytes, np.ndarray]:
+    """``raw`` fed to :func:`compact` ``chunk`` bytes at a time, as the reader refills."""
+    buf = np.zeros(len(raw) + 8, dtype=np.uint8)
+    n, st = 0, ls.new_state()
+    for i in range(0, len(raw), chunk):
+        part = raw[i:i + chunk]
+        buf[n:n + len(part)] = np.frombuffer(part, dtype=np.uint8)
+        n = ls.compact(buf, n + len(part), st, CAP)
+    return bytes(buf[:n]), st
+
+
+def _cut(body: bytes) -> str:
+    """What decoding cuts a string body to."""
+    end = ls.cut_point(np.frombuffer(body, dtype=np.uint8), 0, len(body), CAP)
+    return decode_raw(body[:end]) + (ls.marker(len(body) - end) if end < len(body) else "")
+
+
+def test_cutting_in_the_buffer_equals_cutting_when_decoded():
+    """Random strings of escapes and multi-byte characters, fed in random pieces: the
+    text left in the buffer is the text the decoder's cut makes, never split inside an
+    escape or a character, and the counts say what was removed."""
+    rng = np.random.default_rng(7)
+    cuts = 0
+    for _ in range(2000):
+        tokens = [TOKENS[k] for k in rng.integers(0, len(TOKENS), int(rng.integers(0, 300)))]
+        body, short = "".join(tokens).encode(), "".join(tokens[:40]).encode()
+        raw = b'{"name":"' + body + b'","k":[1,"' + short + b'"]}'
+        out, st = _compacted(raw, int(rng.integers(1, 60)))
+        whole, whole_st = _compacted(raw, len(raw))
+        assert out == whole and list(st) == list(whole_st)
+        head, tail = b'{"name":"', b'","k":[1,"'
+        assert decode_raw(out[len(head):out.rindex(tail)]) == _cut(body)
+        assert decode_raw(out[out.rindex(tail) + len(tail):-3]) == _cut(short)
+        assert int(st[ls.C_GONE]) == len(raw) - len(out)
+        long = len(body) > CAP + ls.ROOM
+        assert int(st[ls.C_CUTS]) == long + (len(short) > CAP + ls.ROOM)
+        if long:
+            assert int(st[ls.C_FIRST]) == len(head)
+        cuts += long
+        if long:
+            assert "…(+" in _cut(body) and len(_cut(body).encode()) < CAP + 4 + 40
+        else:
+            assert _cut(body) == decode_raw(body)
+    assert cuts > 500  # both kinds seen often
+
+
+def test_invalid_utf8_is_cut_too():
+    """Bytes that are no UTF-8 (continuation bytes only) still end in a cut."""
+    body = b"\x80" * 1000
+    out, st = _compacted(b'["' + body + b'"]', 17)
+    assert int(st[ls.C_CUTS]) == 1 and len(out) < CAP + 4 + 45
+    assert ls.cut_point(np.frombuffer(body, dtype=np.uint8), 0, 1000, CAP) == CAP + 4
+
+
+def _trace(name: bytes, after: bytes = b"") -> bytes:
+    return (b'{"traceEvents":[{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel",'
+            b'"pid":1,"tid":1,"ts":10,"dur":1,"args":{"correlation":5}},'
+            b'{"ph":"X","cat":"kernel","name":"' + name + b'","pid":0,"tid":7,"ts":11,'
+            b'"dur":3,"args":{"correlation":5,"stream":7,"device":0,"note":"'
+            + b"n" * 200_000 + b'"}},'
+            b'{"ph":"X","cat":"kernel","name":"gemm","pid":0,"tid":7,"ts":20,"dur":2,'
+            b'"args":{"correlation":6,"stream":7,"device":0}}' + after + b"]}")
+
+
+@pytest.mark.parametrize("chunk", [4096, 1 << 20])
+def test_a_long_name_is_cut_the_same_whatever_the_buffer(chunk):
+    """A 300 KB kernel name (and a 200 KB unread argument): with a 4 KB buffer (the
+    event cut as it arrives) or a 1 MB one (cut when decoded), the table holds the same
+    cut name, every number of the trace, and a warning names where the first cut
+    string began."""
+    name = "void kernel<" + "T" * 300_000 + ">"
+    raw = _trace(name.encode())
+    parsed = traceviz.parse_trace(io.BytesIO(raw), chunk_size=chunk)
+    t = parsed.activities.sort_by("ts")
+    kept = name.encode()[:ls.MAX_STRING].decode()
+    assert t["name"].to_pylist() == [kept + ls.marker(len(name) - ls.MAX_STRING), "gemm"]
+    assert t["ts"].to_pylist() == [11_000, 20_000] and t["dur"].to_pylist() == [3000, 2000]
+    assert t["launch_ts"].to_pylist() == [10_000, None]
+    first = raw.index(b"void kernel<")
+    warned = [w for w in parsed.warnings if "longer than 64 KiB" in w]
+    assert len(warned) == 1 and f"first at byte {first})" in warned[0], parsed.warnings
+    # the unread argument is cut where its event passes through the buffer; decoded
+    # strings only otherwise (an argument traceviz skips is never held)
+    cut = 2 if chunk < 200_000 else 1
+    assert f"{cut} string(s)" in warned[0]
+    assert parsed.meta["stats"]["notes"]["strings longer than 64 KiB (cut)"] == cut
+    parsed.close()
+
+
+def test_offsets_after_a_cut_event_are_the_files():
+    """An error after an event whose strings were cut in the buffer names its byte in
+    the file, not in the shortened buffer."""
+    raw = _trace(b"k" * 500_000, after=b',{"ph":"X",,"ts":1},{"ph":"X"}')
+    for chunk in (4096, 8 << 20):  # cut in the buffer, and not
+        with pytest.raises(TraceError) as err:
+            traceviz.parse_trace(io.BytesIO(raw), chunk_size=chunk)
+        assert err.value.offset == raw.index(b",,") + 1
+
+
+def test_a_gigantic_name_is_read_through_a_small_buffer(tmp_path, monkeypatch):
+    """A 64 MB name in a compressed trace: the read buffer (256 KB here) never grows,
+    the name is cut as it arrives."""
+    path = tmp_path / "big.json.gz"
+    with gzip.open(path, "wb", compresslevel=1) as fh:
+        fh.write(_trace(b"Z" * (64 << 20)))
+    made: list[int] = []
+    real = np.empty
+
+    def watch(shape, *a, **k):  # every buffer the reader makes
+        if a[:1] == (np.uint8,) or k.get("dtype") is np.uint8:
+            made.append(shape)
+        return real(shape, *a, **k)
+
+    monkeypatch.setattr(np, "empty", watch)
+    parsed = traceviz.parse_trace(path, chunk_size=256 << 10)
+    monkeypatch.undo()
+    assert made and max(made) == 256 << 10
+    name = parsed.activities.sort_by("ts")["name"][0].as_py()
+    assert name == "Z" * ls.MAX_STRING + ls.marker((64 << 20) - ls.MAX_STRING)
+    parsed.close()
+
+
+def test_an_event_too_large_even_cut_is_refused(monkeypatch):
+    """An event that stays larger than MAX_EVENT once its strings are cut (a list of a
+    hundred thousand numbers here, with MAX_EVENT at 128 KB) is an error naming where it starts,
+    not a buffer grown to hold it."""
+    monkeypatch.setattr(reader, "MAX_EVENT", 128 << 10)
+    numbers = json.dumps(list(range(100_000))).encode()
+    raw = _trace(b"gemm", after=b',{"ph":"X","cat":"kernel","args":{"x":' + numbers + b"}}")
+    with pytest.raises(TraceError) as err:
+        traceviz.parse_trace(io.BytesIO(raw), chunk_size=4096)
+    assert err.value.offset == raw.index(b',{"ph":"X","cat":"kernel","args":{"x":') + 1
+    assert "larger than 0 MB" not in str(err.value)
