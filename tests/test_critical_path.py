@@ -214,7 +214,9 @@ def test_notebook_api_gives_the_command_tables(slow_job):
     nb = traceviz.Job(slow_job).critical_path(what_if=("COMP=0.5",))
     cli = command.run(slow_job, what_if=("COMP=0.5",))
     for name in ("critical_path", "critical_path_by_rank", "critical_path_what_if"):
-        assert nb[name].equals(cli.tables[name]), name
+        assert nb.tables()[name].equals(cli.tables[name]), name
+    assert nb.by_category.equals(cli.tables["critical_path_by_category"])
+    assert nb.what_if is not None and nb.what_if.num_rows == 1
 
 
 def test_iteration_picks_exactly_that_profiler_step():

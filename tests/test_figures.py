@@ -208,7 +208,7 @@ def test_aggregate_draws_the_groups_of_the_ranks_it_draws(tmp_path, monkeypatch)
     monkeypatch.setattr(bf, "MAX_ROWS", 3)
     synthesize(SynthConfig(tp=2, pp=2, dp=2, microbatches=2, layers=2, with_stack=False),
                tmp_path / "job")
-    res = aggregate.run(tmp_path / "job", tmp_path / "out")[0]
+    res = aggregate.run(tmp_path / "job", tmp_path / "out")  # one folder: paths in it
     drawn = {int(n[5:9]) for n in res.figures if n.startswith("rank_")}
     assert 0 < len(drawn) < 8
     assert any(f"figures for {len(drawn)} of 8 ranks" in note for note in res.notes)

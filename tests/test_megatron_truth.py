@@ -132,3 +132,25 @@ def test_pipeline_iteration_in_its_own_folder(tmp_path, layout):
     assert "ProfilerStep 20" in result.output
     missing = _run("pipeline", root, "--iteration", 30, "-o", tmp_path / "pp30")
     assert missing.exit_code == 1 and "no ProfilerStep 30" in missing.output
+
+
+def test_aggregate_writes_each_profiled_iteration_in_its_folder(tmp_path):
+    """Two profiled iterations: one result, each folder's tables and figures in that
+    folder (paths under the folders' common parent), the clocks line of each."""
+    root = tmp_path / "job"
+    root.mkdir()
+    for first in (10, 20):
+        synthesize(SynthConfig(tp=1, pp=2, dp=1, microbatches=2, layers=2, with_stack=False,
+                               first_iteration=first), tmp_path / str(first))
+        for folder in (tmp_path / str(first)).glob("iteration_*"):
+            folder.rename(root / folder.name)
+    result = _run("aggregate", root, "-o", tmp_path / "out")
+    assert result.exit_code == 0, result.output
+    for it in (10, 20):
+        folder = tmp_path / "out" / f"iteration_{it}"
+        rows = pq.read_table(folder / "microbatches.parquet").to_pylist()
+        assert {r["iteration"] for r in rows} == {it} and {r["rank"] for r in rows} == {0, 1}
+        assert (folder / "clock_offsets.csv").exists()
+        assert (folder / "rank_0001" / "overlapping_timeline.png").exists()
+        assert f"iteration_{it}: 2 ranks; clock offsets up to" in result.output
+    assert not (tmp_path / "out" / "microbatches.parquet").exists()

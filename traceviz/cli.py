@@ -590,19 +590,13 @@ def aggregate(root, outdir, alignment, topology_file, jobs, no_figures,
     """
     from .commands import aggregate as command
 
-    failed = []
-    for res in command.run(root, outdir, alignment=alignment, topology=topology_file,
-                           jobs=jobs, figures=not no_figures, rank_figures=rank_figures):
-        failed += res.failed
-        written = _write(res, res.data["folder"])
-        sync = res.data["sync"]
-        worst = max((x for x in sync.max_abs_residual if x == x), default=0.0)
-        clocks = (f"clock offsets up to {abs(sync.offsets).max() / 1e3:.1f} µs (largest "
-                  f"residual {worst / 1e3:.1f} µs)" if sync.linked().any()
-                  else "clocks not synced")
-        click.echo(f"{res.data['folder']}: {len(res.data['ranks'])} ranks, {len(written)} "
-                   f"files; {clocks}")
-        _echo_all([f"  {note}" for note in res.notes])
+    res = command.run(root, outdir, alignment=alignment, topology=topology_file, jobs=jobs,
+                      figures=not no_figures, rank_figures=rank_figures)
+    written = _write(res, res.data["root"])
+    _echo_all(res.lines)
+    click.echo(f"{len(written)} files written under {res.data['root']}")
+    _echo_all([f"  {note}" for note in res.notes])
+    failed = res.failed
     _left_out(failed)
 
 

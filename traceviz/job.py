@@ -7,9 +7,10 @@
     job.microbatches()
     job.report(global_batch_size=64, seq_len=4096, params=8)
 
-Each method runs the same code as the command line (:mod:`traceviz.commands`), so a
-number here is the number the CLI prints and writes. Tables are loaded when a method
-needs them and results are kept, so asking twice costs nothing. A job folder with
+Each method calls the analysis the command line runs (the commands only write its
+results to files), so a number here is the number the CLI prints and writes; results are
+typed (Arrow tables with declared schemas, dataclasses of them). Tables are loaded when
+a method needs them and every result is kept, so asking twice costs nothing. A job folder with
 several profiled iterations (``iteration_N/`` folders) is looked at one folder at a
 time: ``Job(path, iteration=N)`` picks one (default: the first).
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import copy
 import os
 import warnings
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -25,15 +27,20 @@ from typing import Any
 import pyarrow as pa
 
 from .analysis.activities import Options
-from .analysis.breakdown import Params
+from .analysis.aggregation import Aggregation
+from .analysis.breakdown import READ_COLUMNS, READ_OPTIONAL, Breakdown, Params, breakdown_of
 from .analysis.calls import COLUMNS as CALL_COLUMNS
 from .analysis.calls import rank_calls
+from .analysis.critical_path.paths import CriticalPath, HtaPath
+from .analysis.ops_summary import OpModel
+from .analysis.pipeline import PipelineViews
 from .analysis.report_types import Report
 from .analysis.run_config import training_flops_per_token
-from .commands import aggregate, breakdown, critical_path, ops, pipeline, report
-from .commands.result import Result
+from .commands import aggregate, critical_path, ops, pipeline, report
 from .errors import TraceVizError
 from .ingest.tables import ensure_tables, input_files, load_table, rank_tables
+from .ingest.topology import job_layout
+from .render.breakdown_figures import breakdown_figures
 from .render.figures import Figure
 from .table.schema import file_metadata
 
@@ -61,8 +68,7 @@ class Job:
         self._tables, self._iteration = tables, iteration
         self.topology = os.fspath(topology) if topology else None
         self.vpp, self._jobs = vpp, jobs
-        self._results: dict[tuple, Result] = {}
-        self._kept: dict[tuple, Any] = {}  # results that are not a command's
+        self._kept: dict[tuple, Any] = {}  # every result, by what asked for it
         self._failed: list[str] = []
 
     def __repr__(self) -> str:
@@ -126,17 +132,21 @@ class Job:
 
     # ---- analyses ---------------------------------------------------------------------
 
-    def _run(self, key: tuple, make) -> Result:
-        if key not in self._results:
-            self._results[key] = make()
-        return self._results[key]
+    def _keep(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """The result ``make()`` made for ``key`` (made once)."""
+        if key not in self._kept:
+            self._kept[key] = make()
+        return self._kept[key]
 
     def breakdown(self, *, hta_compat: bool = False, drop_last_step: bool = False,
-                  params: Params = Params()) -> dict[str, pa.Table]:
-        """Every HTA-style table by name (``traceviz breakdown``)."""
+                  params: Params = Params()) -> Breakdown:
+        """Every HTA-style table (``traceviz breakdown``): ``.temporal_breakdown``,
+        ``.kernel_type_breakdown``, ... or ``.tables()`` by name."""
         options = Options(drop_last_step=drop_last_step or hta_compat, hta_compat=hta_compat)
-        return self._run(("breakdown", options, params), lambda: breakdown.run(
-            [self.folder], options, params=params)).tables
+        return self._keep(("breakdown", options, params), lambda: breakdown_of(
+            ((rank, table) for rank, _, table in rank_tables(
+                self.files, READ_COLUMNS, [], READ_OPTIONAL)), options, params=params,
+            failed=self.failed))
 
     def temporal_breakdown(self, whole_trace: bool = False, **options) -> pa.Table:
         """Per rank and iteration: idle / compute / non-compute (HTA), the finer split of
@@ -144,25 +154,25 @@ class Job:
         every ProfilerStep. ``whole_trace``: instead, one row per rank over its whole
         trace (iteration null; the CLI's temporal_breakdown.csv holds both, so a sum over
         its rows would count each rank twice)."""
-        t = self.breakdown(**options)["temporal_breakdown"]
+        t = self.breakdown(**options).temporal_breakdown
         whole = pa.compute.is_null(t["iteration"])
         return t.filter(whole if whole_trace else pa.compute.invert(whole))
 
     def kernel_type_breakdown(self, **options) -> pa.Table:
         """Time in every COMP / COMM / MEM combination, summed over ranks."""
-        return self.breakdown(**options)["kernel_type_breakdown"]
+        return self.breakdown(**options).kernel_type_breakdown
 
     def top_kernels(self, **options) -> pa.Table:
         """Per rank and kernel type, the kernels with the most time (and ``others``)."""
-        return self.breakdown(**options)["top_kernels"]
+        return self.breakdown(**options).top_kernels
 
     def idle_time(self, **options) -> pa.Table:
         """Per rank and stream, idle time by cause."""
-        return self.breakdown(**options)["idle_time_breakdown"]
+        return self.breakdown(**options).idle_time_breakdown
 
     def launch_stats(self, **options) -> pa.Table:
         """Per rank, kernel launch statistics."""
-        return self.breakdown(**options)["launch_stats"]
+        return self.breakdown(**options).launch_stats
 
     def overlap(self) -> pa.Table:
         """Per rank over the whole trace: compute, communication and their overlap (ns),
@@ -172,22 +182,24 @@ class Job:
                          "comm_ns": t["comm_ns"], "overlap_ns": t["compute_overlapped_comm_ns"],
                          "overlap_pct": t["overlap_pct"]})
 
-    def _aggregate(self, alignment: str = "synced") -> Result:
-        return self._run(("aggregate", alignment), lambda: aggregate.aggregate_folder(
-            self.path, self.folder, alignment, self.topology, figures=True))
+    def aggregation(self, alignment: str = "synced") -> Aggregation:
+        """The aggregation (``traceviz aggregate``): micro-batch steps, category spans
+        and clock offsets on one clock, the diagnosis, each rank's activities."""
+        return self._keep(("aggregate", alignment), lambda: aggregate.folder_aggregation(
+            self.path, self.folder, alignment, self.topology)[0])
 
     def microbatches(self, alignment: str = "synced") -> pa.Table:
         """Per rank, iteration, phase and micro-batch: wall clock, compute,
         communication, overlap, idle, recompute (ns; ``traceviz aggregate``)."""
-        return self._aggregate(alignment).tables["microbatches"]
+        return self.aggregation(alignment).microbatches
 
     def category_spans(self, alignment: str = "synced") -> pa.Table:
         """Per rank, iteration and Megatron-TraceViz category: span, busy time, kernels."""
-        return self._aggregate(alignment).tables["category_spans"]
+        return self.aggregation(alignment).category_spans
 
     def clock_offsets(self) -> pa.Table:
         """Per rank, its clock offset from collective end times, with residuals (ns)."""
-        return self._aggregate().data["sync"].table()
+        return self.aggregation().clock_offsets
 
     def collectives(self) -> pa.Table:
         """Every collective call of every rank, on its own clock (one row per call)."""
@@ -216,20 +228,23 @@ class Job:
                                                  clock_sync=clock_sync)
         return copy.deepcopy(self._kept[key])
 
-    def _pipeline(self, iteration: int | None, all_groups: bool) -> Result:
-        return self._run(("pipeline", iteration, all_groups), lambda: pipeline.run(
+    def pipeline_views(self, iteration: int | None = None, all_groups: bool = False
+                       ) -> PipelineViews:
+        """The pipeline views (``traceviz pipeline``): per PP group looked at, measured
+        and ideal steps and its stage table."""
+        return self._keep(("pipeline", iteration, all_groups), lambda: pipeline.views_of(
             self.folder, vpp=self.vpp, iteration=iteration, all_groups=all_groups,
             topology=self.topology))
 
     def pipeline(self, iteration: int | None = None, all_groups: bool = False) -> pa.Table:
         """Per PP stage: busy time, bubbles (measured, ideal, analytic), warm-up / steady
         / cool-down, the critical stage (``traceviz pipeline``)."""
-        return self._pipeline(iteration, all_groups).tables["pipeline_stages"]
+        return self.pipeline_views(iteration, all_groups).stages
 
     def pipeline_gaps(self, iteration: int | None = None, all_groups: bool = False
                       ) -> pa.Table:
         """The largest losses against the ideal schedule, per PP group."""
-        return self._pipeline(iteration, all_groups).tables["pipeline_gaps"]
+        return self.pipeline_views(iteration, all_groups).gaps
 
     def _source(self) -> Path:
         """What a command that parses with CPU tables reads: the job when it has one
@@ -239,24 +254,24 @@ class Job:
     def critical_path(self, *, iteration: int | None = None, annotation: str | None = None,
                       instance: int = 0, rank: int | None = None, hta_compat: bool = False,
                       what_if: tuple[str, ...] = (), clock_sync: bool = True
-                      ) -> dict[str, pa.Table]:
+                      ) -> CriticalPath | HtaPath:
         """The critical path (``traceviz critical-path``): one rank's (``rank``, or a
-        one-trace job) or the job's path and summaries, and the ``what_if`` re-timings,
-        by table name."""
+        one-trace job) or the job's path, its summaries (``.by_category``, ``.by_rank``,
+        ``.by_phase``) and the ``what_if`` re-timings (``.what_if``); with
+        ``hta_compat``, HTA's path and ``bound_by`` summary (``.summary``)."""
         key = ("critical_path", iteration, annotation, instance, rank, hta_compat,
                tuple(what_if), clock_sync)
-        return self._run(key, lambda: critical_path.run(
+        return self._keep(key, lambda: critical_path.path_of(
             self._source(), iteration=iteration, annotation=annotation, instance=instance,
             rank=rank, hta_compat=hta_compat, what_if=tuple(what_if),
-            clock_sync=clock_sync)).tables
+            clock_sync=clock_sync))
 
-    def ops(self, *, rank: int | None = None, peak_tflops: float | None = None
-            ) -> dict[str, pa.Table]:
-        """The op model (``traceviz ops``) by table name, with every call as
-        ``ops_calls``."""
-        result = self._run(("ops", rank, peak_tflops), lambda: ops.run(
+    def ops(self, *, rank: int | None = None, peak_tflops: float | None = None) -> OpModel:
+        """The op model (``traceviz ops``): ``.calls`` (every modelled call),
+        ``.by_shape``, ``.by_module``, ``.iterations`` (MFU), ... or ``.tables()`` by
+        name."""
+        return self._keep(("ops", rank, peak_tflops), lambda: ops.model_of(
             self._source(), rank=rank, peak_tflops=peak_tflops))
-        return {**result.tables, "ops_calls": result.data["calls"]}
 
     # ---- figures ----------------------------------------------------------------------
 
@@ -264,11 +279,11 @@ class Job:
         """Every figure the breakdown, the aggregation and the pipeline view draw, by file
         name; ``figure.figure()`` is a matplotlib figure (shown inline in Jupyter),
         ``figure.save(path)`` writes the PNG. Nothing is drawn until asked."""
-        self.breakdown()
-        out = dict(self._results[("breakdown", Options(), Params())].figures)
-        out.update(self._aggregate().figures)
+        out = breakdown_figures(self.breakdown().tables(), [])
+        layout, note = job_layout(self.path, self.folder, self.topology)
+        out.update(aggregate.aggregation_files(self.aggregation(), layout, note).figures)
         try:
-            out.update(self._pipeline(None, False).figures)
+            out.update(pipeline.views_result(self.pipeline_views()).figures)
         except TraceVizError:
             pass  # no pipeline in this job
         return out

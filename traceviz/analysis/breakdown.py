@@ -4,13 +4,16 @@ compute by the ledger's causes: :func:`.diagnose.ledger.idle_causes`), launch st
 queue length and memcpy bandwidth summaries (each module documents its definitions)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
 
 import pyarrow as pa
 
-from .activities import RankActivities
+from ..errors import TraceVizError
+from .activities import Options, RankActivities, activities
 from .diagnose.diagnosis import pipelines_of
 from .diagnose.ledger import Pipelines, idle_causes, rank_ledger
+from .diagnose.waits import SPLIT_COLUMNS, CommRows, attach, comm_rows, job_split
 from .idle import idle_breakdown
 from .kernels import top_kernels
 from .launch import launch_stats_summary
@@ -21,6 +24,9 @@ from .temporal import kernel_type_breakdown, sweep, temporal_breakdown
 COLUMNS = ("device", "ts", "dur", "launch_ts", "launch_dur", "iteration", "stream", "name",
            "cat", "kind", "launch_name", "bytes", "memory_bw_gbps", "correlation")
 OPTIONAL_COLUMNS = ("memory_bw_gbps",)  # tables parsed before it existed lack it
+# what :func:`breakdown_of` reads (the split of communication into wait / transfer too)
+READ_COLUMNS = tuple(dict.fromkeys(COLUMNS + SPLIT_COLUMNS))
+READ_OPTIONAL = OPTIONAL_COLUMNS + SPLIT_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -32,6 +38,55 @@ class Params:
     launch_delay_cutoff_ns: int = 100_000
     num_kernels: int = 10
     duration_ratio: float = 0.8
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Every table of the breakdown of a set of ranks (each with its declared schema where
+    the module making it declares one), and the ranks it covers (ascending)."""
+
+    idle_causes: pa.Table
+    temporal_breakdown: pa.Table
+    kernel_type_breakdown: pa.Table
+    top_kernels: pa.Table
+    idle_time_breakdown: pa.Table
+    launch_stats: pa.Table
+    queue_length_summary: pa.Table
+    memory_bw_summary: pa.Table
+    ranks: tuple[int, ...]
+
+    def tables(self) -> dict[str, pa.Table]:
+        """The tables by name (the names of their files)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "ranks"}
+
+
+def breakdown_of(loaded: Iterable[tuple[int, pa.Table]], options: Options = Options(),
+                 ranks: Sequence[int] | None = None, params: Params = Params(),
+                 failed: Sequence[str] = ()) -> Breakdown:
+    """The breakdown of the ranks ``loaded`` ((rank, table of :data:`READ_COLUMNS`), one
+    at a time: each is reduced to its activities before the next is read), or of those
+    among them in ``ranks``. With more than one rank, communication is split into wait
+    and transfer on synced clocks (every rank's calls are matched, selected or not).
+    ``failed``: why other ranks could not be loaded (named when none is left)."""
+    selected: list[RankActivities] = []
+    comm: dict[int, CommRows] = {}
+    for rank, table in loaded:
+        acts = activities(table, options, rank=rank)
+        comm[acts.rank] = comm_rows(table)
+        del table  # the activities hold only the buffers they read, not the whole table
+        if ranks is None or acts.rank in ranks:
+            selected.append(acts)
+    if not selected:
+        raise TraceVizError("no rank could be analysed" + (
+            ": " + "; ".join(failed) if failed else " (check --ranks)"))
+    selected.sort(key=lambda a: a.rank)
+    if len(comm) > 1:  # wait / transfer: every member of a call on synced clocks
+        split, _ = job_split(comm)
+        for acts in selected:
+            attach(acts, *split[acts.rank])
+    del comm
+    return Breakdown(**breakdown_tables(selected, params, options.hta_compat),
+                     ranks=tuple(a.rank for a in selected))
 
 
 def breakdown_tables(ranks: list[RankActivities], params: Params = Params(),

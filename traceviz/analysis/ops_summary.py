@@ -7,10 +7,13 @@ summed GPU time of the compute and memory kernels, so modelled + not modelled = 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .devices import device_of
 from .ops import RankOps
 
 SHAPE_KEYS = ("op", "family", "input_dims", "dtype", "phase")
@@ -106,3 +109,89 @@ def modelled_share(calls: pa.Table, not_modelled: pa.Table) -> tuple[int, int, i
         with_model = without = 0
     none = int(pc.sum(not_modelled["gpu_ns"]).as_py() or 0) if not_modelled.num_rows else 0
     return with_model, without, none
+
+
+@dataclass(frozen=True)
+class OpModel:
+    """The op model of a set of ranks (see the module doc). ``calls``: every modelled
+    call; ``by_shape`` / ``by_microbatch``: :func:`grouped` by shape (largest first) and
+    by phase and micro-batch; ``not_modelled``: GPU ns per op and reason, largest first;
+    ``by_module``: GPU ns per module, phase and kernel kind; ``iterations``: FLOPs,
+    TFLOP/s and MFU per rank and iteration. GPU ns of the compute / memory kernels:
+    ``modelled_ns`` + ``shapes_missing_ns`` + ``unmodelled_ns`` = ``total_ns``.
+    ``faster_than_peak``: calls whose % of peak is left out (n/a: above the peak);
+    ``above_full_mfu``: rank-iterations whose MFU is left out (above 100 %); ``ranks``:
+    the ranks modelled."""
+
+    ranks: tuple[int, ...]
+    calls: pa.Table
+    by_shape: pa.Table
+    by_microbatch: pa.Table
+    not_modelled: pa.Table
+    by_module: pa.Table
+    iterations: pa.Table
+    device: str | None
+    peak_tflops: float | None
+    modelled_ns: int
+    shapes_missing_ns: int
+    unmodelled_ns: int
+    faster_than_peak: int
+    above_full_mfu: int
+
+    @property
+    def total_ns(self) -> int:
+        return self.modelled_ns + self.shapes_missing_ns + self.unmodelled_ns
+
+    def tables(self) -> dict[str, pa.Table]:
+        """The summaries by file name."""
+        return {"ops_by_shape": self.by_shape, "ops_by_microbatch": self.by_microbatch,
+                "ops_not_modelled": self.not_modelled, "ops_by_module": self.by_module,
+                "ops_iterations": self.iterations}
+
+
+def op_model(ranks: list[RankOps]) -> OpModel:
+    """The op model of ``ranks`` (:func:`.ops.rank_ops` of each)."""
+    calls = concat(ranks, "calls")
+    not_modelled = concat(ranks, "not_modelled")
+    with_model, shapes_missing, none = modelled_share(calls, not_modelled)
+    total = with_model + shapes_missing + none
+    missing = (calls.filter(pc.and_(pc.is_null(calls["flops"]), pc.is_null(calls["bytes"])))
+               if calls.num_rows else calls)
+    mods = concat(ranks, "modules")
+    mod_table = summed(mods, ["module", "phase", "kind"],
+                       int(pc.sum(mods["gpu_ns"]).as_py() or 0)) if mods.num_rows else mods
+    iters = concat(ranks, "iterations")
+    device = ranks[0].device if ranks else None
+    peak = ranks[0].peak_tflops if ranks else None
+    faster = (calls.filter(pc.and_(pc.is_valid(calls["tflops"]),
+                                   pc.is_null(calls["pct_peak_flops"]))).num_rows
+              if calls.num_rows and device_of(device) else 0)
+    above = (iters.filter(pc.and_(pc.is_valid(iters["model_tflops"]),
+                                  pc.is_null(iters["mfu_pct"]))).num_rows
+             if iters.num_rows and peak else 0)
+    return OpModel(ranks=tuple(r.rank for r in ranks), calls=calls, by_shape=grouped(calls),
+                   by_microbatch=grouped(calls, MICROBATCH_KEYS),
+                   not_modelled=_unmodelled(not_modelled, missing, total),
+                   by_module=mod_table, iterations=iters, device=device, peak_tflops=peak,
+                   modelled_ns=with_model, shapes_missing_ns=shapes_missing,
+                   unmodelled_ns=none, faster_than_peak=faster, above_full_mfu=above)
+
+
+def _unmodelled(not_modelled: pa.Table, missing: pa.Table, total: int) -> pa.Table:
+    """GPU ns per (op, why it has no FLOPs / bytes), largest first, with its share."""
+    acc: dict[tuple[str, str], int] = {}
+    for table, why in ((not_modelled, "no modelled operator"),
+                       (missing, "modelled op without shapes")):
+        if table.num_rows:
+            for op, ns in zip(table["op"].to_pylist(), table["gpu_ns"].to_pylist()):
+                acc[(op, why)] = acc.get((op, why), 0) + ns
+    items = sorted(acc.items(), key=lambda kv: -kv[1])
+    return pa.table({"op": [k[0] for k, _ in items], "why": [k[1] for k, _ in items],
+                     "gpu_ns": pa.array([v for _, v in items], pa.int64()),
+                     "pct_of_gpu_time": pa.array([share(v, total) for _, v in items],
+                                                 pa.float64())})
+
+
+def share(part: int, total: int) -> float | None:
+    """``part`` as a percent of ``total`` (None when ``total`` is not positive)."""
+    return 100.0 * part / total if total > 0 else None

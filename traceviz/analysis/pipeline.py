@@ -26,9 +26,12 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from ..errors import TraceVizError
 from ..intervals import measure
 from ..table.schema import COMM, OPTIMIZER, collective, group
 from .activities import RankActivities
+from .diagnose.diagnosis import Diagnosis
+from .microbatches import microbatch_table
 from .pipeline_phases import largest_gaps, phases
 from .schedule import Step, simulate
 
@@ -184,3 +187,100 @@ def step_length(meta: dict, iteration: int) -> int | None:
         if step.get("iteration") == iteration:
             return int(step["dur"])
     return None
+
+
+# the largest losses against the ideal schedule, per PP group (:mod:`.pipeline_phases`)
+GAPS_SCHEMA = pa.schema([("pp_group", pa.int32()), ("kind", pa.string()),
+                         ("ns", pa.int64()), ("stage", pa.int32()), ("what", pa.string())])
+
+
+@dataclass
+class GroupView:
+    """One PP group's view: its index among the job's PP groups, its ranks (one per
+    stage), the ProfilerStep it covers (None: a timer dump's) and what is drawn over its
+    rows (rank, "P2P" / "optimizer", start, end; the activities' clock)."""
+
+    index: int
+    ranks: list[int]
+    iteration: int | None
+    view: PipelineView
+    marks: list[tuple[int, str, int, int]]
+
+
+@dataclass
+class PipelineViews:
+    """The views of the PP groups looked at, and what a reader must know."""
+
+    groups: list[GroupView]
+    notes: list[str]
+
+    @property
+    def stages(self) -> pa.Table:
+        """Per PP group and stage (STAGES_SCHEMA + ``pp_group``)."""
+        return pa.concat_tables([g.view.stages.append_column(
+            "pp_group", pa.array([g.index] * g.view.stages.num_rows, pa.int32()))
+            for g in self.groups])
+
+    @property
+    def gaps(self) -> pa.Table:
+        """The largest losses against the ideal schedule (GAPS_SCHEMA)."""
+        return pa.Table.from_pylist([{"pp_group": g.index, **gap} for g in self.groups
+                                     for gap in g.view.gaps], schema=GAPS_SCHEMA)
+
+
+def focus_group(groups: list[list[int]], ranks: list[int]) -> list[int] | None:
+    """The PP group to show first: the one holding the first of ``ranks`` (the
+    stragglers, worst first, then the ranks the chains of waits run through) that is in
+    one; None when none is."""
+    for r in ranks:
+        for g in groups:
+            if r in g:
+                return g
+    return None
+
+
+def pipeline_views(ranks: dict[int, RankActivities], diag: Diagnosis,
+                   every: list[list[int]], iteration: int | None = None,
+                   vpp: int | None = None, all_groups: bool = False,
+                   where: str = "the job") -> PipelineViews | None:
+    """The views of ``iteration`` (default: the first with micro-batches) of the PP
+    groups among ``every`` (the job's) whose ranks are all in ``ranks`` (clock-synced
+    activities; ``diag`` their diagnosis): by default the one group holding the first
+    straggler (or the chains of waits), every group with ``all_groups``. None when the
+    ranks did not profile ``iteration``. ``vpp`` None: as the tables were classified.
+    ``where`` names the ranks in errors."""
+    rows = microbatch_table(list(ranks.values())).to_pylist()
+    its = sorted({r["iteration"] for r in rows})
+    if not its:
+        raise TraceVizError(f"{where}: no micro-batches found (no forward / backward steps)")
+    it = iteration if iteration is not None else its[0]
+    if it not in its:
+        return None
+    rows = [r for r in rows if r["iteration"] == it]
+    have = {r["rank"] for r in rows}
+    groups = [g for g in every if set(g) <= have]
+    if not groups:
+        raise TraceVizError(f"{where}: no PP group has all its ranks")
+    strag = diag.stragglers.to_pylist()
+    first = focus_group(groups, [s["rank"] for s in strag] + diag.chain_ranks())
+    notes = []
+    if not all_groups and first:
+        notes.append(f"PP group {groups.index(first)} (ranks {first}) shown: "
+                     + ("it holds straggler rank "
+                        f"{next(s['rank'] for s in strag if s['rank'] in first)}"
+                        if any(s["rank"] in first for s in strag) else
+                        "the iteration's chain of waits runs through it")
+                     + " (--all-groups draws every group)")
+    views = []
+    for grp in groups if all_groups else [first or groups[0]]:
+        if vpp is None:  # as the tables were classified (found from the traces)
+            found = {(ranks[r].meta.get("classification") or {}).get("vpp") or 1 for r in grp}
+            if len(found) > 1:
+                raise TraceVizError(f"{where}: the stages of PP group {grp} were parsed with "
+                                    f"different vpp {sorted(found)}; parse again with --vpp")
+            vpp = found.pop()
+        lengths = {r: step_length(ranks[r].meta, it) for r in grp}
+        marks = [(r, *m) for r in grp for m in stage_marks(ranks[r], it)]
+        view = pipeline_view(rows, grp, vpp, {r: n for r, n in lengths.items() if n}, strag)
+        views.append(GroupView(groups.index(grp), grp, it, view, marks))
+    return PipelineViews(views, notes)

@@ -54,8 +54,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..table.arrays import group_positions
 from ..table import parked
+from ..table.arrays import group_positions
 from ..table.parked import InMemory
 from ..table.schema import BWD, FWD, OPTIMIZER, OTHER, RECOMPUTE
 from ..topology.schedule import schedule_table, warmup

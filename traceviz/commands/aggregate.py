@@ -19,25 +19,16 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..analysis.activities import activities
-from ..analysis.calls import COLUMNS as CALL_COLUMNS
-from ..analysis.clocks import collective_ends, synchronize
-from ..analysis.diagnose.diagnosis import Diagnosis, diagnosis_of
-from ..analysis.diagnose.ledger import Pipelines
-from ..analysis.diagnose.waits import SPLIT_COLUMNS, attach, job_comm, split_rows
-from ..analysis.microbatches import (
-    COLUMNS,
-    categorized,
-    category_spans,
-    microbatch_table,
-)
+from ..analysis.aggregation import READ_COLUMNS, Aggregation, aggregation_of
+from ..analysis.diagnose.diagnosis import Diagnosis
 from ..errors import TraceVizError
 from ..ingest.tables import ensure_tables, rank_tables
 from ..ingest.topology import job_layout
 from ..render.breakdown_figures import representative
 from ..render.figures import Figure
 from ..render.timeline import overlap_bars, time_window, timeline
-from ..table.schema import is_activity_table, metadata
+from ..table.schema import is_activity_table
+from ..topology.layout import Layout
 from .result import Result
 
 RANK_FIGURES = 64  # ranks up to which "auto" draws every rank's figures
@@ -62,52 +53,49 @@ def figure_ranks(mb: pa.Table, ranks: list[int], which: str, diag: Diagnosis | N
     return {r for r, _ in representative(idle)} | (outliers & set(ranks))
 
 
-def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
-                     topology: str | os.PathLike | None = None,
-                     figures: bool = True, rank_figures: str = "auto") -> Result:
-    """Tables and figures of one folder of rank tables (see the module doc); paths are
-    relative to ``folder``; per-rank figures for :func:`figure_ranks` (``rank_figures``).
-    ``data``: folder, ranks, sync."""
+def folder_aggregation(root: Path, folder: Path, alignment: str = "synced",
+                       topology: str | os.PathLike | None = None
+                       ) -> tuple[Aggregation, list[str], Layout | None, str | None]:
+    """The aggregation of one folder of rank tables, the ranks that could not be read
+    (one line each), the job's layout and why it is not known (None when it is)."""
     files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
     failed: list[str] = []
-    columns = tuple(dict.fromkeys(COLUMNS + CALL_COLUMNS + SPLIT_COLUMNS))
-    tables = {rank: t for rank, _, t in rank_tables(files, columns, failed)}
+    tables = {rank: t for rank, _, t in rank_tables(files, READ_COLUMNS, failed)}
     if not tables:
         raise TraceVizError(f"{folder}: no parsed rank tables (run 'traceviz batch' first)")
-    sync = synchronize({r: collective_ends(t) for r, t in tables.items()})
-    notes = [f"note: rank {r}: its trace is cut at byte {cut}; what it ran after the cut is "
-             "missing" for r, t in sorted(tables.items())
-             if (cut := (metadata(t).get("stats") or {}).get("truncated_at")) is not None]
-    linked = sync.linked()
-    if alignment == "synced" and len(tables) > 1 and not linked.all():
-        unlinked = sync.ranks[~linked].tolist()
-        if not linked.any():
-            alignment = "global"
-            notes.append("note: clocks not synced: no collective of a known process group "
-                         "links the ranks; tables and figures use each rank's own clock")
-        else:
-            notes.append(f"note: clocks of ranks {unlinked} not synced (no collective links "
-                         "them to another rank): they keep their own clock")
-    # wait / transfer: every call's members on synced clocks, whatever the figures use
-    jc = job_comm(tables, {r: sync.offset_of(r) for r in tables},
-                  len(tables) > 1 and bool(linked.any()))
     layout, layout_note = job_layout(root, folder, topology)
     groups = (layout.groups()["PIPELINE_MODEL_PARALLEL_GROUP"] if layout is not None
               and layout.world >= max(tables) + 1 else None)
-    diag = diagnosis_of(jc, groups)
-    pipelines = Pipelines.of(groups or [], 0)
-    ranks = jc.acts if alignment == "synced" else [
-        attach(activities(tables[r], rank=r), *split_rows(jc, r, tables[r].num_rows))
-        for r in sorted(tables)]
-    del tables, jc
-    cats = [categorized(a, pipelines) for a in ranks]
-    mb, spans = microbatch_table(ranks), category_spans(cats)
+    return aggregation_of(tables, alignment, groups), failed, layout, layout_note
+
+
+def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
+                     topology: str | os.PathLike | None = None,
+                     figures: bool = True, rank_figures: str = "auto") -> Result:
+    """Tables and figures of one folder of rank tables (see the module doc), paths
+    relative to ``folder``."""
+    agg, failed, layout, layout_note = folder_aggregation(root, folder, alignment, topology)
+    res = aggregation_files(agg, layout, layout_note, figures, rank_figures)
+    res.failed = failed
+    sync = agg.sync
+    worst = max((x for x in sync.max_abs_residual if x == x), default=0.0)
+    clocks = (f"clock offsets up to {abs(sync.offsets).max() / 1e3:.1f} µs (largest "
+              f"residual {worst / 1e3:.1f} µs)" if sync.linked().any() else "clocks not synced")
+    res.lines.append(f"{folder}: {len(agg.ranks)} ranks; {clocks}")
+    return res
+
+
+def aggregation_files(agg: Aggregation, layout: Layout | None, layout_note: str | None,
+                      figures: bool = True, rank_figures: str = "auto") -> Result:
+    """The tables, per-rank CSVs and figures of ``agg`` by file name; per-rank figures
+    for :func:`figure_ranks` (``rank_figures``), group figures where the ``layout`` is
+    known (``layout_note``: why it is not)."""
+    mb, spans, cats, alignment = (agg.microbatches, agg.category_spans, agg.ranks,
+                                  agg.alignment)
     res = Result(tables={"microbatches": mb, "category_spans": spans},
-                 csv={"clock_offsets.csv": sync.table()},
-                 data={"folder": folder, "ranks": [a.rank for a in ranks], "sync": sync},
-                 failed=failed)
-    res.notes += notes
-    res.data["alignment"] = alignment
+                 csv={"clock_offsets.csv": agg.clock_offsets}, notes=list(agg.notes),
+                 data={"alignment": agg.alignment})
+    diag = agg.diagnosis
     drawn = figure_ranks(mb, [rc.rank for rc in cats], rank_figures, diag) if figures \
         else set()
     if figures and len(drawn) < len(cats):
@@ -169,11 +157,23 @@ def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
 def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
         alignment: str = "synced", topology: str | os.PathLike | None = None,
         jobs: int = 0, figures: bool = True, quiet: bool | None = None,
-        vpp: int | None = None, rank_figures: str = "auto") -> list[Result]:
-    """One result per folder of rank tables of ``root`` (parsed into ``outdir`` first
-    when ``root`` has none); each is written into its own folder
-    (``result.data["folder"]``)."""
+        vpp: int | None = None, rank_figures: str = "auto") -> Result:
+    """Every folder of rank tables of ``root`` (parsed into ``outdir`` first when
+    ``root`` has none), each one's outputs in that folder: paths relative to
+    ``data["root"]``, the folders' common parent; ``data["alignment"]``: each folder's
+    clock alignment."""
     root = Path(root)
     folders = ensure_tables(root, outdir, jobs=jobs, topology=topology, vpp=vpp, quiet=quiet)
-    return [aggregate_folder(root, f, alignment, topology, figures, rank_figures)
-            for f in folders]
+    common = Path(os.path.commonpath([os.path.abspath(f) for f in folders]))
+    out = Result(data={"root": common, "alignment": {}})
+    for folder in folders:
+        res = aggregate_folder(root, folder, alignment, topology, figures, rank_figures)
+        under = Path(os.path.relpath(os.path.abspath(folder), common))
+        for kind in ("tables", "csv", "figures"):
+            getattr(out, kind).update({os.fspath(under / name): v
+                                       for name, v in getattr(res, kind).items()})
+        out.lines += res.lines
+        out.notes += res.notes
+        out.failed += res.failed
+        out.data["alignment"][folder] = res.data["alignment"]
+    return out

@@ -9,53 +9,28 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..analysis.activities import Options, RankActivities, activities
-from ..analysis.breakdown import COLUMNS, OPTIONAL_COLUMNS, Params, breakdown_tables
-from ..analysis.diagnose.waits import (
-    SPLIT_COLUMNS,
-    CommRows,
-    attach,
-    comm_rows,
-    job_split,
-)
-from ..errors import TraceVizError
+from ..analysis.activities import Options
+from ..analysis.breakdown import READ_COLUMNS, READ_OPTIONAL, Params, breakdown_of
 from ..ingest.tables import input_files, rank_tables
 from ..ingest.topology import job_layout
 from ..render.breakdown_figures import breakdown_figures
 from ..render.rank_spread import LISTED, spread_lines
 from .result import Result
 
-_COLUMNS = tuple(dict.fromkeys(COLUMNS + SPLIT_COLUMNS))
-
 
 def run(paths: list[str | os.PathLike], options: Options = Options(), *,
         ranks: tuple[int, ...] | None = None, params: Params = Params()) -> Result:
-    """Load, select and analyse every rank of ``paths``."""
-    selected: list[RankActivities] = []
+    """The breakdown of every rank of ``paths`` (or of ``ranks``) as files: its tables,
+    their figures and the console summary."""
     failed: list[str] = []
-    comm: dict[int, CommRows] = {}
-    for rank, _, table in rank_tables(input_files(paths), _COLUMNS, failed,
-                                      OPTIONAL_COLUMNS + SPLIT_COLUMNS):
-        acts = activities(table, options, rank=rank)
-        comm[acts.rank] = comm_rows(table)
-        del table  # the activities hold only the buffers they read, not the whole table
-        if ranks is None or acts.rank in ranks:
-            selected.append(acts)
-    if not selected:
-        raise TraceVizError("no rank could be analysed" + (
-            ": " + "; ".join(failed) if failed else " (check --ranks)"))
-    selected.sort(key=lambda a: a.rank)
-    if len(comm) > 1:  # wait / transfer: every member of a call on synced clocks
-        split, _ = job_split(comm)
-        for acts in selected:
-            attach(acts, *split[acts.rank])
-    del comm
-    tables = breakdown_tables(selected, params, options.hta_compat)
+    loaded = ((rank, table) for rank, _, table in rank_tables(
+        input_files(paths), READ_COLUMNS, failed, READ_OPTIONAL))
+    result = breakdown_of(loaded, options, ranks, params, failed)
+    tables = result.tables()
     notes: list[str] = []
     return Result(tables=tables, figures=breakdown_figures(tables, notes),
-                  lines=summary_lines(tables, _stages(paths) if len(selected) > LISTED
-                                      else None), notes=notes,
-                  data={"ranks": [a.rank for a in selected]}, failed=failed)
+                  lines=summary_lines(tables, _stages(paths) if len(result.ranks) > LISTED
+                                      else None), notes=notes, failed=failed)
 
 
 def _share(r: dict, key: str) -> float | None:

@@ -45,8 +45,8 @@ def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> dict[
     outcomes = batch.run(job, tables, jobs=min(2, os.cpu_count() or 1), quiet=True, cpu=True)
     steps["parsed tables"] = tables
     echo(f"batch: {sum(o.status == 'parsed' for o in outcomes)} ranks parsed -> {tables}")
-    agg = aggregate.run(job, tables, quiet=True)[0]
-    folder = agg.data["folder"]
+    agg = aggregate.run(job, tables, quiet=True)
+    folder = agg.data["root"]  # one profiled iteration: its one folder
     written = write(agg, folder)
     steps["aggregate (micro-batches, clocks, figures)"] = folder
     echo(f"aggregate: {len(written)} tables and figures -> {folder}")
@@ -84,7 +84,7 @@ def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> dict[
     write(Result(texts={str(page): html.page_of(
         "traceviz demo job", rep.data["report"], brk, pipe, "",
         agg.tables["microbatches"].to_pylist(), html.pipeline_places(job, folder, None),
-        synced=agg.data["alignment"] == "synced", model=model)}),
+        synced=agg.data["alignment"][folder] == "synced", model=model)}),
         ".")
     steps["HTML report (open in a browser)"] = page
     echo(f"html: {page}")

@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from ..analysis.activities import COLUMNS as ACTIVITY_COLUMNS
 from ..analysis.calls import COLUMNS as CALL_COLUMNS
+from ..analysis.critical_path.paths import job_path, what_if_context
 from ..analysis.diagnose.advice import advise
 from ..analysis.diagnose.diagnosis import Diagnosis, diagnose
 from ..analysis.diagnose.diagnosis import diagnosis_of as diagnose_comm
@@ -22,13 +23,13 @@ from ..errors import TraceVizError
 from ..ingest.tables import (
     has_cpu_tables,
     input_files,
+    load_with_cpu,
     one_folder,
     rank_tables,
     tables_folder,
 )
 from ..ingest.topology import job_layout
 from ..render.diagnosis_text import advice_lines, diagnosis_text, ledger_lines
-from .critical_path import job_path, what_if_context
 from .result import Result
 
 COLUMNS = tuple(dict.fromkeys(ACTIVITY_COLUMNS + CALL_COLUMNS + META_COLUMNS))
@@ -62,7 +63,7 @@ def diagnosis_of(root: str | os.PathLike, topology: str | os.PathLike | None = N
         cpu_folder = tables_folder(root, cpu=True)
         if has_cpu_tables(cpu_folder):
             notes: list[str] = []
-            jp = job_path(cpu_folder, notes)
+            jp = job_path(load_with_cpu(cpu_folder), notes, where=str(cpu_folder))
             diag = diagnose_comm(jp.jc, _pipelines(root, folder, topology, jp.jc.acts))
             ctx = what_if_context(jp.jc, jp.jg, jp.measured, diag)
             diag.notes += [n for n in notes if n not in diag.notes]

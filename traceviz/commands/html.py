@@ -21,7 +21,7 @@ from ..render.interactive import (
     to_html,
 )
 from . import breakdown, ops, pipeline
-from .aggregate import aggregate_folder
+from .aggregate import folder_aggregation
 from .report import make_report
 from .result import Result
 
@@ -112,9 +112,9 @@ def run(root: str | os.PathLike, output: str | os.PathLike, overrides: dict | No
     except TraceVizError as exc:
         pipe, why = None, f"no pipeline view: {exc}"
     try:
-        windows = aggregate_folder(root, folder, topology=topology, figures=False)
-        mb, no_timeline = windows.tables["microbatches"].to_pylist(), ""
-        synced = windows.data["alignment"] == "synced" or len(windows.data["ranks"]) == 1
+        windows = folder_aggregation(root, folder, topology=topology)[0]
+        mb, no_timeline = windows.microbatches.to_pylist(), ""
+        synced = windows.alignment == "synced" or len(windows.ranks) == 1
     except TraceVizError as exc:
         mb, synced, no_timeline = [], False, f"no timeline: {exc}"
     placed = pipeline_places(root, folder, topology)

@@ -114,8 +114,8 @@ def _trace_flops(root: Path, peak: float | None) -> dict:
         return {**none, "why": "no tables"}
     if not has_cpu_tables(folder):
         return {**none, "why": "the ranks' CPU tables are not parsed: run 'traceviz ops'"}
-    model = ops.run(folder, peak_tflops=peak)
-    iters = model.data["iterations"].to_pylist()
+    model = ops.model_of(folder, peak_tflops=peak)
+    iters = model.iterations.to_pylist()
     tf = [r["model_tflops"] for r in iters if r["model_tflops"] is not None]
     mfu = [r["mfu_pct"] for r in iters if r["mfu_pct"] is not None]
     if not tf:
@@ -123,7 +123,7 @@ def _trace_flops(root: Path, peak: float | None) -> dict:
     # a mean over the rank-iterations that have an MFU would hide the others
     whole = len(mfu) == len(tf)
     why = (None if whole else "the device's peak is unknown: set --peak-tflops"
-           if not model.data["peak_tflops"] else
+           if not model.peak_tflops else
            "above 100 % of the peak for some iteration: the peak (--peak-tflops) or the "
            "recorded shapes are wrong")
     return {"tflops_per_gpu": float(np.mean(tf)),

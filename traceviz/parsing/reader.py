@@ -22,7 +22,7 @@ from . import fields as L
 from .budget import SEGMENT_OVERHEAD
 from .columns import ColumnStore, SpillBudget
 from .header import Header
-from .long_strings import C_CUTS, C_FIRST, C_GONE, MAX_EVENT, MAX_STRING, compact, position
+from .long_strings import C_CUTS, C_FIRST, MAX_EVENT, MAX_STRING, compact, position
 from .long_strings import new_state as new_cut_state
 from .scanner import _thread, scan
 from .segments import EVENT_BOUNDARY, HEAD_BYTES, Segment, Splitter
@@ -260,8 +260,8 @@ def _scan(source: ByteSource | FileRange | Segment, budget: SpillBudget, chunk_s
                     if buf.shape[0] >= MAX_EVENT:
                         raise TraceError(
                             source.name, f"an event or value larger than "
-                            f"{MAX_EVENT / 2**20:g} MB (after cutting its strings to {MAX_STRING >> 10} KiB) "
-                            "starts here", offset=offset,
+                            f"{MAX_EVENT / 2**20:g} MB (after cutting its strings to "
+                            f"{MAX_STRING >> 10} KiB) starts here", offset=offset,
                             hint="no profiler writes one: the file is damaged or not a "
                                  "trace; remove that event or re-export the trace")
                     bigger = np.empty(buf.shape[0] * 2, dtype=np.uint8)

@@ -1,0 +1,90 @@
+"""The aggregation of one folder of rank tables: every rank's micro-batch steps and
+Megatron-TraceViz category spans on one clock, the clock offsets that put them there, and
+the diagnosis that picks which ranks a figure shows.
+
+Clock alignment (``alignment``): ``synced`` puts every rank on one clock from collective
+end times (:mod:`.clocks`); ranks no collective links keep their own clock, and when none
+is linked the aggregation falls back to ``global`` (each rank's own clock), saying so in
+``notes``. Communication is split into wait / transfer on synced clocks whatever the
+alignment (:mod:`.diagnose.waits`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from ..errors import TraceVizError
+from ..table.schema import metadata
+from .activities import activities
+from .calls import COLUMNS as CALL_COLUMNS
+from .clocks import ClockSync, collective_ends, synchronize
+from .diagnose.diagnosis import Diagnosis, diagnosis_of
+from .diagnose.ledger import Pipelines
+from .diagnose.waits import SPLIT_COLUMNS, attach, job_comm, split_rows
+from .microbatches import COLUMNS, RankCategories, categorized, category_spans, microbatch_table
+
+# the columns the aggregation reads of a parsed table
+READ_COLUMNS = tuple(dict.fromkeys(COLUMNS + CALL_COLUMNS + SPLIT_COLUMNS))
+ALIGNMENTS = ("synced", "global")
+
+
+@dataclass
+class Aggregation:
+    """One folder's aggregation (see the module doc). ``microbatches``: per rank,
+    iteration, phase and micro-batch step (ns); ``category_spans``: per rank, iteration
+    and category; ``clock_offsets``: per rank, its offset and residuals (ns);
+    ``alignment``: the clock the tables use (``synced`` or ``global``); ``ranks``: each
+    rank's categorized activities (ascending); ``notes``: what a reader must know (cut
+    traces, ranks whose clocks are not synced)."""
+
+    microbatches: pa.Table
+    category_spans: pa.Table
+    sync: ClockSync
+    alignment: str
+    ranks: list[RankCategories]
+    diagnosis: Diagnosis
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def clock_offsets(self) -> pa.Table:
+        return self.sync.table()
+
+
+def aggregation_of(tables: dict[int, pa.Table], alignment: str = "synced",
+                   pipeline_groups: list[list[int]] | None = None) -> Aggregation:
+    """The aggregation of ``tables`` (rank -> table of :data:`READ_COLUMNS`; emptied as
+    they are reduced to their activities), ``pipeline_groups``: the job's PP groups when
+    known (the diagnosis and the categories use them)."""
+    if alignment not in ALIGNMENTS:
+        raise TraceVizError(f"alignment {alignment!r}: use one of {', '.join(ALIGNMENTS)}")
+    if not tables:
+        raise TraceVizError("no rank tables to aggregate")
+    sync = synchronize({r: collective_ends(t) for r, t in tables.items()})
+    notes = [f"note: rank {r}: its trace is cut at byte {cut}; what it ran after the cut is "
+             "missing" for r, t in sorted(tables.items())
+             if (cut := (metadata(t).get("stats") or {}).get("truncated_at")) is not None]
+    linked = sync.linked()
+    if alignment == "synced" and len(tables) > 1 and not linked.all():
+        unlinked = sync.ranks[~linked].tolist()
+        if not linked.any():
+            alignment = "global"
+            notes.append("note: clocks not synced: no collective of a known process group "
+                         "links the ranks; tables and figures use each rank's own clock")
+        else:
+            notes.append(f"note: clocks of ranks {unlinked} not synced (no collective links "
+                         "them to another rank): they keep their own clock")
+    # wait / transfer: every call's members on synced clocks, whatever the figures use
+    jc = job_comm(tables, {r: sync.offset_of(r) for r in tables},
+                  len(tables) > 1 and bool(linked.any()))
+    diag = diagnosis_of(jc, pipeline_groups)
+    pipelines = Pipelines.of(pipeline_groups or [], 0)
+    ranks = jc.acts if alignment == "synced" else [
+        attach(activities(tables[r], rank=r), *split_rows(jc, r, tables[r].num_rows))
+        for r in sorted(tables)]
+    tables.clear()
+    del jc
+    cats = [categorized(a, pipelines) for a in ranks]
+    return Aggregation(microbatches=microbatch_table(ranks), category_spans=category_spans(cats),
+                       sync=sync, alignment=alignment, ranks=cats, diagnosis=diag,
+                       notes=notes)

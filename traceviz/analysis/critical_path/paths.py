@@ -1,0 +1,348 @@
+"""The critical path of one rank or of a job, as typed results (what ``traceviz
+critical-path`` writes and ``Job.critical_path`` returns).
+
+One rank with ``hta_compat``: HTA's graph and longest path over one annotation instance,
+summarised by HTA's ``bound_by`` (:class:`HtaPath`). Otherwise (one rank or a job): every
+rank's graph joined through the collectives on synced clocks, the path back from the
+iteration's last joined point, its time by category, rank and phase (parts add up to the
+iteration), and ``what_if`` re-timings (:class:`CriticalPath`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from ...errors import TraceVizError
+from ...table.schema import metadata
+from ..diagnose.diagnosis import Diagnosis, diagnosis_of
+from ..diagnose.waits import JobComm, job_comm
+from ..host_device import SYNC, rank_events
+from ..microbatches import microbatch_table
+from ..pipeline import pipeline_view
+from . import job as J
+from . import rank_graph as R
+from . import what_if as W
+from .graph import longest_path, path_edges
+from .summary import BOUND_BY, bound_by, breakdown
+from .tables import by, job_path_table, parts, phases_of, rank_path_table
+
+
+def rank_label(rank: int) -> str:
+    return f"rank {rank}" if rank >= 0 else "rank n/a"
+
+
+def window_of(ev, ann: str | None, inst: int, notes: list[str], exact: bool = False
+              ) -> R.Window:
+    """The window of ``ann`` / ``inst``; without an annotation, the ProfilerStep
+    instance, or the whole trace when it has no ProfilerStep (said in ``notes``)."""
+    if ann is None:
+        if any(R.DEFAULT_ANNOTATION in t for t in ev.names):
+            ann = R.DEFAULT_ANNOTATION
+        else:
+            if not any("whole trace" in n for n in notes):
+                notes.append("no ProfilerStep in the trace: the whole trace is analysed "
+                             "(pick a window with --annotation)")
+            ann = ""
+    return R.window(ev, ann, inst, exact)
+
+
+@dataclass
+class HtaPath:
+    """HTA's longest path on one rank: the path's edges (``table``), per ``bound_by``
+    label HTA's weighted ns / % and the ns its edges cover on the clock
+    (``summary``: they add up to the path's span, ``span_ns``), the path's nodes and
+    weighted total; ``segments`` / ``tracks``: what its figure and Perfetto tracks
+    draw; ``what``: the window's name; ``what_if``: as :class:`CriticalPath`'s."""
+
+    rank: int
+    what: str
+    table: pa.Table
+    summary: pa.Table
+    nodes: int
+    total_ns: int
+    span_ns: int
+    bound_by: dict[str, float | None]
+    segments: dict
+    tracks: dict
+    notes: list[str] = field(default_factory=list)
+    what_if: pa.Table | None = None
+
+    def tables(self) -> dict[str, pa.Table]:
+        """The tables by file name (the summary is written as CSV only)."""
+        out = {"critical_path": self.table}
+        if self.what_if is not None:
+            out["critical_path_what_if"] = self.what_if
+        return out
+
+
+@dataclass
+class CriticalPath:
+    """The path back from the iteration's last joined point (``table``: its edges), its
+    time by category (``by_category``: adds up to the iteration, ``iteration_ns``), by
+    rank and by phase (add up to the path, ``span_ns``), the ranks it runs through in
+    order (``hops``), and the what-ifs (``what_if``: per re-timing, the iteration before
+    and after; None without). ``where``: what the path is of (window, ranks, clocks);
+    ``segments`` / ``tracks``: what its figure and Perfetto tracks draw."""
+
+    table: pa.Table
+    by_category: pa.Table
+    by_rank: pa.Table
+    by_phase: pa.Table
+    what_if: pa.Table | None
+    span_ns: int
+    iteration_ns: int
+    edges: int
+    hops: list[int]
+    ranks: int
+    where: str
+    segments: dict
+    tracks: dict
+    notes: list[str] = field(default_factory=list)
+
+    def tables(self) -> dict[str, pa.Table]:
+        """The tables by file name."""
+        out = {"critical_path": self.table, "critical_path_by_category": self.by_category,
+               "critical_path_by_rank": self.by_rank, "critical_path_by_phase": self.by_phase}
+        if self.what_if is not None:
+            out["critical_path_what_if"] = self.what_if
+        return out
+
+
+def _what(w: R.Window) -> str:
+    """The window, as the first line names it."""
+    return (w.names[0] if len(w.names) == 1 else "the whole trace" if not w.annotation
+            else f"{w.annotation} instances {w.instances}")
+
+
+def rank_path(gpu: pa.Table, cpu: pa.Table, ann: str | None, inst: int, hta_compat: bool,
+              what_if: list[str], exact: bool = False) -> HtaPath | CriticalPath:
+    """One rank's path: the job's model on the one rank (parts add up to the window's
+    joined span), or with ``hta_compat`` HTA's model and numbers."""
+    ev = rank_events(gpu, cpu, hta_compat=hta_compat)
+    notes: list[str] = []
+    w = window_of(ev, ann, inst, notes, exact)
+    rg = R.build(ev, w, hta_compat)
+    notes += rg.notes
+    jg = J.join([rg], [J.kernel_info(gpu)], {})
+    measured = J.measure(jg, jg.own)
+    result: HtaPath | CriticalPath
+    if hta_compat:
+        result = hta_path(rg, gpu, notes)
+        if not (ev.cls == SYNC).any():
+            result.notes.append("the trace has no cuda_sync events: HTA's model has no "
+                                "edge from the GPU work a synchronising call waited for "
+                                "(without --hta-compat they are inferred)")
+    else:
+        notes += [n for n in jg.notes if n not in notes]
+        stage = (metadata(gpu).get("classification") or {}).get("stage")
+        result = path_of(jg, measured, [rg], [phases_of(gpu)], {ev.rank: stage}, {}, notes,
+                         inst)
+    if what_if:
+        result.what_if = what_ifs(W.Context(jg, measured), what_if)
+    return result
+
+
+def hta_path(rg: R.RankGraph, gpu: pa.Table, notes: list[str]) -> HtaPath:
+    """HTA's longest path over the rank graph and its bound_by summary: ``ns`` / ``pct``
+    are HTA's (edge weights: dependency and sync edges weigh 0), ``clock_ns`` the time
+    the path's edges of each label cover on the clock (they add up to the path's span)."""
+    ev, w = rg.events, rg.window
+    nodes, _ = longest_path(rg.graph)
+    edges = path_edges(rg.graph, nodes)
+    labels = bound_by(rg.graph, ev, edges)
+    b = breakdown(rg.graph.weight[edges], labels)
+    g = rg.graph
+    clock = g.node_ts[g.dst[edges]] - g.node_ts[g.src[edges]]
+    clock_ns = np.bincount(labels, weights=clock, minlength=len(BOUND_BY)).astype(np.int64)
+    span = int(clock.sum())
+    table = rank_path_table(rg, edges, labels, phases_of(gpu))
+    summary = pa.table({"bound_by": list(BOUND_BY), "ns": b.ns,
+                        "pct": pa.array(b.pct if b.pct is not None else [None] * len(b.ns),
+                                        pa.float64()),
+                        "clock_ns": clock_ns,
+                        "clock_pct": pa.array(100.0 * clock_ns / span if span else
+                                              [None] * len(BOUND_BY), pa.float64())})
+    legend = {k: (f"{k} ({b.ns[i] / 1e6:.3g} ms" + (
+        f"; {clock_ns[i] / 1e6:.3g} ms on the clock)" if clock_ns[i] != b.ns[i] else ")"))
+        for i, k in enumerate(BOUND_BY)}
+    seg = segments(g, edges, [rg], np.array([0]), [BOUND_BY[k] for k in labels.tolist()],
+                   legend)
+    return HtaPath(rank=int(ev.rank), what=_what(w), table=table, summary=summary,
+                   nodes=int(nodes.size), total_ns=b.total_ns, span_ns=span,
+                   bound_by=b.as_dict(), segments=seg,
+                   tracks=tracks(table, "bound_by", ("edge", "weight_ns", "bound_by")),
+                   notes=notes)
+
+
+@dataclass
+class JobPath:
+    """A job's joined graph, what it was built from, and its measured timing."""
+
+    jc: JobComm
+    jg: J.JobGraph
+    measured: J.Timing
+    ranks: list
+    phases: list
+    stages: dict
+    offsets: dict[int, int]
+
+
+def job_path(tables: list[tuple[int, pa.Table, pa.Table]], notes: list[str],
+             ann: str | None = None, inst: int = 0, clock_sync: bool = True,
+             exact: bool = False, where: str = "the job") -> JobPath:
+    """The joined graph of the ranks ``tables`` ((rank, GPU table, CPU table) each), over
+    the window ``ann`` / ``inst``; what it leaves out goes to ``notes``."""
+    # every communication kernel matched into its call (process group + Seq; sends and
+    # receives by their peers), and the clocks synced on the collectives' ends
+    jc = job_comm({r: gpu for r, gpu, _ in tables})
+    ranks, infos, phases, stages = [], [], [], {}
+    for r, gpu, cpu in tables:
+        stages[r] = (metadata(gpu).get("classification") or {}).get("stage")
+        ev = rank_events(gpu, cpu)
+        ev.rank = r  # numbered as every command numbers a table that states no rank
+        try:
+            w = window_of(ev, ann, inst, notes, exact)
+        except TraceVizError as e:
+            notes.append(f"{rank_label(r)} left out: {e}")
+            continue
+        ranks.append(R.build(ev, w))
+        infos.append(J.kernel_info(gpu, J.call_rows(jc, r, gpu.num_rows)))
+        phases.append(phases_of(gpu))
+    if not ranks:
+        raise TraceVizError(f"{where}: no rank has the window {ann or 'ProfilerStep'!r} "
+                            f"instance {inst}: {notes[-1] if notes else ''}")
+    offsets: dict[int, int] = {}
+    if clock_sync and len(ranks) > 1:
+        offsets = jc.offsets
+        notes += jc.notes
+    elif len(ranks) > 1:
+        notes.append("clocks not synced (--no-clock-sync): each rank's own clock")
+    jg = J.join(ranks, infos, offsets)
+    notes += jg.notes
+    return JobPath(jc, jg, J.measure(jg, jg.own), ranks, phases, stages, offsets)
+
+
+def job_critical_path(tables: list[tuple[int, pa.Table, pa.Table]], ann: str | None,
+                      inst: int, what_if: list[str], clock_sync: bool, exact: bool = False,
+                      where: str = "the job") -> CriticalPath:
+    """The job's path over the window ``ann`` / ``inst`` (see :func:`job_path`), with
+    the ``what_if`` re-timings."""
+    notes: list[str] = []
+    jp = job_path(tables, notes, ann, inst, clock_sync, exact, where)
+    result = path_of(jp.jg, jp.measured, jp.ranks, jp.phases, jp.stages, jp.offsets,
+                     notes, inst)
+    if what_if:
+        result.what_if = what_ifs(what_if_context(jp.jc, jp.jg, jp.measured,
+                                                  diagnosis_of(jp.jc)), what_if)
+    return result
+
+
+def path_of(jg: J.JobGraph, t: J.Timing, ranks: list, phases: list, stages: dict,
+            offsets: dict[int, int], notes: list[str], inst: int) -> CriticalPath:
+    """The path back from the iteration's last joined point, its time by category,
+    rank and phase (parts add up to the iteration: the joined points' span)."""
+    edges = J.path(jg, t)
+    own, wait = J.path_times(jg, t, edges, jg.own)
+    span = int(own.sum() + wait.sum())
+    first, last = J.iteration_span(jg, t)
+    # the iteration (the joined points' span: the what-ifs' baseline too) = the path
+    # and, when the path starts after the iteration's first point, the time before it
+    before = (last - first) - span
+    cat, ns = parts(jg, edges, own, wait)
+    g = jg.graph
+    path_ranks = g.node_rank[g.dst[edges]]
+    table = job_path_table(jg, edges, own, wait, J.slack(jg, t, jg.own), phases, stages)
+    labels = [J.CATEGORIES[c] for c in cat.tolist()] + ["before the path"]
+    by_cat = by(labels, np.r_[ns, max(before, 0)], "category", last - first)
+    by_rank = by(np.concatenate([path_ranks, path_ranks]).tolist(), ns, "rank", span)
+    ph = table["phase"].to_pylist()
+    by_phase = by([p or "none" for p in ph + ph], ns, "phase", span)
+    hops = [int(path_ranks[0])] if edges.size else []
+    for r in path_ranks.tolist():
+        if r != hops[-1]:
+            hops.append(r)
+    w = ranks[0].window
+    what = (w.names[0] if len(w.names) == 1 else "the whole trace" if not w.annotation
+            else f"{w.annotation} instance {inst}")
+    where = (f"of {rank_label(ranks[0].events.rank)}, {what}" if len(ranks) == 1 else
+             f"of {what} across {len(ranks)} ranks "
+             f"({'clocks synced' if offsets else 'own clocks'})")
+    legend = {r["category"]: f"{r['category']} ({r['ns'] / 1e6:.3g} ms)"
+              for r in by_cat.to_pylist()}
+    # each edge drawn as its wait, then its own time
+    n = edges.size
+    split = np.r_[g.node_ts[g.src[edges]], g.node_ts[g.src[edges]] + wait]
+    seg = segments(g, np.r_[edges, edges], ranks, jg.node_base,
+                   [J.CATEGORIES[c] for c in np.r_[cat[n:], cat[:n]].tolist()], legend,
+                   start=split, end=np.r_[split[n:], g.node_ts[g.dst[edges]]])
+    return CriticalPath(table=table, by_category=by_cat, by_rank=by_rank, by_phase=by_phase,
+                        what_if=None, span_ns=span, iteration_ns=last - first,
+                        edges=int(edges.size), hops=hops, ranks=len(ranks), where=where,
+                        segments=seg,
+                        tracks=tracks(table, "category", ("edge", "own_ns", "wait_ns",
+                                                          "slack_ns", "category")),
+                        notes=notes)
+
+
+def what_if_context(jc: JobComm, jg: J.JobGraph, measured: J.Timing, diag: Diagnosis
+                    ) -> W.Context:
+    """What a job's what-ifs need besides its graph: the stragglers of its diagnosis and
+    the views of its complete pipeline groups (stages ordered), from the matched job
+    ``jc`` (its activities on synced clocks)."""
+    stragglers = {r["rank"]: r["slowdown"] for r in diag.stragglers.to_pylist()}
+    views = []
+    if diag.stages_ordered:
+        rows = microbatch_table(jc.acts).to_pylist()
+        have = {r["rank"] for r in rows}
+        vpp = max([int((a.meta.get("classification") or {}).get("vpp") or 1)
+                   for a in jc.acts] or [1])
+        views = [pipeline_view([r for r in rows if r["rank"] in set(g)], g, vpp)
+                 for g in diag.pipelines if len(g) > 1 and set(g) <= have]
+    return W.Context(jg, measured, stragglers, views)
+
+
+def what_ifs(ctx: W.Context, specs: list[str]) -> pa.Table:
+    """Re-time the job with each spec alone and, for the re-timed ones, all together:
+    per re-timing the iteration before and after (ns), the change (%), the model used
+    (graph re-timing or pipeline re-simulation) and the path's ranks."""
+    together = [s for s in specs if not W.is_pipeline(s)]
+    rows = []
+    for chosen in [[s] for s in specs] + ([together] if len(together) > 1 else []):
+        out = W.evaluate(ctx, chosen)
+        rows.append({"what_if": out.what_if if len(chosen) == 1 else "all together",
+                     "iteration_ns": out.iteration_ns, "baseline_ns": out.baseline_ns,
+                     "change_pct": out.change_pct, "model": out.model,
+                     "path_ranks": ",".join(map(str, out.path_ranks[:64]))})
+    return pa.Table.from_pylist(rows)
+
+
+def tracks(table: pa.Table, label: str, args: tuple[str, ...]) -> dict:
+    """The path table as :func:`~traceviz.render.perfetto.path_events` takes it."""
+    cols = table.to_pydict()
+    ranks = cols["rank"]
+    return {"rank": ranks, "from_rank": cols.get("from_rank", ranks),
+            "start": cols["from_ns"], "end": cols["to_ns"],
+            "label": [f"{k}: {e}" if e else k for k, e in zip(cols[label], cols["event"])],
+            "args": {**{a: cols[a] for a in args}, "event": cols["event"]}}
+
+
+def segments(graph, edges: np.ndarray, ranks, node_base: np.ndarray, labels: list[str],
+             legend: dict[str, str], start: np.ndarray | None = None,
+             end: np.ndarray | None = None) -> dict:
+    """What the figure draws: per path segment (an edge, or a part of one from ``start``
+    to ``end``) its rank, the rank it comes from, whether it ends on the GPU, its times
+    and its label; ``legend`` the text of each label (the summary's numbers)."""
+    dst = graph.dst[edges]
+    k = np.searchsorted(node_base, dst, side="right") - 1
+    gpu = np.array([bool(ranks[i].events.gpu[graph.node_event[v]])
+                    for i, v in zip(k.tolist(), dst.tolist())], bool)
+    return {"gpu": gpu, "rank": graph.node_rank[dst],
+            "from_rank": graph.node_rank[graph.src[edges]],
+            "start": graph.node_ts[graph.src[edges]] if start is None else start,
+            "end": graph.node_ts[dst] if end is None else end,
+            "label": labels, "legend": legend,
+            "ends_edge": (np.ones(edges.size, bool) if end is None else
+                          np.asarray(end) == graph.node_ts[dst]),
+            "ranks": sorted({int(rg.events.rank) for rg in ranks})}
