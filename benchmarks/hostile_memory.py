@@ -108,15 +108,17 @@ CASES = {
 
 
 def _peak_run(cmd: list[str]) -> tuple[float, float, int, str]:
-    """Wall seconds, peak RSS in MB, exit code and the last stderr line of ``cmd``."""
+    """Wall seconds, peak RSS in MB, exit code and the first warning of ``cmd`` (its
+    start, or "-")."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     err = proc.stderr.read().decode(errors="replace").strip().splitlines() if proc.stderr else []
     proc.stderr.close() if proc.stderr else None
+    warned = [line for line in err if "warning" in line]
     return wall, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status), \
-        (err[-1] if err else "")
+        (warned[0].split(": ", 3)[-1][:90] if warned else "-")
 
 
 def main() -> None:
@@ -142,7 +144,7 @@ def main() -> None:
         out.unlink(missing_ok=True)
         rows.append((case, path.stat().st_size / 1e6, statistics.median(r[0] for r in runs),
                      statistics.median(r[1] for r in runs), runs[-1][2], runs[-1][3]))
-    head = ("case", "file MB", "wall s", "peak MB", "exit", "last stderr line")
+    head = ("case", "file MB", "wall s", "peak MB", "exit", "warning")
     if a.markdown:
         print("| " + " | ".join(head) + " |\n|" + "---|" * len(head))
         for r in rows:
