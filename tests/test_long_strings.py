@@ -153,3 +153,66 @@ def test_an_event_too_large_even_cut_is_refused(monkeypatch):
         traceviz.parse_trace(io.BytesIO(raw), chunk_size=4096)
     assert err.value.offset == raw.index(b',{"ph":"X","cat":"kernel","args":{"x":') + 1
     assert "larger than 0 MB" not in str(err.value)
+
+
+def test_text_store_canonical_merge_and_arrow():
+    """Texts by id without a Python object each: the first id of each text (hash
+    matches confirmed by the bytes, so texts whose hashes collide stay apart), a merge
+    that adds only what is new, and Arrow arrays made from the arena."""
+    from traceviz.parsing import text_store as T
+
+    a = T.TextStore()
+    a.extend(["x", "y", "x", "é", "", "y"])
+    assert list(a) == ["x", "y", "x", "é", "", "y"] and a[3] == "é" and a[-1] == "y"
+    assert a.canonical().tolist() == [0, 1, 0, 3, 4, 1]
+    assert a.find("é") == 3 and a.find("zz") is None
+    b = T.TextStore()
+    b.extend(["y", "new", "new", "x", "w"])
+    assert a.merge(b).tolist() == [1, 6, 6, 0, 7] and list(a)[6:] == ["new", "w"]
+    assert a.arrow(np.array([0, 3, 4, 6])).to_pylist() == ["x", "é", "", "new"]
+    assert a.nbytes(np.array([3, 6])) == 2 + 3
+    real = T._hash
+    T._hash = lambda text: 5  # every text one hash: the bytes keep them apart
+    try:
+        c = T.TextStore()
+        c.extend(["p", "q", "p"])
+        assert c.canonical().tolist() == [0, 1, 0] and list(c) == ["p", "q", "p"]
+    finally:
+        T._hash = real
+
+
+def test_a_dictionary_of_many_texts_is_made_per_row_group(tmp_path, monkeypatch):
+    """Past LAZY_BYTES of texts a dictionary column keeps its texts in the store: each
+    parquet row group holds the names it uses only, and the table read back (and the
+    table in memory) equals the one built whole."""
+    from traceviz.parsing import names, output_columns
+    from traceviz.synth import SynthConfig, synthesize
+
+    synthesize(SynthConfig(tp=1, pp=1, dp=2, microbatches=2, layers=2, with_stack=False),
+               tmp_path / "job")
+    trace = sorted((tmp_path / "job").rglob("rank_*.json*"))[0]
+    whole = traceviz.parse_trace(trace, cpu=True)
+    whole.write(str(tmp_path / "whole.parquet"))
+    monkeypatch.setattr(names, "LAZY_BYTES", 0)
+    monkeypatch.setattr(output_columns, "ROW_GROUP", 20)
+    lazy = traceviz.parse_trace(trace, cpu=True)
+    lazy.columns.row_group = lazy.cpu_columns.row_group = 20
+    lazy.write(str(tmp_path / "lazy.parquet"))
+    import pyarrow.parquet as pq
+
+    for got, want in ((lazy.activities, whole.activities), (lazy.cpu, whole.cpu)):
+        assert got.to_pylist() == want.to_pylist()
+    a, b = (pq.read_table(tmp_path / f"{n}.parquet") for n in ("lazy", "whole"))
+    assert a.to_pylist() == b.to_pylist() and a.schema == b.schema
+    meta = pq.ParquetFile(tmp_path / "lazy.parquet").metadata
+    assert meta.num_row_groups >= 5
+    name = a.schema.get_field_index("name")
+    distinct = len(set(a["name"].to_pylist()))
+    first = pq.ParquetFile(tmp_path / "lazy.parquet").read_row_group(0)["name"]
+    own = set(first.to_pylist())  # its own names only
+    assert sorted(first.chunk(0).dictionary.to_pylist()) == sorted(own) and len(own) < distinct
+    assert meta.row_group(0).column(name).total_uncompressed_size < \
+        pq.ParquetFile(tmp_path / "whole.parquet").metadata.row_group(0).column(
+            name).total_uncompressed_size
+    whole.close()
+    lazy.close()

@@ -58,6 +58,7 @@ from ..parsing.reader import (
     scan_trace,
     segment_work,
 )
+from ..parsing.text_store import TextDictionary
 from ..table.arrays import column, fixed_dictionary
 from ..table.inputs import note_input
 from ..table.io import atomic_path
@@ -262,7 +263,7 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
                         names=ACTIVITY_COLUMNS, release=store.release)
 
     def put(col: str, values, mask=None, type_=None):
-        out.add(col, values if isinstance(values, pa.Array)
+        out.add(col, values if isinstance(values, (pa.Array, TextDictionary))
                 else column(values, type_, mask))
         store.release()
 
@@ -531,6 +532,9 @@ def _stated(values: np.ndarray, of_thread: np.ndarray, thread: np.ndarray) -> np
     return values
 
 
+NAMES_AT_ONCE = 1 << 16  # distinct names decoded and classified at a time
+
+
 def _name_kinds(s: Strings, gpu, patterns: Patterns) -> np.ndarray:
     """Per-string lookup: the kind of every string used as a GPU activity's name (each
     distinct name is classified once)."""
@@ -539,7 +543,9 @@ def _name_kinds(s: Strings, gpu, patterns: Patterns) -> np.ndarray:
     for _, cols in gpu.blocks("name"):
         is_used[cols["name"]] = True
     names_used = np.flatnonzero(is_used[:-1])
-    kind_of_name[names_used] = name_kinds([s.texts[i] for i in names_used.tolist()], patterns)
+    for lo in range(0, names_used.shape[0], NAMES_AT_ONCE):  # texts decoded a part at a time
+        part = names_used[lo:lo + NAMES_AT_ONCE]
+        kind_of_name[part] = name_kinds([s.texts[i] for i in part.tolist()], patterns)
     return kind_of_name
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from ..table.arrays import column, strings
+from ..table.arrays import column
 from ..table.parked import InMemory
 from . import fields as L
 from .reader import ScannedTrace
+from .text_store import LAZY_BYTES, TextDictionary
 
 
 class Strings:
@@ -29,7 +30,11 @@ class Strings:
         return np.full(len(self.texts) + 1, absent, dtype=dtype)
 
     def ids_of(self, text: str) -> np.ndarray:
-        return np.array([i for i, t in enumerate(self.texts) if t == text], dtype=np.int64)
+        """Every id whose text is ``text``."""
+        first = self.texts.find(text)
+        if first is None:
+            return np.zeros(0, dtype=np.int64)
+        return np.flatnonzero(self.canon == first)
 
     def matches(self, pattern) -> np.ndarray:
         """Per-string lookup: whether ``pattern.search`` finds the string."""
@@ -58,12 +63,14 @@ class Strings:
 
     def dictionary(self, ids: np.ndarray, n: int | None = None,
                    rows: np.ndarray | None = None,
-                   store: InMemory | None = None) -> pa.DictionaryArray:
+                   store: InMemory | None = None) -> pa.DictionaryArray | TextDictionary:
         """Dictionary column of string ids (-1 -> null) holding only the texts used.
         Works in int32 (the indices' type): 9 bytes per row besides the result. With
         ``rows`` (ascending): a column of ``n`` rows holding ``ids`` at ``rows``, null
         elsewhere (5 bytes per row besides the result). Indices and null mask are made
-        in ``store`` (:mod:`traceviz.table.parked`): a slice at a time when it parks."""
+        in ``store`` (:mod:`traceviz.table.parked`): a slice at a time when it parks.
+        Where the texts used pass :data:`~.text_store.LAZY_BYTES`, the dictionary stays
+        in the text store (:class:`~.text_store.TextDictionary`)."""
         store = store or InMemory()
         canon = store.map(np.int32, self.canon_lookup().__getitem__, ids)  # -1 stays -1
         used = np.zeros(len(self.texts) + 1, dtype=bool)
@@ -81,11 +88,13 @@ class Strings:
             indices = store.full(n, 0, np.int32)
             store.scatter(indices, rows, code[canon])
         del canon
-        dictionary = strings([self.texts[i] for i in np.flatnonzero(used[:-1]).tolist()])
+        ids = np.flatnonzero(used[:-1])
+        if self.texts.nbytes(ids) > LAZY_BYTES:
+            return TextDictionary(column(indices, mask=mask), self.texts, ids)
         # safe=False: the indices are valid by construction, and checking them reads
         # every one (all the pages of parked indices)
-        return pa.DictionaryArray.from_arrays(column(indices, mask=mask), dictionary,
-                                              safe=False)
+        return pa.DictionaryArray.from_arrays(column(indices, mask=mask),
+                                              self.texts.arrow(ids), safe=False)
 
     def canon_lookup(self) -> np.ndarray:
         """Canonical id (int32) per string id, with the id -1 entry last (see the class

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 
 from ..table.io import parquet_sink, writer_options
 from .columns import SpillBudget
+from .text_store import TextDictionary
 
 ROW_GROUP = 1 << 17
 
@@ -37,13 +38,19 @@ class OutputColumns:
         self._fields: list[pa.Field] = []
         self._memory: dict[str, pa.Array] = {}
         self._files: dict[str, str] = {}
+        self._texts: dict[str, TextDictionary] = {}  # dictionaries kept in a text store
         self._held = 0  # bytes of the columns kept in memory
         self._release = release or (lambda: None)
 
-    def add(self, name: str, array: pa.Array) -> None:
+    def add(self, name: str, array: pa.Array | TextDictionary) -> None:
+        """Add a column (a :class:`TextDictionary`: its indices are held or spilled, its
+        texts made per row group)."""
         if len(array) != self.n_rows:
             raise ValueError(f"column {name} has {len(array)} rows, expected {self.n_rows}")
         self._fields.append(pa.field(name, array.type))
+        if isinstance(array, TextDictionary):
+            self._texts[name] = array
+            array = array.indices
         if self._held + array.nbytes > self.spill_bytes:
             self._spill(name, array)
         else:
@@ -73,10 +80,11 @@ class OutputColumns:
         arrays = []
         for f in schema:
             if f.name in self._memory:
-                arrays.append(self._memory[f.name].slice(k * self.row_group, self.row_group))
+                part = self._memory[f.name].slice(k * self.row_group, self.row_group)
             else:
                 with pa.OSFile(self._files[f.name], "rb") as src:
-                    arrays.append(pa.ipc.open_file(src).get_batch(k).column(0))
+                    part = pa.ipc.open_file(src).get_batch(k).column(0)
+            arrays.append(self._texts[f.name].part(part) if f.name in self._texts else part)
         return pa.Table.from_arrays(arrays, schema=schema)
 
     def n_groups(self) -> int:
@@ -89,7 +97,9 @@ class OutputColumns:
             schema = pa.schema([f for f in schema if f.name in columns],
                                metadata=schema.metadata)
         if not self._files:
-            return pa.Table.from_arrays([self._memory[f.name] for f in schema], schema=schema)
+            return pa.Table.from_arrays([self._texts[f.name].whole() if f.name in self._texts
+                                         else self._memory[f.name] for f in schema],
+                                        schema=schema)
         return pa.concat_tables(self._group(k, schema) for k in range(self.n_groups()))
 
     def write_parquet(self, dest: str) -> None:
@@ -106,3 +116,4 @@ class OutputColumns:
                 os.unlink(path)
         self._files.clear()
         self._memory.clear()
+        self._texts.clear()

@@ -693,8 +693,7 @@ def _merge_strings(a: StringTable, b: StringTable) -> np.ndarray:
     nb = len(b)
     a.grow(len(a), nb)
     smap = np.full(nb + 1, -1, dtype=np.int32)
-    for j, text in enumerate(b.texts):
-        smap[j] = a.add(text)
+    smap[:nb] = a.texts.merge(b.texts)
     ids = smap[:nb]
     np.add.at(a.strs[L.SR_COUNT], ids, b.strs[L.SR_COUNT, :nb])
     cls = b.strs[L.SR_CLASS, :nb]

@@ -9,6 +9,7 @@ Python touches each distinct string once, never each event.
 
 Two raw spellings of one text (``"A"`` and ``"\\u0041"``) get two ids with the same
 decoded text; :meth:`StringTable.canonical` maps every id to the first id of its text.
+The texts are kept in a :class:`~.text_store.TextStore` (no Python object per string).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from numba import njit
 
 from . import fields as L
 from .long_strings import MAX_STRING, ROOM, cut_point, marker
+from .text_store import TextStore
 
 
 @njit(nogil=True, cache=True, _nrt=False)
@@ -103,9 +105,7 @@ class StringTable:
     def __init__(self, capacity: int = 1 << 16) -> None:
         self.strs = np.zeros((7, capacity), dtype=np.int64)
         self.strs[L.SR_CLASS] = -1
-        self.texts: list[str] = []
-        self._first_of: dict[str, int] = {}
-        self._canon: list[int] = []
+        self.texts = TextStore()
         self.cuts = 0  # strings cut to MAX_STRING bytes (traceviz.parsing.long_strings)
         self.first_cut: int | None = None  # where the first began (byte offset)
 
@@ -140,6 +140,7 @@ class StringTable:
         if count == 0:
             return
         mem = buf.data
+        texts = []
         for sid, off, ln in self.strs[L.SR_PEND_ID:L.SR_PEND_LEN + 1, :count].T.tolist():
             end = off + ln
             cut = cut_point(buf, off, end, MAX_STRING) if ln > MAX_STRING + ROOM else end
@@ -152,22 +153,22 @@ class StringTable:
             if cut < end:
                 text += marker(end - cut)
                 self.count_cuts(1, at(off))
-            assert sid == len(self.texts)
-            self.texts.append(text)
-            self._canon.append(self._first_of.setdefault(text, sid))
+            assert sid == len(self.texts) + len(texts)
+            texts.append(text)
+        self.texts.extend(texts)
         w[L.W_NPEND] = 0
 
     def add(self, text: str) -> int:
         """The id of ``text``, added after the scan if the trace has no such string."""
-        if text not in self._first_of:
-            self._first_of[text] = len(self.texts)
-            self._canon.append(len(self.texts))
-            self.texts.append(text)
-        return self._first_of[text]
+        found = self.texts.find(text)
+        if found is None:
+            found = len(self.texts)
+            self.texts.extend([text])
+        return found
 
     def canonical(self) -> np.ndarray:
         """``int32`` array mapping every id to the first id with the same text."""
-        return np.asarray(self._canon, dtype=np.int32)
+        return self.texts.canonical()
 
     def __len__(self) -> int:
         return len(self.texts)

@@ -1,0 +1,257 @@
+"""The decoded texts of a trace's strings, by string id, without a Python object each.
+
+A trace can hold millions of distinct strings (a name per kernel, per call): as Python
+``str`` in a list, each cost ~60 bytes besides its text, and the dict finding the first id
+of each text ~70 more. Here the texts are UTF-8 bytes in one arena with their end
+offsets (8 bytes per string), a 64-bit hash per string, and an open-addressing table
+(hash -> first id, 12 bytes per slot at load <= 1/2) gives each id its canonical id: the
+first id with the same text (:meth:`TextStore.canonical`; a hash match is confirmed by
+comparing the bytes). A text is decoded when asked for (``store[i]``, iteration).
+"""
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+from numba import njit
+
+EMPTY = 0  # hash slot never used (a text whose hash is 0 is stored as 1)
+
+
+@njit(cache=True, nogil=True)
+def _lookup_insert(keys, ids, hashes, new_ids, found):
+    """For each (hash, id): ``found`` = the id stored under that hash; where none is,
+    ``id`` is stored (found = id), or found = -1 when ``id`` is negative (a lookup).
+    Caller keeps the load factor <= 1/2."""
+    mask = keys.shape[0] - 1
+    for k in range(hashes.shape[0]):
+        h = hashes[k]
+        slot = h & mask
+        while True:
+            key = keys[slot]
+            if key == h:
+                found[k] = ids[slot]
+                break
+            if key == EMPTY:
+                if new_ids[k] >= 0:
+                    keys[slot] = h
+                    ids[slot] = new_ids[k]
+                found[k] = new_ids[k]
+                break
+            slot = (slot + 1) & mask
+
+
+@njit(cache=True, nogil=True)
+def _same(data_a, ends_a, ia, data_b, ends_b, ib, out):
+    """Whether text ``ia[k]`` of arena a equals text ``ib[k]`` of arena b."""
+    for k in range(ia.shape[0]):
+        a0 = ends_a[ia[k] - 1] if ia[k] else 0
+        b0 = ends_b[ib[k] - 1] if ib[k] else 0
+        n = ends_a[ia[k]] - a0
+        same = n == ends_b[ib[k]] - b0
+        i = 0
+        while same and i < n:
+            same = data_a[a0 + i] == data_b[b0 + i]
+            i += 1
+        out[k] = same
+
+
+@njit(cache=True, nogil=True)
+def _reinsert(keys, ids, old_keys, old_ids):
+    mask = keys.shape[0] - 1
+    for i in range(old_keys.shape[0]):
+        h = old_keys[i]
+        if h == EMPTY:
+            continue
+        slot = h & mask
+        while keys[slot] != EMPTY:
+            slot = (slot + 1) & mask
+        keys[slot] = h
+        ids[slot] = old_ids[i]
+
+
+@njit(cache=True, nogil=True)
+def _gather(data, starts, ends, out):
+    """Copy ``data[starts[k]:ends[k]]`` one after the other into ``out``."""
+    at = 0
+    for k in range(starts.shape[0]):
+        for i in range(starts[k], ends[k]):
+            out[at] = data[i]
+            at += 1
+
+
+def _hash(text: str) -> int:
+    h = hash(text)
+    return h if h != EMPTY else 1
+
+
+class TextStore:
+    """Texts by id (0, 1, ...): ``len``, ``store[i]``, iteration in id order."""
+
+    def __init__(self) -> None:
+        self._data = bytearray()
+        self._ends = array("q")   # end offset of each text in _data
+        self._hashes = array("q")
+        self._canon = array("i")  # first id with the same text
+        self._keys = np.zeros(1 << 10, dtype=np.int64)
+        self._ids = np.zeros(1 << 10, dtype=np.int32)
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def _span(self, i: int) -> tuple[int, int]:
+        return (self._ends[i - 1] if i else 0), self._ends[i]
+
+    def raw(self, i: int) -> bytes:
+        """The UTF-8 bytes of text ``i``."""
+        a, b = self._span(i)
+        return bytes(self._data[a:b])
+
+    def __getitem__(self, i: int) -> str:
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        return self.raw(i % len(self)).decode()
+
+    def __iter__(self) -> Iterator[str]:
+        data, start = self._data, 0
+        for end in self._ends:
+            yield data[start:end].decode()
+            start = end
+
+    def extend(self, texts: list[str]) -> None:
+        """Store ``texts`` as the next ids, with their canonical ids."""
+        self._append([t.encode("utf-8", "surrogatepass") for t in texts],
+                     [_hash(t) for t in texts])
+
+    def _append(self, encoded: list[bytes], hashes: list[int]) -> None:
+        if not encoded:
+            return
+        first = len(self)
+        end = self._ends[-1] if first else 0
+        for b in encoded:
+            end += len(b)
+            self._ends.append(end)
+        self._data += b"".join(encoded)
+        self._hashes.extend(hashes)
+        ids = np.arange(first, first + len(encoded), dtype=np.int32)
+        self._room(len(self))
+        found = np.empty(ids.shape[0], dtype=np.int32)
+        _lookup_insert(self._keys, self._ids, np.array(hashes, dtype=np.int64), ids, found)
+        # a hash found is confirmed by the bytes: two texts with one hash (astronomically
+        # rare) each stay their own
+        hit = np.flatnonzero(found != ids)
+        apart = hit[~self._same_as(self, found[hit], ids[hit])]
+        found[apart] = ids[apart]
+        self._canon.extend(found)
+
+    def _same_as(self, other: TextStore, mine: np.ndarray, theirs: np.ndarray) -> np.ndarray:
+        """Whether each text ``mine[k]`` here equals text ``theirs[k]`` of ``other``."""
+        out = np.empty(mine.shape[0], dtype=np.bool_)
+        _same(np.frombuffer(self._data, dtype=np.uint8),
+              np.frombuffer(self._ends, dtype=np.int64), mine,
+              np.frombuffer(other._data, dtype=np.uint8),
+              np.frombuffer(other._ends, dtype=np.int64), theirs, out)
+        return out
+
+    def _room(self, count: int) -> None:
+        size = self._keys.shape[0]
+        while count * 2 > size:
+            size *= 2
+        if size != self._keys.shape[0]:
+            keys = np.zeros(size, dtype=np.int64)
+            ids = np.zeros(size, dtype=np.int32)
+            _reinsert(keys, ids, self._keys, self._ids)
+            self._keys, self._ids = keys, ids
+
+    def find(self, text: str) -> int | None:
+        """The first id of ``text`` (None: not stored)."""
+        keys, mask = self._keys, self._keys.shape[0] - 1
+        h, raw = _hash(text), text.encode("utf-8", "surrogatepass")
+        slot = h & mask
+        while keys[slot] != EMPTY:
+            if keys[slot] == h and self.raw(int(self._ids[slot])) == raw:
+                return int(self._ids[slot])
+            slot = (slot + 1) & mask
+        return None
+
+    def merge(self, other: TextStore) -> np.ndarray:
+        """Add the texts of ``other`` that this store lacks; returns each of ``other``'s
+        ids as this store's (int32, the first id of the same text)."""
+        n = len(other)
+        canon = np.frombuffer(other._canon, dtype=np.int32).copy()
+        heads = np.flatnonzero(canon == np.arange(n)).astype(np.int32)  # distinct texts
+        found = np.empty(heads.shape[0], dtype=np.int32)
+        hashes = np.frombuffer(other._hashes, dtype=np.int64)[heads]
+        _lookup_insert(self._keys, self._ids, hashes, np.full(heads.shape[0], -1, np.int32),
+                       found)
+        hit = np.flatnonzero(found >= 0)
+        found[hit[~self._same_as(other, found[hit], heads[hit])]] = -1
+        new = heads[found < 0]
+        found[found < 0] = np.arange(len(self), len(self) + new.shape[0], dtype=np.int32)
+        self._append([other.raw(int(j)) for j in new], [other._hashes[j] for j in new])
+        out = np.empty(n, dtype=np.int32)
+        out[heads] = found
+        return out[canon]
+
+    def canonical(self) -> np.ndarray:
+        """``int32`` array mapping every id to the first id with the same text."""
+        return np.frombuffer(self._canon, dtype=np.int32).copy()
+
+    def nbytes(self, ids: np.ndarray) -> int:
+        """Bytes of the texts of ``ids``."""
+        ends = np.frombuffer(self._ends, dtype=np.int64)
+        starts = np.concatenate([[0], ends[:-1]]) if ends.shape[0] else ends
+        return int((ends[ids] - starts[ids]).sum())
+
+    def arrow(self, ids: np.ndarray) -> pa.Array:
+        """The texts of ``ids`` (ascending) as an Arrow string array, made from the arena
+        (no Python string each)."""
+        ends = np.frombuffer(self._ends, dtype=np.int64)
+        starts = np.concatenate([[0], ends[:-1]]) if ends.shape[0] else ends
+        a, b = starts[ids], ends[ids]
+        offsets = np.zeros(ids.shape[0] + 1, dtype=np.int64)
+        np.cumsum(b - a, out=offsets[1:])
+        data = np.empty(int(offsets[-1]), dtype=np.uint8)
+        _gather(np.frombuffer(self._data, dtype=np.uint8), a, b, data)
+        large = offsets[-1] >= 2**31
+        return pa.Array.from_buffers(pa.large_string() if large else pa.string(),
+                                     ids.shape[0],
+                                     [None, pa.py_buffer(offsets if large
+                                                         else offsets.astype(np.int32)),
+                                      pa.py_buffer(data)])
+
+
+LAZY_BYTES = 16 << 20  # a dictionary column whose texts pass this is built per row group
+
+
+class TextDictionary:
+    """A dictionary column whose dictionary stays in its :class:`TextStore`: ``indices``
+    (int32, null where absent) are codes into ``used`` (text ids, ascending). Each part
+    asked for (:meth:`part`) gets a dictionary of the texts it uses only, so a column of
+    millions of distinct names is never a whole dictionary in memory (nor in each
+    parquet row group); :meth:`whole` makes the whole column."""
+
+    type = pa.dictionary(pa.int32(), pa.string())
+
+    def __init__(self, indices: pa.Array, texts: TextStore, used: np.ndarray) -> None:
+        self.indices, self.texts, self.used = indices, texts, used
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def part(self, indices: pa.Array) -> pa.DictionaryArray:
+        """The column of ``indices`` (a part of :attr:`indices`) with its own dictionary."""
+        codes = indices.to_numpy(zero_copy_only=False)
+        valid = ~np.asarray(indices.is_null(), dtype=bool)
+        held = np.unique(codes[valid].astype(np.int64))
+        local = np.zeros(codes.shape[0], dtype=np.int32)
+        local[valid] = np.searchsorted(held, codes[valid])
+        return pa.DictionaryArray.from_arrays(
+            pa.array(local, pa.int32(), mask=None if valid.all() else ~valid),
+            self.texts.arrow(self.used[held]), safe=False)
+
+    def whole(self) -> pa.DictionaryArray:
+        return pa.DictionaryArray.from_arrays(self.indices, self.texts.arrow(self.used),
+                                              safe=False)
