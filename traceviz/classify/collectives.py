@@ -4,6 +4,7 @@ collective type of each communication activity."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -43,7 +44,7 @@ def parse_ranks(text: str | None) -> list[int] | None:
     return ranks or None
 
 
-def group_facts(texts: list[str], dist: dict, pg_name: np.ndarray, pg_desc: np.ndarray,
+def group_facts(texts: Sequence[str], dist: dict, pg_name: np.ndarray, pg_desc: np.ndarray,
                 pg_ranks: np.ndarray, group_size: np.ndarray
                 ) -> tuple[list, np.ndarray, np.ndarray, list[str]]:
     """Group ranks, size and description of rows with collective metadata, completed from
@@ -80,7 +81,7 @@ def group_facts(texts: list[str], dist: dict, pg_name: np.ndarray, pg_desc: np.n
     return lists, size, desc_code, list(descs)
 
 
-def collective_types(texts: list[str], patterns: Patterns, coll_name: np.ndarray,
+def collective_types(texts: Sequence[str], patterns: Patterns, coll_name: np.ndarray,
                      kernel_name: np.ndarray, comm_rows: np.ndarray) -> np.ndarray:
     """Index into COLLECTIVES for ``comm_rows`` (``coll_name`` / ``kernel_name``: ids into
     ``texts``, -1 absent): from the ``Collective name`` arg when the

@@ -140,7 +140,7 @@ class StringTable:
         if count == 0:
             return
         mem = buf.data
-        texts = []
+        texts: list[str] = []
         for sid, off, ln in self.strs[L.SR_PEND_ID:L.SR_PEND_LEN + 1, :count].T.tolist():
             end = off + ln
             cut = cut_point(buf, off, end, MAX_STRING) if ln > MAX_STRING + ROOM else end

@@ -11,7 +11,7 @@ comparing the bytes). A text is decoded when asked for (``store[i]``, iteration)
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -87,7 +87,7 @@ def _hash(text: str) -> int:
     return h if h != EMPTY else 1
 
 
-class TextStore:
+class TextStore(Sequence[str]):
     """Texts by id (0, 1, ...): ``len``, ``store[i]``, iteration in id order."""
 
     def __init__(self) -> None:
@@ -109,7 +109,7 @@ class TextStore:
         a, b = self._span(i)
         return bytes(self._data[a:b])
 
-    def __getitem__(self, i: int) -> str:
+    def __getitem__(self, i):  # type: ignore[override]  # ints only, no slices
         if not -len(self) <= i < len(self):
             raise IndexError(i)
         return self.raw(i % len(self)).decode()
