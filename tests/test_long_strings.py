@@ -216,3 +216,27 @@ def test_a_dictionary_of_many_texts_is_made_per_row_group(tmp_path, monkeypatch)
             name).total_uncompressed_size
     whole.close()
     lazy.close()
+
+
+def test_text_store_past_its_limit_reads_from_its_file(tmp_path):
+    """Texts past the store's limit go to a file (unlinked once open: nothing left in
+    the folder) and read back the same: by id, in order, as Arrow, in merges."""
+    from traceviz.parsing.text_store import TextStore
+
+    names = iter(range(100))
+    texts = [f"text-{i}-" + "é" * (i % 7) for i in range(300)]
+    store = TextStore(limit=50, new_path=lambda: str(tmp_path / f"t{next(names)}"))
+    for i in range(0, 300, 7):
+        store.extend(texts[i:i + 7])
+    store.extend(texts[:20])
+    assert store._base > 4000 and not list(tmp_path.iterdir())  # spilled, unlinked
+    assert list(store) == texts + texts[:20]
+    assert [store[i] for i in (0, 150, 299)] == [texts[0], texts[150], texts[299]]
+    assert store.canonical()[300:].tolist() == list(range(20))
+    assert store.arrow(np.array([0, 5, 299, 310])).to_pylist() == [
+        texts[0], texts[5], texts[299], texts[10]]
+    other = TextStore(limit=30, new_path=lambda: str(tmp_path / f"t{next(names)}"))
+    other.extend(["new", texts[3], "n2"] + texts[100:140])
+    mapped = store.merge(other)
+    assert mapped[:5].tolist() == [320, 3, 321, 100, 101] and store[320] == "new"
+    assert store.find(texts[250]) == 250

@@ -149,7 +149,8 @@ def _scan(source: ByteSource | FileRange | Segment, budget: SpillBudget, chunk_s
     if mode is not None:
         w[L.ST_MODE] = mode
         w[L.ST_SAW_EVENTS] = 1
-    strings = StringTable()
+    # texts past the blocks' share go to the trace's spill folder
+    strings = StringTable(text_limit=budget.budget, new_path=lambda: budget.new_path("t"))
     thr = np.full((6, 1024), -1, dtype=np.int64)
     thr[L.TR_KEY] = 0
     spans = np.zeros((6, 4096), dtype=np.int64)

@@ -102,10 +102,13 @@ class StringTable:
     -1 until known) and SR_COUNT (events with that category), and the SR_PEND_* queue.
     """
 
-    def __init__(self, capacity: int = 1 << 16) -> None:
+    def __init__(self, capacity: int = 1 << 16, text_limit: int = 1 << 62,
+                 new_path: Callable[[], str] | None = None) -> None:
+        """``text_limit`` / ``new_path``: bytes of decoded texts held in memory, past
+        which they go to a file there (:class:`~.text_store.TextStore`)."""
         self.strs = np.zeros((7, capacity), dtype=np.int64)
         self.strs[L.SR_CLASS] = -1
-        self.texts = TextStore()
+        self.texts = TextStore(text_limit, new_path)
         self.cuts = 0  # strings cut to MAX_STRING bytes (traceviz.parsing.long_strings)
         self.first_cut: int | None = None  # where the first began (byte offset)
 

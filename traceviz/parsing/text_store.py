@@ -7,17 +7,27 @@ offsets (8 bytes per string), a 64-bit hash per string, and an open-addressing t
 (hash -> first id, 12 bytes per slot at load <= 1/2) gives each id its canonical id: the
 first id with the same text (:meth:`TextStore.canonical`; a hash match is confirmed by
 comparing the bytes). A text is decoded when asked for (``store[i]``, iteration).
+
+The arena holds at most ``limit`` bytes in memory: past it, what it holds is appended to
+a file (``new_path()``, unlinked as soon as it is open: nothing is left behind) and read
+from there: a text with ``pread``, many at once from a read-only mapping dropped after
+use, iteration a few MB at a time.
 """
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+
+import mmap
+import os
+import weakref
 
 import numpy as np
 import pyarrow as pa
 from numba import njit
 
 EMPTY = 0  # hash slot never used (a text whose hash is 0 is stored as 1)
+READ_BYTES = 8 << 20  # bytes of texts iteration decodes at a time
 
 
 @njit(cache=True, nogil=True)
@@ -43,8 +53,15 @@ def _lookup_insert(keys, ids, hashes, new_ids, found):
             slot = (slot + 1) & mask
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _at(filed, mem, base, i):
+    """Byte ``i`` of an arena whose first ``base`` bytes are ``filed`` (a mapping of its
+    file), the rest ``mem``."""
+    return filed[i] if i < base else mem[i - base]
+
+
 @njit(cache=True, nogil=True)
-def _same(data_a, ends_a, ia, data_b, ends_b, ib, out):
+def _same(fa, ma, base_a, ends_a, ia, fb, mb, base_b, ends_b, ib, out):
     """Whether text ``ia[k]`` of arena a equals text ``ib[k]`` of arena b."""
     for k in range(ia.shape[0]):
         a0 = ends_a[ia[k] - 1] if ia[k] else 0
@@ -53,7 +70,7 @@ def _same(data_a, ends_a, ia, data_b, ends_b, ib, out):
         same = n == ends_b[ib[k]] - b0
         i = 0
         while same and i < n:
-            same = data_a[a0 + i] == data_b[b0 + i]
+            same = _at(fa, ma, base_a, a0 + i) == _at(fb, mb, base_b, b0 + i)
             i += 1
         out[k] = same
 
@@ -73,12 +90,12 @@ def _reinsert(keys, ids, old_keys, old_ids):
 
 
 @njit(cache=True, nogil=True)
-def _gather(data, starts, ends, out):
-    """Copy ``data[starts[k]:ends[k]]`` one after the other into ``out``."""
+def _gather(filed, mem, base, starts, ends, out):
+    """Copy the arena's bytes ``[starts[k], ends[k])`` one after the other into ``out``."""
     at = 0
     for k in range(starts.shape[0]):
         for i in range(starts[k], ends[k]):
-            out[at] = data[i]
+            out[at] = _at(filed, mem, base, i)
             at += 1
 
 
@@ -90,9 +107,16 @@ def _hash(text: str) -> int:
 class TextStore(Sequence[str]):
     """Texts by id (0, 1, ...): ``len``, ``store[i]``, iteration in id order."""
 
-    def __init__(self) -> None:
+    def __init__(self, limit: int = 1 << 62,
+                 new_path: Callable[[], str] | None = None) -> None:
+        """``limit``: bytes of texts held in memory, past which they go to a file at
+        ``new_path()`` (no limit without one)."""
+        self._limit = limit if new_path is not None else 1 << 62
+        self._new_path = new_path
+        self._fd = -1
+        self._base = 0  # bytes of the arena in the file; _data holds the rest
         self._data = bytearray()
-        self._ends = array("q")   # end offset of each text in _data
+        self._ends = array("q")   # end offset of each text in the arena
         self._hashes = array("q")
         self._canon = array("i")  # first id with the same text
         self._keys = np.zeros(1 << 10, dtype=np.int64)
@@ -104,10 +128,38 @@ class TextStore(Sequence[str]):
     def _span(self, i: int) -> tuple[int, int]:
         return (self._ends[i - 1] if i else 0), self._ends[i]
 
+    def _spill(self) -> None:
+        """Append the texts held in memory to the file."""
+        if self._fd < 0:
+            assert self._new_path is not None
+            path = self._new_path()
+            self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+            os.unlink(path)
+            weakref.finalize(self, os.close, self._fd)
+        view = memoryview(self._data)
+        while view:
+            view = view[os.write(self._fd, view):]
+        self._base += len(self._data)
+        self._data = bytearray()
+
+    def _read(self, a: int, b: int) -> bytes:
+        """The arena's bytes ``[a, b)``."""
+        if a >= self._base:
+            return bytes(self._data[a - self._base:b - self._base])
+        head = os.pread(self._fd, min(b, self._base) - a, a)
+        return head + bytes(self._data[:max(b - self._base, 0)])
+
+    def _views(self) -> tuple[np.ndarray, np.ndarray, mmap.mmap | None]:
+        """(file part, memory part, the mapping to close once the views are dropped)."""
+        mem = np.frombuffer(self._data, dtype=np.uint8)
+        if not self._base:
+            return np.zeros(1, dtype=np.uint8), mem, None
+        mapped = mmap.mmap(self._fd, self._base, prot=mmap.PROT_READ)
+        return np.frombuffer(mapped, dtype=np.uint8), mem, mapped
+
     def raw(self, i: int) -> bytes:
         """The UTF-8 bytes of text ``i``."""
-        a, b = self._span(i)
-        return bytes(self._data[a:b])
+        return self._read(*self._span(i))
 
     def __getitem__(self, i):  # type: ignore[override]  # ints only, no slices
         if not -len(self) <= i < len(self):
@@ -115,10 +167,15 @@ class TextStore(Sequence[str]):
         return self.raw(i % len(self)).decode()
 
     def __iter__(self) -> Iterator[str]:
-        data, start = self._data, 0
-        for end in self._ends:
-            yield data[start:end].decode()
-            start = end
+        ends, j, n = self._ends, 0, len(self)
+        while j < n:  # a few MB of texts at a time
+            start = ends[j - 1] if j else 0
+            stop = max(int(np.searchsorted(np.frombuffer(ends, dtype=np.int64),
+                                           start + READ_BYTES, "right")), j + 1)
+            chunk = self._read(start, ends[stop - 1])
+            for k in range(j, stop):
+                yield chunk[(ends[k - 1] if k else 0) - start:ends[k] - start].decode()
+            j = stop
 
     def extend(self, texts: list[str]) -> None:
         """Store ``texts`` as the next ids, with their canonical ids."""
@@ -134,6 +191,8 @@ class TextStore(Sequence[str]):
             end += len(b)
             self._ends.append(end)
         self._data += b"".join(encoded)
+        if len(self._data) > self._limit:
+            self._spill()
         self._hashes.extend(hashes)
         ids = np.arange(first, first + len(encoded), dtype=np.int32)
         self._room(len(self))
@@ -149,10 +208,16 @@ class TextStore(Sequence[str]):
     def _same_as(self, other: TextStore, mine: np.ndarray, theirs: np.ndarray) -> np.ndarray:
         """Whether each text ``mine[k]`` here equals text ``theirs[k]`` of ``other``."""
         out = np.empty(mine.shape[0], dtype=np.bool_)
-        _same(np.frombuffer(self._data, dtype=np.uint8),
-              np.frombuffer(self._ends, dtype=np.int64), mine,
-              np.frombuffer(other._data, dtype=np.uint8),
-              np.frombuffer(other._ends, dtype=np.int64), theirs, out)
+        if not mine.shape[0]:
+            return out
+        fa, ma, map_a = self._views()
+        fb, mb, map_b = other._views() if other is not self else (fa, ma, None)
+        _same(fa, ma, self._base, np.frombuffer(self._ends, dtype=np.int64), mine,
+              fb, mb, other._base, np.frombuffer(other._ends, dtype=np.int64), theirs, out)
+        del fa, ma, fb, mb
+        for mapped in (map_a, map_b):
+            if mapped is not None:
+                mapped.close()
         return out
 
     def _room(self, count: int) -> None:
@@ -214,7 +279,11 @@ class TextStore(Sequence[str]):
         offsets = np.zeros(ids.shape[0] + 1, dtype=np.int64)
         np.cumsum(b - a, out=offsets[1:])
         data = np.empty(int(offsets[-1]), dtype=np.uint8)
-        _gather(np.frombuffer(self._data, dtype=np.uint8), a, b, data)
+        filed, mem, mapped = self._views()
+        _gather(filed, mem, self._base, a, b, data)
+        del filed, mem
+        if mapped is not None:
+            mapped.close()
         large = offsets[-1] >= 2**31
         return pa.Array.from_buffers(pa.large_string() if large else pa.string(),
                                      ids.shape[0],
