@@ -15,12 +15,11 @@ use, iteration a few MB at a time.
 """
 from __future__ import annotations
 
-from array import array
-from collections.abc import Callable, Iterator, Sequence
-
 import mmap
 import os
 import weakref
+from array import array
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
