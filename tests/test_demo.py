@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 from click.testing import CliRunner
 
 from traceviz.cli import main
 
 
-def test_demo_runs_every_step(tmp_path):
-    out = tmp_path / "demo"
+def test_demo_runs_every_step(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a relative folder, as the README's first command gives
+    out = Path("demo")
     result = CliRunner().invoke(main, ["demo", str(out)])
     assert result.exit_code == 0, result.output
     assert "where to look:" in result.output

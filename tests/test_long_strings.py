@@ -240,3 +240,20 @@ def test_text_store_past_its_limit_reads_from_its_file(tmp_path):
     mapped = store.merge(other)
     assert mapped[:5].tolist() == [320, 3, 321, 100, 101] and store[320] == "new"
     assert store.find(texts[250]) == 250
+
+
+def test_many_distinct_names_grow_the_string_table():
+    """40,000 distinct kernel names (the string table starts with room for 32,768, so it
+    grows while events are being read, with categories and counts carried over): every
+    name and count comes back."""
+    n = 40_000
+    events = b",".join(
+        b'{"ph":"X","cat":"kernel","name":"k%d \\u00e9","pid":0,"tid":7,"ts":%d,"dur":1,'
+        b'"args":{"correlation":%d,"stream":7,"device":0}}' % (i, 10 + 2 * i, i + 1)
+        for i in range(n))
+    parsed = traceviz.parse_trace(io.BytesIO(b'{"traceEvents":[' + events + b"]}"),
+                                  chunk_size=1 << 16)
+    t = parsed.activities.sort_by("ts")
+    assert t["name"].to_pylist() == [f"k{i} é" for i in range(n)]
+    assert parsed.meta["stats"]["events_by_cat"] == {"kernel": n}
+    parsed.close()

@@ -161,7 +161,7 @@ def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
     """Every folder of rank tables of ``root`` (parsed into ``outdir`` first when
     ``root`` has none), each one's outputs in that folder: paths relative to
     ``data["root"]``, the folders' common parent; ``data["alignment"]``: each folder's
-    clock alignment."""
+    clock alignment (both absolute paths)."""
     root = Path(root)
     folders = ensure_tables(root, outdir, jobs=jobs, topology=topology, vpp=vpp, quiet=quiet)
     common = Path(os.path.commonpath([os.path.abspath(f) for f in folders]))
@@ -175,5 +175,5 @@ def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
         out.lines += res.lines
         out.notes += res.notes
         out.failed += res.failed
-        out.data["alignment"][folder] = res.data["alignment"]
+        out.data["alignment"][Path(os.path.abspath(folder))] = res.data["alignment"]
     return out

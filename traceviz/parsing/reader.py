@@ -219,7 +219,7 @@ def _scan(source: ByteSource | FileRange | Segment, budget: SpillBudget, chunk_s
     if start == 0 and n >= 3 and buf[0] == 0xEF and buf[1] == 0xBB and buf[2] == 0xBF:
         w[L.ST_POS] = 3  # a UTF-8 byte-order mark: not part of the JSON text
     while True:
-        status = scan(buf, n, eof, w, strings.strs, thr, blocks, spans)
+        status = scan(buf, n, eof, w, strings.strs, strings.sinfo, thr, blocks, spans)
         drain()
         if status == L.R_FLUSH:
             for s, name in enumerate(L.STORE_NAMES):
@@ -372,7 +372,7 @@ def _crash_tail(rest: np.ndarray, source: ByteSource | FileRange | Segment,
 
 
 def _stats_dict(w: np.ndarray, strings: StringTable, header: Header) -> dict:
-    counts = strings.strs[L.SR_COUNT, :len(strings)]
+    counts = strings.sinfo[L.SI_COUNT, :len(strings)]
     by_cat: dict[str, int] = {}
     for sid in np.flatnonzero(counts).tolist():
         text = strings.texts[sid]
@@ -696,10 +696,10 @@ def _merge_strings(a: StringTable, b: StringTable) -> np.ndarray:
     smap = np.full(nb + 1, -1, dtype=np.int32)
     smap[:nb] = a.texts.merge(b.texts)
     ids = smap[:nb]
-    np.add.at(a.strs[L.SR_COUNT], ids, b.strs[L.SR_COUNT, :nb])
-    cls = b.strs[L.SR_CLASS, :nb]
+    np.add.at(a.sinfo[L.SI_COUNT], ids, b.sinfo[L.SI_COUNT, :nb])
+    cls = b.sinfo[L.SI_CLASS, :nb]
     known = cls >= 0
-    a.strs[L.SR_CLASS, ids[known]] = cls[known]
+    a.sinfo[L.SI_CLASS, ids[known]] = cls[known]
     a.count_cuts(b.cuts, b.first_cut)
     return smap
 

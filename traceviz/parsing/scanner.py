@@ -84,8 +84,8 @@ def _lookup(w, table, h):
 
 
 @njit(nogil=True, cache=True, _nrt=False, inline="always")
-def _room(w, strs):
-    return w[L.W_NSTR] * 2 + 4 <= strs.shape[1] and w[L.W_NPEND] + 1 <= strs.shape[1]
+def _room(w, strs, sinfo):
+    return w[L.W_NSTR] * 2 + 4 <= strs.shape[1] and w[L.W_NPEND] + 1 <= sinfo.shape[1]
 
 
 @njit(nogil=True, cache=True, _nrt=False, inline="always")
@@ -105,7 +105,7 @@ def _number_field(buf, k, n, scale):
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def _parse_args(buf, i, n, w, strs):
+def _parse_args(buf, i, n, w, strs, sinfo):
     """Parse the ``args`` object at ``i`` into ``w[AR + A_*]``; the end or a negative code."""
     i = skip_ws(buf, i + 1, n)
     if i >= n:
@@ -143,15 +143,15 @@ def _parse_args(buf, i, n, w, strs):
             if c == 34:
                 e, h2, _esc2 = scan_string(buf, k, n)
                 if e >= 0:
-                    if not _room(w, strs):
+                    if not _room(w, strs, sinfo):
                         return NEED_ROOM
-                    w[AR + slot] = intern(strs, w, h2, k + 1, e - k - 2)
+                    w[AR + slot] = intern(strs, sinfo, w, h2, k + 1, e - k - 2)
             elif c != 123:  # a list (e.g. Process Group Ranks) or a number: its text
                 e = skip_value(buf, k, n)
                 if e >= 0:
-                    if not _room(w, strs):
+                    if not _room(w, strs, sinfo):
                         return NEED_ROOM
-                    w[AR + slot] = intern(strs, w, hash_bytes(buf, k, e), k, e - k)
+                    w[AR + slot] = intern(strs, sinfo, w, hash_bytes(buf, k, e), k, e - k)
             else:
                 e = skip_value(buf, k, n)
         if e < 0:
@@ -174,7 +174,7 @@ def _parse_args(buf, i, n, w, strs):
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def _parse_event(buf, i, n, w, strs):
+def _parse_event(buf, i, n, w, strs, sinfo):
     """Parse the event object whose ``{`` is at ``i`` into the scratch slots of ``w``."""
     for q in range(L.N_EV):
         w[EV + q] = -1
@@ -217,16 +217,16 @@ def _parse_event(buf, i, n, w, strs):
             if c == 34:
                 e, h2, _esc2 = scan_string(buf, k, n)
                 if e >= 0:
-                    if not _room(w, strs):
+                    if not _room(w, strs, sinfo):
                         return NEED_ROOM
-                    sid = intern(strs, w, h2, k + 1, e - k - 2)
+                    sid = intern(strs, sinfo, w, h2, k + 1, e - k - 2)
                     if key == L.K_NAME:
                         w[EV + V_NAME] = sid
                     else:
                         w[EV + V_CAT] = sid
-                        if strs[L.SR_CLASS, sid] < 0:
+                        if sinfo[L.SI_CLASS, sid] < 0:
                             cls = _lookup(w, L.T_CAT, h2)
-                            strs[L.SR_CLASS, sid] = L.CLS_OTHER if cls < 0 else cls
+                            sinfo[L.SI_CLASS, sid] = L.CLS_OTHER if cls < 0 else cls
             else:
                 e = skip_value(buf, k, n)
         elif key == L.K_PH:
@@ -246,9 +246,9 @@ def _parse_event(buf, i, n, w, strs):
                     if vst == NUM_OK:
                         num = v
                     else:
-                        if not _room(w, strs):
+                        if not _room(w, strs, sinfo):
                             return NEED_ROOM
-                        sid = intern(strs, w, h2, k + 1, e - k - 2)
+                        sid = intern(strs, sinfo, w, h2, k + 1, e - k - 2)
             else:
                 e, v, vst = _number_field(buf, k, n, 0)
                 if vst == GOOD:
@@ -272,7 +272,7 @@ def _parse_event(buf, i, n, w, strs):
             if c == 34 and e >= 0:
                 w[EV + V_BP] = first_char(buf, k, e)
         elif key == L.K_ARGS and c == 123:
-            e = _parse_args(buf, k, n, w, strs)
+            e = _parse_args(buf, k, n, w, strs, sinfo)
         else:
             e = skip_value(buf, k, n)
         if e < 0:
@@ -332,14 +332,14 @@ def _row(w, store):
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def _commit(w, strs, thr, blocks, spans, start, end):
+def _commit(w, sinfo, thr, blocks, spans, start, end):
     """Write the parsed event (scratch slots of ``w``) to its store; count it."""
     w[L.S_EVENTS] += 1
     index = w[L.ST_EVENT_INDEX]
     w[L.ST_EVENT_INDEX] = index + 1
     cat = w[EV + V_CAT]
     if cat >= 0:
-        strs[L.SR_COUNT, cat] += 1
+        sinfo[L.SI_COUNT, cat] += 1
     ph = w[EV + V_PH]
     if ph == 0:
         w[L.S_SKIP_NO_PH] += 1
@@ -392,7 +392,7 @@ def _commit(w, strs, thr, blocks, spans, start, end):
         return
     if w[EV + V_DUR] < 0:
         w[L.S_NEG_DUR] += 1
-    cls = strs[L.SR_CLASS, cat] if cat >= 0 else L.CLS_NONE
+    cls = sinfo[L.SI_CLASS, cat] if cat >= 0 else L.CLS_NONE
     if w[L.S_FIRST_SEEN] == 0 and cat >= 0 and cls != L.CLS_TRACE:
         w[L.S_FIRST_SEEN] = 1
         w[L.S_FIRST_TS] = w[EV + V_TS]
@@ -501,7 +501,7 @@ def _any_full(w, rows):
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def scan(buf, n, eof, w, strs, thr, blocks, spans):
+def scan(buf, n, eof, w, strs, sinfo, thr, blocks, spans):
     """Scan ``buf[:n]`` from ``w[ST_POS]``; returns an ``R_*`` status (see module doc).
 
     ``eof`` tells that no bytes follow ``buf[:n]``. On R_NEED_MORE ``w[ST_POS]`` is the
@@ -529,14 +529,14 @@ def scan(buf, n, eof, w, strs, thr, blocks, spans):
             if w[L.ST_NRAW] >= spans.shape[1]:
                 return L.R_DRAIN
             if c == 123:
-                e = _parse_event(buf, i, n, w, strs)
+                e = _parse_event(buf, i, n, w, strs, sinfo)
                 if e == INCOMPLETE:
                     return _need_more(w, mode, i)
                 if e == NEED_ROOM:
                     return L.R_GROW_STRINGS
                 if e < 0:
                     return _fail(w, L.E_BAD_EVENT, w[L.ST_ERRPOS])
-                _commit(w, strs, thr, blocks, spans, i, e)
+                _commit(w, sinfo, thr, blocks, spans, i, e)
             else:
                 e = skip_value(buf, i, n)
                 if e == INCOMPLETE:

@@ -3,7 +3,8 @@
 Inside the numba scan loop a string is only hashed (:func:`.lexer.scan_string`: its
 decoded bytes) and looked up in an open-addressing table (rows ``SR_KEY`` / ``SR_ID``
 of the ``strs`` array); a hash seen for the first time gets the next id and its byte
-span is queued in the ``SR_PEND_*`` rows. After each scanner call (before the chunk
+span is queued in the ``SI_PEND_*`` rows of the ``sinfo`` array (which holds per string
+id its category class and count too: half as many columns as the table has slots). After each scanner call (before the chunk
 buffer is reused) :meth:`StringTable.take_pending` decodes only those new spans, so
 Python touches each distinct string once, never each event.
 
@@ -25,7 +26,7 @@ from .text_store import TextStore
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def intern(strs, w, h, off, length):
+def intern(strs, sinfo, w, h, off, length):
     """Id of the string with hash ``h`` whose raw bytes are ``buf[off:off+length]``.
 
     ``w[W_NSTR]`` counts strings, ``w[W_NPEND]`` pending spans. The caller guarantees
@@ -45,9 +46,9 @@ def intern(strs, w, h, off, length):
             strs[L.SR_ID, slot] = sid
             w[L.W_NSTR] = sid + 1
             p = w[L.W_NPEND]
-            strs[L.SR_PEND_ID, p] = sid
-            strs[L.SR_PEND_OFF, p] = off
-            strs[L.SR_PEND_LEN, p] = length
+            sinfo[L.SI_PEND_ID, p] = sid
+            sinfo[L.SI_PEND_OFF, p] = off
+            sinfo[L.SI_PEND_LEN, p] = length
             w[L.W_NPEND] = p + 1
             return sid
         slot = (slot + 1) & mask
@@ -98,16 +99,18 @@ def decode_raw(raw: bytes, string: bool = True) -> str:
 class StringTable:
     """The interned strings of one trace: the numba-side table plus decoded texts.
 
-    ``strs`` rows: SR_KEY / SR_ID (hash table), per string id SR_CLASS (category class,
-    -1 until known) and SR_COUNT (events with that category), and the SR_PEND_* queue.
+    ``strs`` rows: SR_KEY / SR_ID (hash table); ``sinfo`` rows, per string id: SI_CLASS
+    (category class, -1 until known) and SI_COUNT (events with that category), and the
+    SI_PEND_* queue (at most as long as there are ids: half the table's slots).
     """
 
     def __init__(self, capacity: int = 1 << 16, text_limit: int = 1 << 62,
                  new_path: Callable[[], str] | None = None) -> None:
         """``text_limit`` / ``new_path``: bytes of decoded texts held in memory, past
         which they go to a file there (:class:`~.text_store.TextStore`)."""
-        self.strs = np.zeros((7, capacity), dtype=np.int64)
-        self.strs[L.SR_CLASS] = -1
+        self.strs = np.zeros((2, capacity), dtype=np.int64)
+        self.sinfo = np.zeros((5, capacity // 2), dtype=np.int64)
+        self.sinfo[L.SI_CLASS] = -1
         self.texts = TextStore(text_limit, new_path)
         self.cuts = 0  # strings cut to MAX_STRING bytes (traceviz.parsing.long_strings)
         self.first_cut: int | None = None  # where the first began (byte offset)
@@ -125,12 +128,14 @@ class StringTable:
         while (count + headroom) * 2 > size:
             size *= 2
         if size != self.strs.shape[1]:
-            new = np.zeros((7, size), dtype=np.int64)
-            new[L.SR_CLASS] = -1
+            new = np.zeros((2, size), dtype=np.int64)
             rehash(self.strs, new, L.SR_KEY, L.SR_ID)
-            new[L.SR_CLASS, :count] = self.strs[L.SR_CLASS, :count]
-            new[L.SR_COUNT, :count] = self.strs[L.SR_COUNT, :count]
             self.strs = new
+            info = np.zeros((5, size // 2), dtype=np.int64)
+            info[L.SI_CLASS] = -1
+            info[L.SI_CLASS:L.SI_COUNT + 1, :count] = self.sinfo[L.SI_CLASS:L.SI_COUNT + 1,
+                                                                 :count]
+            self.sinfo = info
 
     def take_pending(self, buf: np.ndarray, w: np.ndarray,
                      at: Callable[[int], int] = int) -> None:
@@ -144,7 +149,7 @@ class StringTable:
             return
         mem = buf.data
         texts: list[str] = []
-        for sid, off, ln in self.strs[L.SR_PEND_ID:L.SR_PEND_LEN + 1, :count].T.tolist():
+        for sid, off, ln in self.sinfo[L.SI_PEND_ID:L.SI_PEND_LEN + 1, :count].T.tolist():
             end = off + ln
             cut = cut_point(buf, off, end, MAX_STRING) if ln > MAX_STRING + ROOM else end
             try:
