@@ -4,9 +4,10 @@ Inside the numba scan loop a string is only hashed (:func:`.lexer.scan_string`: 
 decoded bytes) and looked up in an open-addressing table (rows ``SR_KEY`` / ``SR_ID``
 of the ``strs`` array); a hash seen for the first time gets the next id and its byte
 span is queued in the ``SI_PEND_*`` rows of the ``sinfo`` array (which holds per string
-id its category class and count too: half as many columns as the table has slots). After each scanner call (before the chunk
-buffer is reused) :meth:`StringTable.take_pending` decodes only those new spans, so
-Python touches each distinct string once, never each event.
+id its category class and count too: half as many columns as the table has slots).
+After each scanner call (before the chunk buffer is reused)
+:meth:`StringTable.take_pending` decodes only those new spans, so Python touches each
+distinct string once, never each event.
 
 Two raw spellings of one text (``"A"`` and ``"\\u0041"``) get two ids with the same
 decoded text; :meth:`StringTable.canonical` maps every id to the first id of its text.
