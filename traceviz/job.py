@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from .analysis.activities import Options
 from .analysis.aggregation import Aggregation
-from .analysis.breakdown import READ_COLUMNS, READ_OPTIONAL, Breakdown, Params, breakdown_of
+from .analysis.breakdown import Breakdown, Params
 from .analysis.calls import COLUMNS as CALL_COLUMNS
 from .analysis.calls import rank_calls
 from .analysis.critical_path.paths import CriticalPath, HtaPath
@@ -36,8 +36,9 @@ from .analysis.ops_summary import OpModel
 from .analysis.pipeline import PipelineViews
 from .analysis.report_types import Report
 from .analysis.run_config import training_flops_per_token
-from .commands import aggregate, critical_path, ops, pipeline, report
+from .commands import aggregate, pipeline, report
 from .errors import TraceVizError
+from .ingest import analyses
 from .ingest.tables import ensure_tables, input_files, load_table, rank_tables
 from .ingest.topology import job_layout
 from .render.breakdown_figures import breakdown_figures
@@ -143,10 +144,8 @@ class Job:
         """Every HTA-style table (``traceviz breakdown``): ``.temporal_breakdown``,
         ``.kernel_type_breakdown``, ... or ``.tables()`` by name."""
         options = Options(drop_last_step=drop_last_step or hta_compat, hta_compat=hta_compat)
-        return self._keep(("breakdown", options, params), lambda: breakdown_of(
-            ((rank, table) for rank, _, table in rank_tables(
-                self.files, READ_COLUMNS, [], READ_OPTIONAL)), options, params=params,
-            failed=self.failed))
+        return self._keep(("breakdown", options, params), lambda: analyses.breakdown(
+            [self.folder], options, params=params, failed=list(self.failed)))
 
     def temporal_breakdown(self, whole_trace: bool = False, **options) -> pa.Table:
         """Per rank and iteration: idle / compute / non-compute (HTA), the finer split of
@@ -185,7 +184,7 @@ class Job:
     def aggregation(self, alignment: str = "synced") -> Aggregation:
         """The aggregation (``traceviz aggregate``): micro-batch steps, category spans
         and clock offsets on one clock, the diagnosis, each rank's activities."""
-        return self._keep(("aggregate", alignment), lambda: aggregate.folder_aggregation(
+        return self._keep(("aggregate", alignment), lambda: analyses.aggregation(
             self.path, self.folder, alignment, self.topology)[0])
 
     def microbatches(self, alignment: str = "synced") -> pa.Table:
@@ -232,7 +231,7 @@ class Job:
                        ) -> PipelineViews:
         """The pipeline views (``traceviz pipeline``): per PP group looked at, measured
         and ideal steps and its stage table."""
-        return self._keep(("pipeline", iteration, all_groups), lambda: pipeline.views_of(
+        return self._keep(("pipeline", iteration, all_groups), lambda: analyses.pipeline(
             self.folder, vpp=self.vpp, iteration=iteration, all_groups=all_groups,
             topology=self.topology))
 
@@ -261,16 +260,16 @@ class Job:
         ``hta_compat``, HTA's path and ``bound_by`` summary (``.summary``)."""
         key = ("critical_path", iteration, annotation, instance, rank, hta_compat,
                tuple(what_if), clock_sync)
-        return self._keep(key, lambda: critical_path.path_of(
+        return self._keep(key, lambda: analyses.critical_path(
             self._source(), iteration=iteration, annotation=annotation, instance=instance,
             rank=rank, hta_compat=hta_compat, what_if=tuple(what_if),
-            clock_sync=clock_sync))
+            clock_sync=clock_sync)[0])
 
     def ops(self, *, rank: int | None = None, peak_tflops: float | None = None) -> OpModel:
         """The op model (``traceviz ops``): ``.calls`` (every modelled call),
         ``.by_shape``, ``.by_module``, ``.iterations`` (MFU), ... or ``.tables()`` by
         name."""
-        return self._keep(("ops", rank, peak_tflops), lambda: ops.model_of(
+        return self._keep(("ops", rank, peak_tflops), lambda: analyses.ops(
             self._source(), rank=rank, peak_tflops=peak_tflops))
 
     # ---- figures ----------------------------------------------------------------------

@@ -19,15 +19,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..analysis.aggregation import READ_COLUMNS, Aggregation, aggregation_of
+from ..analysis.aggregation import Aggregation
 from ..analysis.diagnose.diagnosis import Diagnosis
-from ..errors import TraceVizError
-from ..ingest.tables import ensure_tables, rank_tables
-from ..ingest.topology import job_layout
+from ..ingest import analyses
+from ..ingest.tables import ensure_tables
 from ..render.breakdown_figures import representative
 from ..render.figures import Figure
 from ..render.timeline import overlap_bars, time_window, timeline
-from ..table.schema import is_activity_table
 from ..topology.layout import Layout
 from .result import Result
 
@@ -53,28 +51,12 @@ def figure_ranks(mb: pa.Table, ranks: list[int], which: str, diag: Diagnosis | N
     return {r for r, _ in representative(idle)} | (outliers & set(ranks))
 
 
-def folder_aggregation(root: Path, folder: Path, alignment: str = "synced",
-                       topology: str | os.PathLike | None = None
-                       ) -> tuple[Aggregation, list[str], Layout | None, str | None]:
-    """The aggregation of one folder of rank tables, the ranks that could not be read
-    (one line each), the job's layout and why it is not known (None when it is)."""
-    files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
-    failed: list[str] = []
-    tables = {rank: t for rank, _, t in rank_tables(files, READ_COLUMNS, failed)}
-    if not tables:
-        raise TraceVizError(f"{folder}: no parsed rank tables (run 'traceviz batch' first)")
-    layout, layout_note = job_layout(root, folder, topology)
-    groups = (layout.groups()["PIPELINE_MODEL_PARALLEL_GROUP"] if layout is not None
-              and layout.world >= max(tables) + 1 else None)
-    return aggregation_of(tables, alignment, groups), failed, layout, layout_note
-
-
 def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
                      topology: str | os.PathLike | None = None,
                      figures: bool = True, rank_figures: str = "auto") -> Result:
     """Tables and figures of one folder of rank tables (see the module doc), paths
     relative to ``folder``."""
-    agg, failed, layout, layout_note = folder_aggregation(root, folder, alignment, topology)
+    agg, failed, layout, layout_note = analyses.aggregation(root, folder, alignment, topology)
     res = aggregation_files(agg, layout, layout_note, figures, rank_figures)
     res.failed = failed
     sync = agg.sync

@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 
 from ..analysis.activities import Options
-from ..analysis.breakdown import READ_COLUMNS, READ_OPTIONAL, Params, breakdown_of
-from ..ingest.tables import input_files, rank_tables
+from ..analysis.breakdown import Params
+from ..ingest import analyses
 from ..ingest.topology import job_layout
 from ..render.breakdown_figures import breakdown_figures
 from ..render.rank_spread import LISTED, spread_lines
@@ -23,9 +23,7 @@ def run(paths: list[str | os.PathLike], options: Options = Options(), *,
     """The breakdown of every rank of ``paths`` (or of ``ranks``) as files: its tables,
     their figures and the console summary."""
     failed: list[str] = []
-    loaded = ((rank, table) for rank, _, table in rank_tables(
-        input_files(paths), READ_COLUMNS, failed, READ_OPTIONAL))
-    result = breakdown_of(loaded, options, ranks, params, failed)
+    result = analyses.breakdown(paths, options, ranks, params, failed)
     tables = result.tables()
     notes: list[str] = []
     return Result(tables=tables, figures=breakdown_figures(tables, notes),

@@ -8,23 +8,18 @@ path's table, the summaries and a figure of the path over the ranks' timelines."
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
 
-from ..analysis.critical_path import rank_graph as R
 from ..analysis.critical_path.paths import (
     CriticalPath,
     HtaPath,
-    job_critical_path,
     rank_label,
-    rank_path,
 )
 from ..analysis.critical_path.summary import BOUND_BY
-from ..errors import UsageError
-from ..ingest.tables import load_with_cpu, one_rank_with_cpu, tables_folder
+from ..ingest import analyses
 from ..render.critical_path_figure import draw
 from ..render.figures import Figure
 from ..render.perfetto import path_events, write_job
@@ -38,61 +33,26 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:.3f} ms"
 
 
-def _window_args(iteration: int | None, annotation: str | None, instance: int
-                 ) -> tuple[str | None, int]:
-    """(annotation, instance); annotation None: ProfilerStep, else the whole trace."""
-    if iteration is not None:
-        if annotation:
-            raise UsageError("give --iteration or --annotation, not both")
-        return f"{R.DEFAULT_ANNOTATION}#{iteration}", 0
-    return annotation, instance
-
-
-def path_of(path: str | os.PathLike, *, iteration: int | None = None,
-            annotation: str | None = None, instance: int = 0, rank: int | None = None,
-            hta_compat: bool = False, what_if: tuple[str, ...] = (),
-            clock_sync: bool = True) -> HtaPath | CriticalPath:
-    """The critical path of ``path``: one rank (a trace, a table, or ``rank`` of a job)
-    or the job (see the module doc)."""
-    return _found(Path(path), iteration, annotation, instance, rank, hta_compat, what_if,
-                  clock_sync)[0]
-
-
-def _found(path: Path, iteration: int | None, annotation: str | None, instance: int,
-           rank: int | None, hta_compat: bool, what_if: tuple[str, ...], clock_sync: bool
-           ) -> tuple[HtaPath | CriticalPath, Callable[[Path], object]]:
-    """The path (:func:`path_of`) and the writer of its Perfetto tracks: on a copy of the
-    rank's trace when there is one, else the job's export."""
-    ann, inst = _window_args(iteration, annotation, instance)
-    exact = iteration is not None  # ProfilerStep#1 is not ProfilerStep#10
-    one = one_rank_with_cpu(path, rank)
-    if one:
-        found = rank_path(*one, ann, inst, hta_compat, list(what_if), exact)
-        trace = path if path.is_file() and path.suffix != ".parquet" else None
-        return found, partial(_write_trace, trace, found.tracks)
-    if hta_compat:
-        raise UsageError("--hta-compat is for one rank (HTA analyses one rank); add --rank N")
-    folder = tables_folder(path, cpu=True)
-    job = job_critical_path(load_with_cpu(folder), ann, inst, list(what_if), clock_sync,
-                            exact, str(folder))
-    return job, lambda out: export.write(folder, out, clock_sync=clock_sync,
-                                         extra=path_events(job.tracks))
-
-
 def run(path: str | os.PathLike, *, iteration: int | None = None,
         annotation: str | None = None, instance: int = 0, rank: int | None = None,
         hta_compat: bool = False, what_if: tuple[str, ...] = (),
         clock_sync: bool = True) -> Result:
-    """The critical path of :func:`path_of` as files: its tables, a figure over the
-    ranks' timelines, the path as Perfetto tracks, and the console summary;
+    """The critical path (:func:`traceviz.ingest.analyses.critical_path`) as files: its
+    tables, a figure over the ranks' timelines, the path as Perfetto tracks (on a copy of
+    the rank's trace when there is one, else the job's export), and the console summary;
     ``data["path"]``: the typed result."""
-    found, tracks = _found(Path(path), iteration, annotation, instance, rank, hta_compat,
-                           what_if, clock_sync)
+    found, trace, folder = analyses.critical_path(
+        path, iteration=iteration, annotation=annotation, instance=instance, rank=rank,
+        hta_compat=hta_compat, what_if=what_if, clock_sync=clock_sync)
     result = _hta_result(found) if isinstance(found, HtaPath) else _path_result(found)
     if found.what_if is not None:
         result.lines += _what_if_lines(found.what_if)
     result.data["path"] = found
-    result.exports[TRACE_NAME] = tracks
+    if folder is None:
+        result.exports[TRACE_NAME] = partial(_write_trace, trace, found.tracks)
+    else:
+        result.exports[TRACE_NAME] = lambda out: export.write(
+            folder, out, clock_sync=clock_sync, extra=path_events(found.tracks))
     return result
 
 

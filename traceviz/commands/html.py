@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..analysis.report_types import Report
 from ..errors import TraceVizError
+from ..ingest import analyses
 from ..ingest.tables import has_cpu_tables, tables_folder
 from ..ingest.topology import job_layout
 from ..render.html_page import OpsSection, PipelineSection, report_page
@@ -21,7 +22,6 @@ from ..render.interactive import (
     to_html,
 )
 from . import breakdown, ops, pipeline
-from .aggregate import folder_aggregation
 from .report import make_report
 from .result import Result
 
@@ -112,7 +112,7 @@ def run(root: str | os.PathLike, output: str | os.PathLike, overrides: dict | No
     except TraceVizError as exc:
         pipe, why = None, f"no pipeline view: {exc}"
     try:
-        windows = folder_aggregation(root, folder, topology=topology)[0]
+        windows = analyses.aggregation(root, folder, topology=topology)[0]
         mb, no_timeline = windows.microbatches.to_pylist(), ""
         synced = windows.alignment == "synced" or len(windows.ranks) == 1
     except TraceVizError as exc:

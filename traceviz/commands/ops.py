@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import os
 from functools import partial
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from ..analysis.devices import device_of
-from ..analysis.ops import rank_ops
-from ..analysis.ops_summary import OpModel, op_model, share
-from ..ingest.tables import load_with_cpu, one_rank_with_cpu, tables_folder
+from ..analysis.ops_summary import share
+from ..ingest import analyses
 from ..render.figures import Figure
 from ..render.ops_figures import modules, roofline
 from ..table.io import write_parquet
@@ -28,23 +26,12 @@ def _pct(x: float | None) -> str:
     return f"{x:.1f} %" if x >= 10 else f"{x:.3g} %"
 
 
-def _ranks(path: Path, rank: int | None) -> list[tuple[pa.Table, pa.Table]]:
-    one = one_rank_with_cpu(path, rank)
-    return [one] if one else [(g, c) for _, g, c in load_with_cpu(tables_folder(path,
-                                                                               cpu=True))]
-
-
-def model_of(path: str | os.PathLike, *, rank: int | None = None,
-             peak_tflops: float | None = None) -> OpModel:
-    """The op model of ``path`` (one trace / table, ``--rank`` of a job, or a job)."""
-    return op_model([rank_ops(g, c, peak_tflops) for g, c in _ranks(Path(path), rank)])
-
-
 def run(path: str | os.PathLike, *, rank: int | None = None,
         peak_tflops: float | None = None) -> Result:
-    """The op model of ``path`` (:func:`model_of`) as files: its tables, a roofline and a
-    module figure, and the console summary; ``data["model"]``: the model."""
-    model = model_of(path, rank=rank, peak_tflops=peak_tflops)
+    """The op model of ``path`` (:func:`traceviz.ingest.analyses.ops`) as files: its
+    tables, a roofline and a module figure, and the console summary; ``data["model"]``:
+    the model."""
+    model = analyses.ops(path, rank=rank, peak_tflops=peak_tflops)
     calls, shapes, iters = model.calls, model.by_shape, model.iterations
     device, peak, total = model.device, model.peak_tflops, model.total_ns
     dev = device_of(device)

@@ -4,20 +4,14 @@ needed), or from a folder of PP-Schedule-Visualization timer dumps."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from ..analysis.calls import COLUMNS as CALL_COLUMNS
-from ..analysis.diagnose.diagnosis import diagnosis_of
-from ..analysis.diagnose.waits import SPLIT_COLUMNS, job_comm
+from ..analysis.diagnose.waits import SPLIT_COLUMNS
 from ..analysis.microbatches import COLUMNS
-from ..analysis.pipeline import GroupView, PipelineViews, pipeline_view, pipeline_views
-from ..errors import TraceVizError
-from ..ingest.tables import ensure_tables, rank_tables
-from ..ingest.timer_dump import NAME, find_dumps, read_group
-from ..ingest.topology import job_layout
+from ..analysis.pipeline import GroupView, PipelineViews
+from ..ingest import analyses
 from ..render.figures import Figure
 from ..render.pipeline_figure import Mark, draw, gap_text, gaps_html, page, stages_html
-from ..table.schema import is_activity_table
 from .result import Result
 
 READ_COLUMNS = tuple(dict.fromkeys(COLUMNS + CALL_COLUMNS + SPLIT_COLUMNS))
@@ -66,63 +60,11 @@ def views_result(views: PipelineViews) -> Result:
     return res
 
 
-def _timer_dump_views(root: Path, all_groups: bool) -> PipelineViews:
-    """The views from PP-Schedule-Visualization's timer dumps (one PP group per
-    TPxCPxDP rank; by default rank 0, as its plot.py draws)."""
-    ids = sorted({int(m.group(3)) for p in find_dumps(root) if (m := NAME.match(p.name))})
-    views = []
-    for i in ids if all_groups else ids[:1]:
-        g = read_group(root, i)
-        views.append(GroupView(i, g.ranks, None,
-                               pipeline_view(g.rows, g.ranks, g.vpp, g.total_ns), []))
-    return PipelineViews(views, [])
-
-
-def folder_views(root: Path, folder: Path, vpp: int | None, iteration: int | None,
-                 all_groups: bool, topology, failed: list[str]) -> PipelineViews | None:
-    """The views of one folder of rank tables (None when it lacks ``iteration``); the
-    ranks that cannot be read go to ``failed``."""
-    files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
-    tables = {rank: t for rank, _, t in rank_tables(files, READ_COLUMNS, failed)}
-    jc = job_comm(tables)  # synced clocks, every communication kernel's wait / transfer
-    ranks = {a.rank: a for a in jc.acts}
-    del tables
-    layout, note = job_layout(root, folder, topology)
-    if layout is None:
-        raise TraceVizError(f"{folder}: {note}; pass --topology")
-    every = layout.groups()["PIPELINE_MODEL_PARALLEL_GROUP"]
-    diag = diagnosis_of(jc, every if ranks and layout.world >= max(ranks) + 1 else None)
-    return pipeline_views(ranks, diag, every, iteration, vpp, all_groups, str(folder))
-
-
-def views_of(root: str | os.PathLike, vpp: int | None = None, iteration: int | None = None,
-             all_groups: bool = False, topology: str | os.PathLike | None = None,
-             failed: list[str] | None = None) -> PipelineViews:
-    """The views (from timer dumps when ``root`` holds them, else from its rank tables:
-    the first profiled iteration, or ``iteration`` wherever it was profiled). ``vpp``
-    None: as the tables were classified (found from the traces)."""
-    root = Path(root)
-    if find_dumps(root):
-        return _timer_dump_views(root, all_groups)
-    failed = [] if failed is None else failed
-    found: PipelineViews | None = None
-    for folder in ensure_tables(root, topology=topology, vpp=vpp):
-        views = folder_views(root, folder, vpp, iteration, all_groups, topology, failed)
-        if views is not None:
-            found = views if found is None else PipelineViews(
-                found.groups + views.groups, found.notes + views.notes)
-            if iteration is None:
-                break
-    if found is None:
-        raise TraceVizError(f"{root}: no ProfilerStep {iteration} among its profiled "
-                            "iterations")
-    return found
-
-
 def run(root: str | os.PathLike, vpp: int | None = None, iteration: int | None = None,
         all_groups: bool = False, topology: str | os.PathLike | None = None) -> Result:
-    """The views of :func:`views_of` as files (:func:`views_result`)."""
+    """The pipeline views (:func:`traceviz.ingest.analyses.pipeline`) as files
+    (:func:`views_result`)."""
     failed: list[str] = []
-    res = views_result(views_of(root, vpp, iteration, all_groups, topology, failed))
+    res = views_result(analyses.pipeline(root, vpp, iteration, all_groups, topology, failed))
     res.failed = failed
     return res

@@ -19,11 +19,11 @@ from ..analysis.report import build_report, chosen_mfu, job_world, ranks_table
 from ..analysis.report_types import Report
 from ..analysis.run_config import RunConfig, from_torchtitan_toml
 from ..errors import TraceVizError
+from ..ingest import analyses
 from ..ingest.outputs import default_path
 from ..ingest.tables import has_cpu_tables, input_files, one_folder, rank_tables, tables_folder
 from ..ingest.topology import job_layout
 from ..render.report_text import report_text
-from . import ops
 from .diagnose import diagnosis_of
 from .result import Result
 
@@ -114,7 +114,7 @@ def _trace_flops(root: Path, peak: float | None) -> dict:
         return {**none, "why": "no tables"}
     if not has_cpu_tables(folder):
         return {**none, "why": "the ranks' CPU tables are not parsed: run 'traceviz ops'"}
-    model = ops.model_of(folder, peak_tflops=peak)
+    model = analyses.ops(folder, peak_tflops=peak)
     iters = model.iterations.to_pylist()
     tf = [r["model_tflops"] for r in iters if r["model_tflops"] is not None]
     mfu = [r["mfu_pct"] for r in iters if r["mfu_pct"] is not None]
