@@ -136,17 +136,16 @@ def parse(trace: str, output: str | None, cpu: bool, patterns: str | None, stric
     if output is None:
         output = "-" if trace == "-" and not sys.stdout.isatty() else command.default_output(
             "stdin" if trace == "-" else trace)
-    if cpu and output == "-":
-        raise UsageError("--cpu writes a second file: give -o FILE, not '-'")
     command.check_output(output)
     start = time.perf_counter()
     chosen = click.get_current_context().get_parameter_source("memory_budget")
-    result = command.run(trace, cpu=cpu, patterns=patterns, memory_budget=memory_budget << 20,
-                         topology_file=topology_file, vpp=vpp,
-                         warn_floor=chosen == click.core.ParameterSource.COMMANDLINE)
-    for warning in result.warnings:
+    result = command.run(trace, output, cpu=cpu, patterns=patterns,
+                         memory_budget=memory_budget << 20, topology_file=topology_file,
+                         vpp=vpp, warn_floor=chosen == click.core.ParameterSource.COMMANDLINE,
+                         strict=strict)
+    for warning in result.notes:
         click.echo(f"traceviz: warning: {one_line(warning)}", err=True)
-    written = command.write(result, output, cpu=cpu, strict=strict)
+    written = command.write_stdout(result) if output == "-" else _write(result, ".")
     if not quiet:
         _echo_all(command.summary_lines(result, time.perf_counter() - start, written), err=True)
 
@@ -184,13 +183,12 @@ def topology(world, tp, pp, cp, ep, expert_tp, order, gbs, from_traces, from_fil
     """
     from .commands import topology as command
 
-    layout = command.layout_of(world=world, tp=tp, pp=pp, cp=cp, ep=ep, expert_tp=expert_tp,
-                               order=order, traces=from_traces, file=from_file)
-    text = command.text_of(layout, as_json, gbs)
-    if output is None:
-        _echo_all(text.splitlines())
-        return
-    click.echo(f"wrote {command.write(text, output, as_json)}", err=True)
+    result = command.run(world=world, tp=tp, pp=pp, cp=cp, ep=ep, expert_tp=expert_tp,
+                         order=order, traces=from_traces, file=from_file, as_json=as_json,
+                         global_batch_size=gbs, output=output)
+    _echo_all(result.lines)
+    for path in _write(result, "."):
+        click.echo(f"wrote {path}", err=True)
 
 
 class _LazyOptions(click.Command):

@@ -1,8 +1,8 @@
 """``traceviz parse``: one rank's trace into its GPU activity table (and CPU table).
 
 The tables are written from their spillable columns (:mod:`traceviz.parsing.output_columns`)
-without ever being whole in memory, so this command writes as it goes instead of
-returning a :class:`~.result.Result`."""
+without ever being whole in memory: the result's one export writes them (the table and,
+with ``cpu``, the CPU table next to it, both or neither)."""
 from __future__ import annotations
 
 import os
@@ -12,6 +12,7 @@ from ..ingest.build import ParsedTrace, parse_trace
 from ..ingest.discover import is_trace_name
 from ..ingest.outputs import default_path, trace_stem
 from ..ingest.topology import from_file
+from .result import Result
 
 
 def default_output(trace: str) -> str:
@@ -29,38 +30,43 @@ def check_output(output: str) -> None:
                          "table: name a .parquet file")
 
 
-def run(trace: str, *, cpu: bool = False, patterns: str | None = None,
+def run(trace: str, output: str, *, cpu: bool = False, patterns: str | None = None,
         memory_budget: int = 512 << 20, topology_file: str | None = None,
-        vpp: int | None = None, warn_floor: bool = False) -> ParsedTrace:
-    """Parse ``trace`` (its warnings are in the result; ``warn_floor``: see
-    :func:`~traceviz.ingest.build.parse_trace`)."""
-    topology = from_file(topology_file) if topology_file else None
-    return parse_trace(trace, cpu=cpu, patterns=patterns, memory_budget=memory_budget,
-                       topology=topology, vpp=vpp, warn_floor=warn_floor)
-
-
-def write(result: ParsedTrace, output: str, *, cpu: bool = False,
-          strict: bool = False) -> list[str]:
-    """Write the table(s) to ``output`` (``-``: stdout) and, with ``cpu``, the CPU table
-    next to it; returns the paths written. ``strict`` rejects a truncated trace."""
+        vpp: int | None = None, warn_floor: bool = False, strict: bool = False) -> Result:
+    """Parse ``trace``; the result exports its table as ``output`` (``-``: stdout, which
+    :func:`write_stdout` writes). ``notes``: the parse's warnings; ``data["parsed"]``: the
+    :class:`~traceviz.ingest.build.ParsedTrace` (close it when done). ``strict`` rejects
+    a truncated trace; ``warn_floor``: see :func:`~traceviz.ingest.build.parse_trace`."""
     if cpu and output == "-":
         raise UsageError("--cpu writes a second file: give -o FILE, not '-'")
-    if strict and result.meta["stats"]["truncated_at"] is not None:
-        raise TraceVizError(f"{result.meta['source']}: truncated trace rejected (--strict); "
+    topology = from_file(topology_file) if topology_file else None
+    parsed = parse_trace(trace, cpu=cpu, patterns=patterns, memory_budget=memory_budget,
+                         topology=topology, vpp=vpp, warn_floor=warn_floor)
+    if strict and parsed.meta["stats"]["truncated_at"] is not None:
+        parsed.close()
+        raise TraceVizError(f"{parsed.meta['source']}: truncated trace rejected (--strict); "
                             "nothing written")
-    return result.write(output)
+    return Result(exports={output: lambda dest: parsed.write(os.fspath(dest))},
+                  notes=list(parsed.warnings), data={"parsed": parsed})
 
 
-def summary_lines(result: ParsedTrace, seconds: float, written: list[str]) -> list[str]:
+def write_stdout(result: Result) -> list[str]:
+    """Write the table of a ``-o -`` parse to stdout."""
+    return result.data["parsed"].write("-")
+
+
+def summary_lines(result: Result, seconds: float, written: list) -> list[str]:
     """What was parsed, how fast, where it went, and what was skipped."""
-    meta = result.meta
+    parsed: ParsedTrace = result.data["parsed"]
+    meta = parsed.meta
     stats = meta["stats"]
     kind_text = ", ".join(f"{v} {k}" for k, v in stats["kinds"].items()) or "none"
     steps = sorted({s["iteration"] for s in meta["steps"]})
     mb = stats["bytes_read"] / 1e6
-    lines = [f"rank {meta['rank']}: {result.columns.n_rows} GPU activities ({kind_text}); "
+    lines = [f"rank {meta['rank']}: {parsed.columns.n_rows} GPU activities ({kind_text}); "
              f"{len(steps)} iteration(s); {stats['events']} events, {mb:.1f} MB in "
-             f"{seconds:.2f} s ({mb / max(seconds, 1e-9):.0f} MB/s) -> {', '.join(written)}"]
+             f"{seconds:.2f} s ({mb / max(seconds, 1e-9):.0f} MB/s) -> "
+             f"{', '.join(map(str, written))}"]
     skipped = sum(stats["skipped"].values())
     if skipped:
         lines.append(f"  skipped {skipped} events: " + "; ".join(

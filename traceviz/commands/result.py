@@ -5,11 +5,11 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 from ..progress import progress
-from ..render.figures import Figure, save_all
 from ..table.io import (
     all_or_nothing,
     refuse_input,
@@ -18,15 +18,19 @@ from ..table.io import (
     write_text,
 )
 
+if TYPE_CHECKING:  # drawing is imported when there is a figure to save (parse has none)
+    from ..render.figures import Figure
+
 
 @dataclass
 class Result:
     """Outputs by path relative to the output folder: ``tables`` are written as
     ``<name>.csv`` and ``<name>.parquet``, ``csv`` as CSV only, ``figures`` as PNG,
     ``texts`` as UTF-8 text, ``exports`` by their function (``write(path)``, atomic:
-    e.g. a Perfetto trace). ``lines`` go to stdout, ``notes`` to stderr; ``data`` holds
-    structured results for the Python API (e.g. the report dict); ``failed`` names the
-    ranks the outputs leave out (a trace or table that could not be read), with why."""
+    e.g. a Perfetto trace; one that writes more than its file returns every path).
+    ``lines`` go to stdout, ``notes`` to stderr; ``data`` holds structured results for
+    the Python API (e.g. the report dict); ``failed`` names the ranks the outputs leave
+    out (a trace or table that could not be read), with why."""
 
     tables: dict[str, pa.Table] = field(default_factory=dict)
     csv: dict[str, pa.Table] = field(default_factory=dict)
@@ -55,10 +59,13 @@ def write(result: Result, outdir: str | os.PathLike) -> list[Path]:
         for name, text in result.texts.items():
             written.append(write_text(text, out / name))
         for name, export in result.exports.items():
-            export(out / name)
-            written.append(out / name)
-        written += save_all(result.figures, out,
-                            lambda items, n: progress(items, "figures", total=n))
+            made = export(out / name)
+            written += [Path(p) for p in made] if isinstance(made, list) else [out / name]
+        if result.figures:
+            from ..render.figures import save_all
+
+            written += save_all(result.figures, out,
+                                lambda items, n: progress(items, "figures", total=n))
     return written
 
 

@@ -7,9 +7,9 @@ import os
 
 from ..errors import UsageError
 from ..ingest.topology import from_file, from_traces
-from ..table.io import write_text
 from ..topology import groups_file
 from ..topology.layout import Layout, to_json
+from .result import Result
 
 
 def layout_of(*, world: int | None = None, tp: int = 1, pp: int = 1, cp: int = 1,
@@ -33,11 +33,19 @@ def text_of(layout: Layout, as_json: bool, global_batch_size: str = "N/A") -> st
     return groups_file.render(groups_file.GroupsFile.from_layout(layout, global_batch_size))
 
 
-def write(text: str, output: str, as_json: bool) -> str:
-    """Write ``text`` to ``output`` (a folder gets ``topology.json`` or
-    ``unique_parallel_groups_<timestamp>.txt``); returns the path."""
+def run(*, world: int | None = None, tp: int = 1, pp: int = 1, cp: int = 1, ep: int = 1,
+        expert_tp: int | None = None, order: str = "tp-cp-ep-dp-pp",
+        traces: str | None = None, file: str | None = None, as_json: bool = False,
+        global_batch_size: str = "N/A", output: str | None = None) -> Result:
+    """The layout (:func:`layout_of`) as text: to ``output`` (a folder gets
+    ``topology.json`` or ``unique_parallel_groups_<timestamp>.txt``), else as lines;
+    ``data["layout"]``: the layout."""
+    layout = layout_of(world=world, tp=tp, pp=pp, cp=cp, ep=ep, expert_tp=expert_tp,
+                       order=order, traces=traces, file=file)
+    text = text_of(layout, as_json, global_batch_size)
+    if output is None:
+        return Result(lines=text.splitlines(), data={"layout": layout})
     if os.path.isdir(output):
         output = os.path.join(output, "topology.json" if as_json
                               else groups_file.default_name())
-    write_text(text, output)
-    return output
+    return Result(texts={output: text}, data={"layout": layout})
