@@ -612,10 +612,7 @@ def demo(outdir) -> None:
     """
     from .commands.demo import run as run_demo
 
-    steps = run_demo(outdir, click.echo)
-    click.echo("\nwhere to look:")
-    for what, path in steps.items():
-        click.echo(f"  {what}: {path}")
+    _echo_all(run_demo(outdir, click.echo).lines)
 
 
 @main.command()

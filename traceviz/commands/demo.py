@@ -29,10 +29,11 @@ DEMO_FACTS = {"model": f"demo-{12 * DEMO.layers * DEMO.hidden ** 2 / 1e9:.1f}B",
               "flops_per_token": training_flops_per_token(12 * DEMO.layers * DEMO.hidden ** 2)}
 
 
-def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> dict[str, Path]:
+def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> Result:
     """Synthesize the demo job and run batch (with CPU tables), aggregate, diagnose,
-    breakdown, report, pipeline, the critical path, the op model and the HTML page on it;
-    returns where each step wrote."""
+    breakdown, report, pipeline, the critical path, the op model and the HTML page on it,
+    each step's files written as it goes (``echo`` says what each found); the result's
+    ``lines`` say where each step wrote (``data["steps"]``: step -> path)."""
     out = Path(outdir)
     job = out / "job"
     steps: dict[str, Path] = {}
@@ -89,4 +90,6 @@ def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> dict[
     steps["HTML report (open in a browser)"] = page
     echo(f"html: {page}")
     echo(f"done in {time.perf_counter() - start:.1f} s")
-    return steps
+    return Result(lines=["", "where to look:"] + [f"  {what}: {path}"
+                                                  for what, path in steps.items()],
+                  data={"steps": steps})
