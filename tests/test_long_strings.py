@@ -257,3 +257,27 @@ def test_many_distinct_names_grow_the_string_table():
     assert t["name"].to_pylist() == [f"k{i} é" for i in range(n)]
     assert parsed.meta["stats"]["events_by_cat"] == {"kernel": n}
     parsed.close()
+
+
+@pytest.mark.parametrize("chunk", [4096, 1 << 18, 8 << 20])
+def test_long_names_in_a_row_are_each_cut_once(chunk):
+    """Events with long names back to back (the end of one and the start of the next in
+    one refill of the buffer): each name is cut once, by its own length, and an error
+    after them names its byte in the file, whatever the buffer."""
+    name = [b"A" * 1_000_000, b'},{\\"ph\\":\\"X\\"' * 60_000, b"C" * 700_000]
+    events = b",".join(
+        b'{"ph":"X","cat":"kernel","name":"' + n + b'","pid":0,"tid":7,"ts":%d,"dur":1,'
+        b'"args":{"correlation":%d,"stream":7,"device":0}}' % (10 + i, i + 1)
+        for i, n in enumerate(name))
+    raw = b'{"traceEvents":[' + events + b',{"ph":"X",,"ts":1},{"ph":"X"}]}'
+    with pytest.raises(TraceError) as err:
+        traceviz.parse_trace(io.BytesIO(raw), chunk_size=chunk)
+    assert err.value.offset == raw.index(b",,") + 1
+    parsed = traceviz.parse_trace(io.BytesIO(raw[:raw.index(b',{"ph":"X",,')] + b"]}"),
+                                  chunk_size=chunk)
+    got = parsed.activities.sort_by("ts")["name"].to_pylist()
+    want = [decode_raw(n[:ls.MAX_STRING]) + ls.marker(len(n) - ls.MAX_STRING) for n in name]
+    assert got == want
+    assert parsed.meta["stats"]["notes"]["strings longer than 64 KiB (cut)"] == 3
+    parsed.close()
+

@@ -67,9 +67,17 @@ def test_parts_equal_one_pass(name, tmp_path, monkeypatch):
     for fractions in ((0.13,), (0.5,), (0.77,), (0.3, 0.6), (0.2, 0.45, 0.7)):
         g, c, m, w, merged = _parse(path, monkeypatch, *fractions)
         assert g.equals(gpu) and c.equals(cpu), (name, fractions)
-        assert m == meta and w == warnings, (name, fractions)
+        assert _facts(m) == _facts(meta) and w == warnings, (name, fractions)
         split_used += merged
     assert split_used >= 4  # the boundaries found were real ones
+
+
+def _facts(meta: dict) -> dict:
+    """The metadata but for the bytes spilled / parked: those follow the memory the
+    process held when the parse began (its budget's data share), not the trace."""
+    stats = {k: v for k, v in meta["stats"].items() if k not in ("spilled_bytes",
+                                                                "parked_bytes")}
+    return {**meta, "stats": stats}
 
 
 def test_a_split_not_between_events_falls_back_to_one_pass(tmp_path, monkeypatch):

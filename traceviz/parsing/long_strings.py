@@ -30,9 +30,10 @@ MAX_EVENT = 64 << 20  # bytes one event may take once its long strings are cut
 
 # compaction state: int64[C_SIZE], carried across refills of one event
 (C_READ, C_IN, C_ESC, C_LEN, C_START, C_CUT, C_SKIP, C_DROPPED, C_CUTS, C_FIRST,
- C_GONE, C_OPENED, C_CLOSED) = range(13)
-C_SIZE = 13
+ C_GONE, C_OPENED, C_CLOSED, C_DEPTH, C_SEEN, C_DONE) = range(16)
+C_SIZE = 16
 _QUOTE, _BACKSLASH, _U = 34, 92, 117
+_OPEN_OBJ, _OPEN_ARR, _CLOSE_OBJ, _CLOSE_ARR, _COMMA = 123, 91, 125, 93, 44
 _DIGITS = np.frombuffer(b"0123456789", dtype=np.uint8)
 _HEAD = np.frombuffer("…(+".encode(), dtype=np.uint8)
 _TAIL = np.frombuffer(b" bytes cut)", dtype=np.uint8)
@@ -116,26 +117,47 @@ def _put_marker(buf, at: int, dropped: int) -> int:
 @njit(cache=True, nogil=True)
 def compact(buf, n: int, st, cap: int) -> int:
     """Cut the long strings of ``buf[st[C_READ]:n]`` in place (see the module doc);
-    returns the new end of the data. ``buf[0]`` must be outside a string (an event's
-    start) when the state is new. ``st[C_GONE]``: the bytes removed so far, all before
-    ``buf[st[C_CLOSED]]`` (the end of the last string cut);
+    returns the new end of the data. ``buf[0]`` must be the start of one item (an event,
+    or a top-level key and its value) when the state is new; bytes past the item's end
+    are left as they are (the next item gets a state of its own). ``st[C_GONE]``: the
+    bytes removed, all before ``buf[st[C_CLOSED]]`` (the end of the last string cut);
     ``st[C_CUTS]``: the strings cut; ``st[C_FIRST]``: where the first began, as a
     position in the bytes as read (before any was removed)."""
     r = st[C_READ]
     wp = r
+    if st[C_DONE]:
+        return n
     gone = st[C_GONE]
     in_str, esc, length, start = st[C_IN], st[C_ESC], st[C_LEN], st[C_START]
     cut, skip, dropped = st[C_CUT], st[C_SKIP], st[C_DROPPED]
+    depth, seen = st[C_DEPTH], st[C_SEEN]
     while r < n:
         c = buf[r]
-        r += 1
         if in_str == 0:
+            # the item ends at a comma or a closing bracket of the array / object it sits in
+            if (c == _COMMA and depth == 0 and seen) or (
+                    (c == _CLOSE_OBJ or c == _CLOSE_ARR) and depth == 0):
+                st[C_DONE] = 1
+                break
+            r += 1
             buf[wp] = c
             wp += 1
             if c == _QUOTE:
                 in_str, esc, length, start, cut, skip, dropped = 1, 0, 0, wp, -1, 0, 0
                 st[C_OPENED] = r + gone  # as read
+                seen = 1
+            elif c == _OPEN_OBJ or c == _OPEN_ARR:
+                depth += 1
+                seen = 1
+            elif c == _CLOSE_OBJ or c == _CLOSE_ARR:
+                depth -= 1
+                if depth == 0:  # the item was this object / array
+                    st[C_DONE] = 1
+                    break
+            elif c > 32 and c != _COMMA:
+                seen = 1
             continue
+        r += 1
         if esc == 0 and c == _QUOTE:  # the string ends
             if skip:
                 wp = _put_marker(buf, cut, dropped)
@@ -162,6 +184,11 @@ def compact(buf, n: int, st, cap: int) -> int:
         esc = _next_esc(esc, c)
         length += 1
     st[C_GONE] = gone + r - wp
+    if st[C_DONE] and r > wp:  # the bytes after the item move down, unread
+        for k in range(n - r):
+            buf[wp + k] = buf[r + k]
+    end = wp + (n - r) if st[C_DONE] else wp
     st[C_READ], st[C_IN], st[C_ESC], st[C_LEN], st[C_START] = wp, in_str, esc, length, start
     st[C_CUT], st[C_SKIP], st[C_DROPPED] = cut, skip, dropped
-    return wp
+    st[C_DEPTH], st[C_SEEN] = depth, seen
+    return end
