@@ -40,7 +40,6 @@ from .commands import aggregate, pipeline, report
 from .errors import TraceVizError
 from .ingest import analyses
 from .ingest.tables import ensure_tables, input_files, load_table, rank_tables
-from .ingest.topology import job_layout
 from .render.breakdown_figures import breakdown_figures
 from .render.figures import Figure
 from .table.schema import file_metadata
@@ -184,8 +183,13 @@ class Job:
     def aggregation(self, alignment: str = "synced") -> Aggregation:
         """The aggregation (``traceviz aggregate``): micro-batch steps, category spans
         and clock offsets on one clock, the diagnosis, each rank's activities."""
+        return self._aggregation(alignment)[0]
+
+    def _aggregation(self, alignment: str = "synced"):
+        """The aggregation with the ranks it left out and the job's layout (and why it
+        is unknown)."""
         return self._keep(("aggregate", alignment), lambda: analyses.aggregation(
-            self.path, self.folder, alignment, self.topology)[0])
+            self.path, self.folder, alignment, self.topology))
 
     def microbatches(self, alignment: str = "synced") -> pa.Table:
         """Per rank, iteration, phase and micro-batch: wall clock, compute,
@@ -279,8 +283,8 @@ class Job:
         name; ``figure.figure()`` is a matplotlib figure (shown inline in Jupyter),
         ``figure.save(path)`` writes the PNG. Nothing is drawn until asked."""
         out = breakdown_figures(self.breakdown().tables(), [])
-        layout, note = job_layout(self.path, self.folder, self.topology)
-        out.update(aggregate.aggregation_files(self.aggregation(), layout, note).figures)
+        agg, _, layout, note = self._aggregation()
+        out.update(aggregate.aggregation_files(agg, layout, note).figures)
         try:
             out.update(pipeline.views_result(self.pipeline_views()).figures)
         except TraceVizError:

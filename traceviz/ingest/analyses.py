@@ -11,10 +11,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from ..analysis.activities import Options
-from ..analysis.aggregation import READ_COLUMNS as AGGREGATION_COLUMNS
+from ..analysis.aggregation import READ_COLUMNS as AGGREGATION_COLUMNS  # steps + calls
 from ..analysis.aggregation import Aggregation, aggregation_of
 from ..analysis.breakdown import READ_COLUMNS, READ_OPTIONAL, Breakdown, Params, breakdown_of
-from ..analysis.calls import COLUMNS as CALL_COLUMNS
 from ..analysis.critical_path import rank_graph as R
 from ..analysis.critical_path.paths import (
     CriticalPath,
@@ -23,8 +22,7 @@ from ..analysis.critical_path.paths import (
     rank_path,
 )
 from ..analysis.diagnose.diagnosis import diagnosis_of
-from ..analysis.diagnose.waits import SPLIT_COLUMNS, job_comm
-from ..analysis.microbatches import COLUMNS as MICROBATCH_COLUMNS
+from ..analysis.diagnose.waits import job_comm
 from ..analysis.ops import rank_ops
 from ..analysis.ops_summary import OpModel, op_model
 from ..analysis.pipeline import GroupView, PipelineViews, pipeline_view, pipeline_views
@@ -41,8 +39,6 @@ from .tables import (
 )
 from .timer_dump import NAME, find_dumps, read_group
 from .topology import job_layout
-
-PIPELINE_COLUMNS = tuple(dict.fromkeys(MICROBATCH_COLUMNS + CALL_COLUMNS + SPLIT_COLUMNS))
 
 
 def breakdown(paths: list[str | os.PathLike], options: Options = Options(),
@@ -89,7 +85,8 @@ def _folder_views(root: Path, folder: Path, vpp: int | None, iteration: int | No
     """The views of one folder of rank tables (None when it lacks ``iteration``); the
     ranks that cannot be read go to ``failed``."""
     files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
-    tables = {rank: t for rank, _, t in rank_tables(files, PIPELINE_COLUMNS, failed)}
+    # the aggregation's columns: steps and calls
+    tables = {rank: t for rank, _, t in rank_tables(files, AGGREGATION_COLUMNS, failed)}
     jc = job_comm(tables)  # synced clocks, every communication kernel's wait / transfer
     ranks = {a.rank: a for a in jc.acts}
     del tables

@@ -27,7 +27,8 @@ from .long_strings import new_state as new_cut_state
 from .scanner import _thread, scan
 from .segments import EVENT_BOUNDARY, HEAD_BYTES, Segment, Splitter
 from .source import GZIP_MAGIC, ZSTD_MAGIC, ByteSource, FileRange
-from .strings import BadString, StringTable, decode_raw, rehash
+from .strings import BadString, StringTable, decode_raw
+from .text_store import rehash
 
 DEFAULT_CHUNK = 8 << 20
 DEFAULT_BUDGET = 512 << 20

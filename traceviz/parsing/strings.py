@@ -23,7 +23,7 @@ from numba import njit
 
 from . import fields as L
 from .long_strings import MAX_STRING, ROOM, cut_point, marker
-from .text_store import TextStore
+from .text_store import TextStore, rehash
 
 
 @njit(nogil=True, cache=True, _nrt=False)
@@ -53,21 +53,6 @@ def intern(strs, sinfo, w, h, off, length):
             w[L.W_NPEND] = p + 1
             return sid
         slot = (slot + 1) & mask
-
-
-@njit(nogil=True, cache=True)
-def rehash(old, new, key_row, id_row):
-    """Insert every key of table ``old`` into the empty, larger table ``new``."""
-    mask = new.shape[1] - 1
-    for i in range(old.shape[1]):
-        h = old[key_row, i]
-        if h == 0:
-            continue
-        slot = h & mask
-        while new[key_row, slot] != 0:
-            slot = (slot + 1) & mask
-        new[key_row, slot] = h
-        new[id_row, slot] = old[id_row, i]
 
 
 class BadString(ValueError):

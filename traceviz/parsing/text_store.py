@@ -30,23 +30,23 @@ READ_BYTES = 8 << 20  # bytes of texts iteration decodes at a time
 
 
 @njit(cache=True, nogil=True)
-def _lookup_insert(keys, ids, hashes, new_ids, found):
-    """For each (hash, id): ``found`` = the id stored under that hash; where none is,
-    ``id`` is stored (found = id), or found = -1 when ``id`` is negative (a lookup).
-    Caller keeps the load factor <= 1/2."""
-    mask = keys.shape[0] - 1
+def _lookup_insert(table, hashes, new_ids, found):
+    """For each (hash, id): ``found`` = the id stored under that hash in ``table`` (row 0
+    hashes, row 1 ids); where none is, ``id`` is stored (found = id), or found = -1 when
+    ``id`` is negative (a lookup). Caller keeps the load factor <= 1/2."""
+    mask = table.shape[1] - 1
     for k in range(hashes.shape[0]):
         h = hashes[k]
         slot = h & mask
         while True:
-            key = keys[slot]
+            key = table[0, slot]
             if key == h:
-                found[k] = ids[slot]
+                found[k] = table[1, slot]
                 break
             if key == EMPTY:
                 if new_ids[k] >= 0:
-                    keys[slot] = h
-                    ids[slot] = new_ids[k]
+                    table[0, slot] = h
+                    table[1, slot] = new_ids[k]
                 found[k] = new_ids[k]
                 break
             slot = (slot + 1) & mask
@@ -74,18 +74,20 @@ def _same(fa, ma, base_a, ends_a, ia, fb, mb, base_b, ends_b, ib, out):
         out[k] = same
 
 
-@njit(cache=True, nogil=True)
-def _reinsert(keys, ids, old_keys, old_ids):
-    mask = keys.shape[0] - 1
-    for i in range(old_keys.shape[0]):
-        h = old_keys[i]
+@njit(nogil=True, cache=True)
+def rehash(old, new, key_row, id_row):
+    """Insert every key of the open-addressing table ``old`` (keys in row ``key_row``,
+    values in ``id_row``, 0 = empty) into the empty, larger table ``new``."""
+    mask = new.shape[1] - 1
+    for i in range(old.shape[1]):
+        h = old[key_row, i]
         if h == EMPTY:
             continue
         slot = h & mask
-        while keys[slot] != EMPTY:
+        while new[key_row, slot] != EMPTY:
             slot = (slot + 1) & mask
-        keys[slot] = h
-        ids[slot] = old_ids[i]
+        new[key_row, slot] = h
+        new[id_row, slot] = old[id_row, i]
 
 
 @njit(cache=True, nogil=True)
@@ -118,8 +120,7 @@ class TextStore(Sequence[str]):
         self._ends = array("q")   # end offset of each text in the arena
         self._hashes = array("q")
         self._canon = array("i")  # first id with the same text
-        self._keys = np.zeros(1 << 10, dtype=np.int64)
-        self._ids = np.zeros(1 << 10, dtype=np.int32)
+        self._table = np.zeros((2, 1 << 10), dtype=np.int64)  # hash -> first id
 
     def __len__(self) -> int:
         return len(self._ends)
@@ -196,7 +197,7 @@ class TextStore(Sequence[str]):
         ids = np.arange(first, first + len(encoded), dtype=np.int32)
         self._room(len(self))
         found = np.empty(ids.shape[0], dtype=np.int32)
-        _lookup_insert(self._keys, self._ids, np.array(hashes, dtype=np.int64), ids, found)
+        _lookup_insert(self._table, np.array(hashes, dtype=np.int64), ids, found)
         # a hash found is confirmed by the bytes: two texts with one hash (astronomically
         # rare) each stay their own
         hit = np.flatnonzero(found != ids)
@@ -220,25 +221,22 @@ class TextStore(Sequence[str]):
         return out
 
     def _room(self, count: int) -> None:
-        size = self._keys.shape[0]
+        size = self._table.shape[1]
         while count * 2 > size:
             size *= 2
-        if size != self._keys.shape[0]:
-            keys = np.zeros(size, dtype=np.int64)
-            ids = np.zeros(size, dtype=np.int32)
-            _reinsert(keys, ids, self._keys, self._ids)
-            self._keys, self._ids = keys, ids
+        if size != self._table.shape[1]:
+            table = np.zeros((2, size), dtype=np.int64)
+            rehash(self._table, table, 0, 1)
+            self._table = table
 
     def find(self, text: str) -> int | None:
         """The first id of ``text`` (None: not stored)."""
-        keys, mask = self._keys, self._keys.shape[0] - 1
-        h, raw = _hash(text), text.encode("utf-8", "surrogatepass")
-        slot = h & mask
-        while keys[slot] != EMPTY:
-            if keys[slot] == h and self.raw(int(self._ids[slot])) == raw:
-                return int(self._ids[slot])
-            slot = (slot + 1) & mask
-        return None
+        found = np.empty(1, dtype=np.int32)
+        _lookup_insert(self._table, np.array([_hash(text)], dtype=np.int64),
+                       np.full(1, -1, np.int32), found)
+        first = int(found[0])
+        ok = first >= 0 and self.raw(first) == text.encode("utf-8", "surrogatepass")
+        return first if ok else None
 
     def merge(self, other: TextStore) -> np.ndarray:
         """Add the texts of ``other`` that this store lacks; returns each of ``other``'s
@@ -248,8 +246,7 @@ class TextStore(Sequence[str]):
         heads = np.flatnonzero(canon == np.arange(n)).astype(np.int32)  # distinct texts
         found = np.empty(heads.shape[0], dtype=np.int32)
         hashes = np.frombuffer(other._hashes, dtype=np.int64)[heads]
-        _lookup_insert(self._keys, self._ids, hashes, np.full(heads.shape[0], -1, np.int32),
-                       found)
+        _lookup_insert(self._table, hashes, np.full(heads.shape[0], -1, np.int32), found)
         hit = np.flatnonzero(found >= 0)
         found[hit[~self._same_as(other, found[hit], heads[hit])]] = -1
         new = heads[found < 0]
@@ -263,18 +260,21 @@ class TextStore(Sequence[str]):
         """``int32`` array mapping every id to the first id with the same text."""
         return np.frombuffer(self._canon, dtype=np.int32).copy()
 
+    def _bounds(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Start and end offsets of the texts of ``ids`` in the arena."""
+        ends = np.frombuffer(self._ends, dtype=np.int64)
+        b = ends[ids]
+        return np.where(ids > 0, ends[np.maximum(ids - 1, 0)], 0), b
+
     def nbytes(self, ids: np.ndarray) -> int:
         """Bytes of the texts of ``ids``."""
-        ends = np.frombuffer(self._ends, dtype=np.int64)
-        starts = np.concatenate([[0], ends[:-1]]) if ends.shape[0] else ends
-        return int((ends[ids] - starts[ids]).sum())
+        a, b = self._bounds(ids)
+        return int((b - a).sum())
 
     def arrow(self, ids: np.ndarray) -> pa.Array:
         """The texts of ``ids`` (ascending) as an Arrow string array, made from the arena
         (no Python string each)."""
-        ends = np.frombuffer(self._ends, dtype=np.int64)
-        starts = np.concatenate([[0], ends[:-1]]) if ends.shape[0] else ends
-        a, b = starts[ids], ends[ids]
+        a, b = self._bounds(ids)
         offsets = np.zeros(ids.shape[0] + 1, dtype=np.int64)
         np.cumsum(b - a, out=offsets[1:])
         data = np.empty(int(offsets[-1]), dtype=np.uint8)
