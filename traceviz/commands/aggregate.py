@@ -61,9 +61,10 @@ def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
     res.failed = failed
     sync = agg.sync
     worst = max((x for x in sync.max_abs_residual if x == x), default=0.0)
-    clocks = (f"clock offsets up to {abs(sync.offsets).max() / 1e3:.1f} µs (largest "
+    clocks = ("one clock" if len(agg.ranks) == 1 else
+              f"clock offsets up to {abs(sync.offsets).max() / 1e3:.1f} µs (largest "
               f"residual {worst / 1e3:.1f} µs)" if sync.linked().any() else "clocks not synced")
-    res.lines.append(f"{folder}: {len(agg.ranks)} ranks; {clocks}")
+    res.lines.append(f"{folder}: {len(agg.ranks)} rank{'s' * (len(agg.ranks) != 1)}; {clocks}")
     return res
 
 
