@@ -68,3 +68,167 @@ def test_parse_imports_no_synthesizer_analysis_or_drawing(tmp_path):
                                      "traceviz.render")))
     assert loaded == []
     assert (tmp_path / "t.parquet").stat().st_size > 0
+
+
+# ---- small traces run numba's functions as Python (traceviz.startup) -----------------
+
+PURE_PARSE = """
+import json, sys
+import pyarrow.parquet as pq
+from traceviz import startup
+startup.from_command_line()
+out, paths = sys.argv[1], sys.argv[2:]
+assert startup.interpret_small_traces(paths[:1])
+from numba.core import config
+assert config.DISABLE_JIT
+from traceviz.ingest.build import parse_trace
+for i, path in enumerate(paths):
+    parsed = parse_trace(path, cpu=True)
+    parsed.write(f"{out}/{i}.parquet")
+"""
+
+ENTRY = """
+import atexit, sys
+sys.argv = ["traceviz", *sys.argv[1:]]
+atexit.register(lambda: print("interpreted:", bool(__import__("numba").config.DISABLE_JIT)))
+from traceviz.cli import run
+run()
+"""
+
+
+def _small_real_traces() -> list:
+    from helpers import shared_traces
+
+    from traceviz.parsing.source import text_size
+    from traceviz.startup import SMALL_TRACE
+
+    return [p for p in shared_traces() if text_size(p, SMALL_TRACE) is not None]
+
+
+def _tricky_trace(path) -> None:
+    """Escapes, UTF-8 of every length, strings of 1-40 bytes, numbers in every form."""
+    from helpers import launch_events, trace_text
+
+    events = launch_events(30, tricky='é\\ "q" \U0001F600 \u4e2d\u6587 \x01 tab\t' * 2)
+    for k, ev in enumerate(events):
+        ev["name"] = ev["name"] + "x" * (k % 17)
+    text = trace_text(events).replace(b'"dur": 5', b'"dur": 5.0e0').replace(
+        b'"ts": 3,', b'"ts": 3.000,')
+    path.write_bytes(text)
+
+
+def test_small_traces_parse_the_same_as_python(tmp_path):
+    import pyarrow.parquet as pq
+
+    from traceviz.ingest.build import parse_trace
+
+    paths = _small_real_traces()
+    assert len(paths) >= 10  # the eleven of ../shared/traces at 64 KB
+    _tricky_trace(tmp_path / "tricky.json")
+    paths.append(tmp_path / "tricky.json")
+    out = tmp_path / "python"
+    out.mkdir()
+    subprocess.run([sys.executable, "-c", PURE_PARSE, str(out), *map(str, paths)],
+                   check=True)
+    for i, path in enumerate(paths):
+        compiled = parse_trace(path, cpu=True)
+        compiled.write(str(tmp_path / "compiled.parquet"))
+        for suffix in (".parquet", ".cpu.parquet"):
+            want = pq.read_table(tmp_path / f"compiled{suffix}")
+            got = pq.read_table(out / f"{i}{suffix}")
+            assert got.equals(want), (path, suffix)
+            assert got.schema.metadata == want.schema.metadata, (path, suffix)
+
+
+def _outputs(folder) -> dict:
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.suffix in (".csv", ".json", ".txt") and p.is_file()}
+
+
+SYNC = "hta/critical_path/cuda_event_sync_multi_stream/event_sync_trace.json.gz"
+COMPILED = "tracelens/torch_compile_triton/trace.json.gz"  # 64,557 bytes of text
+
+
+@pytest.mark.parametrize("command", [
+    ["breakdown", SYNC], ["critical-path", SYNC], ["ops", COMPILED],
+    ["sequences", COMPILED, "--op", "Torch-Compiled", "--min-len", "1"],
+    ["diff", "hta/trace_compare/base/base.json.gz", "hta/trace_compare/test/test.json.gz"]])
+def test_commands_on_a_small_trace_the_same_as_python(tmp_path, command):
+    from click.testing import CliRunner
+    from helpers import shared
+
+    from traceviz.cli import main
+
+    argv = [str(shared(a)) if a.endswith(".gz") else a for a in command]
+    compiled = CliRunner().invoke(main, [*argv, "-o", str(tmp_path / "c")])
+    assert compiled.exit_code == 0, compiled.output
+    python = subprocess.run([sys.executable, "-c", ENTRY, *argv, "-o", str(tmp_path / "p")],
+                            capture_output=True, text=True)
+    assert python.returncode == 0, python.stderr
+    assert "interpreted: True" in python.stdout
+    want, got = _outputs(tmp_path / "c"), _outputs(tmp_path / "p")
+    assert want and got.keys() == want.keys()
+    for name in want:
+        assert got[name] == want[name], name
+
+
+def test_only_small_trace_files_are_interpreted(tmp_path):
+    from helpers import shared
+
+    big = shared("hta/trace_filter/sampled_rank-1.json.gz")  # 1.7 MB of text
+    small = shared("kineto/docs/before_fix_trace.json")
+    cases = {(str(small),): True, (str(small), str(big)): False, (str(tmp_path),): False}
+    for paths, interpreted in cases.items():
+        out = subprocess.run([sys.executable, "-c", ENTRY, "counters", *paths, "-o",
+                              str(tmp_path / f"c{len(paths)}{interpreted}")],
+                             capture_output=True, text=True)
+        assert f"interpreted: {interpreted}" in out.stdout, (paths, out.stderr)
+    # not in a process that only imports the command line (a test, a notebook)
+    from traceviz.startup import interpret_small_traces
+
+    assert interpret_small_traces([small]) is False
+
+
+def test_text_size(tmp_path):
+    import gzip
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from traceviz.parsing.source import text_size
+
+    plain = tmp_path / "t.json"
+    plain.write_bytes(b'  {"traceEvents": []}')
+    assert text_size(plain, 100) == 21
+    assert text_size(plain, 20) is None
+    bomb = tmp_path / "bomb.json.gz"  # ~10 KB on disk, 100 MB of text
+    with gzip.open(bomb, "wb") as fh:
+        fh.write(b'{"traceEvents": [' + b" " * 100_000_000 + b"]}")
+    assert bomb.stat().st_size < 200_000
+    assert text_size(bomb, 1 << 16) is None
+    two = tmp_path / "two.json.gz"  # two gzip members: both count
+    two.write_bytes(gzip.compress(b'{"traceEvents": ') + gzip.compress(b"[]}"))
+    assert text_size(two, 100) == 19
+    table = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"x": [1]}), table)
+    damaged = tmp_path / "d.json.gz"
+    damaged.write_bytes(b"\x1f\x8b" + b"\xff" * 50)
+    for other in (table, damaged, tmp_path, "-", tmp_path / "missing.json"):
+        assert text_size(other, 1 << 16) is None, other
+
+
+def test_parser_properties_hold_as_python():
+    # the random traces of test_parse_fuzz (every number form, escapes, UTF-8, tiny read
+    # buffers) and the interval properties, with every numba function run as Python:
+    # where Python's arithmetic differs from numba's (uint8 bytes wrap, numba widens
+    # them), the references catch it
+    here = os.path.dirname(__file__)
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:randomly",
+                          "-p", "no:cacheprovider", "-n", "0", "-W",
+                          "ignore:overflow encountered:RuntimeWarning",
+                          os.path.join(here, "test_parse_fuzz.py"),
+                          os.path.join(here, "test_intervals.py")],
+                         env=env, capture_output=True, text=True, cwd=here)
+    assert out.returncode == 0, out.stdout[-3000:]
+    assert " passed" in out.stdout and "skipped" not in out.stdout

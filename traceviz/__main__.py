@@ -1,4 +1,4 @@
 """``python -m traceviz`` is the ``traceviz`` command."""
-from .cli import main
+from .cli import run
 
-main()
+run()

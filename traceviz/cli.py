@@ -16,6 +16,7 @@ import click
 from ._version import __version__
 from .errors import TraceVizError, UsageError, one_line
 from .ingest.outputs import command_output
+from .startup import interpret_small_traces
 from .table.inputs import guarding_inputs
 
 
@@ -100,6 +101,14 @@ def main() -> None:
     atexit.register(gc.freeze)
 
 
+def run() -> None:
+    """The ``traceviz`` command: its console script and ``python -m traceviz``."""
+    from .startup import from_command_line
+
+    from_command_line()
+    main()
+
+
 @main.command()
 @click.argument("trace")
 @click.option("-o", "--output", help="Output parquet file, '-' for stdout "
@@ -131,6 +140,7 @@ def parse(trace: str, output: str | None, cpu: bool, patterns: str | None, stric
       traceviz parse rank0.json.gz --cpu -o out/rank0.parquet
       cat trace.json.gz | traceviz parse - -o - > rank0.parquet
     """
+    interpret_small_traces([trace])
     from .commands import parse as command
 
     if output is None:
@@ -305,6 +315,7 @@ def breakdown(inputs, outdir, ranks, iterations, streams, drop_last_step, hta_co
       traceviz breakdown job/iteration_10 -o breakdown/
       traceviz breakdown rank0.json.gz --hta-compat
     """
+    interpret_small_traces(inputs)
     from .analysis.activities import Options
     from .analysis.breakdown import Params
     from .commands import breakdown as command
@@ -356,6 +367,7 @@ def diff(control, test, outdir, control_rank, test_rank, control_iterations,
       traceviz diff baseline/rank0.json.gz candidate/rank0.json.gz -o diff/
       traceviz diff run_a/ run_b/ --control-rank 3 --test-rank 3 --full-names
     """
+    interpret_small_traces([control, test])
     from .commands import diff as command
 
     result = command.run(control, test, control_rank=control_rank, test_rank=test_rank,
@@ -385,6 +397,7 @@ def counters(traces, output, series) -> None:
       traceviz counters rank0.json.gz        # writes rank0_with_counters.json.gz
       traceviz counters job/*.json -o counters/ --series queue_length
     """
+    interpret_small_traces(traces)
     from .commands import counters as command
 
     failed = 0
@@ -423,6 +436,7 @@ def ops(path, rank, peak_tflops, outdir) -> None:
       traceviz ops rank0.json.gz
       traceviz ops job/iteration_10 --peak-tflops 989.5
     """
+    interpret_small_traces([path])
     from .commands import ops as command
 
     result = command.run(path, rank=rank, peak_tflops=peak_tflops)
@@ -469,6 +483,7 @@ def critical_path(path, iteration, annotation, instance, rank, hta_compat, what_
       traceviz critical-path rank0.json.gz --annotation ProfilerStep --instance 1
       traceviz critical-path job/iteration_10 --what-if COMM:TP=0.5 --what-if "kernel:*gemm*=0.8"
     """
+    interpret_small_traces([path])
     from .commands import critical_path as command
 
     result = command.run(path, iteration=iteration, annotation=annotation,
@@ -503,6 +518,7 @@ def sequences(trace, operator, rank, min_len, top_k, outdir) -> None:
       traceviz sequences rank0.json.gz --op aten::linear
       traceviz sequences job/iteration_10 --rank 3 --op "autograd::engine" --min-len 2
     """
+    interpret_small_traces([trace])
     from .commands import sequences as command
 
     result = command.run(trace, operator, rank, min_len, top_k)
@@ -785,6 +801,7 @@ def export(source, output, kernels, no_clock_sync) -> None:
       traceviz export rank0.pt.trace.json.gz -o rank0_annotated.json.gz
       traceviz export job/iteration_10 -o job_iter10.json.gz
     """
+    interpret_small_traces([source])
     from .commands.export import run
 
     result = run(source, output, kernels, clock_sync=not no_clock_sync)

@@ -1,5 +1,13 @@
 """What the ``traceviz`` command does at start so a short command starts fast.
 
+A command on a small trace runs numba's functions as plain Python. Loading them compiled
+from numba's cache costs ~0.2 s before the first one runs (numba imports its
+implementation registries and links each function's object code), while the Python of
+the whole parse of a trace with at most :data:`SMALL_TRACE` bytes of text takes less
+(~0.7 MB/s: ~0.09 s at the limit; ``benchmarks/startup_bench.py``). The functions are
+the same code either way: a test parses every small trace both ways and compares the
+tables.
+
 numba's first compile or cache load imports its numpy implementations, and one of them
 (``numba.np.arraymath``) probes for a BLAS by importing ``scipy.linalg``: ~150 ms of every
 command on a machine where SciPy is installed (most ML environments), for a feature
@@ -10,9 +18,13 @@ users (a notebook) keep numba's normal behaviour: this runs only from the CLI.
 from __future__ import annotations
 
 import importlib.abc
+import os
 import sys
+from collections.abc import Iterable
 
 _PROBED = ("scipy", "scipy.linalg", "scipy.linalg.cython_blas")
+SMALL_TRACE = 64 << 10  # bytes of JSON text, all of a command's traces together
+_command_line = False
 
 
 class _NoBlasProbe(importlib.abc.MetaPathFinder):
@@ -32,3 +44,40 @@ def skip_numba_blas_probe() -> None:
     """Install the finder (once) ahead of the others."""
     if not any(isinstance(f, _NoBlasProbe) for f in sys.meta_path):
         sys.meta_path.insert(0, _NoBlasProbe())
+
+
+def from_command_line() -> None:
+    """Mark this process as the ``traceviz`` command (its entry point calls this; a
+    library user or a test invoking the Click group in its own process keeps compiled
+    functions)."""
+    global _command_line
+    _command_line = True
+
+
+def interpret_small_traces(paths: Iterable[str | os.PathLike]) -> bool:
+    """Run numba's functions as Python in this process when ``paths`` are trace files
+    with at most :data:`SMALL_TRACE` bytes of JSON text together; True when it did.
+
+    Only in the command's own process and before numba is imported (the functions are
+    compiled or not as their modules are imported); never for a folder, a parquet table
+    or stdin (their size says nothing of the work: a 64 KB table holds ~10^5 rows)."""
+    paths = list(paths)
+    if not paths or not _command_line or "numba" in sys.modules:
+        return False
+    from .parsing.source import text_size
+
+    left = SMALL_TRACE
+    for path in paths:
+        size = text_size(path, left)
+        if size is None:
+            return False
+        left -= size
+    import warnings
+
+    from numba.core import config
+
+    config.DISABLE_JIT = True
+    # the hashes multiply uint64 words modulo 2**64 on purpose: compiled, silently; as
+    # Python, numpy warns of each wrap
+    warnings.filterwarnings("ignore", "overflow encountered", RuntimeWarning)
+    return True

@@ -30,6 +30,7 @@ import sys
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
+from numba.core import config as numba_config
 from numba.extending import intrinsic
 
 INCOMPLETE = -1
@@ -81,7 +82,7 @@ def string_hash(data: bytes) -> int:
 
 
 @intrinsic
-def load_word(_typingctx, buf, i):
+def _load_word(_typingctx, buf, i):
     """The 8 bytes ``buf[i:i+8]`` as one little-endian ``uint64`` (one unaligned load;
     the caller checked they are in the buffer)."""
     if not (isinstance(buf, types.Array) and buf.dtype == types.uint8
@@ -97,7 +98,7 @@ def load_word(_typingctx, buf, i):
 
 
 @intrinsic
-def trailing_zeros(_typingctx, v):
+def _trailing_zeros(_typingctx, v):
     """The number of trailing zero bits of the ``uint64`` ``v`` (64 if it is 0)."""
     if v != types.uint64:
         return None
@@ -106,6 +107,22 @@ def trailing_zeros(_typingctx, v):
         return builder.cttz(args[0], ir.Constant(ir.IntType(1), 0))
 
     return types.uint64(v), codegen
+
+
+def _py_load_word(buf, i):
+    """:func:`_load_word` in Python (numba's functions run as Python: ``startup``)."""
+    return np.uint64(int.from_bytes(buf[i:i + 8].tobytes(), "little"))
+
+
+def _py_trailing_zeros(v):
+    """:func:`_trailing_zeros` in Python."""
+    v = int(v)
+    return np.uint64(64 if v == 0 else (v & -v).bit_length() - 1)
+
+
+# an intrinsic is LLVM code, usable compiled only: plain Python gets its twin
+load_word = _py_load_word if numba_config.DISABLE_JIT else _load_word
+trailing_zeros = _py_trailing_zeros if numba_config.DISABLE_JIT else _trailing_zeros
 
 
 @njit(nogil=True, cache=True, _nrt=False, inline="always")
@@ -175,7 +192,7 @@ def _hex4(buf, i):
     -1 if one is not a hex digit."""
     v = 0
     for k in range(4):
-        c = buf[i + k]
+        c = int(buf[i + k])  # int: as Python, uint8 arithmetic would wrap
         if 48 <= c <= 57:
             d = c - 48
         elif 97 <= c <= 102:
@@ -434,7 +451,7 @@ def decimal_at(buf, i, n, scale):
     ndigits = 0
     dropped = -1  # first digit that did not fit into the mantissa
     while i < n and 48 <= buf[i] <= 57:
-        d = buf[i] - 48
+        d = int(buf[i]) - 48
         ndigits += 1
         if mant < _MAX_DIV10 or (mant == _MAX_DIV10 and d <= 7):
             mant = mant * 10 + d
@@ -446,7 +463,7 @@ def decimal_at(buf, i, n, scale):
     if i < n and buf[i] == 46:
         i += 1
         while i < n and 48 <= buf[i] <= 57:
-            d = buf[i] - 48
+            d = int(buf[i]) - 48
             ndigits += 1
             if dropped < 0 and (mant < _MAX_DIV10 or (mant == _MAX_DIV10 and d <= 7)):
                 mant = mant * 10 + d
@@ -466,7 +483,7 @@ def decimal_at(buf, i, n, scale):
         edig = 0
         while i < n and 48 <= buf[i] <= 57:
             if e < 100000:
-                e = e * 10 + (buf[i] - 48)
+                e = e * 10 + (int(buf[i]) - 48)
             edig += 1
             i += 1
         if edig == 0:
@@ -514,7 +531,7 @@ def number_token(buf, i, n, scale):
     first = j
     mant = np.uint64(0)  # unsigned: wraps harmlessly on long inputs, which fall through
     while j < n and 48 <= buf[j] <= 57:
-        mant = mant * np.uint64(10) + np.uint64(buf[j] - 48)
+        mant = mant * np.uint64(10) + np.uint64(int(buf[j]) - 48)
         j += 1
     n_int = j - first
     n_frac = 0
@@ -522,7 +539,7 @@ def number_token(buf, i, n, scale):
         j += 1
         first = j
         while j < n and 48 <= buf[j] <= 57:
-            mant = mant * np.uint64(10) + np.uint64(buf[j] - 48)
+            mant = mant * np.uint64(10) + np.uint64(int(buf[j]) - 48)
             j += 1
         n_frac = j - first
     if j < n and n_int > 0 and n_frac <= scale and n_int + scale <= 18 and _is_delim(buf[j]):

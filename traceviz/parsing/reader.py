@@ -65,8 +65,9 @@ class ScannedTrace:
 
 
 def jit_loaded() -> bool:
-    """Whether the compiled scanner is already in this process."""
-    return bool(scan.signatures)
+    """Whether the compiled scanner is already in this process (or needs no loading: numba's
+    functions run as Python, see ``startup``)."""
+    return bool(getattr(scan, "signatures", True))
 
 
 def _grow_threads(thr: np.ndarray, count: int) -> np.ndarray:

@@ -351,3 +351,27 @@ class FileRange:
 class Stopped(Exception):
     """The scan of a trace's parts was abandoned (an error elsewhere, or one pass after
     all); raised by a part's reads."""
+
+
+def text_size(path: str | os.PathLike, limit: int) -> int | None:
+    """Bytes of JSON text in the trace file ``path`` (decompressed) when they are at most
+    ``limit``; None when there are more, or when ``path`` is not a readable JSON trace
+    file (a folder, stdin, a parquet table, a damaged stream: what the command will
+    report). Reads at most ``limit + 1`` decompressed bytes (a small file that inflates
+    to gigabytes costs one read-ahead, not the gigabytes)."""
+    if os.fspath(path) == "-" or not os.path.isfile(path):
+        return None
+    try:
+        src = ByteSource(path)
+    except TraceError:
+        return None
+    try:
+        buf = bytearray(limit + 1)
+        size = src.readinto(memoryview(buf))
+    except Exception:  # noqa: BLE001 - any damage: the command itself reports it
+        return None
+    finally:
+        src.close()
+    if size > limit or buf[:size].removeprefix(b"\xef\xbb\xbf").lstrip()[:1] not in (b"{", b"["):
+        return None
+    return size
