@@ -213,7 +213,7 @@ def _lock_pass(node_event, node_start, is_lock):
                 dst.append(v)
                 kind.append(np.int8(DEPENDENCY))
         last = v
-    return np.array(src), np.array(dst), np.array(kind)
+    return np.array(src, np.int64), np.array(dst, np.int64), np.array(kind, np.int8)
 
 
 def threads(ev: RankEvents, keep: np.ndarray) -> np.ndarray:
@@ -302,7 +302,8 @@ def _stack_pass(th, pos, starts, rows, start_of, end_of, node_start, node_event,
         _walk(members[:nm], parent, rows, start_of, end_of, node_start, node_event,
               node_lock, blocking, src, dst, kind, zero, attr)
         i = j
-    return (np.array(src), np.array(dst), np.array(kind), np.array(zero), np.array(attr))
+    return (np.array(src, np.int64), np.array(dst, np.int64), np.array(kind, np.int8),
+            np.array(zero, np.bool_), np.array(attr, np.int64))
 
 
 @njit(cache=True)
@@ -526,4 +527,5 @@ def _kernel_pass(rows, dense_stream, is_sync, sync_kind, link, ts, q, prev_launc
             seen_order[n_seen] = s
             n_seen += 1
         last[s] = b
-    return np.array(src), np.array(dst), np.array(kind), np.array(attr)
+    return (np.array(src, np.int64), np.array(dst, np.int64), np.array(kind, np.int8),
+            np.array(attr, np.int64))
