@@ -242,21 +242,46 @@ def test_text_store_past_its_limit_reads_from_its_file(tmp_path):
     assert store.find(texts[250]) == 250
 
 
-def test_many_distinct_names_grow_the_string_table():
+@pytest.mark.parametrize("pending", [None, 97])
+def test_many_distinct_names_grow_the_string_table(monkeypatch, pending):
     """40,000 distinct kernel names (the string table starts with room for 32,768, so it
-    grows while events are being read, with categories and counts carried over): every
-    name and count comes back."""
+    grows while events are being read, with categories and counts carried over; with a
+    queue of 97 new strings the scanner returns to have them taken ~400 times a buffer):
+    every name and count comes back."""
+    from traceviz.parsing import strings
+
+    if pending:
+        monkeypatch.setattr(strings, "PENDING", pending)
     n = 40_000
     events = b",".join(
         b'{"ph":"X","cat":"kernel","name":"k%d \\u00e9","pid":0,"tid":7,"ts":%d,"dur":1,'
         b'"args":{"correlation":%d,"stream":7,"device":0}}' % (i, 10 + 2 * i, i + 1)
         for i in range(n))
     parsed = traceviz.parse_trace(io.BytesIO(b'{"traceEvents":[' + events + b"]}"),
-                                  chunk_size=1 << 16)
+                                  chunk_size=1 << 16 if pending is None else 8 << 20)
     t = parsed.activities.sort_by("ts")
     assert t["name"].to_pylist() == [f"k{i} é" for i in range(n)]
     assert parsed.meta["stats"]["events_by_cat"] == {"kernel": n}
     parsed.close()
+
+
+def test_id_table_keys_that_collide():
+    """The id tables (ids keyed by a per-id row): keys equal in their low bits probe on,
+    a key an earlier id has maps to that first id, lookups of absent keys find -1, and a
+    table filled at once equals one filled id by id."""
+    from traceviz.parsing.id_table import fill, lookup_insert, new_table
+
+    keys = np.array([[5 << 20, 7 << 20, 5 << 20, 9 << 20, 3, 7 << 20]], dtype=np.int64)
+    one = new_table(6, minimum=16)
+    found = np.empty(6, dtype=np.int32)
+    lookup_insert(one, keys, 0, keys[0], np.arange(6, dtype=np.int32), found)
+    assert found.tolist() == [0, 1, 0, 3, 4, 1]
+    whole = new_table(6, minimum=16)
+    fill(whole, keys, 0, 6)
+    assert whole.tolist() == one.tolist() and sorted(whole[whole > 0] - 1) == [0, 1, 3, 4]
+    probe = np.array([9 << 20, 11 << 20, 3], dtype=np.int64)
+    lookup_insert(whole, keys, 0, probe, np.full(3, -1, np.int32), found[:3])
+    assert found[:3].tolist() == [3, -1, 4]
 
 
 @pytest.mark.parametrize("chunk", [4096, 1 << 18, 8 << 20])

@@ -87,12 +87,12 @@ def main() -> None:
     Example:
       traceviz parse rank0.pt.trace.json.gz -o rank0.parquet
     """
-    from .parsing.budget import use_system_allocator
+    from .parsing.budget import hand_back_freed_memory
     from .startup import skip_numba_blas_probe
     from .table.scratch import exit_on_sigterm, remove_dead_spills
 
     skip_numba_blas_probe()
-    use_system_allocator()
+    hand_back_freed_memory()
     exit_on_sigterm()  # SIGTERM: temporary files and spill folders go, exit 143
     remove_dead_spills()  # what SIGKILLed runs left
     # The modules and numba's typing tables live until exit: the collector need not walk

@@ -185,12 +185,14 @@ def parse_one(task: Task, memory_budget: int, topology_file: str | None, cpu: bo
 
 
 def _worker_init(jobs: int, parent: int | None = None) -> None:
-    """A worker SIGTERMed removes its spill folder and temporary files and exits; its
-    scans use their share of the cores (``jobs`` workers parse at once); it SIGTERMs
-    itself when its parent ``parent`` (pid) is gone (``kill -9`` of the batch: nothing
-    is left running)."""
+    """A worker hands freed memory back as the command does; SIGTERMed, it removes its
+    spill folder and temporary files and exits; its scans use their share of the cores
+    (``jobs`` workers parse at once); it SIGTERMs itself when its parent ``parent`` (pid)
+    is gone (``kill -9`` of the batch: nothing is left running)."""
+    from ..parsing.budget import hand_back_freed_memory
     from ..parsing.reader import share_cores  # the parser, in the workers only
 
+    hand_back_freed_memory()
     exit_on_sigterm(None)
     share_cores(jobs)
     if parent is not None:

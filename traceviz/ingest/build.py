@@ -49,7 +49,7 @@ from ..parsing.device_tasks import (
 from ..parsing.links import Lookups, gathered, link
 from ..parsing.metadata import thread_numbers, trace_metadata
 from ..parsing.names import Strings
-from ..parsing.output_columns import OutputColumns
+from ..parsing.output_columns import OutputColumns, row_group_for
 from ..parsing.reader import (
     DEFAULT_BUDGET,
     DEFAULT_CHUNK,
@@ -254,12 +254,14 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     pid_of, tid_of = thread_numbers(scanned.threads)
     kind_of_name = _name_kinds(s, gpu, patterns)
     lookups = _lookups(s, patterns)
-    store = (Parking(lambda: scanned.budget.new_path("p")) if plan.parks(len(gpu))
-             else InMemory())
+    parks = plan.parks(len(gpu), held=scanned.strings.held_bytes(),
+                       strings=len(scanned.strings))
+    store = Parking(lambda: scanned.budget.new_path("p")) if parks else InMemory()
     links = link(scanned, lookups, work_bytes, store)
     links.stats["device tasks without a category"] = tasks
     n = links.rows.shape[0]
     out = OutputColumns(n, scanned.budget, spill_bytes=plan.output_held(n),
+                        row_group=row_group_for(n, scanned.strings.texts.total_bytes()),
                         names=ACTIVITY_COLUMNS, release=store.release)
 
     def put(col: str, values, mask=None, type_=None):

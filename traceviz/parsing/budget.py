@@ -45,6 +45,9 @@ JIT_RESERVE = 64 << 20  # loading the compiled scanner the first time in a proce
 # 2233 MB, and a 0.5 GB trace with 0.2 M activities, 253 MB: runtime + ~45 MB + 55-63
 # bytes per activity)
 LINK_BYTES_PER_ACTIVITY = 64
+# bytes per distinct string of the build's per-string lookups (canonical ids, classes,
+# pattern matches: measured on 2 M distinct kernel names, ~75 MB)
+BUILD_BYTES_PER_STRING = 40
 # what stays in memory per activity when the arrays are parked (measured on the kernel-
 # dense traces at the default budget, ~200 MB of runtime: 2 GB, 6.3 M kernels, peak
 # 277-285 MiB, i.e. BUILD_WORK + ~5 bytes per activity; 10 GB, 31.4 M kernels, 312 MiB:
@@ -58,12 +61,28 @@ BUILD_WORK = 48 << 20
 SEGMENT_OVERHEAD = 40 << 20
 
 
-def use_system_allocator() -> None:
-    """Make Arrow allocate with malloc: its default pools (mimalloc / jemalloc) keep freed
-    memory, which shows as RSS long after the tables it held are gone."""
+MMAP_THRESHOLD = 4 << 20  # allocations from this size on are their own mappings (glibc)
+
+
+def hand_back_freed_memory() -> None:
+    """Make freed memory leave the process: Arrow allocates with malloc (its default pools,
+    mimalloc / jemalloc, keep freed memory, which shows as RSS long after the tables it
+    held are gone), and glibc's malloc maps every allocation of :data:`MMAP_THRESHOLD`
+    or more on its own. By default glibc raises that threshold to the size of each large
+    block freed (up to 32 MB), so later arrays of up to that size come from its heap,
+    where their memory stays once they are freed: on 2 M distinct names (string tables
+    grown by doubling, arrays of a few MB per part) 220 MB of the heap was free and still
+    resident after the scan (peak 715 MB; 636 MB with the threshold fixed at 4 MB; at 1 MB
+    the 0.5 GB plain trace parsed ~12 % slower, at 4 MB as fast). The command line and
+    its batch workers call this; a library user's process keeps its own settings."""
+    import ctypes
+
     import pyarrow as pa
 
     pa.set_memory_pool(pa.system_memory_pool())
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    if mallopt is not None:  # glibc (M_MMAP_THRESHOLD is -3); elsewhere nothing to do
+        mallopt(-3, MMAP_THRESHOLD)
 
 
 def current_rss() -> int:
@@ -134,11 +153,14 @@ class MemoryPlan:
                 f"{self.budget >> 20} MB, which bounds everything else; expect a peak of "
                 f"up to ~{need >> 20} MB")
 
-    def parks(self, activities: int) -> bool:
+    def parks(self, activities: int, held: int = 0, strings: int = 0) -> bool:
         """Whether the per-activity arrays of up to ``activities`` GPU activities are
         parked in files (:mod:`traceviz.table.parked`): held in memory, they would take
-        the parse past the budget."""
-        return self.runtime + BUILD_WORK + activities * LINK_BYTES_PER_ACTIVITY > self.budget
+        the parse past the budget, given ``held`` bytes the scan's results keep through
+        the build (the texts) and the build's lookups of ``strings`` distinct strings."""
+        need = (self.runtime + held + BUILD_WORK + strings * BUILD_BYTES_PER_STRING
+                + activities * LINK_BYTES_PER_ACTIVITY)
+        return need > self.budget
 
     @property
     def scan_blocks(self) -> int:

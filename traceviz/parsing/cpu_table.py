@@ -17,7 +17,7 @@ import pyarrow as pa
 from ..table.arrays import column
 from . import fields as L
 from .names import Strings
-from .output_columns import OutputColumns
+from .output_columns import OutputColumns, row_group_for
 from .reader import ScannedTrace
 
 CPU_FIELDS = ("correlation", "external_id", "seq_number", "fwd_thread_id", "python_id",
@@ -84,7 +84,9 @@ def cpu_columns(scanned: ScannedTrace, s: Strings, pid_of: np.ndarray, tid_of: n
     keep = np.flatnonzero((index >= 0) & (~device_threads[concat("thread")] | is_sync))
     order = keep[np.argsort(index[keep], kind="stable")]
     del index, keep
-    out = OutputColumns(order.shape[0], scanned.budget, spill_bytes=work_bytes)
+    out = OutputColumns(order.shape[0], scanned.budget, spill_bytes=work_bytes,
+                        row_group=row_group_for(order.shape[0],
+                                                scanned.strings.texts.total_bytes()))
     thread = concat("thread")[order]
     out.add("cat", s.dictionary(concat("cat")[order]))
     out.add("name", s.dictionary(concat("name")[order]))

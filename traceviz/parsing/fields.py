@@ -183,11 +183,12 @@ ERROR_TEXT = {
 # separate arrays they were half of the per-event cost):
 #   w        int64[W_SIZE]                scalars (slots below), then the key tables:
 #                                         event keys, arg keys, categories (W_TAB + T_* * 256)
-#   strs     int64[2, capacity]           string hash table (SR_KEY -> SR_ID)
-#   sinfo    int64[5, capacity // 2]      per string id (fewer than half the slots): category
-#                                         class (SI_CLASS, -1 unknown) and event count
-#                                         (SI_COUNT); strings new since the last drain
-#                                         (SI_PEND_ID / _OFF / _LEN)
+#   strs     int32[capacity]              string ids by hash (id + 1; parsing.id_table)
+#   sinfo    int64[3, capacity // 2]      per string id (fewer than half the slots): hash
+#                                         (SI_KEY), category class (SI_CLASS, -1 unknown)
+#                                         and event count (SI_COUNT)
+#   pend     int64[3, PENDING]            strings new since the last drain (PD_ID / _OFF
+#                                         / _LEN)
 #   thr      int64[6, capacity]           thread hash table (TR_KEY -> TR_ID); per thread:
 #                                         pid / tid as numbers or string ids (TR_PIDN ...)
 #   blocks   int64[stores, MAX_FIELDS, rows]  the active block of every store
@@ -216,8 +217,8 @@ W_TAB = W_ARG + N_ARGS
 T_EVENT, T_ARG, T_CAT = range(3)
 W_SIZE = W_TAB + 6 * TAB_SIZE
 
-SR_KEY, SR_ID = range(2)
-SI_CLASS, SI_COUNT, SI_PEND_ID, SI_PEND_OFF, SI_PEND_LEN = range(5)
+SI_KEY, SI_CLASS, SI_COUNT = range(3)  # the string table's rows per string id
+PD_ID, PD_OFF, PD_LEN = range(3)  # its queue of strings new since the last drain
 TR_KEY, TR_ID, TR_PIDN, TR_PIDS, TR_TIDN, TR_TIDS = range(6)
 SP_KEY0, SP_KEY1, SP_VAL0, SP_VAL1, SP_RAW0, SP_RAW1 = range(6)
 MAX_FIELDS = max(len(f) for f in FIELDS.values())

@@ -22,8 +22,9 @@ class Strings:
     def __init__(self, scanned: ScannedTrace) -> None:
         self.texts = scanned.strings.texts
         self.canon = scanned.strings.canonical()
-        self.cls = np.array([L.CATEGORY_CLASS.get(t, L.CLS_OTHER) for t in self.texts]
-                            + [L.CLS_NONE], dtype=np.int8)
+        self.cls = self.lookup(np.int8, L.CLS_NONE)
+        self.cls[:-1] = np.fromiter((L.CATEGORY_CLASS.get(t, L.CLS_OTHER) for t in self.texts),
+                                    np.int8, len(self.texts))
 
     def lookup(self, dtype, absent) -> np.ndarray:
         """A per-string lookup array filled with ``absent`` (see the class doc)."""
@@ -39,7 +40,8 @@ class Strings:
     def matches(self, pattern) -> np.ndarray:
         """Per-string lookup: whether ``pattern.search`` finds the string."""
         out = self.lookup(bool, False)
-        out[:-1] = [bool(pattern.search(t)) for t in self.texts]
+        out[:-1] = np.fromiter((pattern.search(t) is not None for t in self.texts), bool,
+                               len(self.texts))
         return out
 
     def numbers(self, pattern) -> np.ndarray:

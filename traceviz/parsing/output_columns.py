@@ -18,6 +18,20 @@ from .columns import SpillBudget
 from .text_store import TextDictionary
 
 ROW_GROUP = 1 << 17
+MIN_ROW_GROUP = 1 << 12
+# bytes of texts a row group's dictionaries hold, on average, at most: a table whose every
+# row has its own name (2 M distinct kernel names of ~210 bytes) would hold 27 MB of them
+# a row group of ROW_GROUP rows, and writing one takes ~3x that
+GROUP_TEXT_BYTES = 8 << 20
+
+
+def row_group_for(rows: int, text_bytes: int) -> int:
+    """Rows per row group of a table of ``rows`` rows over a trace with ``text_bytes``
+    bytes of distinct texts: :data:`ROW_GROUP`, fewer (down to :data:`MIN_ROW_GROUP`)
+    where the texts per row would fill a row group past :data:`GROUP_TEXT_BYTES`."""
+    if text_bytes * ROW_GROUP <= GROUP_TEXT_BYTES * rows:
+        return ROW_GROUP
+    return max(MIN_ROW_GROUP, GROUP_TEXT_BYTES * rows // text_bytes)
 
 
 class OutputColumns:

@@ -24,11 +24,10 @@ from .columns import ColumnStore, SpillBudget
 from .header import Header
 from .long_strings import C_CUTS, C_FIRST, MAX_EVENT, MAX_STRING, compact, position
 from .long_strings import new_state as new_cut_state
-from .scanner import _thread, scan
+from .scanner import _thread, rehash_threads, scan
 from .segments import EVENT_BOUNDARY, HEAD_BYTES, Segment, Splitter
 from .source import GZIP_MAGIC, ZSTD_MAGIC, ByteSource, FileRange
 from .strings import BadString, StringTable, decode_raw
-from .text_store import rehash
 
 DEFAULT_CHUNK = 8 << 20
 DEFAULT_BUDGET = 512 << 20
@@ -74,7 +73,7 @@ def _grow_threads(thr: np.ndarray, count: int) -> np.ndarray:
     """The thread table with twice the capacity; thread indexes are kept."""
     new = np.full((6, thr.shape[1] * 2), -1, dtype=np.int64)
     new[L.TR_KEY] = 0
-    rehash(thr, new, L.TR_KEY, L.TR_ID)
+    rehash_threads(thr, new)
     info = slice(L.TR_PIDN, L.TR_TIDS + 1)
     new[info, :count] = thr[info, :count]
     return new
@@ -152,7 +151,7 @@ def _scan(source: ByteSource | FileRange | Segment, budget: SpillBudget, chunk_s
         w[L.ST_MODE] = mode
         w[L.ST_SAW_EVENTS] = 1
     # texts past the blocks' share go to the trace's spill folder
-    strings = StringTable(text_limit=budget.budget, new_path=lambda: budget.new_path("t"))
+    strings = StringTable(text_limit=budget.budget // 4, new_path=lambda: budget.new_path("t"))
     thr = np.full((6, 1024), -1, dtype=np.int64)
     thr[L.TR_KEY] = 0
     spans = np.zeros((6, 4096), dtype=np.int64)
@@ -221,7 +220,8 @@ def _scan(source: ByteSource | FileRange | Segment, budget: SpillBudget, chunk_s
     if start == 0 and n >= 3 and buf[0] == 0xEF and buf[1] == 0xBB and buf[2] == 0xBF:
         w[L.ST_POS] = 3  # a UTF-8 byte-order mark: not part of the JSON text
     while True:
-        status = scan(buf, n, eof, w, strings.strs, strings.sinfo, thr, blocks, spans)
+        status = scan(buf, n, eof, w, strings.strs, strings.sinfo, strings.pend, thr, blocks,
+                      spans)
         drain()
         if status == L.R_FLUSH:
             for s, name in enumerate(L.STORE_NAMES):
@@ -334,11 +334,12 @@ def _finish(part: _Part, budget: SpillBudget, bytes_read: int | None = None,
         if truncated_at is None:
             truncated_at = bytes_read
     n_threads = int(w[L.W_NTHR])
+    stats = _stats_dict(w, part.strings, part.header)
+    part.strings.seal()
     return ScannedTrace(
         source=source.name, compression=source.compression, stores=part.stores,
         strings=part.strings, threads=part.thr[L.TR_PIDN:L.TR_TIDS + 1, :n_threads].copy(),
-        header=part.header, stats=_stats_dict(w, part.strings, part.header),
-        truncated_at=truncated_at, budget=budget,
+        header=part.header, stats=stats, truncated_at=truncated_at, budget=budget,
         bytes_read=bytes_read,
         compressed_bytes=(source.compressed_bytes if compressed_bytes is None
                           else compressed_bytes),
@@ -557,9 +558,13 @@ def _scan_in_order(todo: queue.Queue, threads: int, head, stop, budget: SpillBud
             "block_rows": BLOCK_ROWS // threads}
     results: dict[int, dict] = {}
     done = threading.Condition()
+    # parts scanned or being scanned but not yet merged: where merging is the slower
+    # side (millions of distinct strings), finished parts would otherwise pile up
+    # (measured: 11 parts waiting, ~150 MB, on 2 M distinct names)
+    unmerged = threading.Semaphore(threads + 1)
 
     def work() -> None:
-        while (source := todo.get()) is not None:
+        while unmerged.acquire() and (source := todo.get()) is not None:
             got: dict = {}
             try:
                 mode = _event_modes(head())[0] if source.index else None
@@ -588,11 +593,13 @@ def _scan_in_order(todo: queue.Queue, threads: int, head, stop, budget: SpillBud
             last = "part" in got and got["part"].source.stop is None
             if not merged.take(got, last):
                 return None
+            unmerged.release()
             if last:
                 return merged.whole
     finally:
         stop()
         for _ in workers:
+            unmerged.release()
             todo.put(None)
         for w in workers:
             if w.ident is not None:  # started

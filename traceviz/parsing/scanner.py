@@ -84,8 +84,8 @@ def _lookup(w, table, h):
 
 
 @njit(nogil=True, cache=True, _nrt=False, inline="always")
-def _room(w, strs, sinfo):
-    return w[L.W_NSTR] * 2 + 4 <= strs.shape[1] and w[L.W_NPEND] + 1 <= sinfo.shape[1]
+def _room(w, strs, pend):
+    return w[L.W_NSTR] * 2 + 4 <= strs.shape[0] and w[L.W_NPEND] + 1 <= pend.shape[1]
 
 
 @njit(nogil=True, cache=True, _nrt=False, inline="always")
@@ -105,7 +105,7 @@ def _number_field(buf, k, n, scale):
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def _parse_args(buf, i, n, w, strs, sinfo):
+def _parse_args(buf, i, n, w, strs, sinfo, pend):
     """Parse the ``args`` object at ``i`` into ``w[AR + A_*]``; the end or a negative code."""
     i = skip_ws(buf, i + 1, n)
     if i >= n:
@@ -143,15 +143,15 @@ def _parse_args(buf, i, n, w, strs, sinfo):
             if c == 34:
                 e, h2, _esc2 = scan_string(buf, k, n)
                 if e >= 0:
-                    if not _room(w, strs, sinfo):
+                    if not _room(w, strs, pend):
                         return NEED_ROOM
-                    w[AR + slot] = intern(strs, sinfo, w, h2, k + 1, e - k - 2)
+                    w[AR + slot] = intern(strs, sinfo, pend, w, h2, k + 1, e - k - 2)
             elif c != 123:  # a list (e.g. Process Group Ranks) or a number: its text
                 e = skip_value(buf, k, n)
                 if e >= 0:
-                    if not _room(w, strs, sinfo):
+                    if not _room(w, strs, pend):
                         return NEED_ROOM
-                    w[AR + slot] = intern(strs, sinfo, w, hash_bytes(buf, k, e), k, e - k)
+                    w[AR + slot] = intern(strs, sinfo, pend, w, hash_bytes(buf, k, e), k, e - k)
             else:
                 e = skip_value(buf, k, n)
         if e < 0:
@@ -174,7 +174,7 @@ def _parse_args(buf, i, n, w, strs, sinfo):
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def _parse_event(buf, i, n, w, strs, sinfo):
+def _parse_event(buf, i, n, w, strs, sinfo, pend):
     """Parse the event object whose ``{`` is at ``i`` into the scratch slots of ``w``."""
     for q in range(L.N_EV):
         w[EV + q] = -1
@@ -217,9 +217,9 @@ def _parse_event(buf, i, n, w, strs, sinfo):
             if c == 34:
                 e, h2, _esc2 = scan_string(buf, k, n)
                 if e >= 0:
-                    if not _room(w, strs, sinfo):
+                    if not _room(w, strs, pend):
                         return NEED_ROOM
-                    sid = intern(strs, sinfo, w, h2, k + 1, e - k - 2)
+                    sid = intern(strs, sinfo, pend, w, h2, k + 1, e - k - 2)
                     if key == L.K_NAME:
                         w[EV + V_NAME] = sid
                     else:
@@ -246,9 +246,9 @@ def _parse_event(buf, i, n, w, strs, sinfo):
                     if vst == NUM_OK:
                         num = v
                     else:
-                        if not _room(w, strs, sinfo):
+                        if not _room(w, strs, pend):
                             return NEED_ROOM
-                        sid = intern(strs, sinfo, w, h2, k + 1, e - k - 2)
+                        sid = intern(strs, sinfo, pend, w, h2, k + 1, e - k - 2)
             else:
                 e, v, vst = _number_field(buf, k, n, 0)
                 if vst == GOOD:
@@ -272,7 +272,7 @@ def _parse_event(buf, i, n, w, strs, sinfo):
             if c == 34 and e >= 0:
                 w[EV + V_BP] = first_char(buf, k, e)
         elif key == L.K_ARGS and c == 123:
-            e = _parse_args(buf, k, n, w, strs, sinfo)
+            e = _parse_args(buf, k, n, w, strs, sinfo, pend)
         else:
             e = skip_value(buf, k, n)
         if e < 0:
@@ -321,6 +321,22 @@ def _thread(thr, w, pidn, pids, tidn, tids):
             w[L.W_NTHR] = idx + 1
             return idx
         slot = (slot + 1) & mask
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def rehash_threads(old, new):
+    """Insert every track in the hash slots of the thread table ``old`` into the empty,
+    larger ``new`` (slot rows TR_KEY / TR_ID; 0 = empty)."""
+    mask = new.shape[1] - 1
+    for i in range(old.shape[1]):
+        h = old[L.TR_KEY, i]
+        if h == 0:
+            continue
+        slot = h & mask
+        while new[L.TR_KEY, slot] != 0:
+            slot = (slot + 1) & mask
+        new[L.TR_KEY, slot] = h
+        new[L.TR_ID, slot] = old[L.TR_ID, i]
 
 
 @njit(nogil=True, cache=True, _nrt=False)
@@ -501,7 +517,7 @@ def _any_full(w, rows):
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def scan(buf, n, eof, w, strs, sinfo, thr, blocks, spans):
+def scan(buf, n, eof, w, strs, sinfo, pend, thr, blocks, spans):
     """Scan ``buf[:n]`` from ``w[ST_POS]``; returns an ``R_*`` status (see module doc).
 
     ``eof`` tells that no bytes follow ``buf[:n]``. On R_NEED_MORE ``w[ST_POS]`` is the
@@ -529,7 +545,7 @@ def scan(buf, n, eof, w, strs, sinfo, thr, blocks, spans):
             if w[L.ST_NRAW] >= spans.shape[1]:
                 return L.R_DRAIN
             if c == 123:
-                e = _parse_event(buf, i, n, w, strs, sinfo)
+                e = _parse_event(buf, i, n, w, strs, sinfo, pend)
                 if e == INCOMPLETE:
                     return _need_more(w, mode, i)
                 if e == NEED_ROOM:

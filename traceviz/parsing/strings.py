@@ -1,13 +1,13 @@
 """String interning shared across the chunks of one trace.
 
 Inside the numba scan loop a string is only hashed (:func:`.lexer.scan_string`: its
-decoded bytes) and looked up in an open-addressing table (rows ``SR_KEY`` / ``SR_ID``
-of the ``strs`` array); a hash seen for the first time gets the next id and its byte
-span is queued in the ``SI_PEND_*`` rows of the ``sinfo`` array (which holds per string
-id its category class and count too: half as many columns as the table has slots).
-After each scanner call (before the chunk buffer is reused)
-:meth:`StringTable.take_pending` decodes only those new spans, so Python touches each
-distinct string once, never each event.
+decoded bytes) and looked up in ``strs``, a table of ids keyed by the ``SI_KEY`` row of
+``sinfo`` (:mod:`.id_table`; ``sinfo`` holds per string id its hash, category class and
+count: half as many columns as the table has slots); a hash seen for the first time gets
+the next id and its byte span is queued in ``pend`` (:data:`PENDING` spans; when it is
+full the scanner returns to have them taken). After each scanner call (before the chunk
+buffer is reused) :meth:`StringTable.take_pending` decodes only those new spans, so
+Python touches each distinct string once, never each event.
 
 Two raw spellings of one text (``"A"`` and ``"\\u0041"``) get two ids with the same
 decoded text; :meth:`StringTable.canonical` maps every id to the first id of its text.
@@ -22,37 +22,33 @@ import orjson
 from numba import njit
 
 from . import fields as L
+from .id_table import fill, slot_of
 from .long_strings import MAX_STRING, ROOM, cut_point, marker
-from .text_store import TextStore, rehash
+from .text_store import TextStore
+
+PENDING = 1 << 16  # new strings queued between two drains at most
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def intern(strs, sinfo, w, h, off, length):
+def intern(strs, sinfo, pend, w, h, off, length):
     """Id of the string with hash ``h`` whose raw bytes are ``buf[off:off+length]``.
 
     ``w[W_NSTR]`` counts strings, ``w[W_NPEND]`` pending spans. The caller guarantees
-    free room (load factor below 1/2, hence a free pending slot too).
+    free room (load factor below 1/2, a free pending slot).
     """
-    if h == 0:
-        h = np.int64(1)
-    mask = strs.shape[1] - 1
-    slot = h & mask
-    while True:
-        k = strs[L.SR_KEY, slot]
-        if k == h:
-            return strs[L.SR_ID, slot]
-        if k == 0:
-            sid = w[L.W_NSTR]
-            strs[L.SR_KEY, slot] = h
-            strs[L.SR_ID, slot] = sid
-            w[L.W_NSTR] = sid + 1
-            p = w[L.W_NPEND]
-            sinfo[L.SI_PEND_ID, p] = sid
-            sinfo[L.SI_PEND_OFF, p] = off
-            sinfo[L.SI_PEND_LEN, p] = length
-            w[L.W_NPEND] = p + 1
-            return sid
-        slot = (slot + 1) & mask
+    slot = slot_of(strs, sinfo, L.SI_KEY, h)
+    if strs[slot] != 0:
+        return strs[slot] - 1
+    sid = w[L.W_NSTR]
+    strs[slot] = sid + 1
+    sinfo[L.SI_KEY, sid] = h
+    w[L.W_NSTR] = sid + 1
+    p = w[L.W_NPEND]
+    pend[L.PD_ID, p] = sid
+    pend[L.PD_OFF, p] = off
+    pend[L.PD_LEN, p] = length
+    w[L.W_NPEND] = p + 1
+    return sid
 
 
 class BadString(ValueError):
@@ -85,18 +81,19 @@ def decode_raw(raw: bytes, string: bool = True) -> str:
 class StringTable:
     """The interned strings of one trace: the numba-side table plus decoded texts.
 
-    ``strs`` rows: SR_KEY / SR_ID (hash table); ``sinfo`` rows, per string id: SI_CLASS
-    (category class, -1 until known) and SI_COUNT (events with that category), and the
-    SI_PEND_* queue (at most as long as there are ids: half the table's slots).
+    ``strs``: the ids by hash (:mod:`.id_table`); ``sinfo`` rows, per string id: SI_KEY
+    (its hash), SI_CLASS (category class, -1 until known) and SI_COUNT (events with that
+    category); ``pend``: the PD_* queue of new strings' spans.
     """
 
     def __init__(self, capacity: int = 1 << 16, text_limit: int = 1 << 62,
                  new_path: Callable[[], str] | None = None) -> None:
         """``text_limit`` / ``new_path``: bytes of decoded texts held in memory, past
         which they go to a file there (:class:`~.text_store.TextStore`)."""
-        self.strs = np.zeros((2, capacity), dtype=np.int64)
-        self.sinfo = np.zeros((5, capacity // 2), dtype=np.int64)
+        self.strs = np.zeros(capacity, dtype=np.int32)
+        self.sinfo = np.zeros((3, capacity // 2), dtype=np.int64)
         self.sinfo[L.SI_CLASS] = -1
+        self.pend = np.zeros((3, PENDING), dtype=np.int64)
         self.texts = TextStore(text_limit, new_path)
         self.cuts = 0  # strings cut to MAX_STRING bytes (traceviz.parsing.long_strings)
         self.first_cut: int | None = None  # where the first began (byte offset)
@@ -110,18 +107,30 @@ class StringTable:
 
     def grow(self, count: int, headroom: int) -> None:
         """Make room for ``headroom`` more strings (``count`` exist) at load factor <= 1/2."""
-        size = self.strs.shape[1]
+        size = self.strs.shape[0]
         while (count + headroom) * 2 > size:
             size *= 2
-        if size != self.strs.shape[1]:
-            new = np.zeros((2, size), dtype=np.int64)
-            rehash(self.strs, new, L.SR_KEY, L.SR_ID)
-            self.strs = new
-            info = np.zeros((5, size // 2), dtype=np.int64)
+        if size != self.strs.shape[0]:
+            info = np.zeros((3, size // 2), dtype=np.int64)
             info[L.SI_CLASS] = -1
-            info[L.SI_CLASS:L.SI_COUNT + 1, :count] = self.sinfo[L.SI_CLASS:L.SI_COUNT + 1,
-                                                                 :count]
+            info[:, :count] = self.sinfo[:, :count]
             self.sinfo = info
+            self.strs = np.zeros(0, dtype=np.int32)  # the old table goes first
+            self.strs = np.zeros(size, dtype=np.int32)
+            fill(self.strs, info, L.SI_KEY, count)
+
+    def seal(self) -> None:
+        """The scan is over (its counts read): drop the scanner's side, the ids by hash,
+        per-id hashes, classes and counts and the queue (~40 bytes a string); the texts
+        stay."""
+        self.strs = np.zeros(0, dtype=np.int32)
+        self.sinfo = np.zeros((3, 0), dtype=np.int64)
+        self.pend = np.zeros((3, 0), dtype=np.int64)
+
+    def held_bytes(self) -> int:
+        """Bytes of memory the table holds (its arrays and the texts in memory)."""
+        return self.strs.nbytes + self.sinfo.nbytes + self.pend.nbytes + \
+            self.texts.held_bytes()
 
     def take_pending(self, buf: np.ndarray, w: np.ndarray,
                      at: Callable[[int], int] = int) -> None:
@@ -135,7 +144,7 @@ class StringTable:
             return
         mem = buf.data
         texts: list[str] = []
-        for sid, off, ln in self.sinfo[L.SI_PEND_ID:L.SI_PEND_LEN + 1, :count].T.tolist():
+        for sid, off, ln in self.pend[:, :count].T.tolist():
             end = off + ln
             cut = cut_point(buf, off, end, MAX_STRING) if ln > MAX_STRING + ROOM else end
             try:

@@ -4,7 +4,8 @@ A trace can hold millions of distinct strings (a name per kernel, per call): as 
 ``str`` in a list, each cost ~60 bytes besides its text, and the dict finding the first id
 of each text ~70 more. Here the texts are UTF-8 bytes in one arena with their end
 offsets (8 bytes per string), a 64-bit hash per string, and an open-addressing table
-(hash -> first id, 12 bytes per slot at load <= 1/2) gives each id its canonical id: the
+of ids keyed by those hashes (:mod:`.id_table`: hash -> first id, 4 bytes a slot at load
+<= 1/2) gives each id its canonical id: the
 first id with the same text (:meth:`TextStore.canonical`; a hash match is confirmed by
 comparing the bytes). A text is decoded when asked for (``store[i]``, iteration).
 
@@ -25,31 +26,9 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-EMPTY = 0  # hash slot never used (a text whose hash is 0 is stored as 1)
+from .id_table import fill, lookup_insert, new_table
+
 READ_BYTES = 8 << 20  # bytes of texts iteration decodes at a time
-
-
-@njit(cache=True, nogil=True)
-def _lookup_insert(table, hashes, new_ids, found):
-    """For each (hash, id): ``found`` = the id stored under that hash in ``table`` (row 0
-    hashes, row 1 ids); where none is, ``id`` is stored (found = id), or found = -1 when
-    ``id`` is negative (a lookup). Caller keeps the load factor <= 1/2."""
-    mask = table.shape[1] - 1
-    for k in range(hashes.shape[0]):
-        h = hashes[k]
-        slot = h & mask
-        while True:
-            key = table[0, slot]
-            if key == h:
-                found[k] = table[1, slot]
-                break
-            if key == EMPTY:
-                if new_ids[k] >= 0:
-                    table[0, slot] = h
-                    table[1, slot] = new_ids[k]
-                found[k] = new_ids[k]
-                break
-            slot = (slot + 1) & mask
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -74,22 +53,6 @@ def _same(fa, ma, base_a, ends_a, ia, fb, mb, base_b, ends_b, ib, out):
         out[k] = same
 
 
-@njit(nogil=True, cache=True)
-def rehash(old, new, key_row, id_row):
-    """Insert every key of the open-addressing table ``old`` (keys in row ``key_row``,
-    values in ``id_row``, 0 = empty) into the empty, larger table ``new``."""
-    mask = new.shape[1] - 1
-    for i in range(old.shape[1]):
-        h = old[key_row, i]
-        if h == EMPTY:
-            continue
-        slot = h & mask
-        while new[key_row, slot] != EMPTY:
-            slot = (slot + 1) & mask
-        new[key_row, slot] = h
-        new[id_row, slot] = old[id_row, i]
-
-
 @njit(cache=True, nogil=True)
 def _gather(filed, mem, base, starts, ends, out):
     """Copy the arena's bytes ``[starts[k], ends[k])`` one after the other into ``out``."""
@@ -101,8 +64,7 @@ def _gather(filed, mem, base, starts, ends, out):
 
 
 def _hash(text: str) -> int:
-    h = hash(text)
-    return h if h != EMPTY else 1
+    return hash(text)
 
 
 class TextStore(Sequence[str]):
@@ -118,9 +80,9 @@ class TextStore(Sequence[str]):
         self._base = 0  # bytes of the arena in the file; _data holds the rest
         self._data = bytearray()
         self._ends = array("q")   # end offset of each text in the arena
-        self._hashes = array("q")
+        self._keys = np.zeros((1, 1 << 10), dtype=np.int64)  # hash by id (the table's keys)
         self._canon = array("i")  # first id with the same text
-        self._table = np.zeros((2, 1 << 10), dtype=np.int64)  # hash -> first id
+        self._table = new_table(0)  # hash -> first id (.id_table)
 
     def __len__(self) -> int:
         return len(self._ends)
@@ -193,11 +155,17 @@ class TextStore(Sequence[str]):
         self._data += b"".join(encoded)
         if len(self._data) > self._limit:
             self._spill()
-        self._hashes.extend(hashes)
+        if len(self) > self._keys.shape[1]:
+            keys = np.zeros((1, max(len(self), 2 * self._keys.shape[1])), dtype=np.int64)
+            keys[0, :first] = self._keys[0, :first]
+            self._keys = keys
+        self._keys[0, first:len(self)] = hashes
+        if len(self) * 2 > self._table.shape[0]:  # grown once, at its new size
+            self._table = new_table(len(self))
+            fill(self._table, self._keys, 0, first)
         ids = np.arange(first, first + len(encoded), dtype=np.int32)
-        self._room(len(self))
         found = np.empty(ids.shape[0], dtype=np.int32)
-        _lookup_insert(self._table, np.array(hashes, dtype=np.int64), ids, found)
+        lookup_insert(self._table, self._keys, 0, self._keys[0, first:len(self)], ids, found)
         # a hash found is confirmed by the bytes: two texts with one hash (astronomically
         # rare) each stay their own
         hit = np.flatnonzero(found != ids)
@@ -220,20 +188,21 @@ class TextStore(Sequence[str]):
                 mapped.close()
         return out
 
-    def _room(self, count: int) -> None:
-        size = self._table.shape[1]
-        while count * 2 > size:
-            size *= 2
-        if size != self._table.shape[1]:
-            table = np.zeros((2, size), dtype=np.int64)
-            rehash(self._table, table, 0, 1)
-            self._table = table
+    def total_bytes(self) -> int:
+        """Bytes of all the texts (UTF-8)."""
+        return self._ends[-1] if len(self) else 0
+
+    def held_bytes(self) -> int:
+        """Bytes of memory the store holds: the texts not in its file, the per-id arrays
+        and the table."""
+        return (len(self._data) + self._table.nbytes + self._keys.nbytes
+                + len(self) * (self._ends.itemsize + self._canon.itemsize))
 
     def find(self, text: str) -> int | None:
         """The first id of ``text`` (None: not stored)."""
         found = np.empty(1, dtype=np.int32)
-        _lookup_insert(self._table, np.array([_hash(text)], dtype=np.int64),
-                       np.full(1, -1, np.int32), found)
+        lookup_insert(self._table, self._keys, 0, np.array([_hash(text)], dtype=np.int64),
+                      np.full(1, -1, np.int32), found)
         first = int(found[0])
         ok = first >= 0 and self.raw(first) == text.encode("utf-8", "surrogatepass")
         return first if ok else None
@@ -245,13 +214,14 @@ class TextStore(Sequence[str]):
         canon = np.frombuffer(other._canon, dtype=np.int32).copy()
         heads = np.flatnonzero(canon == np.arange(n)).astype(np.int32)  # distinct texts
         found = np.empty(heads.shape[0], dtype=np.int32)
-        hashes = np.frombuffer(other._hashes, dtype=np.int64)[heads]
-        _lookup_insert(self._table, hashes, np.full(heads.shape[0], -1, np.int32), found)
+        hashes = other._keys[0, heads]
+        lookup_insert(self._table, self._keys, 0, hashes,
+                      np.full(heads.shape[0], -1, np.int32), found)
         hit = np.flatnonzero(found >= 0)
         found[hit[~self._same_as(other, found[hit], heads[hit])]] = -1
         new = heads[found < 0]
         found[found < 0] = np.arange(len(self), len(self) + new.shape[0], dtype=np.int32)
-        self._append([other.raw(int(j)) for j in new], [other._hashes[j] for j in new])
+        self._append([other.raw(int(j)) for j in new], other._keys[0, new].tolist())
         out = np.empty(n, dtype=np.int32)
         out[heads] = found
         return out[canon]
