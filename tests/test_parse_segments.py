@@ -212,6 +212,37 @@ def test_no_thread_left_behind(tmp_path, monkeypatch):
     assert threading.active_count() == before
 
 
+def test_parts_wait_for_a_slow_merge(tmp_path, monkeypatch):
+    """Where merging is the slower side, the scanners wait: at most one finished part
+    beyond the ones being scanned is unmerged at any time (they piled up: 11 on 2 M
+    distinct names), and the table is the one pass's."""
+    import time
+
+    path = _gz(tmp_path, "t.json.gz", trace_text(launch_events(3000)))
+    one = _parse(path, monkeypatch, None)
+    live, peak = [0], [0]
+    scan, merge = reader._scan, reader._merge
+
+    def scanned(*args, **kwargs):
+        part = scan(*args, **kwargs)
+        live[0] += 1
+        peak[0] = max(peak[0], live[0])
+        return part
+
+    def slow(a, b):
+        time.sleep(0.02)
+        live[0] -= 1
+        merge(a, b)
+
+    parts = _parse(path, monkeypatch, 4096, cores=2)  # sets its own counting _merge
+    monkeypatch.setattr(reader, "_scan", scanned)
+    monkeypatch.setattr(reader, "_merge", slow)
+    again = traceviz.parse_trace(path, plan=SPILLING)
+    assert parts[4] > 20 and parts[0].equals(one[0])
+    assert again.activities.equals(one[0]) and 2 <= peak[0] <= 2 + 1 + 1
+    again.close()
+
+
 def test_batch_workers_share_the_cores(tmp_path, monkeypatch):
     """``batch -j N``'s workers (share_cores(N)) scan with their share of the cores: a
     compressed or large plain trace is scanned in one pass where that share is one."""

@@ -562,9 +562,11 @@ def _scan_in_order(todo: queue.Queue, threads: int, head, stop, budget: SpillBud
     # side (millions of distinct strings), finished parts would otherwise pile up
     # (measured: 11 parts waiting, ~150 MB, on 2 M distinct names)
     unmerged = threading.Semaphore(threads + 1)
+    closing = threading.Event()
 
     def work() -> None:
-        while unmerged.acquire() and (source := todo.get()) is not None:
+        while unmerged.acquire() and not closing.is_set() \
+                and (source := todo.get()) is not None:
             got: dict = {}
             try:
                 mode = _event_modes(head())[0] if source.index else None
@@ -598,6 +600,7 @@ def _scan_in_order(todo: queue.Queue, threads: int, head, stop, budget: SpillBud
                 return merged.whole
     finally:
         stop()
+        closing.set()  # each worker acquires once more at most, and stops
         for _ in workers:
             unmerged.release()
             todo.put(None)
