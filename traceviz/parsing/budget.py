@@ -73,8 +73,9 @@ def hand_back_freed_memory() -> None:
     where their memory stays once they are freed: on 2 M distinct names (string tables
     grown by doubling, arrays of a few MB per part) 220 MB of the heap was free and still
     resident after the scan (peak 715 MB; 636 MB with the threshold fixed at 4 MB; at 1 MB
-    the 0.5 GB plain trace parsed ~12 % slower, at 4 MB as fast). The command line and
-    its batch workers call this; a library user's process keeps its own settings."""
+    the 0.5 GB plain trace parsed ~12 % slower, at 4 MB within the noise of +-0.2 s).
+    The command line and its batch workers call this; a library user's process keeps its
+    own settings."""
     import ctypes
 
     import pyarrow as pa

@@ -286,6 +286,7 @@ def _scan(source: ByteSource | FileRange | Segment, budget: SpillBudget, chunk_s
         stores[name].seal(int(w[L.W_FILL + s]))
         stores[name].block = None  # type: ignore[assignment]  # the active blocks are done
         w[L.W_FILL + s] = 0
+    strings.end_scan()
     return _Part(source, w, strings, thr, header, stores, truncated_at, crash_tail, split_end)
 
 
@@ -704,7 +705,7 @@ def _merge_strings(a: StringTable, b: StringTable) -> np.ndarray:
     are added), with a last entry -1 for id -1; ``b``'s category classes and counts
     are added to ``a``'s."""
     nb = len(b)
-    a.grow(len(a), nb)
+    a.room_for_ids(len(a) + nb)
     smap = np.full(nb + 1, -1, dtype=np.int32)
     smap[:nb] = a.texts.merge(b.texts)
     ids = smap[:nb]

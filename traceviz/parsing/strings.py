@@ -119,13 +119,26 @@ class StringTable:
             self.strs = np.zeros(size, dtype=np.int32)
             fill(self.strs, info, L.SI_KEY, count)
 
-    def seal(self) -> None:
-        """The scan is over (its counts read): drop the scanner's side, the ids by hash,
-        per-id hashes, classes and counts and the queue (~40 bytes a string); the texts
-        stay."""
+    def end_scan(self) -> None:
+        """No more strings are interned: drop the ids by hash and the queue (the per-id
+        rows stay: a part's are merged onto the trace before it, and counted)."""
         self.strs = np.zeros(0, dtype=np.int32)
-        self.sinfo = np.zeros((3, 0), dtype=np.int64)
         self.pend = np.zeros((3, 0), dtype=np.int64)
+
+    def room_for_ids(self, count: int) -> None:
+        """Per-id rows for ``count`` ids, after :meth:`end_scan` (parts being merged)."""
+        have = self.sinfo.shape[1]
+        if count > have:
+            info = np.zeros((3, max(count, 2 * have)), dtype=np.int64)
+            info[L.SI_CLASS] = -1
+            info[:, :have] = self.sinfo
+            self.sinfo = info
+
+    def seal(self) -> None:
+        """The trace's counts are read: drop the per-id rows too (~24 bytes a string);
+        the texts stay."""
+        self.end_scan()
+        self.sinfo = np.zeros((3, 0), dtype=np.int64)
 
     def held_bytes(self) -> int:
         """Bytes of memory the table holds (its arrays and the texts in memory)."""
