@@ -231,3 +231,17 @@ def test_many_figures_are_drawn_in_workers_like_here(tmp_path):
     for name, figure in figures.items():
         assert (tmp_path / "par" / name).read_bytes() == figure.png(), name
     assert sorted(p.name for p in (tmp_path / "par").iterdir()) == sorted(figures)
+
+
+def test_breakdown_shares_as_written_on_the_figures():
+    """Legends and bar labels: whole / one-decimal percents from 1 % up, two digits
+    below, "<0.01%" for what is there but smaller (not 8.8e-05%), "0%" for nothing."""
+    import numpy as np
+
+    from traceviz.render.breakdown_figures import _mean_pct, _segment_pct
+
+    assert [_segment_pct(v) for v in (99.8, 1.0, 0.09, 0.00088, 0.0)] == [
+        "100%", "1%", "0.09%", "<0.01%", "0%"]
+    assert _mean_pct(np.array([99.8])) == "mean 99.8%"
+    assert _mean_pct(np.array([8.8e-05])) == "mean <0.01%"
+    assert _mean_pct(np.array([0.25, 0.25])) == "mean 0.25%"

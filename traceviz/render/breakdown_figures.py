@@ -63,14 +63,16 @@ def _scope(shown: int, total: int, by: str) -> str:
 
 
 def _hbars(ax, labels: list[str], parts: list[tuple[str, str, np.ndarray]],
-           fmt, total_fmt=None, legend_fmt=None) -> None:
+           fmt, total_fmt=None, legend_fmt=None, min_width: float = 1e-12) -> None:
     """Horizontal stacked bars, first label on top: each part's value written inside
     its segment when it is wide enough, the total (``total_fmt``) after the bar; only
     parts with a value somewhere are drawn, each named in the legend with
-    ``legend_fmt(values)`` (so a part too thin to see still says how much it is)."""
+    ``legend_fmt(values)`` (so a part too thin to see still says how much it is). The
+    axis spans the longest bar, at least ``min_width`` (a negligible total looks it)."""
     y = np.arange(len(labels))[::-1]
     left = np.zeros(len(labels))
-    width = max(float(np.sum([p[2] for p in parts], axis=0).max()) if parts else 0.0, 1e-12)
+    width = max(float(np.sum([p[2] for p in parts], axis=0).max()) if parts else 0.0,
+                min_width)
     for label, color, values in parts:
         if not np.any(values > 0):
             continue
@@ -87,17 +89,25 @@ def _hbars(ax, labels: list[str], parts: list[tuple[str, str, np.ndarray]],
     ax.set_yticks(y, labels, fontsize="small")
 
 
+def _small_pct(value: float) -> str:
+    """A share below 1 %: two significant digits down to 0.01 %, "<0.01%" below (a thin
+    part still says it is there, never in scientific notation: 8.8e-05%), "0%" for none."""
+    if value >= 0.01:
+        return f"{value:.2g}%"
+    return "<0.01%" if value > 0 else "0%"
+
+
 def _segment_pct(value: float) -> str:
-    """A share written inside its bar segment: whole percents, two significant digits
-    below 1 % (a bar of 0.09 % never reads 0 %)."""
-    return f"{value:.0f}%" if value >= 1 else f"{value:.2g}%"
+    """A share written inside its bar segment: whole percents, :func:`_small_pct` below
+    1 % (a bar of 0.09 % never reads 0 %)."""
+    return f"{value:.0f}%" if value >= 1 else _small_pct(value)
 
 
 def _mean_pct(values: np.ndarray) -> str:
-    """A legend's mean share: one decimal from 1 % up, two significant digits below
-    (a thin part still says how much it is; 99.8 % never reads 1e+02 %)."""
+    """A legend's mean share: one decimal from 1 % up, :func:`_small_pct` below (a thin
+    part still says how much it is; 99.8 % never reads 1e+02 %)."""
     m = float(np.mean(values))
-    return f"mean {m:.1f}%" if m >= 1 else f"mean {m:.2g}%"
+    return f"mean {m:.1f}%" if m >= 1 else f"mean {_small_pct(m)}"
 
 
 def _legend_below(fig, ax) -> None:
@@ -173,7 +183,7 @@ def idle(table: pa.Table):
     _hbars(ax, [lab for _, lab in pick],
            [(label, color, np.array([share[r].get(key, 0.0) for r, _ in pick]))
             for key, label, color in CAUSES], _segment_pct,
-           lambda v: f"{v:.1f} %", _mean_pct)
+           lambda v: f"{v:.1f} %" if v >= 1 else _small_pct(v), _mean_pct, min_width=1.0)
     ax.set_xlabel("% of the rank's iterations (ProfilerStep to its last kernel); "
                   + _scope(len(pick), len(share), "time without compute"), wrap=True)
     ax.set_title(title, loc="left")
