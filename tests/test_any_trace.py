@@ -119,6 +119,23 @@ def test_communication_beyond_nccl_names(tmp_path):
     assert row["comm_ns"] == 7 * 3 * US and row["overlap_pct"] == 0
 
 
+def test_step_numbers_past_the_iteration_column_are_no_steps(tmp_path):
+    """A ProfilerStep whose number does not fit the int32 iteration column (2**31,
+    20 digits, 5000 digits: more than Python's int() reads) is no iteration (it was
+    wrapped to another number); the parse goes on, the other step's kernels are
+    iteration 3 and the rest -1."""
+    doc = _launched([("gemm", {}, "aten::mm")] * 3)
+    for number in (str(2**31), "9" * 20, "1" * 5000, "0" * 5000 + "7" * 19):
+        doc["traceEvents"].append({"ph": "X", "cat": "user_annotation",
+                                   "name": f"ProfilerStep#{number}", "pid": 1, "tid": 1,
+                                   "ts": 0, "dur": 500})
+    doc["traceEvents"][0]["dur"] = 15  # ProfilerStep#3 holds the first two launches
+    path = tmp_path / "steps.json"
+    path.write_text(json.dumps(doc))
+    table = traceviz.parse(path).sort_by("ts")
+    assert table["iteration"].to_pylist() == [3, 3, -1]
+
+
 # ---- 3. accelerators: Ascend NPU tasks, unknown device events -------------------------
 
 @needs_shared

@@ -306,3 +306,37 @@ def test_long_names_in_a_row_are_each_cut_once(chunk):
     assert parsed.meta["stats"]["notes"]["strings longer than 64 KiB (cut)"] == 3
     parsed.close()
 
+
+
+def test_a_sealed_text_store_finds_and_adds_without_its_table(tmp_path):
+    """Sealed (its hash table dropped after the scan), a store still finds the first id
+    of a text, even among texts whose hashes collide, gives an added text its first id,
+    reads any ascending selection of ids across its file and memory, and refuses a
+    merge."""
+    from traceviz.parsing import text_store as T
+
+    names = iter(range(10))
+    store = T.TextStore(limit=40, new_path=lambda: str(tmp_path / f"t{next(names)}"))
+    texts = [f"t{i % 50}-" + "é" * (i % 5) for i in range(200)]
+    store.extend(texts)
+    store.seal()
+    assert store._table is None and store.find("t7-éé") == 7 and store.find("no") is None
+    assert store.find(texts[120]) == 20  # the first id of the text
+    ids = np.array([0, 3, 49, 50, 120, 199])
+    assert list(store.select(ids)) == [texts[i] for i in ids.tolist()]
+    assert list(store.select(np.zeros(0, dtype=np.int64))) == []
+    store.extend(["t3-ééé", "fresh"])
+    assert store.canonical()[-2:].tolist() == [3, 201] and store.find("fresh") == 201
+    real = T._hash
+    T._hash = lambda text: 5  # every text one hash: the bytes keep them apart
+    try:
+        c = T.TextStore()
+        c.extend(["p", "q", "p"])
+        c.seal()
+        assert (c.find("q"), c.find("p"), c.find("r")) == (1, 0, None)
+        c.extend(["q", "r"])
+        assert c.canonical().tolist() == [0, 1, 0, 1, 4]
+    finally:
+        T._hash = real
+    with pytest.raises(AssertionError):
+        store.merge(T.TextStore())

@@ -10,7 +10,12 @@ import pytest
 from helpers import needs_shared, parking_everything, shared_traces, trace_id
 
 import traceviz
-from traceviz.parsing.budget import BUILD_WORK, LINK_BYTES_PER_ACTIVITY, MemoryPlan
+from traceviz.parsing.budget import (
+    BUILD_BYTES_PER_STRING,
+    BUILD_WORK,
+    LINK_BYTES_PER_ACTIVITY,
+    MemoryPlan,
+)
 from traceviz.table.parked import PARK_MIN_BYTES, InMemory, Parking
 
 TRACES = {trace_id(p): p for p in shared_traces()}
@@ -97,12 +102,19 @@ def test_parked_build_equals_in_memory(name):
 
 
 def test_budget_parks_what_it_cannot_hold():
-    """The arrays are parked exactly when, held in memory, they would pass the budget."""
-    runtime = 200 << 20
+    """The arrays are parked exactly when, held in memory, they would pass the budget
+    less its slack (an eighth), texts held and per-string lookups counted."""
+    runtime, held, strings = 200 << 20, 30 << 20, 1_000_000
     n = 4_000_000
-    need = runtime + BUILD_WORK + n * LINK_BYTES_PER_ACTIVITY
-    assert MemoryPlan(need, runtime).parks(n) is False
-    assert MemoryPlan(need - 1, runtime).parks(n) is True
+    need = (runtime + held + BUILD_WORK + strings * BUILD_BYTES_PER_STRING
+            + n * LINK_BYTES_PER_ACTIVITY)
+    least = need * 8 // 7 + 8  # the smallest budget whose seven eighths cover the need
+    while least - 1 - (least - 1) // 8 >= need:
+        least -= 1
+    assert least - least // 8 >= need > (least - 1) - (least - 1) // 8
+    assert MemoryPlan(least, runtime).parks(n, held, strings) is False
+    assert MemoryPlan(least - 1, runtime).parks(n, held, strings) is True
+    assert MemoryPlan(least, runtime).parks(n, held + 1, strings) is True
 
 
 def test_sliced_helpers_equal_whole_array_numpy(tmp_path):

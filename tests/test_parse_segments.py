@@ -301,3 +301,21 @@ def test_read_ahead_grows_with_the_scanners(monkeypatch):
         ahead = segments_ahead * reader.SEGMENT_BYTES
         assert reader._read_ahead(min(cores, reader.MAX_PARTS)) == ahead
         assert reader.segment_work() == SEGMENT_OVERHEAD + ahead
+
+
+def test_category_counts_of_many_parts_add_up(tmp_path, monkeypatch):
+    """A part keeps only its category strings' event counts (not a row per string), and
+    the counts merged from dozens of parts (summed whenever they double) equal the one
+    pass's and the events written: 500 distinct categories, each in many segments."""
+    events = launch_events(4000)
+    for k, e in enumerate(events):
+        if e["cat"] == "user_annotation":
+            e["cat"] = f"cat {k % 500}"
+    path = _gz(tmp_path, "cats.json.gz", trace_text(events))
+    one = _parse(path, monkeypatch, None)
+    parts = _parse(path, monkeypatch, 8192)
+    assert parts[4] >= 30 and parts[2] == one[2] and parts[1].equals(one[1])
+    want: dict[str, int] = {}
+    for e in events:
+        want[e["cat"]] = want.get(e["cat"], 0) + 1
+    assert parts[2]["stats"]["events_by_cat"] == dict(sorted(want.items()))

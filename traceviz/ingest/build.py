@@ -252,8 +252,12 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     pipeline = _pipeline(scanned, topology, rank)
     gpu, launch, ops = (scanned.stores[k] for k in ("gpu", "launch", "ops"))
     pid_of, tid_of = thread_numbers(scanned.threads)
-    kind_of_name = _name_kinds(s, gpu, patterns)
-    lookups = _lookups(s, patterns)
+    gpu_names, op_names = s.used(gpu, "name"), s.used(ops, "name")
+    kind_of_name = _name_kinds(s, gpu_names, patterns)
+    lookups = _lookups(s, op_names, s.used(scanned.stores["python"], "name"), patterns)
+    said_backward = s.matches(patterns.phases["backward_name"], gpu_names)
+    said_backward |= s.matches(patterns.phases["backward_name"], op_names)
+    del gpu_names, op_names
     parks = plan.parks(len(gpu), held=scanned.strings.held_bytes(),
                        strings=len(scanned.strings))
     store = Parking(lambda: scanned.budget.new_path("p")) if parks else InMemory()
@@ -279,7 +283,7 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     no_launch = store.map(bool, lambda r: r < 0, launch_row)
     put("launch_dur", gathered(store, launch, launch_row, "dur")[0], no_launch, pa.int64())
     launch_name, = gathered(store, launch, launch_row, "name")
-    graph_launch = s.matches(GRAPH_LAUNCH)  # CUDA / HIP graph replays
+    graph_launch = s.matches(GRAPH_LAUNCH, s.used(launch, "name"))  # CUDA / HIP graphs
     graph = store.unique(lambda r, name: r[graph_launch[name]], launch_row, launch_name)
     links.stats["launched by a graph launch"] = store.count(
         launch_name, lambda v: graph_launch[v])
@@ -293,7 +297,6 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     put("cpu_op_external_id", op_ext, _negative(store, op_ext), pa.int64())
     del op_ext
     name, = gathered(store, gpu, links.rows, "name")
-    said_backward = s.matches(patterns.phases["backward_name"])
     backward_named = store.map(bool, lambda a, b: said_backward[a] | said_backward[b],
                                name, op_name)
     del op_name
@@ -455,11 +458,14 @@ def _collective_meta(scanned: ScannedTrace, s: Strings, patterns: Patterns,
         s.texts, scanned.header.distributed, fields["pg_name"], fields["pg_desc"],
         fields["pg_ranks"], fields["group_size"])
     ph = patterns.phases
-    p2p_name = s.matches(ph["p2p_send"]) | s.matches(ph["p2p_recv"])
+    stated_names = _distinct(fields["collective"])
+    p2p_name = s.matches(ph["p2p_send"], stated_names) | s.matches(ph["p2p_recv"], stated_names)
+    rows = store.positions(kind, lambda k: k == COMM)  # the collectives
+    comm_names = store.take(name, rows)
+    named = _distinct(comm_names)
     by_kernel = s.lookup(np.int32, -1)
     for label, pattern in reversed(patterns.kernel_groups):  # the first pattern wins
-        by_kernel[s.matches(pattern)] = GROUPS.index(label)
-    rows = store.positions(kind, lambda k: k == COMM)  # the collectives
+        by_kernel[s.matches(pattern, named)] = GROUPS.index(label)
     at, stated = _found_in(has, rows)  # rows[j] is has[at[j]] where stated
     code = np.full(rows.shape[0], -1, dtype=np.int32)
     code[stated] = desc_code[at[stated]]
@@ -468,11 +474,16 @@ def _collective_meta(scanned: ScannedTrace, s: Strings, patterns: Patterns,
         np.ones(rows.shape[0], dtype=bool), code, descs,
         {j: ranks[a] for j, a in zip(said.tolist(), at[said].tolist())}, patterns,
         topology, set(said[p2p_name[fields["collective"][at[said]]]].tolist()),
-        by_kernel[store.take(name, rows)])
+        by_kernel[comm_names])
     groups = store.full(n, -1, np.int8)
     store.scatter(groups, rows, found)
     return CollectiveMeta(n, has, rows, at, stated, fields, ranks, size, desc_code, descs,
                           groups, evidence, store)
+
+
+def _distinct(ids: np.ndarray) -> np.ndarray:
+    """The distinct string ids (ascending) among ``ids`` (-1: none)."""
+    return np.unique(ids[ids >= 0])
 
 
 def _negative(store: InMemory, values: np.ndarray) -> np.ndarray:
@@ -537,35 +548,34 @@ def _stated(values: np.ndarray, of_thread: np.ndarray, thread: np.ndarray) -> np
 NAMES_AT_ONCE = 1 << 16  # distinct names decoded and classified at a time
 
 
-def _name_kinds(s: Strings, gpu, patterns: Patterns) -> np.ndarray:
-    """Per-string lookup: the kind of every string used as a GPU activity's name (each
-    distinct name is classified once)."""
+def _name_kinds(s: Strings, names_used: np.ndarray, patterns: Patterns) -> np.ndarray:
+    """Per-string lookup: the kind of every string used as a GPU activity's name
+    (``names_used``, ascending ids; each distinct name is classified once)."""
     kind_of_name = s.lookup(np.int8, 0)
-    is_used = s.lookup(bool, False)
-    for _, cols in gpu.blocks("name"):
-        is_used[cols["name"]] = True
-    names_used = np.flatnonzero(is_used[:-1])
     for lo in range(0, names_used.shape[0], NAMES_AT_ONCE):  # texts decoded a part at a time
         part = names_used[lo:lo + NAMES_AT_ONCE]
-        kind_of_name[part] = name_kinds([s.texts[i] for i in part.tolist()], patterns)
+        kind_of_name[part] = name_kinds(list(s.texts.select(part)), patterns)
     return kind_of_name
 
 
-def _lookups(s: Strings, patterns: Patterns) -> Lookups:
+def _lookups(s: Strings, op_names: np.ndarray, frame_names: np.ndarray,
+             patterns: Patterns) -> Lookups:
     """The per-string facts the joins need (which names are steps, autograd nodes,
-    frames, ...), from the patterns."""
+    frames, ...), from the patterns; the joins read them by the names of CPU ops and
+    annotations (``op_names``) and of python frames (``frame_names``; ascending ids), so
+    only those are matched."""
     ph = patterns.phases
     is_rpc = s.lookup(bool, False)
     is_rpc[s.ids_of("record_param_comms")] = True
-    recompute_node = s.matches(ph["recompute_op"])
+    recompute_node = s.matches(ph["recompute_op"], op_names)
     return Lookups(
-        category_class=s.cls, step_number=s.numbers(patterns.iteration), is_rpc=is_rpc,
-        is_node=s.matches(ph["autograd_node"]) | recompute_node,
+        category_class=s.cls, step_number=s.numbers(patterns.iteration, op_names),
+        is_rpc=is_rpc, is_node=s.matches(ph["autograd_node"], op_names) | recompute_node,
         is_recompute_node=recompute_node,
-        is_optimizer_annotation=s.matches(ph["optimizer_annotation"]),
-        frame={k: s.matches(ph[k]) for k in ("forward_step", "backward_step",
-                                             "recompute_frame", "optimizer_frame",
-                                             "interleaved_schedule", "pipelined_schedule")})
+        is_optimizer_annotation=s.matches(ph["optimizer_annotation"], op_names),
+        frame={k: s.matches(ph[k], frame_names)
+               for k in ("forward_step", "backward_step", "recompute_frame",
+                         "optimizer_frame", "interleaved_schedule", "pipelined_schedule")})
 
 
 def _pipeline(scanned: ScannedTrace, topology: Layout | None, rank: int
@@ -595,8 +605,9 @@ def _phases(s: Strings, patterns: Patterns, links, coll: CollectiveMeta, memory:
     groups = store.take(coll.groups, coll.has)
     pp_group = (groups == GROUPS.index("PP")) | (groups == GROUPS.index("OTHER"))
     said = np.zeros(name.shape[0], dtype=np.int8)  # 1 send (first), 2 receive, 0 neither
-    said[pp_group & s.matches(ph["p2p_recv"])[name]] = 2
-    said[pp_group & s.matches(ph["p2p_send"])[name]] = 1
+    named = _distinct(name)
+    said[pp_group & s.matches(ph["p2p_recv"], named)[name]] = 2
+    said[pp_group & s.matches(ph["p2p_send"], named)[name]] = 1
     p2p = store.full(coll.n, 0, np.int8)
     store.scatter(p2p, coll.has, said)
     del name, groups, pp_group, said

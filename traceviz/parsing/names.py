@@ -11,6 +11,8 @@ from . import fields as L
 from .reader import ScannedTrace
 from .text_store import LAZY_BYTES, TextDictionary
 
+INT32_MAX = (1 << 31) - 1
+
 
 class Strings:
     """Per-string-id facts of one trace: texts, canonical ids, category classes.
@@ -21,7 +23,9 @@ class Strings:
 
     def __init__(self, scanned: ScannedTrace) -> None:
         self.texts = scanned.strings.texts
-        self.canon = scanned.strings.canonical()
+        self._canon_lookup = self.lookup(np.int32, -1)
+        self._canon_lookup[:-1] = scanned.strings.canonical()
+        self.canon = self._canon_lookup[:-1]
         self.cls = self.lookup(np.int8, L.CLS_NONE)
         self.cls[:-1] = np.fromiter((L.CATEGORY_CLASS.get(t, L.CLS_OTHER) for t in self.texts),
                                     np.int8, len(self.texts))
@@ -37,20 +41,40 @@ class Strings:
             return np.zeros(0, dtype=np.int64)
         return np.flatnonzero(self.canon == first)
 
-    def matches(self, pattern) -> np.ndarray:
-        """Per-string lookup: whether ``pattern.search`` finds the string."""
+    def used(self, store, field: str) -> np.ndarray:
+        """The distinct string ids (ascending) in column ``field`` of ``store``
+        (a :class:`~.columns.ColumnStore`)."""
+        is_used = self.lookup(bool, False)
+        for _, cols in store.blocks(field):
+            is_used[cols[field]] = True  # id -1 marks the last entry, dropped below
+        return np.flatnonzero(is_used[:-1]).astype(np.int32)
+
+    def _texts(self, among: np.ndarray | None):
+        return self.texts if among is None else self.texts.select(among)
+
+    def matches(self, pattern, among: np.ndarray | None = None) -> np.ndarray:
+        """Per-string lookup: whether ``pattern.search`` finds the string; only the
+        strings ``among`` (ascending ids; None: all) are searched, the others are
+        False."""
         out = self.lookup(bool, False)
-        out[:-1] = np.fromiter((pattern.search(t) is not None for t in self.texts), bool,
-                               len(self.texts))
+        found = np.fromiter((pattern.search(t) is not None for t in self._texts(among)),
+                            bool, len(self.texts) if among is None else among.shape[0])
+        out[slice(None, -1) if among is None else among] = found
         return out
 
-    def numbers(self, pattern) -> np.ndarray:
-        """Group 1 of ``pattern.match`` as an int per string (-1: no match)."""
-        out = self.lookup(np.int64, -1)
-        for i, text in enumerate(self.texts):
+    def numbers(self, pattern, among: np.ndarray | None = None) -> np.ndarray:
+        """Group 1 of ``pattern.match`` as an ``int32`` per string (-1: no match, or
+        group 1 not a decimal number below 2**31, the iteration column's range); only
+        the strings ``among`` (ascending ids; None: all) are matched."""
+        out = self.lookup(np.int32, -1)
+        ids = range(len(self.texts)) if among is None else among.tolist()
+        for i, text in zip(ids, self._texts(among)):
             m = pattern.match(text)
-            if m:
-                out[i] = int(m.group(1))
+            raw = m.group(1) if m else None
+            if raw and raw.isascii() and raw.isdigit():
+                digits = raw.lstrip("0") or "0"  # int() refuses 4300+ digits
+                if len(digits) <= 10 and int(digits) <= INT32_MAX:
+                    out[i] = int(digits)
         return out
 
     def floats(self, ids: np.ndarray) -> np.ndarray:
@@ -101,6 +125,4 @@ class Strings:
     def canon_lookup(self) -> np.ndarray:
         """Canonical id (int32) per string id, with the id -1 entry last (see the class
         doc)."""
-        if not hasattr(self, "_canon_lookup"):
-            self._canon_lookup = np.append(self.canon, np.int32(-1))
         return self._canon_lookup

@@ -376,11 +376,10 @@ def _crash_tail(rest: np.ndarray, source: ByteSource | FileRange | Segment,
 
 
 def _stats_dict(w: np.ndarray, strings: StringTable, header: Header) -> dict:
-    counts = strings.sinfo[L.SI_COUNT, :len(strings)]
     by_cat: dict[str, int] = {}
-    for sid in np.flatnonzero(counts).tolist():
+    for sid, count in zip(*(a.tolist() for a in strings.category_counts())):
         text = strings.texts[sid]
-        by_cat[text] = by_cat.get(text, 0) + int(counts[sid])
+        by_cat[text] = by_cat.get(text, 0) + count
     out: dict[str, Any] = {L.STAT_NAMES[k]: int(w[k]) for k in L.STAT_NAMES}
     out["events_by_cat"] = dict(sorted(by_cat.items()))
     out["first_event_ts"] = int(w[L.S_FIRST_TS]) if w[L.S_FIRST_SEEN] else None
@@ -702,17 +701,13 @@ def _shift_rows(row_base: np.ndarray):
 
 def _merge_strings(a: StringTable, b: StringTable) -> np.ndarray:
     """``b``'s string ids as ``a``'s (the first id of the same text; texts new to ``a``
-    are added), with a last entry -1 for id -1; ``b``'s category classes and counts
-    are added to ``a``'s."""
+    are added), with a last entry -1 for id -1; ``b``'s category counts are added to
+    ``a``'s."""
     nb = len(b)
-    a.room_for_ids(len(a) + nb)
     smap = np.full(nb + 1, -1, dtype=np.int32)
     smap[:nb] = a.texts.merge(b.texts)
-    ids = smap[:nb]
-    np.add.at(a.sinfo[L.SI_COUNT], ids, b.sinfo[L.SI_COUNT, :nb])
-    cls = b.sinfo[L.SI_CLASS, :nb]
-    known = cls >= 0
-    a.sinfo[L.SI_CLASS, ids[known]] = cls[known]
+    ids, counts = b.category_counts()
+    a.add_category_counts(smap[ids], counts)
     a.count_cuts(b.cuts, b.first_cut)
     return smap
 

@@ -83,7 +83,8 @@ class StringTable:
 
     ``strs``: the ids by hash (:mod:`.id_table`); ``sinfo`` rows, per string id: SI_KEY
     (its hash), SI_CLASS (category class, -1 until known) and SI_COUNT (events with that
-    category); ``pend``: the PD_* queue of new strings' spans.
+    category); ``pend``: the PD_* queue of new strings' spans. All three live while the
+    scanner interns (:meth:`end_scan` keeps the category counts only).
     """
 
     def __init__(self, capacity: int = 1 << 16, text_limit: int = 1 << 62,
@@ -95,6 +96,9 @@ class StringTable:
         self.sinfo[L.SI_CLASS] = -1
         self.pend = np.zeros((3, PENDING), dtype=np.int64)
         self.texts = TextStore(text_limit, new_path)
+        self._cat_ids = np.zeros(0, dtype=np.int32)  # category counts (end_scan)
+        self._cat_counts = np.zeros(0, dtype=np.int64)
+        self._cat_distinct = 0
         self.cuts = 0  # strings cut to MAX_STRING bytes (traceviz.parsing.long_strings)
         self.first_cut: int | None = None  # where the first began (byte offset)
 
@@ -120,25 +124,41 @@ class StringTable:
             fill(self.strs, info, L.SI_KEY, count)
 
     def end_scan(self) -> None:
-        """No more strings are interned: drop the ids by hash and the queue (the per-id
-        rows stay: a part's are merged onto the trace before it, and counted)."""
+        """No more strings are interned: drop the ids by hash, the queue and the per-id
+        rows; what is kept of them is the event count of each category string
+        (:meth:`category_counts`: a few ids, not one row per string)."""
+        n = len(self)
+        counts = self.sinfo[L.SI_COUNT, :n]
+        ids = np.flatnonzero(counts).astype(np.int32)
+        self.add_category_counts(ids, counts[ids])
         self.strs = np.zeros(0, dtype=np.int32)
         self.pend = np.zeros((3, 0), dtype=np.int64)
+        self.sinfo = np.zeros((3, 0), dtype=np.int64)
 
-    def room_for_ids(self, count: int) -> None:
-        """Per-id rows for ``count`` ids, after :meth:`end_scan` (parts being merged)."""
-        have = self.sinfo.shape[1]
-        if count > have:
-            info = np.zeros((3, max(count, 2 * have)), dtype=np.int64)
-            info[L.SI_CLASS] = -1
-            info[:, :have] = self.sinfo
-            self.sinfo = info
+    def add_category_counts(self, ids: np.ndarray, counts: np.ndarray) -> None:
+        """Add ``counts[k]`` events to category string ``ids[k]`` (after :meth:`end_scan`:
+        a part's counts merged onto the trace before it). The pairs are summed per id
+        whenever they double, so they stay as many as the category strings."""
+        self._cat_ids = np.concatenate([self._cat_ids, ids.astype(np.int32)])
+        self._cat_counts = np.concatenate([self._cat_counts, counts.astype(np.int64)])
+        if self._cat_ids.shape[0] > 2 * self._cat_distinct + 64:
+            ids, at = np.unique(self._cat_ids, return_inverse=True)
+            self._cat_counts = np.bincount(at, self._cat_counts, ids.shape[0]).astype(np.int64)
+            self._cat_ids = ids.astype(np.int32)
+            self._cat_distinct = ids.shape[0]
+
+    def category_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        """(string ids, events with that category) after :meth:`end_scan`; an id may come
+        more than once (its counts add up)."""
+        return self._cat_ids, self._cat_counts
 
     def seal(self) -> None:
-        """The trace's counts are read: drop the per-id rows too (~24 bytes a string);
-        the texts stay."""
+        """The trace's counts are read: drop them and the texts' lookup table (the texts
+        stay; :meth:`~.text_store.TextStore.seal`)."""
         self.end_scan()
-        self.sinfo = np.zeros((3, 0), dtype=np.int64)
+        self._cat_ids = np.zeros(0, dtype=np.int32)
+        self._cat_counts = np.zeros(0, dtype=np.int64)
+        self.texts.seal()
 
     def held_bytes(self) -> int:
         """Bytes of memory the table holds (its arrays and the texts in memory)."""

@@ -29,6 +29,7 @@ from numba import njit
 from .id_table import fill, lookup_insert, new_table
 
 READ_BYTES = 8 << 20  # bytes of texts iteration decodes at a time
+SELECT_IDS = 1 << 16  # ids whose offsets iteration looks up at a time
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -82,7 +83,7 @@ class TextStore(Sequence[str]):
         self._ends = array("q")   # end offset of each text in the arena
         self._keys = np.zeros((1, 1 << 10), dtype=np.int64)  # hash by id (the table's keys)
         self._canon = array("i")  # first id with the same text
-        self._table = new_table(0)  # hash -> first id (.id_table)
+        self._table: np.ndarray | None = new_table(0)  # hash -> first id (.id_table; seal)
 
     def __len__(self) -> int:
         return len(self._ends)
@@ -129,14 +130,26 @@ class TextStore(Sequence[str]):
         return self.raw(i % len(self)).decode()
 
     def __iter__(self) -> Iterator[str]:
-        ends, j, n = self._ends, 0, len(self)
-        while j < n:  # a few MB of texts at a time
-            start = ends[j - 1] if j else 0
-            stop = max(int(np.searchsorted(np.frombuffer(ends, dtype=np.int64),
-                                           start + READ_BYTES, "right")), j + 1)
-            chunk = self._read(start, ends[stop - 1])
-            for k in range(j, stop):
-                yield chunk[(ends[k - 1] if k else 0) - start:ends[k] - start].decode()
+        n = len(self)
+        for lo in range(0, n, SELECT_IDS):
+            yield from self._decoded(np.arange(lo, min(lo + SELECT_IDS, n)))
+
+    def select(self, ids: np.ndarray) -> Iterator[str]:
+        """The texts of ``ids`` (ascending), in that order."""
+        for lo in range(0, ids.shape[0], SELECT_IDS):
+            yield from self._decoded(ids[lo:lo + SELECT_IDS])
+
+    def _decoded(self, ids: np.ndarray) -> Iterator[str]:
+        """The texts of ``ids`` (ascending), read :data:`READ_BYTES` of the arena (and
+        one text) at a time."""
+        a, b = self._bounds(ids)
+        j, n = 0, ids.shape[0]
+        while j < n:
+            stop = max(int(np.searchsorted(a, a[j] + READ_BYTES, "right")), j + 1)
+            base = int(a[j])
+            chunk = self._read(base, int(b[stop - 1]))
+            for lo, hi in zip((a[j:stop] - base).tolist(), (b[j:stop] - base).tolist()):
+                yield chunk[lo:hi].decode()
             j = stop
 
     def extend(self, texts: list[str]) -> None:
@@ -160,12 +173,18 @@ class TextStore(Sequence[str]):
             keys[0, :first] = self._keys[0, :first]
             self._keys = keys
         self._keys[0, first:len(self)] = hashes
-        if len(self) * 2 > self._table.shape[0]:  # grown once, at its new size
-            self._table = new_table(len(self))
-            fill(self._table, self._keys, 0, first)
         ids = np.arange(first, first + len(encoded), dtype=np.int32)
         found = np.empty(ids.shape[0], dtype=np.int32)
-        lookup_insert(self._table, self._keys, 0, self._keys[0, first:len(self)], ids, found)
+        if self._table is None:  # sealed: a text or two added after the scan
+            for k, (raw, h) in enumerate(zip(encoded, hashes)):
+                same = self._first_of(raw, h, first + k)
+                found[k] = first + k if same is None else same
+        else:
+            if len(self) * 2 > self._table.shape[0]:  # grown once, at its new size
+                self._table = new_table(len(self))
+                fill(self._table, self._keys, 0, first)
+            lookup_insert(self._table, self._keys, 0, self._keys[0, first:len(self)], ids,
+                          found)
         # a hash found is confirmed by the bytes: two texts with one hash (astronomically
         # rare) each stay their own
         hit = np.flatnonzero(found != ids)
@@ -195,21 +214,37 @@ class TextStore(Sequence[str]):
     def held_bytes(self) -> int:
         """Bytes of memory the store holds: the texts not in its file, the per-id arrays
         and the table."""
-        return (len(self._data) + self._table.nbytes + self._keys.nbytes
+        table = 0 if self._table is None else self._table.nbytes
+        return (len(self._data) + table + self._keys.nbytes
                 + len(self) * (self._ends.itemsize + self._canon.itemsize))
+
+    def seal(self) -> None:
+        """No more merges: drop the table of ids by hash (4-8 bytes a text); :meth:`find`
+        then compares the hashes of every id (a few ms at millions of texts) and a text
+        added still gets its first id."""
+        self._table = None
 
     def find(self, text: str) -> int | None:
         """The first id of ``text`` (None: not stored)."""
+        h, raw = _hash(text), text.encode("utf-8", "surrogatepass")
+        if self._table is None:
+            return self._first_of(raw, h, len(self))
         found = np.empty(1, dtype=np.int32)
-        lookup_insert(self._table, self._keys, 0, np.array([_hash(text)], dtype=np.int64),
+        lookup_insert(self._table, self._keys, 0, np.array([h], dtype=np.int64),
                       np.full(1, -1, np.int32), found)
         first = int(found[0])
-        ok = first >= 0 and self.raw(first) == text.encode("utf-8", "surrogatepass")
-        return first if ok else None
+        return first if first >= 0 and self.raw(first) == raw else None
+
+    def _first_of(self, raw: bytes, h: int, upto: int) -> int | None:
+        """The first id below ``upto`` whose text is ``raw`` (hash ``h``), by comparing
+        the hashes of them all."""
+        hits = np.flatnonzero(self._keys[0, :upto] == h).tolist()
+        return next((i for i in hits if self.raw(i) == raw), None)
 
     def merge(self, other: TextStore) -> np.ndarray:
         """Add the texts of ``other`` that this store lacks; returns each of ``other``'s
         ids as this store's (int32, the first id of the same text)."""
+        assert self._table is not None, "a sealed store takes no more merges"
         n = len(other)
         canon = np.frombuffer(other._canon, dtype=np.int32).copy()
         heads = np.flatnonzero(canon == np.arange(n)).astype(np.int32)  # distinct texts
