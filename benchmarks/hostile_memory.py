@@ -1,8 +1,8 @@
 """Peak memory of ``traceviz parse`` on inputs built to break a memory budget.
 
 Each case is written here (streamed: none is held in memory whole), then parsed with the
-default 512 MB budget in its own process; its peak RSS is read from the kernel
-(``wait4``). Prints a table; ``--markdown`` prints it for RESULTS.md.
+default 512 MB budget (unless the case says) in its own process; its peak RSS is read
+from the kernel (``wait4``). Prints a table; ``--markdown`` prints it for RESULTS.md.
 
     python benchmarks/hostile_memory.py --data DIR [--repeat 3] [--markdown]
 
@@ -11,6 +11,8 @@ Cases:
 * ``long-name``: one kernel whose name is 1 GiB of text (a ~1 MB .json.gz);
 * ``long-arg``: the same 1 GiB string in an argument traceviz does not read;
 * ``distinct-names``: 2 M kernels, each with its own ~210-byte name (~19 MB .json.gz);
+  ``distinct-names-320``: the same with a 320 MB budget, which holds fewer distinct
+  strings (the rest fold into one marker, with a warning);
 * ``no-steps``: a ~1 GB kernel-dense trace without ProfilerStep annotations or CPU ops
   (kernels and their runtime launches only, as a trace cut to the GPU looks).
 """
@@ -99,11 +101,13 @@ def write_no_steps(path: Path, mb: int) -> None:
         out.write(b"\n]}\n")
 
 
-CASES = {
-    "long-name": ("long_name.json.gz", lambda p: write_long(p, in_arg=False)),
-    "long-arg": ("long_arg.json.gz", lambda p: write_long(p, in_arg=True)),
-    "distinct-names": ("distinct_names.json.gz", write_distinct),
-    "no-steps": ("no_steps.json", lambda p: write_no_steps(p, 1000)),
+CASES = {  # case: (file, how it is written, options of the parse)
+    "long-name": ("long_name.json.gz", lambda p: write_long(p, in_arg=False), []),
+    "long-arg": ("long_arg.json.gz", lambda p: write_long(p, in_arg=True), []),
+    "distinct-names": ("distinct_names.json.gz", write_distinct, []),
+    "distinct-names-320": ("distinct_names.json.gz", write_distinct,
+                           ["--memory-budget", "320"]),
+    "no-steps": ("no_steps.json", lambda p: write_no_steps(p, 1000), []),
 }
 
 
@@ -131,7 +135,7 @@ def main() -> None:
     a.data.mkdir(parents=True, exist_ok=True)
     rows = []
     for case in a.cases:
-        name, write = CASES[case]
+        name, write, options = CASES[case]
         path = a.data / name
         if not path.exists():
             write(path)
@@ -140,7 +144,7 @@ def main() -> None:
         for _ in range(a.repeat):
             out.unlink(missing_ok=True)
             runs.append(_peak_run([sys.executable, "-m", "traceviz", "parse", str(path),
-                                   "-o", str(out)]))
+                                   "-o", str(out), *options]))
         out.unlink(missing_ok=True)
         rows.append((case, path.stat().st_size / 1e6, statistics.median(r[0] for r in runs),
                      statistics.median(r[1] for r in runs), runs[-1][2], runs[-1][3]))

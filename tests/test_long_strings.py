@@ -168,7 +168,7 @@ def test_text_store_canonical_merge_and_arrow():
     assert a.find("é") == 3 and a.find("zz") is None
     b = T.TextStore()
     b.extend(["y", "new", "new", "x", "w"])
-    assert a.merge(b).tolist() == [1, 6, 6, 0, 7] and list(a)[6:] == ["new", "w"]
+    assert a.merge(b)[0].tolist() == [1, 6, 6, 0, 7] and list(a)[6:] == ["new", "w"]
     assert a.arrow(np.array([0, 3, 4, 6])).to_pylist() == ["x", "é", "", "new"]
     assert a.nbytes(np.array([3, 6])) == 2 + 3
     real = T._hash
@@ -237,7 +237,8 @@ def test_text_store_past_its_limit_reads_from_its_file(tmp_path):
         texts[0], texts[5], texts[299], texts[10]]
     other = TextStore(limit=30, new_path=lambda: str(tmp_path / f"t{next(names)}"))
     other.extend(["new", texts[3], "n2"] + texts[100:140])
-    mapped = store.merge(other)
+    mapped, folded = store.merge(other)
+    assert folded == 0
     assert mapped[:5].tolist() == [320, 3, 321, 100, 101] and store[320] == "new"
     assert store.find(texts[250]) == 250
 
@@ -340,3 +341,75 @@ def test_a_sealed_text_store_finds_and_adds_without_its_table(tmp_path):
         T._hash = real
     with pytest.raises(AssertionError):
         store.merge(T.TextStore())
+
+
+def test_distinct_strings_past_the_cap_fold_into_one_marker():
+    """Past the plan's room for distinct strings (default: what the budget holds at
+    STRING_BYTES each), each new string reads as one marker: every kernel is still a
+    row, names are kept up to the first fold (in the order the trace first has them)
+    and one marker after it, a warning names the cap and the byte of the first folded
+    name, an NCCL kernel past the cap is COMP (its name no longer says), and the table
+    without a cap keeps every name."""
+    from traceviz.parsing import budget as B
+    from traceviz.parsing.strings import fold_marker
+
+    n, cap = 3000, 700
+    events = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
+               "tid": 2, "ts": 10 * k, "dur": 2, "args": {"correlation": k}} for k in range(n)]
+    events += [{"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "ts": 10 * k + 3, "dur": 5,
+                "name": (f"ncclDevKernel_AllReduce {k:06d}" if k % 10 == 0
+                         else f"gemm {k:06d}"), "args": {"correlation": k, "stream": 7}}
+               for k in range(n)]
+    data = json.dumps({"traceEvents": events}).encode()
+    capped = traceviz.parse_trace(io.BytesIO(data), plan=B.MemoryPlan.fixed(64 << 20, cap))
+    t = capped.activities.sort_by("ts")
+    names, kinds = t["name"].to_pylist(), t["kind"].to_pylist()
+    first = next(k for k, name in enumerate(names) if name == fold_marker(cap))
+    assert len(names) == n and cap - 10 < first < cap
+    assert names[:first] == [e["name"] for e in events[n:n + first]]
+    assert set(names[first:]) == {fold_marker(cap)}
+    assert kinds[:first:10] == ["COMM"] * len(range(0, first, 10))
+    assert set(kinds[first:]) == {"COMP"}
+    at = data.index(b'"' + events[n + first]["name"].encode() + b'"') + 1
+    warned = [w for w in capped.warnings if "distinct strings" in w]
+    assert len(warned) == 1 and f"more than {cap:,} distinct" in warned[0]
+    assert f"(the first at byte {at})" in warned[0]
+    capped.close()
+    whole = traceviz.parse_trace(io.BytesIO(data), plan=B.MemoryPlan.fixed(64 << 20))
+    assert whole.activities.sort_by("ts")["name"].to_pylist() == [e["name"] for e in events[n:]]
+    assert not [w for w in whole.warnings if "distinct strings" in w]
+    whole.close()
+    plan = B.MemoryPlan(budget=512 << 20, runtime=200 << 20)
+    assert plan.max_strings == (((512 - 200) << 20) - B.FIXED_WORK) // B.STRING_BYTES
+    assert B.MemoryPlan(budget=100 << 20, runtime=200 << 20).max_strings == B.MIN_STRINGS
+
+
+def test_a_row_group_crowded_with_names_is_written_in_pieces(tmp_path, monkeypatch):
+    """Names are not spread evenly (all distinct before a fold, the marker after): a
+    row group whose text dictionary would pass GROUP_TEXT_BYTES is written as pieces
+    whose dictionaries each stay within it (plus one text), and the file reads back as
+    the table in memory."""
+    import pyarrow.parquet as pq
+
+    from traceviz.parsing import budget as B
+    from traceviz.parsing import names, output_columns
+
+    monkeypatch.setattr(names, "LAZY_BYTES", 0)
+    monkeypatch.setattr(output_columns, "GROUP_TEXT_BYTES", 2000)
+    n = 3000
+    events = [{"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "ts": 10 * k, "dur": 5,
+               "name": f"gemm {k:06d} " + "x" * 100, "args": {"correlation": k, "stream": 7}}
+              for k in range(n)]  # 700 names of 112 bytes kept: 78 KB in the first group
+    parsed = traceviz.parse_trace(io.BytesIO(json.dumps({"traceEvents": events}).encode()),
+                                  plan=B.MemoryPlan.fixed(64 << 20, 700))
+    parsed.columns.row_group = 1000
+    out = tmp_path / "t.parquet"
+    parsed.write(str(out))
+    meta = pq.ParquetFile(out).metadata
+    assert meta.num_row_groups >= 2 + 78_400 // 2000  # the crowded group came in pieces
+    f = pq.ParquetFile(out)
+    for k in range(meta.num_row_groups):
+        dictionary = f.read_row_group(k, columns=["name"])["name"].chunk(0).dictionary
+        assert sum(len(s.encode()) for s in dictionary.to_pylist()) <= 2000 + 112
+    assert pq.read_table(out).to_pylist() == parsed.activities.to_pylist()
+    parsed.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import gzip
+import re
 import threading
 
 import pytest
@@ -319,3 +320,29 @@ def test_category_counts_of_many_parts_add_up(tmp_path, monkeypatch):
     for e in events:
         want[e["cat"]] = want.get(e["cat"], 0) + 1
     assert parts[2]["stats"]["events_by_cat"] == dict(sorted(want.items()))
+
+
+def _named_kernels(n: int) -> bytes:
+    """``n`` launches and kernels, each kernel its own name (every 10th an NCCL one)."""
+    events = launch_events(n)
+    for k, e in enumerate(e for e in events if e["cat"] == "kernel"):
+        e["name"] = f"ncclDevKernel_AllReduce {k:06d}" if k % 10 == 0 else f"gemm {k:06d}"
+    return trace_text(events)
+
+
+def test_strings_past_the_cap_fold_the_same_in_segments(tmp_path, monkeypatch):
+    """With room for 1,000 distinct strings, scanned in one pass or in segments (each
+    part capped, the merge capped again), the same table: the first names kept, the rest
+    one marker, no kernel lost; the same warning (where the first fold was met inside a
+    merge its byte is not known, so not named)."""
+    path = _gz(tmp_path, "names.json.gz", _named_kernels(4000))
+    plan = _SmallBlocks.fixed(64 << 20, strings=1000)
+    one = _parse(path, monkeypatch, None, plan=plan)
+    names = one[0].sort_by("ts")["name"].to_pylist()
+    kept = sum(not n.startswith("…") for n in names)
+    assert len(names) == 4000 and 900 < kept < 1000
+    for segment in (8192, 100_000):
+        parts = _parse(path, monkeypatch, segment, plan=plan)
+        assert parts[4] and parts[0].equals(one[0]) and parts[1].equals(one[1])
+        assert [re.sub(r" \(the first at byte \d+\)", "", w) for w in parts[3]] == \
+            [re.sub(r" \(the first at byte \d+\)", "", w) for w in one[3]]

@@ -115,7 +115,8 @@ def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
     try:
         scanned = scan_trace(src, memory_budget=plan.scan_blocks, chunk_size=chunk_size,
                              drop=None if cpu else CPU_ONLY_FIELDS,
-                             segments=plan.room_for(segment_work()))
+                             segments=plan.room_for(segment_work()),
+                             max_strings=plan.max_strings)
     except OSError as exc:
         raise _spill_error(src, exc) from None
     try:

@@ -61,6 +61,13 @@ BUILD_WORK = 48 << 20
 SEGMENT_OVERHEAD = 40 << 20
 
 
+# what one distinct string costs at most in a parse (its texts' index and hash tables
+# while scanning, one per part being merged, and the build's per-string lookups; its
+# UTF-8 text spills): measured on 2 M distinct kernel names, ~90 bytes (peak 425 MB with
+# the per-activity arrays parked, runtime 193 MB); the budget bounds how many are kept
+STRING_BYTES = 100
+MIN_STRINGS = 1 << 16
+MAX_STRINGS = (1 << 31) - 2  # string ids are int32 (the fold marker takes one more)
 # the budget's part left as slack when deciding to park: the measures above are medians
 # and the allocator keeps some freed memory (measured, modeled need vs peak: 2 M distinct
 # kernel names 485 vs 490-496 MB, a 1 GB trace of 3.2 M kernels without steps 437 vs 437)
@@ -111,6 +118,7 @@ class MemoryPlan:
     runtime: int
     floor: int = MIN_DATA
     work: int = FIXED_WORK  # what a parse holds above the runtime at the least
+    strings: int | None = None  # distinct strings kept (None: what the budget holds)
 
     @classmethod
     def measure(cls, budget: int, jit_loaded: bool) -> MemoryPlan:
@@ -118,9 +126,10 @@ class MemoryPlan:
                    runtime=current_rss() + (0 if jit_loaded else JIT_RESERVE))
 
     @classmethod
-    def fixed(cls, data: int) -> MemoryPlan:
-        """A plan with exactly ``data`` bytes of data share (tests, tuning)."""
-        return cls(budget=data, runtime=0, floor=0, work=0)
+    def fixed(cls, data: int, strings: int = MAX_STRINGS) -> MemoryPlan:
+        """A plan with exactly ``data`` bytes of data share and room for ``strings``
+        distinct strings (tests, tuning)."""
+        return cls(budget=data, runtime=0, floor=0, work=0, strings=strings)
 
     @property
     def data(self) -> int:
@@ -167,6 +176,16 @@ class MemoryPlan:
         need = (self.runtime + held + BUILD_WORK + strings * BUILD_BYTES_PER_STRING
                 + activities * LINK_BYTES_PER_ACTIVITY)
         return need > self.budget - self.budget // SLACK_PART
+
+    @property
+    def max_strings(self) -> int:
+        """Distinct strings a parse keeps: what the budget holds past the runtime and the
+        fixed working memory at :data:`STRING_BYTES` each, at least :data:`MIN_STRINGS`
+        (past it new strings fold into one marker, with a warning), unless the plan
+        says."""
+        if self.strings is not None:
+            return self.strings
+        return max(MIN_STRINGS, (self.budget - self.runtime - self.work) // STRING_BYTES)
 
     @property
     def scan_blocks(self) -> int:

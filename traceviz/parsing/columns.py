@@ -101,8 +101,9 @@ class SpillBudget:
     other spill users of the same trace; :meth:`close` deletes it.
     """
 
-    def __init__(self, budget_bytes: int) -> None:
+    def __init__(self, budget_bytes: int, max_strings: int = 1 << 62) -> None:
         self.budget = max(int(budget_bytes), 0)
+        self.max_strings = max_strings  # the distinct strings the trace's scan keeps
         self._lock = threading.RLock()  # the two scanners of a split trace share it
         self.held = 0
         self.spilled_bytes = 0

@@ -195,17 +195,19 @@ ERROR_TEXT = {
 #   spans    int64[6, capacity]           top-level values (SP_KEY0..SP_VAL1) and metadata
 #                                         events (SP_RAW0, SP_RAW1): byte offsets
 # w slots: scanner state ...
+# (W_MAXSTR: distinct strings interned at most, past which every new string is one
+# marker whose id + 1 is W_FOLD, 0 until then: parsing.strings.intern)
 (ST_MODE, ST_POS, ST_ERRCODE, ST_ERRPOS, ST_SAW_EVENTS, ST_NTOP, ST_NRAW, ST_EVENT_INDEX,
- W_NSTR, W_NPEND, W_NTHR) = range(11)
+ W_NSTR, W_NPEND, W_NTHR, W_MAXSTR, W_FOLD) = range(13)
 # ... statistics (absolute slots in w) ...
 (S_EVENTS, S_COMPLETE, S_FLOW, S_INSTANT, S_METADATA, S_COUNTER, S_OTHER_PH,
  S_SKIP_NO_TS, S_SKIP_NO_DUR, S_SKIP_BAD_TS, S_SKIP_BAD_DUR, S_SKIP_NOT_OBJECT,
  S_SKIP_NO_PH, S_BAD_NUMBER, S_META_NOT_KEPT, S_NEG_DUR, S_SKIP_BAD_FLOW, S_SKIP_RANGE_TS,
- S_SKIP_RANGE_DUR, S_SKIP_RANGE_END, S_FIRST_SEEN, S_FIRST_TS) = range(11, 33)
+ S_SKIP_RANGE_DUR, S_SKIP_RANGE_END, S_FIRST_SEEN, S_FIRST_TS) = range(13, 35)
 # (S_FIRST_*: the ts of the trace's first complete event with a category other than
 # "Trace", in file order: the row HTA's correlation join falls back to)
 # ... store fill and global row base (one slot per store) ...
-W_FILL = 33
+W_FILL = 35
 W_BASE = W_FILL + N_STORES
 # ... per-event scratch: parsed fields (W_EV + V_*) and args (W_ARG + A_*) ...
 W_EV = W_BASE + N_STORES

@@ -9,7 +9,9 @@ and only the columns past the bound pay for the round trip through the disk.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -89,17 +91,32 @@ class OutputColumns:
             fields = sorted(fields, key=lambda f: rank.get(f.name, len(rank)))
         return pa.schema(fields, metadata=self.metadata)
 
-    def _group(self, k: int, schema: pa.Schema) -> pa.Table:
-        """Row group ``k`` of the columns of ``schema``, as a table."""
-        arrays = []
+    def _group(self, k: int, schema: pa.Schema) -> Iterator[pa.Table]:
+        """Row group ``k`` of the columns of ``schema``, as tables: one, or as many as
+        keep each text column's dictionary within :data:`GROUP_TEXT_BYTES` (a trace's
+        distinct names are not spread evenly: all in the rows before a fold of strings,
+        or in one burst)."""
+        raw = []
         for f in schema:
             if f.name in self._memory:
-                part = self._memory[f.name].slice(k * self.row_group, self.row_group)
+                raw.append(self._memory[f.name].slice(k * self.row_group, self.row_group))
             else:
                 with pa.OSFile(self._files[f.name], "rb") as src:
-                    part = pa.ipc.open_file(src).get_batch(k).column(0)
-            arrays.append(self._texts[f.name].part(part) if f.name in self._texts else part)
-        return pa.Table.from_arrays(arrays, schema=schema)
+                    raw.append(pa.ipc.open_file(src).get_batch(k).column(0))
+        texts = [self._texts.get(f.name) for f in schema]
+        rows = len(raw[0]) if raw else 0
+        new = np.zeros(rows, dtype=np.int64)  # dictionary bytes each row brings
+        for t, part in zip(texts, raw):
+            if t is not None:
+                new += t.new_bytes(part)
+        held = np.cumsum(new)
+        cuts = np.searchsorted(held, np.arange(GROUP_TEXT_BYTES, held[-1] if rows else 0,
+                                               GROUP_TEXT_BYTES))
+        edges = np.unique(np.concatenate([[0], cuts, [rows]])).tolist()
+        for lo, hi in zip(edges, edges[1:] or [0]):
+            yield pa.Table.from_arrays([part.slice(lo, hi - lo) if t is None
+                                        else t.part(part.slice(lo, hi - lo))
+                                        for t, part in zip(texts, raw)], schema=schema)
 
     def n_groups(self) -> int:
         return max(1, -(-self.n_rows // self.row_group))
@@ -114,7 +131,8 @@ class OutputColumns:
             return pa.Table.from_arrays([self._texts[f.name].whole() if f.name in self._texts
                                          else self._memory[f.name] for f in schema],
                                         schema=schema)
-        return pa.concat_tables(self._group(k, schema) for k in range(self.n_groups()))
+        return pa.concat_tables(piece for k in range(self.n_groups())
+                                for piece in self._group(k, schema))
 
     def write_parquet(self, dest: str) -> None:
         """Write to ``dest`` (a path written atomically, or ``-`` for stdout)."""
@@ -122,7 +140,8 @@ class OutputColumns:
         with parquet_sink(dest) as sink, pq.ParquetWriter(sink, schema,
                                                           **writer_options(schema)) as writer:
             for k in range(self.n_groups()):
-                writer.write_table(self._group(k, schema), row_group_size=self.row_group)
+                for piece in self._group(k, schema):
+                    writer.write_table(piece, row_group_size=self.row_group)
 
     def close(self) -> None:
         for path in self._files.values():

@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import TraceError
 from ..table.parked import release_free_memory
 from . import fields as L
-from .budget import SEGMENT_OVERHEAD
+from .budget import MAX_STRINGS, SEGMENT_OVERHEAD
 from .columns import ColumnStore, SpillBudget
 from .header import Header
 from .long_strings import C_CUTS, C_FIRST, MAX_EVENT, MAX_STRING, compact, position
@@ -27,7 +27,7 @@ from .long_strings import new_state as new_cut_state
 from .scanner import _thread, rehash_threads, scan
 from .segments import EVENT_BOUNDARY, HEAD_BYTES, Segment, Splitter
 from .source import GZIP_MAGIC, ZSTD_MAGIC, ByteSource, FileRange
-from .strings import BadString, StringTable, decode_raw
+from .strings import BadString, StringTable, decode_raw, fold_marker
 
 DEFAULT_CHUNK = 8 << 20
 DEFAULT_BUDGET = 512 << 20
@@ -82,15 +82,16 @@ def _grow_threads(thr: np.ndarray, count: int) -> np.ndarray:
 def scan_trace(src: str | os.PathLike | BinaryIO, *, memory_budget: int = DEFAULT_BUDGET,
                chunk_size: int = DEFAULT_CHUNK,
                drop: dict[str, tuple[str, ...]] | None = None,
-               segments: bool = True) -> ScannedTrace:
+               segments: bool = True, max_strings: int = MAX_STRINGS) -> ScannedTrace:
     """Read one trace in a single streaming pass into column stores.
 
     ``memory_budget`` bounds the bytes of sealed column blocks held in memory (more are
-    spilled to disk). ``drop`` names, per store, fields not to keep (those only an
-    output that is not wanted reads). Raises :class:`~traceviz.errors.TraceError` for
-    input that is not a readable Kineto trace. A trace cut short (a profiler killed while
-    writing) is not an error: every complete event before the cut is kept and
-    ``truncated_at`` holds the byte offset.
+    spilled to disk); ``max_strings`` the distinct strings kept (past it new strings
+    fold into one marker, with a warning: :func:`.strings.intern`). ``drop`` names, per
+    store, fields not to keep (those only an output that is not wanted reads). Raises
+    :class:`~traceviz.errors.TraceError` for input that is not a readable Kineto trace.
+    A trace cut short (a profiler killed while writing) is not an error: every complete
+    event before the cut is kept and ``truncated_at`` holds the byte offset.
 
     On a machine with two cores or more, a plain trace file of :data:`PARALLEL_MIN` bytes
     or more is scanned as one part per core at once (:func:`_scan_parts`), and a
@@ -101,7 +102,7 @@ def scan_trace(src: str | os.PathLike | BinaryIO, *, memory_budget: int = DEFAUL
     drop = drop or {}
     in_parts = _parts_plan(src, segments)
     if in_parts is not None:
-        budget = SpillBudget(memory_budget)
+        budget = SpillBudget(memory_budget, max_strings)
         try:
             merged = in_parts(budget, chunk_size, drop)
         except BaseException:
@@ -111,7 +112,7 @@ def scan_trace(src: str | os.PathLike | BinaryIO, *, memory_budget: int = DEFAUL
             return merged
         budget.close()  # not split, or a split was not between two events: one pass
     source = ByteSource(src)
-    budget = SpillBudget(memory_budget)
+    budget = SpillBudget(memory_budget, max_strings)
     try:
         return _finish(_scan(source, budget, chunk_size, drop), budget)
     except BaseException:
@@ -151,7 +152,9 @@ def _scan(source: ByteSource | FileRange | Segment, budget: SpillBudget, chunk_s
         w[L.ST_MODE] = mode
         w[L.ST_SAW_EVENTS] = 1
     # texts past the blocks' share go to the trace's spill folder
-    strings = StringTable(text_limit=budget.budget // 4, new_path=lambda: budget.new_path("t"))
+    strings = StringTable(text_limit=budget.budget // 4, new_path=lambda: budget.new_path("t"),
+                          max_strings=budget.max_strings)
+    w[L.W_MAXSTR] = strings.max_strings
     thr = np.full((6, 1024), -1, dtype=np.int64)
     thr[L.TR_KEY] = 0
     spans = np.zeros((6, 4096), dtype=np.int64)
@@ -329,6 +332,14 @@ def _finish(part: _Part, budget: SpillBudget, bytes_read: int | None = None,
             f"{MAX_STRING >> 10} KiB (first at byte {part.strings.first_cut}) cut to their "
             f"first {MAX_STRING >> 10} KiB, ending in '…(+N bytes cut)'; no profiler writes "
             "such names: check what wrote the trace")
+    if part.strings.fold_at is not None:
+        where = f" (the first at byte {part.strings.fold_at})" if part.strings.fold_at >= 0 \
+            else ""
+        warnings.append(
+            f"{source.name}: more than {part.strings.max_strings:,} distinct strings, the "
+            f"most the memory budget holds: those first seen after them{where} all read "
+            f"'{fold_marker(part.strings.max_strings)}' (a kernel so named is COMP); raise "
+            "--memory-budget to keep them")
     if source.stream_truncated:
         warnings.append(f"{source.name}: {source.compression} stream ends early "
                         f"(decompressed {bytes_read} bytes)")
@@ -705,7 +716,11 @@ def _merge_strings(a: StringTable, b: StringTable) -> np.ndarray:
     ``a``'s."""
     nb = len(b)
     smap = np.full(nb + 1, -1, dtype=np.int32)
-    smap[:nb] = a.texts.merge(b.texts)
+    smap[:nb], folded = a.texts.merge(b.texts, a.max_strings, fold_marker(a.max_strings))
+    if a.fold_at is None and (folded or b.fold_at is not None):
+        # the first fold is in b: where b's scan folded first, unless the merge folded
+        # strings of b (where those begin is not known)
+        a.fold_at = -1 if folded else b.fold_at
     ids, counts = b.category_counts()
     a.add_category_counts(smap[ids], counts)
     a.count_cuts(b.cuts, b.first_cut)

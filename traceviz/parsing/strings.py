@@ -22,6 +22,7 @@ import orjson
 from numba import njit
 
 from . import fields as L
+from .budget import MAX_STRINGS
 from .id_table import fill, slot_of
 from .long_strings import MAX_STRING, ROOM, cut_point, marker
 from .text_store import TextStore
@@ -29,18 +30,28 @@ from .text_store import TextStore
 PENDING = 1 << 16  # new strings queued between two drains at most
 
 
+
 @njit(nogil=True, cache=True, _nrt=False)
 def intern(strs, sinfo, pend, w, h, off, length):
     """Id of the string with hash ``h`` whose raw bytes are ``buf[off:off+length]``.
 
-    ``w[W_NSTR]`` counts strings, ``w[W_NPEND]`` pending spans. The caller guarantees
-    free room (load factor below 1/2, a free pending slot).
+    ``w[W_NSTR]`` counts strings, ``w[W_NPEND]`` pending spans. Past ``w[W_MAXSTR]``
+    strings a new one is the fold marker (:func:`fold_marker`), one id for them all,
+    queued once with length -1 at the first folded string's offset. The caller
+    guarantees free room (load factor below 1/2, a free pending slot).
     """
     slot = slot_of(strs, sinfo, L.SI_KEY, h)
     if strs[slot] != 0:
         return strs[slot] - 1
     sid = w[L.W_NSTR]
-    strs[slot] = sid + 1
+    if sid >= w[L.W_MAXSTR]:
+        if w[L.W_FOLD] != 0:
+            return w[L.W_FOLD] - 1
+        w[L.W_FOLD] = sid + 1  # not in the table: later strings fold too
+        sinfo[L.SI_CLASS, sid] = L.CLS_OTHER  # as a category: none traceviz knows
+        length = -1
+    else:
+        strs[slot] = sid + 1
     sinfo[L.SI_KEY, sid] = h
     w[L.W_NSTR] = sid + 1
     p = w[L.W_NPEND]
@@ -49,6 +60,11 @@ def intern(strs, sinfo, pend, w, h, off, length):
     pend[L.PD_LEN, p] = length
     w[L.W_NPEND] = p + 1
     return sid
+
+
+def fold_marker(limit: int) -> str:
+    """The text of every string first seen after the ``limit``-th distinct one."""
+    return f"…(a string past the {limit:,} distinct strings kept)"
 
 
 class BadString(ValueError):
@@ -88,9 +104,15 @@ class StringTable:
     """
 
     def __init__(self, capacity: int = 1 << 16, text_limit: int = 1 << 62,
-                 new_path: Callable[[], str] | None = None) -> None:
+                 new_path: Callable[[], str] | None = None,
+                 max_strings: int = MAX_STRINGS) -> None:
         """``text_limit`` / ``new_path``: bytes of decoded texts held in memory, past
-        which they go to a file there (:class:`~.text_store.TextStore`)."""
+        which they go to a file there (:class:`~.text_store.TextStore`);
+        ``max_strings``: distinct strings kept, past which new ones fold into one marker
+        (:func:`intern`; ``fold_at``: the byte of the first, -1 when it was found in a
+        merge, None: none folded)."""
+        self.max_strings = min(max_strings, MAX_STRINGS)
+        self.fold_at: int | None = None
         self.strs = np.zeros(capacity, dtype=np.int32)
         self.sinfo = np.zeros((3, capacity // 2), dtype=np.int64)
         self.sinfo[L.SI_CLASS] = -1
@@ -178,6 +200,10 @@ class StringTable:
         mem = buf.data
         texts: list[str] = []
         for sid, off, ln in self.pend[:, :count].T.tolist():
+            if ln < 0:  # the fold marker (intern)
+                texts.append(fold_marker(self.max_strings))
+                self.fold_at = at(off)  # once: later strings fold into this one
+                continue
             end = off + ln
             cut = cut_point(buf, off, end, MAX_STRING) if ln > MAX_STRING + ROOM else end
             try:

@@ -241,9 +241,12 @@ class TextStore(Sequence[str]):
         hits = np.flatnonzero(self._keys[0, :upto] == h).tolist()
         return next((i for i in hits if self.raw(i) == raw), None)
 
-    def merge(self, other: TextStore) -> np.ndarray:
-        """Add the texts of ``other`` that this store lacks; returns each of ``other``'s
-        ids as this store's (int32, the first id of the same text)."""
+    def merge(self, other: TextStore, limit: int = 1 << 62, fold: str = ""
+              ) -> tuple[np.ndarray, int]:
+        """Add the texts of ``other`` that this store lacks, while it has fewer than
+        ``limit``; returns each of ``other``'s ids as this store's (int32, the first id
+        of the same text; a text past the limit: the id of ``fold``, added if need be)
+        and how many distinct texts were folded so."""
         assert self._table is not None, "a sealed store takes no more merges"
         n = len(other)
         canon = np.frombuffer(other._canon, dtype=np.int32).copy()
@@ -254,12 +257,26 @@ class TextStore(Sequence[str]):
                       np.full(heads.shape[0], -1, np.int32), found)
         hit = np.flatnonzero(found >= 0)
         found[hit[~self._same_as(other, found[hit], heads[hit])]] = -1
-        new = heads[found < 0]
-        found[found < 0] = np.arange(len(self), len(self) + new.shape[0], dtype=np.int32)
+        missing = np.flatnonzero(found < 0)
+        marker = np.zeros(0, dtype=np.int64)
+        if fold and (own := other.find(fold)) is not None:  # its own fold: no room taken
+            marker, missing = missing[heads[missing] == own], missing[heads[missing] != own]
+        room = max(limit - len(self), 0)
+        keep, over = missing[:room], missing[room:]
+        folded = int(over.shape[0])
+        over = np.concatenate([over, marker])
+        new = heads[keep]
+        found[keep] = np.arange(len(self), len(self) + new.shape[0], dtype=np.int32)
         self._append([other.raw(int(j)) for j in new], other._keys[0, new].tolist())
+        if over.shape[0]:
+            fold_id = self.find(fold)
+            if fold_id is None:
+                fold_id = len(self)
+                self.extend([fold])
+            found[over] = fold_id
         out = np.empty(n, dtype=np.int32)
         out[heads] = found
-        return out[canon]
+        return out[canon], folded
 
     def canonical(self) -> np.ndarray:
         """``int32`` array mapping every id to the first id with the same text."""
@@ -314,11 +331,27 @@ class TextDictionary:
     def __len__(self) -> int:
         return len(self.indices)
 
-    def part(self, indices: pa.Array) -> pa.DictionaryArray:
-        """The column of ``indices`` (a part of :attr:`indices`) with its own dictionary."""
+    @staticmethod
+    def _held(indices: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(codes, where valid, the distinct codes used) of a part's ``indices``."""
         codes = indices.to_numpy(zero_copy_only=False)
         valid = ~np.asarray(indices.is_null(), dtype=bool)
-        held = np.unique(codes[valid].astype(np.int64))
+        return codes, valid, np.unique(codes[valid].astype(np.int64))
+
+    def new_bytes(self, indices: pa.Array) -> np.ndarray:
+        """Per row of ``indices`` (a part), the bytes of the text it is the first in the
+        part to use (0: a text used before it, or null)."""
+        codes, valid, held = self._held(indices)
+        rows = np.flatnonzero(valid)
+        held, first = np.unique(codes[rows].astype(np.int64), return_index=True)
+        out = np.zeros(codes.shape[0], dtype=np.int64)
+        a, b = self.texts._bounds(self.used[held])
+        out[rows[first]] = b - a
+        return out
+
+    def part(self, indices: pa.Array) -> pa.DictionaryArray:
+        """The column of ``indices`` (a part of :attr:`indices`) with its own dictionary."""
+        codes, valid, held = self._held(indices)
         local = np.zeros(codes.shape[0], dtype=np.int32)
         local[valid] = np.searchsorted(held, codes[valid])
         return pa.DictionaryArray.from_arrays(
