@@ -30,7 +30,6 @@ from .text_store import TextStore
 PENDING = 1 << 16  # new strings queued between two drains at most
 
 
-
 @njit(nogil=True, cache=True, _nrt=False)
 def intern(strs, sinfo, pend, w, h, off, length):
     """Id of the string with hash ``h`` whose raw bytes are ``buf[off:off+length]``.
