@@ -118,3 +118,25 @@ def test_coalesce_joins_blocks_in_memory_by_identity():
         assert not any(b is first or b is second for b in held)
     finally:
         budget.close()
+
+
+def test_a_spill_file_is_read_by_two_threads_at_once(tmp_path):
+    """The ops store is read beside the correlation join: a spill file's reads are
+    positional, so threads reading one file at once each get their own arrays."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from traceviz.parsing.columns import SpillFile
+
+    spill = SpillFile(str(tmp_path / "s"))
+    arrays = [np.arange(k * 1000, k * 1000 + 997 + k, dtype=np.int64) for k in range(40)]
+    offsets = [spill.append(a) for a in arrays]
+
+    def read_all(turn: int) -> bool:
+        order = range(40) if turn % 2 else range(39, -1, -1)
+        return all(np.array_equal(spill.read(offsets[k], np.dtype(np.int64),
+                                              arrays[k].shape[0]), arrays[k])
+                   for _ in range(20) for k in order)
+
+    with ThreadPoolExecutor(2) as pool:
+        assert all(pool.map(read_all, range(8)))
+    spill.close()

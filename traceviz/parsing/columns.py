@@ -79,15 +79,15 @@ class SpillFile:
         return offset
 
     def read(self, offset: int, dtype: np.dtype, count: int) -> np.ndarray:
-        """``count`` items of ``dtype`` written at ``offset``."""
+        """``count`` items of ``dtype`` written at ``offset`` (positional reads: threads
+        may read one file at once)."""
         out = np.empty(count, dtype=dtype)
         view = out.data.cast("B")
-        self._fh.seek(offset)
         while view:
-            got = self._fh.readinto(view)
+            got = os.preadv(self._fh.fileno(), [view], offset)
             if not got:
                 raise OSError(f"spill file {self._fh.name} ends early")
-            view = view[got:]
+            view, offset = view[got:], offset + got
         return out
 
     def close(self) -> None:

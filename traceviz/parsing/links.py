@@ -17,6 +17,7 @@ time then runs on time buckets).
 from __future__ import annotations
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -161,6 +162,32 @@ def gathered(store: InMemory, source, rows: np.ndarray, *names: str) -> list[np.
     return out
 
 
+def _launches(scanned: ScannedTrace, cls_of: np.ndarray, work_bytes: int, rdt,
+              store: InMemory):
+    """(rows, cls, corr, launch_row, stats): the activities' rows and classes in the
+    order of the table, their correlation ids and launch rows (as ``rdt``)."""
+    gpu, launch = scanned.stores["gpu"], scanned.stores["launch"]
+    rows, cls = activity_rows(scanned, cls_of, store, work_bytes)
+    corr, = gathered(store, gpu, rows, "correlation")
+    for lo, hi in store.slices(rows.shape[0]):
+        np.maximum(corr[lo:hi], -1, out=corr[lo:hi])  # any negative id is absent
+    stats: dict[str, int] = {"activities": int(rows.shape[0])}
+    launch_fix_rows, launch_fix_corr, from_flows = _flow_fallback(
+        scanned, cls_of, corr, rows, store)
+    stats["correlation from flow events"] = from_flows
+    launch_row, no_launch, several = _correlation_join(
+        launch, corr, lambda at: gpu.gather("ts", rows[at]), launch_fix_rows,
+        launch_fix_corr, scanned, work_bytes, rdt, store)
+    del launch_fix_rows, launch_fix_corr
+    stats.update({
+        "launched": store.count(launch_row, lambda v: v >= 0),
+        "no correlation id": store.count(corr, lambda v: v < 0),
+        "correlation without launch": no_launch,
+        "correlation with several launches (one kept)": several,
+    })
+    return rows, cls, corr, launch_row, stats
+
+
 def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int,
          store: InMemory | None = None) -> Links:
     """Compute :class:`Links` (see :class:`Lookups` for the per-string inputs).
@@ -176,37 +203,22 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int,
     cls_of, step_number = lookups.category_class, lookups.step_number
     gpu, launch, ops = (scanned.stores[k] for k in ("gpu", "launch", "ops"))
     rdt = row_dtype(scanned)
-    rows, cls = activity_rows(scanned, cls_of, store, work_bytes)
-    corr, = gathered(store, gpu, rows, "correlation")
-    for lo, hi in store.slices(rows.shape[0]):
-        np.maximum(corr[lo:hi], -1, out=corr[lo:hi])  # any negative id is absent
-    stats: dict[str, int] = {"activities": int(rows.shape[0])}
-
-    launch_fix_rows, launch_fix_corr, from_flows = _flow_fallback(
-        scanned, cls_of, corr, rows, store)
-    stats["correlation from flow events"] = from_flows
-    launch_row, no_launch, several = _correlation_join(
-        launch, corr, lambda at: gpu.gather("ts", rows[at]), launch_fix_rows,
-        launch_fix_corr, scanned, work_bytes, rdt, store)
-    del launch_fix_rows, launch_fix_corr
-    stats.update({
-        "launched": store.count(launch_row, lambda v: v >= 0),
-        "no correlation id": store.count(corr, lambda v: v < 0),
-        "correlation without launch": no_launch,
-        "correlation with several launches (one kept)": several,
-    })
-    launch_ts, launch_thread = gathered(store, launch, launch_row, "ts", "thread")
-
     queries = [SpanQuery("cat", cls_of == L.CLS_CPU_OP), SpanQuery("name", lookups.is_node)]
-    small = lookups.is_optimizer_annotation
-    steps, rpc, annotations = _ops_pass(ops, queries, step_number, lookups.is_rpc, small,
-                                        launch_ts, launch_thread, scanned, work_bytes, rdt,
-                                        store)
+    with ThreadPoolExecutor(1) as beside:  # the ops read once while the launches are joined
+        spans = beside.submit(_ops_spans, ops, queries, step_number, lookups.is_rpc,
+                              lookups.is_optimizer_annotation, scanned, work_bytes // 2)
+        rows, cls, corr, launch_row, stats = _launches(scanned, cls_of, work_bytes // 2, rdt,
+                                                       store)
+        plans, steps, rpc, annotations = spans.result()
+    launch_ts, launch_thread = gathered(store, launch, launch_row, "ts", "thread")
+    _sweep_spans(queries, plans, launch_ts, launch_thread, work_bytes, rdt, store)
+    del plans
     op_row, node_row = queries[0].result, queries[1].result
     assert op_row is not None and node_row is not None  # every query is answered
     del queries
     stats["launch inside a cpu_op"] = store.count(op_row, lambda v: v >= 0)
     n = rows.shape[0]
+
     node_name, node_seq = gathered(store, ops, node_row, "name", "seq_number")
     recompute, autograd = store.full(n, False, bool), store.full(n, False, bool)
     for lo, hi in store.slices(n):
@@ -451,11 +463,12 @@ class SpanQuery:
     result: np.ndarray | None = None  # ops row per launch (-1: none)
 
 
-def _ops_pass(ops, queries: list[SpanQuery], step_number, is_rpc, small: np.ndarray,
-              q_ts, q_thread, scanned, work_bytes, rdt, store: InMemory):
-    """Innermost span of every query around each launch (time-bucketed sweeps; ops rows
-    as ``rdt``), plus the step spans, the record_param_comms ops and the ``small`` named
-    spans (in memory)."""
+def _ops_spans(ops, queries: list[SpanQuery], step_number, is_rpc, small: np.ndarray,
+               scanned, work_bytes):
+    """One pass over the ops: each query's spans split into time buckets (its plan:
+    bucket edges and the :class:`Parts`; :func:`_sweep_spans` answers it), plus the step
+    spans, the record_param_comms ops and the ``small`` named spans (in memory). Reads
+    the ops store only (it runs beside the correlation join)."""
     lo, hi = ops.ts_range()
     grid = np.linspace(lo, hi + 1, 4097).astype(np.int64)
     for q in queries:
@@ -498,10 +511,25 @@ def _ops_pass(ops, queries: list[SpanQuery], step_number, is_rpc, small: np.ndar
             parts.add(np.searchsorted(edges, t, side="right") - 1,
                       {"ts": t, "end": t + np.maximum(cols["dur"][sel], 0),
                        "thread": cols["thread"][sel], "row": start + sel})
-    for q, (edges, parts) in zip(queries, plans):
+    return plans, found["steps"], found["rpc"], found["small"]
+
+
+def _sweep_spans(queries: list[SpanQuery], plans, q_ts, q_thread, work_bytes, rdt,
+                 store: InMemory) -> None:
+    """Answer every query (its innermost span around each launch, ops rows as ``rdt``)
+    from its plan (:func:`_ops_spans`); in memory, the queries on both cores."""
+    def answer(q: SpanQuery, plan) -> None:
+        edges, parts = plan
         q.result = _bucketed_sweep(edges, parts, q_ts, q_thread, rdt, store,
-                                   max(1024, work_bytes // 2 // _QUERY_BYTES_PER_ROW))
-    return found["steps"], found["rpc"], found["small"]
+                                   max(1024, work_bytes // 4 // _QUERY_BYTES_PER_ROW))
+
+    if store.parks:  # one at a time: the pages of parked arrays are handed back between
+        for q, plan in zip(queries, plans):
+            answer(q, plan)
+        return
+    with ThreadPoolExecutor(len(queries)) as pool:
+        for done in [pool.submit(answer, q, plan) for q, plan in zip(queries, plans)]:
+            done.result()
 
 
 def _bucketed_sweep(edges, parts: Parts, q_ts, q_thread, rdt, store: InMemory,
