@@ -20,6 +20,7 @@ import traceviz.parsing.reader as reader
 from traceviz.errors import TraceError
 from traceviz.parsing.budget import FIXED_WORK, SEGMENT_OVERHEAD, MemoryPlan
 from traceviz.parsing.segments import EVENT_BOUNDARY
+from traceviz.parsing.strings import fold_marker
 
 REAL = ("hta/trace_diff/control/control.json.gz",
         "hta/nccl_parser_config/nccl_data.json.gz",
@@ -346,3 +347,31 @@ def test_strings_past_the_cap_fold_the_same_in_segments(tmp_path, monkeypatch):
         assert parts[4] and parts[0].equals(one[0]) and parts[1].equals(one[1])
         assert [re.sub(r" \(the first at byte \d+\)", "", w) for w in parts[3]] == \
             [re.sub(r" \(the first at byte \d+\)", "", w) for w in one[3]]
+
+
+def test_categories_traceviz_reads_never_fold(tmp_path, monkeypatch):
+    """Kineto writes the CPU side first: 3,000 distinct op names fill a room of 700
+    strings before the first runtime or kernel event. The categories traceviz reads are
+    kept past the cap (in one pass, in each segment and in their merge): every kernel is
+    still a GPU activity joined to its op, only the names past the cap fold."""
+    n = 3000
+    events = [{"ph": "X", "cat": "cpu_op", "name": f"op {k}", "pid": 1, "tid": 2,
+               "ts": 10 * k, "dur": 3, "args": {"External id": k}} for k in range(n)]
+    events += [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
+                "tid": 2, "ts": 10 * k + 1, "dur": 1, "args": {"correlation": k}}
+               for k in range(n)]
+    events += [{"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "ts": 10 * k + 3, "dur": 5,
+                "name": f"gemm {k}", "args": {"correlation": k, "stream": 7}}
+               for k in range(n)]
+    path = _gz(tmp_path, "ops_first.json.gz", trace_text(events))
+    plan = _SmallBlocks.fixed(64 << 20, strings=700)
+    for segment in (None, 8192):
+        gpu, cpu, meta, warnings, _ = _parse(path, monkeypatch, segment, plan=plan)
+        assert meta["stats"]["events_by_cat"] == {"cpu_op": n, "cuda_runtime": n, "kernel": n}
+        t = gpu.sort_by("ts")
+        assert t.num_rows == n and cpu.num_rows == 2 * n
+        ops = t["cpu_op"].to_pylist()
+        kept = sum(not o.startswith("…") for o in ops)
+        assert ops[:kept] == [f"op {k}" for k in range(kept)] and 600 < kept < 700
+        assert set(t["name"].to_pylist()) == {fold_marker(700)}
+        assert len([w for w in warnings if "distinct strings" in w]) == 1

@@ -712,16 +712,19 @@ def _shift_rows(row_base: np.ndarray):
 
 def _merge_strings(a: StringTable, b: StringTable) -> np.ndarray:
     """``b``'s string ids as ``a``'s (the first id of the same text; texts new to ``a``
-    are added), with a last entry -1 for id -1; ``b``'s category counts are added to
+    are added, past ``a``'s room for strings folded, but never a category traceviz
+    reads), with a last entry -1 for id -1; ``b``'s category counts are added to
     ``a``'s."""
     nb = len(b)
     smap = np.full(nb + 1, -1, dtype=np.int32)
-    smap[:nb], folded = a.texts.merge(b.texts, a.max_strings, fold_marker(a.max_strings))
+    ids, counts = b.category_counts()
+    known = [i for i in np.unique(ids).tolist() if b.texts[i] in L.CATEGORY_CLASS]
+    smap[:nb], folded = a.texts.merge(b.texts, a.max_strings, fold_marker(a.max_strings),
+                                      np.asarray(known, dtype=np.int64))
     if a.fold_at is None and (folded or b.fold_at is not None):
         # the first fold is in b: where b's scan folded first, unless the merge folded
         # strings of b (where those begin is not known)
         a.fold_at = -1 if folded else b.fold_at
-    ids, counts = b.category_counts()
     a.add_category_counts(smap[ids], counts)
     a.count_cuts(b.cuts, b.first_cut)
     return smap

@@ -145,13 +145,15 @@ def _parse_args(buf, i, n, w, strs, sinfo, pend):
                 if e >= 0:
                     if not _room(w, strs, pend):
                         return NEED_ROOM
-                    w[AR + slot] = intern(strs, sinfo, pend, w, h2, k + 1, e - k - 2)
+                    w[AR + slot] = intern(strs, sinfo, pend, w, h2, k + 1, e - k - 2,
+                                          w[L.W_MAXSTR])
             elif c != 123:  # a list (e.g. Process Group Ranks) or a number: its text
                 e = skip_value(buf, k, n)
                 if e >= 0:
                     if not _room(w, strs, pend):
                         return NEED_ROOM
-                    w[AR + slot] = intern(strs, sinfo, pend, w, hash_bytes(buf, k, e), k, e - k)
+                    w[AR + slot] = intern(strs, sinfo, pend, w, hash_bytes(buf, k, e), k, e - k,
+                                          w[L.W_MAXSTR])
             else:
                 e = skip_value(buf, k, n)
         if e < 0:
@@ -219,7 +221,10 @@ def _parse_event(buf, i, n, w, strs, sinfo, pend):
                 if e >= 0:
                     if not _room(w, strs, pend):
                         return NEED_ROOM
-                    sid = intern(strs, sinfo, pend, w, h2, k + 1, e - k - 2)
+                    cap = w[L.W_MAXSTR]
+                    if key == L.K_CAT and w[L.W_NSTR] >= cap and _lookup(w, L.T_CAT, h2) >= 0:
+                        cap = w[L.W_NSTR] + 1  # a category traceviz reads never folds
+                    sid = intern(strs, sinfo, pend, w, h2, k + 1, e - k - 2, cap)
                     if key == L.K_NAME:
                         w[EV + V_NAME] = sid
                     else:
@@ -248,7 +253,8 @@ def _parse_event(buf, i, n, w, strs, sinfo, pend):
                     else:
                         if not _room(w, strs, pend):
                             return NEED_ROOM
-                        sid = intern(strs, sinfo, pend, w, h2, k + 1, e - k - 2)
+                        sid = intern(strs, sinfo, pend, w, h2, k + 1, e - k - 2,
+                                     w[L.W_MAXSTR])
             else:
                 e, v, vst = _number_field(buf, k, n, 0)
                 if vst == GOOD:

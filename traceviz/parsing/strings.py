@@ -31,24 +31,27 @@ PENDING = 1 << 16  # new strings queued between two drains at most
 
 
 @njit(nogil=True, cache=True, _nrt=False)
-def intern(strs, sinfo, pend, w, h, off, length):
+def intern(strs, sinfo, pend, w, h, off, length, cap):
     """Id of the string with hash ``h`` whose raw bytes are ``buf[off:off+length]``.
 
-    ``w[W_NSTR]`` counts strings, ``w[W_NPEND]`` pending spans. Past ``w[W_MAXSTR]``
-    strings a new one is the fold marker (:func:`fold_marker`), one id for them all,
-    queued once with length -1 at the first folded string's offset. The caller
-    guarantees free room (load factor below 1/2, a free pending slot).
+    ``w[W_NSTR]`` counts strings, ``w[W_NPEND]`` pending spans. Past ``cap`` strings
+    (``w[W_MAXSTR]``, or more for a category traceviz reads: those are always kept) a
+    new one is the fold marker (:func:`fold_marker`), one id for them all, queued once
+    with length -1 at the first folded string's offset; its key is 0, so no string
+    finds it. The caller guarantees free room (load factor below 1/2, a free pending
+    slot).
     """
     slot = slot_of(strs, sinfo, L.SI_KEY, h)
     if strs[slot] != 0:
         return strs[slot] - 1
     sid = w[L.W_NSTR]
-    if sid >= w[L.W_MAXSTR]:
+    if sid >= cap:
         if w[L.W_FOLD] != 0:
             return w[L.W_FOLD] - 1
         w[L.W_FOLD] = sid + 1  # not in the table: later strings fold too
         sinfo[L.SI_CLASS, sid] = L.CLS_OTHER  # as a category: none traceviz knows
         length = -1
+        h = 0
     else:
         strs[slot] = sid + 1
     sinfo[L.SI_KEY, sid] = h

@@ -241,12 +241,13 @@ class TextStore(Sequence[str]):
         hits = np.flatnonzero(self._keys[0, :upto] == h).tolist()
         return next((i for i in hits if self.raw(i) == raw), None)
 
-    def merge(self, other: TextStore, limit: int = 1 << 62, fold: str = ""
-              ) -> tuple[np.ndarray, int]:
+    def merge(self, other: TextStore, limit: int = 1 << 62, fold: str = "",
+              always: np.ndarray | None = None) -> tuple[np.ndarray, int]:
         """Add the texts of ``other`` that this store lacks, while it has fewer than
-        ``limit``; returns each of ``other``'s ids as this store's (int32, the first id
-        of the same text; a text past the limit: the id of ``fold``, added if need be)
-        and how many distinct texts were folded so."""
+        ``limit`` (those of ``other``'s ids ``always``, whatever it has); returns each
+        of ``other``'s ids as this store's (int32, the first id of the same text; a
+        text past the limit: the id of ``fold``, added if need be) and how many
+        distinct texts were folded so."""
         assert self._table is not None, "a sealed store takes no more merges"
         n = len(other)
         canon = np.frombuffer(other._canon, dtype=np.int32).copy()
@@ -263,6 +264,9 @@ class TextStore(Sequence[str]):
             marker, missing = missing[heads[missing] == own], missing[heads[missing] != own]
         room = max(limit - len(self), 0)
         keep, over = missing[:room], missing[room:]
+        if always is not None and over.shape[0]:
+            kept = np.isin(heads[over], always)
+            keep, over = np.concatenate([keep, over[kept]]), over[~kept]
         folded = int(over.shape[0])
         over = np.concatenate([over, marker])
         new = heads[keep]
