@@ -24,6 +24,7 @@ import numpy as np
 
 from ..table.arrays import group_positions, take_into
 from ..table.scratch import release, spill_folder
+from .budget import MAX_STRINGS
 from .fields import FIELDS
 
 # stores spilled first come first; GPU activities stay in memory longest
@@ -101,7 +102,7 @@ class SpillBudget:
     other spill users of the same trace; :meth:`close` deletes it.
     """
 
-    def __init__(self, budget_bytes: int, max_strings: int = 1 << 62) -> None:
+    def __init__(self, budget_bytes: int, max_strings: int = MAX_STRINGS) -> None:
         self.budget = max(int(budget_bytes), 0)
         self.max_strings = max_strings  # the distinct strings the trace's scan keeps
         self._lock = threading.RLock()  # the two scanners of a split trace share it

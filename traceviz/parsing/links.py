@@ -218,7 +218,6 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int,
     del queries
     stats["launch inside a cpu_op"] = store.count(op_row, lambda v: v >= 0)
     n = rows.shape[0]
-
     node_name, node_seq = gathered(store, ops, node_row, "name", "seq_number")
     recompute, autograd = store.full(n, False, bool), store.full(n, False, bool)
     for lo, hi in store.slices(n):

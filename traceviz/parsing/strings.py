@@ -37,8 +37,9 @@ def intern(strs, sinfo, pend, w, h, off, length, cap):
     ``w[W_NSTR]`` counts strings, ``w[W_NPEND]`` pending spans. Past ``cap`` strings
     (``w[W_MAXSTR]``, or more for a category traceviz reads: those are always kept) a
     new one is the fold marker (:func:`fold_marker`), one id for them all, queued once
-    with length -1 at the first folded string's offset; its key is 0, so no string
-    finds it. The caller guarantees free room (load factor below 1/2, a free pending
+    with length -1 at the first folded string's offset; its key is 0, so only a string
+    whose 64-bit hash is 0 could find it (the table takes each hash for its string
+    anyway). The caller guarantees free room (load factor below 1/2, a free pending
     slot).
     """
     slot = slot_of(strs, sinfo, L.SI_KEY, h)

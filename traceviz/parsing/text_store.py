@@ -336,16 +336,15 @@ class TextDictionary:
         return len(self.indices)
 
     @staticmethod
-    def _held(indices: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(codes, where valid, the distinct codes used) of a part's ``indices``."""
-        codes = indices.to_numpy(zero_copy_only=False)
-        valid = ~np.asarray(indices.is_null(), dtype=bool)
-        return codes, valid, np.unique(codes[valid].astype(np.int64))
+    def _codes(indices: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """(codes, where valid) of a part's ``indices``."""
+        return (indices.to_numpy(zero_copy_only=False),
+                ~np.asarray(indices.is_null(), dtype=bool))
 
     def new_bytes(self, indices: pa.Array) -> np.ndarray:
         """Per row of ``indices`` (a part), the bytes of the text it is the first in the
         part to use (0: a text used before it, or null)."""
-        codes, valid, held = self._held(indices)
+        codes, valid = self._codes(indices)
         rows = np.flatnonzero(valid)
         held, first = np.unique(codes[rows].astype(np.int64), return_index=True)
         out = np.zeros(codes.shape[0], dtype=np.int64)
@@ -355,7 +354,8 @@ class TextDictionary:
 
     def part(self, indices: pa.Array) -> pa.DictionaryArray:
         """The column of ``indices`` (a part of :attr:`indices`) with its own dictionary."""
-        codes, valid, held = self._held(indices)
+        codes, valid = self._codes(indices)
+        held = np.unique(codes[valid].astype(np.int64))
         local = np.zeros(codes.shape[0], dtype=np.int32)
         local[valid] = np.searchsorted(held, codes[valid])
         return pa.DictionaryArray.from_arrays(
