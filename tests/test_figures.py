@@ -238,10 +238,12 @@ def test_breakdown_shares_as_written_on_the_figures():
     below, "<0.01%" for what is there but smaller (not 8.8e-05%), "0%" for nothing."""
     import numpy as np
 
-    from traceviz.render.breakdown_figures import _mean_pct, _segment_pct
+    from traceviz.render.breakdown_figures import _mean_pct, _segment_pct, _share
 
     assert [_segment_pct(v) for v in (99.8, 1.0, 0.09, 0.00088, 0.0)] == [
         "100%", "1%", "0.09%", "<0.01%", "0%"]
     assert _mean_pct(np.array([99.8])) == "mean 99.8%"
     assert _mean_pct(np.array([8.8e-05])) == "mean <0.01%"
     assert _mean_pct(np.array([0.25, 0.25])) == "mean 0.25%"
+    # a kernel's share after its bar (top kernels, kernel types): 0.004 % is not "0.0%"
+    assert [_share(v) for v in (55.14, 1.0, 0.004, 0.0)] == ["55.1%", "1.0%", "<0.01%", "0%"]

@@ -97,6 +97,12 @@ def _small_pct(value: float) -> str:
     return "<0.01%" if value > 0 else "0%"
 
 
+def _share(value: float) -> str:
+    """A share written after a bar: one decimal from 1 % up, :func:`_small_pct` below (a
+    kernel of 0.004 % never reads 0.0 %)."""
+    return f"{value:.1f}%" if value >= 1 else _small_pct(value)
+
+
 def _segment_pct(value: float) -> str:
     """A share written inside its bar segment: whole percents, :func:`_small_pct` below
     1 % (a bar of 0.09 % never reads 0 %)."""
@@ -106,8 +112,7 @@ def _segment_pct(value: float) -> str:
 def _mean_pct(values: np.ndarray) -> str:
     """A legend's mean share: one decimal from 1 % up, :func:`_small_pct` below (a thin
     part still says how much it is; 99.8 % never reads 1e+02 %)."""
-    m = float(np.mean(values))
-    return f"mean {m:.1f}%" if m >= 1 else f"mean {_small_pct(m)}"
+    return f"mean {_share(float(np.mean(values)))}"
 
 
 def _legend_below(fig, ax) -> None:
@@ -157,7 +162,7 @@ def kernel_types(table: pa.Table):
     ms = np.array([r["time_ns"] for r in rows]) / 1e6
     ax.barh(y, ms, color="#4c72b0", height=0.7)
     for yi, v, r in zip(y, ms, rows):
-        ax.text(v, yi, f" {v:,.1f} ms ({r['percentage']:.1f}%)", va="center",
+        ax.text(v, yi, f" {v:,.1f} ms ({_share(r['percentage'])})", va="center",
                 fontsize="x-small")
     ax.set_xlim(0, ms.max() * 1.3)
     ax.set_yticks(y, [r["kernel_type"] for r in rows], fontsize="small")
@@ -243,7 +248,8 @@ def top_kernels(table: pa.Table, kernel_type: str):
         ax.errorbar(mean, y, xerr=[mean - lo, hi - mean], fmt="none", ecolor="black",
                     elinewidth=0.8, capsize=2)
     for yi, m, h, (_, v) in zip(y, mean, hi, entries):
-        ax.text(max(m, h), yi, f"  {m:,.2f} ms ({100 * sum(v.values()) / grand:.1f}%)",
+        ms = f"{m:,.2f} ms" if m >= 0.01 else "<0.01 ms"  # present, however small
+        ax.text(max(m, h), yi, f"  {ms} ({_share(100 * sum(v.values()) / grand)})",
                 va="center", fontsize="x-small")
     ax.set_xlim(0, hi.max() * 1.35 if hi.max() > 0 else 1)
     folded = ("each rank's folded tail" if not rest
