@@ -1,7 +1,8 @@
-"""The command line's start-up: numba's BLAS probe does not import SciPy (traceviz.startup).
+"""The command line's start-up: numba's probes for a BLAS and for CFFI import neither SciPy
+nor cffi (traceviz.startup).
 
-A stand-in ``scipy`` package on the path records whether it was imported, so the test
-runs the same with or without a real SciPy installed."""
+Stand-in ``scipy`` and ``cffi`` packages on the path record whether they were imported,
+so the test runs the same with or without the real ones installed."""
 from __future__ import annotations
 
 import os
@@ -16,19 +17,27 @@ import sys
 from numba.core.registry import cpu_target
 cpu_target.target_context.refresh()  # what numba's first compile or cache load runs
 from numba.np import arraymath
+from numba.core.typing import cffi_utils
 print("during probe:", "scipy.linalg" in sys.modules, "blas:", arraymath._HAVE_BLAS)
+print("cffi during probe:", "cffi" in sys.modules, "supported:", cffi_utils.SUPPORTED)
 import scipy.linalg.cython_blas  # later imports of SciPy are untouched
 print("later:", scipy.linalg.cython_blas.MARK)
+import cffi  # and of cffi
+print("cffi later:", cffi.MARK)
 """
 
 
 @pytest.fixture
 def fake_scipy(tmp_path):
+    """Stand-ins for SciPy's BLAS and for cffi (an FFI numba can build)."""
     pkg = tmp_path / "scipy" / "linalg"
     pkg.mkdir(parents=True)
     (tmp_path / "scipy" / "__init__.py").write_text("__version__ = \"1.17.0\"\n")
     (pkg / "__init__.py").write_text("")
     (pkg / "cython_blas.py").write_text("MARK = 'stand-in'\n")
+    (tmp_path / "cffi").mkdir()
+    (tmp_path / "cffi" / "__init__.py").write_text("MARK = 'stand-in'\n\n\n"
+                                                   "class FFI:\n    pass\n")
     return tmp_path
 
 
@@ -39,16 +48,20 @@ def _run(path, install: str) -> str:
     return out.stdout
 
 
-def test_cli_skips_numba_blas_probe(fake_scipy):
-    skipped = _run(fake_scipy, "from traceviz.startup import skip_numba_blas_probe\n"
-                               "skip_numba_blas_probe()")
+def test_cli_skips_numba_optional_probes(fake_scipy):
+    skipped = _run(fake_scipy, "from traceviz.startup import skip_numba_optional_probes\n"
+                               "skip_numba_optional_probes()")
     assert "during probe: False blas: False" in skipped
+    assert "cffi during probe: False supported: False" in skipped
     assert "later: stand-in" in skipped
+    assert "cffi later: stand-in" in skipped
 
 
-def test_without_it_numba_imports_scipy(fake_scipy):
-    # the stand-in is what numba's probe imports when nothing stops it
-    assert "during probe: True" in _run(fake_scipy, "")
+def test_without_it_numba_imports_scipy_and_cffi(fake_scipy):
+    # the stand-ins are what numba's probes import when nothing stops them
+    plain = _run(fake_scipy, "")
+    assert "during probe: True" in plain
+    assert "cffi during probe: True supported: True" in plain
 
 
 def test_parse_imports_no_synthesizer_analysis_or_drawing(tmp_path):
@@ -215,6 +228,19 @@ def test_text_size(tmp_path):
     damaged.write_bytes(b"\x1f\x8b" + b"\xff" * 50)
     for other in (table, damaged, tmp_path, "-", tmp_path / "missing.json"):
         assert text_size(other, 1 << 16) is None, other
+
+
+def test_text_size_of_a_large_plain_file_reads_nothing(tmp_path, monkeypatch):
+    # a plain file's text is its bytes: a large one is answered from its size, without
+    # starting a reader (closing one cost ~60 ms of every command on a large trace)
+    from traceviz.parsing import source
+
+    big = tmp_path / "big.json"
+    with open(big, "wb") as fh:
+        fh.write(b'{"traceEvents": [')
+        fh.truncate(1 << 30)  # sparse: 1 GiB
+    monkeypatch.setattr(source, "ByteSource", None)  # any read would fail
+    assert source.text_size(big, 1 << 16) is None
 
 
 def test_parser_properties_hold_as_python():

@@ -88,10 +88,10 @@ def main() -> None:
       traceviz parse rank0.pt.trace.json.gz -o rank0.parquet
     """
     from .parsing.budget import hand_back_freed_memory
-    from .startup import skip_numba_blas_probe
+    from .startup import skip_numba_optional_probes
     from .table.scratch import exit_on_sigterm, remove_dead_spills
 
-    skip_numba_blas_probe()
+    skip_numba_optional_probes()
     hand_back_freed_memory()
     exit_on_sigterm()  # SIGTERM: temporary files and spill folders go, exit 143
     remove_dead_spills()  # what SIGKILLed runs left

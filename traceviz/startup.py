@@ -8,12 +8,15 @@ the whole parse of a trace with at most :data:`SMALL_TRACE` bytes of text takes 
 the same code either way: a test parses every small trace both ways and compares the
 tables.
 
-numba's first compile or cache load imports its numpy implementations, and one of them
-(``numba.np.arraymath``) probes for a BLAS by importing ``scipy.linalg``: ~150 ms of every
-command on a machine where SciPy is installed (most ML environments), for a feature
-traceviz never uses (no jitted function here calls ``np.dot`` or ``np.linalg``). In the
-command's own process that probe is answered "no BLAS" without importing SciPy. Library
-users (a notebook) keep numba's normal behaviour: this runs only from the CLI.
+numba's first compile or cache load imports its implementation and typing modules, and
+two of them probe for optional libraries traceviz's jitted functions never use:
+``numba.np.arraymath`` imports ``scipy.linalg`` for a BLAS (~150 ms of every command on a
+machine where SciPy is installed, most ML environments; no jitted function here calls
+``np.dot`` or ``np.linalg``), and ``numba.core.typing.cffi_utils`` imports ``cffi`` and
+builds an FFI (~15-30 ms where cffi is installed, which most environments are: nothing
+here calls a CFFI function). In the command's own process both probes are answered "not
+installed", as numba answers them on a machine without the library. Library users (a
+notebook) keep numba's normal behaviour: this runs only from the CLI.
 """
 from __future__ import annotations
 
@@ -22,28 +25,33 @@ import os
 import sys
 from collections.abc import Iterable
 
-_PROBED = ("scipy", "scipy.linalg", "scipy.linalg.cython_blas")
+# module running a probe -> (the name it sets once its probe is over, what it imports)
+_PROBES = {"numba.np.arraymath": ("_HAVE_BLAS", ("scipy", "scipy.linalg",
+                                                 "scipy.linalg.cython_blas")),
+           "numba.core.typing.cffi_utils": ("ffi", ("cffi",))}
 SMALL_TRACE = 64 << 10  # bytes of JSON text, all of a command's traces together
 _command_line = False
 
 
-class _NoBlasProbe(importlib.abc.MetaPathFinder):
-    """Fails the import of SciPy's BLAS while (and only while) ``numba.np.arraymath``
-    runs its module-level probe: the module is being executed and has not yet set
-    ``_HAVE_BLAS``. Any other import of SciPy goes through untouched."""
+class _NoOptionalProbes(importlib.abc.MetaPathFinder):
+    """Fails the imports of :data:`_PROBES` while (and only while) the module probing
+    for them runs its module-level probe: it is being executed and has not yet set the
+    name that ends its probe. Any other import of those libraries goes through
+    untouched."""
 
     def find_spec(self, name, path, target=None):
-        if name in _PROBED:
-            probing = sys.modules.get("numba.np.arraymath")
-            if probing is not None and not hasattr(probing, "_HAVE_BLAS"):
-                raise ImportError(f"{name}: not imported by traceviz's command line")
+        for module, (set_after, names) in _PROBES.items():
+            if name in names:
+                probing = sys.modules.get(module)
+                if probing is not None and not hasattr(probing, set_after):
+                    raise ImportError(f"{name}: not imported by traceviz's command line")
         return None
 
 
-def skip_numba_blas_probe() -> None:
+def skip_numba_optional_probes() -> None:
     """Install the finder (once) ahead of the others."""
-    if not any(isinstance(f, _NoBlasProbe) for f in sys.meta_path):
-        sys.meta_path.insert(0, _NoBlasProbe())
+    if not any(isinstance(f, _NoOptionalProbes) for f in sys.meta_path):
+        sys.meta_path.insert(0, _NoOptionalProbes())
 
 
 def from_command_line() -> None:
