@@ -101,6 +101,84 @@ def test_parked_build_equals_in_memory(name):
     full.close()
 
 
+@needs_shared
+def test_gpu_fields_are_made_beside_the_phases_where_the_budget_has_room(monkeypatch):
+    """In memory, the GPU fields nothing else reads are made in a second thread while the
+    phases are classified; parked, after them: the same table either way."""
+    from traceviz.ingest import build
+
+    seen = []
+
+    def spy(work, at_once):
+        seen.append(at_once)
+        return beside(work, at_once)
+
+    beside = build._beside
+    monkeypatch.setattr(build, "_beside", spy)
+    path = TRACES["hta/trace_diff/control/control.json.gz"]
+    full = traceviz.parse_trace(path)
+    with parking_everything():
+        parked = traceviz.parse_trace(path, plan=MemoryPlan.fixed(2 << 20))
+    assert seen == [True, False]
+    assert parked.activities.replace_schema_metadata(None).equals(
+        full.activities.replace_schema_metadata(None))
+    parked.close()
+    full.close()
+
+
+def _spill_folders() -> set:
+    """This process's spill folders (test workers run side by side)."""
+    import tempfile
+    from pathlib import Path
+
+    return {p for p in Path(tempfile.gettempdir()).glob("traceviz-spill-*")
+            if f"-{os.getpid()}-" in p.name}
+
+
+@needs_shared
+def test_an_error_beside_the_phases_is_raised(monkeypatch):
+    from traceviz.ingest import build
+
+    def broken(*args):
+        raise RuntimeError("the GPU fields failed")
+
+    before = _spill_folders()
+    monkeypatch.setattr(build, "_put_gpu_fields", broken)
+    with pytest.raises(RuntimeError, match="the GPU fields failed"):
+        traceviz.parse_trace(TRACES["hta/trace_diff/control/control.json.gz"],
+                             plan=MemoryPlan.fixed(64 << 20))
+    assert _spill_folders() <= before
+
+
+@needs_shared
+def test_an_error_of_the_phases_waits_for_the_work_beside(monkeypatch):
+    """The phases fail while the GPU fields are being made: the error is raised once the
+    work beside them has ended (it reads the trace's spill files, which go with it)."""
+    import time
+
+    from traceviz.ingest import build
+
+    ended = []
+    put_fields = build._put_gpu_fields
+
+    def slow(*args):
+        time.sleep(0.3)
+        put_fields(*args)
+        ended.append(True)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the phases failed")
+
+    before = _spill_folders()
+    monkeypatch.setattr(build, "_put_gpu_fields", slow)
+    monkeypatch.setattr(build, "_phases", broken)
+    with pytest.raises(RuntimeError, match="the phases failed"):
+        traceviz.parse_trace(TRACES["hta/trace_diff/control/control.json.gz"],
+                             plan=MemoryPlan.fixed(64 << 20))
+    assert ended == [True]
+    assert _spill_folders() <= before
+
+
 def test_budget_parks_what_it_cannot_hold():
     """The arrays are parked exactly when, held in memory, they would pass the budget
     less its slack (an eighth), texts held and per-string lookups counted."""

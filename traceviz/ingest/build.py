@@ -19,12 +19,15 @@ calls, cpu_op, user_annotation, python_function, ...) in file order.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import os
 import re
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -39,7 +42,7 @@ from ..classify.patterns import Patterns, load_patterns
 from ..classify.phases import LaunchFacts, classify
 from ..errors import TraceVizError, UsageError
 from ..parsing import fields as L
-from ..parsing.budget import MemoryPlan
+from ..parsing.budget import BESIDE_BYTES_PER_ACTIVITY, MemoryPlan
 from ..parsing.cpu_table import CPU_ONLY_FIELDS, cpu_columns
 from ..parsing.device_tasks import (
     adopt_device_tasks,
@@ -313,70 +316,49 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
         memory[lo:hi][cls == L.CLS_MEMSET] = 2
         del cls, k
     links.in_rpc = None  # type: ignore[assignment]  # dropped: memory
-    coll = _collective_meta(scanned, s, patterns, links.comm_row, kind, topology, name, store)
-    links.comm_row = None  # type: ignore[assignment]  # dropped: memory
-    phase, microbatch, chunk, evidence = _phases(s, patterns, links, coll, memory,
-                                                 backward_named, pipeline, vpp, store)
-    del memory, backward_named
-    stats, steps, cls, rows = links.stats, links.steps, links.cls, links.rows
-    launch_ts, launch_thread, iteration = links.launch_ts, links.launch_thread, links.iteration
-    del links
-    classification = {"vpp": evidence.pop("vpp"), "pp": pipeline[0], "stage": pipeline[1],
-                      "microbatch_evidence": evidence,
-                      "phases": {PHASES[k]: int(c) for k, c in
-                                 enumerate(store.bincount(phase, len(PHASES))) if c},
-                      "comm_group_evidence": coll.evidence}
-    put("launch_ts", launch_ts, no_launch, pa.int64())
-    del launch_ts, no_launch
-    launch_tid = store.map(np.int64, lambda t: np.where(t >= 0, tid_of[np.maximum(t, 0)], -1),
-                           launch_thread)
-    put("launch_tid", launch_tid, _negative(store, launch_tid), pa.int64())
-    del launch_thread, launch_tid
-    put("iteration", iteration)
-    del iteration
-    put("phase", fixed_dictionary(phase, PHASES, store))
-    put("microbatch", microbatch)
-    put("chunk", chunk)
-    del phase, microbatch, chunk
-    _collective_columns(coll, s, patterns, name, put, store)
-    del coll
-    put("cat", fixed_dictionary(store.map(np.int32, lambda c: np.select(
-        [c == L.CLS_KERNEL, c == L.CLS_MEMCPY], [KERNEL, MEMCPY], MEMSET), cls),
-        ACTIVITY_CATS, store))
-    del cls
-    put("name", s.dictionary(name, store=store))
-    del name
-    put("kind", fixed_dictionary(kind, KINDS, store))
-    # GPU fields gathered after the phases, one at a time, in output order
-
-    def field(name: str) -> np.ndarray:
-        return gathered(store, gpu, rows, name)[0]
-
-    def not_mem(values: np.ndarray, unknown) -> np.ndarray:
-        """Where a memory column is null: unknown values, and rows that are no memcpy /
-        memset."""
-        return store.map(bool, lambda v, k: unknown(v) | (k != MEM), values, kind)
-
-    put("ts", field("ts"))
-    put("index", field("index"))
-    put("dur", field("dur"))
-    thread = field("thread")  # where the event states no device / stream: its pid / tid
-    device, stream = field("device"), field("stream")
-    put("device", store.map(np.int32, lambda d, th: _stated(d, pid_of, th), device, thread))
-    put("stream", store.map(np.int64, lambda st, th: _stated(st, tid_of, th), stream, thread))
-    del thread, device, stream
-    external_id = field("external_id")
-    put("external_id", store.map(np.int64, lambda v: np.maximum(v, -1), external_id))
-    del external_id
-    bytes_ = field("bytes")
-    put("bytes", bytes_, not_mem(bytes_, lambda v: v < 0), pa.int64())
-    del bytes_
-    bandwidth = field("bandwidth")
-    bw = store.map(np.float64, s.floats, bandwidth)
-    del bandwidth
-    put("memory_bw_gbps", bw, not_mem(bw, np.isnan), pa.float64())
-    del bw
-    put("rank", store.full(n, rank, np.int32))
+    rows = links.rows
+    gpu_fields = functools.partial(_put_gpu_fields, put, store, gpu, rows, kind, pid_of,
+                                   tid_of, s, rank)
+    # the GPU fields nothing before them reads are made beside the phases (numpy and
+    # Arrow, mostly without the GIL), where the budget has room for both working sets
+    beside = not plan.parks(
+        len(gpu), held=scanned.strings.held_bytes() + len(gpu) * BESIDE_BYTES_PER_ACTIVITY,
+        strings=len(scanned.strings))
+    with _beside(gpu_fields, beside):
+        coll = _collective_meta(scanned, s, patterns, links.comm_row, kind, topology, name, store)
+        links.comm_row = None  # type: ignore[assignment]  # dropped: memory
+        phase, microbatch, chunk, evidence = _phases(s, patterns, links, coll, memory,
+                                                     backward_named, pipeline, vpp, store)
+        del memory, backward_named
+        stats, steps, cls = links.stats, links.steps, links.cls
+        launch_ts, launch_thread, iteration = links.launch_ts, links.launch_thread, links.iteration
+        del links
+        classification = {"vpp": evidence.pop("vpp"), "pp": pipeline[0], "stage": pipeline[1],
+                          "microbatch_evidence": evidence,
+                          "phases": {PHASES[k]: int(c) for k, c in
+                                     enumerate(store.bincount(phase, len(PHASES))) if c},
+                          "comm_group_evidence": coll.evidence}
+        put("launch_ts", launch_ts, no_launch, pa.int64())
+        del launch_ts, no_launch
+        launch_tid = store.map(np.int64, lambda t: np.where(t >= 0, tid_of[np.maximum(t, 0)], -1),
+                               launch_thread)
+        put("launch_tid", launch_tid, _negative(store, launch_tid), pa.int64())
+        del launch_thread, launch_tid
+        put("iteration", iteration)
+        del iteration
+        put("phase", fixed_dictionary(phase, PHASES, store))
+        put("microbatch", microbatch)
+        put("chunk", chunk)
+        del phase, microbatch, chunk
+        _collective_columns(coll, s, patterns, name, put, store)
+        del coll
+        put("cat", fixed_dictionary(store.map(np.int32, lambda c: np.select(
+            [c == L.CLS_KERNEL, c == L.CLS_MEMCPY], [KERNEL, MEMCPY], MEMSET), cls),
+            ACTIVITY_CATS, store))
+        del cls
+        put("name", s.dictionary(name, store=store))
+        del name
+        put("kind", fixed_dictionary(kind, KINDS, store))
     kinds = {KINDS[k]: int(c) for k, c in enumerate(store.bincount(kind, len(KINDS))) if c}
     meta = trace_metadata(scanned, rank, rank_source, stats, steps, kinds)
     meta["stats"]["parked_bytes"] = store.parked_bytes
@@ -485,6 +467,56 @@ def _collective_meta(scanned: ScannedTrace, s: Strings, patterns: Patterns,
 def _distinct(ids: np.ndarray) -> np.ndarray:
     """The distinct string ids (ascending) among ``ids`` (-1: none)."""
     return np.unique(ids[ids >= 0])
+
+
+@contextlib.contextmanager
+def _beside(work: Callable[[], None], at_once: bool) -> Iterator[None]:
+    """Run ``work()`` in a second thread while the block runs (its error raised when the
+    block ends; the block's own error waits for it first: it may read the trace's spill
+    files), or after the block where not ``at_once``."""
+    if not at_once:
+        yield
+        work()
+        return
+    with ThreadPoolExecutor(1, thread_name_prefix="beside") as pool:
+        done = pool.submit(work)
+        yield
+        done.result()
+
+
+def _put_gpu_fields(put: Callable, store: InMemory, gpu, rows: np.ndarray, kind: np.ndarray,
+                    pid_of: np.ndarray, tid_of: np.ndarray, s: Strings, rank: int) -> None:
+    """Put the GPU fields that nothing else reads (``ts`` to ``rank``), one at a time,
+    each gathered from the ``gpu`` store at ``rows`` (``kind``: final, read only)."""
+
+    def field(name: str) -> np.ndarray:
+        return gathered(store, gpu, rows, name)[0]
+
+    def not_mem(values: np.ndarray, unknown) -> np.ndarray:
+        """Where a memory column is null: unknown values, and rows that are no memcpy /
+        memset."""
+        return store.map(bool, lambda v, k: unknown(v) | (k != MEM), values, kind)
+
+    put("ts", field("ts"))
+    put("index", field("index"))
+    put("dur", field("dur"))
+    thread = field("thread")  # where the event states no device / stream: its pid / tid
+    device, stream = field("device"), field("stream")
+    put("device", store.map(np.int32, lambda d, th: _stated(d, pid_of, th), device, thread))
+    put("stream", store.map(np.int64, lambda st, th: _stated(st, tid_of, th), stream, thread))
+    del thread, device, stream
+    external_id = field("external_id")
+    put("external_id", store.map(np.int64, lambda v: np.maximum(v, -1), external_id))
+    del external_id
+    bytes_ = field("bytes")
+    put("bytes", bytes_, not_mem(bytes_, lambda v: v < 0), pa.int64())
+    del bytes_
+    bandwidth = field("bandwidth")
+    bw = store.map(np.float64, s.floats, bandwidth)
+    del bandwidth
+    put("memory_bw_gbps", bw, not_mem(bw, np.isnan), pa.float64())
+    del bw
+    put("rank", store.full(rows.shape[0], rank, np.int32))
 
 
 def _negative(store: InMemory, values: np.ndarray) -> np.ndarray:

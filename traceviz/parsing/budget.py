@@ -54,6 +54,10 @@ BUILD_BYTES_PER_STRING = 40
 # ~2 bytes): the larger of the two
 PARKED_BYTES_PER_ACTIVITY = 5
 BUILD_WORK = 48 << 20
+# what making the GPU fields beside the phases adds per activity (a field, its null mask
+# and a mapped copy at once: int64 + bool + int64); the build does it only where the
+# budget, less its slack, has room for this too
+BESIDE_BYTES_PER_ACTIVITY = 24
 # what scanning a compressed trace in segments on every core holds above one pass besides
 # the inflated bytes read ahead (a scan buffer per scanner, the scanner threads' heaps;
 # measured: +36-45 MB on a 0.5 GB .json.gz with 8 MB read ahead and two scanners); see

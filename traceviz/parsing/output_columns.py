@@ -9,6 +9,7 @@ and only the columns past the bound pay for the round trip through the disk.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -60,21 +61,23 @@ class OutputColumns:
         self._texts: dict[str, TextDictionary] = {}  # dictionaries kept in a text store
         self._held = 0  # bytes of the columns kept in memory
         self._release = release or (lambda: None)
+        self._adding = threading.Lock()  # columns may be added from two threads
 
     def add(self, name: str, array: pa.Array | TextDictionary) -> None:
         """Add a column (a :class:`TextDictionary`: its indices are held or spilled, its
         texts made per row group)."""
         if len(array) != self.n_rows:
             raise ValueError(f"column {name} has {len(array)} rows, expected {self.n_rows}")
-        self._fields.append(pa.field(name, array.type))
-        if isinstance(array, TextDictionary):
-            self._texts[name] = array
-            array = array.indices
-        if self._held + array.nbytes > self.spill_bytes:
-            self._spill(name, array)
-        else:
-            self._memory[name] = array
-            self._held += array.nbytes
+        with self._adding:
+            self._fields.append(pa.field(name, array.type))
+            if isinstance(array, TextDictionary):
+                self._texts[name] = array
+                array = array.indices
+            if self._held + array.nbytes > self.spill_bytes:
+                self._spill(name, array)
+            else:
+                self._memory[name] = array
+                self._held += array.nbytes
 
     def _spill(self, name: str, array: pa.Array) -> None:
         path = self.budget.new_path("c") + ".arrow"
