@@ -140,3 +140,20 @@ def test_a_spill_file_is_read_by_two_threads_at_once(tmp_path):
     with ThreadPoolExecutor(2) as pool:
         assert all(pool.map(read_all, range(8)))
     spill.close()
+
+
+def test_grid_counts_are_numpy_histograms():
+    # the ops' time histogram that plans the span buckets: numpy's counts, values on and
+    # past both ends of the grid included, a grid with repeated edges (a short trace)
+    from traceviz.parsing.links import grid_counts
+
+    rng = np.random.default_rng(7)
+    for span in (3, 100, 5000, 10**9):
+        lo = int(rng.integers(0, 10**12))
+        grid = np.linspace(lo, lo + span + 1, 4097).astype(np.int64)
+        values = np.concatenate([rng.integers(lo - 50, lo + span + 50, size=20_000),
+                                 [lo, lo - 1, lo + span, lo + span + 1, lo + span + 2]])
+        expected = np.histogram(values, bins=grid)[0]
+        got = grid_counts(values, grid)
+        assert got.dtype == expected.dtype and np.array_equal(got, expected), span
+    assert grid_counts(np.empty(0, np.int64), grid).sum() == 0
