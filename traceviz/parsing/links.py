@@ -118,7 +118,7 @@ def activity_rows(scanned: ScannedTrace, cls_of: np.ndarray, store: InMemory,
     hist = np.zeros(4096, dtype=np.int64)
     n = 0
     for _, keep, _, t in _activity_blocks(gpu, cls_of):
-        hist += np.histogram(t, bins=grid)[0]
+        hist += grid_counts(t, grid)
         n += keep.shape[0]
     edges = bucket_edges(hist, grid, max(1, parked.SLICE_ROWS))
     buckets = Parts(edges.shape[0] - 1, ("ts", "row", "cls"), scanned.budget, work_bytes // 4)
