@@ -99,3 +99,43 @@ def test_grouped_top_times(items):
                 want[open_levels.min()] += 1
         assert np.array_equal(got[k], want)
         assert got[k].sum() == measure(s[on], e[on])
+
+
+spans = st.lists(st.tuples(st.integers(0, 30), st.integers(-2, 10), st.integers(0, 2)),
+                 max_size=40)
+points = st.lists(st.tuples(st.integers(-2, 45), st.integers(-1, 2)), max_size=30)
+
+
+@settings(max_examples=400, deadline=None)
+@given(spans, points, st.booleans())
+def test_innermost_enclosing(items, queries, keyed):
+    """Per point: of the spans on its thread holding it (``ts <= t < ts + max(dur, 0)``)
+    the latest-starting, then the shortest, then the largest key; -1 for none and for a
+    negative thread. Many spans start together (the ties the sweep's order breaks)."""
+    from traceviz.intervals.containment import innermost_enclosing
+
+    s = np.array(items, dtype=np.int64).reshape(-1, 3)
+    q = np.array(queries, dtype=np.int64).reshape(-1, 2)
+    ts, dur, thread = s[:, 0], s[:, 1], s[:, 2]
+    key = np.arange(s.shape[0])[::-1].copy() if keyed else None
+    got = innermost_enclosing(ts, dur, thread, q[:, 0], q[:, 1], span_key=key)
+    k = np.arange(s.shape[0]) if key is None else key
+    end = ts + np.maximum(dur, 0)
+    for (t, th), g in zip(q.tolist(), got.tolist()):
+        holding = [i for i in range(s.shape[0])
+                   if th >= 0 and thread[i] == th and ts[i] <= t < end[i]]
+        best = max(holding, key=lambda i: (ts[i], -end[i], k[i]), default=-1)
+        assert g == best
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(-3, 3), st.sampled_from(
+    [0, 1, 7, -5, 2**40, -2**40, 2**62, -2**63, 2**63 - 1])), max_size=30))
+def test_by_thread_then_time_is_lexsort(items):
+    # one stable argsort of a packed key where thread and time fit an int64 together,
+    # numpy's lexsort where they do not (times spread over the whole int64 range)
+    from traceviz.intervals.containment import by_thread_then_time
+
+    a = np.array(items, dtype=np.int64).reshape(-1, 2)
+    assert np.array_equal(by_thread_then_time(a[:, 0], a[:, 1]),
+                          np.lexsort((a[:, 1], a[:, 0])))
