@@ -1,8 +1,8 @@
-"""The command line's start-up: numba's probes for a BLAS and for CFFI import neither SciPy
-nor cffi (traceviz.startup).
+"""The command line's start-up: numba's probes for SciPy (its version, a BLAS), PyYAML (its
+config file, where there is none) and CFFI import none of them (traceviz.startup).
 
-Stand-in ``scipy`` and ``cffi`` packages on the path record whether they were imported,
-so the test runs the same with or without the real ones installed."""
+Stand-in ``scipy``, ``yaml`` and ``cffi`` packages on the path record whether they were
+imported, so the test runs the same with or without the real ones installed."""
 from __future__ import annotations
 
 import os
@@ -14,6 +14,9 @@ import pytest
 PROBE = """
 import sys
 {install}
+import numba
+from numba.core import config
+print("numba import:", "scipy" in sys.modules, "yaml" in sys.modules, config._HAVE_YAML)
 from numba.core.registry import cpu_target
 cpu_target.target_context.refresh()  # what numba's first compile or cache load runs
 from numba.np import arraymath
@@ -38,28 +41,42 @@ def fake_scipy(tmp_path):
     (tmp_path / "cffi").mkdir()
     (tmp_path / "cffi" / "__init__.py").write_text("MARK = 'stand-in'\n\n\n"
                                                    "class FFI:\n    pass\n")
+    (tmp_path / "yaml").mkdir()
+    (tmp_path / "yaml" / "__init__.py").write_text("def safe_load(stream):\n"
+                                                   "    return None\n")
+    (tmp_path / "work").mkdir()  # the working directory: no numba config file
     return tmp_path
+
+
+SKIP = "from traceviz.startup import skip_numba_optional_probes\nskip_numba_optional_probes()"
 
 
 def _run(path, install: str) -> str:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(path), *sys.path]))
     out = subprocess.run([sys.executable, "-c", PROBE.format(install=install)], env=env,
-                         capture_output=True, text=True, check=True)
+                         capture_output=True, text=True, check=True, cwd=path / "work")
     return out.stdout
 
 
 def test_cli_skips_numba_optional_probes(fake_scipy):
-    skipped = _run(fake_scipy, "from traceviz.startup import skip_numba_optional_probes\n"
-                               "skip_numba_optional_probes()")
+    skipped = _run(fake_scipy, SKIP)
+    assert "numba import: False False False" in skipped
     assert "during probe: False blas: False" in skipped
     assert "cffi during probe: False supported: False" in skipped
     assert "later: stand-in" in skipped
     assert "cffi later: stand-in" in skipped
 
 
-def test_without_it_numba_imports_scipy_and_cffi(fake_scipy):
+def test_a_numba_config_file_is_still_read(fake_scipy):
+    # with a .numba_config.yaml where the command runs, numba imports PyYAML to read it
+    (fake_scipy / "work" / ".numba_config.yaml").write_text("")
+    assert "numba import: False True True" in _run(fake_scipy, SKIP)
+
+
+def test_without_it_numba_imports_scipy_yaml_and_cffi(fake_scipy):
     # the stand-ins are what numba's probes import when nothing stops them
     plain = _run(fake_scipy, "")
+    assert "numba import: True True True" in plain
     assert "during probe: True" in plain
     assert "cffi during probe: True supported: True" in plain
 

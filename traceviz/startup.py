@@ -8,15 +8,17 @@ the whole parse of a trace with at most :data:`SMALL_TRACE` bytes of text takes 
 the same code either way: a test parses every small trace both ways and compares the
 tables.
 
-numba's first compile or cache load imports its implementation and typing modules, and
-two of them probe for optional libraries traceviz's jitted functions never use:
-``numba.np.arraymath`` imports ``scipy.linalg`` for a BLAS (~150 ms of every command on a
-machine where SciPy is installed, most ML environments; no jitted function here calls
-``np.dot`` or ``np.linalg``), and ``numba.core.typing.cffi_utils`` imports ``cffi`` and
-builds an FFI (~15-30 ms where cffi is installed, which most environments are: nothing
-here calls a CFFI function). In the command's own process both probes are answered "not
-installed", as numba answers them on a machine without the library. Library users (a
-notebook) keep numba's normal behaviour: this runs only from the CLI.
+numba probes for optional libraries traceviz never needs. Importing numba imports SciPy
+to check its version (~8 ms) and PyYAML to read a ``.numba_config.yaml`` in the working
+directory (~11 ms; only when there is none is it skipped); numba's first compile or cache
+load imports ``scipy.linalg`` from ``numba.np.arraymath`` for a BLAS (~150 ms of every
+command on a machine where SciPy is installed, most ML environments; no jitted function
+here calls ``np.dot`` or ``np.linalg``), and ``cffi`` from
+``numba.core.typing.cffi_utils`` to build an FFI (~15-30 ms where cffi is installed,
+which most environments are: nothing here calls a CFFI function). In the command's own
+process these probes are answered "not installed", as numba answers them on a machine
+without the library. Library users (a notebook) keep numba's normal behaviour: this runs
+only from the CLI.
 """
 from __future__ import annotations
 
@@ -25,10 +27,24 @@ import os
 import sys
 from collections.abc import Iterable
 
-# module running a probe -> (the name it sets once its probe is over, what it imports)
-_PROBES = {"numba.np.arraymath": ("_HAVE_BLAS", ("scipy", "scipy.linalg",
-                                                 "scipy.linalg.cython_blas")),
-           "numba.core.typing.cffi_utils": ("ffi", ("cffi",))}
+NUMBA_CONFIG_FILE = ".numba_config.yaml"  # numba reads it from the working directory
+
+
+def _always() -> bool:
+    return True
+
+
+def _no_numba_config() -> bool:
+    return not os.path.isfile(NUMBA_CONFIG_FILE)
+
+
+# module running a probe -> (the name it sets once its probe is over, what it imports,
+# whether to answer "not installed" now)
+_PROBES = {"numba": ("__version__", ("scipy",), _always),
+           "numba.core.config": ("_HAVE_YAML", ("yaml",), _no_numba_config),
+           "numba.np.arraymath": ("_HAVE_BLAS", ("scipy", "scipy.linalg",
+                                                 "scipy.linalg.cython_blas"), _always),
+           "numba.core.typing.cffi_utils": ("ffi", ("cffi",), _always)}
 SMALL_TRACE = 64 << 10  # bytes of JSON text, all of a command's traces together
 _command_line = False
 
@@ -36,14 +52,14 @@ _command_line = False
 class _NoOptionalProbes(importlib.abc.MetaPathFinder):
     """Fails the imports of :data:`_PROBES` while (and only while) the module probing
     for them runs its module-level probe: it is being executed and has not yet set the
-    name that ends its probe. Any other import of those libraries goes through
-    untouched."""
+    name that ends its probe (and the probe's condition holds). Any other import of
+    those libraries goes through untouched."""
 
     def find_spec(self, name, path, target=None):
-        for module, (set_after, names) in _PROBES.items():
+        for module, (set_after, names, skip) in _PROBES.items():
             if name in names:
                 probing = sys.modules.get(module)
-                if probing is not None and not hasattr(probing, set_after):
+                if probing is not None and not hasattr(probing, set_after) and skip():
                     raise ImportError(f"{name}: not imported by traceviz's command line")
         return None
 
