@@ -170,3 +170,31 @@ def test_a_read_error_in_a_later_part_names_its_file_offset(tmp_path, monkeypatc
     assert str(path) in str(exc.value)
     assert f"byte {fail_at}: read failed" in str(exc.value)
     assert "Input/output error" in str(exc.value)
+
+
+@needs_shared
+def test_parts_of_a_plain_file_seal_whole_blocks(monkeypatch, tmp_path):
+    # a part of a plain file fills blocks of BLOCK_ROWS rows as one pass does, so merging
+    # the parts joins (copies) no block: only each part's last block is short
+    path = _plain(next(p for p in shared_traces() if trace_id(p) == REAL[0]), tmp_path)
+    sizes = []
+    seal = reader.ColumnStore.seal
+
+    def recording(self, rows):
+        sizes.append(rows)
+        return seal(self, rows)
+
+    monkeypatch.setattr(reader.ColumnStore, "seal", recording)
+    joins = []
+    coalesce = reader.SpillBudget.coalesce
+
+    def joining(self, blocks, rows):
+        before = len(blocks)
+        coalesce(self, blocks, rows)
+        joins.append(before - len(blocks))
+
+    monkeypatch.setattr(reader.SpillBudget, "coalesce", joining)
+    _split_near(monkeypatch, path, 0.5)
+    traceviz.parse_trace(path).close()
+    assert max(sizes) == reader.BLOCK_ROWS
+    assert joins and sum(joins) <= len(joins)  # at most the two short blocks at the cut
