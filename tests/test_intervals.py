@@ -139,3 +139,5 @@ def test_by_thread_then_time_is_lexsort(items):
     a = np.array(items, dtype=np.int64).reshape(-1, 2)
     assert np.array_equal(by_thread_then_time(a[:, 0], a[:, 1]),
                           np.lexsort((a[:, 1], a[:, 0])))
+    small = a[:, 0].astype(np.int8), (a[:, 1] % 1000).astype(np.float64)  # other dtypes
+    assert np.array_equal(by_thread_then_time(*small), np.lexsort(small[::-1]))

@@ -42,11 +42,13 @@ def innermost_enclosing(span_ts: np.ndarray, span_dur: np.ndarray, span_thread: 
 
 def by_thread_then_time(thread: np.ndarray, ts: np.ndarray) -> np.ndarray:
     """``np.lexsort((ts, thread))``: indices by thread, then time, ties in index order.
-    Where thread and time fit one int64 together (time relative to its least value: any
-    trace shorter than ~26 days with fewer than 32768 threads), a single stable argsort
-    of that key (a third of lexsort's time on a million ops)."""
+    Where integer threads and times fit one int64 together (62 bits; times relative to
+    the least: a trace of 39 hours in ns with 32768 threads, of 52 days with 1024), a
+    single stable argsort of that key (a third of lexsort's time on a million ops)."""
     if ts.shape[0] == 0:
         return np.zeros(0, dtype=np.int64)
+    if not (np.issubdtype(ts.dtype, np.integer) and np.issubdtype(thread.dtype, np.integer)):
+        return np.lexsort((ts, thread))
     t_lo, th_lo = int(ts.min()), int(thread.min())
     t_bits = (int(ts.max()) - t_lo).bit_length()
     if t_bits + (int(thread.max()) - th_lo).bit_length() > 62:

@@ -567,7 +567,8 @@ def _scan_in_order(todo: queue.Queue, threads: int, head, stop, budget: SpillBud
     (:class:`_InOrder`): the whole trace's part, or None to scan in one pass.
     ``head()`` is the trace's first bytes (known once the first part has bytes);
     ``stop()`` makes the parts' reads give up (called first when done, or on the way out
-    of an error)."""
+    of an error). ``block_rows``: rows of a part's active blocks (default: the threads'
+    share of :data:`BLOCK_ROWS`, for many short parts whose blocks the merge joins)."""
     size = {"chunk_size": max(chunk_size // threads, 1 << 16),
             "block_rows": block_rows or BLOCK_ROWS // threads}
     results: dict[int, dict] = {}
