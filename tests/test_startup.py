@@ -275,3 +275,53 @@ def test_parser_properties_hold_as_python():
                          env=env, capture_output=True, text=True, cwd=here)
     assert out.returncode == 0, out.stdout[-3000:]
     assert " passed" in out.stdout and "skipped" not in out.stdout
+
+
+# ---- the cyclic collector while the command starts (traceviz.startup) ---------------
+
+COLLECTOR = """
+import gc, sys, time
+from traceviz import startup
+default = gc.get_threshold()
+startup.resume_collector()  # not paused (a library user): nothing changes
+assert gc.get_threshold() == default and gc.get_freeze_count() == 0
+startup.START_SECONDS = float(sys.argv[1])
+startup.pause_collector()
+startup.pause_collector()  # once
+assert gc.get_threshold() == (startup.START_THRESHOLD, *default[1:])
+if sys.argv[2] == "resume":
+    startup.resume_collector()
+else:
+    time.sleep(startup.START_SECONDS + 1)  # the timer resumes it
+assert gc.get_threshold() == default and gc.get_freeze_count() > 0
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("how", ["resume", "timer"])
+def test_collector_paused_then_resumed(how):
+    out = subprocess.run([sys.executable, "-c", COLLECTOR, "0.2" if how == "timer" else "60",
+                          how], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ok"
+
+
+CLI_COLLECTOR = """
+import atexit, gc, sys
+from traceviz import cli, startup
+startup.START_SECONDS = 600  # only the scan resumes it
+default = gc.get_threshold()
+atexit.register(lambda: print("at exit:", gc.get_threshold() == default,
+                              gc.get_freeze_count() > 0))
+sys.argv = ["traceviz", *sys.argv[1:]]
+cli.run()
+"""
+
+
+def test_the_command_resumes_the_collector_after_its_first_scan(tmp_path):
+    from helpers import shared
+
+    trace = shared("hta/trace_filter/sampled_rank-1.json.gz")  # compiled: over 64 KiB
+    out = subprocess.run([sys.executable, "-c", CLI_COLLECTOR, "parse", str(trace), "-o",
+                          str(tmp_path / "t.parquet"), "-q"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "at exit: True True" in out.stdout

@@ -103,8 +103,9 @@ def main() -> None:
 
 def run() -> None:
     """The ``traceviz`` command: its console script and ``python -m traceviz``."""
-    from .startup import from_command_line
+    from .startup import from_command_line, pause_collector
 
+    pause_collector()  # until the first trace is scanned (startup)
     from_command_line()
     main()
 

@@ -62,6 +62,7 @@ from ..parsing.reader import (
     segment_work,
 )
 from ..parsing.text_store import TextDictionary
+from ..startup import resume_collector
 from ..table.arrays import column, fixed_dictionary
 from ..table.inputs import note_input
 from ..table.io import atomic_path
@@ -122,6 +123,7 @@ def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
                              max_strings=plan.max_strings)
     except OSError as exc:
         raise _spill_error(src, exc) from None
+    resume_collector()  # a command's start-up ends with its first scan (startup)
     try:
         parsed = build(scanned, patterns, plan, cpu=cpu, topology=topology, vpp=vpp)
     except OSError as exc:
