@@ -143,11 +143,20 @@ def test_an_error_beside_the_phases_is_raised(monkeypatch):
     def broken(*args):
         raise RuntimeError("the GPU fields failed")
 
+    seen = []
+
+    def spy(work, at_once):
+        seen.append(at_once)
+        return beside(work, at_once)
+
+    beside = build._beside
     before = _spill_folders()
     monkeypatch.setattr(build, "_put_gpu_fields", broken)
+    monkeypatch.setattr(build, "_beside", spy)
     with pytest.raises(RuntimeError, match="the GPU fields failed"):
         traceviz.parse_trace(TRACES["hta/trace_diff/control/control.json.gz"],
                              plan=MemoryPlan.fixed(64 << 20))
+    assert seen == [True]  # raised from the second thread
     assert _spill_folders() <= before
 
 

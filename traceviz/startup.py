@@ -29,6 +29,7 @@ objects are frozen and the collector runs as before (:func:`resume_collector`).
 """
 from __future__ import annotations
 
+import atexit
 import gc
 import importlib.abc
 import os
@@ -93,6 +94,8 @@ def pause_collector() -> None:
             return
         _paused = gc.get_threshold()
         gc.set_threshold(START_THRESHOLD, *_paused[1:])
+    # what lives until exit need not be walked at exit either (0.5 GB parse: ~70 ms)
+    atexit.register(gc.freeze)
     timer = threading.Timer(START_SECONDS, resume_collector)
     timer.daemon = True
     timer.start()

@@ -264,8 +264,8 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     said_backward = s.matches(patterns.phases["backward_name"], gpu_names)
     said_backward |= s.matches(patterns.phases["backward_name"], op_names)
     del gpu_names, op_names
-    parks = plan.parks(len(gpu), held=scanned.strings.held_bytes(),
-                       strings=len(scanned.strings))
+    texts_held, n_strings = scanned.strings.held_bytes(), len(scanned.strings)
+    parks = plan.parks(len(gpu), held=texts_held, strings=n_strings)
     store = Parking(lambda: scanned.budget.new_path("p")) if parks else InMemory()
     links = link(scanned, lookups, work_bytes, store)
     links.stats["device tasks without a category"] = tasks
@@ -323,9 +323,8 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
                                    tid_of, s, rank)
     # the GPU fields nothing before them reads are made beside the phases (numpy and
     # Arrow, mostly without the GIL), where the budget has room for both working sets
-    beside = not plan.parks(
-        len(gpu), held=scanned.strings.held_bytes() + len(gpu) * BESIDE_BYTES_PER_ACTIVITY,
-        strings=len(scanned.strings))
+    beside = not plan.parks(len(gpu), held=texts_held + len(gpu) * BESIDE_BYTES_PER_ACTIVITY,
+                            strings=n_strings)
     with _beside(gpu_fields, beside):
         coll = _collective_meta(scanned, s, patterns, links.comm_row, kind, topology, name, store)
         links.comm_row = None  # type: ignore[assignment]  # dropped: memory
