@@ -147,8 +147,8 @@ def test_cli_writes_the_tables(tmp_path):
     for name in ("comm_calls", "ledger", "ledger_waits", "stragglers", "peer_speed"):
         assert (out / f"{name}.csv").exists() and (out / f"{name}.parquet").exists()
     header = (out / "ledger.csv").read_text().splitlines()[0].replace('"', "").split(",")
-    parts = [c for c in header if c.endswith("_ns") and c not in ("span_ns", "start_ns")]
-    assert parts == [f"{p}_ns" for p in PARTS]
+    assert header == (["rank", "iteration", "start_ns", "span_ns"]
+                      + [f"{p}_ns" for p in PARTS] + ["cpu_start_ns", "cpu_span_ns"])
     assert (out / "comm_calls.csv").read_text().splitlines()[0].replace('"', "").startswith(
         "rank,iteration,group,kind,process_group,phase,start_ns,end_ns,wait_ns,transfer_ns,"
         "waited_for_rank")

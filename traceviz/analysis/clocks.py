@@ -9,6 +9,15 @@ of each set as its reference (offset 0). Calls are matched across ranks by proce
 group name and sequence number, else by order within the group; point-to-point calls
 (send / recv) are left out.
 
+The shift is kept only where it explains the ends: the ranks' own clocks (offsets 0) are
+kept when the shifted residuals' mean square is more than :data:`SHIFT_EXPLAINS` of the
+own clocks' (a least-squares shift always lowers it a little: on one host, where the
+clock is one, the ends of a collective's kernels differ by what the ranks did, not by a
+clock, and no shift makes them agree). Ranks that state one host (a ``hostname`` in the
+trace's header or distributedInfo) share one clock: they are shifted together, and a
+job on one host is never shifted. ``ClockSync.method`` / ``why`` say which was chosen
+and why.
+
 Offsets and residuals are int64 / float64 ns; a synced time is ``ts - offset``.
 """
 from __future__ import annotations
@@ -20,6 +29,10 @@ import pyarrow as pa
 
 CALL_CHUNK = 2048  # calls per block of the incidence matrix (block x ranks floats)
 SYNC_WARN_NS = 50_000  # a residual above this (50 µs) makes the clock sync suspect
+# a shift is kept where the shifted residuals' mean square is at most this share of the
+# own clocks' (it explains three quarters of their disagreement); genuine offsets leave
+# the kernels' own spread (µs) against the offsets (ms): a share near 0
+SHIFT_EXPLAINS = 0.25
 
 
 @dataclass
@@ -32,6 +45,8 @@ class ClockSync:
     calls: np.ndarray       # collective calls of each rank used
     median_abs_residual: np.ndarray  # ns
     max_abs_residual: np.ndarray     # ns
+    method: str = "shifted"  # "shifted", "own clocks" (offsets 0) or "none" (no calls)
+    why: str = ""            # what decided it (residuals compared, hosts stated)
 
     def linked(self) -> np.ndarray:
         """Per rank: whether a collective links its clock to another rank's."""
@@ -45,7 +60,8 @@ class ClockSync:
 
     def table(self) -> pa.Table:
         """Per rank: whether it is synced (a collective links it to another rank), its
-        offset (ns; null when not synced), reference rank, calls used and residuals."""
+        offset (ns; null when not synced), reference rank, calls used, residuals, and
+        the clocks chosen (``method``: shifted, or the ranks' own)."""
         linked = self.linked()
         return pa.table({"rank": pa.array(self.ranks, pa.int32()),
                          "synced": pa.array(linked, pa.bool_()),
@@ -53,7 +69,8 @@ class ClockSync:
                          "reference_rank": pa.array(self.reference, pa.int32()),
                          "calls": pa.array(self.calls, pa.int64()),
                          "median_abs_residual_ns": pa.array(self.median_abs_residual),
-                         "max_abs_residual_ns": pa.array(self.max_abs_residual)})
+                         "max_abs_residual_ns": pa.array(self.max_abs_residual),
+                         "method": pa.array([self.method] * self.ranks.size, pa.string())})
 
 
 @dataclass
@@ -85,8 +102,28 @@ def ends_of(calls) -> CollectiveEnds:
                           calls.end[keep])
 
 
-def synchronize(ends_by_rank: dict[int, CollectiveEnds]) -> ClockSync:
-    """Least-squares offsets from every rank's collective ends (see the module doc)."""
+def host_of(meta: dict) -> str | None:
+    """The host a rank's trace states it ran on (a ``hostname`` at the top level of the
+    trace or in its distributedInfo; PyTorch's profiler writes none itself), else None."""
+    for where in (meta.get("header") or {}, meta.get("distributed") or {}):
+        host = where.get("hostname") if isinstance(where, dict) else None
+        if isinstance(host, str) and host:
+            return host
+    return None
+
+
+def hosts_of(tables: dict) -> dict[int, str | None]:
+    """The host each rank's table states (:func:`host_of` of its metadata)."""
+    from ..table.schema import metadata
+
+    return {r: host_of(metadata(t)) for r, t in tables.items()}
+
+
+def synchronize(ends_by_rank: dict[int, CollectiveEnds],
+                hosts: dict[int, str | None] | None = None) -> ClockSync:
+    """Least-squares offsets from every rank's collective ends, or the ranks' own clocks
+    where a shift does not explain the ends (see the module doc); ``hosts``: the host
+    each rank states (None: unknown)."""
     ranks = np.array(sorted(ends_by_rank), dtype=np.int64)
     names: dict[str, int] = {}
     parts: tuple[list[np.ndarray], ...] = ([], [], [], [])  # rank index, group, number, end
@@ -107,35 +144,81 @@ def synchronize(ends_by_rank: dict[int, CollectiveEnds]) -> ClockSync:
     m = np.bincount(call).astype(np.float64)
     n = ranks.size
     rel = (end - (end.min() if end.size else 0)).astype(np.float64)  # small floats
-    mean = np.bincount(call, weights=rel) / np.maximum(m, 1)
-    rhs = np.bincount(rank_i, weights=rel - mean[call], minlength=n)
-    # Laplacian: sum over calls of (I - 11'/m) on the call's members
-    lap = np.diag(np.bincount(rank_i, weights=1.0 - 1.0 / m[call], minlength=n))
-    for lo in range(0, m.size, CALL_CHUNK):
-        on = (call >= lo) & (call < lo + CALL_CHUNK)
-        inc = np.zeros((min(CALL_CHUNK, m.size - lo), n))
-        inc[call[on] - lo, rank_i[on]] = 1.0
-        off = inc.T @ (inc / m[lo:lo + inc.shape[0], None])
-        np.fill_diagonal(off, 0.0)
-        lap -= off
-    reference = _components(lap, ranks)
-    offsets = np.zeros(n)
-    for ref in np.unique(reference):
-        # comp is sorted: its first rank is the reference, offset 0; without it the
-        # component's Laplacian is positive definite (a direct solve, ~10x lstsq's speed)
-        rest = np.flatnonzero(reference == ref)[1:]
+    # the clocks to solve for: one per host where every rank states its host, else per rank
+    stated = [(hosts or {}).get(r) for r in ranks.tolist()]
+    domain = np.arange(n)
+    if n and all(h is not None for h in stated):
+        _, domain = np.unique(np.array(stated, dtype=object).astype(str), return_inverse=True)
+        domain = domain.ravel()
+    d = int(domain.max()) + 1 if n else 0
+    lap, rhs = _laplacian(domain[rank_i], call, m, rel, d)
+    reference = _components(lap if d == n else _laplacian(rank_i, call, m, rel, n)[0], ranks)
+    d_ref = reference if d == n else _components(lap, np.arange(d))
+    solved = np.zeros(d)
+    for ref in np.unique(d_ref):
+        # the set's first clock is its reference, offset 0; without it the set's
+        # Laplacian is positive definite (a direct solve, ~10x lstsq's speed)
+        rest = np.flatnonzero(d_ref == ref)[1:]
         if rest.size:
-            offsets[rest] = np.linalg.solve(lap[np.ix_(rest, rest)], rhs[rest])
-    offsets = np.rint(offsets).astype(np.int64)
-    synced = rel - offsets[rank_i]
-    residual = np.abs(synced - (np.bincount(call, weights=synced) / np.maximum(m, 1))[call])
+            solved[rest] = np.linalg.solve(lap[np.ix_(rest, rest)], rhs[rest])
+    offsets = np.rint(solved[domain]).astype(np.int64)
+    own = _residuals(rel, call, m, rank_i, np.zeros(n, np.int64))
+    shifted = _residuals(rel, call, m, rank_i, offsets)
+    method, why = _choice(own, shifted, rank_i, reference, ranks, stated, d)
+    if method != "shifted":
+        offsets[:] = 0
+    residual = shifted if method == "shifted" else own
     used = np.bincount(rank_i, minlength=n)
     by_rank = np.split(residual[np.argsort(rank_i, kind="stable")], np.cumsum(used)[:-1])
     med = np.array([np.median(r) if r.size else np.nan for r in by_rank])
     mx = np.full(n, -np.inf)
     np.maximum.at(mx, rank_i, residual)
     mx[used == 0] = np.nan
-    return ClockSync(ranks, offsets, ranks[reference], used, med, mx)
+    return ClockSync(ranks, offsets, ranks[reference], used, med, mx, method, why)
+
+
+def _laplacian(unknown: np.ndarray, call: np.ndarray, m: np.ndarray, rel: np.ndarray,
+               n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The least-squares system of the offsets of ``n`` clocks (``unknown``: the clock of
+    each end): sum over calls of (I - 11'/m) on the call's members, and its right side."""
+    mean = np.bincount(call, weights=rel) / np.maximum(m, 1)
+    rhs = np.bincount(unknown, weights=rel - mean[call], minlength=n)
+    # per call: diag(k) - k k' / m, k the call's ends per clock
+    lap = np.diag(np.bincount(unknown, minlength=n).astype(np.float64))
+    for lo in range(0, m.size, CALL_CHUNK):
+        on = (call >= lo) & (call < lo + CALL_CHUNK)
+        inc = np.zeros((min(CALL_CHUNK, m.size - lo), n))
+        np.add.at(inc, (call[on] - lo, unknown[on]), 1.0)
+        lap -= inc.T @ (inc / m[lo:lo + inc.shape[0], None])
+    return lap, rhs
+
+
+def _residuals(rel: np.ndarray, call: np.ndarray, m: np.ndarray, rank_i: np.ndarray,
+               offsets: np.ndarray) -> np.ndarray:
+    """|end - offset - the call's mean of that| per end (ns)."""
+    synced = rel - offsets[rank_i]
+    return np.abs(synced - (np.bincount(call, weights=synced) / np.maximum(m, 1))[call])
+
+
+def _choice(own: np.ndarray, shifted: np.ndarray, rank_i: np.ndarray, reference: np.ndarray,
+            ranks: np.ndarray, stated: list, clocks: int) -> tuple[str, str]:
+    """("shifted" or "own clocks" or "none", why): see the module doc."""
+    if not own.size:
+        return "none", "no collective links the ranks"
+    hosts = sorted({h for h in stated if h is not None})
+    if clocks == 1 and len(ranks) > 1:
+        return "own clocks", f"every rank states one host ({hosts[0]}): one clock, not shifted"
+    ms_own, ms_shift = float(np.mean(own ** 2)), float(np.mean(shifted ** 2))
+    said = (f"collective ends disagree by {np.sqrt(ms_own) / 1e3:.1f} µs (rms) on the "
+            f"ranks' own clocks, {np.sqrt(ms_shift) / 1e3:.1f} µs shifted")
+    where = f" ({len(hosts)} hosts stated, ranks of one host shifted together)" \
+        if len(hosts) > 1 and clocks < len(ranks) else ""
+    if ms_own < 1.0:  # below a nanosecond (rms): they agree as they are
+        return "own clocks", "collective ends agree on the ranks' own clocks: not shifted"
+    if ms_shift > SHIFT_EXPLAINS * ms_own:
+        return "own clocks", (said + ": no shift explains them (one clock, as on one host), "
+                              "offsets 0")
+    return "shifted", said + where
 
 
 def _components(lap: np.ndarray, ranks: np.ndarray) -> np.ndarray:
@@ -152,21 +235,37 @@ def _components(lap: np.ndarray, ranks: np.ndarray) -> np.ndarray:
     return label
 
 
-def offsets_from_calls(calls: list, notes: list[str]) -> tuple[dict[int, int], bool]:
+def offsets_from_calls(calls: list, notes: list[str],
+                       hosts: dict[int, str | None] | None = None
+                       ) -> tuple[dict[int, int], bool]:
     """Clock offsets (ns) per rank from every rank's :class:`~.calls.RankCalls`, and
     whether any rank was synced (False: nothing links the ranks, offsets empty); a note
-    on how well they fit goes to ``notes``."""
-    sync = synchronize({c.rank: ends_of(c) for c in calls})
+    on how well they fit and why they were chosen goes to ``notes``; ``hosts``: the host
+    each rank states (:func:`host_of`)."""
+    sync = synchronize({c.rank: ends_of(c) for c in calls}, hosts)
     if len(calls) < 2 or not (sync.reference != sync.ranks).any():
         notes.append("clocks not synced: no collective of a known process group links the "
                      "ranks; cross-rank times use each rank's own clock")
         return {}, False
     offsets = dict(zip(sync.ranks.tolist(), sync.offsets.tolist()))
     worst = float(max((x for x in sync.max_abs_residual if x == x), default=0.0))
-    notes.append(f"clocks synced on collective ends: offsets up to "
-                 f"{max(map(abs, offsets.values())) / 1e3:.1f} µs, worst residual "
-                 f"{worst / 1e3:.1f} µs")
-    if worst > SYNC_WARN_NS:
+    notes.append(sync_note(sync))
+    if worst > SYNC_WARN_NS and sync.method == "shifted":
         notes.append("the clock sync residual is large: cross-rank times are uncertain "
                      "(compare with --no-clock-sync)")
+    elif worst > SYNC_WARN_NS:
+        notes.append(f"a collective's kernels end up to {worst / 1e3:.1f} µs apart on one "
+                     "clock (they should end together: ranks taking turns on a GPU, or "
+                     "clocks no shift fits): cross-rank waits are uncertain")
     return offsets, True
+
+
+def sync_note(sync: ClockSync) -> str:
+    """One line: the clocks chosen, their offsets and residual, and why."""
+    worst = float(max((x for x in sync.max_abs_residual if x == x), default=0.0))
+    if sync.method == "shifted":
+        return (f"clocks synced on collective ends: offsets up to "
+                f"{np.abs(sync.offsets).max(initial=0) / 1e3:.1f} µs, worst residual "
+                f"{worst / 1e3:.1f} µs ({sync.why})")
+    return (f"clocks: the ranks' own, not shifted, worst residual {worst / 1e3:.1f} µs "
+            f"({sync.why})")

@@ -17,13 +17,16 @@ frames and ``record_function`` / ``user_annotation`` ranges (not ``ProfilerStep#
 launched by the autograd thread (no module frames) takes the path of the forward
 operator with the same autograd ``Sequence number``.
 
-**Per iteration.** FLOPs of the calls whose first kernel ran in ``ProfilerStep#N``;
-achieved TFLOP/s per GPU = FLOPs / the step's span; MFU = that / the device's peak for
+**Per iteration.** FLOPs of the calls launched in ``ProfilerStep#N`` (their first
+kernel's launch); achieved TFLOP/s per GPU = FLOPs / the step's window on the GPU
+(:mod:`.iterations`; its CPU span is ``cpu_span_ns``); MFU = that / the device's peak for
 BF16 (or ``peak_tflops``). *Model* FLOPs leave out recompute (phase RECOMPUTE);
 *executed* FLOPs count it too. Units: FLOPs, bytes, ns; TFLOP/s = FLOPs / ns / 1e3,
 TB/s = bytes / ns / 1e3; a call's % of peak or an iteration's MFU / HFU above 100 means
 the model, the shapes or the peak is wrong: it is null (n/a), never clipped, and the
-command says so.
+command says so. An iteration in which a CUDA graph replayed compute kernels outside
+every modelled op (``cudaGraphLaunch``: the ops ran when the graph was captured, before
+the trace) has unknown FLOPs: null, with the reason in ``flops_unknown``.
 """
 from __future__ import annotations
 
@@ -35,9 +38,11 @@ import pyarrow as pa
 from numba import njit
 
 from ..table.arrays import codes_of, ints, row_texts
-from ..table.schema import metadata
+from ..table.schema import GRAPH_LAUNCH, metadata
+from .activities import activities
 from .devices import Device, device_of
 from .host_device import ACTIVITY, CPU_OP, PYTHON, USER_ANNOT, RankEvents, rank_events
+from .iterations import windows
 from .op_model import Model, compact, family, model
 
 MODULE_FRAME = re.compile(r"^nn\.Module: (.+)$")
@@ -156,8 +161,17 @@ def rank_ops(gpu: pa.Table, cpu: pa.Table, peak_tflops: float | None = None) -> 
     group = row_texts(gpu, "comm_group", "")
     label = np.where(kind == "COMM", "COMM " + group.astype(str), kind)
     modules = _modules(ev, gpu, parent, launched, label)
-    return RankOps(rank, calls, _not_modelled(ev, gpu, owner, acts, parent),
-                   modules, _iterations(ev, calls, peak), name, peak)
+    # compute kernels a CUDA graph replayed with no modelled op around the replay: their
+    # ops ran when the graph was captured, their FLOPs are unknown
+    trow = ev.table_row[acts]
+    replayed = (owner < 0) & (kind[trow] == "COMP") & np.array(
+        [bool(GRAPH_LAUNCH.match(n)) for n in row_texts(gpu, "launch_name", "")[trow]], bool)
+    it = ints(gpu["iteration"])[trow] if "iteration" in gpu.column_names else None
+    blind = (np.unique(it[replayed], return_counts=True) if it is not None
+             else (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+    return RankOps(rank, calls, _not_modelled(ev, gpu, owner, acts, parent, replayed),
+                   modules, _iterations(ev, gpu, calls, peak, dict(zip(*map(
+                       np.ndarray.tolist, blind)))), name, peak)
 
 
 def _first_kernel(owner, acts, ev):
@@ -233,18 +247,20 @@ def _sum_by(codes: list[np.ndarray], ns: np.ndarray) -> tuple[np.ndarray, np.nda
     return keys[order], total[order]
 
 
-def _not_modelled(ev: RankEvents, gpu, owner, acts, parent) -> pa.Table:
-    """Compute / memory kernels without a modelled op, per innermost op name: GPU ns and
-    share of all compute / memory kernels' time."""
+def _not_modelled(ev: RankEvents, gpu, owner, acts, parent, replayed) -> pa.Table:
+    """Compute / memory kernels without a modelled op, per innermost op name and whether
+    a CUDA graph replayed them (``replayed``): GPU ns and share of all compute / memory
+    kernels' time."""
     innermost = _nearest(parent, ev.link[acts], ev.cls == CPU_OP)
     dur = np.maximum(ev.dur[acts], 0)
     total = int(dur.sum())
     free = owner < 0
     name_id = np.where(innermost >= 0, ev.name[np.maximum(innermost, 0)], -1)
-    keys, ns = _sum_by([name_id[free]], dur[free])
+    keys, ns = _sum_by([name_id[free], replayed[free].astype(np.int64)], dur[free])
     return pa.table({"rank": pa.array(np.full(ns.size, ev.rank), pa.int32()),
                      "op": [ev.names[i] if i >= 0 else "(no CPU operator)"
                             for i in keys[:, 0].tolist()],
+                     "graph_replay": pa.array(keys[:, 1].astype(bool), pa.bool_()),
                      "gpu_ns": pa.array(ns, pa.int64()),
                      "pct_of_gpu_time": pa.array(100.0 * ns / total if total else
                                                  np.full(ns.size, np.nan), pa.float64(),
@@ -307,39 +323,46 @@ def _utilization(tflops: float | None, peak: float | None) -> float | None:
     return pct if pct <= 100.0 else None
 
 
-def _iterations(ev: RankEvents, calls: pa.Table, peak: float | None) -> pa.Table:
-    """Per ProfilerStep#N of the rank: span, model / executed FLOPs, TFLOP/s, MFU and HFU
-    (null above 100 %: see :func:`_utilization`)."""
-    step = re.compile(r"^ProfilerStep#(\d+)$")
+def _iterations(ev: RankEvents, gpu: pa.Table, calls: pa.Table, peak: float | None,
+                replayed: dict[int, int]) -> pa.Table:
+    """Per ProfilerStep#N of the rank: its window on the GPU (:mod:`.iterations`) and its
+    CPU span, model / executed FLOPs of the calls it launched, TFLOP/s, MFU and HFU
+    (null above 100 %: see :func:`_utilization`). ``replayed``: per iteration, the
+    compute kernels CUDA graphs replayed outside every modelled op: their FLOPs are
+    unknown, so are the iteration's (null, ``flops_unknown`` says why)."""
+    win = windows(activities(gpu, rank=ev.rank))
     rows = []
     n = calls.num_rows
-    start = calls["start_ns"].to_numpy() if n else np.empty(0, np.int64)
+    it = (ints(calls["iteration"]) if n and "iteration" in calls.column_names
+          else np.full(n, -1, np.int64))
     raw = calls["flops"].to_numpy(zero_copy_only=False) if n else np.empty(0)
     known = np.isfinite(raw)
     flops = np.where(known, raw, 0.0)
     recompute = (np.array([p == "RECOMPUTE" for p in calls["phase"].to_pylist()], bool)
-                 if n and "phase" in calls.column_names else np.zeros(start.size, bool))
-    for r in np.flatnonzero(~ev.gpu).tolist():
-        m = step.match(ev.names[ev.name[r]])
-        if not m:
-            continue
-        lo, hi = int(ev.ts[r]), int(ev.end[r])
-        inside = (start >= lo) & (start < hi)
-        span = hi - lo
-        # unknown (null), not 0, when no call of the step has FLOPs
-        has = bool((inside & known).any()) and span > 0
+                 if n and "phase" in calls.column_names else np.zeros(n, bool))
+    for k in np.flatnonzero(win.cpu_start >= 0).tolist():
+        span = int(win.end[k] - win.start[k])
+        inside = it == win.iteration[k]
+        # unknown (null), not 0, when no call of the step has FLOPs, or a graph replayed
+        # kernels whose ops were captured outside the trace
+        blind = replayed.get(int(win.iteration[k]), 0)
+        has = bool((inside & known).any()) and span > 0 and not blind
         executed = float(flops[inside].sum()) if has else None
         mdl = float(flops[inside & ~recompute].sum()) if has else None
         tf = mdl / span / 1e3 if mdl is not None else None
-        rows.append({"rank": ev.rank, "iteration": int(m[1]), "span_ns": span,
+        rows.append({"rank": ev.rank, "iteration": int(win.iteration[k]), "span_ns": span,
+                     "cpu_span_ns": int(win.cpu_end[k] - win.cpu_start[k]),
                      "model_flops": mdl, "executed_flops": executed,
                      "model_tflops": tf,
                      "mfu_pct": _utilization(tf, peak),
                      "hfu_pct": _utilization(executed / span / 1e3 if executed is not None
-                                             else None, peak)})
+                                             else None, peak),
+                     "flops_unknown": (f"{blind} compute kernel(s) replayed from CUDA "
+                                       "graphs: their ops were captured before the trace, "
+                                       "their FLOPs are not in it" if blind else None)})
     return pa.Table.from_pylist(rows, schema=pa.schema([
         ("rank", pa.int32()), ("iteration", pa.int64()), ("span_ns", pa.int64()),
-        ("model_flops", pa.float64()), ("executed_flops", pa.float64()),
-        ("model_tflops", pa.float64()), ("mfu_pct", pa.float64()),
-        ("hfu_pct", pa.float64())]))
-
+        ("cpu_span_ns", pa.int64()), ("model_flops", pa.float64()),
+        ("executed_flops", pa.float64()), ("model_tflops", pa.float64()),
+        ("mfu_pct", pa.float64()), ("hfu_pct", pa.float64()),
+        ("flops_unknown", pa.string())]))

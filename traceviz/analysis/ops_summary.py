@@ -183,8 +183,13 @@ def _unmodelled(not_modelled: pa.Table, missing: pa.Table, total: int) -> pa.Tab
     for table, why in ((not_modelled, "no modelled operator"),
                        (missing, "modelled op without shapes")):
         if table.num_rows:
-            for op, ns in zip(table["op"].to_pylist(), table["gpu_ns"].to_pylist()):
-                acc[(op, why)] = acc.get((op, why), 0) + ns
+            replay = (table["graph_replay"].to_pylist() if "graph_replay" in
+                      table.column_names else [False] * table.num_rows)
+            for op, ns, graph in zip(table["op"].to_pylist(), table["gpu_ns"].to_pylist(),
+                                     replay):
+                key = (op, "replayed from a CUDA graph captured before the trace"
+                       if graph else why)
+                acc[key] = acc.get(key, 0) + ns
     items = sorted(acc.items(), key=lambda kv: -kv[1])
     return pa.table({"op": [k[0] for k, _ in items], "why": [k[1] for k, _ in items],
                      "gpu_ns": pa.array([v for _, v in items], pa.int64()),

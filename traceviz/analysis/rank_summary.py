@@ -1,4 +1,4 @@
-"""What the report keeps of one rank: its collective calls, its ProfilerStep spans and
+"""What the report keeps of one rank: its collective calls, its iteration windows and
 its communication / computation time. A few kilobytes per rank, so a job of hundreds of
 ranks is summarized one table at a time."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from ..table.arrays import index_in, ints
 from ..table.schema import COLLECTIVES, COMM, GROUPS, KINDS, metadata
 from .activities import activities
 from .calls import RankCalls, rank_calls
-from .diagnose.ledger import windows
+from .iterations import windows
 from .overlap import comm_by_key, comm_comp
 
 
@@ -24,7 +24,8 @@ class RankSummary:
     rank: int
     world_size: int | None
     device_name: str | None
-    steps: list[tuple[int, int, int]]  # (iteration, ts, dur) of each ProfilerStep
+    # (iteration, start, length) of each ProfilerStep's window on the GPU (:mod:`.iterations`)
+    steps: list[tuple[int, int, int]]
     first_ts: int                      # earliest GPU activity start
     last_end: int                      # latest GPU activity end
     span_ns: int                       # the iterations' windows (the ledger's), summed
@@ -56,12 +57,13 @@ def summarize(table: pa.Table, rank: int) -> RankSummary:
     ts = ints(table["ts"])
     end = ts + np.maximum(ints(table["dur"], 0), 0)
     kind = index_in(table["kind"], KINDS)
-    steps = [(int(s.get("iteration", -1)), int(s["ts"]), int(s["dur"]))
-             for s in meta.get("steps") or [] if s.get("ts") is not None]
     # busy and hidden time per group / collective are shares of the iterations: the
     # kernels the ProfilerSteps launched, whole (the GPU runs on after the CPU's step
     # ends), over the iterations' windows (the ledger's); every kernel without steps
     win = windows(activities(table, rank=rank))
+    stepped = win.cpu_start >= 0
+    steps = list(zip(win.iteration[stepped].tolist(), win.start[stepped].tolist(),
+                     (win.end - win.start)[stepped].tolist()))
     index = np.arange(ts.shape[0])
     if steps:
         index = np.flatnonzero(ints(table["iteration"]) >= 0)

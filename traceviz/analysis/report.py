@@ -3,9 +3,9 @@ rendered from it by :mod:`traceviz.render.report_text`).
 
 Definitions (all times are GPU kernel times in ns unless named otherwise):
 
-* Throughput per traced iteration: the ProfilerStep span from the earliest start to the
-  latest end over all ranks (clock-synced; without synced clocks the longest rank's own
-  span); tokens/s = global batch x sequence length / that time; TFLOP/s per GPU = FLOPs
+* Throughput per traced iteration: its window on the GPU (:mod:`.iterations`: where the
+  GPU ran what the ProfilerStep launched) from the earliest start to the latest end over
+  all ranks (clock-synced; without synced clocks the longest rank's own); tokens/s = global batch x sequence length / that time; TFLOP/s per GPU = FLOPs
   per token x tokens / time / the job's GPUs (its world size, not the ranks traced); MFU
   = that / peak, never above 100 % (inputs that give more are reported, not used).
   Without ProfilerSteps the traced GPU window stands in for one iteration.
@@ -163,7 +163,7 @@ def _throughput(iters: list[dict], config: RunConfig, gpus: int, notes: list[str
     return {"iterations": cast(list[IterationThroughput], rows),
             "mean": _means(rows, ("time_ms", "tokens_per_s",
                                                      "samples_per_s")),
-            "window": "ProfilerStep spans" if iters and iters[0]["iteration"] is not None
+            "window": "ProfilerSteps on the GPU" if iters and iters[0]["iteration"] is not None
             else "traced GPU window (no ProfilerStep)"}
 
 

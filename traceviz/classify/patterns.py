@@ -28,6 +28,7 @@ class Patterns:
     comm_groups: tuple[tuple[str, re.Pattern], ...]
     kernel_groups: tuple[tuple[str, re.Pattern], ...]
     generic_pg_desc: re.Pattern
+    coalesced: re.Pattern
     raw: dict
 
 
@@ -70,6 +71,7 @@ def load_patterns(path: str | os.PathLike | None = None) -> Patterns:
             kernel_groups=tuple((c["group"], _compile(c["pattern"], where))
                                 for c in data.get("comm_group_by_kernel", [])),
             generic_pg_desc=_compile(data["process_groups"]["generic_description"], where),
+            coalesced=_compile(data["coalesced"]["annotation"], where),
             raw=data,
         )
     except (KeyError, TypeError) as exc:

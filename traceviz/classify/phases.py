@@ -61,7 +61,9 @@ from ..table.schema import BWD, FWD, OPTIMIZER, OTHER, RECOMPUTE
 from ..topology.schedule import schedule_table, warmup
 
 F_OP, B_OP = 0, 1
-MEMCPY, MEMSET = 1, 2  # LaunchFacts.memory
+# LaunchFacts.memory: a memory copy / set, a kernel that fills memory (zeroing), the
+# schedule's bookkeeping between steps (patterns.toml: zeroing_kernel, bookkeeping_kernel)
+MEMCPY, MEMSET, ZEROING, BOOKKEEPING = 1, 2, 3, 4
 
 
 @dataclass
@@ -76,7 +78,10 @@ class LaunchFacts:
     recompute: np.ndarray   # nearest autograd node / frame says recompute
     optimizer: np.ndarray   # inside an optimizer annotation or frame
     forward_ts: np.ndarray  # start of the forward op its autograd node differentiates; -1
-    memory: np.ndarray | None = None  # 1 memcpy, 2 memset, 0 other (None: unknown, 0)
+    # those forward ops: (starts ascending, ends, a loss scaling); None: unknown
+    forward_ops: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+    memory: np.ndarray | None = None  # MEMCPY / MEMSET / ZEROING / BOOKKEEPING, 0 other
+    #                                   (None: unknown, 0)
     backward_named: np.ndarray | None = None  # its kernel or op name says backward
     autograd: np.ndarray | None = None  # launch inside an autograd node (None: unknown)
     in_op: np.ndarray | None = None     # launch inside a cpu_op (None: unknown)
@@ -154,15 +159,19 @@ def ops_from_threads(facts: LaunchFacts, rows: np.ndarray, main_thread: int
     new_run = np.ones(order.shape[0], dtype=bool)
     new_run[1:] = (kind[1:] != kind[:-1]) | breaker[:-1]
     run = np.where(breaker, -1, np.cumsum(new_run & ~breaker) - 1)
-    if facts.memory is not None and order.size:
-        memory = facts.memory[order]
-        # the memsets that open the iteration (gradient buffers zeroed) are no step's
-        run[:int(np.argmax(memory != MEMSET)) if (memory != MEMSET).any() else None] = -1
-        # a run of memory copies / sets only is no micro-batch op
+    memory = facts.memory[order] if facts.memory is not None else None
+    if memory is not None and order.size:
+        # the memsets and zeroing kernels that open the iteration (gradient buffers
+        # zeroed, counters made) are no step's
+        opening = (memory == MEMSET) | (memory == ZEROING)
+        run[:int(np.argmax(~opening)) if (~opening).any() else None] = -1
+        # a run of memory copies / sets (and fills, bookkeeping) only is no micro-batch op
         work = np.zeros(int(run.max()) + 2, dtype=bool)
         work[run[memory == 0]] = True
         run = np.where(work[run], run, -1)
     _move_preludes(facts, order, kind, run)
+    if memory is not None:
+        _trim_bookkeeping(kind, run, memory == BOOKKEEPING)
     _merge_excess_forwards(kind, run)
     kept, run = np.unique(run, return_inverse=True)  # dense, in time order
     run = run.ravel() - int(kept[0] < 0 if kept.size else 0)
@@ -177,6 +186,28 @@ def ops_from_threads(facts: LaunchFacts, rows: np.ndarray, main_thread: int
     np.maximum.at(end, run[member], facts.end[order[member]])
     np.maximum.at(op_kind, run[member], kind[member])  # a backward keeps its prelude
     return start, end, op_kind, op_of
+
+
+def _trim_bookkeeping(kind: np.ndarray, run: np.ndarray, bookkeeping: np.ndarray) -> None:
+    """Take the bookkeeping launches (``bookkeeping``, per launch in time order) at
+    either end of each forward run off it, in place: what the schedule launches between
+    steps on their thread (Megatron's running token count) is no step's work."""
+    pos = np.flatnonzero(run >= 0)
+    if not pos.size or not bookkeeping[pos].any():
+        return
+    r = run[pos]
+    edge = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])  # each run's first launch
+    for first, end in zip(edge.tolist(), (np.r_[edge[1:], r.size] - 1).tolist()):
+        if kind[pos[first]] != F_OP:
+            continue
+        k = end
+        while k >= first and bookkeeping[pos[k]]:
+            run[pos[k]] = -1
+            k -= 1
+        k, last = first, k
+        while k <= last and bookkeeping[pos[k]]:
+            run[pos[k]] = -1
+            k += 1
 
 
 EXCESS_RUN_LAUNCHES = 4  # a forward run this small can be a backward's prelude
@@ -211,10 +242,11 @@ def _merge_excess_forwards(kind: np.ndarray, run: np.ndarray) -> None:
 def _move_preludes(facts: LaunchFacts, order: np.ndarray, kind: np.ndarray,
                    run: np.ndarray) -> None:
     """Give each backward run its main-thread prelude (see the module doc), in place:
-    the launches of the forward run just before it from the start of the forward op that
-    the backward run's first linked autograd node differentiates on, when that op began
-    after the run before the forward run ended. ``run``: run number per launch in time
-    order (-1: none), non-decreasing over the others."""
+    the launches of the forward run just before it after the forward op that the
+    backward run's first linked autograd node differentiates (the root gradient), and
+    that op's own when it scales the loss (``LaunchFacts.forward_ops``), when that op
+    began after the run before the forward run ended. ``run``: run number per launch in
+    time order (-1: none), non-decreasing over the others."""
     pos = np.flatnonzero(run >= 0)
     if not pos.size:
         return
@@ -235,7 +267,22 @@ def _move_preludes(facts: LaunchFacts, order: np.ndarray, kind: np.ndarray,
         before = ends[b - 2] if b >= 2 else np.iinfo(np.int64).min
         if before < root <= ends[b - 1]:
             lo, hi = bounds[b - 1], bounds[b]
-            run[pos[lo + np.flatnonzero(ts[lo:hi] >= root)]] = r[bounds[b]]
+            run[pos[lo + np.flatnonzero(ts[lo:hi] >= _prelude_from(facts, root))]] = \
+                r[bounds[b]]
+
+
+def _prelude_from(facts: LaunchFacts, root: int) -> int:
+    """Where a backward's main-thread prelude begins, given the start of the forward op
+    its first autograd node differentiates: that op's start when it scales the loss
+    (Megatron's backward_step), else its end (what the main thread launched after the
+    forward's last op: the root gradient); its start where the op is unknown."""
+    if facts.forward_ops is None:
+        return root
+    starts, ends, scale = facts.forward_ops
+    k = int(np.searchsorted(starts, root))
+    if k >= starts.shape[0] or starts[k] != root or scale[k]:
+        return root
+    return int(ends[k])
 
 
 def classify_iteration(facts: LaunchFacts, rows: np.ndarray, ops,
@@ -286,7 +333,9 @@ def classify_iteration(facts: LaunchFacts, rows: np.ndarray, ops,
         phase[(phase == BWD) & facts.recompute[part] & (p2p == 0)] = RECOMPUTE
         if last_b_end is not None:
             phase[(~has) & (t > last_b_end) & eligible[part]] = OPTIMIZER
-        phase[facts.optimizer[part]] = OPTIMIZER
+        # an optimizer frame inside a step is the step's (Megatron's backward_step
+        # scales the loss through the optimizer's scale_loss)
+        phase[facts.optimizer[part] & ~has] = OPTIMIZER
         mb[phase == OPTIMIZER] = -1
         chunk[phase == OPTIMIZER] = 0
         out_phase[part], out_mb[part], out_chunk[part] = phase, mb, chunk

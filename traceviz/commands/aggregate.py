@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..analysis.aggregation import Aggregation
+from ..analysis.clocks import sync_note
 from ..analysis.diagnose.diagnosis import Diagnosis
 from ..ingest import analyses
 from ..ingest.tables import ensure_tables
@@ -60,10 +61,8 @@ def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
     res = aggregation_files(agg, layout, layout_note, figures, rank_figures)
     res.failed = failed
     sync = agg.sync
-    worst = max((x for x in sync.max_abs_residual if x == x), default=0.0)
     clocks = ("one clock" if len(agg.ranks) == 1 else
-              f"clock offsets up to {abs(sync.offsets).max() / 1e3:.1f} µs (largest "
-              f"residual {worst / 1e3:.1f} µs)" if sync.linked().any() else "clocks not synced")
+              sync_note(sync) if sync.linked().any() else "clocks not synced")
     res.lines.append(f"{folder}: {len(agg.ranks)} rank{'s' * (len(agg.ranks) != 1)}; {clocks}")
     return res
 

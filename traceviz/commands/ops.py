@@ -81,6 +81,11 @@ def run(path: str | os.PathLike, *, rank: int | None = None,
                             "are wrong")
     if total == 0:
         result.notes.append("no compute or memory kernel with a launching CPU call")
+    blind = [r for r in iters.to_pylist() if r.get("flops_unknown")] if iters.num_rows else []
+    if blind:
+        result.notes.append(f"{len(blind)} rank-iteration(s) have no FLOPs (n/a): "
+                            f"{blind[0]['flops_unknown']} (rank {blind[0]['rank']}, "
+                            f"iteration {blind[0]['iteration']})")
     return result
 
 

@@ -24,7 +24,6 @@ import functools
 import hashlib
 import json
 import os
-import re
 import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -39,7 +38,14 @@ from ..classify.collectives import collective_types, dtype_bytes, group_facts
 from ..classify.groups import comm_groups
 from ..classify.kinds import name_kinds
 from ..classify.patterns import Patterns, load_patterns
-from ..classify.phases import LaunchFacts, classify
+from ..classify.phases import (
+    BOOKKEEPING,
+    MEMCPY as MEMCPY_LAUNCH,
+    MEMSET as MEMSET_LAUNCH,
+    ZEROING,
+    LaunchFacts,
+    classify,
+)
 from ..errors import TraceVizError, UsageError
 from ..parsing import fields as L
 from ..parsing.budget import BESIDE_BYTES_PER_ACTIVITY, MemoryPlan
@@ -72,6 +78,7 @@ from ..table.schema import (
     ACTIVITY_COLUMNS,
     COLLECTIVES,
     COMM,
+    GRAPH_LAUNCH,
     GROUPS,
     KERNEL,
     KINDS,
@@ -79,13 +86,11 @@ from ..table.schema import (
     MEMCPY,
     MEMSET,
     METADATA_KEY,
+    NO_PAYLOAD,
     PHASES,
 )
 from ..topology.layout import Layout, to_json
 from .outputs import cpu_path
-
-GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)GraphLaunch")
-
 
 def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
                 patterns: Patterns | str | os.PathLike | None = None,
@@ -260,9 +265,14 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     pid_of, tid_of = thread_numbers(scanned.threads)
     gpu_names, op_names = s.used(gpu, "name"), s.used(ops, "name")
     kind_of_name = _name_kinds(s, gpu_names, patterns)
-    lookups = _lookups(s, op_names, s.used(scanned.stores["python"], "name"), patterns)
+    lookups = _lookups(s, op_names, s.used(scanned.stores["python"], "name"),
+                       s.used(scanned.stores["comm"], "collective"), patterns)
     said_backward = s.matches(patterns.phases["backward_name"], gpu_names)
     said_backward |= s.matches(patterns.phases["backward_name"], op_names)
+    # kernels that fill memory (zeroing), and the schedule's own bookkeeping between steps
+    zeroing = s.matches(patterns.phases["zeroing_kernel"], gpu_names)
+    bookkeeping = (s.matches(patterns.phases["bookkeeping_kernel"], gpu_names),
+                   s.matches(patterns.phases["bookkeeping_op"], op_names))
     del gpu_names, op_names
     texts_held, n_strings = scanned.strings.held_bytes(), len(scanned.strings)
     parks = plan.parks(len(gpu), held=texts_held, strings=n_strings)
@@ -305,17 +315,21 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     name, = gathered(store, gpu, links.rows, "name")
     backward_named = store.map(bool, lambda a, b: said_backward[a] | said_backward[b],
                                name, op_name)
+    # 1 memcpy, 2 memset (below), 3 a zeroing kernel, 4 bookkeeping (classify.phases)
+    memory = store.map(np.int8, lambda k, o: np.select(
+        [bookkeeping[0][k] & bookkeeping[1][o], zeroing[k]], [BOOKKEEPING, ZEROING], 0),
+        name, op_name)
     del op_name
     kind = store.map(np.int8, kind_of_name.__getitem__, name)
     # a kernel with collective metadata (its own args, or the record_param_comms its
     # launch ran in) is a collective whatever its name says
-    memory = store.full(n, 0, np.int8)  # 1 memcpy, 2 memset
     for lo, hi in store.slices(n):
         cls, k = links.cls[lo:hi], kind[lo:hi]
         k[((links.comm_row[lo:hi] >= 0) | links.in_rpc[lo:hi]) & (cls == L.CLS_KERNEL)] = COMM
         k[(cls == L.CLS_MEMCPY) | (cls == L.CLS_MEMSET)] = MEM
-        memory[lo:hi][cls == L.CLS_MEMCPY] = 1
-        memory[lo:hi][cls == L.CLS_MEMSET] = 2
+        memory[lo:hi][k == COMM] = 0
+        memory[lo:hi][cls == L.CLS_MEMCPY] = MEMCPY_LAUNCH
+        memory[lo:hi][cls == L.CLS_MEMSET] = MEMSET_LAUNCH
         del cls, k
     links.in_rpc = None  # type: ignore[assignment]  # dropped: memory
     rows = links.rows
@@ -326,7 +340,8 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     beside = not plan.parks(len(gpu), held=texts_held + len(gpu) * BESIDE_BYTES_PER_ACTIVITY,
                             strings=n_strings)
     with _beside(gpu_fields, beside):
-        coll = _collective_meta(scanned, s, patterns, links.comm_row, kind, topology, name, store)
+        coll = _collective_meta(scanned, s, patterns, links.comm_row, kind, topology, name,
+                                store, (links.block_act, links.block_entry))
         links.comm_row = None  # type: ignore[assignment]  # dropped: memory
         phase, microbatch, chunk, evidence = _phases(s, patterns, links, coll, memory,
                                                      backward_named, pipeline, vpp, store)
@@ -393,11 +408,14 @@ class CollectiveMeta:
     """Collective metadata of the activities that have it (a small share of the rows).
 
     ``has`` holds their row numbers (activity order); ``fields`` the comm store's int64
-    fields per such row (-1 unknown); ``ranks`` / ``size`` / ``desc_code`` the group
-    facts completed from pg_config (see
+    fields per such row (-1 unknown; a coalesced block's kernel: its first op's);
+    ``ranks`` / ``size`` / ``desc_code`` the group facts completed from pg_config (see
     :func:`~traceviz.classify.collectives.group_facts`); ``groups`` the comm_group per
     activity (index into GROUPS, -1 for non-COMM rows). ``comm`` holds the row numbers of
     the COMM activities; ``at`` / ``stated`` where each is in ``has``, and whether it is.
+    Per row of ``has`` (:func:`_block_ops`): ``in_bytes`` / ``out_bytes`` (-1 unknown),
+    ``recv_from`` / ``send_to`` (the peers of its receives / sends, None: none) and
+    ``direction`` (1 sends, 2 receives, 3 both, 0 neither).
     """
 
     n: int
@@ -413,6 +431,11 @@ class CollectiveMeta:
     groups: np.ndarray
     evidence: dict[str, int]
     store: InMemory  # where the per-activity arrays are made
+    in_bytes: np.ndarray
+    out_bytes: np.ndarray
+    recv_from: list
+    send_to: list
+    direction: np.ndarray
 
     def full(self, values: np.ndarray, dtype=np.int32) -> np.ndarray:
         """Per-activity array: ``values`` at ``has``, -1 elsewhere (int32 unless the
@@ -428,10 +451,12 @@ COMM_FIELDS = ("collective", "dtype", "pg_name", "pg_desc", "pg_ranks", "group_s
 
 def _collective_meta(scanned: ScannedTrace, s: Strings, patterns: Patterns,
                      comm_row: np.ndarray, kind: np.ndarray, topology: Layout | None,
-                     name: np.ndarray, store: InMemory) -> CollectiveMeta:
+                     name: np.ndarray, store: InMemory,
+                     blocks: tuple[np.ndarray, np.ndarray]) -> CollectiveMeta:
     """Gather the collective metadata of the rows that have it and the comm_group of the
     collectives (from compact arrays of those rows: nothing per activity but the
-    result)."""
+    result); ``blocks``: the ops of coalesced blocks (activity positions, comm entries:
+    :func:`~traceviz.parsing.links.coalescing_blocks`)."""
     comm = scanned.stores["comm"]
     n = comm_row.shape[0]
     has = store.positions(comm_row, lambda v: v >= 0)
@@ -444,6 +469,8 @@ def _collective_meta(scanned: ScannedTrace, s: Strings, patterns: Patterns,
     ph = patterns.phases
     stated_names = _distinct(fields["collective"])
     p2p_name = s.matches(ph["p2p_send"], stated_names) | s.matches(ph["p2p_recv"], stated_names)
+    in_bytes, out_bytes, recv_from, send_to, direction = _block_ops(
+        s, patterns, comm, has, fields, blocks)
     rows = store.positions(kind, lambda k: k == COMM)  # the collectives
     comm_names = store.take(name, rows)
     named = _distinct(comm_names)
@@ -462,7 +489,61 @@ def _collective_meta(scanned: ScannedTrace, s: Strings, patterns: Patterns,
     groups = store.full(n, -1, np.int8)
     store.scatter(groups, rows, found)
     return CollectiveMeta(n, has, rows, at, stated, fields, ranks, size, desc_code, descs,
-                          groups, evidence, store)
+                          groups, evidence, store, in_bytes, out_bytes, recv_from, send_to,
+                          direction)
+
+
+def _block_ops(s: Strings, patterns: Patterns, comm, has: np.ndarray,
+               fields: dict[str, np.ndarray], blocks: tuple[np.ndarray, np.ndarray]):
+    """Per row of ``has``: message bytes in / out (the sum over a coalesced block's
+    ops; -1 where an op's size or dtype is unknown), the peers it receives from and sends
+    to (global ranks, an op's ``Src Rank`` / ``Dst Rank``; None: none), and its
+    direction (1 sends, 2 receives, 3 both, 0 neither; from the ``Collective name``
+    of each op). A row outside every block is one op: its own fields."""
+    act, entry = blocks
+    # one op per row of ``has``, or the block's ops in its place
+    in_block = np.isin(has, act)
+    op_row = np.concatenate([np.flatnonzero(~in_block), np.searchsorted(has, act)])
+    ops = {f: np.concatenate([fields[f][~in_block], comm.column(f)[entry].astype(np.int64)])
+           for f in ("collective", "dtype", "in_nelems", "out_nelems", "src_rank",
+                     "dst_rank")}
+    order = np.argsort(op_row, kind="stable")  # a block's ops stay in their order
+    op_row = op_row[order]
+    ops = {f: v[order] for f, v in ops.items()}
+    dtypes = _distinct(ops["dtype"])
+    elem = np.zeros(int(dtypes.max(initial=-1)) + 2, dtype=np.int64)  # id -1: the last
+    elem[dtypes] = [dtype_bytes(s.texts[d]) or 0 for d in dtypes.tolist()]
+    e = elem[ops["dtype"]]
+    k = has.shape[0]
+
+    def summed(nelems: np.ndarray) -> np.ndarray:
+        each = np.where((nelems >= 0) & (e > 0), nelems * e, -1)
+        total = np.bincount(op_row, weights=np.maximum(each, 0), minlength=k).astype(np.int64)
+        unknown = np.bincount(op_row, weights=each < 0, minlength=k) > 0
+        return np.where(unknown, -1, total)
+
+    named = _distinct(ops["collective"])
+    send = s.matches(patterns.phases["p2p_send"], named)[ops["collective"]]
+    recv = s.matches(patterns.phases["p2p_recv"], named)[ops["collective"]]
+    # a plain op states its peer in either field; a block's sends / receives by name
+    to = np.where(send | (~recv & (ops["dst_rank"] >= 0)), ops["dst_rank"], -1)
+    frm = np.where(recv | (~send & (ops["src_rank"] >= 0)), ops["src_rank"], -1)
+    direction = np.zeros(k, dtype=np.int8)
+    np.bitwise_or.at(direction, op_row, (send * 1 + recv * 2).astype(np.int8))
+    return (summed(ops["in_nelems"]), summed(ops["out_nelems"]), _peer_lists(op_row, frm, k),
+            _peer_lists(op_row, to, k), direction)
+
+
+def _peer_lists(op_row: np.ndarray, peer: np.ndarray, k: int) -> list:
+    """Per row ``0..k-1``: the known peers (``peer >= 0``) of its ops, in op order;
+    None where it has none."""
+    out: list = [None] * k
+    sel = np.flatnonzero(peer >= 0)
+    for row, p in zip(op_row[sel].tolist(), peer[sel].tolist()):
+        if out[row] is None:
+            out[row] = []
+        out[row].append(p)
+    return out
 
 
 def _distinct(ids: np.ndarray) -> np.ndarray:
@@ -556,19 +637,17 @@ def _collective_columns(coll: CollectiveMeta, s: Strings, patterns: Patterns,
     del size
     put("group_ranks", _list_column(n, coll.has, coll.ranks, store))
     put("comm_group", fixed_dictionary(coll.groups, GROUPS, store))
-    elem = np.array([dtype_bytes(s.texts[d]) or 0 if d >= 0 else 0
-                     for d in f["dtype"].tolist()], dtype=np.int64)
-    for col, nel_field in (("msg_in_bytes", "in_nelems"), ("msg_out_bytes", "out_nelems")):
-        nel = f[nel_field]
-        v = full(np.where((nel >= 0) & (elem > 0), nel * elem, -1), np.int64)
+    for col, values in (("msg_in_bytes", coll.in_bytes), ("msg_out_bytes", coll.out_bytes)):
+        v = full(values, np.int64)
         put(col, v, _negative(store, v), pa.int64())
         del v
     put("dtype", s.dictionary(f["dtype"], n, coll.has, store))
-    for col, t in (("seq", pa.int64()), ("in_nelems", pa.int64()), ("out_nelems", pa.int64()),
-                   ("src_rank", pa.int32()), ("dst_rank", pa.int32())):
-        v = full(f[col], np.int64 if t == pa.int64() else np.int32)
+    for col, t in (("seq", pa.int64()), ("in_nelems", pa.int64()), ("out_nelems", pa.int64())):
+        v = full(f[col], np.int64)
         put(col, v, _negative(store, v), t)
         del v
+    put("src_rank", _list_column(n, coll.has, coll.recv_from, store))
+    put("dst_rank", _list_column(n, coll.has, coll.send_to, store))
 
 
 def _stated(values: np.ndarray, of_thread: np.ndarray, thread: np.ndarray) -> np.ndarray:
@@ -593,20 +672,26 @@ def _name_kinds(s: Strings, names_used: np.ndarray, patterns: Patterns) -> np.nd
 
 
 def _lookups(s: Strings, op_names: np.ndarray, frame_names: np.ndarray,
-             patterns: Patterns) -> Lookups:
+             collective_names: np.ndarray, patterns: Patterns) -> Lookups:
     """The per-string facts the joins need (which names are steps, autograd nodes,
     frames, ...), from the patterns; the joins read them by the names of CPU ops and
-    annotations (``op_names``) and of python frames (``frame_names``; ascending ids), so
-    only those are matched."""
+    annotations (``op_names``), of python frames (``frame_names``) and the ``Collective
+    name`` args (``collective_names``; ascending ids), so only those are matched."""
     ph = patterns.phases
     is_rpc = s.lookup(bool, False)
     is_rpc[s.ids_of("record_param_comms")] = True
     recompute_node = s.matches(ph["recompute_op"], op_names)
+    is_transfer = s.lookup(bool, False)
+    for name, pattern in patterns.collectives:
+        if name not in NO_PAYLOAD:
+            is_transfer |= s.matches(pattern, collective_names)
     return Lookups(
         category_class=s.cls, step_number=s.numbers(patterns.iteration, op_names),
         is_rpc=is_rpc, is_node=s.matches(ph["autograd_node"], op_names) | recompute_node,
         is_recompute_node=recompute_node,
         is_optimizer_annotation=s.matches(ph["optimizer_annotation"], op_names),
+        is_coalesced=s.matches(patterns.coalesced, op_names), is_transfer=is_transfer,
+        is_loss_scale=s.matches(ph["loss_scale_op"], op_names),
         frame={k: s.matches(ph[k], frame_names)
                for k in ("forward_step", "backward_step", "recompute_frame",
                          "optimizer_frame", "interleaved_schedule", "pipelined_schedule")})
@@ -634,21 +719,19 @@ def _phases(s: Strings, patterns: Patterns, links, coll: CollectiveMeta, memory:
     """Phase, micro-batch and chunk per activity (see classify.phases). P2P sends and
     receives are those of the pipeline group (or of an unknown group): CP's ring
     exchanges are sends / receives too, but inside one micro-batch op."""
-    ph = patterns.phases
-    name = coll.fields["collective"]  # of the rows with metadata (coll.has)
     groups = store.take(coll.groups, coll.has)
     pp_group = (groups == GROUPS.index("PP")) | (groups == GROUPS.index("OTHER"))
-    said = np.zeros(name.shape[0], dtype=np.int8)  # 1 send (first), 2 receive, 0 neither
-    named = _distinct(name)
-    said[pp_group & s.matches(ph["p2p_recv"], named)[name]] = 2
-    said[pp_group & s.matches(ph["p2p_send"], named)[name]] = 1
+    # 1 a send, 2 a receive (also a block that sends too: the step after it waits for
+    # what it receives), 0 neither
+    said = np.where(pp_group, np.where(coll.direction & 2, 2, coll.direction & 1), 0)
     p2p = store.full(coll.n, 0, np.int8)
-    store.scatter(p2p, coll.has, said)
-    del name, groups, pp_group, said
+    store.scatter(p2p, coll.has, said.astype(np.int8))
+    del groups, pp_group, said
     facts = LaunchFacts(ts=links.launch_ts, end=links.launch_end,
                         thread=links.launch_thread,
                         iteration=links.iteration, p2p=p2p, recompute=links.recompute,
                         optimizer=links.optimizer, forward_ts=links.forward_ts,
+                        forward_ops=links.forward_ops,
                         memory=memory, backward_named=backward_named,
                         autograd=links.autograd, in_op=links.in_op)
     frames = {k: (ts, ts + dur) for k, (ts, dur) in links.frames.items()}

@@ -22,7 +22,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..intervals.containment import QUERY_SLICE, innermost_enclosing, step_of
+from ..intervals.containment import (
+    QUERY_SLICE,
+    by_thread_then_time,
+    innermost_enclosing,
+    step_of,
+)
 from ..table import parked
 from ..table.parked import InMemory
 from . import fields as L
@@ -75,9 +80,16 @@ class Links:
     forward_ts: np.ndarray   # start (ns) of the forward op that the launch's autograd
     #                          node differentiates (the last main-thread op with its
     #                          Sequence number); -1
+    # the forward ops those are (ascending start; end; whether the op is a loss scaling,
+    # ``Lookups.is_loss_scale``): what a backward's main-thread prelude starts from
+    forward_ops: tuple[np.ndarray, np.ndarray, np.ndarray]
     autograd: np.ndarray     # launch inside an autograd engine node (not a checkpoint)
     in_op: np.ndarray        # launch inside a cpu_op
     in_rpc: np.ndarray       # a kernel launched inside a record_param_comms
+    # the ops of coalescing blocks (see :func:`coalescing_blocks`): activity position and
+    # comm-store entry per op, by activity, then the op's start
+    block_act: np.ndarray
+    block_entry: np.ndarray
 
 
 @dataclass
@@ -91,6 +103,12 @@ class Lookups:
     is_recompute_node: np.ndarray   # checkpoint (recompute) op
     is_optimizer_annotation: np.ndarray
     frame: dict[str, np.ndarray]    # phase frame patterns (forward_step, ...)
+    # the annotation a coalesced collective's kernel is launched in (``nccl:coalesced``)
+    is_coalesced: np.ndarray
+    # a ``Collective name`` that moves data (send, recv, all_gather, ...; not ``wait``)
+    is_transfer: np.ndarray
+    # an op that scales the loss before the backward (Megatron's backward_step)
+    is_loss_scale: np.ndarray
 
 
 def activity_rows(scanned: ScannedTrace, cls_of: np.ndarray, store: InMemory,
@@ -206,13 +224,18 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int,
     queries = [SpanQuery("cat", cls_of == L.CLS_CPU_OP), SpanQuery("name", lookups.is_node)]
     with ThreadPoolExecutor(1) as beside:  # the ops read once while the launches are joined
         spans = beside.submit(_ops_spans, ops, queries, step_number, lookups.is_rpc,
-                              lookups.is_optimizer_annotation, scanned, work_bytes // 2)
+                              lookups.is_optimizer_annotation | lookups.is_coalesced,
+                              scanned, work_bytes // 2)
         rows, cls, corr, launch_row, stats = _launches(scanned, cls_of, work_bytes // 2, rdt,
                                                        store)
         # what needs no span, while the ops are still being read
         launch_ts, launch_thread = gathered(store, launch, launch_row, "ts", "thread")
         frames = _frames(scanned, lookups)
-        plans, steps, rpc, annotations = spans.result()
+        plans, steps, rpc, small = spans.result()
+    coalesced = lookups.is_coalesced[small["name"]]
+    annotations = {k: v[~coalesced] for k, v in small.items()}
+    blocks = {k: v[coalesced] for k, v in small.items()}
+    del small, coalesced
     _sweep_spans(queries, plans, launch_ts, launch_thread, work_bytes, rdt, store)
     del plans
     op_row, node_row = queries[0].result, queries[1].result
@@ -234,7 +257,7 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int,
         store.scatter(recompute, where, store.take(launch_ts, where) < began)
         del where, began
     main = _main_thread(steps, launch_thread, autograd)
-    forward_ts = _forward_times(ops, node_seq, main, store)
+    forward_ts, forward_ops = _forward_times(ops, node_seq, main, lookups.is_loss_scale, store)
     del node_seq, node_row
     optimizer = store.full(n, False, bool)
     for lo, hi in store.slices(n):
@@ -251,8 +274,18 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int,
         np.copyto(t, launch_ts[lo:hi], where=launch_row[lo:hi] >= 0)
         iteration[lo:hi] = step_of(t, steps["ts"], steps["dur"], steps["number"])
         del t
-    comm_row, in_rpc = _comm_rows(scanned, rows, cls, rpc, launch_ts, launch_thread, rdt,
-                                  store)
+    comm_row, in_rpc, encloses = _comm_rows(scanned, rows, cls, rpc, launch_ts, launch_thread,
+                                            rdt, store)
+    block_act, block_entry = coalescing_blocks(
+        scanned, lookups.is_transfer, rpc, encloses, blocks, cls, launch_ts, launch_thread,
+        in_rpc, store)
+    del encloses, blocks
+    if block_act.size:  # a block's kernel is described by its ops (its first op's group)
+        first = np.r_[True, block_act[1:] != block_act[:-1]]
+        store.scatter(comm_row, block_act[first], block_entry[first])
+        del first
+    stats["kernels of coalesced blocks joined with their ops"] = int(
+        np.unique(block_act).shape[0])
     launch_end = store.full(rows.shape[0], -1, np.int64)
     in_op = store.full(rows.shape[0], False, bool)
     for lo, hi in store.slices(rows.shape[0]):
@@ -270,38 +303,60 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int,
                  comm_row=comm_row, steps=step_list, stats=stats, recompute=recompute,
                  optimizer=optimizer, launch_end=launch_end, main_thread=main,
                  autograd=autograd, in_op=in_op, in_rpc=in_rpc,
+                 block_act=block_act, block_entry=block_entry,
                  frames={k: frames[k][:2] for k in ("forward_step", "backward_step")},
                  schedule_frames={k: int(frames[k][0].shape[0]) for k in
                                   ("interleaved_schedule", "pipelined_schedule")},
-                 forward_ts=forward_ts)
+                 forward_ts=forward_ts, forward_ops=forward_ops)
 
 
-def _forward_times(ops, node_seq: np.ndarray, main_thread: int, store: InMemory
-                   ) -> np.ndarray:
+def _forward_times(ops, node_seq: np.ndarray, main_thread: int, is_loss_scale: np.ndarray,
+                   store: InMemory
+                   ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Per activity: start of the forward op that the autograd node around its launch
     differentiates: the *latest* main-thread op with the node's ``Sequence number`` (the
     profiler stamps every op run with grad enabled with the number the next node will
     take, so ops that create no node, such as a loss-reporting all-reduce, share it with
     the op that creates the node after them); -1 where the node has no number or no
-    such op is in the trace. One pass over the ops, only when some node has a number.
-    ``node_seq`` is read a ``store`` slice at a time."""
+    such op is in the trace. And those forward ops: (starts ascending, ends, whether
+    each is a loss scaling by ``is_loss_scale`` of its name). Two passes over the ops,
+    only when some node has a number. ``node_seq`` is read a ``store`` slice at a
+    time."""
+    none = np.zeros(0, np.int64)
     wanted = store.unique(lambda s: s[s >= 0], node_seq)
     if not wanted.size:  # no number anywhere: a read-only -1 for every activity, no memory
-        return np.broadcast_to(np.int64(-1), node_seq.shape)
+        return (np.broadcast_to(np.int64(-1), node_seq.shape),
+                (none, none, np.zeros(0, bool)))
     out = store.full(node_seq.shape[0], -1, np.int64)
     last = np.full(wanted.shape[0], np.iinfo(np.int64).min)
     for _, cols in ops.blocks("ts", "thread", "seq_number"):
-        seq = cols["seq_number"]
-        pos = np.searchsorted(wanted, seq)
-        pos[pos == wanted.shape[0]] = 0
-        hit = np.flatnonzero((cols["thread"] == main_thread) & (wanted[pos] == seq))
+        pos, hit = _wanted_on(cols, wanted, main_thread)
         np.maximum.at(last, pos[hit], cols["ts"][hit])
+    end = np.full(wanted.shape[0], -1, np.int64)
+    scale = np.zeros(wanted.shape[0], bool)
+    for _, cols in ops.blocks("ts", "dur", "thread", "seq_number", "name"):
+        pos, hit = _wanted_on(cols, wanted, main_thread)
+        hit = hit[cols["ts"][hit] == last[pos[hit]]]
+        end[pos[hit]] = cols["ts"][hit] + np.maximum(cols["dur"][hit], 0)
+        scale[pos[hit]] = is_loss_scale[cols["name"][hit]]
     for lo, hi in store.slices(node_seq.shape[0]):
         seq = node_seq[lo:hi]
         has = np.flatnonzero(seq >= 0)
         found = last[np.searchsorted(wanted, seq[has])]
         out[lo + has] = np.where(found > np.iinfo(np.int64).min, found, -1)
-    return out
+    known = last > np.iinfo(np.int64).min
+    order = np.argsort(last[known], kind="stable")
+    return out, (last[known][order], end[known][order], scale[known][order])
+
+
+def _wanted_on(cols: dict, wanted: np.ndarray, main_thread: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """(position in ``wanted`` of each op's Sequence number, the ops of the main thread
+    whose number is wanted)."""
+    seq = cols["seq_number"]
+    pos = np.searchsorted(wanted, seq)
+    pos[pos == wanted.shape[0]] = 0
+    return pos, np.flatnonzero((cols["thread"] == main_thread) & (wanted[pos] == seq))
 
 
 def _nested_backward_start(ops, lookups: Lookups, node_row: np.ndarray,
@@ -580,12 +635,14 @@ def _comm_rows(scanned, rows, cls, rpc, launch_ts, launch_thread, rdt, store: In
     """Per activity: the comm-store entry (as ``rdt``) of its own args, else (kernels
     only) of the record_param_comms around its launch; and whether a kernel's launch is
     inside a record_param_comms (the trace's own statement that the kernel is a
-    collective, whatever its name, with or without metadata). Activities are taken
+    collective, whatever its name, with or without metadata); and per record_param_comms
+    op (``rpc``'s order) whether a launch is inside it. Activities are taken
     :data:`QUERY_SLICE` at a time (a ``store`` slice when it parks them), so the
     temporaries never span the trace."""
     n = rows.shape[0]
     out = store.full(n, -1, rdt)
     in_rpc = store.full(n, False, bool)
+    encloses = np.zeros(rpc["row"].shape[0], dtype=bool)
     comm = scanned.stores["comm"]
     cstore, crow = comm.column("store"), comm.column("row")
     # comm entries by the store row they describe: the GPU event's own, or its op's
@@ -603,11 +660,99 @@ def _comm_rows(scanned, rows, cls, rpc, launch_ts, launch_thread, rdt, store: In
         found = innermost_enclosing(rpc["ts"], rpc["dur"], rpc["thread"], launch_ts[launched],
                                     launch_thread[launched], span_key=rpc["row"])
         in_rpc[launched] = found >= 0
+        encloses[found[found >= 0]] = True
         need = np.flatnonzero((out[launched] < 0) & (found >= 0))
         entry = find_sorted(on_ops[0], rpc["row"][found[need]])
         hit = entry >= 0
         out[launched[need[hit]]] = on_ops[1][entry[hit]]
-    return out, in_rpc
+    return out, in_rpc, encloses
+
+
+def coalescing_blocks(scanned, is_transfer: np.ndarray, rpc: dict, encloses: np.ndarray,
+                      annotations: dict, cls: np.ndarray, launch_ts: np.ndarray,
+                      launch_thread: np.ndarray, in_rpc: np.ndarray, store: InMemory
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """The ops of each coalesced collective's kernel: ``(activity positions, comm-store
+    entries)``, one pair per op, by activity and then the op's start.
+
+    PyTorch's ``batch_isend_irecv`` (Megatron's and ``torch.distributed.pipelining``'s
+    pipeline sends / receives) and ``_coalescing_manager`` (coalesced all-gathers /
+    reduce-scatters) record one ``record_param_comms`` per op with its metadata, but the
+    ops launch nothing: NCCL launches one kernel for the whole block when it ends, inside
+    a ``nccl:coalesced`` annotation (``annotations``), and the kernel carries no args.
+    A kernel launched inside such an annotation (and inside no ``record_param_comms``:
+    ``in_rpc``) takes the ``record_param_comms`` ops of its launching thread that began
+    after the thread's previous launch of a device activity and ended by its own launch,
+    that launched nothing themselves (``encloses``) and name a collective that moves
+    data (``is_transfer`` by ``Collective name``: a ``wait`` is none)."""
+    none = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    if not (annotations["ts"].size and rpc["row"].size):
+        return none
+    comm = scanned.stores["comm"]
+    cstore, crow = comm.column("store"), comm.column("row")
+    op_rows, op_entries = _by_row(crow, np.flatnonzero(cstore == L.OPS))
+    entry = find_sorted(op_rows, rpc["row"])
+    coll = np.where(entry >= 0, comm.column("collective")[np.maximum(entry, 0)], -1)
+    usable = np.flatnonzero((entry >= 0) & ~encloses & is_transfer[coll])
+    if not usable.size:
+        return none
+    # the kernels launched inside a coalesced annotation, outside every record_param_comms
+    cand = store.positions(cls, lambda c: c == L.CLS_KERNEL)
+    cand = cand[(store.take(launch_thread, cand) >= 0) & ~store.take(in_rpc, cand)]
+    c_ts, c_th = store.take(launch_ts, cand), store.take(launch_thread, cand)
+    inside = _inside(annotations["ts"], annotations["dur"], annotations["thread"], c_ts,
+                     c_th.astype(np.int64))
+    cand, c_ts, c_th = cand[inside], c_ts[inside], c_th[inside].astype(np.int64)
+    if not cand.size:
+        return none
+    order = by_thread_then_time(c_th, c_ts)
+    cand, c_ts, c_th = cand[order], c_ts[order], c_th[order]
+    previous = _previous_launch(c_ts, c_th, launch_ts, launch_thread, store)
+    r_ts, r_th = rpc["ts"][usable], rpc["thread"][usable]
+    r_end = r_ts + np.maximum(rpc["dur"][usable], 0)
+    r_order = by_thread_then_time(r_th, r_ts)
+    usable, r_ts, r_th, r_end = usable[r_order], r_ts[r_order], r_th[r_order], r_end[r_order]
+    acts, entries = [], []
+    for th in np.unique(c_th).tolist():
+        lo_t, hi_t = np.searchsorted(r_th, [th, th + 1])
+        mine = np.flatnonzero(c_th == th)
+        first = lo_t + np.searchsorted(r_ts[lo_t:hi_t], previous[mine], side="right")
+        last = lo_t + np.searchsorted(r_ts[lo_t:hi_t], c_ts[mine], side="right")
+        counts = last - first
+        k = np.repeat(mine, counts)
+        ops = (np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+               + np.repeat(first, counts))
+        keep = r_end[ops] <= c_ts[k]
+        acts.append(cand[k[keep]])
+        entries.append(op_entries[entry[usable[ops[keep]]]])
+    act = np.concatenate(acts).astype(np.int64)
+    ent = np.concatenate(entries).astype(np.int64)
+    order = np.argsort(act, kind="stable")  # ops of one kernel stay in time order
+    return act[order], ent[order]
+
+
+def _previous_launch(c_ts: np.ndarray, c_th: np.ndarray, launch_ts: np.ndarray,
+                     launch_thread: np.ndarray, store: InMemory) -> np.ndarray:
+    """Per query launch (``c_ts`` / ``c_th``, ordered by thread then time): the latest
+    start of a device activity's launch on its thread before it (int64 min: none). One
+    pass over the activities' launches, a ``store`` slice at a time."""
+    out = np.full(c_ts.shape[0], np.iinfo(np.int64).min)
+    threads = np.unique(c_th)
+    for lo, hi in store.slices(launch_ts.shape[0]):
+        t, th = launch_ts[lo:hi], launch_thread[lo:hi]
+        for thread in threads.tolist():
+            mine = np.flatnonzero(c_th == thread)
+            sel = t[(th == thread) & (t >= 0)]
+            if not sel.size:
+                continue
+            # a launch at t precedes every query launched after it: the running maximum
+            # over the queries (ascending) of the latest launch placed at each
+            at = np.searchsorted(c_ts[mine], sel, side="right")
+            keep = at < mine.shape[0]
+            best = np.full(mine.shape[0], np.iinfo(np.int64).min)
+            np.maximum.at(best, at[keep], sel[keep])
+            out[mine] = np.maximum(out[mine], np.maximum.accumulate(best))
+    return out
 
 
 def _by_row(crow: np.ndarray, entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -6,6 +6,7 @@ import pyarrow as pa
 
 from ..analysis.diagnose.diagnosis import Diagnosis
 from ..analysis.diagnose.ledger import PARTS
+from ..analysis.diagnose.stragglers import NO_PEERS
 
 LABELS = {"compute": "compute", "memory": "memory", "grad_sync": "gradient sync",
           "comm_unsplit": "comm (split n/a)", "bubble": "pipeline bubble",
@@ -90,6 +91,8 @@ def ledger_lines(summary: dict, top: int = 5) -> list[str]:
     elif summary["peers_compared"]:
         lines.append("stragglers: none (every rank within 5 % of its peers' compute time "
                      "on the same kernels, or not significantly slower)")
+    elif summary["ranks"] > 1:
+        lines.append(f"stragglers: not assessed: {NO_PEERS}")
     return lines
 
 

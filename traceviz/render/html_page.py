@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from ..analysis.diff import short_name
+from ..analysis.diagnose.stragglers import NO_PEERS
 from ..analysis.report_types import Report
 from ..table.text import middle_cut
 from .pipeline_figure import gap_text
@@ -425,6 +426,8 @@ def _diagnosis(diag: dict | None, why: str | None, advice: list[dict] | None = N
     elif diag["peers_compared"]:
         out.append("<p>No straggler: every rank within 5 % of its peers' compute on the "
                    "same kernels (or not significantly slower).</p>")
+    elif diag["ranks"] > 1:
+        out.append(f"<p>Stragglers not assessed: {esc(NO_PEERS)}.</p>")
     out.append("<p class='note'>Every rank's iteration is split into parts that add up to "
                "it: compute, memory, exposed transfer (communication moving data with no "
                "compute under it), gradient sync, pipeline bubble (waiting on a pipeline "

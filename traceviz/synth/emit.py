@@ -11,6 +11,12 @@ real Megatron trace contains is reproduced (research/pp_collectives_megatron.md 
 * recompute as forward ops nested under ``CheckpointFunctionBackward``;
 * collectives as ``c10d::*`` -> ``record_param_comms`` (collective metadata, also copied
   onto the NCCL kernel as Kineto does) -> ``nccl:*`` annotation -> launch;
+* pipeline sends / receives of the 1F1B schedule as PyTorch 2.11 writes Megatron's
+  ``batch_isend_irecv`` (``batched_p2p``): ``c10d::send`` / ``c10d::recv_`` ->
+  ``record_param_comms`` launching nothing, then the block's one kernel launched inside a
+  ``nccl:coalesced`` annotation, the kernel without collective args (each send or
+  receive is a block of its own here; Megatron's merges a step's send and receive);
+  the interleaved schedule's (``overlap_p2p_comm``: no batching) as other collectives;
 * ``ProfilerStep#N`` and ``Optimizer.step#FusedAdam.step`` annotations;
 * with ``with_stack``, python_function frames of Megatron's schedule (forward_step,
   backward_step, recv_forward, ..., finalize_model_grads, optimizer step).
@@ -165,7 +171,9 @@ def comm_args(item: Item, members: list[int], pg_name: str, seq: int, rank: int,
 def emit_rank(w: RankWriter, program: list[Item], tl, *, device: int, iterations: int,
               first_iteration: int, schedule: str, with_stack: bool, pg_desc: bool, members_of,
               pg_name_of, seq_of, corr_base: int) -> list[dict]:
-    """Add every event of one rank to ``w``; returns the per-kernel truth rows."""
+    """Add every event of one rank to ``w``; returns the per-kernel truth rows. The 1F1B
+    schedule's sends / receives are batched (see the module doc)."""
+    batched_p2p = schedule == "1f1b"
     def args_of(item: Item, it: int, k: int) -> dict:
         return comm_args(item, members_of(item), pg_name_of(item), seq_of(it, k), w.rank,
                          pg_desc)
@@ -198,8 +206,9 @@ def emit_rank(w: RankWriter, program: list[Item], tl, *, device: int, iterations
                 w._event("cuda_runtime", item.name, tl.launch[idx], tl.launch_end[idx],
                          item.thread, {"cbid": SYNC_CBID[item.name], "correlation": corr})
                 continue
+            batch = batched_p2p and item.kind in ("send", "recv")
             ext = _launching_ops(w, item, tl, idx, forward_op_ts, members_of,
-                                 lambda: args_of(item, it, k))
+                                 lambda: args_of(item, it, k), batch)
             if item.thread == "bwd" and item.phase == "BWD" and item.seq_op in forward_op_ts:
                 flow_id += 1
                 t_f = forward_op_ts.pop(item.seq_op)
@@ -210,11 +219,11 @@ def emit_rank(w: RankWriter, program: list[Item], tl, *, device: int, iterations
             runtime = (("cudaMemsetAsync" if memset else "cudaMemcpyAsync")
                        if item.kind == "mem" else
                        "cudaLaunchKernel" if item.kind == "comp" else "cudaLaunchKernelExC")
+            linked = {"External id": ext} if ext is not None else {}
             t_launch = w._event("cuda_runtime", runtime, tl.launch[idx], tl.launch_end[idx],
-                                item.thread, {"External id": ext, "cbid": 211,
-                                              "correlation": corr})
+                                item.thread, {**linked, "cbid": 211, "correlation": corr})
             stream = STREAMS[item.lane]
-            kargs: dict = {"External id": ext, "queued": 0, "device": device,
+            kargs: dict = {**linked, "queued": 0, "device": device,
                            "context": 1, "stream": stream, "correlation": corr}
             if item.kind == "mem":
                 nbytes = 4 << 20
@@ -225,7 +234,7 @@ def emit_rank(w: RankWriter, program: list[Item], tl, *, device: int, iterations
                 cat = "kernel"
                 kargs.update({"registers per thread": 128, "shared memory": 0,
                               "grid": [132, 1, 1], "block": [256, 1, 1]})
-                if item.kind != "comp":
+                if item.kind != "comp" and not batch:
                     kargs.update(args_of(item, it, k))
             t_kernel = w._event(cat, item.name, tl.start[idx], tl.end[idx], "main", kargs,
                                 gpu=(device, stream))
@@ -245,11 +254,20 @@ def emit_rank(w: RankWriter, program: list[Item], tl, *, device: int, iterations
 
 
 def _launching_ops(w: RankWriter, item: Item, tl, idx, forward_op_ts, members_of,
-                   comm_args_now) -> int:
-    """The cpu_op chain around an item's launch; returns the External id of the launch.
-    ``comm_args_now()`` gives a collective's record_param_comms arguments."""
+                   comm_args_now, batch: bool = False) -> int | None:
+    """The cpu_op chain around an item's launch; returns the External id of the launch
+    (None: the launch has none). ``comm_args_now()`` gives a collective's
+    record_param_comms arguments; ``batch``: a send / receive of a coalescing block (its
+    op and record_param_comms end before the launch, made in ``nccl:coalesced``)."""
     i0, l1 = tl.issue[idx], tl.launch_end[idx]
     th = item.thread
+    if batch:
+        outer, _ = C10D[item.collective]
+        op_end = tl.launch[idx] - 4.0
+        w.cpu_op(outer, i0, op_end, th)
+        w.cpu_op("record_param_comms", i0 + 1.0, op_end - 1.0, th, **comm_args_now())
+        w.cpu_op("nccl:coalesced", op_end + 1.0, l1 + 1.0, th, cat="user_annotation")
+        return None
     if item.kind in ("coll", "send", "recv"):
         outer, note = C10D[item.collective]
         if th == "bwd" and item.phase == "BWD":  # issued by an autograd node's backward

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 
 import pyarrow as pa
 
@@ -32,7 +33,8 @@ ACTIVITY_SCHEMA = pa.schema([
     ("group_size", pa.int32()), ("group_ranks", pa.list_(pa.int32())),
     ("msg_in_bytes", pa.int64()), ("msg_out_bytes", pa.int64()), ("dtype", _TEXT),
     ("seq", pa.int64()), ("in_nelems", pa.int64()), ("out_nelems", pa.int64()),
-    ("src_rank", pa.int32()), ("dst_rank", pa.int32()), ("bytes", pa.int64()),
+    ("src_rank", pa.list_(pa.int32())), ("dst_rank", pa.list_(pa.int32())),
+    ("bytes", pa.int64()),
     ("memory_bw_gbps", pa.float64()), ("index", pa.int64())])
 ACTIVITY_COLUMNS = tuple(ACTIVITY_SCHEMA.names)
 
@@ -69,6 +71,11 @@ GROUPS = ("TP", "CP", "EP", "ETP", "DP", "EDP", "PP", "EMB", "POS_EMB", "OTHER")
 COLLECTIVES = ("AllReduce", "AllGather", "ReduceScatter", "AllToAll", "Broadcast",
                "SendRecv", "Reduce", "Gather", "Scatter", "Barrier", "Handshake")
 NO_PAYLOAD = ("Barrier", "Handshake")
+
+
+# the launch call of a CUDA / HIP graph replay (``launch_name``): the activities it
+# launched ran ops captured when the graph was recorded, not ops of this launch
+GRAPH_LAUNCH = re.compile(r"^(cuda|hip|cu)GraphLaunch")
 
 
 def group(name: str) -> int:

@@ -87,6 +87,10 @@ class KernelInfo:
     name: list[str]
     call: np.ndarray        # the call's id in the job (:mod:`..diagnose.waits`), -1 none
     p2p: np.ndarray         # bool: a point-to-point kernel (SendRecv)
+    # the further calls of rows that carry several transfers (a coalesced block of sends
+    # and receives): (row, call) pairs
+    more_calls: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64),
+                                                 np.zeros(0, np.int64))
 
 
 @dataclass
@@ -148,11 +152,19 @@ def join(ranks: list[RankGraph], infos: list[KernelInfo], offsets: dict[int, int
         comm = info.kind[trow] == 1
         rows, trow = rows[comm], trow[comm]
         p2p_seen += int(info.p2p[trow].sum())
+        # a row of several transfers is a member of each of their calls
+        more_row, more_call = info.more_calls
+        where = {t: i for i, t in enumerate(trow.tolist())}
+        found = [j for j, r in enumerate(more_row.tolist()) if r in where]
+        each = np.array(list(range(trow.size)) + [where[int(more_row[j])] for j in found],
+                        np.int64)
+        call = np.concatenate([info.call[trow], more_call[found]])
         ids = np.array([names.setdefault(info.name[t], len(names)) for t in trow.tolist()],
                        np.int64)
-        members += list(zip(info.call[trow].tolist(), (rg.start_node[rows] + b).tolist(),
-                            (rg.end_node[rows] + b).tolist(), info.group[trow].tolist(),
-                            ids.tolist(), info.p2p[trow].tolist()))
+        members += list(zip(call.tolist(), (rg.start_node[rows[each]] + b).tolist(),
+                            (rg.end_node[rows[each]] + b).tolist(),
+                            info.group[trow[each]].tolist(), ids[each].tolist(),
+                            (trow[each] + (k << 40)).tolist(), info.p2p[trow[each]].tolist()))
     ts = np.concatenate(node_ts) if node_ts else np.empty(0, np.int64)
     src, dst, own_c, grp_c, nm_c, p2p_joined = _collective_edges(members, ts)
     edges.add(src, dst, COLLECTIVE, 0, -1)
@@ -170,9 +182,9 @@ def join(ranks: list[RankGraph], infos: list[KernelInfo], offsets: dict[int, int
                      "their peer's kernel")
     if p2p_joined < p2p_seen and len(ranks) > 1:
         notes.append(f"WARNING: {p2p_seen - p2p_joined} send / receive kernel(s) could not "
-                     "be paired with their peer's (no Src / Dst Rank and no two-rank group, "
-                     "or the peer is not traced in this window): the path and what-ifs do "
-                     "not follow them across ranks")
+                     "be paired with their peer's (the peer is not traced in this window, or "
+                     "the kernel states none: see the notes on sends / receives): the path "
+                     "and what-ifs do not follow them across ranks")
     jg = JobGraph(graph, ranks, own[last], cat[last], base, offsets, notes, grp[last],
                   nm[last], sorted(names, key=lambda g: names[g]), np.zeros(ts.size, bool))
     jg.queued[np.concatenate(queued + [np.zeros(0, np.int64)])] = True  # type: ignore[index]
@@ -405,17 +417,19 @@ def _collective_edges(members, ts):
     start to each other member's kernel end, its own time that member's transfer (its
     end - the last member's start, measured), so that re-timed, a member ends its
     transfer after the latest re-timed arrival, whoever arrives last. Returns the edges,
-    own times, comm groups, name ids and how many point-to-point kernels were joined."""
+    own times, comm groups, name ids and how many point-to-point kernels were joined
+    (``members``: call, start node, end node, group, name id, the kernel's unique key,
+    point-to-point; a kernel of several transfers is a member of each of their calls)."""
     by_call: dict = {}
-    for call, s, e, grp, nm, p2p in members:
+    for call, s, e, grp, nm, key, p2p in members:
         if call >= 0:
-            by_call.setdefault(call, []).append((s, e, grp, nm, p2p))
+            by_call.setdefault(call, []).append((s, e, grp, nm, key, p2p))
     src, dst, own, grp_out, nm_out = [], [], [], [], []
-    joined = 0
+    joined: set[int] = set()
     for ms in by_call.values():
         if len(ms) < 2:
             continue
-        joined += sum(m[4] for m in ms)
+        joined.update(m[4] for m in ms if m[5])
         last = max(ts[m[0]] for m in ms)
         for v in ms:
             transfer = max(0, int(ts[v[1]] - last))
@@ -427,7 +441,7 @@ def _collective_edges(members, ts):
                     grp_out.append(v[2])
                     nm_out.append(v[3])
     return tuple(np.asarray(x, np.int64) for x in (src, dst, own, grp_out, nm_out)) + (
-        joined,)
+        len(joined),)
 
 
 def _transfer_spans(jg: JobGraph) -> np.ndarray:
@@ -574,9 +588,11 @@ def _slack(order, n, src, dst, ts, own, wait):
     return np.maximum(late - ts, 0)
 
 
-def kernel_info(table, calls: np.ndarray | None = None) -> KernelInfo:
+def kernel_info(table, calls: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
+                ) -> KernelInfo:
     """What the join needs of a rank's GPU activity table (see :class:`KernelInfo`);
-    ``calls``: the call id of each row (:func:`call_rows`; None: not joined)."""
+    ``calls``: the call id of each row and the further (row, call) pairs
+    (:func:`call_rows`; None: not joined)."""
     n = table.num_rows
     kind = index_in(table["kind"], KINDS) if "kind" in table.column_names \
         else np.full(n, -1, np.int64)
@@ -586,15 +602,20 @@ def kernel_info(table, calls: np.ndarray | None = None) -> KernelInfo:
         else np.full(n, -1, np.int64)
     return KernelInfo(kind=np.asarray(kind, np.int64), group=np.asarray(group, np.int64),
                       name=row_texts(table, "name", "").tolist(),
-                      call=np.full(n, -1, np.int64) if calls is None else calls,
-                      p2p=(coll == COLLECTIVES.index("SendRecv")) & (kind == 1))
+                      call=np.full(n, -1, np.int64) if calls is None else calls[0],
+                      p2p=(coll == COLLECTIVES.index("SendRecv")) & (kind == 1),
+                      **({} if calls is None else {"more_calls": calls[1]}))
 
 
-def call_rows(jc, rank: int, n_rows: int) -> np.ndarray:
+def call_rows(jc, rank: int, n_rows: int
+              ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
     """The call id (:mod:`..diagnose.waits`) of each row of ``rank``'s table in the
-    matched job ``jc``; -1 where none."""
+    matched job ``jc`` (-1 where none), and the (row, call) pairs of the further calls
+    of rows that carry several transfers."""
     k = [a.rank for a in jc.acts].index(rank)
     acts, rc = jc.acts[k], jc.comms[k]
     out = np.full(n_rows, -1, np.int64)
-    out[np.arange(n_rows)[acts.rows][rc.pos]] = rc.call
-    return out
+    row = np.arange(n_rows)[acts.rows][rc.pos]
+    out[row] = rc.call
+    more = (rc.op_call >= 0) & (rc.op_call != rc.call[rc.op_kernel])
+    return out, (row[rc.op_kernel[more]], rc.op_call[more])

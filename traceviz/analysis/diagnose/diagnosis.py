@@ -116,11 +116,16 @@ def pipelines_from_p2p(acts: list[RankActivities], comms: list[RankComm]
     forward: set[tuple[int, int]] = set()
     for a, rc in zip(acts, comms):
         pp = (a.group[rc.pos] == group("PP")) & (rc.peer >= 0)
-        for peer, direction, phase in zip(rc.peer[pp].tolist(), rc.direction[pp].tolist(),
-                                          a.phase[rc.pos][pp].tolist()):
+        for peer in rc.peer[pp].tolist():
             parent[find(a.rank)] = find(peer)
-            if direction == SEND and phase == FWD:
-                forward.add((a.rank, peer))
+        # a forward send: a send of a kernel of the forward (a block that also receives
+        # belongs to the step after it)
+        k = rc.op_kernel
+        fwd = ((a.group[rc.pos][k] == group("PP")) & (rc.op_direction == SEND)
+               & (a.phase[rc.pos][k] == FWD))
+        for peer in rc.op_peer[fwd].tolist():
+            parent[find(a.rank)] = find(peer)
+            forward.add((a.rank, peer))
     members: dict[int, list[int]] = {}
     for r in list(parent):
         members.setdefault(find(r), []).append(r)

@@ -1,9 +1,7 @@
 """The time ledger: where each rank's iteration goes, in parts that add up to its span.
 
-**Window.** A rank's iteration N runs from its ``ProfilerStep#N`` start to the later of
-the step's end and the end of the last GPU activity the step launched, cut at the next
-step's start (so windows never overlap); synced clock. A trace without ProfilerSteps is
-one window from its first activity start to its last end (iteration -1).
+**Window.** The iteration windows of :mod:`..iterations` (a rank's iteration where the
+GPU runs it).
 
 **Parts.** Every instant of the window goes to exactly one part, the first that holds:
 
@@ -40,13 +38,15 @@ import pyarrow as pa
 from ...intervals import grouped_top_times, union
 from ...table.schema import COMM, GROUPS, MEM, collective, group
 from ..activities import RankActivities
+from ..iterations import Windows, windows
 
 TRANSFER_PARTS = tuple(f"transfer_{g.lower()}" for g in GROUPS)
 PARTS = ("compute", "memory") + TRANSFER_PARTS + ("grad_sync", "comm_unsplit", "bubble",
                                                   "wait_rank", "cpu_bound", "idle")
 LEDGER_SCHEMA = pa.schema(
     [("rank", pa.int32()), ("iteration", pa.int32()), ("start_ns", pa.int64()),
-     ("span_ns", pa.int64())] + [(f"{p}_ns", pa.int64()) for p in PARTS])
+     ("span_ns", pa.int64())] + [(f"{p}_ns", pa.int64()) for p in PARTS]
+    + [("cpu_start_ns", pa.int64()), ("cpu_span_ns", pa.int64())])
 WAITS_SCHEMA = pa.schema([("rank", pa.int32()), ("iteration", pa.int32()),
                           ("part", pa.string()), ("group", pa.string()),
                           ("waited_for_rank", pa.int32()), ("exposed_ns", pa.int64())])
@@ -54,37 +54,6 @@ _COMPUTE, _MEMORY = 0, 1
 _TRANSFER0 = 2
 _GRAD, _UNSPLIT = _TRANSFER0 + len(GROUPS), _TRANSFER0 + len(GROUPS) + 1
 _WAIT0 = _UNSPLIT + 1  # waits: one level per (bubble?, group, waited-for rank) label
-
-
-@dataclass
-class Windows:
-    """One rank's iteration windows (ns, synced clock), in time order."""
-
-    iteration: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
-
-
-def windows(acts: RankActivities) -> Windows:
-    """The rank's iteration windows (see the module doc)."""
-    steps = sorted((s for s in acts.meta.get("steps") or []
-                    if isinstance(s, dict) and "ts" in s), key=lambda s: s["ts"])
-    if not steps:
-        if not len(acts):
-            return Windows(np.zeros(0, np.int64), np.zeros(0, np.int64),
-                           np.zeros(0, np.int64))
-        return Windows(np.array([-1]), np.array([acts.ts.min()]), np.array([acts.end.max()]))
-    its = np.array([int(s.get("iteration", -1)) for s in steps], np.int64)
-    start = np.array([int(s["ts"]) for s in steps], np.int64) - acts.offset_ns
-    end = start + np.array([max(int(s.get("dur", 0)), 0) for s in steps], np.int64)
-    last = np.full(its.size, np.iinfo(np.int64).min)
-    at = np.searchsorted(its, acts.iteration) if np.all(its[1:] > its[:-1]) else None
-    if at is not None and len(acts):
-        hit = (at < its.size) & (its[np.minimum(at, its.size - 1)] == acts.iteration)
-        np.maximum.at(last, at[hit], acts.end[hit])
-    end = np.maximum(end, last)
-    end[:-1] = np.minimum(end[:-1], start[1:])
-    return Windows(its, start, np.maximum(end, start))
 
 
 @dataclass
@@ -240,9 +209,15 @@ def ledger_tables(ledgers: list[RankLedger]) -> tuple[pa.Table, pa.Table]:
         cols["span_ns"].append(lg.windows.end - lg.windows.start)
         for j, part in enumerate(PARTS):
             cols[f"{part}_ns"].append(lg.parts[:, j])
-    ledger = pa.Table.from_arrays(
-        [pa.array(np.concatenate(cols[f.name]) if cols[f.name] else [], f.type)
-         for f in LEDGER_SCHEMA], schema=LEDGER_SCHEMA)
+        cpu = lg.windows.cpu_start >= 0
+        cols["cpu_start_ns"].append(np.where(cpu, lg.windows.cpu_start, -1))
+        cols["cpu_span_ns"].append(np.where(cpu, lg.windows.cpu_end - lg.windows.cpu_start,
+                                            -1))
+    def column(f: pa.Field) -> pa.Array:
+        v = np.concatenate(cols[f.name]) if cols[f.name] else np.zeros(0, np.int64)
+        return pa.array(v, f.type, mask=(v < 0) if f.name.startswith("cpu_") else None)
+
+    ledger = pa.Table.from_arrays([column(f) for f in LEDGER_SCHEMA], schema=LEDGER_SCHEMA)
     rows = [(lg.rank,) + w for lg in ledgers for w in lg.waits]
     waits = pa.Table.from_arrays(
         [pa.array([r[i] if not (f.name == "waited_for_rank" and int(r[i]) < 0) else None

@@ -3,8 +3,10 @@
 **Peers** are the ranks doing the same work: the ranks of one pipeline stage (tensor-,
 context-, expert- and data-parallel partners run the same layers; stages from the job's
 pipeline groups, else the parse's classification). Where no stage is known, the ranks
-that launch the same compute kernels the same number of times in each micro-batch (when
-that groups most ranks with others; else every rank is a peer of every other).
+that launch the same compute kernels the same number of times in each micro-batch. A
+rank without peers (one rank per stage in the job, or work no other rank runs) is
+compared with nobody: its slowdown is null and it is never called a straggler (ranks of
+different stages run different layers; their times say nothing of their GPUs).
 
 **Same kernels.** Compute kernels are summed per *unit*: (iteration, phase, micro-batch,
 chunk, kernel name), or (iteration, kernel name) where the trace has no micro-batches
@@ -45,6 +47,10 @@ from ..activities import RankActivities
 
 P_MAX = 0.01
 SLOWDOWN_MIN = 1.05
+# why no rank is compared (every class of peers has one rank)
+NO_PEERS = ("no two ranks do the same work here (one rank per pipeline stage in the job, "
+            "and no other rank launches the same kernels); ranks of different stages run "
+            "different layers, so their times say nothing of their GPUs")
 SCHEMA = pa.schema([
     ("rank", pa.int32()), ("node", pa.int32()), ("local_gpu", pa.int32()),
     ("stage", pa.int32()), ("peers", pa.int32()), ("slowdown", pa.float64()),
@@ -129,15 +135,10 @@ def peer_speed(ranks: list[RankActivities], stage: dict[int, int],
         keyed[r] = dict(zip(map(tuple, keys.tolist()), ns.tolist()))
         work[r] = hash(tuple(zip(map(tuple, keys.tolist()), count.tolist())))
     rows = []
-    classes: dict[int, list[int]] = {}
-    for a in ranks:
-        classes.setdefault(stage.get(a.rank, -1), []).append(a.rank)
-    if not stage:  # no stages known: peers are the ranks that run the same kernels
-        alike: dict[int, list[int]] = {}
-        for a in ranks:
-            alike.setdefault(work[a.rank], []).append(a.rank)
-        if sum(len(m) for m in alike.values() if len(m) > 1) > len(ranks) // 2:
-            classes = {k: m for k, m in enumerate(alike.values())}
+    classes: dict[tuple, list[int]] = {}
+    for a in ranks:  # no stage known: the ranks that run the same kernels
+        key = ("stage", stage[a.rank]) if a.rank in stage else ("work", work[a.rank])
+        classes.setdefault(key, []).append(a.rank)
     for members in classes.values():
         rows += _compare(members, keyed, stage)
     by_rank = {a.rank: a for a in ranks}

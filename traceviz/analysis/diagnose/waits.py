@@ -40,11 +40,11 @@ from ...table.arrays import codes_of, ints
 from ...table.schema import COLLECTIVES, COMM, GROUPS, NO_PAYLOAD, PHASES, collective
 from ..activities import RankActivities, activities
 from ..calls import rank_calls
-from ..clocks import offsets_from_calls
+from ..clocks import hosts_of, offsets_from_calls
 
 META_COLUMNS = ("pg_name", "seq", "src_rank", "dst_rank", "group_size", "group_ranks",
                 "msg_in_bytes", "msg_out_bytes")
-SEND, RECV = 1, 2
+SEND, RECV, BOTH = 1, 2, 3  # BOTH: a kernel that sends and receives
 # the kind of a call in comm_calls: the collective, a point-to-point kernel by direction
 CALL_KINDS = COLLECTIVES + ("Send", "Recv")
 _COLL, _ORD, _P2P, _PAIR = range(4)  # how a kernel is matched
@@ -63,23 +63,32 @@ COMM_CALLS_SCHEMA = pa.schema([
 class RankComm:
     """One rank's communication kernels (positions into its activities, in time order)
     with their split. ``wait_end`` is where the wait ends and the transfer begins (ns,
-    the activities' clock; ``ts <= wait_end <= end``), meaningful where ``known``."""
+    the activities' clock; ``ts <= wait_end <= end``), meaningful where ``known``.
+
+    A point-to-point kernel carries one or more transfers (``op_*``: a coalesced block
+    of sends and receives is one kernel); ``peer`` / ``direction`` per kernel are its
+    only peer and direction, or, of several, those of the transfer it waited for last
+    (BOTH: it sends and receives)."""
 
     rank: int
     pos: np.ndarray         # int64 positions into the rank's RankActivities
     pg: np.ndarray          # process group: index into the job's pg names, -1 none
     seq: np.ndarray         # Seq, -1 none
     peer: np.ndarray        # P2P: the peer's global rank, -1 unknown / not P2P
-    direction: np.ndarray   # SEND / RECV / 0 unknown or not P2P
+    direction: np.ndarray   # SEND / RECV / BOTH / 0 unknown or not P2P
     size: np.ndarray        # ranks in the process group, -1 unknown
     no_payload: np.ndarray  # bool
     kind: np.ndarray        # index into CALL_KINDS, -1 unknown
+    op_kernel: np.ndarray   # per transfer: its kernel (index into ``pos``)
+    op_peer: np.ndarray     # per transfer: the peer's global rank
+    op_direction: np.ndarray  # per transfer: SEND / RECV
     wait_end: np.ndarray = None  # type: ignore[assignment]
     known: np.ndarray = None     # type: ignore[assignment]
     waited_for: np.ndarray = None  # type: ignore[assignment]  # rank, -1 nobody / unknown
     members: np.ndarray = None   # type: ignore[assignment]  # ranks seen in the call
     expected: np.ndarray = None  # type: ignore[assignment]  # ranks the call needs, -1
     call: np.ndarray = None  # type: ignore[assignment]  # the call's id in the job, -1 none
+    op_call: np.ndarray = None  # type: ignore[assignment]  # per transfer: its call, -1
 
     def __len__(self) -> int:
         return self.pos.shape[0]
@@ -104,52 +113,87 @@ def rank_comm(table: pa.Table, acts: RankActivities, pg_names: dict[str, int]) -
     def col(name):
         return ints(sub[name]) if name in have else np.full(rows.size, -1, np.int64)
 
+    coll = acts.collective[pos]
+    p2p = coll == collective("SendRecv")
+    at = np.flatnonzero(p2p)
+
+    def lists(name):  # of the point-to-point kernels only (few)
+        return (sub[name].take(pa.array(at, pa.int64())).to_pylist() if name in have
+                else [None] * at.size)
+
     codes, names = codes_of(sub["pg_name"]) if "pg_name" in have else (
         np.full(rows.size, -1, np.int64), [])
     lut = np.array([pg_names.setdefault(str(n), len(pg_names)) for n in names] + [-1],
                    np.int64)
     pg = lut[codes]
     size = col("group_size")
-    coll = acts.collective[pos]
-    p2p = coll == collective("SendRecv")
-    peer, direction = _peers(acts.rank, p2p, col("src_rank"), col("dst_rank"),
-                             sub["group_ranks"] if "group_ranks" in have else None)
+    members = lists("group_ranks")
+    op_kernel, op_peer, op_direction = _transfers(acts.rank, at, lists("src_rank"),
+                                                  lists("dst_rank"), members)
+    peer, direction = _kernel_peers(p2p, op_kernel, op_peer, op_direction, at, members,
+                                    acts.rank)
     in_b, out_b = col("msg_in_bytes"), col("msg_out_bytes")
     no_payload = np.isin(coll, [collective(c) for c in NO_PAYLOAD]) | (
         (in_b == 0) & (out_b == 0))
-    kind = np.where(p2p & (direction == SEND), CALL_KINDS.index("Send"),
-                    np.where(p2p & (direction == RECV), CALL_KINDS.index("Recv"), coll))
+    kind = np.select([p2p & (direction == SEND), p2p & (direction == RECV),
+                      p2p & (direction == BOTH)],
+                     [CALL_KINDS.index("Send"), CALL_KINDS.index("Recv"),
+                      CALL_KINDS.index("SendRecv")], coll)
     return RankComm(acts.rank, pos, pg, col("seq"), peer, direction, size, no_payload,
-                    kind.astype(np.int64))
+                    kind.astype(np.int64), op_kernel, op_peer, op_direction)
 
 
-def _peers(rank: int, p2p: np.ndarray, src: np.ndarray, dst: np.ndarray,
-           group_ranks: pa.ChunkedArray | None) -> tuple[np.ndarray, np.ndarray]:
-    """(peer global rank, direction) of each kernel (see the module doc)."""
-    mine = (-1, rank)
-    send = p2p & ~np.isin(dst, mine) & np.isin(src, mine)
-    recv = p2p & ~np.isin(src, mine) & np.isin(dst, mine)
-    peer = np.where(send, dst, np.where(recv, src, -1)).astype(np.int64)
-    direction = np.where(send, SEND, np.where(recv, RECV, 0)).astype(np.int64)
-    check = np.flatnonzero(p2p)
-    if group_ranks is None or not check.size:
-        return peer, direction
-    lists = group_ranks.take(pa.array(check)).to_pylist()
-    for i, members in zip(check.tolist(), lists):
-        if not members:
-            continue
-        if peer[i] >= 0 and peer[i] not in members and peer[i] < len(members):
-            peer[i] = members[peer[i]]  # a group-local rank (older writers)
-        elif peer[i] < 0 and len(members) == 2 and rank in members:
+def _transfers(rank: int, at: np.ndarray, recv_from: list, send_to: list,
+               group_ranks: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The transfers of the point-to-point kernels (kernel indexes ``at``; the lists are
+    theirs): (kernel index, peer's global rank, SEND / RECV), a kernel's sends before its
+    receives, each in the order stated. A peer that is not in the group's ranks but
+    indexes them is the peer's position in the group (older writers); a peer equal to
+    the rank itself is none (older writers state the sender on a send too)."""
+    kernel, peer, direction = [], [], []
+    for j, i in enumerate(at.tolist()):
+        members = group_ranks[j] or []
+        for d, listed in ((SEND, send_to[j]), (RECV, recv_from[j])):
+            for p in listed or ():
+                if members and p not in members and 0 <= p < len(members):
+                    p = members[p]
+                if p != rank:
+                    kernel.append(i)
+                    peer.append(p)
+                    direction.append(d)
+    return (np.asarray(kernel, np.int64), np.asarray(peer, np.int64),
+            np.asarray(direction, np.int64))
+
+
+def _kernel_peers(p2p: np.ndarray, op_kernel: np.ndarray, op_peer: np.ndarray,
+                  op_direction: np.ndarray, at: np.ndarray, group_ranks: list, rank: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """(peer, direction) per kernel before matching: its transfers' peer where they have
+    one (-1 where several), SEND / RECV / BOTH; a point-to-point kernel (``at``, with
+    ``group_ranks`` of each) without transfers in a two-rank group has the other member
+    as its peer, direction unknown."""
+    n = p2p.shape[0]
+    lo = np.full(n, np.iinfo(np.int64).max)
+    hi = np.full(n, -1, np.int64)
+    np.minimum.at(lo, op_kernel, op_peer)
+    np.maximum.at(hi, op_kernel, op_peer)
+    peer = np.where(lo == hi, hi, -1)
+    direction = np.zeros(n, np.int64)
+    np.bitwise_or.at(direction, op_kernel, op_direction)
+    for j, i in enumerate(at.tolist()):
+        members = group_ranks[j]
+        if hi[i] < 0 and members and len(members) == 2 and rank in members:
             peer[i] = members[1 - members.index(rank)]  # a pair: the other one
     return peer, direction
 
 
 def _ordinal(keys: np.ndarray, ts: np.ndarray) -> np.ndarray:
-    """Position of each row among the rows with the same ``keys`` (2-D), by ``ts``."""
+    """Position of each row among the rows with the same ``keys`` (2-D), by ``ts`` (ties
+    in row order)."""
     if not ts.size:
         return np.zeros(0, np.int64)
-    order = np.lexsort((ts,) + tuple(keys[:, c] for c in range(keys.shape[1] - 1, -1, -1)))
+    order = np.lexsort((np.arange(ts.size), ts)
+                       + tuple(keys[:, c] for c in range(keys.shape[1] - 1, -1, -1)))
     k = keys[order]
     new = np.r_[True, (k[1:] != k[:-1]).any(axis=1)]
     first = np.maximum.accumulate(np.where(new, np.arange(order.size), 0))
@@ -158,41 +202,60 @@ def _ordinal(keys: np.ndarray, ts: np.ndarray) -> np.ndarray:
     return out
 
 
+def _rank_rows(acts: RankActivities, rc: RankComm) -> dict[str, np.ndarray]:
+    """What one rank contributes to matching: a row per kernel matched as a whole
+    (collectives, a pair's transfer of unknown direction) and a row per transfer of a
+    point-to-point kernel, each with its kernel, how it is matched, and its key."""
+    n = len(rc)
+    ts = acts.ts[rc.pos]
+    it = acts.iteration[rc.pos].astype(np.int64)
+    how = np.full(n, -1, np.int64)
+    has_pg = rc.pg >= 0
+    how[has_pg] = np.where(rc.seq[has_pg] >= 0, _COLL, _ORD)
+    whole = np.ones(n, bool)
+    whole[rc.op_kernel] = False  # matched by its transfers
+    pair = whole & (rc.peer >= 0)
+    how[pair] = _PAIR
+    kernel = np.concatenate([np.flatnonzero(whole), rc.op_kernel])
+    k_how = np.concatenate([how[whole], np.full(rc.op_kernel.size, _P2P)])
+    peer = np.concatenate([rc.peer[whole], rc.op_peer])
+    direction = np.concatenate([np.zeros(int(whole.sum()), np.int64), rc.op_direction])
+    pg, seq, t, i = rc.pg[kernel], rc.seq[kernel], ts[kernel], it[kernel]
+    rank = np.full(kernel.size, acts.rank, np.int64)
+    sender = np.where(direction == RECV, peer, rank)
+    receiver = np.where(direction == RECV, rank, peer)
+    lo, hi = np.minimum(rank, peer), np.maximum(rank, peer)
+    z = np.zeros(kernel.size, np.int64)
+    p2p = k_how >= _P2P
+    # the rank-local grouping each ordinal counts within (a kernel's transfers in order)
+    ordinal = _ordinal(np.stack([k_how, pg, i, direction, np.where(p2p, peer, 0)], axis=1), t)
+    key = np.stack([
+        k_how, pg,
+        np.select([k_how == _COLL, k_how == _ORD, k_how == _P2P], [seq, i, sender], lo),
+        np.select([k_how == _ORD, k_how == _P2P], [ordinal, receiver],
+                  np.where(k_how == _PAIR, hi, z)),
+        np.where(p2p, i, z), np.where(p2p, ordinal, z)], axis=1)
+    expected = np.where(p2p, 2, rc.size[kernel])
+    return {"key": key, "rank": rank, "ts": t, "kernel": kernel, "expected": expected,
+            "transfer": np.concatenate([np.full(int(whole.sum()), -1),
+                                        np.arange(rc.op_kernel.size)])}
+
+
 def match(ranks: list[RankActivities], comms: list[RankComm], synced: bool) -> None:
     """Match every communication kernel of the job into calls and fill in each
     :class:`RankComm`'s split (see the module doc). ``synced``: the activities' clocks
-    are synced (else every cross-rank wait is unknown)."""
-    parts = []
-    for acts, rc in zip(ranks, comms):
-        n = len(rc)
-        ts = acts.ts[rc.pos]
-        it = acts.iteration[rc.pos].astype(np.int64)
-        rank = np.full(n, acts.rank, np.int64)
-        how = np.full(n, -1, np.int64)
-        has_pg = rc.pg >= 0
-        how[has_pg] = np.where(rc.seq[has_pg] >= 0, _COLL, _ORD)
-        how[rc.peer >= 0] = np.where(rc.direction[rc.peer >= 0] > 0, _P2P, _PAIR)
-        sender = np.where(rc.direction == RECV, rc.peer, rank)
-        receiver = np.where(rc.direction == RECV, rank, rc.peer)
-        lo, hi = np.minimum(rank, rc.peer), np.maximum(rank, rc.peer)
-        # the rank-local grouping each ordinal counts within
-        local = np.stack([how, rc.pg, it, np.select([how == _P2P, how == _PAIR],
-                                                    [rc.direction, 0], 0),
-                          np.where(how >= _P2P, rc.peer, 0)], axis=1)
-        ordinal = _ordinal(local, ts)
-        z = np.zeros(n, np.int64)
-        key = np.stack([
-            how, rc.pg,
-            np.select([how == _COLL, how == _ORD, how == _P2P], [rc.seq, it, sender], lo),
-            np.select([how == _ORD, how == _P2P], [ordinal, receiver], np.where(
-                how == _PAIR, hi, z)),
-            np.where(how >= _P2P, it, z), np.where(how >= _P2P, ordinal, z)], axis=1)
-        parts.append((key, rank, ts, rc, acts))
-    keys = np.concatenate([p[0] for p in parts]) if parts else np.zeros((0, 6), np.int64)
-    rank = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
-    ts = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, np.int64)
-    matched = keys[:, 0] >= 0
+    are synced (else every cross-rank wait is unknown). A kernel of several transfers
+    waits until the last of its peers arrives (its call is that transfer's)."""
+    parts = [_rank_rows(acts, rc) for acts, rc in zip(ranks, comms)]
+
+    def joined(name: str, width: int = 0) -> np.ndarray:
+        if parts:
+            return np.concatenate([p[name] for p in parts])
+        return np.zeros((0, width) if width else 0, np.int64)
+
+    keys, rank, ts = joined("key", 6), joined("rank"), joined("ts")
     call = np.full(keys.shape[0], -1, np.int64)
+    matched = keys[:, 0] >= 0
     n_calls = 0
     if matched.any():
         _, inv = np.unique(keys[matched], axis=0, return_inverse=True)
@@ -201,41 +264,59 @@ def match(ranks: list[RankActivities], comms: list[RankComm], synced: bool) -> N
     # each rank's arrival per call: its first kernel's start
     mem = np.flatnonzero(call >= 0)
     pair = np.unique(np.stack([call[mem], rank[mem]], axis=1), axis=0)
-    members = np.bincount(pair[:, 0], minlength=n_calls) if n_calls else np.zeros(0, np.int64)
+    members = np.bincount(pair[:, 0], minlength=n_calls)
     arrive = np.full(pair.shape[0], np.iinfo(np.int64).max)
-    where = _row_of(pair, call[mem], rank[mem])
-    np.minimum.at(arrive, where, ts[mem])
-    last = np.full(n_calls, np.iinfo(np.int64).min)
+    np.minimum.at(arrive, _row_of(pair, call[mem], rank[mem]), ts[mem])
+    last = np.full(n_calls + 1, np.iinfo(np.int64).min)  # [n_calls]: no call
     np.maximum.at(last, pair[:, 0], arrive)
     is_last = arrive == last[pair[:, 0]]
-    last_rank = np.full(n_calls, np.iinfo(np.int64).max)
-    np.minimum.at(last_rank, pair[is_last, 0], pair[is_last, 1])
-    size = np.concatenate([p[3].size for p in parts]) if parts else np.zeros(0, np.int64)
-    how = keys[:, 0]
-    expected = np.full(n_calls, -1, np.int64)
-    coll = (how == _COLL) | (how == _ORD)
-    np.maximum.at(expected, call[coll & (call >= 0)], size[coll & (call >= 0)])
-    np.maximum.at(expected, call[~coll & (call >= 0)], 2)
-    complete = np.where(expected > 0, members >= expected, members >= 2) & synced
+    last_rank = np.full(n_calls + 1, -1, np.int64)
+    first_last = np.full(n_calls, np.iinfo(np.int64).max)
+    np.minimum.at(first_last, pair[is_last, 0], pair[is_last, 1])
+    last_rank[:n_calls] = first_last
+    expected = np.full(n_calls + 1, -1, np.int64)
+    np.maximum.at(expected, call[mem], joined("expected")[mem])
+    complete = np.zeros(n_calls + 1, bool)
+    complete[:n_calls] = np.where(expected[:n_calls] > 0, members >= expected[:n_calls],
+                                  members >= 2) & synced
+    members = np.r_[members, 1]
     at = 0
-    for key, rk, t, rc, acts in parts:
-        n = len(rc)
-        c = call[at:at + n]
-        at += n
-        end = acts.end[rc.pos]
-        if not n_calls:  # nothing matched: a zero-length lookup would index nothing
-            c = np.full(n, -1, np.int64)
-        at_c = np.maximum(c, 0)
-        ok = (c >= 0) & (complete[at_c] if n_calls else False)
-        lst = np.where(ok, last[at_c] if n_calls else t, t)
+    for p, acts, rc in zip(parts, ranks, comms):
+        m = p["kernel"].size
+        c = np.where(call[at:at + m] >= 0, call[at:at + m], n_calls)
+        at += m
+        n, k = len(rc), p["kernel"]
+        t, end = acts.ts[rc.pos], acts.end[rc.pos]
+        # per kernel: its latest-arriving call; known when every one of its calls is
+        rows_of = np.zeros(n, np.int64)
+        np.add.at(rows_of, k, 1)
+        done = np.zeros(n, np.int64)
+        np.add.at(done, k, complete[c])
+        ok = (rows_of > 0) & (done == rows_of)
+        latest = np.full(n, np.iinfo(np.int64).min)
+        np.maximum.at(latest, k, last[c])
+        hit = np.flatnonzero(last[c] == latest[k])  # the first row reaching ``latest``
+        first = np.full(n, m, np.int64)
+        np.minimum.at(first, k[hit], hit)
+        first = np.minimum(first, max(m - 1, 0))
+        pick = c[first] if m else np.full(n, n_calls, np.int64)
+        lst = np.where(ok, latest, t)
         rc.wait_end = np.where(rc.no_payload, end, np.clip(lst, t, end))
         rc.known = ok | rc.no_payload
-        who = np.where(ok, last_rank[at_c] if n_calls else -1, -1)
+        who = np.where(ok, last_rank[pick], -1)
         rc.waited_for = np.where((who != acts.rank) & (rc.wait_end > t) & ok, who, -1)
-        rc.call = c
-        rc.members = np.where(c >= 0, members[at_c] if n_calls else 1, 1)
-        rc.expected = np.where(c >= 0, expected[at_c] if n_calls else -1,
+        rc.call = np.where(pick < n_calls, pick, -1)
+        rc.members = members[pick]
+        rc.expected = np.where(pick < n_calls, expected[pick],
                                np.where(rc.peer >= 0, 2, rc.size))
+        op = p["transfer"] >= 0
+        rc.op_call = np.full(rc.op_kernel.size, -1, np.int64)
+        rc.op_call[p["transfer"][op]] = np.where(c[op] < n_calls, c[op], -1)
+        # a kernel of transfers to several peers: the peer of the one it waited for last
+        several = (rc.peer < 0) & (rows_of > 1) & (m > 0)
+        tr = p["transfer"][first] if m else np.full(n, -1, np.int64)
+        rc.peer = np.where(several & (tr >= 0), rc.op_peer[np.maximum(tr, 0)]
+                           if rc.op_peer.size else -1, rc.peer)
 
 
 def _row_of(pairs: np.ndarray, call: np.ndarray, rank: np.ndarray) -> np.ndarray:
@@ -307,17 +388,50 @@ def job_comm(tables: dict[int, pa.Table], offsets: dict[int, int] | None = None,
     ranks = sorted(tables)
     if offsets is None:
         offsets, synced = offsets_from_calls([rank_calls(tables[r], r) for r in ranks],
-                                             notes)
+                                             notes, hosts_of(tables))
     acts = [activities(tables[r], rank=r, offset_ns=offsets.get(r, 0)) for r in ranks]
     names: dict[str, int] = {}
     comms = [rank_comm(tables[a.rank], a, names) for a in acts]
     match(acts, comms, synced)
+    if len(ranks) > 1:
+        notes += p2p_notes(acts, comms)
     for a, rc in zip(acts, comms):
         a.wait_end = np.full(len(a), -1, np.int64)
         a.wait_end[rc.pos[rc.known]] = rc.wait_end[rc.known]
         a.waited_for = np.full(len(a), -1, np.int64)
         a.waited_for[rc.pos] = rc.waited_for
     return JobComm(acts, comms, sorted(names, key=lambda g: names[g]), offsets, synced, notes)
+
+
+def p2p_notes(acts: list[RankActivities], comms: list[RankComm]) -> list[str]:
+    """What leaves point-to-point kernels unpaired, specifically: transfers whose peer is
+    not among the job's ranks (not traced, or not in this window), and point-to-point
+    kernels that state no peer (no ``Src Rank`` / ``Dst Rank``, no coalesced ops, not a
+    two-rank group)."""
+    traced = {a.rank for a in acts}
+    missing: dict[int, int] = {}
+    silent = 0
+    for a, rc in zip(acts, comms):
+        for peer in rc.op_peer.tolist():
+            if peer not in traced:
+                missing[peer] = missing.get(peer, 0) + 1
+        p2p = a.collective[rc.pos] == collective("SendRecv")
+        stated = np.zeros(len(rc), bool)
+        stated[rc.op_kernel] = True
+        silent += int((p2p & ~stated & (rc.peer < 0)).sum())
+    out = []
+    if missing:
+        peers = sorted(missing)
+        shown = ", ".join(map(str, peers[:8])) + (f" and {len(peers) - 8} more"
+                                                  if len(peers) > 8 else "")
+        out.append(f"WARNING: {sum(missing.values())} send / receive transfer(s) name a peer "
+                   f"that is not traced here (rank(s) {shown}): their wait / transfer split "
+                   "is unknown and the path does not follow them; trace those ranks too")
+    if silent:
+        out.append(f"WARNING: {silent} send / receive kernel(s) state no peer (no Src / Dst "
+                   "Rank, no coalesced send / receive ops before their launch, not a two-rank "
+                   "group): their wait / transfer split is unknown")
+    return out
 
 
 def split_rows(jc: JobComm, rank: int, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
