@@ -67,11 +67,22 @@ def _coalesced_blocks(events: list[dict]) -> list[dict]:
     return out
 
 
-@pytest.fixture(scope="module", params=MEGATRON)
-def megatron(request, tmp_path_factory):
-    """One real Megatron job: its rank files and its diagnosis (from a copy of the job
-    folder: the tables are cached beside it)."""
+@pytest.fixture(scope="module")
+def job_cwd(module_folder):
+    """A folder per real job to run its commands in: its tables, parsed once by the first
+    command (in ``traceviz-out/``), are taken up to date by the next ones."""
+    def cwd(job: str) -> Path:
+        folder = module_folder / job
+        folder.mkdir(exist_ok=True)
+        return folder
+    return cwd
+
+
+@pytest.fixture(params=MEGATRON)
+def megatron(request, job_cwd, monkeypatch):
+    """One real Megatron job: its rank files, the commands run in its own folder."""
     job = request.param
+    monkeypatch.chdir(job_cwd(job))
     return job, _rank_files(job)
 
 
@@ -293,13 +304,15 @@ def _assert_rows_equal(framed: dict, frameless: dict) -> None:
             assert abs(a[col] - b[col]) <= 1_000, (key, col, a[col], b[col])
 
 
-def test_frameless_megatron_equals_framed(tmp_path):
+def test_frameless_megatron_equals_framed(tmp_path, job_cwd, monkeypatch):
     """The real 1F1B Megatron job with its python frames removed: the same micro-batch
     rows as with them (wall, compute, communication within 1 µs), the frames' own
     micro-batches (forward_step / backward_step) giving the keys."""
     src = shared(f"{GPU}/megatron_1f1b")
     _strip_frames(src, tmp_path / "stripped")
+    monkeypatch.chdir(job_cwd("megatron_1f1b"))
     framed = _microbatch_rows(src / "iteration_5")
+    monkeypatch.chdir(tmp_path)
     frameless = _microbatch_rows(tmp_path / "stripped" / "iteration_5")
     # the frames' micro-batch steps: 8 forward and 8 backward per rank
     forward_steps = Counter()
@@ -460,11 +473,12 @@ def test_no_straggler_claim_across_stages(tmp_path):
                for line in result.lines)
 
 
-def test_peers_are_the_ranks_of_one_stage():
+def test_peers_are_the_ranks_of_one_stage(job_cwd, monkeypatch):
     """On the whole real job each rank is compared with the ranks of its own stage only:
     the pipeline groups its traces' pg_config states (read here from the raw JSON)."""
     from traceviz.commands import diagnose
 
+    monkeypatch.chdir(job_cwd("megatron_1f1b"))
     files = _rank_files("megatron_1f1b")
     stage = {}
     for path in files:
