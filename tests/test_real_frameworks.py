@@ -491,3 +491,28 @@ def test_peers_are_the_ranks_of_one_stage(job_cwd, monkeypatch):
     assert {r["rank"]: r["stage"] for r in speed} == stage
     size = Counter(stage.values())
     assert all(r["peers"] == size[stage[r["rank"]]] - 1 for r in speed)
+
+
+def test_hosts_stated_in_the_trace_are_one_clock_each(tmp_path):
+    """Ranks that state their host share its clock: two hosts of two ranks each, one
+    offset per host, whatever the ranks' own ends say (hand-built: the second host 300
+    µs ahead, the kernels of one collective ending 30 µs apart on each host)."""
+    from handjob import K, Rank, trace
+    from traceviz.analysis.clocks import hosts_of
+
+    group = [0, 1, 2, 3]
+    tables = {}
+    for r in group:
+        ks = [K(100 + 200 * c, 150 + 200 * c + 30 * (r % 2), "ncclDevKernel_AllReduce", 21,
+                coll="allreduce", group=group, pg="0", desc="DATA_PARALLEL_GROUP", seq=c)
+              for c in range(4)]
+        doc = trace(Rank(r, 4, ks, [(1, 0, 1000)], skew=300.0 * (r // 2)))
+        doc["hostname"] = f"node{r // 2}"
+        (tmp_path / f"rank_{r}.json").write_text(json.dumps(doc))
+        tables[r] = traceviz.parse(tmp_path / f"rank_{r}.json")
+    hosts = hosts_of(tables)
+    assert hosts == {0: "hostname=node0", 1: "hostname=node0", 2: "hostname=node1",
+                     3: "hostname=node1"}
+    sync = synchronize({r: ends_of(rank_calls(t, r)) for r, t in tables.items()}, hosts)
+    assert sync.method == "shifted"
+    assert sync.offsets.tolist() == [0, 0, 300_000, 300_000]

@@ -13,10 +13,10 @@ The shift is kept only where it explains the ends: the ranks' own clocks (offset
 kept when the shifted residuals' mean square is more than :data:`SHIFT_EXPLAINS` of the
 own clocks' (a least-squares shift always lowers it a little: on one host, where the
 clock is one, the ends of a collective's kernels differ by what the ranks did, not by a
-clock, and no shift makes them agree). Ranks that state one host (a ``hostname`` in the
-trace's header or distributedInfo) share one clock: they are shifted together, and a
-job on one host is never shifted. ``ClockSync.method`` / ``why`` say which was chosen
-and why.
+clock, and no shift makes them agree). Ranks that state one host (a ``hostname`` /
+``boot_id`` in the trace's header or distributedInfo) share one clock: they are shifted
+together, and a job on one host is never shifted. ``ClockSync.method`` / ``why`` say
+which was chosen and why.
 
 Offsets and residuals are int64 / float64 ns; a synced time is ``ts - offset``.
 """
@@ -103,13 +103,18 @@ def ends_of(calls) -> CollectiveEnds:
 
 
 def host_of(meta: dict) -> str | None:
-    """The host a rank's trace states it ran on (a ``hostname`` at the top level of the
-    trace or in its distributedInfo; PyTorch's profiler writes none itself), else None."""
-    for where in (meta.get("header") or {}, meta.get("distributed") or {}):
-        host = where.get("hostname") if isinstance(where, dict) else None
-        if isinstance(host, str) and host:
-            return host
-    return None
+    """The host (and boot) a rank's trace states it ran on: its ``hostname`` and
+    ``boot_id`` at the top level of the trace or in its distributedInfo (PyTorch's
+    profiler writes neither itself; a launcher may add them), else None. One host
+    booted once is one clock."""
+    said = []
+    for key in ("hostname", "boot_id"):
+        for where in (meta.get("header") or {}, meta.get("distributed") or {}):
+            value = where.get(key) if isinstance(where, dict) else None
+            if isinstance(value, str) and value:
+                said.append(f"{key}={value}")
+                break
+    return " ".join(said) or None
 
 
 def hosts_of(tables: dict) -> dict[int, str | None]:

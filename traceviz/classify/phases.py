@@ -165,9 +165,10 @@ def ops_from_threads(facts: LaunchFacts, rows: np.ndarray, main_thread: int
         # zeroed, counters made) are no step's
         opening = (memory == MEMSET) | (memory == ZEROING)
         run[:int(np.argmax(~opening)) if (~opening).any() else None] = -1
-        # a run of memory copies / sets (and fills, bookkeeping) only is no micro-batch op
+        # a run of memory copies / sets only is no micro-batch op (a run of fills is:
+        # the root gradient's ones_like before a backward)
         work = np.zeros(int(run.max()) + 2, dtype=bool)
-        work[run[memory == 0]] = True
+        work[run[(memory != MEMCPY) & (memory != MEMSET)]] = True
         run = np.where(work[run], run, -1)
     _move_preludes(facts, order, kind, run)
     if memory is not None:

@@ -697,14 +697,18 @@ def coalescing_blocks(scanned, is_transfer: np.ndarray, rpc: dict, encloses: np.
     if not usable.size:
         return none
     # the kernels launched inside a coalesced annotation, outside every record_param_comms
-    cand = store.positions(cls, lambda c: c == L.CLS_KERNEL)
-    cand = cand[(store.take(launch_thread, cand) >= 0) & ~store.take(in_rpc, cand)]
-    c_ts, c_th = store.take(launch_ts, cand), store.take(launch_thread, cand)
-    inside = _inside(annotations["ts"], annotations["dur"], annotations["thread"], c_ts,
-                     c_th.astype(np.int64))
-    cand, c_ts, c_th = cand[inside], c_ts[inside], c_th[inside].astype(np.int64)
+    # (a slice of activities at a time: they are few)
+    found = []
+    for lo, hi in store.slices(cls.shape[0]):
+        k = lo + np.flatnonzero((cls[lo:hi] == L.CLS_KERNEL) & (launch_thread[lo:hi] >= 0)
+                                & ~in_rpc[lo:hi])
+        inside = _inside(annotations["ts"], annotations["dur"], annotations["thread"],
+                         launch_ts[k], launch_thread[k].astype(np.int64))
+        found.append(k[inside])
+    cand = np.concatenate(found) if found else np.zeros(0, np.int64)
     if not cand.size:
         return none
+    c_ts, c_th = launch_ts[cand], launch_thread[cand].astype(np.int64)
     order = by_thread_then_time(c_th, c_ts)
     cand, c_ts, c_th = cand[order], c_ts[order], c_th[order]
     previous = _previous_launch(c_ts, c_th, launch_ts, launch_thread, store)
