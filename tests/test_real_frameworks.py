@@ -223,10 +223,19 @@ def test_gpu_bound_iterations_carry_their_own_flops_and_time(name, key):
         assert r["cpu_span_ns"] / 1e6 == pytest.approx(steps[r["iteration"]]["cpu_wall_ms"],
                                                        rel=0.05)
         assert 38 < r["mfu_pct"] < 45
-    # the ledger's windows are the same
+    # the ledger's windows, the diagnosis' spans and the report's iteration times too
+    from traceviz.commands import diagnose, report
+
     table = traceviz.parse(path)
     win = windows(activities(table, rank=0))
     assert [int(w) for w in win.end - win.start] == [r["span_ns"] for r in iters]
+    ledger = diagnose.run(path).tables["ledger"].to_pylist()
+    assert [(r["iteration"], r["span_ns"]) for r in ledger] == [
+        (r["iteration"], r["span_ns"]) for r in iters]
+    assert all(r["cpu_span_ns"] < r["span_ns"] for r in ledger)  # the CPU ran ahead
+    rep = report.run(path).data["report"]["throughput"]["iterations"]
+    assert [(r["iteration"], r["time_ms"]) for r in rep] == [
+        (r["iteration"], r["span_ns"] / 1e6) for r in iters]
 
 
 # ---- 3. one host, one clock ------------------------------------------------------------

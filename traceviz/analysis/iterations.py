@@ -24,6 +24,9 @@ import numpy as np
 
 from .activities import RankActivities
 
+# what the windows read of a rank's table (with its metadata's ProfilerSteps)
+COLUMNS = ("ts", "dur", "iteration", "launch_ts", "launch_dur")
+
 
 @dataclass
 class Windows:

@@ -12,8 +12,9 @@ kernel end of the step, clock-synced). Per stage:
   the P2P latency; ``ideal_bubble_pct`` and the analytic ``(p-1)/(m·v+p-1)``;
 * the critical stage is the one with the most busy time;
 * ``iteration_bubble_pct`` = 100 (iteration - busy) / iteration over the stage's whole
-  ProfilerStep (or timer dump's ``total-execution-time``), so the DP / optimizer tail
-  after the last backward counts too;
+  ProfilerStep where the GPU runs it (:mod:`.iterations`; or a timer dump's
+  ``total-execution-time``), so the DP / optimizer tail after the last backward counts
+  too;
 * warm-up / steady / cool-down steps and the largest losses against the ideal rules
   (:mod:`.pipeline_phases`).
 
@@ -31,6 +32,7 @@ from ..intervals import measure
 from ..table.schema import COMM, OPTIMIZER, collective, group
 from .activities import RankActivities
 from .diagnose.diagnosis import Diagnosis
+from .iterations import windows
 from .microbatches import microbatch_table
 from .pipeline_phases import largest_gaps, phases
 from .schedule import Step, simulate
@@ -181,12 +183,12 @@ def stage_marks(acts: RankActivities, iteration: int) -> list[tuple[str, int, in
     return marks
 
 
-def step_length(meta: dict, iteration: int) -> int | None:
-    """The length (ns) of ProfilerStep ``iteration`` in a rank's metadata (None: absent)."""
-    for step in meta.get("steps") or []:
-        if step.get("iteration") == iteration:
-            return int(step["dur"])
-    return None
+def step_length(acts: RankActivities, iteration: int) -> int | None:
+    """The length (ns) of ProfilerStep ``iteration``'s window on the GPU
+    (:mod:`.iterations`) on one rank (None: the rank has no such step)."""
+    win = windows(acts)
+    at = np.flatnonzero((win.iteration == iteration) & (win.cpu_start >= 0))
+    return int(win.end[at[0]] - win.start[at[0]]) if at.size else None
 
 
 # the largest losses against the ideal schedule, per PP group (:mod:`.pipeline_phases`)
@@ -279,7 +281,7 @@ def pipeline_views(ranks: dict[int, RankActivities], diag: Diagnosis,
                 raise TraceVizError(f"{where}: the stages of PP group {grp} were parsed with "
                                     f"different vpp {sorted(found)}; parse again with --vpp")
             vpp = found.pop()
-        lengths = {r: step_length(ranks[r].meta, it) for r in grp}
+        lengths = {r: step_length(ranks[r], it) for r in grp}
         marks = [(r, *m) for r in grp for m in stage_marks(ranks[r], it)]
         view = pipeline_view(rows, grp, vpp, {r: n for r, n in lengths.items() if n}, strag)
         views.append(GroupView(groups.index(grp), grp, it, view, marks))

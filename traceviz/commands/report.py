@@ -14,6 +14,7 @@ import numpy as np
 
 from ..analysis.calls import COLUMNS as CALL_COLUMNS
 from ..analysis.clocks import offsets_from_calls
+from ..analysis.iterations import COLUMNS as WINDOW_COLUMNS
 from ..analysis.rank_summary import RankSummary, summarize
 from ..analysis.report import build_report, chosen_mfu, job_world, ranks_table
 from ..analysis.report_types import Report
@@ -27,7 +28,7 @@ from ..render.report_text import report_text
 from .diagnose import diagnosis_of
 from .result import Result
 
-COLUMNS = tuple(dict.fromkeys(CALL_COLUMNS + ("comm_group",)))
+COLUMNS = tuple(dict.fromkeys(CALL_COLUMNS + ("comm_group",) + WINDOW_COLUMNS))
 
 
 def summaries_of(root: Path) -> tuple[list[RankSummary], list[str]]:
