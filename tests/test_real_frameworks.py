@@ -392,6 +392,62 @@ def test_last_stage_loss_is_forward_and_its_scaling_backward(tmp_path):
     assert seen["forward"] > 1000
 
 
+def test_cross_entropy_before_an_unscaled_backward_stays_forward(tmp_path):
+    """A last stage without loss scaling (no grad_scale_func): the backward's first
+    autograd node differentiates the vocab-parallel cross-entropy itself, an autograd
+    Function whose forward launched kernels and all-reduces in forward_step. Without
+    frames those stay in the forward; only the root gradient the main thread makes after
+    it (ones_like) joins the backward (hand-built, two micro-batches, µs)."""
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1,
+           "tid": 1, "ts": 0, "dur": 2100}]
+    corr = [0]
+
+    def op(name, tid, ts, dur, seq, kernels, rpc=False):
+        ev.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid,
+                   "ts": ts, "dur": dur, "args": {} if seq is None else
+                   {"Sequence number": seq}})
+        for j, k in enumerate(kernels):
+            corr[0] += 1
+            t = ts + 2 + 6 * j
+            if rpc:
+                ev.append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms",
+                           "pid": 1, "tid": tid, "ts": t - 1, "dur": 5, "args": {
+                               "Collective name": "allreduce", "Process Group Name": "3",
+                               "Process Group Description": "TENSOR_MODEL_PARALLEL_GROUP",
+                               "Process Group Ranks": "[0, 1]", "Group size": 2,
+                               "dtype": "Float", "In msg nelems": 8192,
+                               "Out msg nelems": 8192}})
+            ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel",
+                       "pid": 1, "tid": tid, "ts": t, "dur": 2,
+                       "args": {"correlation": corr[0]}})
+            ev.append({"ph": "X", "cat": "kernel", "name": k, "pid": 0, "tid": 7,
+                       "ts": t + 4, "dur": 3, "args": {"correlation": corr[0], "stream": 7,
+                                                       "device": 0}})
+
+    for m in range(2):
+        b, s = 1000 * m, 10 * m
+        op("aten::linear", 1, b, 100, s, [f"gemm_fwd_{m}"])
+        op("_VocabParallelCrossEntropy", 1, b + 110, 80, s + 1,
+           [f"ce_max_{m}", f"ce_exp_{m}"])
+        op("c10d::allreduce_", 1, b + 140, 30, None,
+           [f"ncclDevKernel_AllReduce_Sum_f32_{m}"], rpc=True)
+        op("aten::ones_like", 1, b + 700, 5, None, [f"root_grad_{m}"])
+        op("autograd::engine::evaluate_function: _VocabParallelCrossEntropyBackward", 2,
+           b + 730, 40, s + 1, [f"ce_bwd_{m}"])
+        op("autograd::engine::evaluate_function: AddmmBackward0", 2, b + 800, 90, s,
+           [f"gemm_bwd_{m}"])
+    (tmp_path / "t.json").write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
+    table = traceviz.parse(tmp_path / "t.json")
+    got = {n: (p, mb) for n, p, mb in zip(table["name"].to_pylist(),
+                                         table["phase"].to_pylist(),
+                                         table["microbatch"].to_pylist())}
+    for m in range(2):
+        for k in ("gemm_fwd", "ce_max", "ce_exp", "ncclDevKernel_AllReduce_Sum_f32"):
+            assert got[f"{k}_{m}"] == ("FWD", m), k
+        for k in ("root_grad", "ce_bwd", "gemm_bwd"):
+            assert got[f"{k}_{m}"] == ("BWD", m), k
+
+
 # ---- 5. CUDA graphs -------------------------------------------------------------------
 
 def _compiled_step_trace(path: Path) -> None:
@@ -525,3 +581,28 @@ def test_hosts_stated_in_the_trace_are_one_clock_each(tmp_path):
     sync = synchronize({r: ends_of(rank_calls(t, r)) for r, t in tables.items()}, hosts)
     assert sync.method == "shifted"
     assert sync.offsets.tolist() == [0, 0, 300_000, 300_000]
+
+
+def test_pipeline_pairs_sync_the_clocks(tmp_path):
+    """Two pipeline stages linked by sends / receives alone (no collective): their
+    paired kernels end together, so the clocks are synced on them (rank 1's 100 µs
+    ahead) and each kernel's wait is the time to its peer's arrival (hand-built,
+    true-clock µs: the first stage's blocks start at 100 / 300, the second's at 130 /
+    280; each pair ends at 200 / 400)."""
+    from handjob import K, Rank, write_job
+    from traceviz.commands import diagnose
+
+    group, pp = [0, 1], dict(pg="9", desc="PIPELINE_MODEL_PARALLEL_GROUP")
+    starts = {0: (100, 300), 1: (130, 280)}
+    ranks = [Rank(r, 2, [K(a, b, "ncclDevKernel_SendRecv", 20, group=group,
+                           ops=[("send", 1 - r), ("recv", 1 - r)], **pp)
+                         for a, b in zip(starts[r], (200, 400))],
+                  [(1, 0, 500)], skew=100.0 * r)
+             for r in (0, 1)]
+    result = diagnose.run(write_job(tmp_path / "job", ranks))
+    assert any("clocks synced on collective ends: offsets up to 100.0 µs" in n
+               for n in result.notes), result.notes
+    got = sorted((r["rank"], r["start_ns"], r["wait_ns"], r["waited_for_rank"])
+                 for r in result.tables["comm_calls"].to_pylist())
+    assert [(r, w, who) for r, _, w, who in got] == [
+        (0, 30_000, 1), (0, 0, None), (1, 0, None), (1, 20_000, 0)]

@@ -18,7 +18,7 @@ from ..errors import TraceVizError
 from ..table.schema import metadata
 from .activities import activities
 from .calls import COLUMNS as CALL_COLUMNS
-from .clocks import ClockSync, collective_ends, hosts_of, synchronize, sync_note
+from .clocks import ClockSync, sync_note
 from .diagnose.diagnosis import Diagnosis, diagnosis_of
 from .diagnose.ledger import Pipelines
 from .diagnose.waits import SPLIT_COLUMNS, attach, job_comm, split_rows
@@ -60,10 +60,13 @@ def aggregation_of(tables: dict[int, pa.Table], alignment: str = "synced",
         raise TraceVizError(f"alignment {alignment!r}: use one of {', '.join(ALIGNMENTS)}")
     if not tables:
         raise TraceVizError("no rank tables to aggregate")
-    sync = synchronize({r: collective_ends(t) for r, t in tables.items()}, hosts_of(tables))
     notes = [f"note: rank {r}: its trace is cut at byte {cut}; what it ran after the cut is "
              "missing" for r, t in sorted(tables.items())
              if (cut := (metadata(t).get("stats") or {}).get("truncated_at")) is not None]
+    # every call's members and wait / transfer on synced clocks, whatever the figures use
+    jc = job_comm(tables)
+    assert jc.sync is not None  # solved here: no offsets were given
+    sync = jc.sync
     linked = sync.linked()
     if alignment == "synced" and len(tables) > 1 and not linked.all():
         unlinked = sync.ranks[~linked].tolist()
@@ -76,9 +79,6 @@ def aggregation_of(tables: dict[int, pa.Table], alignment: str = "synced",
                          "them to another rank): they keep their own clock")
     if len(tables) > 1 and linked.any():
         notes.append(f"note: {sync_note(sync)}")
-    # wait / transfer: every call's members on synced clocks, whatever the figures use
-    jc = job_comm(tables, {r: sync.offset_of(r) for r in tables},
-                  len(tables) > 1 and bool(linked.any()))
     diag = diagnosis_of(jc, pipeline_groups)
     pipelines = Pipelines.of(pipeline_groups or [], 0)
     ranks = jc.acts if alignment == "synced" else [

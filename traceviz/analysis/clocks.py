@@ -6,8 +6,10 @@ time (waiting happens inside the kernel). With ``e[r, c]`` the end of call ``c``
 member. Offsets are the least-squares solution: eliminating each ``T[c]`` leaves a
 ranks x ranks Laplacian system, solved per connected set of ranks with the lowest rank
 of each set as its reference (offset 0). Calls are matched across ranks by process
-group name and sequence number, else by order within the group; point-to-point calls
-(send / recv) are left out.
+group name and sequence number, else by order within the group. A point-to-point pair
+(a kernel's transfers all with one peer, and the peer's kernel's all with it: both end
+when their data has moved) counts as a call of its two kernels where the caller matched
+it (:mod:`.diagnose.waits`); other sends / receives are left out.
 
 The shift is kept only where it explains the ends: the ranks' own clocks (offsets 0) are
 kept when the shifted residuals' mean square is more than :data:`SHIFT_EXPLAINS` of the
@@ -82,13 +84,6 @@ class CollectiveEnds:
     group: np.ndarray
     number: np.ndarray
     end: np.ndarray
-
-
-def collective_ends(table: pa.Table) -> CollectiveEnds:
-    """The collective calls of one rank's table that clocks are synced on."""
-    from .calls import rank_calls
-
-    return ends_of(rank_calls(table, -1))
 
 
 def ends_of(calls) -> CollectiveEnds:
@@ -240,15 +235,33 @@ def _components(lap: np.ndarray, ranks: np.ndarray) -> np.ndarray:
     return label
 
 
+def joined_ends(a: CollectiveEnds, b: CollectiveEnds | None) -> CollectiveEnds:
+    """The calls of ``a`` and ``b`` (None: none) of one rank, in one set."""
+    if b is None:
+        return a
+    groups = a.groups + b.groups
+    return CollectiveEnds(groups, np.concatenate([a.group, b.group + len(a.groups)]),
+                          np.concatenate([a.number, b.number]),
+                          np.concatenate([a.end, b.end]))
+
+
 def offsets_from_calls(calls: list, notes: list[str],
-                       hosts: dict[int, str | None] | None = None
+                       hosts: dict[int, str | None] | None = None,
+                       pairs: dict[int, CollectiveEnds] | None = None
                        ) -> tuple[dict[int, int], bool]:
-    """Clock offsets (ns) per rank from every rank's :class:`~.calls.RankCalls`, and
-    whether any rank was synced (False: nothing links the ranks, offsets empty); a note
-    on how well they fit and why they were chosen goes to ``notes``; ``hosts``: the host
-    each rank states (:func:`host_of`)."""
-    sync = synchronize({c.rank: ends_of(c) for c in calls}, hosts)
-    if len(calls) < 2 or not (sync.reference != sync.ranks).any():
+    """Clock offsets (ns) per rank from every rank's :class:`~.calls.RankCalls` (and its
+    matched point-to-point ``pairs``), and whether any rank was synced (False: nothing
+    links the ranks, offsets empty); a note on how well they fit and why they were
+    chosen goes to ``notes``; ``hosts``: the host each rank states (:func:`host_of`)."""
+    sync = synchronize({c.rank: joined_ends(ends_of(c), (pairs or {}).get(c.rank))
+                        for c in calls}, hosts)
+    return offsets_of(sync, notes)
+
+
+def offsets_of(sync: ClockSync, notes: list[str]) -> tuple[dict[int, int], bool]:
+    """The offsets of ``sync`` per rank and whether any rank is synced (see
+    :func:`offsets_from_calls`); the notes on them go to ``notes``."""
+    if sync.ranks.size < 2 or not (sync.reference != sync.ranks).any():
         notes.append("clocks not synced: no collective of a known process group links the "
                      "ranks; cross-rank times use each rank's own clock")
         return {}, False

@@ -267,13 +267,21 @@ def link(scanned: ScannedTrace, lookups: Lookups, work_bytes: int,
             | _inside(*frames["optimizer_frame"], t, th))
         recompute[lo:hi] |= _inside(*frames["recompute_frame"], t, th)
         del t, th
-    # the step of the launch's start where there is one, else of the activity's
+    # the step of the launch's start where there is one; an activity whose launch is not
+    # in a trace that has launches was launched before it began (the CPU runs ahead:
+    # an earlier step's kernel still running), no step's (-1; as HTA, whose memory
+    # copies / sets take the step of their own start); in a trace without launches
+    # every activity takes the step of its own start
     iteration = store.full(rows.shape[0], -1, np.int32)
+    traced = stats["launched"] > 0
     for lo, hi in store.slices(rows.shape[0]):
         t = gpu.gather("ts", rows[lo:hi])
-        np.copyto(t, launch_ts[lo:hi], where=launch_row[lo:hi] >= 0)
+        has = launch_row[lo:hi] >= 0
+        np.copyto(t, launch_ts[lo:hi], where=has)
         iteration[lo:hi] = step_of(t, steps["ts"], steps["dur"], steps["number"])
-        del t
+        if traced:
+            iteration[lo:hi][~has & (cls[lo:hi] == L.CLS_KERNEL)] = -1
+        del t, has
     comm_row, in_rpc, encloses = _comm_rows(scanned, rows, cls, rpc, launch_ts, launch_thread,
                                             rdt, store)
     block_act, block_entry = coalescing_blocks(

@@ -40,7 +40,15 @@ from ...table.arrays import codes_of, ints
 from ...table.schema import COLLECTIVES, COMM, GROUPS, NO_PAYLOAD, PHASES, collective
 from ..activities import RankActivities, activities
 from ..calls import rank_calls
-from ..clocks import hosts_of, offsets_from_calls
+from ..clocks import (
+    ClockSync,
+    CollectiveEnds,
+    ends_of,
+    hosts_of,
+    joined_ends,
+    offsets_of,
+    synchronize,
+)
 
 META_COLUMNS = ("pg_name", "seq", "src_rank", "dst_rank", "group_size", "group_ranks",
                 "msg_in_bytes", "msg_out_bytes")
@@ -377,21 +385,31 @@ class JobComm:
     offsets: dict[int, int]
     synced: bool
     notes: list[str]
+    sync: ClockSync | None = None  # the clocks solved here (None: offsets were given)
 
 
 def job_comm(tables: dict[int, pa.Table], offsets: dict[int, int] | None = None,
              synced: bool = True) -> JobComm:
-    """Sync the clocks of ``tables`` (rank -> activity table) on their collectives' ends
-    (or take ``offsets``: ns per rank, ``synced`` whether they sync the ranks), then
-    match and split every communication kernel (see the module doc)."""
+    """Sync the clocks of ``tables`` (rank -> activity table) on their collectives' and
+    point-to-point pairs' ends (:mod:`..clocks`; or take ``offsets``: ns per rank,
+    ``synced`` whether they sync the ranks), then match and split every communication
+    kernel (see the module doc)."""
     notes: list[str] = []
     ranks = sorted(tables)
-    if offsets is None:
-        offsets, synced = offsets_from_calls([rank_calls(tables[r], r) for r in ranks],
-                                             notes, hosts_of(tables))
-    acts = [activities(tables[r], rank=r, offset_ns=offsets.get(r, 0)) for r in ranks]
+    given = offsets or {}
+    acts = [activities(tables[r], rank=r, offset_ns=given.get(r, 0)) for r in ranks]
     names: dict[str, int] = {}
     comms = [rank_comm(tables[a.rank], a, names) for a in acts]
+    sync = None
+    if offsets is None:
+        pairs = pair_ends(acts, comms)
+        sync = synchronize({r: joined_ends(ends_of(rank_calls(tables[r], r)), pairs.get(r))
+                            for r in ranks}, hosts_of(tables))
+        offsets, synced = offsets_of(sync, notes)
+        for a in acts:  # onto the common clock
+            a.offset_ns = offsets.get(a.rank, 0)
+            if a.offset_ns:
+                a.ts, a.end = a.ts - a.offset_ns, a.end - a.offset_ns
     match(acts, comms, synced)
     if len(ranks) > 1:
         notes += p2p_notes(acts, comms)
@@ -400,7 +418,34 @@ def job_comm(tables: dict[int, pa.Table], offsets: dict[int, int] | None = None,
         a.wait_end[rc.pos[rc.known]] = rc.wait_end[rc.known]
         a.waited_for = np.full(len(a), -1, np.int64)
         a.waited_for[rc.pos] = rc.waited_for
-    return JobComm(acts, comms, sorted(names, key=lambda g: names[g]), offsets, synced, notes)
+    return JobComm(acts, comms, sorted(names, key=lambda g: names[g]), offsets, synced, notes,
+                   sync)
+
+
+def pair_ends(acts: list[RankActivities], comms: list[RankComm]
+              ) -> dict[int, CollectiveEnds]:
+    """Per rank, the point-to-point transfers whose kernels end together, as calls the
+    clocks are synced on (:mod:`..clocks`): each transfer of a kernel whose transfers
+    all have one peer, numbered by its key (process group, sender, receiver, iteration,
+    position), so a transfer and its peer's are one call (a kernel carrying transfers
+    with several peers ends when its last peer's does: left out; so is the peer's when
+    it is). Ends on each rank's own clock."""
+    parts = [_rank_rows(a, rc) for a, rc in zip(acts, comms)]
+    picked = [np.flatnonzero((p["transfer"] >= 0) & (rc.peer[p["kernel"]] >= 0))
+              if len(rc) else np.zeros(0, np.int64) for p, rc in zip(parts, comms)]
+    keys = [p["key"][k] for p, k in zip(parts, picked)]
+    if not sum(k.shape[0] for k in keys):
+        return {}
+    _, number = np.unique(np.concatenate(keys), axis=0, return_inverse=True)
+    number = number.ravel()
+    out, at = {}, 0
+    for a, rc, p, k in zip(acts, comms, parts, picked):
+        n = k.size
+        end = (a.end + a.offset_ns)[rc.pos[p["kernel"][k]]]
+        out[a.rank] = CollectiveEnds(["(point-to-point)"], np.zeros(n, np.int64),
+                                     number[at:at + n], end)
+        at += n
+    return out
 
 
 def p2p_notes(acts: list[RankActivities], comms: list[RankComm]) -> list[str]:
