@@ -9,15 +9,19 @@ preference:
 2. otherwise the launching threads: a run of launches from the main thread (the thread
    of the ``ProfilerStep#N`` annotations) is a forward op, a run from another thread (the
    autograd engine) a backward op; runs are split where the thread changes or a P2P call
-   is issued (Megatron sends / receives between micro-batch ops). The memsets that open
-   an iteration (Megatron zeroes the gradient buffers before the schedule runs) and a
-   run that launches only memory copies / sets are no micro-batch op. A backward op's
-   main-thread prelude (Megatron's ``backward_step`` on the last stage scales the loss
-   and makes the root gradient on the main thread before the autograd thread runs)
-   belongs to it: the main-thread launches from the forward op that its first autograd
-   node differentiates (the loss scaling) on, when that op was started after the op
-   before the preceding run ended; where no Sequence number tells, surplus small forward
-   runs right before a backward run (more forward runs than backward runs) join it.
+   is issued (Megatron sends / receives between micro-batch ops). The memsets and
+   zeroing kernels that open an iteration (Megatron zeroes the gradient buffers and
+   makes its token count before the schedule runs), a run that launches only memory
+   copies / sets, and the schedule's bookkeeping at either end of a forward run
+   (Megatron's ``total_num_tokens += num_tokens`` after each forward step) are no
+   micro-batch op. A backward op's main-thread prelude (Megatron's ``backward_step`` on
+   the last stage scales the loss and makes the root gradient on the main thread before
+   the autograd thread runs) belongs to it: the main-thread launches after the forward
+   op that its first autograd node differentiates, and that op's own where it scales
+   the loss (the loss itself, or a whole compiled forward graph, stays forward), when
+   that op was started after the op before the preceding run ended; where no Sequence
+   number tells, surplus small forward runs right before a backward run (more forward
+   runs than backward runs) join it.
 
 The k-th forward op of an iteration is micro-batch ``k`` under 1F1B; under interleaved
 1F1B (``vpp`` > 1 model chunks per stage) Megatron's schedule table maps k to
@@ -36,8 +40,10 @@ activities wins. Backward ops without that link fall back to their schedule posi
   function's backward before its nested backward began, or in a recompute frame);
 * a P2P send belongs to the op just before it, a receive to the op just after it (the
   activation / gradient it moves), taking that op's phase and micro-batch;
-* inside ``Optimizer.step#...`` or optimizer / finalize frames, or after the iteration's
-  last backward op (gradient finalization and the optimizer step) -> OPTIMIZER;
+* inside ``Optimizer.step#...`` or optimizer / finalize frames outside every micro-batch
+  op (Megatron's backward_step scales the loss through the optimizer's ``scale_loss``:
+  that stays the step's), or after the iteration's last backward op (gradient
+  finalization and the optimizer step) -> OPTIMIZER;
 * anything else (and activities without a known launch) -> OTHER;
 * a kernel whose own or launching op's name says it is backward work
   (``phases.backward_name``) is BWD (micro-batch unknown) unless it is BWD or
