@@ -13,14 +13,18 @@ Definitions (README, "Who waits for whom"):
   ``groupRanks[peer]``); a value that is not in the group's ranks but indexes them is
   read as the peer's position in the group (older writers). Where no direction is stated
   but the peer is known (a two-rank group), a transfer is matched by position among the
-  pair's transfers.
+  pair's transfers. A coalesced block's kernel (``batch_isend_irecv``) carries several
+  transfers (``src_rank`` / ``dst_rank`` lists, in the block's order): it is a member of
+  each of their calls and waits until the last of its peers arrives; that transfer's
+  call and peer are the kernel's (``call`` / ``peer``, each transfer's in ``op_call``).
 * A member **arrives** when its first kernel of the call starts, on synced clocks. A
   kernel **waits** from its own start to the last member's arrival (clipped to the
   kernel) and **transfers** from there to its end: ``wait + transfer = duration``. It
   **waited for** the last member to arrive (nobody, for that member itself).
 * Unknown (null, never 0) where the call's members are not all in the job (fewer ranks
-  seen than the group has, or one rank alone), the kernel states no process group and no
-  peer, or the ranks' clocks are not synced.
+  seen than the group has, or one rank alone; a send / receive whose peer is not traced
+  is named in a warning), the kernel states no process group and no peer, or the ranks'
+  clocks are not synced.
 * A kernel that moves no payload (collective ``Barrier`` / ``Handshake``, or in and out
   messages of 0 bytes) is all wait, matched or not; it waited for the last member when
   its call is matched.
