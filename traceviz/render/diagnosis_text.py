@@ -55,7 +55,9 @@ def ledger_lines(summary: dict, top: int = 5) -> list[str]:
     job's mean span and parts, the largest causes, the stragglers."""
     lines = []
     speed = summary["places"]
-    clocks = "clocks synced" if summary["synced"] else "clocks not synced"
+    clocks = ("clocks not synced" if not summary["synced"] else
+              "one clock (the ranks' own)" if summary.get("clocks") == "own clocks" else
+              "clocks synced")
     for t in summary["totals"]:
         head = (f"ProfilerStep#{t['iteration']}" if t["iteration"] >= 0
                 else "the whole trace")

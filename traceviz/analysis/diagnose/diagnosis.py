@@ -54,6 +54,9 @@ class Diagnosis:
     # the job's pipeline groups (stage order where ``stages_ordered``)
     pipelines: list[list[int]] = field(default_factory=list)
     stages_ordered: bool = False
+    # how the clocks were put on one: "shifted", "own clocks" (one clock, not shifted),
+    # "given" (offsets from the caller) or "none" (not synced)
+    clocks: str = "given"
 
     @property
     def stragglers(self) -> pa.Table:
@@ -71,7 +74,7 @@ class Diagnosis:
         places = {str(r["rank"]): {"node": r["node"], "local_gpu": r["local_gpu"]}
                   for r in self.speed.table.to_pylist() if r["rank"] in named}
         compared = self.speed.table["slowdown"].null_count < self.speed.table.num_rows
-        return {"ranks": len(self.ranks), "synced": self.synced,
+        return {"ranks": len(self.ranks), "synced": self.synced, "clocks": self.clocks,
                 "totals": self.totals.to_pylist(), "causes": found, "stragglers": strag,
                 "peers_compared": bool(compared), "places": places,
                 "chain_ranks": self.chain_ranks(), "notes": list(self.notes)}
@@ -187,7 +190,8 @@ def diagnosis_of(jc: JobComm, pipelines: list[list[int]] | None = None) -> Diagn
     return Diagnosis(ranks, synced, {r: offsets.get(r, 0) for r in ranks},
                      comm_calls(acts, comms, jc.pg_names), ledger, waits,
                      totals(ledger), peer_speed(acts, stage, waited_on, on_chain),
-                     chain, notes, [list(g) for g in groups], bool(groups) and ordered)
+                     chain, notes, [list(g) for g in groups], bool(groups) and ordered,
+                     jc.sync.method if jc.sync is not None else "given")
 
 
 def _compute_on(acts: list[RankActivities], segments: list[tuple[int, int, int, int]]
