@@ -169,16 +169,23 @@ def straggler_job(tmp_path_factory):
     return job, command.run(tables / "iteration_10").data["diagnosis"]
 
 
-@pytest.fixture(scope="module", params=["interleaved-cp-moe", "stacks-no-skew"])
+@pytest.fixture(scope="module", params=["interleaved-cp-moe", "stacks-no-skew",
+                                        "cpu-ahead-skewed"])
 def other_job(request, tmp_path_factory):
     """Other shapes: interleaved (vpp 2) with context and expert parallelism, no process
-    group descriptions, a slow rank 9; and 1F1B with python stacks and one clock."""
+    group descriptions, a slow rank 9; 1F1B with python stacks and one clock; and three
+    iterations with no synchronisation between them (the CPU runs ahead, the GPU runs
+    the steps back to back), skewed clocks and a slow rank 6."""
     root = tmp_path_factory.mktemp(request.param)
-    cfg = (SynthConfig(tp=2, pp=2, dp=2, cp=2, ep=2, moe_every=2, vpp=2,
-                       schedule="interleaved", microbatches=4, layers=8, skew_us=200.0,
-                       gpus_per_node=4, pg_desc=False, straggler_rank=9, seed=5)
-           if request.param == "interleaved-cp-moe" else
-           SynthConfig(tp=2, pp=4, dp=1, microbatches=6, layers=8, seed=7))
+    cfg = {"interleaved-cp-moe": SynthConfig(
+               tp=2, pp=2, dp=2, cp=2, ep=2, moe_every=2, vpp=2, schedule="interleaved",
+               microbatches=4, layers=8, skew_us=200.0, gpus_per_node=4, pg_desc=False,
+               straggler_rank=9, seed=5),
+           "stacks-no-skew": SynthConfig(tp=2, pp=4, dp=1, microbatches=6, layers=8, seed=7),
+           "cpu-ahead-skewed": SynthConfig(
+               tp=2, pp=2, dp=2, microbatches=4, layers=4, iterations=3, step_sync=False,
+               skew_us=150.0, gpus_per_node=2, straggler_rank=6, with_stack=False,
+               seed=11)}[request.param]
     job = synthesize(cfg, root / "job")
     tables = root / "tables"
     assert CliRunner().invoke(main, ["batch", str(job), "-o", str(tables),

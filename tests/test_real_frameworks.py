@@ -606,3 +606,42 @@ def test_pipeline_pairs_sync_the_clocks(tmp_path):
                  for r in result.tables["comm_calls"].to_pylist())
     assert [(r, w, who) for r, _, w, who in got] == [
         (0, 30_000, 1), (0, 0, None), (1, 0, None), (1, 20_000, 0)]
+
+
+def test_synthesized_cpu_ahead_iterations_follow_the_gpu(tmp_path):
+    """A synthesized job without synchronisation between steps (``step_sync=False``):
+    the CPU issues each step in a few ms and runs ahead, the GPU runs the steps back to
+    back. Each rank's ledger window is where its GPU ran the step, from the
+    synthesizer's own kernels (true clock: no skew): from the later of the step's CPU
+    start and the end of the earlier steps' kernels to the later of its CPU end and its
+    last kernel's end; the CPU's span beside it."""
+    import pyarrow.parquet as pq
+
+    from traceviz.commands import diagnose
+    from traceviz.synth import SynthConfig, synthesize
+
+    synthesize(SynthConfig(tp=1, pp=2, dp=2, microbatches=4, layers=4, iterations=3,
+                           step_sync=False), tmp_path / "job")
+    truth = json.loads((tmp_path / "job" / "ground_truth" / "ground_truth.json").read_text())
+    kernels = pq.read_table(tmp_path / "job" / "ground_truth" / "kernels.parquet").to_pylist()
+    want = {}
+    for rank, info in truth["ranks"].items():
+        mine = [k for k in kernels if k["rank"] == int(rank)]
+        done, spans = -1, []
+        for n, (cpu_a, cpu_b) in enumerate(info["steps"]):
+            it = truth["config"]["first_iteration"] + n
+            own = [k for k in mine if k["iteration"] == it]
+            first = min(k["ts"] for k in own)
+            last = max(k["ts"] + k["dur"] for k in own)
+            spans.append([it, min(max(cpu_a, done), first), max(cpu_b, last), cpu_b - cpu_a])
+            done = max(done, last)
+        for (it, a, b, cpu), nxt in zip(spans, spans[1:] + [None]):
+            b = min(b, nxt[1]) if nxt else b  # a window ends where the next one starts
+            want[(int(rank), it)] = (a - spans[0][1], b - a, cpu)
+    ledger = diagnose.run(tmp_path / "job").tables["ledger"].to_pylist()
+    first = {r["rank"]: min(x["start_ns"] for x in ledger if x["rank"] == r["rank"])
+             for r in ledger}  # the trace's clock: the truth's plus the writer's offset
+    got = {(r["rank"], r["iteration"]): (r["start_ns"] - first[r["rank"]], r["span_ns"],
+                                         r["cpu_span_ns"]) for r in ledger}
+    assert got == want
+    assert all(cpu * 10 < span for _, span, cpu in got.values())  # the CPU ran ahead

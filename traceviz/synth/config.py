@@ -70,6 +70,11 @@ class SynthConfig:
     # end (a device-to-host copy and a stream synchronize)
     p2p_sync: bool = False
     loss_sync: bool = False
+    # False: no synchronisation between steps, as in most training loops: the CPU starts
+    # the next ProfilerStep once it has issued this one's work, ahead of the GPU, which
+    # runs the steps back to back (each step's window on the GPU then differs from the
+    # CPU's span); True: each step starts once the rank's GPU is idle
+    step_sync: bool = True
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -109,7 +109,8 @@ def simulate(cfg: SynthConfig, programs: list[list[Item]], stage_of: list[int],
     last_thread = ["main"] * world
     for it in range(cfg.iterations):
         for r in range(world):  # a step begins once the rank's GPU is idle (step-end sync)
-            idle = max([cpu[r]["main"], cpu[r]["bwd"], *st[r].lanes.values()])
+            idle = max([cpu[r]["main"], cpu[r]["bwd"],  # or its CPU is, running ahead
+                        *(st[r].lanes.values() if cfg.step_sync else [])])
             cpu[r]["main"] = cpu[r]["bwd"] = idle + STEP_GAP_US
             step_start[r].append(cpu[r]["main"])
         ptr = [0] * world
@@ -174,7 +175,8 @@ def simulate(cfg: SynthConfig, programs: list[list[Item]], stage_of: list[int],
                 raise TraceVizError(f"synth: the schedule deadlocked (waiting on "
                                     f"{sorted(waiting, key=str)[:3]})")
         for r in range(world):
-            step_end[r].append(max([cpu[r]["main"], cpu[r]["bwd"], *st[r].lanes.values()]))
+            step_end[r].append(max([cpu[r]["main"], cpu[r]["bwd"],
+                                    *(st[r].lanes.values() if cfg.step_sync else [])]))
     return [Timeline(issue=a["issue"], launch=a["launch"], launch_end=a["launch_end"],
                      start=a["start"], end=a["end"], last_arrival=a["last_arrival"],
                      last_rank=a["last_rank"], step_start=step_start[r],
