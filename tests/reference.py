@@ -240,6 +240,12 @@ def activities(doc) -> dict[int, dict]:
                     r["thread"] == launch["thread"]
                     and r["ts"] <= launch["ts"] < r["ts"] + max(r["dur"], 0) for r in rpc)))),
         }
+    # in a trace with launches, a kernel without one is no step's (launched before the
+    # trace began); memory copies / sets and a trace without launches keep their start's
+    if any(r["launch_ts"] is not None for r in out.values()):
+        for r in out.values():
+            if r["launch_ts"] is None and r["cat"] == "kernel":
+                r["iteration"] = -1
     return out
 
 
