@@ -29,10 +29,11 @@ class K:
     peer: int | None = None      # send / recv: the peer's global rank
     nbytes: int = 1 << 20
     launch_end: float | None = None  # default: 5 µs before the kernel starts
-    # a coalesced block (batch_isend_irecv), as PyTorch 2.11 writes it: one
-    # record_param_comms per (``send`` / ``recv``, peer's global rank) before the launch,
-    # launching nothing, the launch inside ``nccl:coalesced``, the kernel without args
-    ops: list[tuple[str, int]] = field(default_factory=list)
+    # a coalesced block (batch_isend_irecv, _coalescing_manager), as PyTorch 2.11 writes
+    # it: one record_param_comms per (Collective name, peer's global rank or None)
+    # before the launch, launching nothing (``Seq`` = ``seq`` where set), the launch
+    # inside ``nccl:coalesced``, the kernel without args
+    ops: list[tuple[str, int | None]] = field(default_factory=list)
 
 
 @dataclass
@@ -61,15 +62,19 @@ def trace(r: Rank) -> dict:
         le = k.launch_end if k.launch_end is not None else k.start - 5
         for j, (coll, peer) in enumerate(k.ops):  # each op 1 µs, ending before the launch
             t = le - 4 - 1.5 * (len(k.ops) - j)
+            op_args: dict = {
+                "Collective name": coll, "dtype": "BFloat16",
+                "In msg nelems": k.nbytes // 2, "Out msg nelems": k.nbytes // 2,
+                "Group size": len(k.group), "Process Group Name": k.pg,
+                "Process Group Description": k.desc or "undefined",
+                "Process Group Ranks": json.dumps(k.group), "Rank": k.group.index(r.rank)}
+            if peer is not None:
+                op_args["Rank"] = k.group.index(peer)
+                op_args["Dst Rank" if coll == "send" else "Src Rank"] = peer
+            if k.seq is not None:
+                op_args["Seq"] = k.seq
             events.append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms",
-                           "pid": pid, "tid": tid, "ts": at(t), "dur": 1, "args": {
-                               "Collective name": coll, "dtype": "BFloat16",
-                               "In msg nelems": k.nbytes // 2, "Out msg nelems": k.nbytes // 2,
-                               "Group size": len(k.group), "Process Group Name": k.pg,
-                               "Process Group Description": k.desc or "undefined",
-                               "Process Group Ranks": json.dumps(k.group),
-                               "Rank": k.group.index(peer),
-                               "Dst Rank" if coll == "send" else "Src Rank": peer}})
+                           "pid": pid, "tid": tid, "ts": at(t), "dur": 1, "args": op_args})
         if k.ops:
             events.append({"ph": "X", "cat": "user_annotation", "name": "nccl:coalesced",
                            "pid": pid, "tid": tid, "ts": at(le - 3.5), "dur": 4})

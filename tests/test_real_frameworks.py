@@ -178,6 +178,29 @@ def test_a_block_with_two_peers_waits_for_the_later_one(tmp_path):
     assert not any("not traced" in n or "state no peer" in n for n in result.notes)
 
 
+def test_a_coalesced_reduce_scatter_joins_its_ops(tmp_path):
+    """Megatron's gradient buckets reduced under ``_coalescing_manager`` (DP): each rank
+    records two reduce-scatter ops, then one kernel in ``nccl:coalesced``; the kernel is
+    the DP group's reduce-scatter of both buckets' bytes, matched across the ranks by its
+    Seq: rank 1 arrives 40 µs after rank 0 (hand-built, true-clock µs)."""
+    from handjob import K, Rank, write_job
+    from traceviz.commands import diagnose
+
+    group = [0, 1]
+    ranks = [Rank(r, 2, [K(100 + 40 * r, 300, "ncclDevKernel_ReduceScatter_Sum_bf16", 32,
+                           group=group, pg="5", desc="DATA_PARALLEL_GROUP", seq=3,
+                           ops=[("_reduce_scatter_base", None)] * 2)],
+                  [(1, 0, 500)]) for r in group]
+    folder = write_job(tmp_path / "job", ranks)
+    table = traceviz.parse(folder / "rank_0000.json")
+    (row,) = table.to_pylist()
+    assert (row["kind"], row["comm_group"], row["collective"], row["seq"],
+            row["msg_in_bytes"]) == ("COMM", "DP", "ReduceScatter", 3, 2 << 20)
+    rows = {r["rank"]: r for r in diagnose.run(folder).tables["comm_calls"].to_pylist()}
+    assert (rows[0]["wait_ns"], rows[0]["waited_for_rank"]) == (40_000, 1)
+    assert (rows[1]["wait_ns"], rows[1]["transfer_ns"]) == (0, 160_000)
+
+
 def test_a_peer_not_traced_is_named(tmp_path):
     """Stage 0 of the real job alone (ranks 0-3): its sends / receives go to ranks 4-7,
     which are not there; the diagnosis names them and what it cannot split."""
