@@ -741,6 +741,37 @@ def diagnose(root, topology_file, outdir, advice) -> None:
 
 
 @main.command()
+@click.argument("dumps", type=click.Path())
+@click.option("--world", type=int, help="The job's ranks [default: those its groups name].")
+@click.option("-o", "--output", "outdir",
+              help="Folder for hang.csv / .parquet, hang_groups and hang.json [default: "
+                   "traceviz-out/<folder>/hang].")
+def hang(dumps, world, outdir) -> None:
+    """Who hangs the job: read every rank's NCCL Flight Recorder dump (pickle or JSON,
+    one file per rank: TORCH_NCCL_DEBUG_INFO_TEMP_FILE + rank, written on a timeout with
+    TORCH_NCCL_TRACE_BUFFER_SIZE set) and name the rank(s) that never entered the
+    collectives the others wait in, what every other rank waits in and for whom (the
+    chain of waits), collectives whose members disagree on op or size, and deadlocks.
+    Dumps are read as plain data only: a pickle that names any class is refused.
+
+    \b
+    Examples:
+      traceviz hang /tmp/nccl_dumps/
+      traceviz hang dumps/ -o hang/
+    """
+    from .commands import hang as command
+
+    result = command.run(dumps, world)
+    outdir = outdir or command_output("hang", dumps)
+    _write(result, outdir)
+    _echo_all(result.lines)
+    _echo_all([f"note: {n}" for n in result.notes], err=True)
+    click.echo(f"wrote hang, hang_groups (.csv, .parquet) and hang.json to {outdir}",
+               err=True)
+    _left_out(result.failed)
+
+
+@main.command()
 @click.argument("root", type=click.Path())
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="TorchTitan train config (TOML): model, batch, sequence length, "
