@@ -227,24 +227,26 @@ def analyze(dumps: list[Dump], world: int | None = None) -> Hang:
                 f"rank {r} {e.op} {list(map(list, e.input_sizes))} {list(e.dtypes)}"
                 for r, e in sorted(op.entry.items())))
     waiting = {d.rank: _first_incomplete(d, op_of) for d in dumps}
-    states, causes, loop = [], set(), set()
+    states: list[RankState] = []
+    causes: set[int] = set()
+    loop: set[int] = set()
     for r in ranks:
         if r not in by_rank:
             states.append(RankState(r, "no dump", None, None, None, None, (), (), "no dump",
                                     None))
             continue
-        op = waiting[r]
-        if op is None:
+        first = waiting[r]
+        if first is None:
             states.append(RankState(r, "stopped", None, None, None, None, (), (),
                                     "waits in nothing: it issued no op it had not finished",
                                     None))
             continue
-        waits_for, never = _waits_for(op, r, last, by_rank)
-        chain, cause, cycle = _follow(r, op, waiting, groups, last, by_rank)
+        waits_for, never = _waits_for(first, r, last, by_rank)
+        chain, cause, cycle = _follow(r, first, waiting, groups, last, by_rank)
         causes |= cause
         loop |= cycle
-        e = op.entry[r]
-        states.append(RankState(r, "waiting", op.group, groups[op.group].desc,
+        e = first.entry[r]
+        states.append(RankState(r, "waiting", first.group, groups[first.group].desc,
                                 e.seq if not e.is_p2p else None, e.op, waits_for, never,
                                 chain, e.where or None))
     never_entered = {r for _, _, _, absent in missing for r in absent}
@@ -303,7 +305,9 @@ def _follow(rank: int, op: _Op, waiting: dict, groups: dict, last: dict, by_rank
     """The chain of waits from ``rank`` (in words), the ranks it ends at that never
     entered what was waited for, and the ranks of a cycle (deadlock) if it comes back."""
     words = [f"rank {rank} waits in {_name(op, groups)}"]
-    seen, causes, cycle = [rank], set(), set()
+    seen = [rank]
+    causes: set[int] = set()
+    cycle: set[int] = set()
     cur, cur_op = rank, op
     for _ in range(len(waiting) + 1):
         others, never = _waits_for(cur_op, cur, last, by_rank)
