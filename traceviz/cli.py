@@ -741,6 +741,39 @@ def diagnose(root, topology_file, outdir, advice) -> None:
 
 
 @main.command()
+@click.argument("path", type=click.Path())
+@click.option("--rank", type=int, help="Only this rank of a job.")
+@click.option("-o", "--output", "outdir",
+              help="Folder for the tables and memory.png [default: traceviz-out/<job>/memory].")
+def memory(path, rank, outdir) -> None:
+    """Where GPU memory goes: from the caching allocator's events of a trace or of every
+    rank of a job (profile with profile_memory=True), per rank the timeline of allocated
+    and reserved bytes (each event with its op, module, phase and micro-batch), the peak
+    and what is live at it by where it was allocated (before the trace: parameters and
+    optimizer state; each forward micro-batch's activations; gradients and temporaries)
+    and by op, per pipeline stage, and a figure.
+
+    \b
+    Writes memory_timeline, memory_peak, memory_peak_ops, memory_ranks (.csv and
+    .parquet) and memory.png.
+
+    \b
+    Examples:
+      traceviz memory rank0_memory.json.gz
+      traceviz memory job/iteration_10 --rank 0
+    """
+    from .commands import memory as command
+
+    result = command.run(path, rank=rank)
+    outdir = outdir or command_output("memory", path)
+    _write(result, outdir)
+    _echo_all(result.lines)
+    _echo_all([f"note: {n}" for n in result.notes], err=True)
+    click.echo(f"wrote memory_timeline, memory_peak, memory_peak_ops, memory_ranks (.csv, "
+               f".parquet) and memory.png to {outdir}", err=True)
+
+
+@main.command()
 @click.argument("dumps", type=click.Path())
 @click.option("--world", type=int, help="The job's ranks [default: those its groups name].")
 @click.option("-o", "--output", "outdir",
@@ -841,11 +874,15 @@ def export(source, output, kernels, no_clock_sync) -> None:
 @main.command()
 @click.argument("root", type=click.Path())
 @click.option("-o", "--output", help="The HTML file [default: traceviz-out/<job>/report.html].")
+@click.option("--hang", "dumps", type=click.Path(exists=True),
+              help="A folder of the job's NCCL Flight Recorder dumps: a hang section.")
 @_run_options
-def html(root, output, topology, **facts) -> None:
+def html(root, output, dumps, topology, **facts) -> None:
     """One self-contained HTML page (figures embedded, no server, no network) for a job:
     summary (layout, iteration time, MFU), overlap per rank, pipeline view, top kernels,
-    collectives and stragglers, linked to each other.
+    collectives and stragglers, linked to each other; where the ranks' traces have
+    allocator events (profile_memory=True) and were parsed with their CPU tables, where
+    GPU memory goes; with --hang, who hangs the job.
 
     ROOT is a job folder of one profiled iteration (traces are parsed first when there
     are no 'traceviz batch' tables yet).
@@ -857,7 +894,8 @@ def html(root, output, topology, **facts) -> None:
     from .commands import html as command
 
     output = output or command_output("html", root)
-    result = command.run(root, output, overrides=_run_overrides(**facts), topology=topology)
+    result = command.run(root, output, overrides=_run_overrides(**facts), topology=topology,
+                         dumps=dumps)
     _write(result, ".")
     click.echo(f"wrote {output}", err=True)
     _left_out(result.failed)

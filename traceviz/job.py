@@ -32,6 +32,8 @@ from .analysis.breakdown import Breakdown, Params
 from .analysis.calls import COLUMNS as CALL_COLUMNS
 from .analysis.calls import rank_calls
 from .analysis.critical_path.paths import CriticalPath, HtaPath
+from .analysis.hang import Hang, analyze
+from .analysis.memory import JobMemory
 from .analysis.ops_summary import OpModel
 from .analysis.pipeline import PipelineViews
 from .analysis.report_types import Report
@@ -39,6 +41,7 @@ from .analysis.run_config import training_flops_per_token
 from .commands import aggregate, pipeline, report
 from .errors import TraceVizError
 from .ingest import analyses
+from .ingest.flight_recorder import read_dumps
 from .ingest.tables import ensure_tables, input_files, load_table, rank_tables
 from .render.breakdown_figures import breakdown_figures
 from .render.figures import Figure
@@ -275,6 +278,21 @@ class Job:
         name."""
         return self._keep(("ops", rank, peak_tflops), lambda: analyses.ops(
             self._source(), rank=rank, peak_tflops=peak_tflops))
+
+    def memory(self, *, rank: int | None = None) -> JobMemory:
+        """Where GPU memory goes (``traceviz memory``; traces recorded with
+        ``profile_memory=True``): ``.ranks`` (each rank's ``timeline``, ``peak`` by
+        origin, ``ops``, ``summary``), ``.stage_peaks()``, ``.tables()`` by name."""
+        return self._keep(("memory", rank), lambda: analyses.memory(
+            self._source(), rank=rank)[0])
+
+    @staticmethod
+    def hang(dumps: str | os.PathLike) -> Hang:
+        """Who hangs the job (``traceviz hang``) from its ranks' NCCL Flight Recorder
+        dumps in ``dumps``: ``.verdict`` (lines), ``.causes``, ``.ranks`` (each rank's
+        wait), ``.rank_table()`` / ``.group_table()``."""
+        dumped, _ = read_dumps(dumps)
+        return analyze(dumped)
 
     # ---- figures ----------------------------------------------------------------------
 

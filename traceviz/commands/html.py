@@ -10,9 +10,15 @@ from pathlib import Path
 from ..analysis.report_types import Report
 from ..errors import TraceVizError
 from ..ingest import analyses
-from ..ingest.tables import has_cpu_tables, tables_folder
+from ..ingest.tables import has_cpu_tables, has_memory_tables, tables_folder
 from ..ingest.topology import job_layout
-from ..render.html_page import OpsSection, PipelineSection, report_page
+from ..render.html_page import (
+    HangSection,
+    MemorySection,
+    OpsSection,
+    PipelineSection,
+    report_page,
+)
 from ..render.interactive import (
     BAR_ROWS,
     click_hook,
@@ -21,7 +27,7 @@ from ..render.interactive import (
     job_timeline,
     to_html,
 )
-from . import breakdown, ops, pipeline
+from . import breakdown, hang, memory, ops, pipeline
 from .report import make_report
 from .result import Result
 
@@ -72,7 +78,8 @@ def _plots(mb: list[dict], places: list[dict], stages: list[dict],
 
 def page_of(title: str, rep: Report, brk: Result, pipe: Result | None, why: str,
             mb: list[dict], places: list[dict], synced: bool = True,
-            no_timeline: str = "", model: Result | None = None, no_model: str = "") -> str:
+            no_timeline: str = "", model: Result | None = None, no_model: str = "",
+            mem: Result | None = None, hung: Result | None = None) -> str:
     """The page from the report dict, the breakdown's and pipeline's results (``pipe``
     None: ``why`` there is none) and the micro-batch step windows ``mb`` (on synced
     clocks unless ``synced`` is False), rows placed by ``places`` (:func:`pipeline_places`),
@@ -91,16 +98,21 @@ def page_of(title: str, rep: Report, brk: Result, pipe: Result | None, why: str,
         model.data["header"], model.tables["ops_by_shape"], model.tables["ops_by_module"],
         [(name[:-4].replace("_", " "), fig.png()) for name, fig in sorted(model.figures.items())])
     strag = (rep.get("diagnosis") or {}).get("stragglers") or []
+    memory = None if mem is None else MemorySection(
+        mem.lines, mem.tables["memory_ranks"], mem.figures["memory.png"].png())
+    hang = None if hung is None else HangSection(hung.lines, hung.tables["hang"])
     return report_page(title, rep, brk.tables, kernels, overlap.png() if overlap else None,
                        section, why, _plots(mb, places, stages, synced,
                                             strag[0]["rank"] if strag else None),
                        no_timeline or "no micro-batch steps found (no forward / backward "
-                       "step launched kernels)", ops, no_model)
+                       "step launched kernels)", ops, no_model, memory, hang)
 
 
 def run(root: str | os.PathLike, output: str | os.PathLike, overrides: dict | None = None,
-        topology: str | None = None) -> Result:
-    """The page of the job under ``root``, as ``output``."""
+        topology: str | None = None, dumps: str | os.PathLike | None = None) -> Result:
+    """The page of the job under ``root``, as ``output``; with a memory section where
+    its ranks' traces have allocator events (parsed with their CPU tables), and a hang
+    section from the Flight Recorder ``dumps`` when given."""
     root = Path(root)
     if not root.exists():
         raise TraceVizError(f"{root}: no such file or folder")
@@ -119,10 +131,13 @@ def run(root: str | os.PathLike, output: str | os.PathLike, overrides: dict | No
         mb, synced, no_timeline = [], False, f"no timeline: {exc}"
     placed = pipeline_places(root, folder, topology)
     model, no_model = _op_model(folder)
+    mem = memory.run(folder) if has_memory_tables(folder) else None
+    hung = hang.run(dumps) if dumps is not None else None
     return Result(texts={os.fspath(output): page_of(f"traceviz: {root.resolve().name}", rep,
                                                     brk, pipe, why, mb, placed, synced,
-                                                    no_timeline, model, no_model)},
-                  failed=rep["failed"])
+                                                    no_timeline, model, no_model, mem,
+                                                    hung)},
+                  failed=rep["failed"] + (hung.failed if hung is not None else []))
 
 
 def _op_model(folder: Path) -> tuple[Result | None, str]:

@@ -23,6 +23,7 @@ from ..analysis.critical_path.paths import (
 )
 from ..analysis.diagnose.diagnosis import diagnosis_of
 from ..analysis.diagnose.waits import job_comm
+from ..analysis.memory import JobMemory, rank_memory
 from ..analysis.ops import rank_ops
 from ..analysis.ops_summary import OpModel, op_model
 from ..analysis.pipeline import GroupView, PipelineViews, pipeline_view, pipeline_views
@@ -33,6 +34,7 @@ from .tables import (
     ensure_tables,
     input_files,
     load_with_cpu,
+    load_with_memory,
     one_rank_with_cpu,
     rank_tables,
     tables_folder,
@@ -132,6 +134,24 @@ def ops(path: str | os.PathLike, *, rank: int | None = None,
         peak_tflops: float | None = None) -> OpModel:
     """The op model of ``path`` (one trace / table, ``--rank`` of a job, or a job)."""
     return op_model([rank_ops(g, c, peak_tflops) for g, c in _ranks(Path(path), rank)])
+
+
+def memory(path: str | os.PathLike, *, rank: int | None = None) -> tuple[JobMemory, list[str]]:
+    """Where GPU memory goes on ``path`` (a trace, a table, ``rank`` of a job, or a job):
+    its ranks' allocator events (:mod:`traceviz.analysis.memory`), and a line for each
+    rank whose trace has none. A one-line error when no rank has any."""
+    found = load_with_memory(Path(path), rank)
+    if rank is not None and not found:
+        raise TraceVizError(f"{path}: no rank {rank} among its traces")
+    missing = [f"rank {r}: no allocator events in its trace" for r, _, _, m in found
+               if m is None]
+    ranks = [rank_memory(m, g, c, r) for r, g, c, m in found if m is not None]
+    if not ranks:
+        raise TraceVizError(f"{path}: no allocator events ([memory]) in the trace(s): "
+                            "profile with torch.profiler.profile(profile_memory=True) (with "
+                            "record_shapes=True and with_modules=True the blocks are tied "
+                            "to their ops and modules)")
+    return JobMemory(ranks), missing
 
 
 def _window_args(iteration: int | None, annotation: str | None, instance: int

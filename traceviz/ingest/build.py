@@ -56,6 +56,7 @@ from ..parsing.device_tasks import (
     unread_device_events,
 )
 from ..parsing.links import Lookups, gathered, link
+from ..parsing.memory_table import memory_table
 from ..parsing.metadata import thread_numbers, trace_metadata
 from ..parsing.names import Strings
 from ..parsing.output_columns import OutputColumns, row_group_for
@@ -71,7 +72,7 @@ from ..parsing.text_store import TextDictionary
 from ..startup import resume_collector
 from ..table.arrays import column, fixed_dictionary
 from ..table.inputs import note_input
-from ..table.io import atomic_path
+from ..table.io import atomic_path, write_parquet
 from ..table.parked import InMemory, Parking, release_free_memory
 from ..table.schema import (
     ACTIVITY_CATS,
@@ -90,7 +91,7 @@ from ..table.schema import (
     PHASES,
 )
 from ..topology.layout import Layout, to_json
-from .outputs import cpu_path
+from .outputs import cpu_path, memory_path
 
 def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
                 patterns: Patterns | str | os.PathLike | None = None,
@@ -190,6 +191,7 @@ class ParsedTrace:
     warnings: list[str]
     columns: OutputColumns
     cpu_columns: OutputColumns | None = None
+    memory: pa.Table | None = None  # the allocator table (with the CPU table; None: none)
     _tables: dict = field(default_factory=dict)
     _close: Callable[[], None] | None = None
 
@@ -209,10 +211,16 @@ class ParsedTrace:
             return [dest]
         if dest == "-":
             raise UsageError("the CPU table is a second file: give -o FILE, not '-'")
-        with atomic_path(dest) as gpu_tmp, atomic_path(cpu_path(dest)) as cpu_tmp:
+        with contextlib.ExitStack() as stack:
+            gpu_tmp = stack.enter_context(atomic_path(dest))
+            cpu_tmp = stack.enter_context(atomic_path(cpu_path(dest)))
             self.columns.write_parquet(gpu_tmp)
             self.cpu_columns.write_parquet(cpu_tmp)
-        return [dest, cpu_path(dest)]
+            if self.memory is not None:
+                write_parquet(self.memory.replace_schema_metadata(self.cpu_columns.metadata),
+                              stack.enter_context(atomic_path(memory_path(dest))))
+        return [dest, cpu_path(dest)] + ([memory_path(dest)] if self.memory is not None
+                                         else [])
 
     def close(self) -> None:
         """Delete the temporary files behind the columns (tables already read stay)."""
@@ -393,14 +401,15 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
         scanned.warnings.append(
             f"{scanned.source}: {negative} complete event(s) with a negative dur: kept, "
             "each lasting 0 in every interval and breakdown (a clock or profiler fault)")
-    cpu_out = None
+    cpu_out, allocator = None, None
     if cpu:
         cpu_out = cpu_columns(scanned, s, pid_of, tid_of, plan.output_held(n),
                               device_threads(scanned))
         cpu_out.metadata = dict(out.metadata)
+        allocator = memory_table(scanned, pid_of, tid_of)
     release_free_memory()
     return ParsedTrace(meta=meta, warnings=list(scanned.warnings), columns=out,
-                       cpu_columns=cpu_out)
+                       cpu_columns=cpu_out, memory=allocator)
 
 
 @dataclass

@@ -85,3 +85,9 @@ def command_output(command: str, *inputs: str | os.PathLike) -> Path:
 def cpu_path(dest: str) -> str:
     """Where the CPU table of a table written to ``dest`` goes: ``.cpu.parquet``."""
     return (dest[:-len(".parquet")] if dest.endswith(".parquet") else dest) + ".cpu.parquet"
+
+
+def memory_path(dest: str) -> str:
+    """Where the allocator table of a table written to ``dest`` goes (with its CPU
+    table, when the trace has allocator events): ``.memory.parquet``."""
+    return (dest[:-len(".parquet")] if dest.endswith(".parquet") else dest) + ".memory.parquet"

@@ -287,24 +287,58 @@ def has_cpu_tables(folder: Path) -> bool:
     return bool(tables) and all(Path(cpu_path(str(p))).exists() for p in tables)
 
 
+def has_memory_tables(folder: Path) -> bool:
+    """Whether a rank table of ``folder`` has an allocator table next to it (its trace
+    has allocator events and was parsed with its CPU table)."""
+    from .outputs import memory_path
+
+    return any(Path(memory_path(str(p))).exists() for p in Path(folder).glob("*.parquet")
+               if is_activity_table(p))
+
+
 def load_with_cpu(folder: Path) -> list[tuple[int, pa.Table, pa.Table]]:
     """(rank, GPU activity table, CPU table) of every rank table of ``folder`` (the rank
     as :func:`rank_tables` numbers it); a one-line error when a CPU table is missing."""
-    from .outputs import cpu_path
-
     out = []
     for k, p in enumerate(input_files([folder])):
-        sibling = Path(cpu_path(str(p)))
-        if not sibling.exists():
-            raise TraceVizError(f"{p}: no CPU table next to it; parse the job again with "
-                                "CPU tables ('traceviz ops' or 'critical-path' on its traces "
-                                "does)")
+        sibling = _cpu_table_of(p)
         gpu = read_table(p)
         out.append((rank_of(gpu, p, k), gpu, read_table(sibling)))
     ranks = [r for r, _, _ in out]
     if len(set(ranks)) < len(ranks):
         raise TraceVizError(f"{folder}: two tables claim one rank; keep one table per rank")
     return out
+
+
+def load_with_memory(path: Path, rank: int | None = None
+                     ) -> list[tuple[int, pa.Table, pa.Table, pa.Table | None]]:
+    """(rank, GPU table, CPU table, allocator table or None) of a table with its
+    siblings, or of every rank of a trace or job (its traces parsed with their CPU and
+    allocator tables where needed, kept with its tables); ``rank``: only that rank."""
+    from .outputs import memory_path
+
+    path = Path(path)
+    files = ([path] if path.suffix == ".parquet"
+             else input_files([tables_folder(path, cpu=True)]))
+    found = []
+    for k, p in enumerate(files):
+        gpu = read_table(p)
+        sibling = Path(memory_path(str(p)))
+        found.append((rank_of(gpu, p, k), gpu, read_table(_cpu_table_of(p)),
+                      read_table(sibling) if sibling.exists() else None))
+    return [f for f in found if rank is None or f[0] == rank]
+
+
+def _cpu_table_of(table: Path) -> Path:
+    """The CPU table next to ``table``; a one-line error when there is none."""
+    from .outputs import cpu_path
+
+    sibling = Path(cpu_path(str(table)))
+    if not sibling.exists():
+        raise TraceVizError(f"{table}: no CPU table next to it; parse the job again with "
+                            "CPU tables ('traceviz ops' or 'critical-path' on its traces "
+                            "does)")
+    return sibling
 
 
 def one_rank_with_cpu(path: Path, rank: int | None) -> tuple[pa.Table, pa.Table] | None:

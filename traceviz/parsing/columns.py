@@ -28,7 +28,7 @@ from .budget import MAX_STRINGS
 from .fields import FIELDS
 
 # stores spilled first come first; GPU activities stay in memory longest
-SPILL_ORDER = ("flow", "python", "xargs", "ops", "comm", "launch", "gpu")
+SPILL_ORDER = ("memory", "flow", "python", "xargs", "ops", "comm", "launch", "gpu")
 
 
 @dataclass

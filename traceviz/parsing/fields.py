@@ -15,8 +15,8 @@ import numpy as np
 from .lexer import string_hash
 
 # ---- stores -----------------------------------------------------------------------
-GPU, LAUNCH, OPS, PY, COMM, FLOW, XARGS = range(7)
-STORE_NAMES = ("gpu", "launch", "ops", "python", "comm", "flow", "xargs")
+GPU, LAUNCH, OPS, PY, COMM, FLOW, XARGS, MEMORY = range(8)
+STORE_NAMES = ("gpu", "launch", "ops", "python", "comm", "flow", "xargs", "memory")
 N_STORES = len(STORE_NAMES)
 
 FIELDS: dict[str, list[tuple[str, str]]] = {
@@ -46,6 +46,12 @@ FIELDS: dict[str, list[tuple[str, str]]] = {
     # event waits on (critical path), the shapes record_shapes writes on a cpu_op
     "xargs": [("store", "i1"), ("row", "i8"), ("wait_stream", "i8"), ("wait_corr", "i8"),
               ("input_dims", "i4"), ("input_types", "i4"), ("concrete", "i4")],
+    # the caching allocator's events (``[memory]`` instants of profile_memory=True):
+    # bytes allocated (> 0) or freed (< 0), the device's totals after it, the block
+    # address, the device and its type (1: CUDA), on the thread that asked
+    "memory": [("ts", "i8"), ("thread", "i4"), ("bytes", "i8"), ("allocated", "i8"),
+               ("reserved", "i8"), ("addr", "i8"), ("device", "i8"), ("device_type", "i8"),
+               ("index", "i8")],
 }
 
 
@@ -53,7 +59,7 @@ def _idx(store):
     return {f: i for i, (f, _) in enumerate(FIELDS[store])}
 
 
-_G, _L, _O, _P, _C, _F, _X = (_idx(s) for s in STORE_NAMES)
+_G, _L, _O, _P, _C, _F, _X, _M = (_idx(s) for s in STORE_NAMES)
 G_TS, G_DUR, G_NAME, G_CAT, G_THREAD = _G["ts"], _G["dur"], _G["name"], _G["cat"], _G["thread"]
 G_DEVICE, G_STREAM, G_CORR, G_EXT, G_BYTES, G_BW, G_INDEX = (
     _G["device"], _G["stream"], _G["correlation"], _G["external_id"], _G["bytes"],
@@ -77,6 +83,9 @@ F_PH, F_CAT, F_ID, F_THREAD, F_TS, F_BP, F_NAME = (
 X_STORE, X_ROW, X_WAIT_STREAM, X_WAIT_CORR, X_DIMS, X_TYPES, X_CONCRETE = (
     _X["store"], _X["row"], _X["wait_stream"], _X["wait_corr"], _X["input_dims"],
     _X["input_types"], _X["concrete"])
+M_TS, M_THREAD, M_BYTES, M_ALLOC, M_RESERVED, M_ADDR, M_DEVICE, M_DEVTYPE, M_INDEX = (
+    _M["ts"], _M["thread"], _M["bytes"], _M["allocated"], _M["reserved"], _M["addr"],
+    _M["device"], _M["device_type"], _M["index"])
 
 # ---- category classes --------------------------------------------------------------
 (CLS_NONE, CLS_KERNEL, CLS_MEMCPY, CLS_MEMSET, CLS_GPU_ANNOT, CLS_SYNC, CLS_RUNTIME,
@@ -115,9 +124,10 @@ EVENT_KEYS = {b"ph": K_PH, b"name": K_NAME, b"cat": K_CAT, b"pid": K_PID, b"tid"
 # arg slots; INT slots take numbers, STR slots take strings (interned); a STR slot given
 # a JSON number or list keeps its text (A_BW: Kineto's float "memory bandwidth (GB/s)")
 (A_CORR, A_EXT, A_DEVICE, A_STREAM, A_SEQNUM, A_FWD, A_PYID, A_PYPARENT, A_IN, A_OUT,
- A_GSIZE, A_SEQ, A_SRC, A_DST, A_BYTES, A_WAIT_STREAM, A_WAIT_CORR, A_COLL, A_DTYPE,
- A_PGNAME, A_PGDESC, A_PGRANKS, A_BW, A_DIMS, A_TYPES, A_CONCRETE) = range(26)
-N_ARGS = 26
+ A_GSIZE, A_SEQ, A_SRC, A_DST, A_BYTES, A_WAIT_STREAM, A_WAIT_CORR, A_MEM_BYTES,
+ A_TOTAL_ALLOC, A_TOTAL_RESERVED, A_ADDR, A_DEVICE_ID, A_DEVICE_TYPE, A_COLL, A_DTYPE,
+ A_PGNAME, A_PGDESC, A_PGRANKS, A_BW, A_DIMS, A_TYPES, A_CONCRETE) = range(32)
+N_ARGS = 32
 FIRST_STR_ARG = A_COLL
 ARG_KEYS = {
     b"correlation": A_CORR, b"External id": A_EXT, b"external id": A_EXT,
@@ -129,6 +139,9 @@ ARG_KEYS = {
     b"Process Group Description": A_PGDESC, b"Process Group Ranks": A_PGRANKS,
     b"memory bandwidth (GB/s)": A_BW,
     b"wait_on_stream": A_WAIT_STREAM, b"wait_on_cuda_event_record_corr_id": A_WAIT_CORR,
+    b"Bytes": A_MEM_BYTES, b"Total Allocated": A_TOTAL_ALLOC,
+    b"Total Reserved": A_TOTAL_RESERVED, b"Addr": A_ADDR, b"Device Id": A_DEVICE_ID,
+    b"Device Type": A_DEVICE_TYPE,
     b"Input Dims": A_DIMS, b"Input type": A_TYPES, b"Concrete Inputs": A_CONCRETE,
 }
 

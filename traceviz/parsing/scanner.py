@@ -375,6 +375,19 @@ def _commit(w, sinfo, thr, blocks, spans, start, end):
         return
     if ph == 105 or ph == 73:  # 'i' 'I'
         w[L.S_INSTANT] += 1
+        if w[AR + L.A_TOTAL_ALLOC] >= 0 and w[EV + V_TSST] == GOOD:  # an allocator event
+            store = L.MEMORY
+            r = _row(w, store)
+            blocks[store, L.M_TS, r] = w[EV + V_TS]
+            blocks[store, L.M_THREAD, r] = _thread(thr, w, w[EV + V_PIDN], w[EV + V_PIDS],
+                                                   w[EV + V_TIDN], w[EV + V_TIDS])
+            blocks[store, L.M_BYTES, r] = w[AR + L.A_MEM_BYTES]
+            blocks[store, L.M_ALLOC, r] = w[AR + L.A_TOTAL_ALLOC]
+            blocks[store, L.M_RESERVED, r] = w[AR + L.A_TOTAL_RESERVED]
+            blocks[store, L.M_ADDR, r] = w[AR + L.A_ADDR]
+            blocks[store, L.M_DEVICE, r] = w[AR + L.A_DEVICE_ID]
+            blocks[store, L.M_DEVTYPE, r] = w[AR + L.A_DEVICE_TYPE]
+            blocks[store, L.M_INDEX, r] = index
         return
     if ph == 67:  # 'C'
         w[L.S_COUNTER] += 1

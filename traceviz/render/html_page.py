@@ -61,7 +61,9 @@ LEDGER_PARTS = (("compute", "compute", "#82AAE7"), ("memory", "memory", "#C9B458
 SECTIONS = (("diagnosis", "Diagnosis"), ("summary", "Summary"), ("timeline", "Timeline"),
             ("overlap", "Overlap per rank"),
             ("pipeline", "Pipeline"), ("kernels", "Top kernels"), ("model", "Op model"),
+            ("memory", "Memory"), ("hang", "Hang"),
             ("collectives", "Collectives"), ("stragglers", "Stragglers"))
+OPTIONAL = ("memory", "hang")  # shown where the job has them
 
 
 def esc(value) -> str:
@@ -312,6 +314,54 @@ class OpsSection:
     figures: list[tuple[str, bytes]]
 
 
+@dataclass
+class MemorySection:
+    """What the page shows of ``traceviz memory``: its lines, its ranks' table and its
+    figure (PNG)."""
+
+    lines: list[str]
+    ranks: pa.Table
+    figure: bytes
+
+
+def _memory(sec: MemorySection) -> str:
+    gib = float(1 << 30)
+    rows = [[str(r["rank"]), esc(r["stage"] if r["stage"] is not None else "n/a"),
+             fmt(r["peak_bytes"] / gib if r["peak_bytes"] is not None else None, 3),
+             esc(" ".join(str(v) for v in (r["peak_iteration"], r["peak_phase"],
+                                           r["peak_microbatch"]) if v is not None) or "n/a"),
+             fmt(r["activations_bytes"] / gib if r["activations_bytes"] is not None
+                 else None, 3),
+             fmt(r["before_trace_bytes"] / gib if r["before_trace_bytes"] is not None
+                 else None, 3),
+             fmt(r["max_reserved_bytes"] / gib if r["max_reserved_bytes"] is not None
+                 else None, 3)]
+            for r in sec.ranks.to_pylist()]
+    return ("".join(f"<p class='note'>{esc(line.strip())}</p>" for line in sec.lines[:12])
+            + table(["rank", "stage", "peak GiB", "at (iteration phase micro-batch)",
+                     "activations GiB", "before the trace GiB", "max reserved GiB"], rows,
+                    name="memory_ranks", empty="no rank")
+            + image(sec.figure, "allocated GPU memory over time"))
+
+
+@dataclass
+class HangSection:
+    """What the page shows of ``traceviz hang``: the verdict and every rank's wait."""
+
+    verdict: list[str]
+    ranks: pa.Table
+
+
+def _hang(sec: HangSection) -> str:
+    rows = [[str(r["rank"]), esc(r["state"]), esc(r["group_desc"] or ""),
+             esc(r["seq"] if r["seq"] is not None else ""), esc(r["op"] or ""),
+             esc(r["waits_for"] or ""), esc("yes" if r["cause"] else "")]
+            for r in sec.ranks.to_pylist()]
+    return ("<ol class='causes'>" + "".join(f"<li>{esc(v)}</li>" for v in sec.verdict[:20])
+            + "</ol>" + table(["rank", "state", "waits in", "seq", "op", "for", "cause"],
+                              rows, name="hang", empty="no rank"))
+
+
 def _model(ops: OpsSection | None, why: str) -> str:
     if ops is None:
         return f"<p class='note'>{esc(why)}</p>"
@@ -491,11 +541,13 @@ def report_page(title: str, rep: Report, tables: dict[str, pa.Table],
                 kernel_figures: list[tuple[str, bytes]], overlap_figure: bytes | None,
                 pipeline: PipelineSection | None, why: str,
                 plots: dict[str, str] | None = None, no_timeline: str = "",
-                ops: OpsSection | None = None, no_ops: str = "") -> str:
+                ops: OpsSection | None = None, no_ops: str = "",
+                memory: MemorySection | None = None, hang: HangSection | None = None) -> str:
     """The whole page from the report dict, the breakdown's tables and figures (PNG), the
     pipeline view (None: ``why`` there is none) and the interactive plots' HTML
     (``plots``: ``timeline`` for the job, ``pipeline`` for the first PP group; a missing
-    timeline says ``no_timeline``), and the op model (None: ``no_ops`` says why)."""
+    timeline says ``no_timeline``), the op model (None: ``no_ops`` says why), and the
+    memory and hang sections where the job has them (None: left out)."""
     plots = plots or {}
     return page(title, {
         "diagnosis": _diagnosis(rep.get("diagnosis"), rep.get("diagnosis_why"),
@@ -506,16 +558,21 @@ def report_page(title: str, rep: Report, tables: dict[str, pa.Table],
         "pipeline": _pipeline(pipeline, plots.get("pipeline"), why),
         "kernels": _kernels(tables["top_kernels"].to_pylist(), kernel_figures),
         "model": _model(ops, no_ops),
+        "memory": _memory(memory) if memory is not None else None,
+        "hang": _hang(hang) if hang is not None else None,
         "collectives": _collectives(rep),
         "stragglers": _stragglers(rep)})
 
 
-def page(title: str, sections: dict[str, str]) -> str:
+def page(title: str, sections: dict[str, str | None]) -> str:
     """The whole document: a navigation bar and one ``<section>`` per entry of
-    :data:`SECTIONS` (its HTML from ``sections``), the tables' script at the end."""
-    nav = "".join(f"<a href='#{key}'>{name}</a>" for key, name in SECTIONS)
-    body = "".join(f"<section id='{key}'><h2>{name}</h2>{sections.get(key, '')}</section>"
-                   for key, name in SECTIONS)
+    :data:`SECTIONS` (its HTML from ``sections``; an :data:`OPTIONAL` one that is None
+    or absent is left out), the tables' script at the end."""
+    shown = [(key, name) for key, name in SECTIONS
+             if key not in OPTIONAL or sections.get(key) is not None]
+    nav = "".join(f"<a href='#{key}'>{name}</a>" for key, name in shown)
+    body = "".join(f"<section id='{key}'><h2>{name}</h2>{sections.get(key) or ''}</section>"
+                   for key, name in shown)
     return ("<!doctype html><html lang='en'><head><meta charset='utf-8'>"
             "<link rel='icon' href='data:,'>"
             f"<title>{esc(title)}</title><style>{STYLE}</style></head><body>"
