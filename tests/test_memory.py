@@ -152,3 +152,23 @@ def test_a_job_by_stage(tmp_path):
 def test_a_trace_without_allocator_events_says_how_to_record_them():
     with pytest.raises(TraceVizError, match="profile_memory=True"):
         command.run(shared("gpu/single_gpt/single_gpt.json.gz"))
+
+
+def test_the_page_shows_memory_and_the_hang(tmp_path):
+    """Once the trace's allocator table is parsed (traceviz memory), the HTML page has a
+    memory section; with --hang a hang section naming the rank that stopped; without
+    either, neither."""
+    trace = shared(REAL)
+    runner = CliRunner()
+    plain = tmp_path / "plain.html"
+    assert runner.invoke(main, ["html", str(trace), "-o", str(plain)]).exit_code == 0
+    assert "<section id='memory'>" not in plain.read_text()
+    assert runner.invoke(main, ["memory", str(trace)]).exit_code == 0
+    page = tmp_path / "page.html"
+    r = runner.invoke(main, ["html", str(trace), "-o", str(page), "--hang",
+                             str(shared("gpu/flight_recorder"))])
+    assert r.exit_code == 0, r.output
+    text = page.read_text()
+    assert "<section id='memory'>" in text and "14.917" in text
+    assert "<section id='hang'>" in text and "rank 2 never entered 3 op(s)" in text
+    assert "<a href='#memory'>Memory</a>" in text and "<a href='#hang'>Hang</a>" in text
