@@ -46,7 +46,8 @@ MODULE_FRAME = re.compile(r"^nn\.Module: ")
 TIMELINE_SCHEMA = pa.schema([
     ("rank", pa.int32()), ("ts_ns", pa.int64()), ("allocated_bytes", pa.int64()),
     ("reserved_bytes", pa.int64()), ("delta", pa.int64()), ("addr", pa.int64()),
-    ("op", pa.string()), ("module", pa.string()), ("iteration", pa.int32()),
+    ("op", pa.dictionary(pa.int32(), pa.string())),
+    ("module", pa.dictionary(pa.int32(), pa.string())), ("iteration", pa.int32()),
     ("phase", pa.string()), ("microbatch", pa.int32())])
 PEAK_SCHEMA = pa.schema([
     ("rank", pa.int32()), ("origin", pa.string()), ("iteration", pa.int32()),
@@ -114,7 +115,7 @@ def rank_memory(memory: pa.Table, gpu: pa.Table, cpu: pa.Table | None, rank: int
         "reserved_bytes": pa.array(reserved, pa.int64(), mask=reserved < 0),
         "delta": pa.array(delta, pa.int64()),
         "addr": pa.array(addr, pa.int64(), mask=addr < 0),
-        "op": op.cast(pa.string()), "module": module.cast(pa.string()),
+        "op": op, "module": module,
         "iteration": pa.array(iteration, pa.int32()),
         "phase": pa.array([PHASES[p] if p >= 0 else None for p in phase.tolist()],
                           pa.string()),
@@ -162,7 +163,7 @@ def _cpu_context(cpu: pa.Table | None, ts: np.ndarray, pid: np.ndarray, tid: np.
     as dictionary arrays (null where none, or no CPU table): no Python object per
     event."""
     n = ts.size
-    none = pa.nulls(n, pa.string())
+    none = pa.DictionaryArray.from_arrays(pa.nulls(n, pa.int32()), pa.array([], pa.string()))
     if cpu is None or not n:
         return none, none
     codes, names = codes_of(cpu["name"])

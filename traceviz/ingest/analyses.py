@@ -140,12 +140,15 @@ def memory(path: str | os.PathLike, *, rank: int | None = None) -> tuple[JobMemo
     """Where GPU memory goes on ``path`` (a trace, a table, ``rank`` of a job, or a job):
     its ranks' allocator events (:mod:`traceviz.analysis.memory`), and a line for each
     rank whose trace has none. A one-line error when no rank has any."""
-    found = load_with_memory(Path(path), rank)
-    if rank is not None and not found:
+    ranks, missing, seen = [], [], 0
+    for r, g, c, m in load_with_memory(Path(path), rank):  # one rank's tables at a time
+        seen += 1
+        if m is None:
+            missing.append(f"rank {r}: no allocator events in its trace")
+        else:
+            ranks.append(rank_memory(m, g, c, r))
+    if rank is not None and not seen:
         raise TraceVizError(f"{path}: no rank {rank} among its traces")
-    missing = [f"rank {r}: no allocator events in its trace" for r, _, _, m in found
-               if m is None]
-    ranks = [rank_memory(m, g, c, r) for r, g, c, m in found if m is not None]
     if not ranks:
         raise TraceVizError(f"{path}: no allocator events ([memory]) in the trace(s): "
                             "profile with torch.profiler.profile(profile_memory=True) (with "

@@ -311,22 +311,24 @@ def load_with_cpu(folder: Path) -> list[tuple[int, pa.Table, pa.Table]]:
 
 
 def load_with_memory(path: Path, rank: int | None = None
-                     ) -> list[tuple[int, pa.Table, pa.Table, pa.Table | None]]:
+                     ) -> Iterator[tuple[int, pa.Table, pa.Table, pa.Table | None]]:
     """(rank, GPU table, CPU table, allocator table or None) of a table with its
     siblings, or of every rank of a trace or job (its traces parsed with their CPU and
-    allocator tables where needed, kept with its tables); ``rank``: only that rank."""
+    allocator tables where needed, kept with its tables), one rank at a time; ``rank``:
+    only that rank."""
     from .outputs import memory_path
 
     path = Path(path)
     files = ([path] if path.suffix == ".parquet"
              else input_files([tables_folder(path, cpu=True)]))
-    found = []
     for k, p in enumerate(files):
         gpu = read_table(p)
+        r = rank_of(gpu, p, k)
+        if rank is not None and r != rank:
+            continue
         sibling = Path(memory_path(str(p)))
-        found.append((rank_of(gpu, p, k), gpu, read_table(_cpu_table_of(p)),
-                      read_table(sibling) if sibling.exists() else None))
-    return [f for f in found if rank is None or f[0] == rank]
+        yield (r, gpu, read_table(_cpu_table_of(p)),
+               read_table(sibling) if sibling.exists() else None)
 
 
 def _cpu_table_of(table: Path) -> Path:
