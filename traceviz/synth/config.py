@@ -8,6 +8,7 @@ from ..topology.layout import Layout
 
 LAYOUTS = ("patch", "megatron", "torchtitan")
 SCHEDULES = ("1f1b", "interleaved")
+_LINK_GROUPS = ("tp", "cp", "ep", "dp-cp", "edp", "tp-pp", "emb", "pp")
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,29 @@ class SynthConfig:
     matmul_efficiency: float = 0.6
     bwd_factor: float = 2.0
     jitter: float = 0.03               # relative per-rank variation of compute kernels
+    # the ordinary spread between GPUs of one model: each rank's compute speed also
+    # varies by a normal factor of this standard deviation (0.01-0.02 on real clusters),
+    # and every compute kernel by its own normal factor of ``kernel_noise``
+    gpu_sigma: float = 0.0
+    kernel_noise: float = 0.0
     straggler_rank: int | None = None  # this rank's compute runs slower
     straggler_factor: float = 1.3
+    # a slow network: every transfer of the ``slow_link_group`` group ("tp", "dp-cp",
+    # "pp", "edp", ...: a token of program.GROUPS) that holds ``slow_link_rank`` takes
+    # ``slow_link_factor`` times as long (a degraded NIC or switch port)
+    slow_link_rank: int | None = None
+    slow_link_group: str = "dp-cp"
+    slow_link_factor: float = 3.0
+    # the model's vocabulary: > 0 gives the last stage the output layer as GEMMs of
+    # their FLOPs (2 x tokens x hidden x vocab / tp forward, twice that backward) and
+    # the cross-entropy's backward, the first stage the embedding's backward; 0: a
+    # light output layer (a fixed 0.3 of a layer's share, no backward)
+    vocab: int = 0
+    # Megatron's uneven split (--decoder-first / --decoder-last-pipeline-num-layers,
+    # 1F1B only): the first / last stage holds that many layers, the others share the
+    # rest evenly
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
     hidden: int = 4096
     seq_len: int = 4096
     micro_batch_size: int = 1
@@ -89,9 +111,22 @@ class SynthConfig:
                 raise UsageError("the interleaved schedule needs vpp >= 2")
             if self.microbatches < self.pp:  # Megatron: microbatch_group_size_per_vp_stage
                 raise UsageError("the interleaved schedule needs microbatches >= pp")
-        if self.layers % (self.pp * self.vpp):
+        uneven = self.first_stage_layers is not None or self.last_stage_layers is not None
+        if uneven:
+            if self.vpp != 1:
+                raise UsageError("first_stage_layers / last_stage_layers need vpp 1")
+            self.stage_layers()  # validates the split
+        elif self.layers % (self.pp * self.vpp):
             raise UsageError(f"layers ({self.layers}) must be divisible by pp*vpp "
                              f"({self.pp * self.vpp})")
+        if self.slow_link_group not in _LINK_GROUPS:
+            raise UsageError(f"slow_link_group must be one of {_LINK_GROUPS}")
+        if self.slow_link_rank is not None and not 0 <= self.slow_link_rank < self.world:
+            raise UsageError(f"slow_link_rank must be a rank of the job (0..{self.world - 1})")
+        if self.straggler_rank is not None and not 0 <= self.straggler_rank < self.world:
+            raise UsageError(f"straggler_rank must be a rank of the job (0..{self.world - 1})")
+        if min(self.gpu_sigma, self.kernel_noise, self.vocab) < 0:
+            raise UsageError("gpu_sigma, kernel_noise and vocab must be >= 0")
         if self.moe_every and self.ep < 2:
             raise UsageError("moe_every needs ep >= 2")
         if self.microbatches < 1 or self.iterations < 1 or self.size_multiplier < 1:
@@ -108,6 +143,26 @@ class SynthConfig:
     @property
     def layers_per_chunk(self) -> int:
         return self.layers // (self.pp * self.vpp)
+
+    def stage_layers(self) -> list[int]:
+        """Layers per stage (per model chunk): even, or Megatron's uneven split (the
+        first / last stage's count, the middle stages sharing the rest evenly)."""
+        first, last = self.first_stage_layers, self.last_stage_layers
+        if first is None and last is None:
+            return [self.layers_per_chunk] * self.pp
+        rest = self.layers - (first or 0) - (last or 0)
+        left = self.pp - (first is not None) - (last is not None)
+        if min(first or 1, last or 1) < 1 or rest < 0 or bool(rest) != bool(left) or (
+                left and rest % left):
+            raise UsageError(f"first_stage_layers / last_stage_layers: {self.layers} "
+                             f"layers cannot be split so on {self.pp} stages (each count "
+                             "at least 1, the middle stages sharing the rest evenly)")
+        out = [rest // left if left else 0] * self.pp
+        if first is not None:
+            out[0] = first
+        if last is not None:
+            out[-1] = last
+        return out
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -63,6 +63,7 @@ FORWARD_OPS = {
     "zero": ("aten::zero_", "aten::fill_"), "mul": ("aten::mul", "aten::mul"),
     "ones_like": ("aten::ones_like", "aten::fill_"), "nested_add": ("aten::add", "aten::add"),
     "item": ("aten::item", "aten::_local_scalar_dense"),
+    "embedding": ("aten::embedding", "aten::index_select"),
 }
 BACKWARD_NODES = {
     "mm_backward": ("MmBackward0", "aten::mm"), "add_backward": ("AddBackward0", "aten::add"),
@@ -70,6 +71,8 @@ BACKWARD_NODES = {
     "layer_norm_backward": ("NativeLayerNormBackward0", "aten::native_layer_norm_backward"),
     "flash_attn_backward": ("FlashAttnFuncBackward", "flash_attn::_flash_attn_backward"),
     "mul_backward": ("MulBackward0", "aten::mul"),
+    "cross_entropy_backward": ("LogSoftmaxBackward0", "aten::_log_softmax_backward_data"),
+    "embedding_backward": ("EmbeddingBackward0", "aten::embedding_dense_backward"),
 }
 BACKWARD_COMM_NODE = {  # Megatron's autograd functions around its collectives
     "_allgather_base": "_GatherFromSequenceParallelRegionBackward",

@@ -180,6 +180,18 @@ class StageProgram:
         return {"qkv": (t, h, 3 * h // c.tp), "proj": (t, h // c.tp, h),
                 "fc1": (t, h, 4 * h // c.tp), "fc2": (t, 4 * h // c.tp, h)}
 
+    def head_gemm(self) -> tuple[int, int, int]:
+        """(M, K, N) of the output layer's GEMM on one rank: the all-gathered tokens by
+        the hidden size by the rank's share of the vocabulary."""
+        c = self.cfg
+        return (c.seq_len * c.micro_batch_size // c.cp, c.hidden, max(1, c.vocab // c.tp))
+
+    def logits_share(self) -> float:
+        """The cross-entropy's time over the rank's logits (share of ``fwd_compute_us``):
+        about four passes over them in BF16 at 3 TB/s, at least 0.05."""
+        m, _, n = self.head_gemm()
+        return max(0.05, m * n * 2 * 4 / 3e6 / self.cfg.fwd_compute_us)
+
     def attention_shape(self, backward: bool) -> tuple:
         """flash-attn's q / k / v [batch, seq, heads, 128] of one rank (heads split by
         TP, the sequence by CP) and its FLOPs: 4 B H S^2 D / 2 (causal), 2.5x backward."""
@@ -315,6 +327,10 @@ class StageProgram:
     # ---- micro-batch ops ---------------------------------------------------------------
     def chunk_layers(self, chunk: int) -> list[int]:
         c = self.cfg
+        if c.vpp == 1:  # possibly uneven (Megatron's first / last stage counts)
+            counts = c.stage_layers()
+            first = sum(counts[:self.p])
+            return list(range(first, first + counts[self.p]))
         per = c.layers_per_chunk
         first = (chunk * c.pp + self.p) * per  # virtual stage * layers per chunk
         return list(range(first, first + per))
@@ -333,16 +349,26 @@ class StageProgram:
             self.p2p("recv", ("act", m, vs - 1), -1, frame="recv_forward", **kw)
         self.p2p_sync(frame="recv_forward", **kw)
         kw["frame"] = "forward_step"
+        seqs: dict = {}
         if vs == 0:
             self.items.append(Item("mem", "compute", "Memcpy HtoD (Pageable -> Device)",
                                    "copy", dur=12.0, thread="main", **kw))
-        seqs = {}
+            if c.vocab:  # the embedding's lookup
+                seqs["embedding"] = [self.next_seq()]
+                self.comp(_ELT, "embedding", 0.02, thread="main",
+                          seq_op=seqs["embedding"][0], **kw)
         for layer in self.chunk_layers(chunk):
             start = self.seq
             self.layer_forward(layer, self.is_moe(layer), thread="main", **kw)
             seqs[layer] = list(range(start + 1, self.seq + 1))
         self.fwd_seqs[(m, chunk)] = seqs
-        if vs == c.pp * c.vpp - 1:
+        if vs == c.pp * c.vpp - 1 and c.vocab:  # the output layer: GEMM of its FLOPs
+            seqs["head"] = [self.next_seq(), self.next_seq()]
+            self.comp(_GEMM, "linear", 0.3, _mm(*self.head_gemm()), thread="main",
+                      seq_op=seqs["head"][0], **kw)
+            self.comp(_ELT, "cross_entropy", self.logits_share(), thread="main",
+                      seq_op=seqs["head"][1], **kw)
+        elif vs == c.pp * c.vpp - 1:
             self.comp(_GEMM, "linear", 0.3, thread="main", seq_op=self.next_seq(), **kw)
             self.comp(_ELT, "cross_entropy", 0.05, thread="main", seq_op=self.next_seq(),
                       **kw)
@@ -367,6 +393,14 @@ class StageProgram:
             self.comp(_ELT, "mul", 0.004, thread="main", seq_op=scale, **kw)
             self.comp(_FILL, "ones_like", 0.002, thread="main", **kw)
             self.comp(_ELT, "mul_backward", 0.004, thread="bwd", seq_op=scale, **kw)
+            if "head" in seqs:  # the loss's and the output layer's backward
+                m_, k_, n_ = self.head_gemm()
+                self.comp(_ELT, "cross_entropy_backward", self.logits_share(),
+                          thread="bwd", seq_op=seqs["head"][1], **kw)
+                self.comp(_GEMM, "mm_backward", 0.3, _mm(m_, n_, k_), thread="bwd",
+                          seq_op=seqs["head"][0], **kw)
+                self.comp(_GEMM_NT, "mm_backward", 0.3, _mm(k_, m_, n_), thread="bwd",
+                          seq_op=seqs["head"][0], **kw)
         layers = list(reversed(self.chunk_layers(chunk)))
         for k, layer in enumerate(layers):
             if c.recompute:
@@ -379,6 +413,9 @@ class StageProgram:
                 grads = params // (c.dp * c.cp) if c.dp * c.cp > 1 else params
                 self.coll("dp-cp", "_reduce_scatter_base", params, grads, thread="bwd",
                           phase="BWD", mb=m, chunk=chunk, frame="grad_sync")
+        if "embedding" in seqs:  # the embedding's gradient (a scatter-add of the tokens')
+            self.comp(_ELT, "embedding_backward", 0.05, thread="bwd",
+                      seq_op=seqs["embedding"][0], **kw)
         if vs > 0:
             kw["frame"] = "send_backward"
             self.p2p("send", ("grad", m, vs), -1, **kw)
@@ -409,7 +446,8 @@ class StageProgram:
     def optimizer(self) -> None:
         c = self.cfg
         kw: dict[str, Any] = dict(thread="main", phase="OPTIMIZER", frame="finalize_model_grads")
-        params = 12 * c.hidden * c.hidden // c.tp * c.layers_per_chunk * c.vpp
+        params = 12 * c.hidden * c.hidden // c.tp * max(
+            sum(len(self.chunk_layers(ch)) for ch in range(c.vpp)), 1)
         if c.pp > 1 and self.p in (0, c.pp - 1):
             self.coll("emb", "allreduce", c.hidden * 1024, c.hidden * 1024, **kw)
         if any(self.is_moe(layer) for ch in range(c.vpp) for layer in self.chunk_layers(ch)):

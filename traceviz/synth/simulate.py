@@ -52,9 +52,10 @@ class Timeline:
     step_end: list
 
 
-def transfer_us(cfg: SynthConfig, item: Item, n: int) -> float:
+def transfer_us(cfg: SynthConfig, item: Item, n: int, members=()) -> float:
     """Time to move the collective's data once all members are ready (ring model),
-    times the config's communication scales."""
+    times the config's communication scales (and the slow link's factor where
+    ``members``, the call's ranks, hold the slow link's rank on its group)."""
     size = max(item.in_nelems, item.out_nelems) * ELEM_BYTES.get(item.dtype, 2)
     factor = {"allreduce": 2 * (n - 1) / n, "_allgather_base": (n - 1) / n,
               "_reduce_scatter_base": (n - 1) / n, "all_to_allv": (n - 1) / n}.get(
@@ -63,6 +64,8 @@ def transfer_us(cfg: SynthConfig, item: Item, n: int) -> float:
     scale = cfg.comm_scale * {"tp": cfg.tp_comm_scale, "pp": cfg.pp_comm_scale,
                               "dp-cp": cfg.dp_comm_scale, "edp": cfg.dp_comm_scale}.get(
                                   item.group, 1.0)
+    if cfg.slow_link_rank in members and item.group == cfg.slow_link_group:
+        scale *= cfg.slow_link_factor
     return (8.0 + size * factor / (gbps * 1e3)) * scale
 
 
@@ -93,10 +96,18 @@ def simulate(cfg: SynthConfig, programs: list[list[Item]], stage_of: list[int],
     world = len(stage_of)
     rng = random.Random(cfg.seed)
     speed = [rng.uniform(1 - cfg.jitter, 1 + cfg.jitter) for _ in range(world)]
+    if cfg.gpu_sigma:  # a stream of its own: the jitter's draws stay those of the seed
+        spread = np.random.default_rng((cfg.seed, 1)).normal(0.0, cfg.gpu_sigma, world)
+        speed = [s * max(0.5, 1.0 + d) for s, d in zip(speed, spread.tolist())]
     if cfg.straggler_rank is not None:
         speed[cfg.straggler_rank] *= cfg.straggler_factor
     calls = [call_indices(p) for p in programs]
     n_items = [len(programs[stage_of[r]]) * cfg.iterations for r in range(world)]
+    # each compute kernel's own variation (per rank and item: the same in a re-run with
+    # another knob changed)
+    noise = [np.maximum(0.5, 1.0 + np.random.default_rng((cfg.seed, 2, r)).normal(
+        0.0, cfg.kernel_noise, n_items[r])) if cfg.kernel_noise else None
+             for r in range(world)]
     arrays = [{k: np.zeros(n_items[r]) for k in ("issue", "launch", "launch_end", "start",
                                                   "end")} for r in range(world)]
     for r, a in enumerate(arrays):
@@ -145,7 +156,9 @@ def simulate(cfg: SynthConfig, programs: list[list[Item]], stage_of: list[int],
                                     s.blocking if item.kind == "comp" else 0.0)
                         if item.frame == "optimizer_step":
                             ready = max(ready, *s.lanes.values())
+                        own = noise[r]
                         dur = item.dur * (speed[r] * cfg.compute_scale
+                                          * (float(own[idx]) if own is not None else 1.0)
                                           if item.kind == "comp" else 1.0)
                         a["start"][idx], a["end"][idx] = ready, ready + dur
                         s.lanes["compute"] = s.last_comp = ready + dur
@@ -230,7 +243,7 @@ def _resolve(cfg, group: dict, arrays, states) -> None:
     n = len(group)
     item = next(iter(group.values()))[2]
     last_rank, (last, _, _) = max(group.items(), key=lambda kv: (kv[1][0], -kv[0]))
-    end = last + transfer_us(cfg, item, max(n, 2))
+    end = last + transfer_us(cfg, item, max(n, 2), tuple(group))
     for r, (arrival, idx, it) in group.items():
         arrays[r]["start"][idx] = arrival
         arrays[r]["end"][idx] = end
