@@ -97,3 +97,16 @@ def parking_everything(slice_rows: int = 997):
         yield
     finally:
         parked.PARK_MIN_BYTES, parked.SLICE_ROWS = saved
+
+
+def true_iteration(cfg, root) -> int:
+    """The iteration the synthesizer simulated for ``cfg`` (written to ``root``): first
+    ProfilerStep start to last end over the ranks, on the true clock (ns): the truth a
+    what-if's prediction for the job re-run with one thing changed must meet."""
+    from traceviz.synth import synthesize
+
+    job = synthesize(cfg, root)
+    truth = json.loads((job / "ground_truth" / "ground_truth.json").read_text())
+    spans = [(a - truth["skew_ns"][int(r)], b - truth["skew_ns"][int(r)])
+             for r, v in truth["ranks"].items() for a, b in v["steps"]]
+    return max(b for _, b in spans) - min(a for a, _ in spans)

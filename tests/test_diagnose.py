@@ -71,17 +71,18 @@ def hand_job(folder, skew_node1: float = 37.0):
 # the ledger of each rank, worked out by hand (µs; window [0, 1000): the ProfilerStep)
 HAND_LEDGER = {
     # compute 200 + 80; TP transfer 70; PP transfer 100; MP transfer 40 (OTHER); waits for
-    # rank 1 (TP, same stage) 50 and rank 3 (another pipeline) 60; gaps: [0, 100) 10 µs
-    # before the first launch returned then 90 idle, [600, 800) idle, [900, 1000) no work
-    # left: the CPU's
+    # rank 1 (TP, same stage) 50 and rank 3 (stage 1 of another pipeline: the schedule,
+    # a bubble) 60; gaps: [0, 100) 10 µs before the first launch returned then 90 idle,
+    # [600, 800) idle, [900, 1000) no work left: the CPU's
     0: {"compute": 280, "transfer_tp": 70, "transfer_pp": 100, "transfer_other": 40,
-        "wait_rank": 110, "cpu_bound": 110, "idle": 290},
+        "wait_rank": 50, "bubble": 60, "cpu_bound": 110, "idle": 290},
     # rank 1 arrives last at the TP all-reduce; its MP wait (50) is for rank 3, the next
     # stage of its own pipeline: a bubble
     1: {"compute": 350, "transfer_tp": 70, "transfer_pp": 90, "transfer_other": 40,
         "bubble": 50, "cpu_bound": 110, "idle": 290},
     # rank 2 waits 220 in its receive for rank 0 (bubble), 40 for rank 3 at the TP
-    # all-reduce and 10 for rank 3 at the MP one (another pipeline: wait_rank)
+    # all-reduce and 10 for rank 3 at the MP one (its own stage, of another pipeline:
+    # wait_rank)
     2: {"compute": 170, "transfer_tp": 20, "transfer_pp": 100, "transfer_other": 40,
         "bubble": 220, "wait_rank": 50, "cpu_bound": 110, "idle": 290},
     3: {"compute": 210, "transfer_tp": 20, "transfer_pp": 90, "transfer_other": 40,
@@ -121,7 +122,7 @@ def test_hand_job_waits_and_ledger(tmp_path):
     waits = {(w["rank"], w["part"], w["waited_for_rank"]): w["exposed_ns"] // US
              for w in diag.ledger_waits.to_pylist()}
     assert waits[(2, "bubble", 0)] == 220 and waits[(0, "wait_rank", 1)] == 50
-    assert waits[(0, "wait_rank", 3)] == 60 and waits[(1, "bubble", 3)] == 50
+    assert waits[(0, "bubble", 3)] == 60 and waits[(1, "bubble", 3)] == 50
 
 
 def test_one_rank_alone_has_no_waits(tmp_path):
@@ -255,9 +256,6 @@ def reference_ledger(kernels: list[dict], meta: dict, rank: int, start: int, spa
     elementary segments between kernel endpoints (own clock): each segment goes to the
     first part that holds (README, "Who waits for whom")."""
     stage = {int(r): v["stage"] for r, v in meta["ranks"].items()}
-    pp = meta["layout"]["pp"]
-    pipe = {r: [q for q in stage if (q % (len(stage) // pp)) == (r % (len(stage) // pp))]
-            for r in stage}
     ivs = []  # (start, end, part)
     for k in kernels:
         a, b = k["ts"], k["ts"] + k["dur"]
@@ -271,8 +269,8 @@ def reference_ledger(kernels: list[dict], meta: dict, rank: int, start: int, spa
                 "ReduceScatter", "AllReduce")
             ivs.append((w, b, "grad_sync" if grad else f"transfer_{k['comm_group'].lower()}"))
             who = k["waited_for_rank"]
-            other_stage = (who is not None and who in pipe[rank]
-                           and stage[who] != stage[rank])
+            # a member on another stage (of any pipeline) arrived last: the schedule
+            other_stage = who is not None and stage[who] != stage[rank]
             ivs.append((a, w, "bubble" if k["comm_group"] == "PP" or other_stage
                         else "wait_rank"))
     order = ["compute", "memory"] + [f"transfer_{g}" for g in (

@@ -233,7 +233,8 @@ def _synth_options() -> list[click.Option]:
                                         type=click.Choice(SCHEDULES if f.name == "schedule"
                                                           else LAYOUTS)))
         else:
-            kind = float if isinstance(f.default, float) else int
+            kind = (float if isinstance(f.default, float) else
+                    str if isinstance(f.default, str) else int)
             options.append(click.Option([flag, f.name], type=kind, default=f.default,
                                         show_default=f.default is not None))
     return options
@@ -259,6 +260,20 @@ def synth(outdir: str, **knobs) -> None:
     click.echo(f"wrote a {cfg.world}-rank job (tp {cfg.tp}, pp {cfg.pp}, dp {cfg.dp}, "
                f"cp {cfg.cp}, ep {cfg.ep}, vpp {cfg.vpp}) to {outdir} in "
                f"{time.perf_counter() - start:.1f} s", err=True)
+
+
+def _link_rates(text: str | None) -> tuple[float, float] | None:
+    """``--link-gbps INTRA,INTER``: two positive rates (GB/s)."""
+    if not text:
+        return None
+    try:
+        rates = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        rates = ()
+    if len(rates) != 2 or not all(r > 0 for r in rates):
+        raise UsageError(f"--link-gbps {text!r}: expected two positive rates in GB/s, "
+                         "within a node and across nodes, e.g. 450,50")
+    return rates[0], rates[1]
 
 
 def _int_list(text: str | None) -> tuple[int, ...] | None:
@@ -711,7 +726,13 @@ def _run_overrides(global_batch_size, seq_len, flops_per_token, params, model, p
 @click.option("--advice/--no-advice", default=True, show_default=True,
               help="End with advice, each saving predicted by re-timing the job's graph "
                    "(parses the ranks' CPU tables).")
-def diagnose(root, topology_file, outdir, advice) -> None:
+@click.option("--num-layers", type=click.IntRange(min=1),
+              help="The model's transformer layers (Megatron's --num-layers) [default: "
+                   "counted from the attention kernels where the trace shows them].")
+@click.option("--link-gbps", help="Nominal bus bandwidth within a node and across nodes, "
+                                  "GB/s, e.g. 450,50: a group alone of its kind is slow "
+                                  "below a quarter of it.")
+def diagnose(root, topology_file, outdir, advice, num_layers, link_gbps) -> None:
     """Who waits for whom in one profiled iteration's ranks: every communication kernel
     split into wait (for the last member of its call, on synced clocks) and transfer,
     each rank's time ledger (compute, exposed transfer per group, pipeline bubble,
@@ -721,7 +742,7 @@ def diagnose(root, topology_file, outdir, advice) -> None:
 
     \b
     Writes comm_calls, ledger, ledger_waits, ledger_totals, stragglers, peer_speed,
-    wait_chain, advice (.csv and .parquet) and diagnosis.txt.
+    wait_chain, links, advice (.csv and .parquet) and diagnosis.txt.
 
     \b
     Examples:
@@ -730,7 +751,8 @@ def diagnose(root, topology_file, outdir, advice) -> None:
     """
     from .commands import diagnose as command
 
-    result = command.run(root, topology=topology_file, advice=advice)
+    result = command.run(root, topology=topology_file, advice=advice,
+                         num_layers=num_layers, link_gbps=_link_rates(link_gbps))
     outdir = outdir or command_output("diagnose", root)
     _write(result, outdir)
     _echo_all(result.lines)

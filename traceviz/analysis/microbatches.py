@@ -103,7 +103,7 @@ def categorized(acts: RankActivities, pipelines: Pipelines | None = None
     """The categories of one rank's activities (see :func:`categorize`); where their
     communication split is known, a kernel's wait for the last member of its call is an
     interval of its own: ``pp_wait`` when it waits on a pipeline peer (a pipeline-group
-    kernel, or a member on another stage of the rank's pipeline: the ledger's bubble),
+    kernel, or a member on another stage, of any pipeline: the ledger's bubble),
     ``comm_wait`` otherwise; the kernel keeps its category for its transfer."""
     cat = categorize(acts)
     if acts.wait_end is None:

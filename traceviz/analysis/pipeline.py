@@ -267,7 +267,7 @@ def pipeline_views(ranks: dict[int, RankActivities], diag: Diagnosis,
     first = focus_group(groups, [s["rank"] for s in strag] + diag.chain_ranks())
     notes = []
     if not all_groups and first:
-        notes.append(f"PP group {groups.index(first)} (ranks {first}) shown: "
+        notes.append(f"PP group {every.index(first)} (ranks {first}) shown: "
                      + ("it holds straggler rank "
                         f"{next(s['rank'] for s in strag if s['rank'] in first)}"
                         if any(s["rank"] in first for s in strag) else
@@ -284,5 +284,5 @@ def pipeline_views(ranks: dict[int, RankActivities], diag: Diagnosis,
         lengths = {r: step_length(ranks[r], it) for r in grp}
         marks = [(r, *m) for r in grp for m in stage_marks(ranks[r], it)]
         view = pipeline_view(rows, grp, vpp, {r: n for r, n in lengths.items() if n}, strag)
-        views.append(GroupView(groups.index(grp), grp, it, view, marks))
+        views.append(GroupView(every.index(grp), grp, it, view, marks))
     return PipelineViews(views, notes)

@@ -23,7 +23,9 @@ own forward). Per step:
 
 Stage imbalance is the critical stage's median forward + backward above the mean of the
 other stages, per micro-batch; where a straggler (:mod:`.diagnose.stragglers`) sits on
-that stage, the stage runs at its pace (kind ``straggler``). Times are int64 ns.
+that stage, its slowdown's share of the stage's time (time x (1 - 1 / slowdown)) is the
+straggler's (kind ``straggler``), the rest the stage's own work (kind ``imbalance``).
+Times are int64 ns.
 """
 from __future__ import annotations
 
@@ -117,14 +119,23 @@ def largest_gaps(steps: list[Step], pp: int, vpp: int, p2p_ns: int, fwd_med: np.
             head = (f"stage {crit} (rank {ranks[crit]}) takes {per_mb[crit] / 1e6:.3f} ms "
                     f"per micro-batch, {100 * excess / others:.1f} % above the other "
                     "stages' mean")
-            if slow:
+            # a straggler on the stage explains its slowdown's share of the stage's time;
+            # the rest is the stage's own work (imbalance)
+            slowed = (float(per_mb[crit] * (1 - 1 / slow[0]["slowdown"]))
+                      if slow and slow[0]["slowdown"] > 1 else 0.0)
+            own = min(slowed, excess)
+            if own > 0:
                 row = slow[0]
-                found.append({"kind": "straggler", "ns": int(excess * mbs), "stage": crit,
-                              "what": f"{head}: the stage runs at the pace of straggler "
+                found.append({"kind": "straggler", "ns": int(own * mbs), "stage": crit,
+                              "what": f"{head}: {own / 1e6:.3f} ms of it is straggler "
                               f"rank {row['rank']} ({row['slowdown']:.2f}x its peers' compute "
                               "on the same kernels; its partners wait for it)"})
-            else:
-                found.append({"kind": "imbalance", "ns": int(excess * mbs), "stage": crit,
-                              "what": f"{head} (stage imbalance)"})
+            if excess - own > 0.05 * excess:
+                part = f"{(excess - own) / 1e6:.3f} ms of it " if own > 0 else ""
+                found.append({"kind": "imbalance", "ns": int((excess - own) * mbs),
+                              "stage": crit, "what": f"{head} ({part}stage imbalance: the "
+                              "stage does more work per micro-batch than the others, e.g. "
+                              "the output layer and loss on the last stage, the embedding "
+                              "on the first)"})
     found.sort(key=lambda g: -g["ns"])
     return found[:top]

@@ -6,7 +6,7 @@ import pyarrow as pa
 
 from ..analysis.diagnose.diagnosis import Diagnosis
 from ..analysis.diagnose.ledger import PARTS
-from ..analysis.diagnose.stragglers import NO_PEERS
+from ..analysis.diagnose.stragglers import NO_PEERS, NONE_FOUND
 
 LABELS = {"compute": "compute", "memory": "memory", "grad_sync": "gradient sync",
           "comm_unsplit": "comm (split n/a)", "bubble": "pipeline bubble",
@@ -32,12 +32,23 @@ def where(speed_row: dict | None) -> str:
 
 
 def _waited(w: dict, speed: dict) -> str:
-    """``rank N (node, GPU) X ms by K ranks``: one rank waited for."""
-    if w["rank"] is None:
-        return f"handshakes / barriers {_ms(w['ns'])}"
+    """``rank N (node, GPU) X ms by K ranks (why)``: one rank waited for."""
     place = where(speed.get(str(w["rank"])))
     return (f"rank {w['rank']}" + (f" ({place})" if place else "")
-            + f" {_ms(w['ns'])} by {w['ranks_waiting']} rank(s)")
+            + f" {_ms(w['ns'])} by {w['ranks_waiting']} rank(s) ({w['why']})")
+
+
+def waiting_text(c: dict, speed: dict, top: int = 3) -> str:
+    """Who the waiting for other ranks is for: the ranks late by a margin of their own
+    and why, then the rest (the ordinary spread, handshakes)."""
+    bits = [_waited(w, speed) for w in c["waited_for"][:top]]
+    if c.get("spread_ns", 0) > 0:
+        bits.append(f"{_ms(c['spread_ns'])} ranks doing the same work arriving a little "
+                    "apart (the ordinary spread between GPUs, or a delay handed on: no "
+                    "rank late by a margin of its own)")
+    if c.get("handshake_ns", 0) > 0:
+        bits.append(f"handshakes / barriers {_ms(c['handshake_ns'])}")
+    return "; ".join(bits)
 
 
 def straggler_line(s: dict) -> str:
@@ -45,7 +56,8 @@ def straggler_line(s: dict) -> str:
     place = where(s)
     return (f"rank {s['rank']}" + (f" ({place})" if place else "")
             + f": {s['slowdown']:.2f}x the compute time of its {s['peers']} peer(s) on "
-            f"the same kernels ({s['units_slower']} of {s['units']} kernels per micro-batch "
+            f"the same kernels (robust z-score {s['z_score']:.1f} against every rank's "
+            f"slowdown; {s['units_slower']} of {s['units']} kernels per micro-batch "
             f"slower, p = {s['p_value']:.1e}); {_ms(s['excess_ns'])} more compute per "
             f"iteration, of which the job waits about {_ms(s['cost_ns'])}")
 
@@ -81,9 +93,8 @@ def ledger_lines(summary: dict, top: int = 5) -> list[str]:
         lines.append("largest losses (per rank and iteration):")
         for i, c in enumerate(found, 1):
             lines.append(f"  {i}. {c['cause']}: {_ms(c['ns'])} ({c['pct']:.1f} %)"
-                         + (": mostly " + ", ".join(_waited(w, speed) for w in
-                                                    c["waited_for"][:3])
-                            if c["waited_for"] else ""))
+                         + (": " + waiting_text(c, speed) if c["part"] == "wait_rank"
+                            else ""))
     strag = summary["stragglers"]
     if strag:
         lines.append("stragglers (same work, slower GPU), worst first:")
@@ -91,25 +102,32 @@ def ledger_lines(summary: dict, top: int = 5) -> list[str]:
         if len(strag) > top:
             lines.append(f"  ... {len(strag) - top} more in stragglers.csv")
     elif summary["peers_compared"]:
-        lines.append("stragglers: none (every rank within 5 % of its peers' compute time "
-                     "on the same kernels, or not significantly slower)")
+        lines.append(f"stragglers: none ({NONE_FOUND})")
     elif summary["ranks"] > 1:
         lines.append(f"stragglers: not assessed: {NO_PEERS}")
     return lines
 
 
+ADVICE_HEAD = ("advice, the largest predicted saving per iteration first (a fault saving "
+               "under 1 % is listed as minor; conditional advice needs what the trace does "
+               "not show)")
+STANDING_TAG = {"ranked": "", "minor": "minor: ", "conditional": "conditional: ",
+                "no gain": "no gain: ", "unpredicted": ""}
+
+
 def advice_lines(advice: pa.Table, top: int = 5) -> list[str]:
-    """The advice, ranked by the saving its what-if predicts."""
+    """The advice, in its order (:mod:`traceviz.analysis.diagnose.advice`)."""
     rows = advice.to_pylist()
     if not rows:
-        return ["advice: nothing stands out (no straggler, bubble, exposed communication "
-                "or host overhead above the thresholds)"]
-    lines = ["advice (a slow GPU first, then by the predicted saving per iteration):"]
+        return ["advice: nothing stands out (no straggler, slow link, stage imbalance, "
+                "bubble, exposed communication or host overhead above the thresholds)"]
+    lines = [ADVICE_HEAD + ":"]
     for r in rows[:top]:
         saving = ("saving n/a" if r["saving_ns"] is None else
-                  f"saves {_ms(r['saving_ns'])} ({r['saving_pct']:.1f} %)")
-        lines.append(f"  {r['rank']}. {r['finding']}: {r['action']}; {saving} "
-                     f"[what-if {r['what_if']}]")
+                  f"saves {_ms(r['saving_ns'])} ({r['saving_pct']:.1f} %)"
+                  + (", an upper bound" if r["standing"] == "conditional" else ""))
+        lines.append(f"  {r['rank']}. {STANDING_TAG[r['standing']]}{r['finding']}: "
+                     f"{r['action']}; {saving} [what-if {r['what_if']}]")
     if len(rows) > top:
         lines.append(f"  ... {len(rows) - top} more in advice.csv")
     return lines

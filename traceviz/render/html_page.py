@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from ..analysis.diff import short_name
-from ..analysis.diagnose.stragglers import NO_PEERS
+from ..analysis.diagnose.stragglers import NO_PEERS, NONE_FOUND
 from ..analysis.report_types import Report
 from ..table.text import middle_cut
+from .diagnosis_text import ADVICE_HEAD, STANDING_TAG
 from .pipeline_figure import gap_text
 from .rank_spread import LISTED
 from .report_text import OVERLAP_METRICS, iterations_text, rank_summary
@@ -425,11 +426,13 @@ def _advice(advice: list[dict]) -> str:
     for r in advice[:5]:
         saving = ("saving n/a" if r["saving_ns"] is None else
                   f"saves {duration(r['saving_ns'] / MB)} per iteration "
-                  f"({r['saving_pct']:.1f} %)")
-        items.append(f"<li title='{esc(r['evidence'])}'><b>{esc(r['finding'])}</b>: "
+                  f"({r['saving_pct']:.1f} %)"
+                  + (", an upper bound" if r["standing"] == "conditional" else ""))
+        items.append(f"<li title='{esc(r['evidence'])}'>{esc(STANDING_TAG[r['standing']])}"
+                     f"<b>{esc(r['finding'])}</b>: "
                      f"{esc(r['action'])}. <i>{esc(saving)}</i> <span class='note'>"
                      f"(what-if {esc(r['what_if'])}; hover for the evidence)</span></li>")
-    return ("<h3>Advice: what to change (a slow GPU first, then by predicted saving)</h3>"
+    return (f"<h3 title='{esc(ADVICE_HEAD)}'>Advice, the largest saving first</h3>"
             f"<ol class='causes'>{''.join(items)}</ol>")
 
 
@@ -457,12 +460,15 @@ def _diagnosis(diag: dict | None, why: str | None, advice: list[dict] | None = N
                    f"<div class='ledger'>{bar}</div><p class='note'>{legend}</p>")
     items = []
     for c in diag["causes"][:6]:
-        who = ", ".join(f"{rank_link(w['rank'])} ({_place(diag['places'], w['rank'])}) "
-                        f"{duration(w['ns'] / MB)} by {w['ranks_waiting']} rank(s)"
-                        for w in c["waited_for"][:3] if w["rank"] is not None)
+        who = "; ".join(f"{rank_link(w['rank'])} ({_place(diag['places'], w['rank'])}) "
+                        f"{duration(w['ns'] / MB)} by {w['ranks_waiting']} rank(s): "
+                        f"{esc(w['why'])}" for w in c["waited_for"][:3])
+        rest = (f"{duration(c['spread_ns'] / MB)} ranks doing the same work arriving a "
+                "little apart (the ordinary spread, or a delay handed on: no rank late by "
+                "a margin of its own)" if c.get("spread_ns", 0) > 0 else "")
         items.append(f"<li><b>{esc(c['cause'])}</b>: {duration(c['ns'] / MB)} per rank and "
-                     f"iteration ({c['pct']:.1f} %)" + (f"; mostly {who}" if who else "")
-                     + "</li>")
+                     f"iteration ({c['pct']:.1f} %)"
+                     + "".join(f"; {x}" for x in (who, rest) if x) + "</li>")
     if items:
         out.append(folded("Largest losses, and who waits for whom",
                           f"<ol class='causes'>{''.join(items)}</ol>"))
@@ -474,8 +480,7 @@ def _diagnosis(diag: dict | None, why: str | None, advice: list[dict] | None = N
             f"{duration((s['cost_ns'] or 0) / MB)} per iteration for it</li>"
             for s in strag[:5]) + "</ul>")
     elif diag["peers_compared"]:
-        out.append("<p>No straggler: every rank within 5 % of its peers' compute on the "
-                   "same kernels (or not significantly slower).</p>")
+        out.append(f"<p>No straggler: {esc(NONE_FOUND)}.</p>")
     elif diag["ranks"] > 1:
         out.append(f"<p>Stragglers not assessed: {esc(NO_PEERS)}.</p>")
     out.append("<p class='note'>Every rank's iteration is split into parts that add up to "

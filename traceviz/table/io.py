@@ -200,9 +200,15 @@ def write_parquet(table: pa.Table, dest: str | os.PathLike) -> None:
 
 
 def write_csv(table: pa.Table, dest: str | os.PathLike) -> Path:
-    """Write ``table`` as CSV to ``dest`` (atomically); returns the path."""
+    """Write ``table`` as CSV to ``dest`` (atomically); returns the path. A list column
+    (CSV has none) is written as its items joined by spaces."""
+    import pyarrow.compute as pc
     import pyarrow.csv as pacsv
 
+    for i, field in enumerate(table.schema):
+        if pa.types.is_list(field.type) or pa.types.is_large_list(field.type):
+            texts = pc.cast(table.column(i), pa.list_(pa.string()))
+            table = table.set_column(i, field.name, pc.binary_join(texts, " "))
     with atomic_path(dest) as tmp:
         pacsv.write_csv(table, tmp)
     return Path(dest)

@@ -5,7 +5,11 @@ Two models, each for what it can answer:
 * **Re-timed graph** (:mod:`.job`): own times of chosen edges multiplied, every point
   re-timed, the iteration = the span of the joined points. Specs:
   ``COMM[:GROUP]=F``, ``COMP=F`` (``compute``), ``MEM=F``, ``cpu=F``, ``launch=F``,
-  ``kernel:GLOB=F``, ``rank:N=F`` (every own time on rank N);
+  ``kernel:GLOB=F``, ``rank:N=F`` (every own time on rank N), ``stage:S=F`` (the
+  compute of the ranks on pipeline stage S), ``stagecomm:S=F`` (their transfers that
+  move with a stage's layers: TP, CP, EP, ETP, DP, EDP), ``link:GROUP:R1,R2,...=F``
+  (the transfers of that parallel group between the listed ranks: a slow group's, or
+  a rank pair's);
   ``straggler=fix``: every straggler's compute at its peers' speed (its compute own
   times x 1 / slowdown, :mod:`..diagnose.stragglers`); ``straggler:R=fix`` rank R's;
   ``overlap=GROUP`` (``DP``, ``TP``, ``EP``, ...): that group's communication hidden
@@ -46,6 +50,8 @@ _SCALE = re.compile(r"^\s*(?P<what>[^=]+?)\s*=\s*(?P<factor>[0-9.eE+-]+)\s*$")
 _NAMED = re.compile(r"^\s*(?P<what>straggler(?::(?P<rank>\d+))?|overlap|microbatches|vpp)"
                     r"\s*=\s*(?P<value>\S+)\s*$", re.IGNORECASE)
 PIPELINE_SPECS = ("microbatches", "vpp")
+# the parallel groups whose traffic a stage's layers carry (moves with them)
+LAYER_GROUPS = ("TP", "CP", "EP", "ETP", "DP", "EDP")
 
 
 @dataclass
@@ -57,6 +63,7 @@ class Context:
     measured: Timing
     stragglers: dict[int, float] = field(default_factory=dict)
     pipelines: list[PipelineView] = field(default_factory=list)
+    stages: dict[int, int] = field(default_factory=dict)  # rank -> its pipeline stage
 
     @property
     def baseline_ns(self) -> int:
@@ -163,17 +170,20 @@ def scale_of(ctx: Context, specs: list[str]) -> np.ndarray:
         factor = float(m["factor"])
         if not factor >= 0:
             raise UsageError(f"--what-if {spec!r}: the factor must be >= 0")
-        sel = _selection(jg, m["what"])
+        sel = _selection(jg, m["what"], ctx.stages)
         if sel is None:
             raise UsageError(f"--what-if {spec!r}: unknown target {m['what']!r}; use "
                              "COMM[:GROUP], COMP, MEM, cpu, launch, kernel:GLOB, rank:N, "
-                             "straggler=fix, overlap=GROUP, microbatches=N or vpp=N")
+                             "stage:S, stagecomm:S, link:GROUP:R1,R2,..., straggler=fix, "
+                             "overlap=GROUP, microbatches=N or vpp=N")
         scale[sel] *= factor
     return scale
 
 
-def _selection(jg: JobGraph, what: str) -> np.ndarray | None:
-    """The edges a scaling target names (None: no such target)."""
+def _selection(jg: JobGraph, what: str, stages: dict[int, int] | None = None
+               ) -> np.ndarray | None:
+    """The edges a scaling target names (None: no such target); ``stages``: each rank's
+    pipeline stage (``stage:S``)."""
     cat = jg.category
     low = what.lower().strip()
     if low in ("comm", "communication"):
@@ -195,4 +205,30 @@ def _selection(jg: JobGraph, what: str) -> np.ndarray | None:
         except ValueError:
             return None
         return jg.graph.node_rank[jg.graph.src] == r
+    if low.startswith(("stage:", "stagecomm:")):
+        try:
+            st = int(what.split(":", 1)[1])
+        except ValueError:
+            return None
+        if not stages or st not in stages.values():
+            raise UsageError(f"--what-if {what!r}: no rank is known to run stage {st} "
+                             "(needs the job's ordered pipeline stages)")
+        ranks = np.array([r for r, s in stages.items() if s == st], np.int64)
+        on = np.isin(jg.graph.node_rank[jg.graph.src], ranks)
+        if low.startswith("stage:"):
+            return (cat == COMPUTE) & on
+        return on & np.isin(cat, [COMM0 + GROUPS.index(g) for g in LAYER_GROUPS])
+    if low.startswith("link:"):
+        bits = what.split(":")
+        grp = bits[1].strip().upper() if len(bits) == 3 else ""
+        try:
+            members = np.array([int(x) for x in bits[2].split(",")], np.int64) if grp \
+                else np.zeros(0, np.int64)
+        except ValueError:
+            return None
+        if grp not in GROUPS or not members.size:
+            return None
+        g = jg.graph
+        return ((cat == COMM0 + GROUPS.index(grp)) & np.isin(g.node_rank[g.src], members)
+                & np.isin(g.node_rank[g.dst], members))
     return None

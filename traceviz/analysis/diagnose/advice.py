@@ -1,15 +1,30 @@
 """Advice: what to change, ranked by the iteration time it saves, each saving predicted by
 a what-if (:mod:`..critical_path.what_if`) of the job's own trace.
 
-Findings (each from the diagnosis, with the evidence it rests on) and their what-if:
+Findings (each from the diagnosis, with the evidence it rests on) and their what-if.
+Faults (hardware to fix, no option helps):
 
-* a **straggler** (:mod:`.stragglers`): drain or replace its node / GPU (no option fixes
-  a slow GPU); ``straggler:R=fix`` (its compute at its peers' speed, re-timed);
+* a **straggler** (:mod:`.stragglers`): drain or replace its node / GPU;
+  ``straggler:R=fix`` (its compute at its peers' speed, re-timed);
+* a **slow link** (:mod:`.network`): a group far below the bus bandwidth of the same
+  kind of group elsewhere: check the network of its nodes;
+  ``link:GROUP:R1,R2,...=F`` (its transfers at its peers' bandwidth: F = its ratio).
+
+Configuration changes (Megatron-LM's arguments):
+
+* **stage imbalance** (:mod:`.stages`: the heaviest stage >= 1.1x the median one): the
+  layer split that evens the stages (``--decoder-first-pipeline-num-layers``,
+  ``--decoder-last-pipeline-num-layers``, ``--account-for-embedding-in-pipeline-split``,
+  ``--account-for-loss-in-pipeline-split``); ``stage:S=F + ...`` (each stage's compute
+  times its predicted / its measured compute per micro-batch) ``+ stagecomm:S=L`` (the
+  communication its layers carry, TP within them and their gradients' DP, times its
+  new / its old layers);
 * a large **pipeline bubble** (the ledger's bubble >= 5 % of the iteration): more
   micro-batches per iteration (``--global-batch-size`` / ``--micro-batch-size``;
   ``microbatches=2M``, the saving per the current iteration's samples:
-  T(M) - T(2M) / 2) and, without interleaving, ``--num-layers-per-virtual-pipeline-stage``
-  (``vpp=2``);
+  T(M) - T(2M) / 2) and, where every stage holds enough layers, interleaving
+  (``--num-layers-per-virtual-pipeline-stage``; ``vpp=2V``: each stage's layers must
+  divide into 2V chunks);
 * exposed **data-parallel** communication (gradient sync + parameter gather >= 2 %):
   ``--overlap-grad-reduce`` / ``--overlap-param-gather`` with
   ``--use-distributed-optimizer``; ``overlap=DP`` (EDP too: an upper bound);
@@ -26,27 +41,42 @@ Findings (each from the diagnosis, with the evidence it rests on) and their what
 
 ``saving_ns`` = the iteration now - the predicted one (per the current iteration's
 samples for more micro-batches); null, with the reason in ``evidence``, where the
-what-if cannot be evaluated (no CPU tables: no graph to re-time). Order: the stragglers
-first (a slow GPU is a fault to fix whatever else is tuned; replacing it changes nothing
-else), by saving; then the configuration changes by saving; the unpredicted last.
+what-if cannot be evaluated (no CPU tables: no graph to re-time).
+
+**Order** (``standing``): ``ranked`` advice by saving, the largest first; a fault is
+ranked only when fixing it saves at least :data:`FAULT_PCT` % of the iteration, else it
+is ``minor`` (listed after, with its saving); ``conditional`` advice needs what the
+trace does not show (interleaving when the layers per stage are unknown: give
+``--num-layers``; a stage imbalance no whole-layer split evens out: the saving of
+perfectly even stages, an upper bound) and comes after; a change predicted to save
+nothing (``no gain``: its what-if's iteration is no shorter, e.g. a layer split that
+would load a stage holding a slow GPU) is listed for what was tried; ``unpredicted`` (no
+saving) last.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from ...errors import TraceVizError, UsageError
 from ..critical_path import what_if as W
 from .diagnosis import Diagnosis
+from .network import slow_groups
+from .stages import best_split
 
 ADVICE_SCHEMA = pa.schema([
-    ("rank", pa.int32()), ("finding", pa.string()), ("action", pa.string()),
+    ("rank", pa.int32()), ("standing", pa.string()), ("kind", pa.string()),
+    ("finding", pa.string()), ("action", pa.string()),
     ("saving_ns", pa.int64()), ("predicted_iteration_ns", pa.int64()),
     ("saving_pct", pa.float64()), ("evidence", pa.string()), ("what_if", pa.string()),
     ("model", pa.string())])
+STANDINGS = ("ranked", "minor", "conditional", "no gain", "unpredicted")
 BUBBLE_PCT, COMM_PCT, CPU_PCT = 5.0, 2.0, 5.0  # shares of the iteration that get advice
+FAULT_PCT = 1.0  # a fault is ranked among the changes when fixing it saves this much
+TOP_FAULTS = 5   # stragglers / slow links turned into advice, the worst first
 OVERLAP = {  # group: (parts of the ledger, what to turn on)
     "DP": (("grad_sync", "transfer_dp", "transfer_edp"),
            "--overlap-grad-reduce and --overlap-param-gather (with "
@@ -65,23 +95,30 @@ OVERLAP = {  # group: (parts of the ledger, what to turn on)
 
 @dataclass
 class Finding:
-    """One opportunity: what the trace shows, what to change, the what-if predicting it."""
+    """One opportunity: what the trace shows, what to change, the what-if predicting it
+    (several specs joined by `` + `` are predicted together)."""
 
     finding: str
     action: str
     what_if: str
     evidence: str
     per_samples: int = 0  # > 0: the what-if changes the samples per iteration by this x
+    kind: str = "change"  # "fault" (hardware) or "change" (configuration)
+    conditional: bool = False  # needs what the trace does not show (see the module doc)
 
 
-def findings(diag: Diagnosis) -> list[Finding]:
-    """The opportunities the diagnosis shows (see the module doc)."""
-    out: list[Finding] = []
+def _place(row: dict) -> str:
+    return ", ".join(x for x in (f"node {row['node']}" if row.get("node") is not None
+                                 else "", f"GPU {row['local_gpu']}"
+                                 if row.get("local_gpu") is not None else "") if x)
+
+
+def straggler_findings(diag: Diagnosis) -> list[Finding]:
+    """A fault per straggler (the worst :data:`TOP_FAULTS`)."""
+    out = []
     places = {r["rank"]: r for r in diag.speed.table.to_pylist()}
-    for s in diag.stragglers.to_pylist()[:3]:
-        where = ", ".join(x for x in (f"node {s['node']}" if s["node"] is not None else "",
-                                      f"GPU {s['local_gpu']}" if s["local_gpu"] is not None
-                                      else "") if x)
+    for s in diag.stragglers.to_pylist()[:TOP_FAULTS]:
+        where = _place(s)
         out.append(Finding(
             f"rank {s['rank']} ({where or 'node n/a'}) runs the same kernels "
             f"{s['slowdown']:.2f}x slower than its {s['peers']} peers",
@@ -89,9 +126,124 @@ def findings(diag: Diagnosis) -> list[Finding]:
             f"{s['rank']}): no configuration option fixes a slow GPU",
             f"straggler:{s['rank']}=fix",
             f"{s['units_slower']} of {s['units']} kernels per micro-batch slower (sign test "
-            f"p = {s['p_value']:.1e}); {s['excess_ns'] / 1e6:.2f} ms more compute per "
-            f"iteration; others wait {places[s['rank']]['waited_on_ns'] / 1e6:.2f} ms for "
-            "it"))
+            f"p = {s['p_value']:.1e}); robust z-score {s['z_score']:.1f} against every "
+            f"rank's slowdown; {s['excess_ns'] / 1e6:.2f} ms more compute per iteration; "
+            f"others wait {places[s['rank']]['waited_on_ns'] / 1e6:.2f} ms for it",
+            kind="fault"))
+    return out
+
+
+def link_findings(diag: Diagnosis) -> list[Finding]:
+    """A fault per slow group (the worst :data:`TOP_FAULTS`)."""
+    out = []
+    gpn = {r["rank"]: r["node"] for r in diag.speed.table.to_pylist()}
+    for g in slow_groups(diag.links)[:TOP_FAULTS]:
+        ranks = g["ranks"]
+        nodes = sorted({gpn[r] for r in ranks if gpn.get(r) is not None})
+        shown = ", ".join(map(str, ranks[:8])) + (", ..." if len(ranks) > 8 else "")
+        kind = "rank pair" if g["group"] == "PP" and len(ranks) == 2 else "group"
+        against = (f"{g['ratio']:.2f}x the {g['peers_busbw_gbps']:.0f} GB/s of the "
+                   f"{g['peers']} other {g['group']} {kind}s of its kind"
+                   if g["ratio"] is not None else
+                   f"{g['busbw_gbps'] / g['nominal_gbps']:.2f}x the link's nominal "
+                   f"{g['nominal_gbps']:.0f} GB/s")
+        where = (f"node {nodes[0]}" if len(nodes) == 1 else
+                 "nodes " + ", ".join(map(str, nodes[:8])) + (", ..." if len(nodes) > 8
+                                                              else ""))
+        factor = g["ratio"] if g["ratio"] is not None else (
+            g["busbw_gbps"] / g["nominal_gbps"])
+        out.append(Finding(
+            f"{g['group']} {kind} [{shown}] reaches {g['busbw_gbps']:.0f} GB/s bus "
+            f"bandwidth ({g['collective']}, {g['link']}), {against}: a slow network",
+            f"check the network of {where} (NIC, cable, switch port, NCCL's choice of "
+            f"transport): no configuration option fixes a slow link",
+            f"link:{g['group']}:{','.join(map(str, ranks))}={factor:.4g}",
+            f"{g['kernels']} {g['collective']} kernels of >= 1 MiB: "
+            f"{g['bus_bytes'] / 1e9:.2f} GB of bus bytes in {g['transfer_ns'] / 1e6:.2f} ms "
+            "of transfer (after the last member arrived); peers: same group kind, "
+            "collective, size, link and payload class", kind="fault"))
+    return out
+
+
+def imbalance_findings(diag: Diagnosis) -> list[Finding]:
+    """Stage imbalance (:mod:`.stages`): the split that evens the stages, or the perfect
+    balance's upper bound where none does (conditional)."""
+    b = diag.balance
+    if b is None or not b.heavy:
+        return []
+    h = b.heaviest
+    med = float(np.median(b.compute_ns))
+    name = ("last" if h == b.pp - 1 else "first" if h == 0 else f"{h}")
+    why = ("the output layer and loss" if h == b.pp - 1 else "the embedding" if h == 0
+           else "more layers than the others")
+    layers = ", ".join("?" if n is None else str(n) for n in b.layers)
+    extra = b.extra_ns[h]
+    evidence = (f"compute per micro-batch by stage (ms): "
+                + ", ".join(f"{c / 1e6:.2f}" for c in b.compute_ns)
+                + f"; layers per stage [{layers}] ({b.layers_from})"
+                + (f"; a layer {b.layer_ns / 1e6:.2f} ms, stage {h}'s extra "
+                   f"{extra / 1e6:.2f} ms" if b.layer_ns is not None and extra is not None
+                   else ""))
+    finding = (f"stage imbalance: the {name} stage computes {b.compute_ns[h] / 1e6:.2f} ms "
+               f"per micro-batch, {b.ratio:.2f}x the median stage's {med / 1e6:.2f} ms"
+               + (f" ({why}: {extra / 1e6:.2f} ms beyond its layers)"
+                  if extra is not None and extra > 0 and h in (0, b.pp - 1) else ""))
+    split = best_split(b)
+    if split is not None:
+        specs = [f"stage:{s}={new / old:.4g}" for s, (new, old) in
+                 enumerate(zip(split.compute_ns, b.compute_ns)) if old > 0
+                 and abs(new / old - 1) > 1e-4]
+        # the layers' own communication (TP within them, their gradients' DP) moves too
+        specs += [f"stagecomm:{s}={new / old:.4g}" for s, (new, old) in
+                  enumerate(zip(split.layers, b.layers)) if old and new != old]
+        return [Finding(
+            finding, f"even out the stages: {split.options} (layers per stage "
+            f"[{layers}] -> [{', '.join(map(str, split.layers))}], predicted compute per "
+            f"micro-batch (ms) {', '.join(f'{c / 1e6:.2f}' for c in split.compute_ns)})",
+            " + ".join(specs), evidence)]
+    mean = float(np.mean(b.compute_ns))
+    specs = [f"stage:{s}={mean / c:.4g}" for s, c in enumerate(b.compute_ns) if c > 0]
+    if b.layers_from == "unknown":
+        action = ("even out the stages with Megatron's split options "
+                  "(--decoder-last-pipeline-num-layers / --decoder-first-pipeline-num-"
+                  "layers, --account-for-loss-in-pipeline-split / --account-for-embedding-"
+                  "in-pipeline-split): the trace does not show the layers per stage; give "
+                  "--num-layers to choose the split (the saving is that of perfectly even "
+                  "stages, an upper bound)")
+    else:
+        action = (f"no split of whole layers Megatron allows evens the stages out with "
+                  f"{sum(n for n in b.layers if n is not None)} layers on {b.pp} stages "
+                  "(--decoder-first / --decoder-last-pipeline-num-layers and "
+                  "--account-for-embedding / loss-in-pipeline-split tried): more layers "
+                  "per stage (fewer pipeline stages) would let them; the saving is that "
+                  "of perfectly even stages, an upper bound")
+    return [Finding(finding, action, " + ".join(specs), evidence, conditional=True)]
+
+
+def vpp_finding(diag: Diagnosis, pct: float, bubble_ns: int, pp: int) -> list[Finding]:
+    """Interleaving, where every stage's layers divide into twice the chunks (see the
+    module doc); conditional where the layers are unknown, none where they do not."""
+    b = diag.balance
+    vpp = b.vpp if b is not None else 1
+    finding = f"{pct:.1f} % of the iteration is pipeline bubble (pp {pp})"
+    evidence = f"ledger: bubble {bubble_ns / 1e6:.2f} ms per rank and iteration"
+    if b is None or b.layers_from == "unknown":
+        return [Finding(finding, "interleave the stages: --num-layers-per-virtual-pipeline-"
+                        "stage so that each rank holds 2 model chunks; needs at least 2 "
+                        "layers per stage, which the trace does not show: give --num-layers "
+                        "to check", "vpp=x2", evidence, conditional=True)]
+    per_stage = [n for n in b.layers if n is not None]
+    if min(per_stage, default=0) < 2 * vpp or any(n % (2 * vpp) for n in per_stage):
+        return []
+    return [Finding(finding, "interleave the stages: --num-layers-per-virtual-pipeline-"
+                    f"stage {min(per_stage) // (2 * vpp)} so that each rank holds "
+                    f"{2 * vpp} model chunks (layers per stage [{', '.join(map(str, per_stage))}], "
+                    f"{b.layers_from})", "vpp=x2", evidence)]
+
+
+def findings(diag: Diagnosis) -> list[Finding]:
+    """The opportunities the diagnosis shows (see the module doc)."""
+    out = straggler_findings(diag) + link_findings(diag) + imbalance_findings(diag)
     if not diag.totals.num_rows:
         return out
     t = diag.totals.to_pylist()[0]  # the first profiled iteration (the tables' shares)
@@ -104,11 +256,7 @@ def findings(diag: Diagnosis) -> list[Finding]:
             "--micro-batch-size (the bubble is about (pp - 1) / (m + pp - 1) of the "
             "schedule)", "microbatches=x2",
             f"ledger: bubble {t['bubble_ns'] / 1e6:.2f} ms per rank and iteration", 2))
-        out.append(Finding(
-            f"{pct['bubble']:.1f} % of the iteration is pipeline bubble (pp {pp})",
-            "interleave the stages: --num-layers-per-virtual-pipeline-stage so that each "
-            "rank holds 2 model chunks", "vpp=x2",
-            f"ledger: bubble {t['bubble_ns'] / 1e6:.2f} ms per rank and iteration"))
+        out += vpp_finding(diag, pct["bubble"], t["bubble_ns"], pp)
     for grp, (parts, action) in OVERLAP.items():
         share = sum(pct.get(p, 0.0) for p in parts)
         if share >= COMM_PCT:
@@ -127,18 +275,31 @@ def findings(diag: Diagnosis) -> list[Finding]:
     return out
 
 
+def standing(f: Finding, saving: int | None, base: int) -> str:
+    """Where a finding stands in the order (see the module doc)."""
+    if saving is None:
+        return "unpredicted"
+    if saving <= 0 and f.kind != "fault":
+        return "no gain"
+    if f.conditional:
+        return "conditional"
+    if f.kind == "fault" and (not base or 100.0 * saving / base < FAULT_PCT):
+        return "minor"
+    return "ranked"
+
+
 def advise(diag: Diagnosis, ctx: W.Context | None, why: str = "") -> pa.Table:
-    """``advice``: the findings ranked by the saving their what-if predicts
-    (:data:`ADVICE_SCHEMA`); without a graph to re-time (``ctx`` None: ``why``) the
-    savings are null."""
+    """``advice``: the findings in the order of the module doc (:data:`ADVICE_SCHEMA`);
+    without a graph to re-time (``ctx`` None: ``why``) the savings are null."""
     rows: list[dict[str, Any]] = []
     base = ctx.baseline_ns if ctx is not None else 0
     for f in findings(diag):
         spec, model, predicted, saving, evidence = f.what_if, None, None, None, f.evidence
         if ctx is not None:
             try:
-                spec = _concrete(spec, ctx)
-                out = W.evaluate(ctx, [spec])
+                specs = [_concrete(x, ctx) for x in spec.split(" + ")]
+                spec = " + ".join(specs)
+                out = W.evaluate(ctx, specs)
                 model, predicted = out.model, out.iteration_ns
                 saving = base - (predicted // f.per_samples if f.per_samples else predicted)
                 if f.per_samples:
@@ -148,14 +309,12 @@ def advise(diag: Diagnosis, ctx: W.Context | None, why: str = "") -> pa.Table:
                 evidence += f"; not predicted: {exc}"
         else:
             evidence += f"; not predicted: {why}"
-        rows.append({"finding": f.finding, "action": f.action, "saving_ns": saving,
+        rows.append({"standing": standing(f, saving, base), "kind": f.kind,
+                     "finding": f.finding, "action": f.action, "saving_ns": saving,
                      "predicted_iteration_ns": predicted,
                      "saving_pct": 100.0 * saving / base if saving is not None and base
                      else None, "evidence": evidence, "what_if": spec, "model": model})
-    # a slow GPU is a fault: first, whatever its saving (replacing it changes nothing
-    # else); then the configuration changes by saving, the unpredicted last
-    rows.sort(key=lambda r: (not r["what_if"].startswith("straggler"),
-                             r["saving_ns"] is None, -(r["saving_ns"] or 0)))
+    rows.sort(key=lambda r: (STANDINGS.index(r["standing"]), -(r["saving_ns"] or 0)))
     for i, r in enumerate(rows, 1):
         r["rank"] = i
     return pa.Table.from_pylist(rows, schema=ADVICE_SCHEMA)

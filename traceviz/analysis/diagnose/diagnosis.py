@@ -20,10 +20,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...intervals import intersect, union
-from ...table.schema import COMP, FWD, group
-from ..activities import RankActivities
+from ...table.arrays import index_in, ints
+from ...table.schema import COMM, COMP, FWD, KINDS, group
+from ..activities import RankActivities, activities
 from .ledger import PARTS, Pipelines, RankLedger, ledger_tables, rank_ledger
-from .stragglers import PeerSpeed, peer_speed
+from .network import SCHEMA as NETWORK_SCHEMA
+from .network import group_bandwidth
+from .stages import StageBalance, stage_balance
+from .stragglers import SPREAD_FLOOR, Z_MIN, PeerSpeed, peer_speed
 from .waits import SEND, JobComm, RankComm, comm_calls, job_comm
 
 CHAIN_WAIT_NS = 20_000  # waits shorter than this (clock noise, launch jitter) are ignored
@@ -57,6 +61,10 @@ class Diagnosis:
     # how the clocks were put on one: "shifted", "own clocks" (one clock, not shifted),
     # "given" (offsets from the caller) or "none" (not synced)
     clocks: str = "given"
+    # every group's bus bandwidth against its peers (:mod:`.network`)
+    links: pa.Table = field(default_factory=lambda: NETWORK_SCHEMA.empty_table())
+    # the stages' compute per micro-batch and layers (:mod:`.stages`; None: no stages)
+    balance: StageBalance | None = None
 
     @property
     def stragglers(self) -> pa.Table:
@@ -88,6 +96,71 @@ class Diagnosis:
         uniq, inv = np.unique(ranks, return_inverse=True)
         total = np.bincount(inv, weights=ns)
         return uniq[np.argsort(-total, kind="stable")][:top].tolist()
+
+
+def split_of(diag: Diagnosis, rank: int, table: pa.Table
+             ) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per row of ``rank``'s table, (where its wait ends, on the rank's own clock; the
+    rank it waited for), -1 where it is not communication or its split is unknown: the
+    diagnosis's split, without matching the job again (as :func:`.waits.split_rows`
+    gives it from a match). None where the table's communication kernels are not the
+    ones the diagnosis split."""
+    if rank not in diag.offsets:
+        return None
+    ts = ints(table["ts"])
+    comm = np.flatnonzero(index_in(table["kind"], KINDS) == COMM)
+    comm = comm[np.argsort(ts[comm], kind="stable")]  # the activities' order
+    mine = _calls_of(diag, rank)
+    start = diag.comm_calls["start_ns"].to_numpy()[mine]
+    off = diag.offsets[rank]
+    if comm.size != mine.size or not np.array_equal(ts[comm] - off, start):
+        return None
+    wait, who = _split_columns(diag, mine)
+    wait_end = np.full(table.num_rows, -1, np.int64)
+    waited_for = np.full(table.num_rows, -1, np.int64)
+    wait_end[comm] = np.where(wait >= 0, ts[comm] + wait, -1)
+    waited_for[comm] = who
+    return wait_end, waited_for
+
+
+def _calls_of(diag: Diagnosis, rank: int) -> np.ndarray:
+    """The rows of ``diag.comm_calls`` of ``rank``, in its kernels' order."""
+    ranks = diag.comm_calls["rank"].to_numpy()
+    return np.flatnonzero(ranks == rank)
+
+
+def _split_columns(diag: Diagnosis, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(wait ns, -1 unknown; waited-for rank, -1 none) of ``rows`` of comm_calls."""
+    out = []
+    for name in ("wait_ns", "waited_for_rank"):
+        col = diag.comm_calls[name].take(pa.array(rows, pa.int64()))
+        out.append(col.fill_null(-1).to_numpy().astype(np.int64))
+    return out[0], out[1]
+
+
+def synced_activities(diag: Diagnosis, tables: dict[int, pa.Table]
+                      ) -> list[RankActivities] | None:
+    """The activities of ``tables`` (some of the diagnosed job's ranks) on the
+    diagnosis's synced clocks with its communication split attached, without matching
+    the job again; None where a rank's communication kernels are not those the
+    diagnosis split (another table)."""
+    if not set(tables) <= set(diag.ranks):
+        return None
+    starts = diag.comm_calls["start_ns"].to_numpy()
+    out = []
+    for r in sorted(tables):
+        a = activities(tables[r], rank=r, offset_ns=diag.offsets.get(r, 0))
+        mine = _calls_of(diag, r)
+        pos = np.flatnonzero(a.kind == COMM)
+        if pos.size != mine.size or not np.array_equal(a.ts[pos], starts[mine]):
+            return None
+        wait, who = _split_columns(diag, mine)
+        a.wait_end = np.full(len(a), -1, np.int64)
+        a.wait_end[pos] = np.where(wait >= 0, a.ts[pos] + wait, -1)
+        a.waited_for = np.full(len(a), -1, np.int64)
+        a.waited_for[pos] = who
+        out.append(a)
+    return out
 
 
 def pipelines_of(metas: Iterable[dict]) -> list[list[int]]:
@@ -147,15 +220,21 @@ def pipelines_from_p2p(acts: list[RankActivities], comms: list[RankComm]
     return groups, ordered
 
 
-def diagnose(tables: dict[int, pa.Table], pipelines: list[list[int]] | None = None
+def diagnose(tables: dict[int, pa.Table], pipelines: list[list[int]] | None = None,
+             num_layers: int | None = None, link_gbps: tuple[float, float] | None = None
              ) -> Diagnosis:
     """The diagnosis of the ranks' tables (rank -> activity table); ``pipelines``: the
-    job's PP groups in stage order (None: from the tables' ``pg_config``)."""
-    return diagnosis_of(job_comm(tables), pipelines)
+    job's PP groups in stage order (None: from the tables' ``pg_config``);
+    ``num_layers``: the model's transformer layers (None: as the trace shows them);
+    ``link_gbps``: the nominal bus bandwidth within a node and across nodes (GB/s)."""
+    return diagnosis_of(job_comm(tables), pipelines, num_layers, link_gbps)
 
 
-def diagnosis_of(jc: JobComm, pipelines: list[list[int]] | None = None) -> Diagnosis:
-    """The diagnosis of a job whose communication is matched (:func:`.waits.job_comm`)."""
+def diagnosis_of(jc: JobComm, pipelines: list[list[int]] | None = None,
+                 num_layers: int | None = None,
+                 link_gbps: tuple[float, float] | None = None) -> Diagnosis:
+    """The diagnosis of a job whose communication is matched (:func:`.waits.job_comm`);
+    see :func:`diagnose`."""
     acts, comms, offsets, synced = jc.acts, jc.comms, jc.offsets, jc.synced
     notes = list(jc.notes)
     ranks = [a.rank for a in acts]
@@ -191,7 +270,10 @@ def diagnosis_of(jc: JobComm, pipelines: list[list[int]] | None = None) -> Diagn
                      comm_calls(acts, comms, jc.pg_names), ledger, waits,
                      totals(ledger), peer_speed(acts, stage, waited_on, on_chain),
                      chain, notes, [list(g) for g in groups], bool(groups) and ordered,
-                     jc.sync.method if jc.sync is not None else "given")
+                     jc.sync.method if jc.sync is not None else "given",
+                     group_bandwidth(acts, comms, jc.pg_names, link_gbps) if synced
+                     else NETWORK_SCHEMA.empty_table(),
+                     stage_balance(acts, stage, num_layers))
 
 
 def _compute_on(acts: list[RankActivities], segments: list[tuple[int, int, int, int]]
@@ -300,12 +382,54 @@ CAUSE_NAMES = {"bubble": "pipeline bubble", "grad_sync": "exposed gradient sync"
                "cpu_bound": "CPU / launch bound", "idle": "idle"}
 
 
+def late_reasons(diag: Diagnosis) -> dict[int, str]:
+    """Why a rank arrives late at its collectives by a margin of its own, where it does:
+    its GPU is slower than its peers' (a straggler), or its CPU launches late (its
+    ``cpu_bound`` per iteration beyond its stage peers' by more than their spread:
+    robust z >= :data:`~.stragglers.Z_MIN`, and at least 1 % of its span). Other ranks
+    arrive late only within the ordinary spread, or because the schedule (or a late
+    rank before them) holds them up."""
+    out: dict[int, str] = {}
+    for s in diag.stragglers.to_pylist():
+        out[s["rank"]] = (f"slower compute: {s['slowdown']:.2f}x its {s['peers']} peers' "
+                          "time on the same kernels (a straggler)")
+    if not diag.ledger.num_rows:
+        return out
+    stage = dict(zip(diag.speed.table["rank"].to_pylist(),
+                     diag.speed.table["stage"].to_pylist()))
+    ranks = diag.ledger["rank"].to_numpy()
+    uniq, inv = np.unique(ranks, return_inverse=True)
+    n = np.bincount(inv)
+    cpu = np.bincount(inv, weights=diag.ledger["cpu_bound_ns"].to_numpy()) / n
+    span = np.bincount(inv, weights=diag.ledger["span_ns"].to_numpy()) / n
+    classes: dict = {}
+    for i, r in enumerate(uniq.tolist()):
+        classes.setdefault(stage.get(r), []).append(i)
+    for members in classes.values():
+        if len(members) < 3:
+            continue
+        vals = cpu[members]
+        med = float(np.median(vals))
+        sigma = max(1.4826 * float(np.median(np.abs(vals - med))), SPREAD_FLOOR * span[
+            members].mean())
+        for i in members:
+            late = cpu[i] - med
+            if late >= Z_MIN * sigma and late >= 0.01 * span[i] and int(uniq[i]) not in out:
+                out[int(uniq[i])] = (f"late launch: its GPU waits for its CPU "
+                                     f"{late / 1e6:.2f} ms per iteration more than its "
+                                     "peers'")
+    return out
+
+
 def causes(diag: Diagnosis) -> list[dict]:
     """What the iterations lose besides compute, largest first: each part of the ledger
-    (per rank and iteration, mean over the job's rows), with waiting for other ranks
-    the ranks waited for listed (``waited_for``: rank, ns per rank and iteration, ranks
-    waiting for it; most first). Each: ``cause``, ``part``, ``ns`` (mean per rank and
-    iteration), ``pct`` (of the mean span)."""
+    (per rank and iteration, mean over the job's rows). Waiting for other ranks lists the
+    ranks that arrive late by a margin of their own (``waited_for``: rank, ns per rank
+    and iteration, ranks waiting for it, ``why`` (:func:`late_reasons`); most first) and
+    ``spread_ns``: the rest, ranks doing the same work arriving a little apart (the
+    ordinary spread between GPUs, or a delay handed on from earlier ranks: nobody's
+    own). Each: ``cause``, ``part``, ``ns`` (mean per rank and iteration), ``pct`` (of
+    the mean span)."""
     if not diag.ledger.num_rows:
         return []
     rows = diag.ledger.num_rows
@@ -326,11 +450,15 @@ def causes(diag: Diagnosis) -> list[dict]:
         by[who] = (tot + ns, waiting | {r})
     total = sum(ns for ns, _ in by.values())
     if total:
+        why = late_reasons(diag)
+        own = [{"rank": who, "ns": ns / rows, "ranks_waiting": len(wt), "why": why[who]}
+               for who, (ns, wt) in sorted(by.items(), key=lambda kv: -kv[1][0])
+               if who is not None and who in why]
+        handshakes = by.get(None, (0, set()))[0]
         out.append({"cause": "waiting for other ranks", "part": "wait_rank",
-                    "ns": total / rows,
-                    "waited_for": [{"rank": who, "ns": ns / rows, "ranks_waiting": len(wt)}
-                                   for who, (ns, wt) in sorted(by.items(),
-                                                               key=lambda kv: -kv[1][0])]})
+                    "ns": total / rows, "waited_for": own,
+                    "handshake_ns": handshakes / rows,
+                    "spread_ns": (total - handshakes) / rows - sum(o["ns"] for o in own)})
     for c in out:
         c["pct"] = 100.0 * c["ns"] / span if span else None
     return sorted(out, key=lambda c: -c["ns"])

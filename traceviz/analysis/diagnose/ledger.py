@@ -13,13 +13,14 @@ GPU runs it).
    group) are ``grad_sync`` instead: the exposed gradient sync;
 4. ``comm_unsplit``: a communication kernel whose wait / transfer split is unknown
    (one rank alone, members missing, clocks not synced);
-5. ``bubble``: a kernel waits on a pipeline peer: a pipeline-group kernel (send /
+5. ``bubble``: a kernel waits on the pipeline schedule: a pipeline-group kernel (send /
    receive) waits for its peer stage, or a collective waits for a member on another
-   stage of the rank's pipeline (the embedding and gradient-norm reductions after the
-   last backward wait for the first stage, which the schedule makes end last);
+   stage (of any pipeline: the embedding, gradient-norm and job-wide reductions after
+   the last backward wait for the first stage, which the schedule makes end last: the
+   pipeline's drain, not a rank's delay);
 6. ``wait_rank``: a collective waits for its last member on the rank's own stage (a
-   slower rank doing the same work), or a kernel that moves no payload (handshake,
-   barrier) synchronises;
+   rank doing the same work, late: see :mod:`.diagnosis` for why), or a kernel that
+   moves no payload (handshake, barrier) synchronises;
 7. ``cpu_bound``: no GPU activity, and the next activity to start had not been launched
    yet (from the gap's start until its launch call returned): the GPU waited for the CPU;
 8. ``idle``: the rest (no activity although the next one was launched: a stream or
@@ -83,14 +84,15 @@ class Pipelines:
         return cls(pipe, stage)
 
     def other_stage(self, rank: int, others: np.ndarray) -> np.ndarray:
-        """Whether each of ``others`` (ranks, -1 none) sits on another stage of
-        ``rank``'s pipeline."""
+        """Whether each of ``others`` (ranks, -1 none) sits on another stage than
+        ``rank`` (of its pipeline or another: stage s of every pipeline runs the same
+        layers at the same point of the schedule)."""
         n = self.pipe.size
         if not 0 <= rank < n or self.pipe[rank] < 0:
             return np.zeros(others.shape[0], bool)
         ok = (others >= 0) & (others < n)
         at = np.where(ok, others, 0)
-        return ok & (self.pipe[at] == self.pipe[rank]) & (self.stage[at] != self.stage[rank])
+        return ok & (self.pipe[at] >= 0) & (self.stage[at] != self.stage[rank])
 
 
 def rank_ledger(acts: RankActivities, pipelines: Pipelines) -> RankLedger:

@@ -14,12 +14,17 @@ chunk, kernel name), or (iteration, kernel name) where the trace has no micro-ba
 is compared where at least half of the peers (and two ranks) have it: the rank's time
 against the peers' median.
 
-**Test.** Across its units (kernels of every micro-batch and iteration), the one-sided
-sign test gives ``p_value``: the chance of at least that many slower units if the rank
-were no slower than its peers. ``slowdown`` = the rank's time / the peers' median time
-over all its compared units. A rank is a **straggler** when ``p_value`` <= 0.01 and
-``slowdown`` >= 1.05 (GPUs of one model differ by a few percent); a rank without peers
-has nothing to compare with (null).
+**Test.** A unit's *peers' time* is the median of the other peers' times for it (the
+rank left out: with two peers, the other's). ``slowdown`` = the rank's time / its
+peers' time, over all its compared units; the one-sided sign test across its units
+gives ``p_value``: the chance of at least that many slower units if the rank were no
+slower than its peers. GPUs of one model differ by a percent or two, so a rank is
+judged against the *spread* of every compared rank's slowdown in the job: ``z_score`` =
+(slowdown - their median) / their robust standard deviation (1.4826 x the median
+absolute deviation, at least :data:`SPREAD_FLOOR`). A rank is a **straggler** when it
+stands out of that spread (``z_score`` >= :data:`Z_MIN`), is slower by a margin worth a
+GPU's replacement (``slowdown`` >= :data:`SLOWDOWN_MIN`) and consistently so
+(``p_value`` <= :data:`P_MAX`); a rank without peers has nothing to compare with (null).
 
 **Cost.** ``excess_ns``: the rank's compute time beyond its peers' median per iteration.
 ``cost_ns``: the time the job loses to it per iteration: where the ranks' CPU tables
@@ -47,6 +52,12 @@ from ..activities import RankActivities
 
 P_MAX = 0.01
 SLOWDOWN_MIN = 1.05
+Z_MIN = 4.5           # robust z-score beyond which a slowdown is not the ordinary spread
+SPREAD_FLOOR = 0.005  # least robust standard deviation of the slowdowns (identical GPUs)
+# what "no straggler" means, in words
+NONE_FOUND = (f"no rank's slowdown against its peers on the same kernels stands out of "
+              f"the ranks' spread (robust z-score >= {Z_MIN}, at least {SLOWDOWN_MIN}x, "
+              f"slower in most kernels)")
 # why no rank is compared (every class of peers has one rank)
 NO_PEERS = ("no two ranks do the same work here (one rank per pipeline stage in the job, "
             "and no other rank launches the same kernels); ranks of different stages run "
@@ -54,6 +65,7 @@ NO_PEERS = ("no two ranks do the same work here (one rank per pipeline stage in 
 SCHEMA = pa.schema([
     ("rank", pa.int32()), ("node", pa.int32()), ("local_gpu", pa.int32()),
     ("stage", pa.int32()), ("peers", pa.int32()), ("slowdown", pa.float64()),
+    ("z_score", pa.float64()),
     ("units", pa.int32()), ("units_slower", pa.int32()), ("p_value", pa.float64()),
     ("excess_ns", pa.int64()), ("cost_ns", pa.int64()), ("waited_on_ns", pa.int64()),
     ("straggler", pa.bool_())])
@@ -124,23 +136,22 @@ def peer_speed(ranks: list[RankActivities], stage: dict[int, int],
     stage per rank (absent: one class of every rank); ``waited_on``: exposed ns per
     iteration other ranks waited for each rank; ``on_chain``: each rank's compute time
     per iteration on the chains of waits (ns)."""
-    cells = {a.rank: _cells(a) for a in ranks}
     names: dict[str, int] = {}
-    keyed: dict[int, dict[tuple, int]] = {}
+    cells: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     work: dict[int, int] = {}
-    for r, (keys, ns, count, nm) in cells.items():
+    for a in ranks:
+        keys, ns, count, nm = _cells(a)
         glob = np.array([names.setdefault(x, len(names)) for x in nm] + [-1], np.int64)
         keys = keys.copy()
         keys[:, 4] = glob[keys[:, 4]]
-        keyed[r] = dict(zip(map(tuple, keys.tolist()), ns.tolist()))
-        work[r] = hash(tuple(zip(map(tuple, keys.tolist()), count.tolist())))
-    rows = []
+        cells[a.rank] = (keys, ns)
+        work[a.rank] = hash((keys.tobytes(), count.tobytes()))
     classes: dict[tuple, list[int]] = {}
     for a in ranks:  # no stage known: the ranks that run the same kernels
         key = ("stage", stage[a.rank]) if a.rank in stage else ("work", work[a.rank])
         classes.setdefault(key, []).append(a.rank)
-    for members in classes.values():
-        rows += _compare(members, keyed, stage)
+    rows = [row for members in classes.values() for row in _compare(members, cells, stage)]
+    _z_scores(rows)
     by_rank = {a.rank: a for a in ranks}
     out: dict[str, list] = {f.name: [] for f in SCHEMA}
     for row in rows:
@@ -159,32 +170,82 @@ def peer_speed(ranks: list[RankActivities], stage: dict[int, int],
     return PeerSpeed(pa.table(out, schema=SCHEMA))
 
 
-def _compare(members: list[int], keyed: dict[int, dict[tuple, int]],
+def spread(slowdowns: np.ndarray) -> tuple[float, float]:
+    """(median, robust standard deviation) of the compared ranks' slowdowns: 1.4826 x
+    their median absolute deviation, at least :data:`SPREAD_FLOOR`."""
+    center = float(np.median(slowdowns))
+    mad = float(np.median(np.abs(slowdowns - center)))
+    return center, max(1.4826 * mad, SPREAD_FLOOR)
+
+
+def _z_scores(rows: list[dict]) -> None:
+    """Each compared row's ``z_score`` against every compared rank's slowdown, and its
+    ``straggler`` flag (see the module doc)."""
+    compared = np.array([r["slowdown"] for r in rows if r["slowdown"] is not None])
+    center, sigma = spread(compared) if compared.size else (1.0, SPREAD_FLOOR)
+    for r in rows:
+        if r["slowdown"] is None:
+            r["z_score"], r["straggler"] = None, False
+            continue
+        r["z_score"] = (r["slowdown"] - center) / sigma
+        r["straggler"] = bool(r["z_score"] >= Z_MIN and r["slowdown"] >= SLOWDOWN_MIN
+                              and r["p_value"] <= P_MAX)
+
+
+def leave_one_out_median(m: np.ndarray) -> np.ndarray:
+    """Per entry of ``m`` [members, cells] (NaN: the member lacks the cell), the median
+    of the other members' values of its cell (NaN where no other member has it)."""
+    n_rows = m.shape[0]
+    order = np.argsort(m, axis=0, kind="stable")  # NaNs last
+    srt = np.take_along_axis(m, order, axis=0)
+    pos = np.empty_like(order)
+    np.put_along_axis(pos, order, np.arange(n_rows)[:, None].repeat(m.shape[1], 1), axis=0)
+    others = (~np.isnan(m)).sum(axis=0)[None, :] - 1  # values left without the entry
+    others = np.broadcast_to(others, m.shape)
+
+    def at(k: np.ndarray) -> np.ndarray:  # the k-th of the others, in sorted order
+        k = np.clip(k, 0, n_rows - 1)
+        idx = np.clip(np.where(k < pos, k, k + 1), 0, n_rows - 1)
+        return np.take_along_axis(srt, idx, axis=0)
+
+    lo, hi = at((others - 1) // 2), at(others // 2)
+    out = np.where(others % 2 == 1, lo, (lo + hi) / 2)
+    return np.where((others >= 1) & ~np.isnan(m), out, np.nan)
+
+
+def _compare(members: list[int], cells: dict[int, tuple[np.ndarray, np.ndarray]],
              stage: dict[int, int]) -> list[dict]:
-    """The rows of one class of peers (``stage``: each rank's, where known)."""
-    counts: dict[tuple, int] = {}
-    for r in members:
-        for cell in keyed[r]:
-            counts[cell] = counts.get(cell, 0) + 1
+    """The rows of one class of peers (``stage``: each rank's, where known), without
+    their ``z_score`` / ``straggler`` (job-wide, :func:`_z_scores`)."""
+    keys = [cells[r][0] for r in members]
+    every = np.concatenate(keys) if keys else np.zeros((0, 5), np.int64)
+    uniq, inv = (np.unique(every, axis=0, return_inverse=True) if every.size
+                 else (np.zeros((0, 5), np.int64), np.zeros(0, np.int64)))
+    inv = inv.ravel()
+    m = np.full((len(members), uniq.shape[0]), np.nan)
+    at = 0
+    for i, r in enumerate(members):
+        n = keys[i].shape[0]
+        m[i, inv[at:at + n]] = cells[r][1]
+        at += n
     need = max(2, (len(members) + 1) // 2)
-    shared = sorted(c for c, k in counts.items() if k >= need)
-    median = {c: float(np.median([keyed[r][c] for r in members if c in keyed[r]]))
-              for c in shared}
-    iterations = {c[0] for c in shared}
+    shared = (~np.isnan(m)).sum(axis=0) >= need
+    m = m[:, shared]
+    iterations = np.unique(uniq[shared, 0]).size
+    peers = leave_one_out_median(m) if len(members) >= 2 else np.full_like(m, np.nan)
+    mine = ~np.isnan(m) & ~np.isnan(peers)
+    own = np.where(mine, m, 0.0).sum(axis=1)
+    med = np.where(mine, peers, 0.0).sum(axis=1)
+    units = mine.sum(axis=1)
+    slower = (mine & (np.nan_to_num(m) > np.nan_to_num(peers))).sum(axis=1)
     rows = []
-    for r in members:
-        mine = [c for c in shared if c in keyed[r]]
-        units = len(mine)
-        slower = sum(keyed[r][c] > median[c] for c in mine)
-        own, med = sum(keyed[r][c] for c in mine), sum(median[c] for c in mine)
-        comparable = len(members) >= 2 and units > 0 and med > 0
-        slowdown = own / med if comparable else 0.0
-        p = sign_test(slower, units) if comparable else 1.0
+    for i, r in enumerate(members):
+        comparable = len(members) >= 2 and units[i] > 0 and med[i] > 0
         rows.append({
-            "rank": r, "stage": stage.get(r),
-            "peers": len(members) - 1, "slowdown": slowdown if comparable else None,
-            "units": units, "units_slower": slower, "p_value": p if comparable else None,
-            "excess_ns": int(round((own - med) / max(len(iterations), 1))) if comparable
-            else None,
-            "straggler": bool(comparable and p <= P_MAX and slowdown >= SLOWDOWN_MIN)})
+            "rank": r, "stage": stage.get(r), "peers": len(members) - 1,
+            "slowdown": float(own[i] / med[i]) if comparable else None,
+            "units": int(units[i]), "units_slower": int(slower[i]),
+            "p_value": sign_test(int(slower[i]), int(units[i])) if comparable else None,
+            "excess_ns": int(round((own[i] - med[i]) / max(iterations, 1))) if comparable
+            else None})
     return rows

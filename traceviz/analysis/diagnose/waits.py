@@ -43,7 +43,7 @@ from ...intervals import grouped_top_times
 from ...table.arrays import codes_of, ints
 from ...table.schema import COLLECTIVES, COMM, GROUPS, NO_PAYLOAD, PHASES, collective
 from ..activities import RankActivities, activities
-from ..calls import rank_calls
+from ..calls import operation_bytes, rank_calls
 from ..clocks import (
     ClockSync,
     CollectiveEnds,
@@ -94,6 +94,7 @@ class RankComm:
     op_kernel: np.ndarray   # per transfer: its kernel (index into ``pos``)
     op_peer: np.ndarray     # per transfer: the peer's global rank
     op_direction: np.ndarray  # per transfer: SEND / RECV
+    nbytes: np.ndarray      # nccl-tests' operation size S (bytes; -1 unknown)
     wait_end: np.ndarray = None  # type: ignore[assignment]
     known: np.ndarray = None     # type: ignore[assignment]
     waited_for: np.ndarray = None  # type: ignore[assignment]  # rank, -1 nobody / unknown
@@ -152,7 +153,8 @@ def rank_comm(table: pa.Table, acts: RankActivities, pg_names: dict[str, int]) -
                      [CALL_KINDS.index("Send"), CALL_KINDS.index("Recv"),
                       CALL_KINDS.index("SendRecv")], coll)
     return RankComm(acts.rank, pos, pg, col("seq"), peer, direction, size, no_payload,
-                    kind.astype(np.int64), op_kernel, op_peer, op_direction)
+                    kind.astype(np.int64), op_kernel, op_peer, op_direction,
+                    operation_bytes(coll, in_b, out_b, size))
 
 
 def _transfers(rank: int, at: np.ndarray, recv_from: list, send_to: list,

@@ -1,0 +1,160 @@
+"""Slow links: every process group's bus bandwidth against the same kind of group
+elsewhere in the job, and against the link it runs on.
+
+**Bus bandwidth of a group** (GB/s): over its collective kernels of one kind whose
+split is known (:mod:`.waits`), with a payload of at least :data:`MIN_BYTES`, the bus
+bytes (nccl-tests' operation size S x the collective's factor, :mod:`..calls`) over the
+*transfer* times (the kernels' time after the last member arrived: waiting for a late
+member is not the network's), summed over its members' kernels and calls. Point-to-point
+transfers count per pair of ranks (a send / receive kernel of one transfer; a coalesced
+block's is left out: its bytes are several transfers').
+
+**Peers.** Groups of one kind: the same parallel group (``TP``, ``DP``, ... or ``PP``
+pairs), collective, number of ranks, link (all members on one node, or across nodes:
+node = rank // GPUs per node), and payload class (S rounded to a power of two: small
+messages never reach a link's bandwidth). A group's **ratio** is its bus bandwidth over
+the median of the *other* groups of its kind (bytes-weighted over its kinds). A group
+is **slow** when its ratio is at most :data:`SLOW_RATIO`; with no other group of its
+kind, when a nominal link rate is given (``--link-gbps``) and it reaches at most
+:data:`NOMINAL_RATIO` of it.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from ...table.schema import COLLECTIVES, GROUPS, collective
+from ..activities import RankActivities
+from ..calls import factors
+from .waits import CALL_KINDS, RankComm
+
+MIN_BYTES = 1 << 20     # smaller payloads are latency, not bandwidth
+SLOW_RATIO = 0.5        # at most half its peers' bus bandwidth: slow
+NOMINAL_RATIO = 0.25    # alone of its kind: at most a quarter of the nominal rate
+LINKS = ("intra-node", "inter-node")
+SCHEMA = pa.schema([
+    ("group", pa.string()), ("process_group", pa.string()), ("ranks", pa.list_(pa.int32())),
+    ("link", pa.string()), ("collective", pa.string()), ("kernels", pa.int64()),
+    ("bus_bytes", pa.float64()), ("transfer_ns", pa.int64()), ("busbw_gbps", pa.float64()),
+    ("peers", pa.int32()), ("peers_busbw_gbps", pa.float64()), ("ratio", pa.float64()),
+    ("nominal_gbps", pa.float64()), ("slow", pa.bool_())])
+
+
+def _gpus_per_node(acts: list[RankActivities]) -> int:
+    """GPUs per node: the devices the traces list (most ranks'), else 8."""
+    counts = [len(a.meta.get("device_properties") or []) for a in acts]
+    counts = [c for c in counts if c > 0]
+    return int(np.bincount(counts).argmax()) if counts else 8
+
+
+def group_bandwidth(acts: list[RankActivities], comms: list[RankComm], pg_names: list[str],
+                    link_gbps: tuple[float, float] | None = None) -> pa.Table:
+    """One row per group and kind of call (:data:`SCHEMA`, see the module doc), the
+    slowest against its peers first."""
+    gpn = _gpus_per_node(acts)
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in
+                                          ("key_pg", "label", "coll", "size", "bucket",
+                                           "bus", "ns", "rank", "peer")}
+    sendrecv = collective("SendRecv")
+    for a, rc in zip(acts, comms):
+        transfer = rc.transfer(a)
+        coll = a.collective[rc.pos]
+        single = np.isin(rc.kind, (CALL_KINDS.index("Send"), CALL_KINDS.index("Recv")))
+        p2p = (coll == sendrecv) & single & (rc.peer >= 0)
+        fac = np.where(p2p, 1.0, factors(coll, rc.size))
+        ok = (rc.known & (transfer > 0) & (rc.nbytes >= MIN_BYTES) & np.isfinite(fac)
+              & ~rc.no_payload & ((coll != sendrecv) | p2p) & ((rc.pg >= 0) | p2p))
+        if not ok.any():
+            continue
+        k = np.flatnonzero(ok)
+        parts["key_pg"].append(np.where(p2p[k], -1, rc.pg[k]))
+        parts["label"].append(np.where(a.group[rc.pos][k] >= 0, a.group[rc.pos][k],
+                                       GROUPS.index("OTHER")))
+        parts["coll"].append(coll[k])
+        parts["size"].append(np.where(p2p[k], 2, rc.size[k]))
+        parts["bucket"].append(np.round(np.log2(rc.nbytes[k])).astype(np.int64))
+        parts["bus"].append(rc.nbytes[k] * fac[k])
+        parts["ns"].append(transfer[k])
+        parts["rank"].append(np.full(k.size, a.rank, np.int64))
+        parts["peer"].append(np.where(p2p[k], rc.peer[k], -1))
+    if not parts["bus"]:
+        return SCHEMA.empty_table()
+    col = {k: np.concatenate(v) for k, v in parts.items()}
+    # a group: its process group, or for a transfer the pair of ranks
+    lo, hi = np.minimum(col["rank"], col["peer"]), np.maximum(col["rank"], col["peer"])
+    gkey = np.stack([col["key_pg"], np.where(col["peer"] >= 0, lo, -1),
+                     np.where(col["peer"] >= 0, hi, -1)], axis=1)
+    groups, ginv = np.unique(gkey, axis=0, return_inverse=True)
+    ginv = ginv.ravel()
+    members: list[set[int]] = [set() for _ in range(groups.shape[0])]
+    for g, r in zip(ginv.tolist(), col["rank"].tolist()):
+        members[g].add(r)
+    for g, (_, a_, b_) in enumerate(groups.tolist()):
+        if a_ >= 0:
+            members[g] |= {a_, b_}
+    link = np.array([int(len({r // gpn for r in m}) > 1) for m in members], np.int64)
+    # rows: (group, label, collective, size, link, bucket)
+    row_key = np.stack([ginv, col["label"], col["coll"], col["size"], link[ginv],
+                        col["bucket"]], axis=1)
+    rows, rinv = np.unique(row_key, axis=0, return_inverse=True)
+    rinv = rinv.ravel()
+    bus = np.bincount(rinv, weights=col["bus"], minlength=rows.shape[0])
+    ns = np.bincount(rinv, weights=col["ns"], minlength=rows.shape[0])
+    kernels = np.bincount(rinv, minlength=rows.shape[0])
+    bw = bus / np.maximum(ns, 1)
+    # peers: the other groups of the same kind (label, collective, size, link, bucket)
+    kind_key = rows[:, 1:]
+    kinds, kinv = np.unique(kind_key, axis=0, return_inverse=True)
+    kinv = kinv.ravel()
+    peer_bw = np.full(rows.shape[0], np.nan)
+    peers: np.ndarray = np.zeros(rows.shape[0], np.int64)
+    for j in range(kinds.shape[0]):
+        idx = np.flatnonzero(kinv == j)
+        if idx.size < 2:
+            continue
+        vals = bw[idx]
+        order = np.sort(vals)
+        for i, v in zip(idx.tolist(), vals.tolist()):
+            others = np.delete(order, np.searchsorted(order, v))
+            peer_bw[i] = float(np.median(others))
+            peers[i] = idx.size - 1
+    # per group: bytes-weighted over its kinds
+    out: dict[str, list] = {f.name: [] for f in SCHEMA}
+    for g in range(groups.shape[0]):
+        for r in np.flatnonzero(rows[:, 0] == g).tolist():
+            label, coll, size, lk = (int(x) for x in rows[r, 1:5])
+            nominal = (link_gbps[lk] if link_gbps else None)
+            ratio = bw[r] / peer_bw[r] if np.isfinite(peer_bw[r]) and peer_bw[r] > 0 else None
+            slow = (ratio is not None and ratio <= SLOW_RATIO) or (
+                ratio is None and nominal is not None and bw[r] <= NOMINAL_RATIO * nominal)
+            pg = int(groups[g, 0])
+            out["group"].append(GROUPS[label])
+            out["process_group"].append(pg_names[pg] if 0 <= pg < len(pg_names) else None)
+            out["ranks"].append(sorted(members[g]))
+            out["link"].append(LINKS[lk])
+            out["collective"].append(COLLECTIVES[coll] if coll >= 0 else None)
+            out["kernels"].append(int(kernels[r]))
+            out["bus_bytes"].append(float(bus[r]))
+            out["transfer_ns"].append(int(ns[r]))
+            out["busbw_gbps"].append(float(bw[r]))
+            out["peers"].append(int(peers[r]))
+            out["peers_busbw_gbps"].append(float(peer_bw[r]) if np.isfinite(peer_bw[r])
+                                           else None)
+            out["ratio"].append(ratio)
+            out["nominal_gbps"].append(nominal)
+            out["slow"].append(bool(slow))
+    table = pa.table(out, schema=SCHEMA)
+    ratio = table["ratio"].to_numpy(zero_copy_only=False).astype(np.float64)
+    return table.take(np.argsort(np.where(np.isnan(ratio), np.inf, ratio), kind="stable"))
+
+
+def slow_groups(table: pa.Table) -> list[dict]:
+    """The slow groups (one entry per group: its slowest kind of call), slowest first:
+    group, process_group, ranks, link, collective, busbw_gbps, peers_busbw_gbps, ratio,
+    peers, nominal_gbps, bus_bytes, transfer_ns."""
+    seen: dict[tuple, dict] = {}
+    for r in table.filter(table["slow"]).to_pylist():
+        key = (r["group"], r["process_group"], tuple(r["ranks"]))
+        if key not in seen:
+            seen[key] = r
+    return list(seen.values())
