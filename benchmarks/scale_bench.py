@@ -1,11 +1,14 @@
 """Time and peak memory of the job-wide commands at 1,024 and 4,096 ranks.
 
 Synthesizes (once, cached under --data) a Megatron-like job of --ranks ranks (tp2 pp4,
-the rest data-parallel; 4 micro-batches, 4 layers, no python stacks, one GPU 1.3x
-slower), parses it with ``traceviz batch -j 2``, then runs each command once as a
-subprocess and prints its wall time, peak memory of its process tree and the lines it
-printed (what a user reads: the text outputs are summaries at scale). ``--tables-only``
-runs the commands that write tables (no figures, no page): the 4,096-rank case.
+the rest data-parallel; 4 micro-batches, 4 layers and a 128k vocabulary: a heavy last
+stage; GPUs spread by 1.5 %, kernels by 2 %; one GPU 1.3x slower; the data-parallel
+group of rank 77 on a network 3x slower; no python stacks), parses it with ``traceviz
+batch -j 2 --cpu``, then runs each command once as a subprocess, in the order a user
+would (``diagnose`` first: the others reuse its diagnosis, kept beside the tables), and
+prints its wall time, peak memory of its process tree and the lines it printed.
+``--tables-only`` runs ``diagnose`` and ``report`` (the 4,096-rank case). The first
+lines of the diagnosis are printed at the end (what a user reads).
 
     python benchmarks/scale_bench.py --data bench-data --ranks 1024
     python benchmarks/scale_bench.py --data bench-data --ranks 4096 --tables-only
@@ -13,6 +16,7 @@ runs the commands that write tables (no figures, no page): the 4,096-rank case.
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,10 +24,9 @@ from pathlib import Path
 from batch_bench import measure
 
 
-def lines_of(cmd: list[str]) -> int:
-    """Lines the command prints on stdout (a second run: ``measure`` discards them)."""
-    return len(subprocess.run(cmd, capture_output=True, text=True, check=True)
-               .stdout.splitlines())
+def lines_of(cmd: list[str]) -> list[str]:
+    """What the command prints on stdout (a second run: ``measure`` discards it)."""
+    return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
 
 
 def main() -> None:
@@ -33,34 +36,34 @@ def main() -> None:
     ap.add_argument("--tables-only", action="store_true")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
-    if args.ranks % 8:
-        sys.exit("--ranks must be a multiple of 8 (tp2 x pp4)")
+    if args.ranks % 8 or args.ranks < 256:
+        sys.exit("--ranks must be a multiple of 8 (tp2 x pp4), at least 256")
     traceviz = [sys.executable, "-m", "traceviz"]
     data = Path(args.data)
-    job = data / f"scale{args.ranks}"
+    job = data / f"job{args.ranks}"
     rows = []
     if not (job / "ground_truth").exists():
         rows.append(("synth", *measure(traceviz + [
             "synth", str(job), "--tp", "2", "--pp", "4", "--dp", str(args.ranks // 8),
-            "--microbatches", "4", "--layers", "4", "--no-with-stack", "--straggler-rank",
-            str(args.ranks * 5 // 8 + 1), "--skew-us", "300"]), None))
+            "--microbatches", "4", "--layers", "4", "--vocab", "128000", "--gpu-sigma",
+            "0.015", "--kernel-noise", "0.02", "--no-with-stack", "--straggler-rank",
+            str(args.ranks * 5 // 8 + 1), "--slow-link-rank", "77", "--skew-us", "300"]),
+            None))
     tables = data / "tables" / job.name
-    rows.append(("batch -j 2", *measure(traceviz + ["batch", str(job), "-o", str(tables),
-                                                   "-q", "-j", "2", "--force"]), None))
+    rows.append(("batch -j 2 --cpu", *measure(traceviz + [
+        "batch", str(job), "-o", str(tables), "-q", "-j", "2", "--cpu", "--force"]), None))
     folder = tables / "iteration_10"
+    shutil.rmtree(folder / ".traceviz-cache", ignore_errors=True)  # diagnose computes
     out = data / f"scale_out{args.ranks}"
-    steps = {"aggregate --no-figures": ["aggregate", str(folder), "--no-figures", "-o",
-                                        str(out / "agg")],
-             "diagnose": ["diagnose", str(folder), "-o", str(out / "diag")],
-             "report": ["report", str(folder), "-o", str(out / "report" / "r.txt")],
-             "breakdown": ["breakdown", str(folder), "-o", str(out / "brk")]}
+    steps = {"diagnose": ["diagnose", str(folder), "-o", str(out / "diag")],
+             "report": ["report", str(folder), "-o", str(out / "report" / "r.txt")]}
     if not args.tables_only:
-        steps["aggregate (figures)"] = ["aggregate", str(folder), "-o", str(out / "aggf")]
         steps["html"] = ["html", str(folder), "-o", str(out / "page.html")]
+        steps["pipeline"] = ["pipeline", str(folder), "-o", str(out / "pipe")]
+        steps["breakdown"] = ["breakdown", str(folder), "-o", str(out / "brk")]
     for name, cmd in steps.items():
         wall, peak = measure(traceviz + cmd)
-        printed = lines_of(traceviz + cmd) if name in ("report", "breakdown",
-                                                        "diagnose") else None
+        printed = len(lines_of(traceviz + cmd)) if name in ("report", "diagnose") else None
         rows.append((name, wall, peak, printed))
     head = ("step", "ranks", "wall s", "peak tree RSS MB", "lines printed")
     fmt = (lambda cells: "| " + " | ".join(cells) + " |") if args.markdown else " | ".join
@@ -70,6 +73,8 @@ def main() -> None:
     for name, wall, peak, printed in rows:
         print(fmt((name, str(args.ranks), f"{wall:.1f}", f"{peak / 1e6:.0f}",
                    "-" if printed is None else str(printed))))
+    print()
+    print("\n".join(lines_of(traceviz + steps["diagnose"])[:16]))
 
 
 if __name__ == "__main__":

@@ -52,10 +52,12 @@ class Aggregation:
 
 
 def aggregation_of(tables: dict[int, pa.Table], alignment: str = "synced",
-                   pipeline_groups: list[list[int]] | None = None) -> Aggregation:
+                   pipeline_groups: list[list[int]] | None = None,
+                   diag: Diagnosis | None = None) -> Aggregation:
     """The aggregation of ``tables`` (rank -> table of :data:`READ_COLUMNS`; emptied as
     they are reduced to their activities), ``pipeline_groups``: the job's PP groups when
-    known (the diagnosis and the categories use them)."""
+    known (the diagnosis and the categories use them); ``diag``: the job's diagnosis
+    where it is known (else computed here)."""
     if alignment not in ALIGNMENTS:
         raise TraceVizError(f"alignment {alignment!r}: use one of {', '.join(ALIGNMENTS)}")
     if not tables:
@@ -79,7 +81,7 @@ def aggregation_of(tables: dict[int, pa.Table], alignment: str = "synced",
                          "them to another rank): they keep their own clock")
     if len(tables) > 1 and linked.any():
         notes.append(f"note: {sync_note(sync)}")
-    diag = diagnosis_of(jc, pipeline_groups)
+    diag = diag if diag is not None else diagnosis_of(jc, pipeline_groups)
     pipelines = Pipelines.of(pipeline_groups or [], 0)
     ranks = jc.acts if alignment == "synced" else [
         attach(activities(tables[r], rank=r), *split_rows(jc, r, tables[r].num_rows))

@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 
+import numpy as np
 import pyarrow as pa
 
 from ..errors import TraceVizError
 from .activities import Options, RankActivities, activities
-from .diagnose.diagnosis import pipelines_of
+from .diagnose.diagnosis import Diagnosis, pipelines_of, split_of
 from .diagnose.ledger import Pipelines, idle_causes, rank_ledger
 from .diagnose.waits import SPLIT_COLUMNS, CommRows, attach, comm_rows, job_split
 from .idle import idle_breakdown
@@ -62,16 +63,21 @@ class Breakdown:
 
 def breakdown_of(loaded: Iterable[tuple[int, pa.Table]], options: Options = Options(),
                  ranks: Sequence[int] | None = None, params: Params = Params(),
-                 failed: Sequence[str] = ()) -> Breakdown:
+                 failed: Sequence[str] = (), diag: Diagnosis | None = None) -> Breakdown:
     """The breakdown of the ranks ``loaded`` ((rank, table of :data:`READ_COLUMNS`), one
     at a time: each is reduced to its activities before the next is read), or of those
     among them in ``ranks``. With more than one rank, communication is split into wait
-    and transfer on synced clocks (every rank's calls are matched, selected or not).
+    and transfer on synced clocks (every rank's calls are matched, selected or not; or
+    the split of ``diag``, the job's diagnosis, taken where it covers the tables).
     ``failed``: why other ranks could not be loaded (named when none is left)."""
     selected: list[RankActivities] = []
     comm: dict[int, CommRows] = {}
+    given: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for rank, table in loaded:
         acts = activities(table, options, rank=rank)
+        found = split_of(diag, acts.rank, table) if diag is not None else None
+        if found is not None:
+            given[acts.rank] = found
         comm[acts.rank] = comm_rows(table)
         del table  # the activities hold only the buffers they read, not the whole table
         if ranks is None or acts.rank in ranks:
@@ -81,7 +87,8 @@ def breakdown_of(loaded: Iterable[tuple[int, pa.Table]], options: Options = Opti
             ": " + "; ".join(failed) if failed else " (check --ranks)"))
     selected.sort(key=lambda a: a.rank)
     if len(comm) > 1:  # wait / transfer: every member of a call on synced clocks
-        split, _ = job_split(comm)
+        split = (given if diag is not None and set(given) == set(comm) == set(diag.ranks)
+                 else job_split(comm)[0])
         for acts in selected:
             attach(acts, *split[acts.rank])
     del comm

@@ -53,6 +53,18 @@ class RankEvents:
     def __len__(self) -> int:
         return self.ts.shape[0]
 
+    def slimmed(self) -> RankEvents:
+        """What a rank joined into its job's graph keeps of its events: the name, class,
+        thread / stream and GPU table row of each (what the path's tables and figure
+        read), in narrow types; its times and links live on in the job's graph. The
+        other arrays are empty."""
+        none = np.zeros(0, np.int64)
+        return RankEvents(
+            rank=self.rank, order=none, ts=none, dur=none, cls=self.cls.astype(np.int8),
+            name=self.name.astype(np.int32), names=self.names, pid=none, tid=self.tid,
+            stream=none, correlation=none, link=none, wait_stream=none, wait_corr=none,
+            seq=none, table_row=self.table_row.astype(np.int32), cpu_row=none)
+
     @property
     def end(self) -> np.ndarray:
         return self.ts + self.dur

@@ -124,9 +124,8 @@ def run(root: str | os.PathLike, output: str | os.PathLike, overrides: dict | No
     except TraceVizError as exc:
         pipe, why = None, f"no pipeline view: {exc}"
     try:
-        windows = analyses.aggregation(root, folder, topology=topology)[0]
-        mb, no_timeline = windows.microbatches.to_pylist(), ""
-        synced = windows.alignment == "synced" or len(windows.ranks) == 1
+        steps, synced = analyses.step_windows(root, folder, topology)
+        mb, no_timeline = steps.to_pylist(), ""
     except TraceVizError as exc:
         mb, synced, no_timeline = [], False, f"no timeline: {exc}"
     placed = pipeline_places(root, folder, topology)

@@ -20,12 +20,11 @@ from ..analysis.report import build_report, chosen_mfu, job_world, ranks_table
 from ..analysis.report_types import Report
 from ..analysis.run_config import RunConfig, from_torchtitan_toml
 from ..errors import TraceVizError
-from ..ingest import analyses
+from ..ingest import analyses, job_cache
 from ..ingest.outputs import default_path
 from ..ingest.tables import has_cpu_tables, input_files, one_folder, rank_tables, tables_folder
 from ..ingest.topology import job_layout
 from ..render.report_text import report_text
-from .diagnose import diagnosis_of
 from .result import Result
 
 COLUMNS = tuple(dict.fromkeys(CALL_COLUMNS + ("comm_group",) + WINDOW_COLUMNS))
@@ -72,10 +71,32 @@ def make_report(root: str | os.PathLike, *, config_file: str | None = None,
                 overrides: dict | None = None, topology: str | None = None,
                 clock_sync: bool = True) -> Report:
     """The report dict of ``root`` (NaN-free: JSON-ready); ``failed`` lists the ranks
-    left out (their trace or table could not be read), one line each."""
+    left out (their trace or table could not be read), one line each. A job's report is
+    kept beside its tables (:mod:`traceviz.ingest.job_cache`) for these options."""
     root = Path(root)
     if not root.exists():
         raise TraceVizError(f"{root}: no such file or folder")
+    if not root.is_dir():
+        return _make_report(root, config_file, overrides, topology, clock_sync)
+    folder = tables_folder(root)
+    config = None
+    if config_file:
+        st = Path(config_file).stat() if Path(config_file).exists() else None
+        config = [os.fspath(Path(config_file).resolve()), st and st.st_size,
+                  st and st.st_mtime_ns]
+    key = job_cache.key_of(folder, topology, {"config": config, "clock_sync": clock_sync,
+                                              "overrides": overrides or {}})
+    found = job_cache.load(folder, "report", key)
+    if found is not None:
+        return cast(Report, found[1]["report"])
+    rep = _make_report(root, config_file, overrides, topology, clock_sync)
+    job_cache.store(folder, "report", key, {}, {"report": rep})
+    return rep
+
+
+def _make_report(root: Path, config_file: str | None, overrides: dict | None,
+                 topology: str | None, clock_sync: bool) -> Report:
+    """The report dict, computed (see :func:`make_report`)."""
     summaries, failed = summaries_of(root)
     notes = [f"rank {s.rank}: its trace is cut at byte {s.truncated_at}; its calls after "
               "the cut are missing" for s in summaries if s.truncated_at is not None]
@@ -96,7 +117,7 @@ def make_report(root: str | os.PathLike, *, config_file: str | None = None,
                                         "why": trace["why"]}
     rep["diagnosis"], rep["diagnosis_why"], rep["advice"] = None, None, []
     try:
-        diag, _, advice = diagnosis_of(root, topology, advice=True)
+        diag, _, advice = analyses.diagnosis(root, topology, advice=True)
         rep["diagnosis"] = diag.summary()
         rep["advice"] = advice.to_pylist() if advice is not None else []
     except TraceVizError as exc:

@@ -5,6 +5,7 @@ notebook API (:class:`traceviz.Job`) returns them.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -21,20 +22,34 @@ from ..analysis.critical_path.paths import (
     job_critical_path,
     rank_path,
 )
-from ..analysis.diagnose.diagnosis import diagnosis_of
-from ..analysis.diagnose.waits import job_comm
+from ..analysis.activities import COLUMNS as ACTIVITY_COLUMNS
+from ..analysis.calls import COLUMNS as CALL_COLUMNS
+from ..analysis.critical_path.paths import job_path, what_if_context
+from ..analysis.diagnose.advice import advise
+from ..analysis.diagnose.diagnosis import Diagnosis, diagnose, diagnosis_of, synced_activities
+from ..analysis.diagnose.waits import META_COLUMNS, job_comm
 from ..analysis.memory import JobMemory, rank_memory
+from ..analysis.microbatches import microbatch_table
 from ..analysis.ops import rank_ops
 from ..analysis.ops_summary import OpModel, op_model
-from ..analysis.pipeline import GroupView, PipelineViews, pipeline_view, pipeline_views
+from ..analysis.pipeline import (
+    GroupView,
+    PipelineViews,
+    focus_group,
+    pipeline_view,
+    pipeline_views,
+)
 from ..errors import TraceVizError, UsageError
-from ..table.schema import is_activity_table
+from ..table.schema import file_metadata, is_activity_table
 from ..topology.layout import Layout
+from . import job_cache
 from .tables import (
     ensure_tables,
+    has_cpu_tables,
     input_files,
     load_with_cpu,
     load_with_memory,
+    one_folder,
     one_rank_with_cpu,
     rank_tables,
     tables_folder,
@@ -49,9 +64,28 @@ def breakdown(paths: list[str | os.PathLike], options: Options = Options(),
     """The breakdown of every rank of ``paths`` (traces, tables or folders of either), or
     of ``ranks``; the ranks that cannot be read go to ``failed``."""
     failed = [] if failed is None else failed
+    files = input_files(paths)
+    folders = {f.parent for f in files}
+    # one folder of a job's tables: the breakdown is kept beside them, and computed
+    # with its diagnosis's split where that is kept
+    folder = (folders.pop() if len(folders) == 1 and len(files) > 1
+              and all(f.suffix == ".parquet" for f in files) else None)
+    key = (job_cache.key_of(folder, None, {
+        "options": dataclasses.asdict(options), "params": dataclasses.asdict(params),
+        "ranks": ranks}) if folder is not None else None)
+    if folder is not None and key is not None:
+        found = job_cache.load(folder, "breakdown", key)
+        if found is not None:
+            failed += found[1]["failed"]
+            return Breakdown(**found[0], ranks=tuple(found[1]["ranks"]))
     loaded = ((rank, table) for rank, _, table in rank_tables(
-        input_files(paths), READ_COLUMNS, failed, READ_OPTIONAL))
-    return breakdown_of(loaded, options, ranks, params, failed)
+        files, READ_COLUMNS, failed, READ_OPTIONAL))
+    result = breakdown_of(loaded, options, ranks, params, failed,
+                          cached_diagnosis(folder) if folder is not None else None)
+    if folder is not None and key is not None:
+        job_cache.store(folder, "breakdown", key, result.tables(),
+                        {"ranks": list(result.ranks), "failed": list(failed)})
+    return result
 
 
 def aggregation(root: Path, folder: Path, alignment: str = "synced",
@@ -67,7 +101,135 @@ def aggregation(root: Path, folder: Path, alignment: str = "synced",
     layout, layout_note = job_layout(root, folder, topology)
     groups = (layout.groups()["PIPELINE_MODEL_PARALLEL_GROUP"] if layout is not None
               and layout.world >= max(tables) + 1 else None)
-    return aggregation_of(tables, alignment, groups), failed, layout, layout_note
+    return (aggregation_of(tables, alignment, groups, cached_diagnosis(folder, topology)),
+            failed, layout, layout_note)
+
+
+DIAGNOSIS_COLUMNS = tuple(dict.fromkeys(ACTIVITY_COLUMNS + CALL_COLUMNS + META_COLUMNS))
+
+
+def job_tables(root: Path, columns: tuple[str, ...], failed: list[str]
+               ) -> dict[int, pa.Table]:
+    """rank -> table of one profiled iteration's ranks (a job's traces are parsed once
+    into its tables; one table is read alone); ``failed`` gets the ranks left out."""
+    if not root.exists():
+        raise TraceVizError(f"{root}: no such file or folder")
+    if root.is_file() and root.suffix == ".parquet":
+        files = [root]
+    else:
+        files = one_folder(input_files([tables_folder(root)]), root)
+    tables = {rank: t for rank, _, t in rank_tables(files, columns, failed)}
+    if not tables:
+        raise TraceVizError(f"{root}: no rank could be read: " + "; ".join(failed))
+    return tables
+
+
+def cached_diagnosis(folder: Path, topology: str | os.PathLike | None = None
+                     ) -> Diagnosis | None:
+    """The diagnosis kept beside the tables of ``folder`` (default options), None where
+    there is none up to date (nothing is computed)."""
+    key = job_cache.key_of(folder, topology, {"num_layers": None, "link_gbps": None})
+    hit = job_cache.load_diagnosis(folder, key, advice=False)
+    return hit[0] if hit is not None else None
+
+
+def diagnosis(root: str | os.PathLike, topology: str | os.PathLike | None = None,
+              advice: bool = False, num_layers: int | None = None,
+              link_gbps: tuple[float, float] | None = None
+              ) -> tuple[Diagnosis, list[str], pa.Table | None]:
+    """The diagnosis of ``root``, the ranks it leaves out (one line each) and, with
+    ``advice``, the advice (its savings re-timed on the job's graph, which needs the
+    ranks' CPU tables: parsed with the traces; tables without them give no savings);
+    ``num_layers`` / ``link_gbps``: see :func:`~traceviz.analysis.diagnose.diagnosis.
+    diagnose`. A job's diagnosis is computed once and kept beside its tables
+    (:mod:`.job_cache`) until they change."""
+    root = Path(root)
+    if not root.exists():
+        raise TraceVizError(f"{root}: no such file or folder")
+    folder = root if root.is_dir() else root.parent
+    options = {"num_layers": num_layers, "link_gbps": link_gbps}
+    if not root.is_dir():
+        return _diagnosis(root, folder, topology, advice, options)
+    tables = tables_folder(root, cpu=advice)
+    key = job_cache.key_of(tables, topology, options)
+    hit = job_cache.load_diagnosis(tables, key, advice)
+    if hit is not None:
+        diag, adv, failed = hit
+        return diag, failed, adv if advice else None
+    diag, failed, adv = _diagnosis(root, folder, topology, advice, options, tables)
+    job_cache.store_diagnosis(tables, key, diag, adv, failed)
+    return diag, failed, adv
+
+
+def _diagnosis(root: Path, folder: Path, topology, advice: bool, options: dict,
+               tables_dir: Path | None = None
+               ) -> tuple[Diagnosis, list[str], pa.Table | None]:
+    """The diagnosis computed (see :func:`diagnosis`)."""
+    failed: list[str] = []
+    if advice and tables_dir is not None and has_cpu_tables(tables_dir):
+        notes: list[str] = []
+        # the same tables' op model, for report / html: each rank's ops while its CPU
+        # table is read for its graph (one at a time)
+        op_key = job_cache.key_of(tables_dir, None, {"peak_tflops": None})
+        ops: list | None = [] if job_cache.load_op_model(tables_dir, op_key) is None else None
+        jp = job_path(load_with_cpu(tables_dir, lazy=True), notes, where=str(tables_dir),
+                      each=None if ops is None else lambda r, g, c: ops.append(
+                          rank_ops(g, c, None)))
+        if ops:
+            job_cache.store_op_model(tables_dir, op_key, op_model(ops))
+        diag = diagnosis_of(jp.jc, _pipelines(root, folder, topology, jp.jc.acts),
+                            **options)
+        ctx = what_if_context(jp.jc, jp.jg, jp.measured, diag)
+        diag.notes += [n for n in notes if n not in diag.notes]
+        adv = advise(diag, ctx)
+        # the stragglers' cost: the re-timed saving of fixing each
+        diag.speed = diag.speed.with_costs({
+            int(r["what_if"].split(":")[1].split("=")[0]): r["saving_ns"]
+            for r in adv.to_pylist()
+            if r["what_if"].startswith("straggler:") and r["saving_ns"] is not None})
+        return diag, failed, adv
+    tables = job_tables(root, DIAGNOSIS_COLUMNS, failed)
+    diag = diagnose(tables, _pipelines(root, folder, topology, tables), **options)
+    why = ("one rank: nothing to re-time across ranks" if len(tables) < 2 else
+           "the ranks' CPU tables are not parsed (run 'traceviz batch JOB --cpu', or give "
+           "diagnose the traces)")
+    return diag, failed, advise(diag, None, why) if advice else None
+
+
+def _pipelines(root: Path, folder: Path, topology, ranks) -> list[list[int]] | None:
+    """The PP groups of the job's layout (None: no layout, or not this job's size)."""
+    if len(ranks) < 2:
+        return None
+    layout, _ = job_layout(root, folder, topology)
+    top = max(ranks) if isinstance(ranks, dict) else max(a.rank for a in ranks)
+    if layout is not None and layout.world >= top + 1:
+        return layout.groups().get("PIPELINE_MODEL_PARALLEL_GROUP")
+    return None
+
+
+
+def step_windows(root: Path, folder: Path, topology: str | os.PathLike | None = None
+                 ) -> tuple[pa.Table, bool]:
+    """Every rank's micro-batch steps (the aggregation's ``microbatches``) and whether
+    they are on synced clocks (or one rank's): kept beside the tables."""
+    key = job_cache.key_of(folder, topology, {})
+    found = job_cache.load(folder, "step_windows", key)
+    if found is not None:
+        return found[0]["microbatches"], bool(found[1]["synced"])
+    diag = cached_diagnosis(folder, topology)
+    steps: pa.Table | None = None
+    if diag is not None and diag.synced:  # the diagnosis's clocks: no matching again
+        files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
+        acts = synced_activities(diag, {r: t for r, _, t in rank_tables(
+            files, AGGREGATION_COLUMNS, [])})
+        if acts is not None:
+            steps, synced = microbatch_table(acts), True
+    if steps is None:
+        agg = aggregation(root, folder, topology=topology)[0]
+        steps, synced = agg.microbatches, agg.alignment == "synced" or len(agg.ranks) == 1
+    job_cache.store(folder, "step_windows", key, {"microbatches": steps},
+                    {"synced": synced})
+    return steps, synced
 
 
 def _timer_dump_views(root: Path, all_groups: bool) -> PipelineViews:
@@ -85,19 +247,40 @@ def _timer_dump_views(root: Path, all_groups: bool) -> PipelineViews:
 def _folder_views(root: Path, folder: Path, vpp: int | None, iteration: int | None,
                  all_groups: bool, topology, failed: list[str]) -> PipelineViews | None:
     """The views of one folder of rank tables (None when it lacks ``iteration``); the
-    ranks that cannot be read go to ``failed``."""
-    files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
-    # the aggregation's columns: steps and calls
-    tables = {rank: t for rank, _, t in rank_tables(files, AGGREGATION_COLUMNS, failed)}
-    jc = job_comm(tables)  # synced clocks, every communication kernel's wait / transfer
-    ranks = {a.rank: a for a in jc.acts}
-    del tables
+    ranks that cannot be read go to ``failed``. The job's diagnosis (kept beside the
+    tables, :func:`diagnosis`) picks the group and puts its ranks on the synced clocks
+    with their communication split: only the ranks drawn are read."""
     layout, note = job_layout(root, folder, topology)
     if layout is None:
         raise TraceVizError(f"{folder}: {note}; pass --topology")
     every = layout.groups()["PIPELINE_MODEL_PARALLEL_GROUP"]
-    diag = diagnosis_of(jc, every if ranks and layout.world >= max(ranks) + 1 else None)
+    diag, left_out, _ = diagnosis(folder, topology)
+    failed += left_out
+    files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
+    complete = [g for g in every if set(g) <= set(diag.ranks)]
+    first = focus_group(complete, diag.stragglers["rank"].to_pylist() + diag.chain_ranks())
+    wanted = None if all_groups or not complete else set(first or complete[0])
+    if wanted is not None:
+        files = [p for p in files if _file_rank(p) in wanted]
+    # the aggregation's columns: steps and calls
+    tables = {rank: t for rank, _, t in rank_tables(files, AGGREGATION_COLUMNS, [])}
+    acts = synced_activities(diag, tables) if tables else None
+    if acts is None:  # tables the diagnosis did not see: match their ranks again
+        acts = job_comm(tables).acts
+    del tables
+    ranks = {a.rank: a for a in acts}
     return pipeline_views(ranks, diag, every, iteration, vpp, all_groups, str(folder))
+
+
+def _file_rank(path: Path) -> int | None:
+    """The rank a table states in its footer, else its file name's (None: neither)."""
+    from ..parsing.header import rank_in_name
+
+    try:
+        rank = int(file_metadata(path).get("rank", -1))
+    except (OSError, ValueError, pa.ArrowInvalid):
+        rank = -1
+    return rank if rank >= 0 else rank_in_name(path.name)
 
 
 def pipeline(root: str | os.PathLike, vpp: int | None = None, iteration: int | None = None,
@@ -124,16 +307,22 @@ def pipeline(root: str | os.PathLike, vpp: int | None = None, iteration: int | N
     return found
 
 
-def _ranks(path: Path, rank: int | None) -> list[tuple[pa.Table, pa.Table]]:
-    one = one_rank_with_cpu(path, rank)
-    return [one] if one else [(g, c) for _, g, c in load_with_cpu(tables_folder(path,
-                                                                               cpu=True))]
-
-
 def ops(path: str | os.PathLike, *, rank: int | None = None,
         peak_tflops: float | None = None) -> OpModel:
-    """The op model of ``path`` (one trace / table, ``--rank`` of a job, or a job)."""
-    return op_model([rank_ops(g, c, peak_tflops) for g, c in _ranks(Path(path), rank)])
+    """The op model of ``path`` (one trace / table, ``--rank`` of a job, or a job: kept
+    beside its tables, :mod:`.job_cache`)."""
+    path = Path(path)
+    one = one_rank_with_cpu(path, rank)
+    if one:
+        return op_model([rank_ops(*one, peak_tflops)])
+    folder = tables_folder(path, cpu=True)
+    key = job_cache.key_of(folder, None, {"peak_tflops": peak_tflops})
+    model = job_cache.load_op_model(folder, key)
+    if model is None:
+        model = op_model([rank_ops(g, cpu(), peak_tflops)
+                          for _, g, cpu in load_with_cpu(folder, lazy=True)])
+        job_cache.store_op_model(folder, key, model)
+    return model
 
 
 def memory(path: str | os.PathLike, *, rank: int | None = None) -> tuple[JobMemory, list[str]]:
@@ -185,5 +374,9 @@ def critical_path(path: str | os.PathLike, *, iteration: int | None = None,
     if hta_compat:
         raise UsageError("--hta-compat is for one rank (HTA analyses one rank); add --rank N")
     folder = tables_folder(path, cpu=True)
-    return job_critical_path(load_with_cpu(folder), ann, inst, list(what_if), clock_sync,
-                             exact, str(folder)), None, folder
+    # the job's diagnosis where it is kept (its clocks, its stragglers for the what-ifs);
+    # computed (and kept) here when a what-if needs it
+    diag = (diagnosis(folder, None)[0] if what_if else cached_diagnosis(folder)) \
+        if clock_sync else None
+    return job_critical_path(load_with_cpu(folder, lazy=True), ann, inst, list(what_if),
+                             clock_sync, exact, str(folder), diag), None, folder

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..parsing.header import is_rank, rank_in_name, read_header
 from ..table.inputs import note_input
-from .outputs import OUT
+from .outputs import CACHE, OUT
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst", ".json.zstd")
 _ITER_DIR = re.compile(r"^iteration_(\d+)$")
@@ -109,13 +109,14 @@ def _starts_with_event_array(path: Path) -> bool:
 
 def find_traces(root: str | os.PathLike) -> list[TraceFile]:
     """Every rank trace under ``root`` (a folder, or one file), sorted by path; traceviz's
-    own output folders (``traceviz-out``: exports, reports) are not looked into."""
+    own output folders (``traceviz-out``: exports, reports; ``.traceviz-cache``: results
+    kept beside tables) are not looked into."""
     root = Path(root)
     if root.is_file():
         candidates = [root]
     else:
         candidates = sorted(p for p in root.rglob("*") if p.is_file() and is_trace_name(p.name)
-                            and OUT not in p.relative_to(root).parts[:-1])
+                            and not {OUT, CACHE} & set(p.relative_to(root).parts[:-1]))
     found = [describe(p) for p in candidates]
     for f in found:
         if f is not None:

@@ -12,8 +12,16 @@ import re
 from pathlib import Path
 
 OUT = "traceviz-out"
+# the analyses' results kept beside a folder of rank tables (:mod:`.job_cache`): never
+# tables or traces of the job
+CACHE = ".traceviz-cache"
 SUFFIXES = (".json.gz", ".json.zst", ".json.zstd", ".json", ".gz", ".zst", ".zstd")
 _PROFILER_FOLDER = re.compile(r"^(iteration_\d+|torch_profile|profile_trace|traces?)$")
+
+
+def in_cache(path: Path) -> bool:
+    """Whether ``path`` lies in a kept-results folder (:data:`CACHE`)."""
+    return CACHE in Path(path).parts
 
 
 def inside_output(path: Path) -> bool:

@@ -7,26 +7,35 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pyarrow as pa
 
 from ..errors import TraceVizError, UsageError
 from ..progress import progress
 from ..table.inputs import note_input
 from ..table.io import read_table
-from ..table.schema import file_metadata, is_activity_table, metadata, parquet_schema
+from ..table.schema import (
+    METADATA_KEY,
+    file_metadata,
+    is_activity_table,
+    metadata,
+    parquet_schema,
+)
 
 
 def input_files(paths: list[str | os.PathLike]) -> list[Path]:
     """Trace and parquet files named by ``paths`` (folders searched recursively; a folder
     with parsed tables gives those, else its traces)."""
     from .discover import find_traces, no_traces_message
+    from .outputs import in_cache
 
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
             parquet = of_this_job(sorted(x for x in p.rglob("*.parquet")
-                                         if is_activity_table(x)), p)
+                                         if not in_cache(x) and is_activity_table(x)), p)
             out += parquet or [t.path for t in find_traces(p)]
         elif p.exists():
             note_input(p)
@@ -90,9 +99,12 @@ def only_folder(folders: list[Path], root: Path) -> Path:
 
 def table_folders(root: Path) -> list[Path]:
     """The folders under ``root`` (itself included) that hold parsed rank tables."""
+    from .outputs import in_cache
+
     if not root.is_dir():
         return []
-    return sorted({p.parent for p in root.rglob("*.parquet") if is_activity_table(p)})
+    return sorted({p.parent for p in root.rglob("*.parquet")
+                   if not in_cache(p) and is_activity_table(p)})
 
 
 def ensure_tables(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
@@ -220,7 +232,7 @@ def rank_tables(files: list[Path], columns: tuple[str, ...] | None, failed: list
     seen: dict[int, tuple[Path, int | None]] = {}
     for k, path in enumerate(progress(files, "reading ranks")):
         try:
-            table = load_table(path, columns)
+            table = slim(load_table(path, columns))  # a job's tables are held at once
         except TraceVizError as exc:
             failed.append(str(exc))
             continue
@@ -296,14 +308,41 @@ def has_memory_tables(folder: Path) -> bool:
                if is_activity_table(p))
 
 
-def load_with_cpu(folder: Path) -> list[tuple[int, pa.Table, pa.Table]]:
+def slim(table: pa.Table) -> pa.Table:
+    """``table`` (its buffers shared) with its metadata's process groups cut to the
+    pipeline groups (``pg_config``, and ``distributed``'s copy): they list every group of
+    the job the rank is in, its world included (O(world) per rank, O(world^2) over a
+    job held at once), and the job-wide analyses read only the pipeline groups."""
+    meta = metadata(table)
+
+    def pipeline_groups(groups) -> list:
+        return [pg for pg in groups or [] if isinstance(pg, dict)
+                and pg.get("pg_desc") == "PIPELINE_MODEL_PARALLEL_GROUP"]
+
+    if "pg_config" not in meta and "pg_config" not in (meta.get("distributed") or {}):
+        return table
+    meta["pg_config"] = pipeline_groups(meta.get("pg_config"))
+    if isinstance(meta.get("distributed"), dict):
+        meta["distributed"]["pg_config"] = pipeline_groups(meta["distributed"].get(
+            "pg_config"))
+    return table.replace_schema_metadata({
+        **(table.schema.metadata or {}), METADATA_KEY: orjson.dumps(meta)})
+
+
+def load_with_cpu(folder: Path, lazy: bool = False) -> list[tuple[int, pa.Table, Any]]:
     """(rank, GPU activity table, CPU table) of every rank table of ``folder`` (the rank
-    as :func:`rank_tables` numbers it); a one-line error when a CPU table is missing."""
+    as :func:`rank_tables` numbers it); with ``lazy``, in place of each CPU table what
+    reads it when called (a job's CPU tables need not all be in memory at once); a
+    one-line error when a CPU table is missing."""
     out = []
     for k, p in enumerate(input_files([folder])):
         sibling = _cpu_table_of(p)
         gpu = read_table(p)
-        out.append((rank_of(gpu, p, k), gpu, read_table(sibling)))
+        if lazy:  # a job held at once: its tables' process groups cut (see slim)
+            out.append((rank_of(gpu, p, k), slim(gpu),
+                        lambda sibling=sibling: slim(read_table(sibling))))
+        else:
+            out.append((rank_of(gpu, p, k), gpu, read_table(sibling)))
     ranks = [r for r, _, _ in out]
     if len(set(ranks)) < len(ranks):
         raise TraceVizError(f"{folder}: two tables claim one rank; keep one table per rank")

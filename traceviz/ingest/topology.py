@@ -57,20 +57,36 @@ def pg_configs_of(paths: list[Path]) -> tuple[list[list[dict]], int]:
     return configs, agreed_world(stated, "traces")[0]
 
 
+_DERIVED: dict[tuple, Layout] = {}  # layouts derived in this process, by their files
+
+
 def from_traces(root: str | os.PathLike) -> Layout:
-    """Layout derived from the ``pg_config`` of every trace (or parsed table) under root."""
+    """Layout derived from the ``pg_config`` of every trace (or parsed table) under root
+    (once per version of those files in a process: a command asks for it several
+    times, and a job's hundreds of headers take seconds to read)."""
     from .discover import find_traces
+
+    from .outputs import in_cache
 
     root = Path(root)
     paths = [t.path for t in find_traces(root)]
-    if root.is_dir():
-        paths += sorted(root.rglob("*.parquet"))
+    if root.is_dir():  # the tables, not the analyses' results kept beside them
+        paths += [p for p in sorted(root.rglob("*.parquet")) if not in_cache(p)]
     if not paths:
         raise TraceVizError(f"{root}: no traces or parsed tables found")
+    key = (os.fspath(root.resolve()),) + tuple(
+        (os.fspath(p), st.st_size, st.st_mtime_ns) for p in paths
+        if (st := os.stat(p)) is not None)
+    if key in _DERIVED:
+        return _DERIVED[key]
     configs, world = pg_configs_of(paths)
     if not world:
         raise TraceVizError(f"{root}: the traces state no world size (distributedInfo)")
-    return layout_from_groups(observed_groups(configs), world, str(root))
+    layout = layout_from_groups(observed_groups(configs), world, str(root))
+    if len(_DERIVED) >= 8:
+        _DERIVED.clear()
+    _DERIVED[key] = layout
+    return layout
 
 
 def job_layout(root: Path, folder: Path, topology: str | os.PathLike | None

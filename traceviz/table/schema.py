@@ -9,10 +9,10 @@ key-value metadata (see :func:`metadata`).
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 
+import orjson
 import pyarrow as pa
 
 SCHEMA_VERSION = 1
@@ -91,31 +91,48 @@ def collective(name: str) -> int:
 def metadata(table: pa.Table) -> dict:
     """The rank-level facts (``traceviz`` schema metadata) of a table; {} when absent."""
     raw = (table.schema.metadata or {}).get(METADATA_KEY)
-    return json.loads(raw) if raw else {}
+    return orjson.loads(raw) if raw else {}
 
 
 def parquet_schema(path: str | os.PathLike) -> pa.Schema:
-    """The schema (with metadata) of a parquet file, read from its footer once per
-    version of the file (commands look at a job's hundreds of tables several times);
-    OSError / ArrowInvalid when it is not a readable parquet file."""
+    """The schema (column names and types, without its metadata: see
+    :func:`file_metadata`) of a parquet file, read from its footer once per version of
+    the file (commands look at a job's hundreds of tables several times); OSError /
+    ArrowInvalid when it is not a readable parquet file."""
+    return _footer(_version(path))[0]
+
+
+def _version(path: str | os.PathLike) -> tuple[str, int, int]:
+    """(path, mtime ns, size): a file rewritten since is another version."""
     st = os.stat(path)
-    return _footer_schema((os.path.abspath(path), st.st_mtime_ns, st.st_size))
+    return (os.path.abspath(path), st.st_mtime_ns, st.st_size)
 
 
 @functools.lru_cache(maxsize=8192)
-def _footer_schema(version: tuple[str, int, int]) -> pa.Schema:
-    """The footer schema of ``version`` = (path, mtime ns, size): a file rewritten since
-    is another version."""
+def _footer(version: tuple[str, int, int]) -> tuple[pa.Schema, bool]:
+    """(the footer schema of ``version`` without its metadata, whether it has traceviz's
+    metadata). The metadata is not kept: a table of a job of n ranks states the job's
+    process groups, O(n) bytes, and a job's thousands of footers held at once would be
+    O(n^2)."""
     import pyarrow.parquet as pq
 
-    return pq.read_schema(version[0])
+    schema = pq.read_schema(version[0])
+    return schema.remove_metadata(), METADATA_KEY in (schema.metadata or {})
+
+
+@functools.lru_cache(maxsize=64)
+def _footer_metadata(version: tuple[str, int, int]) -> bytes | None:
+    """The traceviz metadata of ``version``'s footer (raw JSON), the last few kept."""
+    import pyarrow.parquet as pq
+
+    return (pq.read_schema(version[0]).metadata or {}).get(METADATA_KEY)
 
 
 def file_metadata(path: str | os.PathLike) -> dict:
     """The rank-level facts of a parquet file, read from its footer only ({} when the
     file has none; OSError / ArrowInvalid when it is not a readable parquet file)."""
-    raw = (parquet_schema(path).metadata or {}).get(METADATA_KEY)
-    return json.loads(raw) if raw else {}
+    raw = _footer_metadata(_version(path))
+    return orjson.loads(raw) if raw else {}
 
 
 def is_activity_table(path: str | os.PathLike) -> bool:
@@ -125,7 +142,7 @@ def is_activity_table(path: str | os.PathLike) -> bool:
     if os.fspath(path).endswith(".cpu.parquet"):
         return False
     try:
-        schema = parquet_schema(path)
+        schema, has_metadata = _footer(_version(path))
     except (OSError, pa.ArrowInvalid):
         return True
-    return METADATA_KEY in (schema.metadata or {}) and "kind" in schema.names
+    return has_metadata and "kind" in schema.names

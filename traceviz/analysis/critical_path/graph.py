@@ -61,14 +61,29 @@ class Graph:
 
     @classmethod
     def build(cls, node_ts, node_event, node_start, node_rank, edges: EdgeList) -> Graph:
-        src, dst, kind, weight, attr = edges.arrays()
+        return cls.deduplicated(node_ts, node_event, node_start, node_rank,
+                                edges.arrays())[0]
+
+    @classmethod
+    def deduplicated(cls, node_ts, node_event, node_start, node_rank,
+                     edges: tuple[np.ndarray, ...]) -> tuple[Graph, np.ndarray]:
+        """The graph of ``edges`` (src, dst, kind, weight, attr) each distinct edge once,
+        and which of the given edges each keeps (its last occurrence)."""
+        src, dst, kind, weight, attr = edges
         keep, last = dedup(src, dst, node_ts.size)
         return cls(node_ts, node_event, node_start, node_rank, src[keep], dst[keep],
-                   kind[last], weight[last], attr[last])
+                   kind[last], weight[last], attr[last]), last
 
     @property
     def n_nodes(self) -> int:
         return self.node_ts.size
+
+    @classmethod
+    def empty(cls) -> Graph:
+        """A graph of no nodes (a rank's graph once joined into the job's: its arrays
+        live on there)."""
+        z = np.zeros(0, np.int64)
+        return cls(z, z, np.zeros(0, bool), z, z, z, z, z, z)
 
     def subset(self, keep: np.ndarray) -> Graph:
         """The same nodes with the edges where ``keep``."""

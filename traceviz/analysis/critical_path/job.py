@@ -59,7 +59,6 @@ from .graph import (
     Graph,
     acyclic,
     csr,
-    dedup,
     topo,
 )
 from .rank_graph import BLOCKING_CALLS, RankGraph, cycle_note, point_text
@@ -115,43 +114,67 @@ class JobGraph:
 def join(ranks: list[RankGraph], infos: list[KernelInfo], offsets: dict[int, int]
          ) -> JobGraph:
     """The job graph of ``ranks`` (see the module doc)."""
-    notes: list[str] = []
-    node_ts, node_event, node_start, node_rank = [], [], [], []
-    base = np.zeros(len(ranks) + 1, np.int64)
-    edges = EdgeList()
-    own_parts, cat_parts, grp_parts, name_parts = [], [], [], []
-    names: dict[str, int] = {}
-    members = []  # (call, start node, end node, group, name id) per communication kernel
-    queued = []  # node ids of activity starts queued behind work from before the window
-    p2p_seen = 0
-    for k, (rg, info) in enumerate(zip(ranks, infos)):
+    joiner = Joiner()
+    for rg, info in zip(ranks, infos):
+        joiner.add(rg, info)
+    return joiner.finish(offsets)
+
+
+class Joiner:
+    """The job graph built one rank at a time: :meth:`add` takes what the job's graph
+    needs of a rank's graph (whose arrays may then be released, :meth:`RankGraph.
+    release`), :meth:`finish` joins the collectives and moves the ranks onto one clock."""
+
+    def __init__(self) -> None:
+        self.ranks: list[RankGraph] = []
+        self.node_ts: list[np.ndarray] = []   # each rank's, on its own clock
+        self.node_event: list[np.ndarray] = []
+        self.node_start: list[np.ndarray] = []
+        self.node_rank: list[np.ndarray] = []
+        self.base = [0]
+        self.edges = EdgeList()
+        self.own: list[np.ndarray] = []
+        self.cat: list[np.ndarray] = []
+        self.grp: list[np.ndarray] = []
+        self.nm: list[np.ndarray] = []
+        self.names: dict[str, int] = {}
+        # per communication kernel (and call it is a member of): call, start node, end
+        # node, group, name id, unique key, point-to-point
+        self.members: dict[str, list[np.ndarray]] = {k: [] for k in (
+            "call", "start", "end", "group", "name", "key", "p2p")}
+        self.queued: list[np.ndarray] = []  # activity starts queued behind earlier work
+        self.p2p_seen = 0
+
+    def add(self, rg: RankGraph, info: KernelInfo) -> None:
+        """One rank's graph (``info``: its GPU table's kernels)."""
+        k = len(self.ranks)
+        self.ranks.append(rg)
         g, ev = rg.graph, rg.events
-        b = base[k]
-        off = offsets.get(ev.rank, 0)
-        node_ts.append(g.node_ts - off)
-        node_event.append(g.node_event)
-        node_start.append(g.node_start)
-        node_rank.append(g.node_rank)
-        base[k + 1] = b + g.n_nodes
-        own, cat, grp, nm = _own_times(rg, info, names)
-        edges.add(g.src + b, g.dst + b, g.kind, g.weight, g.attr)
-        own_parts.append(own)
-        cat_parts.append(cat)
-        grp_parts.append(grp)
-        name_parts.append(nm)
+        b = self.base[-1]
+        self.node_ts.append(g.node_ts)
+        self.node_event.append(g.node_event)
+        self.node_start.append(g.node_start)
+        self.node_rank.append(g.node_rank)
+        self.base.append(b + g.n_nodes)
+        own, cat, grp, nm = _own_times(rg, info, self.names)
+        self.edges.add(g.src + b, g.dst + b, g.kind, g.weight, g.attr)
+        self.own.append(own)
+        self.cat.append(cat)
+        self.grp.append(grp)
+        self.nm.append(nm)
         x_src, x_dst, x_kind, x_own = _device_order(rg)
-        queued.append(_queued_behind_earlier(rg) + b)
-        edges.add(x_src + b, x_dst + b, x_kind, 0, -1)
-        own_parts.append(x_own)
-        cat_parts.append(np.select([x_kind == LAUNCH, x_kind == SYNC], [LAUNCH_CAT, WAIT],
-                                   KK_CAT))
-        grp_parts.append(np.full(x_src.size, -1))
-        name_parts.append(np.full(x_src.size, -1))
+        self.queued.append(_queued_behind_earlier(rg) + b)
+        self.edges.add(x_src + b, x_dst + b, x_kind, 0, -1)
+        self.own.append(x_own)
+        self.cat.append(np.select([x_kind == LAUNCH, x_kind == SYNC], [LAUNCH_CAT, WAIT],
+                                  KK_CAT))
+        self.grp.append(np.full(x_src.size, -1))
+        self.nm.append(np.full(x_src.size, -1))
         rows = np.flatnonzero((rg.start_node >= 0) & (ev.cls == ACTIVITY))
         trow = ev.table_row[rows]
         comm = info.kind[trow] == 1
         rows, trow = rows[comm], trow[comm]
-        p2p_seen += int(info.p2p[trow].sum())
+        self.p2p_seen += int(info.p2p[trow].sum())
         # a row of several transfers is a member of each of their calls
         more_row, more_call = info.more_calls
         where = {t: i for i, t in enumerate(trow.tolist())}
@@ -159,37 +182,62 @@ def join(ranks: list[RankGraph], infos: list[KernelInfo], offsets: dict[int, int
         each = np.array(list(range(trow.size)) + [where[int(more_row[j])] for j in found],
                         np.int64)
         call = np.concatenate([info.call[trow], more_call[found]])
-        ids = np.array([names.setdefault(info.name[t], len(names)) for t in trow.tolist()],
-                       np.int64)
-        members += list(zip(call.tolist(), (rg.start_node[rows[each]] + b).tolist(),
-                            (rg.end_node[rows[each]] + b).tolist(),
-                            info.group[trow[each]].tolist(), ids[each].tolist(),
-                            (trow[each] + (k << 40)).tolist(), info.p2p[trow[each]].tolist()))
-    ts = np.concatenate(node_ts) if node_ts else np.empty(0, np.int64)
-    src, dst, own_c, grp_c, nm_c, p2p_joined = _collective_edges(members, ts)
-    edges.add(src, dst, COLLECTIVE, 0, -1)
-    graph = Graph.build(ts, np.concatenate(node_event), np.concatenate(node_start),
-                        np.concatenate(node_rank), edges)
-    # own time / category per deduplicated edge: rank edges keep theirs, in order
-    own = np.concatenate(own_parts + [own_c])
-    cat = np.concatenate(cat_parts + [COMM0 + np.maximum(grp_c, 0)])
-    grp = np.concatenate(grp_parts + [grp_c])
-    nm = np.concatenate(name_parts + [nm_c])
-    raw = edges.arrays()
-    _, last = dedup(raw[0], raw[1], ts.size)
-    if p2p_seen and len(ranks) > 1:
-        notes.append(f"pipeline sends / receives: {p2p_joined} of {p2p_seen} joined with "
-                     "their peer's kernel")
-    if p2p_joined < p2p_seen and len(ranks) > 1:
-        notes.append(f"WARNING: {p2p_seen - p2p_joined} send / receive kernel(s) could not "
-                     "be paired with their peer's (the peer is not traced in this window, or "
-                     "the kernel states none: see the notes on sends / receives): the path "
-                     "and what-ifs do not follow them across ranks")
-    jg = JobGraph(graph, ranks, own[last], cat[last], base, offsets, notes, grp[last],
-                  nm[last], sorted(names, key=lambda g: names[g]), np.zeros(ts.size, bool))
-    jg.queued[np.concatenate(queued + [np.zeros(0, np.int64)])] = True  # type: ignore[index]
-    jg.own = _transfer_spans(jg)
-    return _consistent(jg)
+        ids = np.array([self.names.setdefault(info.name[t], len(self.names))
+                        for t in trow.tolist()], np.int64)
+        for key, values in (("call", call), ("start", rg.start_node[rows[each]] + b),
+                            ("end", rg.end_node[rows[each]] + b),
+                            ("group", info.group[trow[each]]), ("name", ids[each]),
+                            ("key", trow[each] + (k << 40)), ("p2p", info.p2p[trow[each]])):
+            self.members[key].append(values)
+
+    def finish(self, offsets: dict[int, int]) -> JobGraph:
+        """The job graph of the ranks added, ``offsets`` (ns per rank) putting them on
+        one clock."""
+        notes: list[str] = []
+        ranks = self.ranks
+        ts = (np.concatenate([t - offsets.get(rg.events.rank, 0)
+                              for t, rg in zip(self.node_ts, ranks)])
+              if ranks else np.empty(0, np.int64))
+        self.node_ts = []
+        src, dst, own_c, grp_c, nm_c, p2p_joined = _collective_edges(
+            {k: np.concatenate(v) if v else np.zeros(0, bool if k == "p2p" else np.int64)
+             for k, v in self.members.items()}, ts)
+        self.members = {}
+        self.edges.add(src, dst, COLLECTIVE, 0, -1)
+        # the edges once (each piece freed as it is joined), deduplicated
+        raw = self.edges.arrays()
+        self.edges = EdgeList()
+        del src, dst
+        graph, last = Graph.deduplicated(ts, np.concatenate(self.node_event),
+                                         np.concatenate(self.node_start),
+                                         np.concatenate(self.node_rank), raw)
+        del raw
+        self.node_event, self.node_start, self.node_rank = [], [], []
+        # own time / category per deduplicated edge: rank edges keep theirs, in order
+        own = np.concatenate(self.own + [own_c])[last]
+        self.own = []
+        cat = np.concatenate(self.cat + [COMM0 + np.maximum(grp_c, 0)])[last]
+        self.cat = []
+        grp = np.concatenate(self.grp + [grp_c])[last]
+        self.grp = []
+        nm = np.concatenate(self.nm + [nm_c])[last]
+        self.nm = []
+        if self.p2p_seen and len(ranks) > 1:
+            notes.append(f"pipeline sends / receives: {p2p_joined} of {self.p2p_seen} "
+                         "joined with their peer's kernel")
+        if p2p_joined < self.p2p_seen and len(ranks) > 1:
+            notes.append(f"WARNING: {self.p2p_seen - p2p_joined} send / receive kernel(s) "
+                         "could not be paired with their peer's (the peer is not traced "
+                         "in this window, or the kernel states none: see the notes on "
+                         "sends / receives): the path and what-ifs do not follow them "
+                         "across ranks")
+        names = self.names
+        jg = JobGraph(graph, ranks, own, cat, np.array(self.base, np.int64), offsets, notes,
+                      grp, nm, sorted(names, key=lambda g: names[g]),
+                      np.zeros(ts.size, bool))
+        jg.queued[np.concatenate(self.queued + [np.zeros(0, np.int64)])] = True  # type: ignore[index]
+        jg.own = _transfer_spans(jg)
+        return _consistent(jg)
 
 
 CONTRADICTION_NS = 1_000  # an edge arriving this much after its point: out of order
@@ -412,36 +460,38 @@ def _own_times(rg: RankGraph, info: KernelInfo, names: dict[str, int]):
     return own, cat, grp, nm
 
 
-def _collective_edges(members, ts):
+def _collective_edges(members: dict[str, np.ndarray], ts: np.ndarray):
     """Every member of a call joined to every other: an edge from each member's kernel
     start to each other member's kernel end, its own time that member's transfer (its
     end - the last member's start, measured), so that re-timed, a member ends its
     transfer after the latest re-timed arrival, whoever arrives last. Returns the edges,
     own times, comm groups, name ids and how many point-to-point kernels were joined
-    (``members``: call, start node, end node, group, name id, the kernel's unique key,
-    point-to-point; a kernel of several transfers is a member of each of their calls)."""
-    by_call: dict = {}
-    for call, s, e, grp, nm, key, p2p in members:
-        if call >= 0:
-            by_call.setdefault(call, []).append((s, e, grp, nm, key, p2p))
-    src, dst, own, grp_out, nm_out = [], [], [], [], []
-    joined: set[int] = set()
-    for ms in by_call.values():
-        if len(ms) < 2:
-            continue
-        joined.update(m[4] for m in ms if m[5])
-        last = max(ts[m[0]] for m in ms)
-        for v in ms:
-            transfer = max(0, int(ts[v[1]] - last))
-            for u in ms:
-                if u is not v:
-                    src.append(u[0])
-                    dst.append(v[1])
-                    own.append(transfer)
-                    grp_out.append(v[2])
-                    nm_out.append(v[3])
-    return tuple(np.asarray(x, np.int64) for x in (src, dst, own, grp_out, nm_out)) + (
-        len(joined),)
+    (``members``: arrays call, start node, end node, group, name id, the kernel's unique
+    key, point-to-point, one entry per membership; a kernel of several transfers is a
+    member of each of their calls). On arrays: a call of n members gives n (n - 1)
+    edges, made by repeating each member within its call."""
+    keep = members["call"] >= 0
+    m = {k: v[keep] for k, v in members.items()}
+    order = np.argsort(m["call"], kind="stable")
+    m = {k: v[order] for k, v in m.items()}
+    calls, first, size = np.unique(m["call"], return_index=True, return_counts=True)
+    ok = size >= 2
+    joined = np.unique(m["key"][(np.repeat(ok, size)) & m["p2p"]]).size
+    last = np.maximum.reduceat(ts[m["start"]], first) if first.size else np.zeros(0, np.int64)
+    # per member v of a joined call: an edge from each other member u of its call
+    member_call = np.repeat(np.arange(calls.size), size)
+    v = np.flatnonzero(ok[member_call])
+    n_of_v = size[member_call[v]]
+    dst_v = np.repeat(v, n_of_v)                               # v, once per member u
+    start_of = first[member_call[dst_v]]                       # its call's first member
+    pos = np.arange(dst_v.size) - np.repeat(np.cumsum(n_of_v) - n_of_v, n_of_v)
+    u = start_of + pos
+    other = u != dst_v
+    u, dst_v = u[other], dst_v[other]
+    transfer = np.maximum(0, ts[m["end"][dst_v]] - last[member_call[dst_v]])
+    return (m["start"][u].astype(np.int64), m["end"][dst_v].astype(np.int64),
+            transfer.astype(np.int64), m["group"][dst_v].astype(np.int64),
+            m["name"][dst_v].astype(np.int64), int(joined))
 
 
 def _transfer_spans(jg: JobGraph) -> np.ndarray:

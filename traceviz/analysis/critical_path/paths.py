@@ -9,7 +9,9 @@ iteration), and ``what_if`` re-timings (:class:`CriticalPath`).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -189,26 +191,45 @@ class JobPath:
     offsets: dict[int, int]
 
 
-def job_path(tables: list[tuple[int, pa.Table, pa.Table]], notes: list[str],
+CpuTable: TypeAlias = "pa.Table | Callable[[], pa.Table]"  # a CPU table, or its reader
+
+
+def job_path(tables: list[tuple[int, pa.Table, CpuTable]], notes: list[str],
              ann: str | None = None, inst: int = 0, clock_sync: bool = True,
-             exact: bool = False, where: str = "the job") -> JobPath:
-    """The joined graph of the ranks ``tables`` ((rank, GPU table, CPU table) each), over
-    the window ``ann`` / ``inst``; what it leaves out goes to ``notes``."""
+             exact: bool = False, where: str = "the job",
+             diag: Diagnosis | None = None,
+             each: Callable[[int, pa.Table, pa.Table], None] | None = None) -> JobPath:
+    """The joined graph of the ranks ``tables`` ((rank, GPU table, CPU table or what
+    reads it) each: a CPU table read here is held only while its rank's graph is built),
+    over the window ``ann`` / ``inst``; what it leaves out goes to ``notes``. ``diag``:
+    the job's diagnosis, whose clock offsets are taken (not solved again); ``each``:
+    called with every rank's (rank, GPU table, CPU table) while both are at hand."""
     # every communication kernel matched into its call (process group + Seq; sends and
-    # receives by their peers), and the clocks synced on the collectives' ends
-    jc = job_comm({r: gpu for r, gpu, _ in tables})
-    ranks, infos, phases, stages = [], [], [], {}
-    for r, gpu, cpu in tables:
+    # receives by their peers), and the clocks synced on the collectives' ends (or the
+    # diagnosis's)
+    gpus = {r: gpu for r, gpu, _ in tables}
+    jc = (job_comm(gpus, diag.offsets, diag.synced) if diag is not None
+          and set(gpus) <= set(diag.offsets) else job_comm(gpus))
+    ranks, phases, stages = [], [], {}
+    joiner = J.Joiner()
+    for r, gpu, source in tables:
         stages[r] = (metadata(gpu).get("classification") or {}).get("stage")
+        cpu = source() if callable(source) else source
+        if each is not None:
+            each(r, gpu, cpu)
         ev = rank_events(gpu, cpu)
+        del cpu
         ev.rank = r  # numbered as every command numbers a table that states no rank
         try:
             w = window_of(ev, ann, inst, notes, exact)
         except TraceVizError as e:
             notes.append(f"{rank_label(r)} left out: {e}")
             continue
-        ranks.append(R.build(ev, w))
-        infos.append(J.kernel_info(gpu, J.call_rows(jc, r, gpu.num_rows)))
+        rg = R.build(ev, w)
+        del ev
+        joiner.add(rg, J.kernel_info(gpu, J.call_rows(jc, r, gpu.num_rows)))
+        rg.release()  # its graph is the job's now: one rank's held at a time
+        ranks.append(rg)
         phases.append(phases_of(gpu))
     if not ranks:
         raise TraceVizError(f"{where}: no rank has the window {ann or 'ProfilerStep'!r} "
@@ -219,23 +240,27 @@ def job_path(tables: list[tuple[int, pa.Table, pa.Table]], notes: list[str],
         notes += jc.notes
     elif len(ranks) > 1:
         notes.append("clocks not synced (--no-clock-sync): each rank's own clock")
-    jg = J.join(ranks, infos, offsets)
+    jg = joiner.finish(offsets)
     notes += jg.notes
     return JobPath(jc, jg, J.measure(jg, jg.own), ranks, phases, stages, offsets)
 
 
-def job_critical_path(tables: list[tuple[int, pa.Table, pa.Table]], ann: str | None,
+def job_critical_path(tables: list[tuple[int, pa.Table, CpuTable]], ann: str | None,
                       inst: int, what_if: list[str], clock_sync: bool, exact: bool = False,
-                      where: str = "the job") -> CriticalPath:
+                      where: str = "the job", diag: Diagnosis | None = None
+                      ) -> CriticalPath:
     """The job's path over the window ``ann`` / ``inst`` (see :func:`job_path`), with
-    the ``what_if`` re-timings."""
+    the ``what_if`` re-timings; ``diag``: the job's diagnosis (its clocks and
+    stragglers; None: computed here where a what-if needs it)."""
     notes: list[str] = []
-    jp = job_path(tables, notes, ann, inst, clock_sync, exact, where)
+    jp = job_path(tables, notes, ann, inst, clock_sync, exact, where, diag)
+    if diag is not None:
+        notes += [n for n in diag.notes if n.startswith("clocks") and n not in notes]
     result = path_of(jp.jg, jp.measured, jp.ranks, jp.phases, jp.stages, jp.offsets,
                      notes, inst)
     if what_if:
         result.what_if = what_ifs(what_if_context(jp.jc, jp.jg, jp.measured,
-                                                  diagnosis_of(jp.jc)), what_if)
+                                                  diag or diagnosis_of(jp.jc)), what_if)
     return result
 
 
@@ -300,7 +325,9 @@ def what_if_context(jc: JobComm, jg: J.JobGraph, measured: J.Timing, diag: Diagn
                    for a in jc.acts] or [1])
         views = [pipeline_view([r for r in rows if r["rank"] in set(g)], g, vpp)
                  for g in diag.pipelines if len(g) > 1 and set(g) <= have]
-    return W.Context(jg, measured, stragglers, views)
+    stages = {r["rank"]: r["stage"] for r in diag.speed.table.to_pylist()
+              if r["stage"] is not None}
+    return W.Context(jg, measured, stragglers, views, stages)
 
 
 def what_ifs(ctx: W.Context, specs: list[str]) -> pa.Table:

@@ -118,6 +118,14 @@ class RankGraph:
     end_node: np.ndarray
     notes: list[str] = field(default_factory=list)  # what building it had to change
 
+    def release(self) -> None:
+        """Once joined into the job's graph (:class:`.job.Joiner`): keep only what the
+        path's tables and figure read of it (its events slimmed); its graph lives on in
+        the job's."""
+        self.graph = Graph.empty()
+        self.events = self.events.slimmed()
+        self.start_node = self.end_node = np.zeros(0, np.int64)
+
 
 def build(ev: RankEvents, w: Window, hta_compat: bool = False) -> RankGraph:
     """HTA's graph of one rank over one window (see the module doc; ``hta_compat``: see
