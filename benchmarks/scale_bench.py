@@ -12,6 +12,8 @@ lines of the diagnosis are printed at the end (what a user reads).
 
     python benchmarks/scale_bench.py --data bench-data --ranks 1024
     python benchmarks/scale_bench.py --data bench-data --ranks 4096 --tables-only
+
+``--reuse-tables`` skips the parse where the tables of an earlier run are there.
 """
 from __future__ import annotations
 
@@ -35,6 +37,8 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=1024)
     ap.add_argument("--tables-only", action="store_true")
     ap.add_argument("--markdown", action="store_true")
+    ap.add_argument("--reuse-tables", action="store_true",
+                    help="skip the parse where the tables are there already")
     args = ap.parse_args()
     if args.ranks % 8 or args.ranks < 256:
         sys.exit("--ranks must be a multiple of 8 (tp2 x pp4), at least 256")
@@ -50,8 +54,10 @@ def main() -> None:
             str(args.ranks * 5 // 8 + 1), "--slow-link-rank", "77", "--skew-us", "300"]),
             None))
     tables = data / "tables" / job.name
-    rows.append(("batch -j 2 --cpu", *measure(traceviz + [
-        "batch", str(job), "-o", str(tables), "-q", "-j", "2", "--cpu", "--force"]), None))
+    if not (args.reuse_tables and (tables / "iteration_10").is_dir()):
+        rows.append(("batch -j 2 --cpu", *measure(traceviz + [
+            "batch", str(job), "-o", str(tables), "-q", "-j", "2", "--cpu", "--force"]),
+            None))
     folder = tables / "iteration_10"
     shutil.rmtree(folder / ".traceviz-cache", ignore_errors=True)  # diagnose computes
     out = data / f"scale_out{args.ranks}"

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from helpers import true_iteration
 
-from traceviz.analysis.diagnose.advice import FAULT_PCT, STANDINGS
+from traceviz.analysis.advice import FAULT_PCT, STANDINGS
 from traceviz.analysis.diagnose.stragglers import SLOWDOWN_MIN, Z_MIN
 from traceviz.commands import diagnose
 from traceviz.synth import SynthConfig, synthesize
@@ -99,6 +99,24 @@ def test_the_slow_network_is_named(job):
     true = base - true_iteration(dataclasses.replace(cfg, slow_link_rank=None),
                                  root / "normal-network")
     assert close(row["saving_ns"], true, base), (row["saving_ns"], true)
+
+
+def test_a_group_named_by_a_rank_is_the_listed_group(job):
+    """``link:DP@6`` (the DP group of rank 6, as advice names a group of more than eight
+    ranks) re-times exactly what ``link:DP:4,6`` does; a rank in no DP call is refused."""
+    from traceviz.commands import critical_path
+    from traceviz.errors import UsageError
+
+    _, _, _, root = job
+    folder = root / "base" / "iteration_10"
+    specs = ("link:DP@6=0.3333", "link:DP:4,6=0.3333", "link:DP@5=0.3333")
+    table = critical_path.run(folder, what_if=specs).tables["critical_path_what_if"]
+    rows = {r["what_if"]: r for r in table.to_pylist()}
+    named, listed, other = (rows[s]["iteration_ns"] for s in specs)
+    assert named == listed and named < rows[specs[0]]["baseline_ns"]
+    assert other != named  # rank 5's DP group is another group
+    with pytest.raises(UsageError):
+        critical_path.run(folder, what_if=("link:DP@x=0.5",))
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,8 @@ from reference import activities, events_of, load, read_bytes
 import traceviz
 from traceviz.analysis.activities import Options
 from traceviz.cli import main
-from traceviz.commands import breakdown, report
+from traceviz.commands import breakdown
+from traceviz.ingest.job_report import make_report
 
 US = 1000  # ns per µs
 
@@ -56,7 +57,7 @@ def test_tflops_per_gpu_divides_by_the_world_size(tmp_path):
                 it = int(m.group(1))
                 spans[it] = max(spans.get(it, 0), int(round(float(e["dur"]) * US)))
     facts = {"global_batch_size": 64, "seq_len": 4096, "flops_per_token": 1e9}
-    rep = report.make_report(job, overrides={**facts, "peak_tflops": 1000.0})
+    rep = make_report(job, overrides={**facts, "peak_tflops": 1000.0})
     assert rep["configuration"]["world_size"] == 128 and rep["configuration"]["gpus"] == 2
     tokens = 64 * 4096
     for row in rep["throughput"]["iterations"]:
@@ -64,7 +65,7 @@ def test_tflops_per_gpu_divides_by_the_world_size(tmp_path):
         assert row["time_ms"] == pytest.approx(spans[row["iteration"]] / 1e6)
         assert row["tflops_per_gpu"] == pytest.approx(1e9 * tokens / seconds / 128 / 1e12)
         assert row["mfu_pct"] == pytest.approx(100 * row["tflops_per_gpu"] / 1000.0)
-    tiny_peak = report.make_report(job, overrides={**facts, "peak_tflops": 1e-6})
+    tiny_peak = make_report(job, overrides={**facts, "peak_tflops": 1e-6})
     assert all(r["mfu_pct"] is None for r in tiny_peak["throughput"]["iterations"])
     assert any("MFU is impossible" in n for n in tiny_peak["notes"])
     assert tiny_peak["throughput"]["mfu"]["mfu_pct"] is None
@@ -257,7 +258,7 @@ def test_worker_threads_of_an_inference_server_are_no_backward():
     """MTIA inference: launches from many threads, no autograd node: no BWD, no OPTIMIZER."""
     table = traceviz.parse(shared("hta/mtia_inference_trace/mtia_inference_rank_0.json.gz"))
     assert set(table["phase"].to_pylist()) <= {"FWD", "OTHER"}
-    rep = report.make_report(shared("hta/mtia_inference_trace/mtia_inference_rank_0.json.gz"))
+    rep = make_report(shared("hta/mtia_inference_trace/mtia_inference_rank_0.json.gz"))
     assert rep["kind"].startswith("inference")
 
 
@@ -314,7 +315,7 @@ def test_unrelated_rankless_traces_report_their_own_spans(tmp_path):
     runner = CliRunner()
     out = runner.invoke(main, ["batch", str(job), "-q", "-j", "1"])
     assert out.exit_code == 0, out.output
-    rep = report.make_report(out_dir(job))
+    rep = make_report(out_dir(job))
     assert rep["configuration"]["ranks"] == [0, 1, 2]
     assert rep["throughput"]["iterations"][0]["time_ms"] == pytest.approx(max(spans) / 1e6)
     assert rep["cross_rank"]["clock_synced"] is False

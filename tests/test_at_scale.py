@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from test_html import _driver
 
 from traceviz.cli import main
-from traceviz.render.interactive import busy_grid
+from traceviz.analysis.coverage import busy_grid
 from traceviz.render.rank_spread import spread_lines
 from traceviz.synth import SynthConfig, synthesize
 from traceviz.topology.layout import Layout

@@ -220,7 +220,7 @@ def test_an_impossible_world_size_neither_exhausts_memory_nor_changes_a_number(t
     one = tmp_path / "alone" / "rank0.json"
     one.parent.mkdir()
     one.write_text(json.dumps(doc))
-    from traceviz.commands.report import make_report
+    from traceviz.ingest.job_report import make_report
 
     rep = make_report(one, overrides={"global_batch_size": 8, "seq_len": 1024,
                                       "flops_per_token": 1e6})

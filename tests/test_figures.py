@@ -184,7 +184,7 @@ def test_timelines_stay_readable_at_any_rank_count(n):
 def test_rank_figures_policy():
     """auto: every rank up to RANK_FIGURES ranks, beyond them the representative ranks
     by the idle time of their micro-batch steps (least and most idle included)."""
-    from traceviz.commands.aggregate import RANK_FIGURES, figure_ranks
+    from traceviz.render.aggregation_files import RANK_FIGURES, figure_ranks
 
     n = RANK_FIGURES + 36
     idle = {r: (r * 37) % n for r in range(n)}  # a permutation: one rank per value
@@ -203,8 +203,9 @@ def test_aggregate_draws_the_groups_of_the_ranks_it_draws(tmp_path, monkeypatch)
     """Beyond the rank limit, the PP-group and model-replica figures are those of the
     ranks drawn, and a note says how many ranks were drawn."""
     from traceviz.commands import aggregate
+    from traceviz.render import aggregation_files
 
-    monkeypatch.setattr(aggregate, "RANK_FIGURES", 2)
+    monkeypatch.setattr(aggregation_files, "RANK_FIGURES", 2)
     monkeypatch.setattr(bf, "MAX_ROWS", 3)
     synthesize(SynthConfig(tp=2, pp=2, dp=2, microbatches=2, layers=2, with_stack=False),
                tmp_path / "job")
@@ -222,7 +223,8 @@ def test_aggregate_draws_the_groups_of_the_ranks_it_draws(tmp_path, monkeypatch)
 def test_many_figures_are_drawn_in_workers_like_here(tmp_path):
     """From PARALLEL_FIGURES figures on they are drawn in worker processes: the same PNG
     bytes as drawn in this process, every file there, none left half-written."""
-    from traceviz.render.figures import PARALLEL_FIGURES, Figure, no_data, save_all
+    from traceviz.render.figures import Figure, no_data
+    from traceviz.table.result import PARALLEL_FIGURES, save_all
 
     figures = {f"f{i:02d}.png": Figure(no_data, f"figure {i}", f"reason {i}")
                for i in range(PARALLEL_FIGURES)}

@@ -14,8 +14,8 @@ from helpers import out_dir
 
 from traceviz.cli import main
 from traceviz.commands import pipeline
-from traceviz.commands.report import make_report
-from traceviz.commands.result import write
+from traceviz.ingest.job_report import make_report
+from traceviz.table.result import write
 from traceviz.synth import SynthConfig, synthesize
 
 SECTIONS = ("diagnosis", "summary", "timeline", "overlap", "pipeline", "kernels", "model",

@@ -22,7 +22,8 @@ from reference import events_of, load, read_bytes
 import traceviz
 from traceviz.analysis.diagnose.ledger import PARTS
 from traceviz.cli import main
-from traceviz.commands import breakdown, diagnose, report
+from traceviz.commands import breakdown, diagnose
+from traceviz.ingest.job_report import make_report
 from traceviz.errors import TraceVizError
 from traceviz.table.schema import COLLECTIVES, GROUPS, KINDS, NO_PAYLOAD, PHASES
 
@@ -120,7 +121,7 @@ def test_every_trace_keeps_the_invariants(path, tmp_path):
         assert r["idle_ns"] >= 0 and (math.isnan(r["idle_ratio"]) or 0 <= r["idle_ratio"] <= 1)
 
     # the report, with run facts that give an impossible MFU on purpose
-    rep = report.make_report(path, overrides={"global_batch_size": 1024, "seq_len": 8192,
+    rep = make_report(path, overrides={"global_batch_size": 1024, "seq_len": 8192,
                                               "flops_per_token": 6e15, "peak_tflops": 100.0})
     for key, value in _walk(rep):
         if key.endswith("_pct") and not isinstance(value, dict):

@@ -17,7 +17,7 @@ from traceviz.analysis.breakdown import READ_COLUMNS, READ_OPTIONAL, breakdown_o
 from traceviz.analysis.diagnose.diagnosis import diagnose as diagnose_tables
 from traceviz.cli import main
 from traceviz.commands import diagnose, pipeline
-from traceviz.commands.report import make_report
+from traceviz.ingest.job_report import make_report
 from traceviz.ingest import analyses, job_cache
 from traceviz.ingest.tables import input_files, rank_tables
 from traceviz.synth import SynthConfig, synthesize
@@ -47,7 +47,8 @@ def test_diagnose_keeps_what_the_others_reuse(folder):
     fresh(folder)
     first = diagnose.run(folder).data
     kept = sorted(p.name for p in (folder / job_cache.FOLDER).iterdir())
-    assert kept == ["diagnosis", "op_model"]  # nothing half-written left beside them
+    # nothing half-written left beside them
+    assert kept == ["diagnosis", "layout", "op_model", "step_windows"]
     again = diagnose.run(folder).data
     for name in ("ledger", "comm_calls", "ledger_waits", "totals", "links", "chain"):
         assert frame(getattr(first["diagnosis"], name)).equals(
@@ -81,6 +82,28 @@ def test_reused_results_equal_computed_ones(folder):
     fresh(folder)  # no diagnosis kept: the view computed over every rank
     assert frame(views["pipeline_stages"]).equals(
         frame(pipeline.run(folder).tables["pipeline_stages"]))
+
+
+def test_the_kept_layout_is_the_derived_one(folder):
+    """The process groups kept beside the tables are those their footers state."""
+    from traceviz.ingest import topology
+
+    fresh(folder)
+    topology._DERIVED.clear()
+    derived = topology.from_traces(folder)  # read from every footer, then kept
+    assert (folder / job_cache.FOLDER / "layout" / "entry.json").exists()
+    topology._DERIVED.clear()
+    calls = []
+    real = topology.observed_of
+    topology.observed_of = lambda paths: calls.append(paths) or real(paths)
+    try:
+        kept = topology.from_traces(folder)
+    finally:
+        topology.observed_of = real
+    assert not calls  # no footer read again
+    assert kept.groups() == derived.groups() and kept.world == derived.world
+    assert kept.groups()["PIPELINE_MODEL_PARALLEL_GROUP"] == [
+        [0, 4, 8, 12], [1, 5, 9, 13], [2, 6, 10, 14], [3, 7, 11, 15]]
 
 
 def test_a_changed_table_or_option_recomputes(folder):
@@ -154,3 +177,47 @@ def test_aggregation_with_a_kept_diagnosis(folder):
     assert frame(a.microbatches).equals(frame(b.microbatches))
     assert a.diagnosis.stragglers["rank"].to_pylist() == \
         b.diagnosis.stragglers["rank"].to_pylist() == [5]
+
+
+def test_one_html_run_computes_the_diagnosis_once(folder, tmp_path, monkeypatch):
+    """``traceviz html`` (report, breakdown, pipeline, step windows, op model) on a job
+    with nothing kept: the diagnosis is computed once, the rest reuse it."""
+    fresh(folder)
+    calls = []
+    real = analyses._diagnosis
+    monkeypatch.setattr(analyses, "_diagnosis",
+                        lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+    res = CliRunner().invoke(main, ["html", str(folder), "-o", str(tmp_path / "p.html")])
+    assert res.exit_code == 0, res.output
+    assert len(calls) == 1
+    assert "straggler" in (tmp_path / "p.html").read_text()
+
+
+def test_job_diagnose_is_what_the_command_writes(folder, tmp_path):
+    """``Job(...).diagnose()``: typed records equal to the CSV / parquet files of
+    ``traceviz diagnose``; the straggler's advice names its rank."""
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    from traceviz import Job
+    from traceviz.analysis.advice import Advice
+    from traceviz.analysis.diagnose.stragglers import Straggler
+
+    fresh(folder)
+    out = tmp_path / "diag"
+    res = CliRunner().invoke(main, ["diagnose", str(folder), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    typed = Job(folder).diagnose()
+    assert all(isinstance(a, Advice) for a in typed.advice)
+    assert [s.rank for s in typed.stragglers] == [5]
+    assert isinstance(typed.stragglers[0], Straggler)
+    fix = [a for a in typed.advice if a.what_if == "straggler:5=fix"]
+    assert len(fix) == 1 and fix[0].target_rank == 5 and fix[0].saving_ns > 0
+    assert typed.stragglers[0].cost_ns == fix[0].saving_ns
+    for name, table in typed.tables().items():
+        written = pq.read_table(out / f"{name}.parquet")
+        assert frame(written).equals(frame(table)), name
+    csv = pcsv.read_csv(out / "advice.csv").to_pylist()
+    assert [r["what_if"] for r in csv] == [a.what_if for a in typed.advice]
+    assert [r["saving_ns"] for r in csv] == [a.saving_ns for a in typed.advice]
+    assert [r["target_rank"] for r in csv] == [a.target_rank for a in typed.advice]

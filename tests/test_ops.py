@@ -178,7 +178,7 @@ def test_one_mfu_naming_its_source(job, tmp_path):
     """The report and the page show one MFU: the configuration's model FLOPs when given,
     else the traced ops' own (mean over ranks and iterations); the other is at most a
     TFLOP/s cross-check."""
-    from traceviz.commands.report import make_report
+    from traceviz.ingest.job_report import make_report
     from traceviz.render.report_text import report_text
 
     before = make_report(job)["throughput"]["mfu"]

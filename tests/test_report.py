@@ -298,7 +298,7 @@ def test_one_overlap_number_per_rank(tmp_path):
     bus bytes over its 100 µs."""
     from handjob import K, Rank, write_job
 
-    from traceviz.commands.report import make_report
+    from traceviz.ingest.job_report import make_report
 
     ar = dict(name="ncclDevKernel_AllReduce_Sum_bf16_RING_LL", coll="allreduce",
               group=[0, 1], pg="0", nbytes=1 << 20)

@@ -30,7 +30,7 @@ def _echo_all(lines: list[str], err: bool = False) -> None:
 
 
 def _write(result, outdir) -> list:
-    from .commands.result import write
+    from .table.result import write
 
     return write(result, outdir)
 
@@ -636,7 +636,7 @@ def demo(outdir) -> None:
       traceviz demo                 # into ./traceviz_demo
       traceviz demo /tmp/tv_demo
     """
-    from .commands.demo import run as run_demo
+    from .demo import run as run_demo
 
     _echo_all(run_demo(outdir, click.echo).lines)
 

@@ -27,6 +27,7 @@ from typing import Any
 import pyarrow as pa
 
 from .analysis.activities import Options
+from .analysis.advice import JobDiagnosis
 from .analysis.aggregation import Aggregation
 from .analysis.breakdown import Breakdown, Params
 from .analysis.calls import COLUMNS as CALL_COLUMNS
@@ -38,13 +39,15 @@ from .analysis.ops_summary import OpModel
 from .analysis.pipeline import PipelineViews
 from .analysis.report_types import Report
 from .analysis.run_config import training_flops_per_token
-from .commands import aggregate, pipeline, report
 from .errors import TraceVizError
 from .ingest import analyses
 from .ingest.flight_recorder import read_dumps
+from .ingest.job_report import make_report
 from .ingest.tables import ensure_tables, input_files, load_table, rank_tables
+from .render.aggregation_files import aggregation_files
 from .render.breakdown_figures import breakdown_figures
-from .render.figures import Figure
+from .render.pipeline_files import views_result
+from .table.result import Drawing
 from .table.schema import file_metadata
 
 
@@ -215,6 +218,16 @@ class Job:
                  for rank, _, table in rank_tables(self.files, CALL_COLUMNS, [])])
         return self._kept[("collectives",)]
 
+    def diagnose(self, *, advice: bool = True, num_layers: int | None = None,
+                 link_gbps: tuple[float, float] | None = None) -> JobDiagnosis:
+        """Who waits for whom and what to change (``traceviz diagnose``): ``.diagnosis``
+        (``.ledger``, ``.comm_calls``, ``.ledger_waits``, ``.links``, ...), ``.advice``
+        and ``.stragglers`` as typed records, ``.tables()`` as the command writes them.
+        Kept beside the tables like the command's (the same result)."""
+        return self._keep(("diagnose", advice, num_layers, link_gbps),
+                          lambda: analyses.job_diagnosis(self._source(), self.topology,
+                                                         advice, num_layers, link_gbps))
+
     def report(self, *, global_batch_size: int | None = None, seq_len: int | None = None,
                params: float | None = None, flops_per_token: float | None = None,
                peak_tflops: float | None = None, model: str | None = None,
@@ -229,9 +242,8 @@ class Job:
                      "model": model}
         key = ("report", tuple(overrides.items()), clock_sync)
         if key not in self._kept:
-            self._kept[key] = report.make_report(self.folder, overrides=overrides,
-                                                 topology=self.topology,
-                                                 clock_sync=clock_sync)
+            self._kept[key] = make_report(self.folder, overrides=overrides,
+                                          topology=self.topology, clock_sync=clock_sync)
         return copy.deepcopy(self._kept[key])
 
     def pipeline_views(self, iteration: int | None = None, all_groups: bool = False
@@ -296,15 +308,15 @@ class Job:
 
     # ---- figures ----------------------------------------------------------------------
 
-    def figures(self) -> dict[str, Figure]:
+    def figures(self) -> dict[str, Drawing]:
         """Every figure the breakdown, the aggregation and the pipeline view draw, by file
         name; ``figure.figure()`` is a matplotlib figure (shown inline in Jupyter),
         ``figure.save(path)`` writes the PNG. Nothing is drawn until asked."""
         out = breakdown_figures(self.breakdown().tables(), [])
         agg, _, layout, note = self._aggregation()
-        out.update(aggregate.aggregation_files(agg, layout, note).figures)
+        out.update(aggregation_files(agg, layout, note).figures)
         try:
-            out.update(pipeline.views_result(self.pipeline_views()).figures)
+            out.update(views_result(self.pipeline_views()).figures)
         except TraceVizError:
             pass  # no pipeline in this job
         return out

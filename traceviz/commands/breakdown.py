@@ -15,7 +15,7 @@ from ..ingest import analyses
 from ..ingest.topology import job_layout
 from ..render.breakdown_figures import breakdown_figures
 from ..render.rank_spread import LISTED, spread_lines
-from .result import Result
+from ..table.result import Result
 
 
 def run(paths: list[str | os.PathLike], options: Options = Options(), *,

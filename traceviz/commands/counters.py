@@ -14,7 +14,7 @@ from ..ingest.outputs import default_path, trace_stem
 from ..parsing.source import ByteSource
 from ..render.perfetto import counter_events
 from ..render.trace_copy import write_with_events
-from .result import Result
+from ..table.result import Result
 
 
 def default_output(trace: str | os.PathLike, suffix: str = "_with_counters") -> Path:

@@ -23,8 +23,8 @@ from ..ingest import analyses
 from ..render.critical_path_figure import draw
 from ..render.figures import Figure
 from ..render.perfetto import path_events, write_job
-from . import export
-from .result import Result
+from .export_writer import write as write_export
+from ..table.result import Result
 
 TRACE_NAME = "critical_path_trace.json.gz"  # Perfetto UI / chrome://tracing
 
@@ -51,7 +51,7 @@ def run(path: str | os.PathLike, *, iteration: int | None = None,
     if folder is None:
         result.exports[TRACE_NAME] = partial(_write_trace, trace, found.tracks)
     else:
-        result.exports[TRACE_NAME] = lambda out: export.write(
+        result.exports[TRACE_NAME] = lambda out: write_export(
             folder, out, clock_sync=clock_sync, extra=path_events(found.tracks))
     return result
 
@@ -60,7 +60,7 @@ def _write_trace(trace: Path | None, tracks: dict, out: Path) -> None:
     """One rank's path as Perfetto tracks: added to a copy of its trace when there is
     one, else on their own."""
     if trace is not None:
-        export.write(trace, out, extra=path_events(tracks))
+        write_export(trace, out, extra=path_events(tracks))
     else:
         write_job((), out, kernels=False, extra=path_events(tracks))
 

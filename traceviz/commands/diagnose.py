@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 
-from ..ingest.analyses import diagnosis
+from ..ingest.analyses import job_diagnosis
 from ..render.diagnosis_text import advice_lines, diagnosis_text, ledger_lines
-from .result import Result
+from ..table.result import Result
 
 
 def run(root: str | os.PathLike, topology: str | os.PathLike | None = None,
@@ -21,15 +21,12 @@ def run(root: str | os.PathLike, topology: str | os.PathLike | None = None,
     """The diagnosis of ``root`` as tables and text (see the module doc), ending with the
     advice unless ``advice`` is False; ``data["diagnosis"]`` is the
     :class:`~traceviz.analysis.diagnose.diagnosis.Diagnosis`, ``data["advice"]`` the
-    advice table (None without)."""
-    diag, failed, adv = diagnosis(root, topology, advice, num_layers, link_gbps)
-    tables = {"comm_calls": diag.comm_calls, "ledger": diag.ledger,
-              "ledger_waits": diag.ledger_waits, "ledger_totals": diag.totals,
-              "stragglers": diag.stragglers, "peer_speed": diag.speed.table,
-              "wait_chain": diag.chain, "links": diag.links}
-    if adv is not None:
-        tables["advice"] = adv
+    advice table (None without), ``data["result"]`` the typed
+    :class:`~traceviz.analysis.advice.JobDiagnosis`."""
+    result = job_diagnosis(root, topology, advice, num_layers, link_gbps)
+    diag, adv = result.diagnosis, result.advice_table
     lines = ledger_lines(diag.summary()) + (advice_lines(adv) if adv is not None else [])
-    return Result(tables=tables, texts={"diagnosis.txt": diagnosis_text(diag, adv)},
+    return Result(tables=result.tables(), texts={"diagnosis.txt": diagnosis_text(diag, adv)},
                   lines=lines, notes=list(diag.notes),
-                  data={"diagnosis": diag, "advice": adv}, failed=failed)
+                  data={"diagnosis": diag, "advice": adv, "result": result},
+                  failed=list(result.failed))

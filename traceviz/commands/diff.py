@@ -8,7 +8,7 @@ from ..analysis.diff import Side, compare, side
 from ..ingest.tables import gpu_and_cpu
 from ..render.diff_figure import draw
 from ..render.figures import Figure
-from .result import Result
+from ..table.result import Result
 
 
 def load_side(path: str | os.PathLike, label: str, rank: int | None = None,

@@ -1,17 +1,20 @@
-"""``traceviz html``: run the report, the breakdown, the pipeline view and the
-micro-batch step windows on a job (its traces are parsed first when needed) and put them
-on one self-contained page (:mod:`traceviz.render.html_page`) with interactive plots
+"""``traceviz html``: the report, the breakdown, the pipeline view, the micro-batch step
+windows and the op model of one job session (:mod:`traceviz.ingest.session`: its traces
+parsed first when needed, its diagnosis computed once) on one self-contained page
+(:mod:`traceviz.render.html_page`) with interactive plots
 (:mod:`traceviz.render.interactive`)."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
+from ..analysis.hang import analyze
 from ..analysis.report_types import Report
 from ..errors import TraceVizError
-from ..ingest import analyses
-from ..ingest.tables import has_cpu_tables, has_memory_tables, tables_folder
-from ..ingest.topology import job_layout
+from ..ingest.flight_recorder import read_dumps
+from ..ingest.session import Session
+from ..ingest.tables import has_cpu_tables, has_memory_tables
+from ..render.breakdown_figures import breakdown_figures
+from ..render.hang_files import hang_result
 from ..render.html_page import (
     HangSection,
     MemorySection,
@@ -27,20 +30,10 @@ from ..render.interactive import (
     job_timeline,
     to_html,
 )
-from . import breakdown, hang, memory, ops, pipeline
-from .report import make_report
-from .result import Result
-
-
-def pipeline_places(root: Path, folder: Path, topology: str | None) -> list[dict]:
-    """Per rank of a pipeline group of the job's layout: rank, pp_group, stage (empty
-    without a layout)."""
-    layout, _ = job_layout(root, folder, topology)
-    if layout is None:
-        return []
-    return [{"rank": r, "pp_group": g, "stage": p} for g, grp in
-            enumerate(layout.groups()["PIPELINE_MODEL_PARALLEL_GROUP"])
-            for p, r in enumerate(grp)]
+from ..render.memory_files import memory_result
+from ..render.ops_files import ops_result
+from ..render.pipeline_files import views_result
+from ..table.result import Result
 
 
 def _plots(mb: list[dict], places: list[dict], stages: list[dict],
@@ -82,7 +75,8 @@ def page_of(title: str, rep: Report, brk: Result, pipe: Result | None, why: str,
             mem: Result | None = None, hung: Result | None = None) -> str:
     """The page from the report dict, the breakdown's and pipeline's results (``pipe``
     None: ``why`` there is none) and the micro-batch step windows ``mb`` (on synced
-    clocks unless ``synced`` is False), rows placed by ``places`` (:func:`pipeline_places`),
+    clocks unless ``synced`` is False), rows placed by ``places``
+    (:func:`traceviz.ingest.session.pipeline_places`),
     and the op model's result (``model`` None: ``no_model`` says why)."""
     kernels = [(name[:-4].replace("_", " "), fig.png())
                for name, fig in sorted(brk.figures.items())
@@ -110,42 +104,44 @@ def page_of(title: str, rep: Report, brk: Result, pipe: Result | None, why: str,
 
 def run(root: str | os.PathLike, output: str | os.PathLike, overrides: dict | None = None,
         topology: str | None = None, dumps: str | os.PathLike | None = None) -> Result:
-    """The page of the job under ``root``, as ``output``; with a memory section where
-    its ranks' traces have allocator events (parsed with their CPU tables), and a hang
-    section from the Flight Recorder ``dumps`` when given."""
-    root = Path(root)
-    if not root.exists():
-        raise TraceVizError(f"{root}: no such file or folder")
-    folder = tables_folder(root)
-    rep = make_report(folder, overrides=overrides, topology=topology)
-    brk = breakdown.run([folder])
+    """The page of the job under ``root``, as ``output``: the products of one
+    :class:`~traceviz.ingest.session.Session` (the diagnosis computed once); with a
+    memory section where its ranks' traces have allocator events (parsed with their CPU
+    tables), and a hang section from the Flight Recorder ``dumps`` when given."""
+    session = Session(root, topology)
+    folder = session.folder
+    rep = session.report(overrides)
+    brk_result, brk_failed = session.breakdown()
+    tables = brk_result.tables()
+    brk = Result(tables=tables, figures=breakdown_figures(tables, []), failed=brk_failed)
     try:
-        pipe, why = pipeline.run(folder, topology=topology), ""
+        pipe, why = views_result(session.pipeline()[0]), ""
     except TraceVizError as exc:
         pipe, why = None, f"no pipeline view: {exc}"
     try:
-        steps, synced = analyses.step_windows(root, folder, topology)
+        steps, synced = session.step_windows()
         mb, no_timeline = steps.to_pylist(), ""
     except TraceVizError as exc:
         mb, synced, no_timeline = [], False, f"no timeline: {exc}"
-    placed = pipeline_places(root, folder, topology)
-    model, no_model = _op_model(folder)
-    mem = memory.run(folder) if has_memory_tables(folder) else None
-    hung = hang.run(dumps) if dumps is not None else None
-    return Result(texts={os.fspath(output): page_of(f"traceviz: {root.resolve().name}", rep,
-                                                    brk, pipe, why, mb, placed, synced,
-                                                    no_timeline, model, no_model, mem,
-                                                    hung)},
+    model, no_model = _op_model(session)
+    mem = memory_result(*session.memory()) if has_memory_tables(folder) else None
+    hung = None
+    if dumps is not None:
+        dumped, unread = read_dumps(dumps)
+        hung = hang_result(analyze(dumped), [d.source for d in dumped], unread)
+    return Result(texts={os.fspath(output): page_of(
+        f"traceviz: {session.root.resolve().name}", rep, brk, pipe, why, mb,
+        session.pipeline_places(), synced, no_timeline, model, no_model, mem, hung)},
                   failed=rep["failed"] + (hung.failed if hung is not None else []))
 
 
-def _op_model(folder: Path) -> tuple[Result | None, str]:
-    """The op model when every rank of ``folder`` has its CPU table (a ``traceviz ops``
+def _op_model(session: Session) -> tuple[Result | None, str]:
+    """The op model when every rank of the job has its CPU table (a ``traceviz ops``
     or ``critical-path`` parsed them), else why there is none."""
-    if not has_cpu_tables(folder):
+    if not has_cpu_tables(session.folder):
         return None, ("no op model: the ranks were parsed without their CPU tables; run "
                       "'traceviz ops JOB' (it parses them) and then 'traceviz html' again")
     try:
-        return ops.run(folder), ""
+        return ops_result(session.ops()), ""
     except TraceVizError as exc:
         return None, f"no op model: {exc}"

@@ -12,7 +12,7 @@ from ..ingest.build import ParsedTrace, parse_trace
 from ..ingest.discover import is_trace_name
 from ..ingest.outputs import default_path, trace_stem
 from ..ingest.topology import from_file
-from .result import Result
+from ..table.result import Result
 
 
 def default_output(trace: str) -> str:

@@ -5,60 +5,9 @@ from __future__ import annotations
 
 import os
 
-from ..analysis.calls import COLUMNS as CALL_COLUMNS
-from ..analysis.diagnose.waits import SPLIT_COLUMNS
-from ..analysis.microbatches import COLUMNS
-from ..analysis.pipeline import GroupView, PipelineViews
 from ..ingest import analyses
-from ..render.figures import Figure
-from ..render.pipeline_figure import Mark, draw, gap_text, gaps_html, page, stages_html
-from .result import Result
-
-READ_COLUMNS = tuple(dict.fromkeys(COLUMNS + CALL_COLUMNS + SPLIT_COLUMNS))
-
-
-def _add_view(res: Result, g: GroupView, title: str, stem: str) -> None:
-    """One group's figure, page and summary lines into ``res``."""
-    view, group = g.view, g.ranks
-    stage = {r: p for p, r in enumerate(group)}
-    rel = [Mark(stage[r], kind, a - view.origin, b - view.origin) for r, kind, a, b in g.marks
-           if r in stage]
-    panels = [("measured", view.measured)] + (
-        [(f"ideal (median step times, P2P {view.p2p_ns / 1e3:.0f} µs)", view.ideal)]
-        if view.ideal else [])
-    res.figures[f"{stem}.png"] = Figure(draw, panels, group, title, rel)
-    res.texts[f"{stem}.html"] = page(panels, group, title,
-                                     stages_html(view.stages) + gaps_html(view.gaps), rel)
-    st = view.stages.to_pylist()
-    crit = next(s for s in st if s["critical"])
-    res.lines.append(f"{title}: makespan {st[0]['makespan_ns'] / 1e6:.2f} ms measured, "
-                     f"{st[0]['ideal_makespan_ns'] / 1e6:.2f} ms ideal; critical stage "
-                     f"{crit['stage']} (rank {crit['rank']})")
-    for s in st:
-        whole = (f", {s['iteration_bubble_pct']:.1f} % of the whole iteration"
-                 if s["iteration_bubble_pct"] is not None else "")
-        res.lines.append(
-            f"  stage {s['stage']} rank {s['rank']}: bubble {s['bubble_pct']:.1f} % (ideal "
-            f"{s['ideal_bubble_pct']:.1f} %, analytic {s['analytic_bubble_pct']:.1f} %"
-            f"{whole}); warm-up {s['warmup_steps']}, steady {s['steady_pairs']} pairs, "
-            f"cool-down {s['cooldown_steps']}")
-    res.lines += [f"  largest gap: {gap_text(gap)}" for gap in view.gaps]
-
-
-def views_result(views: PipelineViews) -> Result:
-    """The files and lines of ``views``: per group a figure, a page, its rows of the
-    stage and gap tables and summary lines."""
-    res = Result(tables={"pipeline_stages": views.stages, "pipeline_gaps": views.gaps},
-                 notes=list(views.notes), data={"views": [g.view for g in views.groups]})
-    for g in views.groups:
-        if g.iteration is None:
-            _add_view(res, g, f"PP group of TPxCPxDP rank {g.index} (ranks {g.ranks}), from "
-                      "timer dumps", f"pipeline_timers_group{g.index}")
-        else:
-            _add_view(res, g, f"PP group {g.index} (ranks {g.ranks}), ProfilerStep "
-                      f"{g.iteration}", f"pipeline_group{g.index}_iter{g.iteration}")
-    return res
-
+from ..render.pipeline_files import views_result
+from ..table.result import Result
 
 def run(root: str | os.PathLike, vpp: int | None = None, iteration: int | None = None,
         all_groups: bool = False, topology: str | os.PathLike | None = None) -> Result:

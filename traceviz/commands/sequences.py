@@ -10,7 +10,7 @@ from ..errors import UsageError
 from ..ingest.tables import gpu_and_cpu
 from ..render.figures import Figure
 from ..render.sequence_figure import draw, label
-from .result import Result
+from ..table.result import Result
 
 
 def run(trace: str | os.PathLike, operator: str, rank: int | None = None,

@@ -9,7 +9,7 @@ from ..errors import UsageError
 from ..ingest.topology import from_file, from_traces
 from ..topology import groups_file
 from ..topology.layout import Layout, to_json
-from .result import Result
+from ..table.result import Result
 
 
 def layout_of(*, world: int | None = None, tp: int = 1, pp: int = 1, cp: int = 1,

@@ -25,7 +25,7 @@ from ..analysis.critical_path.paths import (
 from ..analysis.activities import COLUMNS as ACTIVITY_COLUMNS
 from ..analysis.calls import COLUMNS as CALL_COLUMNS
 from ..analysis.critical_path.paths import job_path, what_if_context
-from ..analysis.diagnose.advice import advise
+from ..analysis.advice import Advice, JobDiagnosis, advise
 from ..analysis.diagnose.diagnosis import Diagnosis, diagnose, diagnosis_of, synced_activities
 from ..analysis.diagnose.waits import META_COLUMNS, job_comm
 from ..analysis.memory import JobMemory, rank_memory
@@ -40,11 +40,13 @@ from ..analysis.pipeline import (
     pipeline_views,
 )
 from ..errors import TraceVizError, UsageError
-from ..table.schema import file_metadata, is_activity_table
+from ..table.records import records
+from ..table.schema import is_activity_table
 from ..topology.layout import Layout
 from . import job_cache
 from .tables import (
     ensure_tables,
+    file_rank,
     has_cpu_tables,
     input_files,
     load_with_cpu,
@@ -161,6 +163,14 @@ def diagnosis(root: str | os.PathLike, topology: str | os.PathLike | None = None
     return diag, failed, adv
 
 
+def job_diagnosis(root: str | os.PathLike, topology: str | os.PathLike | None = None,
+                  advice: bool = True, num_layers: int | None = None,
+                  link_gbps: tuple[float, float] | None = None) -> JobDiagnosis:
+    """:func:`diagnosis` as the typed result ``traceviz diagnose`` writes."""
+    diag, failed, adv = diagnosis(root, topology, advice, num_layers, link_gbps)
+    return JobDiagnosis(diag, adv, tuple(failed))
+
+
 def _diagnosis(root: Path, folder: Path, topology, advice: bool, options: dict,
                tables_dir: Path | None = None
                ) -> tuple[Diagnosis, list[str], pa.Table | None]:
@@ -179,14 +189,15 @@ def _diagnosis(root: Path, folder: Path, topology, advice: bool, options: dict,
             job_cache.store_op_model(tables_dir, op_key, op_model(ops))
         diag = diagnosis_of(jp.jc, _pipelines(root, folder, topology, jp.jc.acts),
                             **options)
+        if diag.synced:  # the step windows, while the synced activities are at hand
+            _store_steps(tables_dir, topology, microbatch_table(jp.jc.acts), True)
         ctx = what_if_context(jp.jc, jp.jg, jp.measured, diag)
         diag.notes += [n for n in notes if n not in diag.notes]
         adv = advise(diag, ctx)
         # the stragglers' cost: the re-timed saving of fixing each
         diag.speed = diag.speed.with_costs({
-            int(r["what_if"].split(":")[1].split("=")[0]): r["saving_ns"]
-            for r in adv.to_pylist()
-            if r["what_if"].startswith("straggler:") and r["saving_ns"] is not None})
+            a.target_rank: a.saving_ns for a in records(Advice, adv)
+            if a.target_rank is not None and a.saving_ns is not None})
         return diag, failed, adv
     tables = job_tables(root, DIAGNOSIS_COLUMNS, failed)
     diag = diagnose(tables, _pipelines(root, folder, topology, tables), **options)
@@ -212,8 +223,7 @@ def step_windows(root: Path, folder: Path, topology: str | os.PathLike | None = 
                  ) -> tuple[pa.Table, bool]:
     """Every rank's micro-batch steps (the aggregation's ``microbatches``) and whether
     they are on synced clocks (or one rank's): kept beside the tables."""
-    key = job_cache.key_of(folder, topology, {})
-    found = job_cache.load(folder, "step_windows", key)
+    found = job_cache.load(folder, "step_windows", job_cache.key_of(folder, topology, {}))
     if found is not None:
         return found[0]["microbatches"], bool(found[1]["synced"])
     diag = cached_diagnosis(folder, topology)
@@ -227,9 +237,15 @@ def step_windows(root: Path, folder: Path, topology: str | os.PathLike | None = 
     if steps is None:
         agg = aggregation(root, folder, topology=topology)[0]
         steps, synced = agg.microbatches, agg.alignment == "synced" or len(agg.ranks) == 1
-    job_cache.store(folder, "step_windows", key, {"microbatches": steps},
-                    {"synced": synced})
+    _store_steps(folder, topology, steps, synced)
     return steps, synced
+
+
+def _store_steps(folder: Path, topology: str | os.PathLike | None, steps: pa.Table,
+                 synced: bool) -> None:
+    """Keep the step windows of ``folder`` (see :func:`step_windows`)."""
+    job_cache.store(folder, "step_windows", job_cache.key_of(folder, topology, {}),
+                    {"microbatches": steps}, {"synced": synced})
 
 
 def _timer_dump_views(root: Path, all_groups: bool) -> PipelineViews:
@@ -261,7 +277,7 @@ def _folder_views(root: Path, folder: Path, vpp: int | None, iteration: int | No
     first = focus_group(complete, diag.stragglers["rank"].to_pylist() + diag.chain_ranks())
     wanted = None if all_groups or not complete else set(first or complete[0])
     if wanted is not None:
-        files = [p for p in files if _file_rank(p) in wanted]
+        files = [p for p in files if file_rank(p) in wanted]
     # the aggregation's columns: steps and calls
     tables = {rank: t for rank, _, t in rank_tables(files, AGGREGATION_COLUMNS, [])}
     acts = synced_activities(diag, tables) if tables else None
@@ -270,17 +286,6 @@ def _folder_views(root: Path, folder: Path, vpp: int | None, iteration: int | No
     del tables
     ranks = {a.rank: a for a in acts}
     return pipeline_views(ranks, diag, every, iteration, vpp, all_groups, str(folder))
-
-
-def _file_rank(path: Path) -> int | None:
-    """The rank a table states in its footer, else its file name's (None: neither)."""
-    from ..parsing.header import rank_in_name
-
-    try:
-        rank = int(file_metadata(path).get("rank", -1))
-    except (OSError, ValueError, pa.ArrowInvalid):
-        rank = -1
-    return rank if rank >= 0 else rank_in_name(path.name)
 
 
 def pipeline(root: str | os.PathLike, vpp: int | None = None, iteration: int | None = None,
@@ -319,7 +324,7 @@ def ops(path: str | os.PathLike, *, rank: int | None = None,
     key = job_cache.key_of(folder, None, {"peak_tflops": peak_tflops})
     model = job_cache.load_op_model(folder, key)
     if model is None:
-        model = op_model([rank_ops(g, cpu(), peak_tflops)
+        model = op_model([rank_ops(g(), cpu(), peak_tflops)
                           for _, g, cpu in load_with_cpu(folder, lazy=True)])
         job_cache.store_op_model(folder, key, model)
     return model

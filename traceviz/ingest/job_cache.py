@@ -1,7 +1,8 @@
 """Results of a job's analyses kept beside its tables, so that the commands that need
 them reuse what the first computed: the diagnosis (``diagnose``, reused by ``report``,
-``html``, ``pipeline``, ``critical-path`` and ``aggregate``) and the op model (``ops``,
-reused by ``report`` and ``html``).
+``html``, ``pipeline``, ``critical-path`` and ``aggregate``), the op model (``ops``,
+reused by ``report`` and ``html``), the report, the breakdown, the step windows and the
+process groups the tables' footers state (``layout``).
 
 Each result is a folder ``.traceviz-cache/<name>`` inside the folder of rank tables:
 its tables (parquet) and ``entry.json`` (its other fields and the **key**). The key
@@ -25,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .._version import __version__
+from ..analysis.advice import ADVICE_SCHEMA
 from ..analysis.diagnose.diagnosis import Diagnosis
 from ..analysis.diagnose.stages import StageBalance
 from ..analysis.diagnose.stragglers import PeerSpeed
@@ -104,6 +106,8 @@ def load_diagnosis(folder: Path, key: dict, advice: bool
     t, d = found
     if advice and "advice" not in t:
         return None
+    if "advice" in t and not t["advice"].schema.equals(ADVICE_SCHEMA):
+        return None  # kept by another version of the advice
     try:
         b = d["balance"]
         balance = (StageBalance(**{**b, "ranks": {int(k): v for k, v in b["ranks"].items()}})

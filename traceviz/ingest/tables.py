@@ -18,6 +18,7 @@ from ..table.inputs import note_input
 from ..table.io import read_table
 from ..table.schema import (
     METADATA_KEY,
+    file_fact,
     file_metadata,
     is_activity_table,
     metadata,
@@ -60,7 +61,7 @@ def of_this_job(tables: list[Path], folder: Path) -> list[Path]:
     keep = []
     for t in tables:
         try:
-            source = file_metadata(t).get("source")
+            source = file_fact(t, "source")
         except (OSError, ValueError):
             keep.append(t)  # unreadable: its loader says why
             continue
@@ -212,6 +213,19 @@ def stated_rank(table: pa.Table, path: Path) -> int | None:
     return rank if rank >= 0 else rank_in_name(path.name)
 
 
+def file_rank(path: Path) -> int | None:
+    """The rank a table states in its footer, else its file name's (None: neither, or
+    the file cannot be read)."""
+    from ..parsing.header import rank_in_name
+
+    try:
+        stated = file_fact(path, "rank")
+        rank = -1 if stated is None else int(stated)
+    except (OSError, ValueError, TypeError, pa.ArrowInvalid):
+        rank = -1
+    return rank if rank >= 0 else rank_in_name(path.name)
+
+
 def rank_of(table: pa.Table, path: Path, fallback: int) -> int:
     """The table's rank (:func:`stated_rank`), else ``fallback``."""
     rank = stated_rank(table, path)
@@ -331,17 +345,18 @@ def slim(table: pa.Table) -> pa.Table:
 
 def load_with_cpu(folder: Path, lazy: bool = False) -> list[tuple[int, pa.Table, Any]]:
     """(rank, GPU activity table, CPU table) of every rank table of ``folder`` (the rank
-    as :func:`rank_tables` numbers it); with ``lazy``, in place of each CPU table what
-    reads it when called (a job's CPU tables need not all be in memory at once); a
-    one-line error when a CPU table is missing."""
-    out = []
+    as :func:`rank_tables` numbers it); with ``lazy``, in place of each table what reads
+    it when called (a job's tables need not all be in memory at once; the rank then
+    from the footer, :func:`file_rank`); a one-line error when a CPU table is missing."""
+    out: list[tuple[int, Any, Any]] = []
     for k, p in enumerate(input_files([folder])):
         sibling = _cpu_table_of(p)
-        gpu = read_table(p)
-        if lazy:  # a job held at once: its tables' process groups cut (see slim)
-            out.append((rank_of(gpu, p, k), slim(gpu),
+        if lazy:  # read when asked, their process groups cut (see slim)
+            rank = file_rank(p)
+            out.append((k if rank is None else rank, lambda p=p: slim(read_table(p)),
                         lambda sibling=sibling: slim(read_table(sibling))))
         else:
+            gpu = read_table(p)
             out.append((rank_of(gpu, p, k), gpu, read_table(sibling)))
     ranks = [r for r, _, _ in out]
     if len(set(ranks)) < len(ranks):

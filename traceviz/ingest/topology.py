@@ -37,24 +37,30 @@ def find_topology_file(folder: str | os.PathLike) -> Path | None:
     return None
 
 
-def pg_configs_of(paths: list[Path]) -> tuple[list[list[dict]], int]:
-    """(pg_config of each trace or readable parsed table, the world size they agree on:
-    :func:`~traceviz.topology.layout.agreed_world`)."""
+def observed_of(paths: list[Path]) -> tuple[dict[str, set[tuple[int, ...]]], int]:
+    """(the process groups the ``pg_config`` of each trace or readable parsed table
+    states, the world size they agree on: :func:`~traceviz.topology.layout.agreed_world`).
+    One file's config is held at a time: each states every group of a job of n ranks,
+    O(n), and all of them at once would be O(n^2)."""
     from ..parsing.header import read_header
 
-    configs, stated = [], []
-    for path in paths:
-        if path.suffix == ".parquet":
-            try:
-                info = file_metadata(path).get("distributed", {})
-            except (OSError, ValueError):  # damaged: the loaders name it
-                continue
-        else:
-            header = read_header(path) or {}
-            info = header.get("distributedInfo") or {}
-        configs.append(info.get("pg_config") or [])
-        stated.append(info.get("world_size"))
-    return configs, agreed_world(stated, "traces")[0]
+    stated: list = []
+
+    def configs():
+        for path in paths:
+            if path.suffix == ".parquet":
+                try:
+                    info = file_metadata(path).get("distributed", {})
+                except (OSError, ValueError):  # damaged: the loaders name it
+                    continue
+            else:
+                header = read_header(path) or {}
+                info = header.get("distributedInfo") or {}
+            stated.append(info.get("world_size"))
+            yield info.get("pg_config") or []
+
+    groups = observed_groups(configs())
+    return groups, agreed_world(stated, "traces")[0]
 
 
 _DERIVED: dict[tuple, Layout] = {}  # layouts derived in this process, by their files
@@ -79,14 +85,35 @@ def from_traces(root: str | os.PathLike) -> Layout:
         if (st := os.stat(p)) is not None)
     if key in _DERIVED:
         return _DERIVED[key]
-    configs, world = pg_configs_of(paths)
-    if not world:
-        raise TraceVizError(f"{root}: the traces state no world size (distributedInfo)")
-    layout = layout_from_groups(observed_groups(configs), world, str(root))
+    groups, world = _observed(root, paths)
+    layout = layout_from_groups(groups, world, str(root))
     if len(_DERIVED) >= 8:
         _DERIVED.clear()
     _DERIVED[key] = layout
     return layout
+
+
+def _observed(root: Path, paths: list[Path]) -> tuple[dict[str, set[tuple[int, ...]]], int]:
+    """(the process groups ``paths`` state, their world size); for a folder of tables
+    kept beside them (:mod:`.job_cache`: every footer read once, not once per command)."""
+    from . import job_cache
+
+    tables = root.is_dir() and all(p.parent == root and p.suffix == ".parquet"
+                                   for p in paths)
+    key = job_cache.key_of(root, None, {}) if tables else None
+    found = job_cache.load(root, "layout", key) if key is not None else None
+    if found is not None:
+        fields = found[1]
+        return ({name: {tuple(g) for g in groups} for name, groups in
+                 fields["groups"].items()}, int(fields["world"]))
+    groups, world = observed_of(paths)
+    if not world:
+        raise TraceVizError(f"{root}: the traces state no world size (distributedInfo)")
+    if key is not None:
+        job_cache.store(root, "layout", key, {}, {
+            "groups": {name: sorted(map(list, g)) for name, g in groups.items()},
+            "world": world})
+    return groups, world
 
 
 def job_layout(root: Path, folder: Path, topology: str | os.PathLike | None

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..analysis.diff import short_name
+from ..table.result import Drawing
 from ..table.text import middle_cut
 from .figures import Figure, new_figure, no_data
 
@@ -308,12 +309,13 @@ def _us(v: float) -> str:
     return f"{v / 1e3:,.2f} ms" if v >= 1e3 else f"{v:,.1f} µs"
 
 
-def breakdown_figures(tables: dict[str, pa.Table], notes: list[str]) -> dict[str, Figure]:
+def breakdown_figures(tables: dict[str, pa.Table], notes: list[str]) -> dict[str, Drawing]:
     """Every figure of the breakdown by file name (PNG), from its tables; a figure that
     cannot be drawn is left out with a line in ``notes``."""
     top = tables["top_kernels"]
-    figures = {"temporal_breakdown.png": Figure(temporal, tables["temporal_breakdown"]),
-               "idle_time_breakdown.png": Figure(idle, tables["idle_causes"])}
+    figures: dict[str, Drawing] = {
+        "temporal_breakdown.png": Figure(temporal, tables["temporal_breakdown"]),
+        "idle_time_breakdown.png": Figure(idle, tables["idle_causes"])}
     types = tables["kernel_type_breakdown"]
     if any(t < 0 for t in types.column("time_ns").to_pylist()):
         notes.append("note: kernel_type_breakdown.png not drawn: some kernel types have a "

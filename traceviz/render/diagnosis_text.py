@@ -116,7 +116,7 @@ STANDING_TAG = {"ranked": "", "minor": "minor: ", "conditional": "conditional: "
 
 
 def advice_lines(advice: pa.Table, top: int = 5) -> list[str]:
-    """The advice, in its order (:mod:`traceviz.analysis.diagnose.advice`)."""
+    """The advice, in its order (:mod:`traceviz.analysis.advice`)."""
     rows = advice.to_pylist()
     if not rows:
         return ["advice: nothing stands out (no straggler, slow link, stage imbalance, "

@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from ..table.io import atomic_path, cannot_write, discard, make_folder, make_readable, place
+from ..table.io import atomic_path, cannot_write, discard, make_readable
 from ..table.scratch import release, temp_file_for
 
 DPI = 110
@@ -79,50 +79,6 @@ class Figure:
         buf = io.BytesIO()
         _savefig(self.figure(), buf)
         return buf.getvalue()
-
-
-PARALLEL_FIGURES = 24  # from this many figures on, they are drawn in worker processes
-
-
-def save_all(figures: dict[str, Figure], outdir: Path, wrap=lambda it, n: it) -> list[Path]:
-    """Save every figure as ``outdir / name``; returns the paths in ``figures``' order.
-    Many figures are drawn in parallel worker processes (one per core, at most 4; drawing
-    is CPU-bound Python); ``wrap(iterable, total)`` can put a progress bar on them."""
-    paths = {name: outdir / name for name in figures}
-    workers = min(os.cpu_count() or 1, 4)
-    if len(figures) < PARALLEL_FIGURES or workers < 2:
-        return [figures[n].save(p) for n, p in wrap(paths.items(), len(paths))]
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    from concurrent.futures.process import BrokenProcessPool
-    from multiprocessing import get_context
-
-    from ..table.scratch import exit_on_sigterm
-
-    done: set[str] = set()
-    futures: dict = {}
-    for folder in {p.parent for p in paths.values()}:
-        make_folder(folder)  # here: the workers only write files
-    try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
-                                 initializer=exit_on_sigterm, initargs=(None,)) as pool:
-            futures = {pool.submit(_save_temp, figures[n], p): n for n, p in paths.items()}
-            for fut in wrap(as_completed(futures), len(futures)):
-                tmp = fut.result()  # a drawing error is raised here, as when drawn here
-                place(tmp, os.fspath(paths[futures[fut]]))
-                done.add(futures[fut])
-    except BrokenProcessPool:  # no worker could start (e.g. a __main__ read from stdin)
-        for n in paths.keys() - done:
-            figures[n].save(paths[n])
-    except BaseException:  # what the other workers drew is not put in place
-        for fut, n in futures.items():
-            if n not in done and fut.done() and not fut.cancelled() and not fut.exception():
-                discard(fut.result())
-        raise
-    return list(paths.values())
-
-
-def _save_temp(figure: Figure, path: Path) -> str:
-    return figure.save_temp(path)
 
 
 def _savefig(fig, target) -> None:

@@ -11,7 +11,7 @@ import json
 
 import numpy as np
 
-from ..intervals import union
+from ..analysis.coverage import busy_grid
 
 PHASE_COLORS = {"Forward": "#4c72b0", "Backward": "#dd8452"}
 CONFIG = {"displaylogo": False, "responsive": True, "scrollZoom": False}
@@ -94,29 +94,6 @@ def job_timeline(rows: list[dict], stages: list[dict], title: str, synced: bool 
     return fig
 
 
-def busy_grid(rows: list[dict], ranks: list[int], bins: int = BINS
-              ) -> tuple[np.ndarray, np.ndarray]:
-    """(edges in ns from the earliest step, shares): ``shares[i, b]`` is the fraction
-    of time bin ``b`` that rank ``ranks[i]`` spends inside the union of its micro-batch
-    step windows (in [0, 1])."""
-    t0 = min(r["start_ns"] for r in rows)
-    t1 = max(r["start_ns"] + r["wall_clock_ns"] for r in rows)
-    edges = np.linspace(0.0, float(max(t1 - t0, 1)), bins + 1)
-    windows: dict[int, list[tuple[int, int]]] = {}
-    for r in rows:
-        windows.setdefault(r["rank"], []).append(
-            (r["start_ns"] - t0, r["start_ns"] - t0 + r["wall_clock_ns"]))
-    share = np.zeros((len(ranks), bins))
-    for i, rank in enumerate(ranks):
-        if rank not in windows:
-            continue
-        starts, stops = union(*np.array(windows[rank], dtype=np.int64).T)
-        # time covered before each edge, differenced per bin
-        covered = np.clip(edges[:, None] - starts[None, :], 0, (stops - starts)[None, :])
-        share[i] = np.diff(covered.sum(axis=1)) / np.diff(edges)
-    return edges, np.clip(share, 0.0, 1.0)
-
-
 def job_heatmap(rows: list[dict], stages: list[dict], title: str, synced: bool = True):
     """A plotly heatmap of the job at scale: a row per rank (:func:`row_order` by stage:
     each stage a block of its pipeline groups, first on top), :data:`BINS` time bins,
@@ -131,7 +108,7 @@ def job_heatmap(rows: list[dict], stages: list[dict], title: str, synced: bool =
         if rank in stage_of:
             firsts.setdefault(f"stage {stage_of[rank]}", label)
     ranks = list(labels)
-    edges, share = busy_grid(rows, ranks)
+    edges, share = busy_grid(rows, ranks, BINS)
     mids = (edges[:-1] + edges[1:]) / 2e6
     fig = go.Figure(go.Heatmap(
         z=np.round(100 * share, 1), x=np.round(mids, 4), y=list(labels.values()),

@@ -30,8 +30,8 @@ import numpy as np
 
 from ..analysis.counters import CounterTracks
 from ..analysis.matching import Matched
+from ..analysis.coverage import track_lanes
 from ..analysis.tracks import RankTracks
-from ..intervals import lanes
 from ..table.io import atomic_path
 from ..table.schema import COLLECTIVES, GROUPS, PHASES
 from .trace_copy import event_json
@@ -42,7 +42,8 @@ PID_BASE = 900_000_000  # far from Kineto's pids (process ids, device ids)
 STEP_TID, COMM_TID, STREAM_TID = 1_000_000, 2_000_000, 100  # + phase / group * 1000 + lane
 
 
-def _tid(base: int, track: int, lane: int) -> int:
+def _tid(base: int, track: np.ndarray, lane: np.ndarray) -> np.ndarray:
+    """The thread ids of (track, lane) pairs under ``base``."""
     return base + track * 1000 + lane
 
 
@@ -52,12 +53,7 @@ def comm_tids(tr: RankTracks) -> np.ndarray:
     rows = tr.comm_rows
     track = np.array([GROUPS.index(g) if g in GROUPS else len(GROUPS)
                       for g in (tr.group[i] for i in rows.tolist())], dtype=np.int64)
-    tid = np.empty(rows.shape[0], dtype=np.int64)
-    for t in np.unique(track).tolist():
-        sel = np.flatnonzero(track == t)
-        tid[sel] = [_tid(COMM_TID, t, lane) for lane in
-                    lanes(tr.ts[rows[sel]], tr.end[rows[sel]]).tolist()]
-    return tid
+    return _tid(COMM_TID, track, track_lanes(track, tr.ts[rows], tr.end[rows]))
 
 
 def _thread(pid: int, tid: int, name: str, order: int) -> Iterator[dict]:
@@ -78,11 +74,7 @@ def rank_events(tr: RankTracks, kernels: bool = False,
            "args": {"sort_index": tr.rank}}
     st = tr.steps
     phase = np.array([PHASES.index(p) for p in st.phase], dtype=np.int64)
-    step_tid = np.empty(phase.shape[0], dtype=np.int64)
-    for p in np.unique(phase).tolist():
-        sel = np.flatnonzero(phase == p)
-        step_tid[sel] = [_tid(STEP_TID, p, lane)
-                         for lane in lanes(st.start[sel], st.end[sel]).tolist()]
+    step_tid = _tid(STEP_TID, phase, track_lanes(phase, st.start, st.end))
     for tid in np.unique(step_tid).tolist():
         p, lane = divmod(tid - STEP_TID, 1000)
         yield from _thread(pid, tid, f"{PHASES[p]} steps" + (f" {lane + 1}" if lane else ""),

@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..analysis.diagnose.advice import ADVICE_SCHEMA
+from ..analysis.advice import ADVICE_SCHEMA
 from ..analysis.report_types import CrossRank, Report, Stats, Throughput
 from .diagnosis_text import advice_lines, ledger_lines
 from .rank_spread import LISTED, spread_lines

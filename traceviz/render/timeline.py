@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..analysis.microbatches import CATEGORIES, RankCategories
-from ..intervals import union
+from ..analysis.coverage import category_spans
+from ..analysis.microbatches import RankCategories
 from .figures import new_figure, no_data, swatch
 
 COLORS = {
@@ -46,29 +46,6 @@ def _heights(present: list[str]) -> dict[str, float]:
 ROWS_INCHES = 11.0  # the most height all rank rows of a figure take together
 MAX_LABELS = 48     # rank labels per panel at most (every k-th beyond)
 PIXELS = 4000  # gaps shorter than window / PIXELS are closed: less than a pixel wide
-
-
-def _coalesce(s: np.ndarray, e: np.ndarray, gap: int) -> tuple[np.ndarray, np.ndarray]:
-    """Disjoint sorted intervals with every gap of at most ``gap`` ns closed."""
-    if s.size < 2:
-        return s, e
-    cut = np.flatnonzero(s[1:] - e[:-1] > gap)
-    return s[np.r_[0, cut + 1]], e[np.r_[cut, s.size - 1]]
-
-
-def _rows(ranks: list[RankCategories], categories: tuple[str, ...] | None, gap: int
-          ) -> list[dict[str, tuple[np.ndarray, np.ndarray]]]:
-    """Per rank, the union of each category's intervals, gaps up to ``gap`` ns closed
-    (invisible at the figure's resolution; drawing stays fast at millions of kernels)."""
-    wanted = {CATEGORIES.index(c) for c in (categories or CATEGORIES)}
-    out = []
-    for ra in ranks:
-        rows = {}
-        for c in sorted(set(np.unique(ra.category).tolist()) & wanted):
-            on = ra.category == c
-            rows[CATEGORIES[c]] = _coalesce(*union(ra.ts[on], ra.end[on]), gap)
-        out.append(rows)
-    return out
 
 
 def time_window(ranks: list[RankCategories]) -> tuple[int, int]:
@@ -118,7 +95,7 @@ def timeline(panels: list[tuple[str, list[RankCategories]]], title: str,
     the time axis ``window`` (ns; default: the span of all the data)."""
     window = window or time_window([ra for _, ranks in panels for ra in ranks])
     gap = (window[1] - window[0]) // PIXELS
-    spans = [_rows(ranks, categories, gap) for _, ranks in panels]
+    spans = [category_spans(ranks, categories, gap) for _, ranks in panels]
     present = sorted({c for rows in spans for r in rows for c in r}, key=ORDER.index)
     if not present:
         return no_data(title, "no GPU activity of these categories on these ranks")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+from typing import Any
 
 import orjson
 import pyarrow as pa
@@ -108,16 +109,34 @@ def _version(path: str | os.PathLike) -> tuple[str, int, int]:
     return (os.path.abspath(path), st.st_mtime_ns, st.st_size)
 
 
+FACTS = ("source", "rank", "kind")  # the small facts :func:`file_fact` answers from memory
+
+
 @functools.lru_cache(maxsize=8192)
-def _footer(version: tuple[str, int, int]) -> tuple[pa.Schema, bool]:
+def _footer(version: tuple[str, int, int]) -> tuple[pa.Schema, bool, dict]:
     """(the footer schema of ``version`` without its metadata, whether it has traceviz's
-    metadata). The metadata is not kept: a table of a job of n ranks states the job's
-    process groups, O(n) bytes, and a job's thousands of footers held at once would be
-    O(n^2)."""
+    metadata, its :data:`FACTS`). The rest of the metadata is not kept: a table of a job
+    of n ranks states the job's process groups, O(n) bytes, and a job's thousands of
+    footers held at once would be O(n^2)."""
     import pyarrow.parquet as pq
 
     schema = pq.read_schema(version[0])
-    return schema.remove_metadata(), METADATA_KEY in (schema.metadata or {})
+    raw = (schema.metadata or {}).get(METADATA_KEY)
+    try:
+        meta = orjson.loads(raw) if raw else {}
+    except orjson.JSONDecodeError:  # damaged: its loader says so
+        meta = {}
+    facts = {k: meta[k] for k in FACTS if k in meta} if isinstance(meta, dict) else {}
+    return schema.remove_metadata(), raw is not None, facts
+
+
+def file_fact(path: str | os.PathLike, name: str) -> Any:
+    """One of the :data:`FACTS` of a parquet file's footer (None when it states none),
+    read once per version of the file; OSError / ArrowInvalid when it is not a readable
+    parquet file."""
+    if name not in FACTS:
+        raise KeyError(name)
+    return _footer(_version(path))[2].get(name)
 
 
 @functools.lru_cache(maxsize=64)
@@ -142,7 +161,7 @@ def is_activity_table(path: str | os.PathLike) -> bool:
     if os.fspath(path).endswith(".cpu.parquet"):
         return False
     try:
-        schema, has_metadata = _footer(_version(path))
+        schema, has_metadata, _ = _footer(_version(path))
     except (OSError, pa.ArrowInvalid):
         return True
     return has_metadata and "kind" in schema.names

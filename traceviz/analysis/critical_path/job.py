@@ -100,12 +100,12 @@ class JobGraph:
     graph: Graph
     ranks: list[RankGraph]
     own: np.ndarray         # ns per edge
-    category: np.ndarray    # CATEGORIES index per edge
+    category: np.ndarray    # CATEGORIES index per edge (int8)
     node_base: np.ndarray   # first node id of each rank
     offsets: dict[int, int]
     notes: list[str] = field(default_factory=list)
-    edge_comm_group: np.ndarray | None = None   # GROUPS index per edge (-1)
-    edge_name: np.ndarray | None = None         # kernel name id per edge (-1) ...
+    edge_comm_group: np.ndarray | None = None   # GROUPS index per edge (-1; int8)
+    edge_name: np.ndarray | None = None         # kernel name id per edge (-1; int32) ...
     names: list[str] = field(default_factory=list)  # ... into this list
     # per node: an activity start queued behind device work launched before the window
     queued: np.ndarray | None = None
@@ -158,18 +158,20 @@ class Joiner:
         self.base.append(b + g.n_nodes)
         own, cat, grp, nm = _own_times(rg, info, self.names)
         self.edges.add(g.src + b, g.dst + b, g.kind, g.weight, g.attr)
+        # per edge: category and group as int8, name id as int32 (a job's millions of
+        # edges held at once)
         self.own.append(own)
-        self.cat.append(cat)
-        self.grp.append(grp)
-        self.nm.append(nm)
+        self.cat.append(cat.astype(np.int8))
+        self.grp.append(grp.astype(np.int8))
+        self.nm.append(nm.astype(np.int32))
         x_src, x_dst, x_kind, x_own = _device_order(rg)
         self.queued.append(_queued_behind_earlier(rg) + b)
         self.edges.add(x_src + b, x_dst + b, x_kind, 0, -1)
         self.own.append(x_own)
         self.cat.append(np.select([x_kind == LAUNCH, x_kind == SYNC], [LAUNCH_CAT, WAIT],
-                                  KK_CAT))
-        self.grp.append(np.full(x_src.size, -1))
-        self.nm.append(np.full(x_src.size, -1))
+                                  KK_CAT).astype(np.int8))
+        self.grp.append(np.full(x_src.size, -1, np.int8))
+        self.nm.append(np.full(x_src.size, -1, np.int32))
         rows = np.flatnonzero((rg.start_node >= 0) & (ev.cls == ACTIVITY))
         trow = ev.table_row[rows]
         comm = info.kind[trow] == 1
@@ -216,11 +218,12 @@ class Joiner:
         # own time / category per deduplicated edge: rank edges keep theirs, in order
         own = np.concatenate(self.own + [own_c])[last]
         self.own = []
-        cat = np.concatenate(self.cat + [COMM0 + np.maximum(grp_c, 0)])[last]
+        cat = np.concatenate(self.cat + [(COMM0 + np.maximum(grp_c, 0)).astype(np.int8)]
+                             )[last]
         self.cat = []
-        grp = np.concatenate(self.grp + [grp_c])[last]
+        grp = np.concatenate(self.grp + [grp_c.astype(np.int8)])[last]
         self.grp = []
-        nm = np.concatenate(self.nm + [nm_c])[last]
+        nm = np.concatenate(self.nm + [nm_c.astype(np.int32)])[last]
         self.nm = []
         if self.p2p_seen and len(ranks) > 1:
             notes.append(f"pipeline sends / receives: {p2p_joined} of {self.p2p_seen} "

@@ -191,16 +191,17 @@ class JobPath:
     offsets: dict[int, int]
 
 
-CpuTable: TypeAlias = "pa.Table | Callable[[], pa.Table]"  # a CPU table, or its reader
+Table: TypeAlias = "pa.Table | Callable[[], pa.Table]"  # a table, or what reads it
 
 
-def job_path(tables: list[tuple[int, pa.Table, CpuTable]], notes: list[str],
+def job_path(tables: list[tuple[int, Table, Table]], notes: list[str],
              ann: str | None = None, inst: int = 0, clock_sync: bool = True,
              exact: bool = False, where: str = "the job",
              diag: Diagnosis | None = None,
              each: Callable[[int, pa.Table, pa.Table], None] | None = None) -> JobPath:
-    """The joined graph of the ranks ``tables`` ((rank, GPU table, CPU table or what
-    reads it) each: a CPU table read here is held only while its rank's graph is built),
+    """The joined graph of the ranks ``tables`` ((rank, GPU table, CPU table) each, or
+    what reads them; the list is consumed: a table read here is held only while its
+    rank's communication is matched and while its graph is built),
     over the window ``ann`` / ``inst``; what it leaves out goes to ``notes``. ``diag``:
     the job's diagnosis, whose clock offsets are taken (not solved again); ``each``:
     called with every rank's (rank, GPU table, CPU table) while both are at hand."""
@@ -210,9 +211,13 @@ def job_path(tables: list[tuple[int, pa.Table, CpuTable]], notes: list[str],
     gpus = {r: gpu for r, gpu, _ in tables}
     jc = (job_comm(gpus, diag.offsets, diag.synced) if diag is not None
           and set(gpus) <= set(diag.offsets) else job_comm(gpus))
+    del gpus
     ranks, phases, stages = [], [], {}
     joiner = J.Joiner()
-    for r, gpu, source in tables:
+    tables.reverse()  # consumed from the end: each rank's tables let go once joined
+    while tables:
+        r, gpu_source, source = tables.pop()
+        gpu = gpu_source() if callable(gpu_source) else gpu_source
         stages[r] = (metadata(gpu).get("classification") or {}).get("stage")
         cpu = source() if callable(source) else source
         if each is not None:
@@ -245,7 +250,7 @@ def job_path(tables: list[tuple[int, pa.Table, CpuTable]], notes: list[str],
     return JobPath(jc, jg, J.measure(jg, jg.own), ranks, phases, stages, offsets)
 
 
-def job_critical_path(tables: list[tuple[int, pa.Table, CpuTable]], ann: str | None,
+def job_critical_path(tables: list[tuple[int, Table, Table]], ann: str | None,
                       inst: int, what_if: list[str], clock_sync: bool, exact: bool = False,
                       where: str = "the job", diag: Diagnosis | None = None
                       ) -> CriticalPath:

@@ -9,7 +9,8 @@ Two models, each for what it can answer:
   compute of the ranks on pipeline stage S), ``stagecomm:S=F`` (their transfers that
   move with a stage's layers: TP, CP, EP, ETP, DP, EDP), ``link:GROUP:R1,R2,...=F``
   (the transfers of that parallel group between the listed ranks: a slow group's, or
-  a rank pair's);
+  a rank pair's), ``link:GROUP@R=F`` (those of the GROUP calls rank R is a member of:
+  its whole group, however large);
   ``straggler=fix``: every straggler's compute at its peers' speed (its compute own
   times x 1 / slowdown, :mod:`..diagnose.stragglers`); ``straggler:R=fix`` rank R's;
   ``overlap=GROUP`` (``DP``, ``TP``, ``EP``, ...): that group's communication hidden
@@ -174,8 +175,8 @@ def scale_of(ctx: Context, specs: list[str]) -> np.ndarray:
         if sel is None:
             raise UsageError(f"--what-if {spec!r}: unknown target {m['what']!r}; use "
                              "COMM[:GROUP], COMP, MEM, cpu, launch, kernel:GLOB, rank:N, "
-                             "stage:S, stagecomm:S, link:GROUP:R1,R2,..., straggler=fix, "
-                             "overlap=GROUP, microbatches=N or vpp=N")
+                             "stage:S, stagecomm:S, link:GROUP:R1,R2,..., link:GROUP@R, "
+                             "straggler=fix, overlap=GROUP, microbatches=N or vpp=N")
         scale[sel] *= factor
     return scale
 
@@ -219,16 +220,28 @@ def _selection(jg: JobGraph, what: str, stages: dict[int, int] | None = None
             return (cat == COMPUTE) & on
         return on & np.isin(cat, [COMM0 + GROUPS.index(g) for g in LAYER_GROUPS])
     if low.startswith("link:"):
+        g = jg.graph
         bits = what.split(":")
-        grp = bits[1].strip().upper() if len(bits) == 3 else ""
-        try:
-            members = np.array([int(x) for x in bits[2].split(",")], np.int64) if grp \
-                else np.zeros(0, np.int64)
-        except ValueError:
+        if len(bits) == 2 and "@" in bits[1]:  # link:GROUP@R: the GROUP group of rank R
+            grp, _, of = bits[1].partition("@")
+            grp = grp.strip().upper()
+            if grp not in GROUPS or not of.strip().isdigit():
+                return None
+            mine = cat == COMM0 + GROUPS.index(grp)
+            src, dst = g.node_rank[g.src], g.node_rank[g.dst]
+            r = int(of)
+            members = np.union1d(np.union1d(dst[mine & (src == r)], src[mine & (dst == r)]),
+                                 [r])
+        elif len(bits) == 3:
+            grp = bits[1].strip().upper()
+            try:
+                members = np.array([int(x) for x in bits[2].split(",")], np.int64)
+            except ValueError:
+                return None
+        else:
             return None
         if grp not in GROUPS or not members.size:
             return None
-        g = jg.graph
         return ((cat == COMM0 + GROUPS.index(grp)) & np.isin(g.node_rank[g.src], members)
                 & np.isin(g.node_rank[g.dst], members))
     return None

@@ -71,6 +71,30 @@ SCHEMA = pa.schema([
     ("straggler", pa.bool_())])
 
 
+@dataclass(frozen=True)
+class Straggler:
+    """One rank against its peers (a row of :data:`SCHEMA`): ``slowdown`` its compute
+    time over its peers' median on the same kernels, ``z_score`` that slowdown against
+    every rank's (robust), ``excess_ns`` its extra compute per iteration, ``cost_ns``
+    the re-timed saving of fixing it (None: not re-timed), ``waited_on_ns`` what others
+    wait for it; node / local_gpu / stage None where unknown."""
+
+    rank: int
+    node: int | None
+    local_gpu: int | None
+    stage: int | None
+    peers: int
+    slowdown: float
+    z_score: float | None
+    units: int
+    units_slower: int
+    p_value: float
+    excess_ns: int
+    cost_ns: int | None
+    waited_on_ns: int
+    straggler: bool
+
+
 @dataclass
 class PeerSpeed:
     """Every rank's speed against its peers (one row per rank, :data:`SCHEMA`)."""

@@ -34,6 +34,7 @@ with the clock offsets.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,14 +42,22 @@ import pyarrow as pa
 
 from ...intervals import grouped_top_times
 from ...table.arrays import codes_of, ints
-from ...table.schema import COLLECTIVES, COMM, GROUPS, NO_PAYLOAD, PHASES, collective
+from ...table.schema import (
+    COLLECTIVES,
+    COMM,
+    GROUPS,
+    NO_PAYLOAD,
+    PHASES,
+    collective,
+    metadata,
+)
 from ..activities import RankActivities, activities
 from ..calls import operation_bytes, rank_calls
 from ..clocks import (
     ClockSync,
     CollectiveEnds,
     ends_of,
-    hosts_of,
+    host_of,
     joined_ends,
     offsets_of,
     synchronize,
@@ -394,23 +403,32 @@ class JobComm:
     sync: ClockSync | None = None  # the clocks solved here (None: offsets were given)
 
 
-def job_comm(tables: dict[int, pa.Table], offsets: dict[int, int] | None = None,
-             synced: bool = True) -> JobComm:
-    """Sync the clocks of ``tables`` (rank -> activity table) on their collectives' and
-    point-to-point pairs' ends (:mod:`..clocks`; or take ``offsets``: ns per rank,
-    ``synced`` whether they sync the ranks), then match and split every communication
-    kernel (see the module doc)."""
+def job_comm(tables: Mapping[int, pa.Table | Callable[[], pa.Table]],
+             offsets: dict[int, int] | None = None, synced: bool = True) -> JobComm:
+    """Sync the clocks of ``tables`` (rank -> activity table, or what reads it: each is
+    read and held in turn, only its activities and communication kept) on their
+    collectives' and point-to-point pairs' ends (:mod:`..clocks`; or take ``offsets``:
+    ns per rank, ``synced`` whether they sync the ranks), then match and split every
+    communication kernel (see the module doc)."""
     notes: list[str] = []
     ranks = sorted(tables)
     given = offsets or {}
-    acts = [activities(tables[r], rank=r, offset_ns=given.get(r, 0)) for r in ranks]
     names: dict[str, int] = {}
-    comms = [rank_comm(tables[a.rank], a, names) for a in acts]
+    acts, comms, ends, hosts = [], [], {}, {}
+    for r in ranks:  # each table read (where it is a reader) and held once, in turn
+        source = tables[r]
+        table = source() if callable(source) else source
+        a = activities(table, rank=r, offset_ns=given.get(r, 0))
+        acts.append(a)
+        comms.append(rank_comm(table, a, names))
+        if offsets is None:
+            ends[r] = ends_of(rank_calls(table, r))
+            hosts[r] = host_of(metadata(table))
+        del table
     sync = None
     if offsets is None:
         pairs = pair_ends(acts, comms)
-        sync = synchronize({r: joined_ends(ends_of(rank_calls(tables[r], r)), pairs.get(r))
-                            for r in ranks}, hosts_of(tables))
+        sync = synchronize({r: joined_ends(ends[r], pairs.get(r)) for r in ranks}, hosts)
         offsets, synced = offsets_of(sync, notes)
         for a in acts:  # onto the common clock
             a.offset_ns = offsets.get(a.rank, 0)

@@ -1,4 +1,5 @@
-"""``traceviz demo``: synthesize a small Megatron-like job and run every analysis on it.
+"""``traceviz demo``: synthesize a small Megatron-like job and run every command on it
+(above the commands, like the CLI: it calls them in the order a user would).
 
 The job (tp2 pp4 dp2, 8 micro-batches, clocks skewed per node, the GPU of rank 5 1.3x
 slower than the others, the host synchronizing as Megatron's defaults do) is written to
@@ -12,11 +13,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ..analysis.run_config import training_flops_per_token
-from ..ingest import batch
-from ..synth import SynthConfig, synthesize
-from . import aggregate, breakdown, critical_path, diagnose, html, ops, pipeline, report
-from .result import Result, write
+from .analysis.run_config import training_flops_per_token
+from .commands import aggregate, breakdown, critical_path, diagnose, html, ops, pipeline, report
+from .ingest import batch
+from .ingest.session import pipeline_places
+from .ingest.topology import job_layout
+from .table.result import Result, write
+from .synth import SynthConfig, synthesize
 
 DEMO = SynthConfig(tp=2, pp=4, dp=2, microbatches=8, layers=8, with_stack=False,
                    skew_us=250.0, gpus_per_node=8, straggler_rank=5, straggler_factor=1.3,
@@ -84,7 +87,7 @@ def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> Resul
     page = out / "traceviz_report.html"
     write(Result(texts={str(page): html.page_of(
         "traceviz demo job", rep.data["report"], brk, pipe, "",
-        agg.tables["microbatches"].to_pylist(), html.pipeline_places(job, folder, None),
+        agg.tables["microbatches"].to_pylist(), pipeline_places(job_layout(job, folder, None)[0]),
         synced=agg.data["alignment"][folder] == "synced", model=model)}),
         ".")
     steps["HTML report (open in a browser)"] = page

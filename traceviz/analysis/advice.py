@@ -8,7 +8,8 @@ Faults (hardware to fix, no option helps):
   ``straggler:R=fix`` (its compute at its peers' speed, re-timed);
 * a **slow link** (:mod:`.network`): a group far below the bus bandwidth of the same
   kind of group elsewhere: check the network of its nodes;
-  ``link:GROUP:R1,R2,...=F`` (its transfers at its peers' bandwidth: F = its ratio).
+  ``link:GROUP:R1,R2,...=F`` (its transfers at its peers' bandwidth: F = its ratio;
+  ``link:GROUP@R=F`` for a group of more than eight ranks: the group of rank R).
 
 Configuration changes (Megatron-LM's arguments):
 
@@ -61,22 +62,25 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ...errors import TraceVizError, UsageError
-from ..critical_path import what_if as W
-from .diagnosis import Diagnosis
-from .network import slow_groups
-from .stages import best_split
+from ..errors import TraceVizError, UsageError
+from ..table.records import records
+from .critical_path import what_if as W
+from .diagnose.diagnosis import Diagnosis
+from .diagnose.network import slow_groups
+from .diagnose.stages import best_split
+from .diagnose.stragglers import Straggler
 
 ADVICE_SCHEMA = pa.schema([
     ("rank", pa.int32()), ("standing", pa.string()), ("kind", pa.string()),
     ("finding", pa.string()), ("action", pa.string()),
     ("saving_ns", pa.int64()), ("predicted_iteration_ns", pa.int64()),
     ("saving_pct", pa.float64()), ("evidence", pa.string()), ("what_if", pa.string()),
-    ("model", pa.string())])
+    ("model", pa.string()), ("target_rank", pa.int32())])
 STANDINGS = ("ranked", "minor", "conditional", "no gain", "unpredicted")
 BUBBLE_PCT, COMM_PCT, CPU_PCT = 5.0, 2.0, 5.0  # shares of the iteration that get advice
 FAULT_PCT = 1.0  # a fault is ranked among the changes when fixing it saves this much
 TOP_FAULTS = 5   # stragglers / slow links turned into advice, the worst first
+LISTED_RANKS = 8  # a larger slow group's what-if names it by its first rank (link:G@R)
 OVERLAP = {  # group: (parts of the ledger, what to turn on)
     "DP": (("grad_sync", "transfer_dp", "transfer_edp"),
            "--overlap-grad-reduce and --overlap-param-gather (with "
@@ -105,6 +109,28 @@ class Finding:
     per_samples: int = 0  # > 0: the what-if changes the samples per iteration by this x
     kind: str = "change"  # "fault" (hardware) or "change" (configuration)
     conditional: bool = False  # needs what the trace does not show (see the module doc)
+    target_rank: int | None = None  # the one rank it is about (a straggler)
+
+
+@dataclass(frozen=True)
+class Advice:
+    """One row of the advice (:data:`ADVICE_SCHEMA`): ``rank`` its place (1 first),
+    ``standing`` one of :data:`STANDINGS`, ``saving_ns`` / ``saving_pct`` the re-timed
+    saving per iteration (None: not predicted), ``what_if`` the spec predicting it,
+    ``target_rank`` the rank a straggler's advice is about (None otherwise)."""
+
+    rank: int
+    standing: str
+    kind: str
+    finding: str
+    action: str
+    saving_ns: int | None
+    predicted_iteration_ns: int | None
+    saving_pct: float | None
+    evidence: str
+    what_if: str
+    model: str | None
+    target_rank: int | None
 
 
 def _place(row: dict) -> str:
@@ -129,7 +155,7 @@ def straggler_findings(diag: Diagnosis) -> list[Finding]:
             f"p = {s['p_value']:.1e}); robust z-score {s['z_score']:.1f} against every "
             f"rank's slowdown; {s['excess_ns'] / 1e6:.2f} ms more compute per iteration; "
             f"others wait {places[s['rank']]['waited_on_ns'] / 1e6:.2f} ms for it",
-            kind="fault"))
+            kind="fault", target_rank=s["rank"]))
     return out
 
 
@@ -157,7 +183,8 @@ def link_findings(diag: Diagnosis) -> list[Finding]:
             f"bandwidth ({g['collective']}, {g['link']}), {against}: a slow network",
             f"check the network of {where} (NIC, cable, switch port, NCCL's choice of "
             f"transport): no configuration option fixes a slow link",
-            f"link:{g['group']}:{','.join(map(str, ranks))}={factor:.4g}",
+            (f"link:{g['group']}:{','.join(map(str, ranks))}" if len(ranks) <= LISTED_RANKS
+             else f"link:{g['group']}@{ranks[0]}") + f"={factor:.4g}",
             f"{g['kernels']} {g['collective']} kernels of >= 1 MiB: "
             f"{g['bus_bytes'] / 1e9:.2f} GB of bus bytes in {g['transfer_ns'] / 1e6:.2f} ms "
             "of transfer (after the last member arrived); peers: same group kind, "
@@ -313,7 +340,8 @@ def advise(diag: Diagnosis, ctx: W.Context | None, why: str = "") -> pa.Table:
                      "finding": f.finding, "action": f.action, "saving_ns": saving,
                      "predicted_iteration_ns": predicted,
                      "saving_pct": 100.0 * saving / base if saving is not None and base
-                     else None, "evidence": evidence, "what_if": spec, "model": model})
+                     else None, "evidence": evidence, "what_if": spec, "model": model,
+                     "target_rank": f.target_rank})
     rows.sort(key=lambda r: (STANDINGS.index(r["standing"]), -(r["saving_ns"] or 0)))
     for i, r in enumerate(rows, 1):
         r["rank"] = i
@@ -330,3 +358,37 @@ def _concrete(spec: str, ctx: W.Context) -> str:
     key = spec.split("=")[0]
     now = views[0].microbatches if key == "microbatches" else views[0].vpp
     return f"{key}={2 * now}"
+
+
+@dataclass(frozen=True)
+class JobDiagnosis:
+    """A job's diagnosis with its advice, as ``traceviz diagnose`` writes it: the
+    :class:`~.diagnose.diagnosis.Diagnosis` (its ledger, waits and peers as Arrow
+    tables), the advice table (None: not asked for) and the ranks left out (one line
+    each). :attr:`advice` and :attr:`stragglers` are typed records of those tables;
+    :meth:`tables` are the command's tables by file name."""
+
+    diagnosis: Diagnosis
+    advice_table: pa.Table | None
+    failed: tuple[str, ...] = ()
+
+    @property
+    def advice(self) -> tuple[Advice, ...]:
+        """The advice, the first to follow first (empty: none, or not asked for)."""
+        return () if self.advice_table is None else records(Advice, self.advice_table)
+
+    @property
+    def stragglers(self) -> tuple[Straggler, ...]:
+        """The stragglers, the worst first."""
+        return records(Straggler, self.diagnosis.stragglers)
+
+    def tables(self) -> dict[str, pa.Table]:
+        """The tables ``traceviz diagnose`` writes, by file name (without suffix)."""
+        d = self.diagnosis
+        out = {"comm_calls": d.comm_calls, "ledger": d.ledger,
+               "ledger_waits": d.ledger_waits, "ledger_totals": d.totals,
+               "stragglers": d.stragglers, "peer_speed": d.speed.table,
+               "wait_chain": d.chain, "links": d.links}
+        if self.advice_table is not None:
+            out["advice"] = self.advice_table
+        return out

@@ -1,25 +1,40 @@
-"""What a command produced, in memory, and the one writer that puts it on disk."""
+"""What a command produced, in memory (tables, figures, texts, lines), and the one writer
+that puts it on disk."""
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import pyarrow as pa
 
 from ..progress import progress
-from ..table.io import (
+from .io import (
     all_or_nothing,
+    discard,
+    make_folder,
+    place,
     refuse_input,
     write_csv,
     write_csv_and_parquet,
     write_text,
 )
 
-if TYPE_CHECKING:  # drawing is imported when there is a figure to save (parse has none)
-    from ..render.figures import Figure
+
+class Drawing(Protocol):
+    """A result's figure as its writer and the page see it
+    (:class:`traceviz.render.figures.Figure`: drawn only when saved, so that a command
+    without figures imports no drawing)."""
+
+    def figure(self) -> Any: ...
+
+    def save(self, path: str | os.PathLike) -> Path: ...
+
+    def save_temp(self, path: str | os.PathLike) -> str: ...
+
+    def png(self) -> bytes: ...
 
 
 @dataclass
@@ -34,7 +49,7 @@ class Result:
 
     tables: dict[str, pa.Table] = field(default_factory=dict)
     csv: dict[str, pa.Table] = field(default_factory=dict)
-    figures: dict[str, Figure] = field(default_factory=dict)
+    figures: dict[str, Drawing] = field(default_factory=dict)
     texts: dict[str, str] = field(default_factory=dict)
     exports: dict[str, Callable[[Path], object]] = field(default_factory=dict)
     lines: list[str] = field(default_factory=list)
@@ -62,8 +77,6 @@ def write(result: Result, outdir: str | os.PathLike) -> list[Path]:
             made = export(out / name)
             written += [Path(p) for p in made] if isinstance(made, list) else [out / name]
         if result.figures:
-            from ..render.figures import save_all
-
             written += save_all(result.figures, out,
                                 lambda items, n: progress(items, "figures", total=n))
     return written
@@ -75,3 +88,46 @@ def destinations(result: Result, out: Path) -> list[Path]:
             + [out / name for name in (*result.csv, *result.texts, *result.exports,
                                        *result.figures)])
 
+
+PARALLEL_FIGURES = 24  # from this many figures on, they are drawn in worker processes
+
+
+def save_all(figures: dict[str, Drawing], outdir: Path, wrap=lambda it, n: it) -> list[Path]:
+    """Save every figure as ``outdir / name``; returns the paths in ``figures``' order.
+    Many figures are drawn in parallel worker processes (one per core, at most 4; drawing
+    is CPU-bound Python); ``wrap(iterable, total)`` can put a progress bar on them."""
+    paths = {name: outdir / name for name in figures}
+    workers = min(os.cpu_count() or 1, 4)
+    if len(figures) < PARALLEL_FIGURES or workers < 2:
+        return [figures[n].save(p) for n, p in wrap(paths.items(), len(paths))]
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+    from multiprocessing import get_context
+
+    from .scratch import exit_on_sigterm
+
+    done: set[str] = set()
+    futures: dict = {}
+    for folder in {p.parent for p in paths.values()}:
+        make_folder(folder)  # here: the workers only write files
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+                                 initializer=exit_on_sigterm, initargs=(None,)) as pool:
+            futures = {pool.submit(_save_temp, figures[n], p): n for n, p in paths.items()}
+            for fut in wrap(as_completed(futures), len(futures)):
+                tmp = fut.result()  # a drawing error is raised here, as when drawn here
+                place(tmp, os.fspath(paths[futures[fut]]))
+                done.add(futures[fut])
+    except BrokenProcessPool:  # no worker could start (e.g. a __main__ read from stdin)
+        for n in paths.keys() - done:
+            figures[n].save(paths[n])
+    except BaseException:  # what the other workers drew is not put in place
+        for fut, n in futures.items():
+            if n not in done and fut.done() and not fut.cancelled() and not fut.exception():
+                discard(fut.result())
+        raise
+    return list(paths.values())
+
+
+def _save_temp(figure: Drawing, path: Path) -> str:
+    return figure.save_temp(path)

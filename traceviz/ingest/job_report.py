@@ -1,0 +1,140 @@
+"""The collectives and throughput report of one profiled iteration's ranks, from their
+tables (traces parsed first where needed): each rank summarized (one table in memory at
+a time), clocks synced, the report built (:mod:`traceviz.analysis.report`) with the MFU
+chosen, the job's diagnosis and advice added; kept beside the tables
+(:mod:`.job_cache`)."""
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import cast
+
+import numpy as np
+
+from ..analysis.calls import COLUMNS as CALL_COLUMNS
+from ..analysis.clocks import offsets_from_calls
+from ..analysis.iterations import COLUMNS as WINDOW_COLUMNS
+from ..analysis.rank_summary import RankSummary, summarize
+from ..analysis.report import build_report, chosen_mfu, job_world
+from ..analysis.report_types import Report
+from ..analysis.run_config import RunConfig, from_torchtitan_toml
+from ..errors import TraceVizError
+from . import analyses, job_cache
+from .tables import has_cpu_tables, input_files, one_folder, rank_tables, tables_folder
+from .topology import job_layout
+
+COLUMNS = tuple(dict.fromkeys(CALL_COLUMNS + ("comm_group",) + WINDOW_COLUMNS))
+
+
+def summaries_of(root: Path) -> tuple[list[RankSummary], list[str]]:
+    """Every rank's summary (ranks unknown to their trace numbered from file names) and
+    the one-line reasons of the files that failed. A job's traces are parsed once into
+    its tables (``traceviz batch``'s default place); one table is read alone."""
+    summaries: list[RankSummary] = []
+    failed: list[str] = []
+    if root.is_file() and root.suffix == ".parquet":
+        files = [root]
+    else:
+        files = one_folder(input_files([tables_folder(root)]), root)
+    for rank, _, table in rank_tables(files, COLUMNS, failed):
+        summaries.append(summarize(table, rank))
+    if not summaries:
+        raise TraceVizError(f"{root}: no rank could be read: " + "; ".join(failed))
+    return summaries, failed
+
+
+def _finite(value):
+    """``value`` with every NaN or infinity replaced by None (JSON has neither)."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def make_report(root: str | os.PathLike, *, config_file: str | None = None,
+                overrides: dict | None = None, topology: str | None = None,
+                clock_sync: bool = True) -> Report:
+    """The report dict of ``root`` (NaN-free: JSON-ready); ``failed`` lists the ranks
+    left out (their trace or table could not be read), one line each. A job's report is
+    kept beside its tables (:mod:`traceviz.ingest.job_cache`) for these options."""
+    root = Path(root)
+    if not root.exists():
+        raise TraceVizError(f"{root}: no such file or folder")
+    if not root.is_dir():
+        return _make_report(root, config_file, overrides, topology, clock_sync)
+    folder = tables_folder(root)
+    config = None
+    if config_file:
+        st = Path(config_file).stat() if Path(config_file).exists() else None
+        config = [os.fspath(Path(config_file).resolve()), st and st.st_size,
+                  st and st.st_mtime_ns]
+    key = job_cache.key_of(folder, topology, {"config": config, "clock_sync": clock_sync,
+                                              "overrides": overrides or {}})
+    found = job_cache.load(folder, "report", key)
+    if found is not None:
+        return cast(Report, found[1]["report"])
+    rep = _make_report(root, config_file, overrides, topology, clock_sync)
+    job_cache.store(folder, "report", key, {}, {"report": rep})
+    return rep
+
+
+def _make_report(root: Path, config_file: str | None, overrides: dict | None,
+                 topology: str | None, clock_sync: bool) -> Report:
+    """The report dict, computed (see :func:`make_report`)."""
+    summaries, failed = summaries_of(root)
+    notes = [f"rank {s.rank}: its trace is cut at byte {s.truncated_at}; its calls after "
+              "the cut are missing" for s in summaries if s.truncated_at is not None]
+    folder = root if root.is_dir() else root.parent
+    layout, layout_note = job_layout(root, folder, topology)
+    if layout_note:
+        notes.append(f"parallel layout unknown: {layout_note}")
+    world = max(job_world(summaries, layout), len(summaries))
+    config = from_torchtitan_toml(config_file, world) if config_file else RunConfig()
+    config = config.updated(**(overrides or {}))
+    offsets, synced = (offsets_from_calls([s.calls for s in summaries], notes)
+                       if clock_sync else ({}, False))
+    rep = build_report(summaries, config, offsets, layout, notes, synced)
+    trace = _trace_flops(root, config.peak_tflops)
+    rep["throughput"]["mfu"] = chosen_mfu(rep["throughput"]["iterations"], trace)
+    # the traced ops' TFLOP/s stays a cross-check; the one MFU is the chosen one
+    rep["throughput"]["trace_flops"] = {"tflops_per_gpu": trace["tflops_per_gpu"],
+                                        "why": trace["why"]}
+    rep["diagnosis"], rep["diagnosis_why"], rep["advice"] = None, None, []
+    try:
+        diag, _, advice = analyses.diagnosis(root, topology, advice=True)
+        rep["diagnosis"] = diag.summary()
+        rep["advice"] = advice.to_pylist() if advice is not None else []
+    except TraceVizError as exc:
+        rep["diagnosis_why"] = str(exc)
+    return cast(Report, _finite({**rep, "failed": failed}))
+
+
+def _trace_flops(root: Path, peak: float | None) -> dict:
+    """TFLOP/s per GPU and MFU from the traced ops' own FLOPs (``traceviz ops``: mean over
+    ranks and iterations, recompute left out) when the ranks' CPU tables exist; else
+    null with the reason."""
+    none = {"tflops_per_gpu": None, "mfu_pct": None}
+    try:
+        folder = root.parent if root.is_file() else tables_folder(root)
+    except TraceVizError:
+        return {**none, "why": "no tables"}
+    if not has_cpu_tables(folder):
+        return {**none, "why": "the ranks' CPU tables are not parsed: run 'traceviz ops'"}
+    model = analyses.ops(folder, peak_tflops=peak)
+    iters = model.iterations.to_pylist()
+    tf = [r["model_tflops"] for r in iters if r["model_tflops"] is not None]
+    mfu = [r["mfu_pct"] for r in iters if r["mfu_pct"] is not None]
+    if not tf:
+        return {**none, "why": "no traced op has FLOPs (record_shapes off?)"}
+    # a mean over the rank-iterations that have an MFU would hide the others
+    whole = len(mfu) == len(tf)
+    why = (None if whole else "the device's peak is unknown: set --peak-tflops"
+           if not model.peak_tflops else
+           "above 100 % of the peak for some iteration: the peak (--peak-tflops) or the "
+           "recorded shapes are wrong")
+    return {"tflops_per_gpu": float(np.mean(tf)),
+            "mfu_pct": float(np.mean(mfu)) if whole else None, "why": why}
