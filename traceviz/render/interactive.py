@@ -34,16 +34,17 @@ def row_order(ranks: list[int], stages: list[dict], by_stage: bool = False
                 else f"rank {r}") for r in order}
 
 
-def _steps(fig, rows: list[dict], labels: dict[int, str], t0: int, visible: bool = True,
-           group: str | None = None) -> None:
-    """Add the Forward / Backward bars of ``rows`` (one trace per phase present)."""
+def _steps(rows: list[dict], labels: dict[int, str], t0: int, visible: bool = True,
+           group: str | None = None) -> list:
+    """The Forward / Backward bars of ``rows`` (one trace per phase present)."""
     import plotly.graph_objects as go
 
+    traces = []
     for phase, color in PHASE_COLORS.items():
         mine = [r for r in rows if r["phase"] == phase]
         if not mine:
             continue
-        fig.add_trace(go.Bar(
+        traces.append(go.Bar(
             orientation="h", name=phase, marker_color=color, marker_line_width=0,
             visible=visible, legendgroup=phase, showlegend=group is None or visible,
             meta=group,
@@ -63,6 +64,7 @@ def _steps(fig, rows: list[dict], labels: dict[int, str], t0: int, visible: bool
                            "idle %{customdata[6]:.3f} ms, P2P %{customdata[7]:.3f} ms "
                            "(waiting: the bubble %{customdata[10]}), recompute "
                            "%{customdata[8]}<extra></extra>")))
+    return traces
 
 
 def _axis_title(n: int, synced: bool) -> str:
@@ -80,8 +82,7 @@ def job_timeline(rows: list[dict], stages: list[dict], title: str, synced: bool 
     import plotly.graph_objects as go
 
     labels = row_order(sorted({r["rank"] for r in rows}), stages)
-    fig = go.Figure()
-    _steps(fig, rows, labels, min(r["start_ns"] for r in rows))
+    fig = go.Figure(data=_steps(rows, labels, min(r["start_ns"] for r in rows)))
     n = len(labels)
     fig.update_layout(
         title=dict(text=title, x=0.01, font_size=14), barmode="overlay", bargap=0.15,
@@ -145,17 +146,18 @@ def group_drilldown(rows: list[dict], stages: list[dict], focus: int | None,
     t0 = min(r["start_ns"] for r in rows)
     order = sorted(groups)
     first = next((g for g in order if any(s["rank"] == focus for s in groups[g])), order[0])
-    fig = go.Figure()
-    spans, index = [], {}
+    traces: list = []  # every group's, the figure made once (adding them one by one
+    spans, index = [], {}  # copies the figure's data each time: quadratic in groups)
     for k, g in enumerate(order):
         members = sorted(groups[g], key=lambda s: s["stage"])
         mine = [r for s in members for r in by_rank.get(s["rank"], [])]
-        before = len(fig.data)
-        _steps(fig, mine, row_order([s["rank"] for s in members], members), t0,
-               visible=g == first, group=str(g))
-        spans.append((before, len(fig.data)))
+        before = len(traces)
+        traces += _steps(mine, row_order([s["rank"] for s in members], members), t0,
+                         visible=g == first, group=str(g))
+        spans.append((before, len(traces)))
         index.update({s["rank"]: k for s in members})
-    total = len(fig.data)
+    fig = go.Figure(data=traces)
+    total = len(traces)
     buttons = [dict(label=f"PP group {g}", method="update",
                     args=[{"visible": [a <= i < b for i in range(total)],
                            "showlegend": [a <= i < b for i in range(total)]}])
