@@ -223,9 +223,9 @@ def test_waiting_is_blamed_only_on_a_late_rank(spread_job):
     for w in waits:
         if w["part"] == "wait_rank" and w["waited_for_rank"] is not None:
             assert stage[w["waited_for_rank"]] == stage[w["rank"]], w
-    cause = next(c for c in res.data["diagnosis"].summary()["causes"]
-                 if c["part"] == "wait_rank")
-    assert {w["rank"] for w in cause["waited_for"]} <= {150}
-    assert all("slower compute" in w["why"] for w in cause["waited_for"])
+    cause = next(c for c in res.data["diagnosis"].summary().causes
+                 if c.part == "wait_rank")
+    assert {w.rank for w in cause.waited_for} <= {150}
+    assert all("slower compute" in w.why for w in cause.waited_for)
     text = "\n".join(res.lines)
     assert "ordinary spread" in text

@@ -221,3 +221,20 @@ def test_job_diagnose_is_what_the_command_writes(folder, tmp_path):
     assert [r["what_if"] for r in csv] == [a.what_if for a in typed.advice]
     assert [r["saving_ns"] for r in csv] == [a.saving_ns for a in typed.advice]
     assert [r["target_rank"] for r in csv] == [a.target_rank for a in typed.advice]
+
+
+def test_the_summary_survives_the_report(folder):
+    """The typed summary a report keeps as JSON reads back equal (its tables by value),
+    and its JSON is what the report holds."""
+    from traceviz.analysis.diagnose.summary import Summary
+    from traceviz.ingest.job_report import make_report
+
+    diag = analyses.cached_diagnosis(folder) or analyses.diagnosis(folder)[0]
+    typed = diag.summary()
+    rep = make_report(folder)
+    assert rep["diagnosis"] == json.loads(json.dumps(typed.to_json()))
+    back = Summary.from_json(rep["diagnosis"])
+    assert back.causes == typed.causes and back.stragglers == typed.stragglers
+    assert back.places == typed.places and back.chain_ranks == typed.chain_ranks
+    assert back.totals.to_pylist() == typed.totals.to_pylist()
+    assert [s.rank for s in back.stragglers] == [5]

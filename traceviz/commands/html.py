@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+from ..analysis.diagnose.summary import from_report
 from ..analysis.hang import analyze
 from ..analysis.report_types import Report
 from ..errors import TraceVizError
@@ -91,13 +92,14 @@ def page_of(title: str, rep: Report, brk: Result, pipe: Result | None, why: str,
     ops = None if model is None else OpsSection(
         model.data["header"], model.tables["ops_by_shape"], model.tables["ops_by_module"],
         [(name[:-4].replace("_", " "), fig.png()) for name, fig in sorted(model.figures.items())])
-    strag = (rep.get("diagnosis") or {}).get("stragglers") or []
+    diag = from_report(rep.get("diagnosis"))
+    strag = diag.stragglers if diag is not None else ()
     memory = None if mem is None else MemorySection(
         mem.lines, mem.tables["memory_ranks"], mem.figures["memory.png"].png())
     hang = None if hung is None else HangSection(hung.lines, hung.tables["hang"])
     return report_page(title, rep, brk.tables, kernels, overlap.png() if overlap else None,
                        section, why, _plots(mb, places, stages, synced,
-                                            strag[0]["rank"] if strag else None),
+                                            strag[0].rank if strag else None),
                        no_timeline or "no micro-batch steps found (no forward / backward "
                        "step launched kernels)", ops, no_model, memory, hang)
 

@@ -106,7 +106,7 @@ def _make_report(root: Path, config_file: str | None, overrides: dict | None,
     rep["diagnosis"], rep["diagnosis_why"], rep["advice"] = None, None, []
     try:
         diag, _, advice = analyses.diagnosis(root, topology, advice=True)
-        rep["diagnosis"] = diag.summary()
+        rep["diagnosis"] = diag.summary().to_json()
         rep["advice"] = advice.to_pylist() if advice is not None else []
     except TraceVizError as exc:
         rep["diagnosis_why"] = str(exc)

@@ -6,7 +6,8 @@ import pyarrow as pa
 
 from ..analysis.diagnose.diagnosis import Diagnosis
 from ..analysis.diagnose.ledger import PARTS
-from ..analysis.diagnose.stragglers import NO_PEERS, NONE_FOUND
+from ..analysis.diagnose.stragglers import NO_PEERS, NONE_FOUND, Straggler
+from ..analysis.diagnose.summary import Cause, Place, Summary, WaitedFor
 
 LABELS = {"compute": "compute", "memory": "memory", "grad_sync": "gradient sync",
           "comm_unsplit": "comm (split n/a)", "bubble": "pipeline bubble",
@@ -21,56 +22,55 @@ def _ms(ns: float | None) -> str:
     return "n/a" if ns is None else f"{ns / 1e6:.2f} ms"
 
 
-def where(speed_row: dict | None) -> str:
-    """``node N, GPU G`` of a rank's peer-speed row (what is known)."""
-    if not speed_row:
+def where(place: Place | None) -> str:
+    """``node N, GPU G`` of a rank (what is known)."""
+    if place is None:
         return ""
-    bits = [f"node {speed_row['node']}" if speed_row.get("node") is not None else None,
-            f"GPU {speed_row['local_gpu']}" if speed_row.get("local_gpu") is not None
-            else None]
+    bits = [f"node {place.node}" if place.node is not None else None,
+            f"GPU {place.local_gpu}" if place.local_gpu is not None else None]
     return ", ".join(b for b in bits if b)
 
 
-def _waited(w: dict, speed: dict) -> str:
+def _waited(w: WaitedFor, places: dict[int, Place]) -> str:
     """``rank N (node, GPU) X ms by K ranks (why)``: one rank waited for."""
-    place = where(speed.get(str(w["rank"])))
-    return (f"rank {w['rank']}" + (f" ({place})" if place else "")
-            + f" {_ms(w['ns'])} by {w['ranks_waiting']} rank(s) ({w['why']})")
+    place = where(places.get(w.rank))
+    return (f"rank {w.rank}" + (f" ({place})" if place else "")
+            + f" {_ms(w.ns)} by {w.ranks_waiting} rank(s) ({w.why})")
 
 
-def waiting_text(c: dict, speed: dict, top: int = 3) -> str:
+def waiting_text(c: Cause, places: dict[int, Place], top: int = 3) -> str:
     """Who the waiting for other ranks is for: the ranks late by a margin of their own
     and why, then the rest (the ordinary spread, handshakes)."""
-    bits = [_waited(w, speed) for w in c["waited_for"][:top]]
-    if c.get("spread_ns", 0) > 0:
-        bits.append(f"{_ms(c['spread_ns'])} ranks doing the same work arriving a little "
+    bits = [_waited(w, places) for w in c.waited_for[:top]]
+    if (c.spread_ns or 0) > 0:
+        bits.append(f"{_ms(c.spread_ns)} ranks doing the same work arriving a little "
                     "apart (the ordinary spread between GPUs, or a delay handed on: no "
                     "rank late by a margin of its own)")
-    if c.get("handshake_ns", 0) > 0:
-        bits.append(f"handshakes / barriers {_ms(c['handshake_ns'])}")
+    if (c.handshake_ns or 0) > 0:
+        bits.append(f"handshakes / barriers {_ms(c.handshake_ns)}")
     return "; ".join(bits)
 
 
-def straggler_line(s: dict) -> str:
+def straggler_line(s: Straggler) -> str:
     """One straggler, in words."""
-    place = where(s)
-    return (f"rank {s['rank']}" + (f" ({place})" if place else "")
-            + f": {s['slowdown']:.2f}x the compute time of its {s['peers']} peer(s) on "
-            f"the same kernels (robust z-score {s['z_score']:.1f} against every rank's "
-            f"slowdown; {s['units_slower']} of {s['units']} kernels per micro-batch "
-            f"slower, p = {s['p_value']:.1e}); {_ms(s['excess_ns'])} more compute per "
-            f"iteration, of which the job waits about {_ms(s['cost_ns'])}")
+    place = where(Place(s.node, s.local_gpu))
+    return (f"rank {s.rank}" + (f" ({place})" if place else "")
+            + f": {s.slowdown:.2f}x the compute time of its {s.peers} peer(s) on "
+            f"the same kernels (robust z-score {s.z_score:.1f} against every rank's "
+            f"slowdown; {s.units_slower} of {s.units} kernels per micro-batch "
+            f"slower, p = {s.p_value:.1e}); {_ms(s.excess_ns)} more compute per "
+            f"iteration, of which the job waits about {_ms(s.cost_ns)}")
 
 
-def ledger_lines(summary: dict, top: int = 5) -> list[str]:
-    """The short ledger of a diagnosis (:meth:`Diagnosis.summary`): per iteration the
-    job's mean span and parts, the largest causes, the stragglers."""
+def ledger_lines(summary: Summary, top: int = 5) -> list[str]:
+    """The short ledger of a diagnosis (:class:`~traceviz.analysis.diagnose.summary.
+    Summary`): per iteration the job's mean span and parts, the largest causes, the
+    stragglers."""
     lines = []
-    speed = summary["places"]
-    clocks = ("clocks not synced" if not summary["synced"] else
-              "one clock (the ranks' own)" if summary.get("clocks") == "own clocks" else
+    clocks = ("clocks not synced" if not summary.synced else
+              "one clock (the ranks' own)" if summary.clocks == "own clocks" else
               "clocks synced")
-    for t in summary["totals"]:
+    for t in summary.totals.to_pylist():
         head = (f"ProfilerStep#{t['iteration']}" if t["iteration"] >= 0
                 else "the whole trace")
         lines.append(f"{head}, {t['ranks']} rank(s), {clocks}: {_ms(t['job_span_ns'])} "
@@ -88,22 +88,22 @@ def ledger_lines(summary: dict, top: int = 5) -> list[str]:
         shown += [f"{LABELS[p]} {t[f'{p}_pct']:.1f} %" for p in
                   ("memory", "cpu_bound", "idle") if (t[f"{p}_pct"] or 0) >= 0.05]
         lines.append("  " + " | ".join(shown))
-    found = summary["causes"][:top]
+    found = summary.causes[:top]
     if found:
         lines.append("largest losses (per rank and iteration):")
         for i, c in enumerate(found, 1):
-            lines.append(f"  {i}. {c['cause']}: {_ms(c['ns'])} ({c['pct']:.1f} %)"
-                         + (": " + waiting_text(c, speed) if c["part"] == "wait_rank"
+            lines.append(f"  {i}. {c.cause}: {_ms(c.ns)} ({c.pct:.1f} %)"
+                         + (": " + waiting_text(c, summary.places) if c.part == "wait_rank"
                             else ""))
-    strag = summary["stragglers"]
+    strag = summary.stragglers
     if strag:
         lines.append("stragglers (same work, slower GPU), worst first:")
         lines += [f"  {straggler_line(s)}" for s in strag[:top]]
         if len(strag) > top:
             lines.append(f"  ... {len(strag) - top} more in stragglers.csv")
-    elif summary["peers_compared"]:
+    elif summary.peers_compared:
         lines.append(f"stragglers: none ({NONE_FOUND})")
-    elif summary["ranks"] > 1:
+    elif summary.ranks > 1:
         lines.append(f"stragglers: not assessed: {NO_PEERS}")
     return lines
 

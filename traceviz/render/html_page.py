@@ -16,9 +16,10 @@ import pyarrow as pa
 
 from ..analysis.diff import short_name
 from ..analysis.diagnose.stragglers import NO_PEERS, NONE_FOUND
+from ..analysis.diagnose.summary import Summary, from_report
 from ..analysis.report_types import Report
 from ..table.text import middle_cut
-from .diagnosis_text import ADVICE_HEAD, STANDING_TAG
+from .diagnosis_text import ADVICE_HEAD, STANDING_TAG, where
 from .pipeline_figure import gap_text
 from .rank_spread import LISTED
 from .report_text import OVERLAP_METRICS, iterations_text, rank_summary
@@ -409,12 +410,9 @@ def _collectives(rep: Report) -> str:
               "size, from kernel time; n/a where the trace has no message sizes.</p>")
 
 
-def _place(places: dict, rank) -> str:
+def _place(diag: Summary | None, rank: int) -> str:
     """``node N, GPU G`` of a rank the diagnosis names (what is known)."""
-    p = places.get(str(rank)) or {}
-    bits = [f"node {p['node']}" if p.get("node") is not None else "",
-            f"GPU {p['local_gpu']}" if p.get("local_gpu") is not None else ""]
-    return esc(", ".join(b for b in bits if b))
+    return esc(where(diag.places.get(rank) if diag is not None else None))
 
 
 def _advice(advice: list[dict]) -> str:
@@ -436,13 +434,14 @@ def _advice(advice: list[dict]) -> str:
             f"<ol class='causes'>{''.join(items)}</ol>")
 
 
-def _diagnosis(diag: dict | None, why: str | None, advice: list[dict] | None = None) -> str:
+def _diagnosis(diag: Summary | None, why: str | None, advice: list[dict] | None = None
+               ) -> str:
     """The first screen: the advice, per iteration where the time goes (the ledger's
     parts, mean over ranks), the largest losses, the stragglers."""
     if diag is None:
         return f"<p class='note'>n/a: {esc(why or 'no diagnosis')}</p>"
     out = [_advice(advice or [])]
-    for t in diag["totals"]:
+    for t in diag.totals.to_pylist():
         pct = {key: sum(t[f"{p}_pct"] or 0 for p in _parts_of(key, t)) for key, _, _ in
                LEDGER_PARTS}
         bar = "".join(
@@ -456,32 +455,32 @@ def _diagnosis(diag: dict | None, why: str | None, advice: list[dict] | None = N
         out.append(f"<h3>{esc(head)}: {duration(t['job_span_ns'] / MB)} from the first "
                    f"rank's start to the last one's end; per rank {duration(t['span_ns'] / MB)}"
                    f" on average ({t['ranks']} ranks), of which"
-                   + ("" if diag["synced"] else " (clocks NOT synced: waits n/a)") + "</h3>"
+                   + ("" if diag.synced else " (clocks NOT synced: waits n/a)") + "</h3>"
                    f"<div class='ledger'>{bar}</div><p class='note'>{legend}</p>")
     items = []
-    for c in diag["causes"][:6]:
-        who = "; ".join(f"{rank_link(w['rank'])} ({_place(diag['places'], w['rank'])}) "
-                        f"{duration(w['ns'] / MB)} by {w['ranks_waiting']} rank(s): "
-                        f"{esc(w['why'])}" for w in c["waited_for"][:3])
-        rest = (f"{duration(c['spread_ns'] / MB)} ranks doing the same work arriving a "
-                "little apart (the ordinary spread, or a delay handed on: no rank late by "
-                "a margin of its own)" if c.get("spread_ns", 0) > 0 else "")
-        items.append(f"<li><b>{esc(c['cause'])}</b>: {duration(c['ns'] / MB)} per rank and "
-                     f"iteration ({c['pct']:.1f} %)"
+    for c in diag.causes[:6]:
+        who = "; ".join(f"{rank_link(w.rank)} ({_place(diag, w.rank)}) "
+                        f"{duration(w.ns / MB)} by {w.ranks_waiting} rank(s): "
+                        f"{esc(w.why)}" for w in c.waited_for[:3])
+        rest = (f"{duration((c.spread_ns or 0) / MB)} ranks doing the same work arriving "
+                "a little apart (the ordinary spread, or a delay handed on: no rank late "
+                "by a margin of its own)" if (c.spread_ns or 0) > 0 else "")
+        items.append(f"<li><b>{esc(c.cause)}</b>: {duration(c.ns / MB)} per rank and "
+                     f"iteration ({c.pct:.1f} %)"
                      + "".join(f"; {x}" for x in (who, rest) if x) + "</li>")
     if items:
         out.append(folded("Largest losses, and who waits for whom",
                           f"<ol class='causes'>{''.join(items)}</ol>"))
-    strag = diag["stragglers"]
+    strag = diag.stragglers
     if strag:
         out.append("<h3>Stragglers (same kernels, slower GPU)</h3><ul>" + "".join(
-            f"<li>{rank_link(s['rank'])} ({_place(diag['places'], s['rank'])}): "
-            f"{s['slowdown']:.2f}x its {s['peers']} peers' compute; the job waits about "
-            f"{duration((s['cost_ns'] or 0) / MB)} per iteration for it</li>"
+            f"<li>{rank_link(s.rank)} ({_place(diag, s.rank)}): "
+            f"{s.slowdown:.2f}x its {s.peers} peers' compute; the job waits about "
+            f"{duration((s.cost_ns or 0) / MB)} per iteration for it</li>"
             for s in strag[:5]) + "</ul>")
-    elif diag["peers_compared"]:
+    elif diag.peers_compared:
         out.append(f"<p>No straggler: {esc(NONE_FOUND)}.</p>")
-    elif diag["ranks"] > 1:
+    elif diag.ranks > 1:
         out.append(f"<p>Stragglers not assessed: {esc(NO_PEERS)}.</p>")
     out.append("<p class='note'>Every rank's iteration is split into parts that add up to "
                "it: compute, memory, exposed transfer (communication moving data with no "
@@ -498,18 +497,16 @@ def _parts_of(key: str, t: dict) -> list[str]:
     return [key]
 
 
-def _stragglers(rep: Report) -> str:
-    diag = rep.get("diagnosis")
+def _stragglers(rep: Report, diag: Summary | None) -> str:
     x = rep["cross_rank"]
     if x is None:
         return "<p class='note'>n/a: one rank traced.</p>"
-    places = (diag or {}).get("places", {})
-    rows = [[rank_link(s["rank"]), _place(places, s["rank"]),
-             str(s["stage"]) if s["stage"] is not None else "n/a", str(s["peers"]),
-             fmt(s["slowdown"], 3), f"{s['units_slower']} / {s['units']}",
-             f"{s['p_value']:.1e}", duration(s["excess_ns"] / MB),
-             duration((s["cost_ns"] or 0) / MB), duration(s["waited_on_ns"] / MB)]
-            for s in (diag or {}).get("stragglers", [])]
+    rows = [[rank_link(s.rank), _place(diag, s.rank),
+             str(s.stage) if s.stage is not None else "n/a", str(s.peers),
+             fmt(s.slowdown, 3), f"{s.units_slower} / {s.units}",
+             f"{s.p_value:.1e}", duration(s.excess_ns / MB),
+             duration((s.cost_ns or 0) / MB), duration(s.waited_on_ns / MB)]
+            for s in (diag.stragglers if diag is not None else ())]
     out = ("<p class='note'>Ranks whose GPU runs the same kernels slower than their peers "
            "(the other ranks of their pipeline stage), by the time the job waits for "
            "them.</p>"
@@ -554,9 +551,9 @@ def report_page(title: str, rep: Report, tables: dict[str, pa.Table],
     timeline says ``no_timeline``), the op model (None: ``no_ops`` says why), and the
     memory and hang sections where the job has them (None: left out)."""
     plots = plots or {}
+    diag = from_report(rep.get("diagnosis"))
     return page(title, {
-        "diagnosis": _diagnosis(rep.get("diagnosis"), rep.get("diagnosis_why"),
-                                rep.get("advice")),
+        "diagnosis": _diagnosis(diag, rep.get("diagnosis_why"), rep.get("advice")),
         "summary": _summary(rep),
         "timeline": _timeline(plots.get("timeline"), no_timeline),
         "overlap": _overlap(rep, tables["temporal_breakdown"].to_pylist(), overlap_figure),
@@ -566,7 +563,7 @@ def report_page(title: str, rep: Report, tables: dict[str, pa.Table],
         "memory": _memory(memory) if memory is not None else None,
         "hang": _hang(hang) if hang is not None else None,
         "collectives": _collectives(rep),
-        "stragglers": _stragglers(rep)})
+        "stragglers": _stragglers(rep, diag)})
 
 
 def page(title: str, sections: dict[str, str | None]) -> str:

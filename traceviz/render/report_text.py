@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..analysis.advice import ADVICE_SCHEMA
+from ..analysis.diagnose.summary import from_report
 from ..analysis.report_types import CrossRank, Report, Stats, Throughput
 from .diagnosis_text import advice_lines, ledger_lines
 from .rank_spread import LISTED, spread_lines
@@ -195,7 +196,7 @@ def report_text(rep: Report, ranks_table: str = "report_ranks") -> str:
                      f"{s['iteration']}, {s['ranks']} ranks, {_gb(s['bytes'])}): "
                      f"{_f(s['span_ms'])} ms, skew {_f(s['skew_ms'])} ms, transfer "
                      f"{_f(s['transfer_ms'])} ms, last rank {s['last_rank']}")
-    diag = rep.get("diagnosis")
+    diag = from_report(rep.get("diagnosis"))
     _heading(lines, "7. WHO WAITS FOR WHOM (traceviz diagnose)")
     if diag is None:
         lines.append("n/a: " + (rep.get("diagnosis_why") or "no diagnosis"))

@@ -21,13 +21,15 @@ import pyarrow.compute as pc
 
 from ...intervals import intersect, union
 from ...table.arrays import index_in, ints
+from ...table.records import records
 from ...table.schema import COMM, COMP, FWD, KINDS, group
 from ..activities import RankActivities, activities
 from .ledger import PARTS, Pipelines, RankLedger, ledger_tables, rank_ledger
 from .network import SCHEMA as NETWORK_SCHEMA
 from .network import group_bandwidth
 from .stages import StageBalance, stage_balance
-from .stragglers import SPREAD_FLOOR, Z_MIN, PeerSpeed, peer_speed
+from .stragglers import SPREAD_FLOOR, Z_MIN, PeerSpeed, Straggler, peer_speed
+from .summary import Cause, Place, Summary, WaitedFor
 from .waits import SEND, JobComm, RankComm, comm_calls, job_comm
 
 CHAIN_WAIT_NS = 20_000  # waits shorter than this (clock noise, launch jitter) are ignored
@@ -70,22 +72,19 @@ class Diagnosis:
     def stragglers(self) -> pa.Table:
         return self.speed.stragglers()
 
-    def summary(self, top: int = 10) -> dict:
-        """The diagnosis in brief, JSON-able: per iteration the mean ledger
-        (``totals``), the largest ``causes``, the ``stragglers`` (worst first), the node
-        and GPU of the ranks they name (``places``, keyed by the rank as text, as JSON
-        has it), the ranks the chains of waits run through, the notes."""
-        strag = self.stragglers.to_pylist()
+    def summary(self, top: int = 10) -> Summary:
+        """The diagnosis in brief (:class:`.summary.Summary`): per iteration the mean
+        ledger, the largest causes, the stragglers (worst first), where the ranks they
+        name run, the ranks the chains of waits run through, the notes."""
+        strag = records(Straggler, self.stragglers)
         found = causes(self)[:top]
-        named = {s["rank"] for s in strag} | {w["rank"] for c in found
-                                              for w in c["waited_for"][:5]}
-        places = {str(r["rank"]): {"node": r["node"], "local_gpu": r["local_gpu"]}
+        named = {s.rank for s in strag} | {w.rank for c in found for w in c.waited_for[:5]}
+        places = {r["rank"]: Place(r["node"], r["local_gpu"])
                   for r in self.speed.table.to_pylist() if r["rank"] in named}
         compared = self.speed.table["slowdown"].null_count < self.speed.table.num_rows
-        return {"ranks": len(self.ranks), "synced": self.synced, "clocks": self.clocks,
-                "totals": self.totals.to_pylist(), "causes": found, "stragglers": strag,
-                "peers_compared": bool(compared), "places": places,
-                "chain_ranks": self.chain_ranks(), "notes": list(self.notes)}
+        return Summary(len(self.ranks), self.synced, self.clocks, self.totals,
+                       tuple(found), strag, bool(compared), places,
+                       tuple(self.chain_ranks()), tuple(self.notes))
 
     def chain_ranks(self, top: int = 8) -> list[int]:
         """The ranks the iterations' wait chains spend the most time on."""
@@ -421,19 +420,21 @@ def late_reasons(diag: Diagnosis) -> dict[int, str]:
     return out
 
 
-def causes(diag: Diagnosis) -> list[dict]:
+def causes(diag: Diagnosis) -> list[Cause]:
     """What the iterations lose besides compute, largest first: each part of the ledger
-    (per rank and iteration, mean over the job's rows). Waiting for other ranks lists the
-    ranks that arrive late by a margin of their own (``waited_for``: rank, ns per rank
-    and iteration, ranks waiting for it, ``why`` (:func:`late_reasons`); most first) and
-    ``spread_ns``: the rest, ranks doing the same work arriving a little apart (the
-    ordinary spread between GPUs, or a delay handed on from earlier ranks: nobody's
-    own). Each: ``cause``, ``part``, ``ns`` (mean per rank and iteration), ``pct`` (of
-    the mean span)."""
+    (per rank and iteration, mean over the job's rows; :class:`.summary.Cause`). Waiting
+    for other ranks lists the ranks that arrive late by a margin of their own
+    (``waited_for``: most first, with why: :func:`late_reasons`) and ``spread_ns``: the
+    rest, ranks doing the same work arriving a little apart (the ordinary spread between
+    GPUs, or a delay handed on from earlier ranks: nobody's own)."""
     if not diag.ledger.num_rows:
         return []
     rows = diag.ledger.num_rows
     span = float(np.mean(diag.ledger["span_ns"].to_numpy()))
+
+    def pct(ns: float) -> float | None:
+        return 100.0 * ns / span if span else None
+
     out = []
     for p in PARTS:
         if p in ("compute", "wait_rank"):
@@ -441,7 +442,7 @@ def causes(diag: Diagnosis) -> list[dict]:
         ns = float(diag.ledger[f"{p}_ns"].to_numpy().sum()) / rows
         if ns > 0:
             name = CAUSE_NAMES.get(p) or f"exposed {p.split('_', 1)[1].upper()} transfer"
-            out.append({"cause": name, "part": p, "ns": ns, "waited_for": []})
+            out.append(Cause(name, p, ns, pct(ns)))
     w = diag.ledger_waits.filter(pc.equal(diag.ledger_waits["part"], "wait_rank"))
     by: dict = {}
     for r, who, ns in zip(w["rank"].to_pylist(), w["waited_for_rank"].to_pylist(),
@@ -451,14 +452,11 @@ def causes(diag: Diagnosis) -> list[dict]:
     total = sum(ns for ns, _ in by.values())
     if total:
         why = late_reasons(diag)
-        own = [{"rank": who, "ns": ns / rows, "ranks_waiting": len(wt), "why": why[who]}
-               for who, (ns, wt) in sorted(by.items(), key=lambda kv: -kv[1][0])
-               if who is not None and who in why]
+        own = tuple(WaitedFor(who, ns / rows, len(wt), why[who])
+                    for who, (ns, wt) in sorted(by.items(), key=lambda kv: -kv[1][0])
+                    if who is not None and who in why)
         handshakes = by.get(None, (0, set()))[0]
-        out.append({"cause": "waiting for other ranks", "part": "wait_rank",
-                    "ns": total / rows, "waited_for": own,
-                    "handshake_ns": handshakes / rows,
-                    "spread_ns": (total - handshakes) / rows - sum(o["ns"] for o in own)})
-    for c in out:
-        c["pct"] = 100.0 * c["ns"] / span if span else None
-    return sorted(out, key=lambda c: -c["ns"])
+        out.append(Cause("waiting for other ranks", "wait_rank", total / rows,
+                         pct(total / rows), own, handshakes / rows,
+                         (total - handshakes) / rows - sum(o.ns for o in own)))
+    return sorted(out, key=lambda c: -c.ns)
