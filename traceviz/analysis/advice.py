@@ -56,6 +56,7 @@ saving) last.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -358,6 +359,12 @@ def _concrete(spec: str, ctx: W.Context) -> str:
     key = spec.split("=")[0]
     now = views[0].microbatches if key == "microbatches" else views[0].vpp
     return f"{key}={2 * now}"
+
+
+def advice_of(rows: Sequence[Mapping[str, Any]]) -> tuple[Advice, ...]:
+    """The advice rows a report keeps (JSON) as typed records (a column an older report
+    lacks is None)."""
+    return records(Advice, pa.Table.from_pylist(list(rows), schema=ADVICE_SCHEMA))
 
 
 @dataclass(frozen=True)

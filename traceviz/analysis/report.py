@@ -38,6 +38,7 @@ from .report_types import (
     CommShare,
     CrossRank,
     CrossRankGroup,
+    Diagnosed,
     IterationThroughput,
     Mfu,
     NetworkRank,
@@ -45,6 +46,7 @@ from .report_types import (
     OverlapRank,
     Report,
     Throughput,
+    TraceMfu,
     Traffic,
 )
 from .run_config import RunConfig, peak_tflops_of
@@ -174,7 +176,7 @@ MFU_SOURCES = {
              "shapes; recompute left out)"}
 
 
-def chosen_mfu(iterations: Sequence[Mapping[str, Any]], trace: dict) -> Mfu:
+def chosen_mfu(iterations: Sequence[Mapping[str, Any]], trace: TraceMfu) -> Mfu:
     """The report's one MFU and TFLOP/s per GPU (means over the traced iterations),
     naming their source: the model FLOPs of the configuration when given
     (``iterations``: the throughput's rows), else the traced ops' own (``trace``:
@@ -305,10 +307,13 @@ def job_world(summaries: list[RankSummary], layout: Layout | None,
 
 
 def build_report(summaries: list[RankSummary], config: RunConfig, offsets: dict[int, int],
-                 layout=None, notes: list[str] | None = None, synced: bool = False
-                 ) -> Report:
+                 layout=None, notes: list[str] | None = None, synced: bool = False,
+                 trace: TraceMfu | None = None, diagnosed: Diagnosed | None = None,
+                 failed: list[str] | None = None) -> Report:
     """The report of a job's ranks (sorted by rank); ``synced``: whether ``offsets``
-    come from a clock sync."""
+    come from a clock sync; ``trace``: the traced ops' FLOPs (the throughput's one MFU is
+    then chosen between them and the configuration's, :func:`chosen_mfu`);
+    ``diagnosed``: the job's diagnosis and advice; ``failed``: the ranks left out."""
     summaries = sorted(summaries, key=lambda s: s.rank)
     notes = list(notes or [])
     gpus = len(summaries)
@@ -356,7 +361,13 @@ def build_report(summaries: list[RankSummary], config: RunConfig, offsets: dict[
     avg_bw = float(np.mean(coll_bw)) if coll_bw else None
     matched = match([s.calls for s in summaries], offsets) if gpus > 1 else None
     training = any(s.backward for s in summaries)
-    return {
+    throughput = _throughput(iters, config, world, notes)
+    if trace is not None:
+        throughput["mfu"] = chosen_mfu(throughput["iterations"], trace)
+        # the traced ops' TFLOP/s stays a cross-check; the one MFU is the chosen one
+        throughput["trace_flops"] = {"tflops_per_gpu": trace["tflops_per_gpu"],
+                                     "why": trace["why"]}
+    report: Report = {
         "kind": "training" if training else "inference (no backward pass traced)",
         "configuration": {
             "gpus": gpus, "world_size": world, "model": config.model,
@@ -367,7 +378,7 @@ def build_report(summaries: list[RankSummary], config: RunConfig, offsets: dict[
             "parallelism": parallel, "config_parallelism": config.parallelism,
             "config_source": config.source, "iterations": [r["iteration"] for r in iters],
             "ranks": [s.rank for s in summaries]},
-        "throughput": _throughput(iters, config, world, notes),
+        "throughput": throughput,
         "overlap": overlap,
         "network": {
             "average_collective_busbw_gbps": avg_bw,
@@ -383,6 +394,12 @@ def build_report(summaries: list[RankSummary], config: RunConfig, offsets: dict[
                        else None),
         "notes": notes,
     }
+    if diagnosed is not None:
+        report["diagnosis"], report["diagnosis_why"] = diagnosed.summary, diagnosed.why
+        report["advice"] = diagnosed.advice
+    if failed is not None:
+        report["failed"] = failed
+    return report
 
 
 def ranks_table(report: Report) -> pa.Table:

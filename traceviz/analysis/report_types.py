@@ -4,7 +4,7 @@ by mypy. Times are ms unless a key says ns, bandwidths GB/s, shares % (None: unk
 printed n/a)."""
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, NamedTuple, TypedDict
 
 
 class Stats(TypedDict):
@@ -55,6 +55,19 @@ class Mfu(TypedDict):
     why: str | None
 
 
+class TraceFlops(TypedDict):
+    """TFLOP/s per GPU from the traced ops' own FLOPs (:mod:`.ops`), or why unknown."""
+
+    tflops_per_gpu: float | None
+    why: str | None
+
+
+class TraceMfu(TraceFlops):
+    """:class:`TraceFlops` with the MFU they give (None: unknown, see ``why``)."""
+
+    mfu_pct: float | None
+
+
 class _Throughput(TypedDict):
     iterations: list[IterationThroughput]
     mean: dict[str, float | None]
@@ -62,8 +75,8 @@ class _Throughput(TypedDict):
 
 
 class Throughput(_Throughput, total=False):
-    mfu: Mfu  # added with the traced ops' FLOPs (``make_report``)
-    trace_flops: dict[str, Any]
+    mfu: Mfu  # the one MFU, chosen with the traced ops' FLOPs when they are given
+    trace_flops: TraceFlops
 
 
 class OverlapRank(TypedDict):
@@ -125,6 +138,36 @@ class Traffic(TypedDict):
     avg_time_ms: float
 
 
+class LastToArrive(TypedDict):
+    """A rank that most often arrived last at a group's calls: how often, of how many
+    calls it was in, its total and mean delay of the others (ns and ms)."""
+
+    rank: int
+    times_last: int
+    calls: int
+    delay_ns: int
+    mean_delay_ns: float
+    delay_ms: float
+    mean_delay_ms: float
+
+
+class SlowestCall(TypedDict):
+    """One of the calls that moved their data slowest (``transfer_ms``)."""
+
+    group: str
+    process_group: str | None
+    number: int
+    iteration: int
+    collective: str | None
+    ranks: int
+    bytes: int | None
+    span_ms: float
+    skew_ms: float
+    transfer_ms: float
+    last_rank: int
+    busbw_transfer_gbps: float | None
+
+
 class CrossRankGroup(TypedDict):
     group: str
     calls: int
@@ -132,14 +175,14 @@ class CrossRankGroup(TypedDict):
     mean_wait_ms: float
     busbw_transfer_gbps: Stats
     busbw_kernel_gbps: Stats
-    last_to_arrive: list[dict[str, Any]]
+    last_to_arrive: list[LastToArrive]
 
 
 class _CrossRank(TypedDict):
     matched_calls: int
     calls_with_several_ranks: int
     by_group: list[CrossRankGroup]
-    slowest_calls: list[dict[str, Any]]
+    slowest_calls: list[SlowestCall]
 
 
 class CrossRank(_CrossRank, total=False):
@@ -158,11 +201,22 @@ class _Report(TypedDict):
 
 
 class Report(_Report, total=False):
-    """The whole report: the sections :func:`~.report.build_report` makes, and what
-    ``traceviz report`` adds (the diagnosis summary or why there is none, the advice
-    rows, the ranks left out)."""
+    """The whole report :func:`~.report.build_report` makes: its sections, the diagnosis
+    (JSON: :meth:`~.diagnose.summary.Summary.to_json`, read back typed with
+    :func:`~.diagnose.summary.from_report`) or why there is none, the advice (the rows
+    of :data:`~.advice.ADVICE_SCHEMA`, read back typed as :class:`~.advice.Advice`
+    records), and the ranks left out."""
 
     diagnosis: dict[str, Any] | None
     diagnosis_why: str | None
     advice: list[dict[str, Any]]
     failed: list[str]
+
+
+class Diagnosed(NamedTuple):
+    """What :func:`~.report.build_report` adds of the job's diagnosis: its summary's JSON
+    (None: none, ``why``), the advice rows."""
+
+    summary: dict[str, Any] | None
+    why: str | None
+    advice: list[dict[str, Any]]

@@ -25,8 +25,9 @@ def run(root: str | os.PathLike, topology: str | os.PathLike | None = None,
     :class:`~traceviz.analysis.advice.JobDiagnosis`."""
     result = job_diagnosis(root, topology, advice, num_layers, link_gbps)
     diag, adv = result.diagnosis, result.advice_table
-    lines = ledger_lines(diag.summary()) + (advice_lines(adv) if adv is not None else [])
-    return Result(tables=result.tables(), texts={"diagnosis.txt": diagnosis_text(diag, adv)},
+    typed = result.advice if adv is not None else None
+    lines = ledger_lines(diag.summary()) + (advice_lines(typed) if typed is not None else [])
+    return Result(tables=result.tables(), texts={"diagnosis.txt": diagnosis_text(diag, typed)},
                   lines=lines, notes=list(diag.notes),
                   data={"diagnosis": diag, "advice": adv, "result": result},
                   failed=list(result.failed))

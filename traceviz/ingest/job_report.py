@@ -17,7 +17,7 @@ from ..analysis.clocks import offsets_from_calls
 from ..analysis.iterations import COLUMNS as WINDOW_COLUMNS
 from ..analysis.rank_summary import RankSummary, summarize
 from ..analysis.report import build_report, chosen_mfu, job_world
-from ..analysis.report_types import Report
+from ..analysis.report_types import Diagnosed, Report, TraceMfu
 from ..analysis.run_config import RunConfig, from_torchtitan_toml
 from ..errors import TraceVizError
 from . import analyses, job_cache
@@ -97,39 +97,37 @@ def _make_report(root: Path, config_file: str | None, overrides: dict | None,
     config = config.updated(**(overrides or {}))
     offsets, synced = (offsets_from_calls([s.calls for s in summaries], notes)
                        if clock_sync else ({}, False))
-    rep = build_report(summaries, config, offsets, layout, notes, synced)
-    trace = _trace_flops(root, config.peak_tflops)
-    rep["throughput"]["mfu"] = chosen_mfu(rep["throughput"]["iterations"], trace)
-    # the traced ops' TFLOP/s stays a cross-check; the one MFU is the chosen one
-    rep["throughput"]["trace_flops"] = {"tflops_per_gpu": trace["tflops_per_gpu"],
-                                        "why": trace["why"]}
-    rep["diagnosis"], rep["diagnosis_why"], rep["advice"] = None, None, []
+    trace = _trace_flops(root, config.peak_tflops)  # before the diagnosis parses CPU tables
     try:
         diag, _, advice = analyses.diagnosis(root, topology, advice=True)
-        rep["diagnosis"] = diag.summary().to_json()
-        rep["advice"] = advice.to_pylist() if advice is not None else []
+        diagnosed = Diagnosed(diag.summary().to_json(), None,
+                              advice.to_pylist() if advice is not None else [])
     except TraceVizError as exc:
-        rep["diagnosis_why"] = str(exc)
-    return cast(Report, _finite({**rep, "failed": failed}))
+        diagnosed = Diagnosed(None, str(exc), [])
+    rep = build_report(summaries, config, offsets, layout, notes, synced,
+                       trace=trace, diagnosed=diagnosed, failed=failed)
+    return cast(Report, _finite(rep))
 
 
-def _trace_flops(root: Path, peak: float | None) -> dict:
+def _trace_flops(root: Path, peak: float | None) -> TraceMfu:
     """TFLOP/s per GPU and MFU from the traced ops' own FLOPs (``traceviz ops``: mean over
     ranks and iterations, recompute left out) when the ranks' CPU tables exist; else
     null with the reason."""
-    none = {"tflops_per_gpu": None, "mfu_pct": None}
+    def none(why: str) -> TraceMfu:
+        return {"tflops_per_gpu": None, "mfu_pct": None, "why": why}
+
     try:
         folder = root.parent if root.is_file() else tables_folder(root)
     except TraceVizError:
-        return {**none, "why": "no tables"}
+        return none("no tables")
     if not has_cpu_tables(folder):
-        return {**none, "why": "the ranks' CPU tables are not parsed: run 'traceviz ops'"}
+        return none("the ranks' CPU tables are not parsed: run 'traceviz ops'")
     model = analyses.ops(folder, peak_tflops=peak)
     iters = model.iterations.to_pylist()
     tf = [r["model_tflops"] for r in iters if r["model_tflops"] is not None]
     mfu = [r["mfu_pct"] for r in iters if r["mfu_pct"] is not None]
     if not tf:
-        return {**none, "why": "no traced op has FLOPs (record_shapes off?)"}
+        return none("no traced op has FLOPs (record_shapes off?)")
     # a mean over the rank-iterations that have an MFU would hide the others
     whole = len(mfu) == len(tf)
     why = (None if whole else "the device's peak is unknown: set --peak-tflops"

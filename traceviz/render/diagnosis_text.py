@@ -1,9 +1,12 @@
 """The diagnosis as text: the short ledger a command prints, and ``diagnosis.txt``."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pyarrow as pa
 
+from ..analysis.advice import Advice
 from ..analysis.diagnose.diagnosis import Diagnosis
 from ..analysis.diagnose.ledger import PARTS
 from ..analysis.diagnose.stragglers import NO_PEERS, NONE_FOUND, Straggler
@@ -20,6 +23,10 @@ LIST_ROWS = 64  # rank-iterations listed one by one in diagnosis.txt; beyond: a 
 
 def _ms(ns: float | None) -> str:
     return "n/a" if ns is None else f"{ns / 1e6:.2f} ms"
+
+
+def _pct(pct: float | None) -> str:
+    return "n/a" if pct is None else f"{pct:.1f} %"
 
 
 def where(place: Place | None) -> str:
@@ -115,31 +122,30 @@ STANDING_TAG = {"ranked": "", "minor": "minor: ", "conditional": "conditional: "
                 "no gain": "no gain: ", "unpredicted": ""}
 
 
-def advice_lines(advice: pa.Table, top: int = 5) -> list[str]:
+def advice_lines(advice: Sequence[Advice], top: int = 5) -> list[str]:
     """The advice, in its order (:mod:`traceviz.analysis.advice`)."""
-    rows = advice.to_pylist()
-    if not rows:
+    if not advice:
         return ["advice: nothing stands out (no straggler, slow link, stage imbalance, "
                 "bubble, exposed communication or host overhead above the thresholds)"]
     lines = [ADVICE_HEAD + ":"]
-    for r in rows[:top]:
-        saving = ("saving n/a" if r["saving_ns"] is None else
-                  f"saves {_ms(r['saving_ns'])} ({r['saving_pct']:.1f} %)"
-                  + (", an upper bound" if r["standing"] == "conditional" else ""))
-        lines.append(f"  {r['rank']}. {STANDING_TAG[r['standing']]}{r['finding']}: "
-                     f"{r['action']}; {saving} [what-if {r['what_if']}]")
-    if len(rows) > top:
-        lines.append(f"  ... {len(rows) - top} more in advice.csv")
+    for a in advice[:top]:
+        saving = ("saving n/a" if a.saving_ns is None else
+                  f"saves {_ms(a.saving_ns)} ({_pct(a.saving_pct)})"
+                  + (", an upper bound" if a.standing == "conditional" else ""))
+        lines.append(f"  {a.rank}. {STANDING_TAG[a.standing]}{a.finding}: "
+                     f"{a.action}; {saving} [what-if {a.what_if}]")
+    if len(advice) > top:
+        lines.append(f"  ... {len(advice) - top} more in advice.csv")
     return lines
 
 
-def diagnosis_text(diag: Diagnosis, advice: pa.Table | None = None) -> str:
+def diagnosis_text(diag: Diagnosis, advice: Sequence[Advice] | None = None) -> str:
     """``diagnosis.txt``: the advice, the short ledger, the notes, and every rank's
     ledger row."""
     lines = ["TRACEVIZ DIAGNOSIS", "=" * 80]
     if advice is not None:
-        lines += advice_lines(advice, top=advice.num_rows)
-        lines += [f"  evidence for {r['rank']}: {r['evidence']}" for r in advice.to_pylist()]
+        lines += advice_lines(advice, top=len(advice))
+        lines += [f"  evidence for {a.rank}: {a.evidence}" for a in advice]
         lines.append("")
     lines += ledger_lines(diag.summary(), top=10)
     if diag.notes:

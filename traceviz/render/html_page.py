@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import base64
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 
+from ..analysis.advice import Advice, advice_of
 from ..analysis.diff import short_name
 from ..analysis.diagnose.stragglers import NO_PEERS, NONE_FOUND
 from ..analysis.diagnose.summary import Summary, from_report
@@ -415,32 +417,32 @@ def _place(diag: Summary | None, rank: int) -> str:
     return esc(where(diag.places.get(rank) if diag is not None else None))
 
 
-def _advice(advice: list[dict]) -> str:
+def _advice(advice: Sequence[Advice]) -> str:
     """The advice as an ordered list: finding, action, predicted saving, evidence."""
     if not advice:
         return ("<p>Advice: nothing stands out (no straggler, bubble, exposed "
                 "communication or host overhead above the thresholds).</p>")
     items = []
-    for r in advice[:5]:
-        saving = ("saving n/a" if r["saving_ns"] is None else
-                  f"saves {duration(r['saving_ns'] / MB)} per iteration "
-                  f"({r['saving_pct']:.1f} %)"
-                  + (", an upper bound" if r["standing"] == "conditional" else ""))
-        items.append(f"<li title='{esc(r['evidence'])}'>{esc(STANDING_TAG[r['standing']])}"
-                     f"<b>{esc(r['finding'])}</b>: "
-                     f"{esc(r['action'])}. <i>{esc(saving)}</i> <span class='note'>"
-                     f"(what-if {esc(r['what_if'])}; hover for the evidence)</span></li>")
+    for a in advice[:5]:
+        saving = ("saving n/a" if a.saving_ns is None else
+                  f"saves {duration(a.saving_ns / MB)} per iteration "
+                  f"({'n/a' if a.saving_pct is None else f'{a.saving_pct:.1f} %'})"
+                  + (", an upper bound" if a.standing == "conditional" else ""))
+        items.append(f"<li title='{esc(a.evidence)}'>{esc(STANDING_TAG[a.standing])}"
+                     f"<b>{esc(a.finding)}</b>: "
+                     f"{esc(a.action)}. <i>{esc(saving)}</i> <span class='note'>"
+                     f"(what-if {esc(a.what_if)}; hover for the evidence)</span></li>")
     return (f"<h3 title='{esc(ADVICE_HEAD)}'>Advice, the largest saving first</h3>"
             f"<ol class='causes'>{''.join(items)}</ol>")
 
 
-def _diagnosis(diag: Summary | None, why: str | None, advice: list[dict] | None = None
+def _diagnosis(diag: Summary | None, why: str | None, advice: Sequence[Advice] = ()
                ) -> str:
     """The first screen: the advice, per iteration where the time goes (the ledger's
     parts, mean over ranks), the largest losses, the stragglers."""
     if diag is None:
         return f"<p class='note'>n/a: {esc(why or 'no diagnosis')}</p>"
-    out = [_advice(advice or [])]
+    out = [_advice(advice)]
     for t in diag.totals.to_pylist():
         pct = {key: sum(t[f"{p}_pct"] or 0 for p in _parts_of(key, t)) for key, _, _ in
                LEDGER_PARTS}
@@ -553,7 +555,8 @@ def report_page(title: str, rep: Report, tables: dict[str, pa.Table],
     plots = plots or {}
     diag = from_report(rep.get("diagnosis"))
     return page(title, {
-        "diagnosis": _diagnosis(diag, rep.get("diagnosis_why"), rep.get("advice")),
+        "diagnosis": _diagnosis(diag, rep.get("diagnosis_why"),
+                                advice_of(rep.get("advice") or [])),
         "summary": _summary(rep),
         "timeline": _timeline(plots.get("timeline"), no_timeline),
         "overlap": _overlap(rep, tables["temporal_breakdown"].to_pylist(), overlap_figure),

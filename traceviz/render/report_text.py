@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..analysis.advice import ADVICE_SCHEMA
+from ..analysis.advice import advice_of
 from ..analysis.diagnose.summary import from_report
 from ..analysis.report_types import CrossRank, Report, Stats, Throughput
 from .diagnosis_text import advice_lines, ledger_lines
@@ -35,7 +35,8 @@ def iterations_text(iterations: list) -> str:
 def _mfu_lines(t: Throughput) -> list[str]:
     """The one TFLOP/s per GPU and MFU with their source; the traced ops' TFLOP/s as a
     cross-check when the configuration's FLOPs are the source."""
-    mfu, tf = t["mfu"], t.get("trace_flops") or {}
+    mfu = t["mfu"]
+    tf: Mapping[str, Any] = t.get("trace_flops") or {}
     lines = [f"TFLOP/s per GPU: {_f(mfu['tflops_per_gpu'])}",
              f"MFU: {_f(mfu['mfu_pct'], '%')}"
              + (f" (from {mfu['source_text']})" if mfu["source"] else "")
@@ -104,7 +105,7 @@ def report_text(rep: Report, ranks_table: str = "report_ranks") -> str:
     lines += [f"  {k}: {v}" for k, v in par.items()] or ["  unknown (no topology; see NOTES)"]
 
     _heading(lines, "ADVICE (traceviz diagnose: what to change, the saving re-timed)")
-    lines += (advice_lines(pa.Table.from_pylist(rep["advice"], schema=ADVICE_SCHEMA))
+    lines += (advice_lines(advice_of(rep.get("advice") or []))
               if rep.get("diagnosis") is not None else
               [f"n/a: {rep.get('diagnosis_why') or 'no diagnosis'}"])
 
@@ -190,12 +191,12 @@ def report_text(rep: Report, ranks_table: str = "report_ranks") -> str:
                          f"in all ({_f(s['mean_delay_ms'])} ms per call)")
     if x["slowest_calls"]:
         lines.append("Slowest Calls (by transfer time, the data's move):")
-    for s in x["slowest_calls"]:
-        lines.append(f"  {s['group']} {s['collective'] or '?'} #{s['number']} on process group "
-                     f"{s['process_group'] or '?'} (iteration "
-                     f"{s['iteration']}, {s['ranks']} ranks, {_gb(s['bytes'])}): "
-                     f"{_f(s['span_ms'])} ms, skew {_f(s['skew_ms'])} ms, transfer "
-                     f"{_f(s['transfer_ms'])} ms, last rank {s['last_rank']}")
+    for call in x["slowest_calls"]:
+        lines.append(f"  {call['group']} {call['collective'] or '?'} #{call['number']} on "
+                     f"process group {call['process_group'] or '?'} (iteration "
+                     f"{call['iteration']}, {call['ranks']} ranks, {_gb(call['bytes'])}): "
+                     f"{_f(call['span_ms'])} ms, skew {_f(call['skew_ms'])} ms, transfer "
+                     f"{_f(call['transfer_ms'])} ms, last rank {call['last_rank']}")
     diag = from_report(rep.get("diagnosis"))
     _heading(lines, "7. WHO WAITS FOR WHOM (traceviz diagnose)")
     if diag is None:
