@@ -206,7 +206,7 @@ def imbalance_findings(diag: Diagnosis) -> list[Finding]:
            else "more layers than the others")
     layers = ", ".join("?" if n is None else str(n) for n in b.layers)
     extra = b.extra_ns[h]
-    evidence = (f"compute per micro-batch by stage (ms): "
+    evidence = ("compute per micro-batch by stage (ms): "
                 + ", ".join(f"{c / 1e6:.2f}" for c in b.compute_ns)
                 + f"; layers per stage [{layers}] ({b.layers_from})"
                 + (f"; a layer {b.layer_ns / 1e6:.2f} ms, stage {h}'s extra "

@@ -47,17 +47,17 @@ from . import job_cache
 from .tables import (
     ensure_tables,
     file_rank,
+    job_files,
     has_cpu_tables,
     input_files,
     load_with_cpu,
     load_with_memory,
-    one_folder,
     one_rank_with_cpu,
     rank_tables,
     tables_folder,
 )
 from .timer_dump import NAME, find_dumps, read_group
-from .topology import job_layout
+from .topology import job_layout, pipeline_groups
 
 
 def breakdown(paths: list[str | os.PathLike], options: Options = Options(),
@@ -101,8 +101,7 @@ def aggregation(root: Path, folder: Path, alignment: str = "synced",
     if not tables:
         raise TraceVizError(f"{folder}: no parsed rank tables (run 'traceviz batch' first)")
     layout, layout_note = job_layout(root, folder, topology)
-    groups = (layout.groups()["PIPELINE_MODEL_PARALLEL_GROUP"] if layout is not None
-              and layout.world >= max(tables) + 1 else None)
+    groups = pipeline_groups(layout, max(tables))
     return (aggregation_of(tables, alignment, groups, cached_diagnosis(folder, topology)),
             failed, layout, layout_note)
 
@@ -116,11 +115,7 @@ def job_tables(root: Path, columns: tuple[str, ...], failed: list[str]
     into its tables; one table is read alone); ``failed`` gets the ranks left out."""
     if not root.exists():
         raise TraceVizError(f"{root}: no such file or folder")
-    if root.is_file() and root.suffix == ".parquet":
-        files = [root]
-    else:
-        files = one_folder(input_files([tables_folder(root)]), root)
-    tables = {rank: t for rank, _, t in rank_tables(files, columns, failed)}
+    tables = {rank: t for rank, _, t in rank_tables(job_files(root), columns, failed)}
     if not tables:
         raise TraceVizError(f"{root}: no rank could be read: " + "; ".join(failed))
     return tables
@@ -211,11 +206,8 @@ def _pipelines(root: Path, folder: Path, topology, ranks) -> list[list[int]] | N
     """The PP groups of the job's layout (None: no layout, or not this job's size)."""
     if len(ranks) < 2:
         return None
-    layout, _ = job_layout(root, folder, topology)
     top = max(ranks) if isinstance(ranks, dict) else max(a.rank for a in ranks)
-    if layout is not None and layout.world >= top + 1:
-        return layout.groups().get("PIPELINE_MODEL_PARALLEL_GROUP")
-    return None
+    return pipeline_groups(job_layout(root, folder, topology)[0], top)
 
 
 

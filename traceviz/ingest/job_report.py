@@ -16,12 +16,12 @@ from ..analysis.calls import COLUMNS as CALL_COLUMNS
 from ..analysis.clocks import offsets_from_calls
 from ..analysis.iterations import COLUMNS as WINDOW_COLUMNS
 from ..analysis.rank_summary import RankSummary, summarize
-from ..analysis.report import build_report, chosen_mfu, job_world
+from ..analysis.report import build_report, job_world
 from ..analysis.report_types import Diagnosed, Report, TraceMfu
 from ..analysis.run_config import RunConfig, from_torchtitan_toml
 from ..errors import TraceVizError
 from . import analyses, job_cache
-from .tables import has_cpu_tables, input_files, one_folder, rank_tables, tables_folder
+from .tables import has_cpu_tables, job_files, rank_tables, tables_folder
 from .topology import job_layout
 
 COLUMNS = tuple(dict.fromkeys(CALL_COLUMNS + ("comm_group",) + WINDOW_COLUMNS))
@@ -33,11 +33,7 @@ def summaries_of(root: Path) -> tuple[list[RankSummary], list[str]]:
     its tables (``traceviz batch``'s default place); one table is read alone."""
     summaries: list[RankSummary] = []
     failed: list[str] = []
-    if root.is_file() and root.suffix == ".parquet":
-        files = [root]
-    else:
-        files = one_folder(input_files([tables_folder(root)]), root)
-    for rank, _, table in rank_tables(files, COLUMNS, failed):
+    for rank, _, table in rank_tables(job_files(root), COLUMNS, failed):
         summaries.append(summarize(table, rank))
     if not summaries:
         raise TraceVizError(f"{root}: no rank could be read: " + "; ".join(failed))

@@ -48,6 +48,15 @@ def input_files(paths: list[str | os.PathLike]) -> list[Path]:
     return out
 
 
+def job_files(root: Path) -> list[Path]:
+    """The table files of one profiled iteration's ranks under ``root``: ``root`` when it
+    is a table, else its tables (a job's traces parsed once into them, where needed), of
+    one folder (:func:`one_folder`)."""
+    if root.is_file() and root.suffix == ".parquet":
+        return [root]
+    return one_folder(input_files([tables_folder(root)]), root)
+
+
 def of_this_job(tables: list[Path], folder: Path) -> list[Path]:
     """``tables`` but those another job left in ``folder``: where a batch wrote the
     folder (its ``batch_summary.json`` there or in a parent), a table parsed from a trace

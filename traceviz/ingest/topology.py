@@ -116,6 +116,14 @@ def _observed(root: Path, paths: list[Path]) -> tuple[dict[str, set[tuple[int, .
     return groups, world
 
 
+def pipeline_groups(layout: Layout | None, top_rank: int) -> list[list[int]] | None:
+    """The PP groups of ``layout`` when it covers the ranks up to ``top_rank`` (None: no
+    layout, or one of a smaller job)."""
+    if layout is None or layout.world < top_rank + 1:
+        return None
+    return layout.groups().get("PIPELINE_MODEL_PARALLEL_GROUP")
+
+
 def job_layout(root: Path, folder: Path, topology: str | os.PathLike | None
                ) -> tuple[Layout | None, str | None]:
     """(layout, None) of the job whose tables are in ``folder``: ``topology`` when given,

@@ -4,7 +4,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import pyarrow as pa
 
 from ..analysis.advice import Advice
 from ..analysis.diagnose.diagnosis import Diagnosis

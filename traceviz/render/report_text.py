@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import pyarrow as pa
-
 from ..analysis.advice import advice_of
 from ..analysis.diagnose.summary import from_report
 from ..analysis.report_types import CrossRank, Report, Stats, Throughput
