@@ -35,6 +35,16 @@ def _write(result, outdir) -> list:
     return write(result, outdir)
 
 
+def _finish(result, outdir, wrote: str) -> None:
+    """Write ``result`` to ``outdir``, print its lines (stdout), its notes and what was
+    written (stderr), then name the ranks it leaves out (:func:`_left_out`)."""
+    _write(result, outdir)
+    _echo_all(result.lines)
+    _echo_all([f"note: {n}" for n in result.notes], err=True)
+    click.echo(f"wrote {wrote} to {outdir}", err=True)
+    _left_out(result.failed)
+
+
 def _left_out(failed: list[str]) -> None:
     """Name the ranks the outputs leave out and exit 1 (the outputs of the others are
     written): a job with a rank missing is not a success."""
@@ -753,13 +763,8 @@ def diagnose(root, topology_file, outdir, advice, num_layers, link_gbps) -> None
 
     result = command.run(root, topology=topology_file, advice=advice,
                          num_layers=num_layers, link_gbps=_link_rates(link_gbps))
-    outdir = outdir or command_output("diagnose", root)
-    _write(result, outdir)
-    _echo_all(result.lines)
-    _echo_all([f"note: {n}" for n in result.notes], err=True)
-    click.echo(f"wrote comm_calls, ledger, stragglers, advice (.csv, .parquet) and "
-               f"diagnosis.txt to {outdir}", err=True)
-    _left_out(result.failed)
+    _finish(result, outdir or command_output("diagnose", root),
+            "comm_calls, ledger, stragglers, advice (.csv, .parquet) and diagnosis.txt")
 
 
 @main.command()
@@ -787,12 +792,9 @@ def memory(path, rank, outdir) -> None:
     from .commands import memory as command
 
     result = command.run(path, rank=rank)
-    outdir = outdir or command_output("memory", path)
-    _write(result, outdir)
-    _echo_all(result.lines)
-    _echo_all([f"note: {n}" for n in result.notes], err=True)
-    click.echo(f"wrote memory_timeline, memory_peak, memory_peak_ops, memory_ranks (.csv, "
-               f".parquet) and memory.png to {outdir}", err=True)
+    _finish(result, outdir or command_output("memory", path),
+            "memory_timeline, memory_peak, memory_peak_ops, memory_ranks (.csv, .parquet) "
+            "and memory.png")
 
 
 @main.command()
@@ -817,13 +819,8 @@ def hang(dumps, world, outdir) -> None:
     from .commands import hang as command
 
     result = command.run(dumps, world)
-    outdir = outdir or command_output("hang", dumps)
-    _write(result, outdir)
-    _echo_all(result.lines)
-    _echo_all([f"note: {n}" for n in result.notes], err=True)
-    click.echo(f"wrote hang, hang_groups (.csv, .parquet) and hang.json to {outdir}",
-               err=True)
-    _left_out(result.failed)
+    _finish(result, outdir or command_output("hang", dumps),
+            "hang, hang_groups (.csv, .parquet) and hang.json")
 
 
 @main.command()

@@ -70,6 +70,7 @@ from .diagnose.diagnosis import Diagnosis
 from .diagnose.network import slow_groups
 from .diagnose.stages import best_split
 from .diagnose.stragglers import Straggler
+from .diagnose.summary import Place
 
 ADVICE_SCHEMA = pa.schema([
     ("rank", pa.int32()), ("standing", pa.string()), ("kind", pa.string()),
@@ -134,29 +135,22 @@ class Advice:
     target_rank: int | None
 
 
-def _place(row: dict) -> str:
-    return ", ".join(x for x in (f"node {row['node']}" if row.get("node") is not None
-                                 else "", f"GPU {row['local_gpu']}"
-                                 if row.get("local_gpu") is not None else "") if x)
-
-
 def straggler_findings(diag: Diagnosis) -> list[Finding]:
     """A fault per straggler (the worst :data:`TOP_FAULTS`)."""
     out = []
-    places = {r["rank"]: r for r in diag.speed.table.to_pylist()}
-    for s in diag.stragglers.to_pylist()[:TOP_FAULTS]:
-        where = _place(s)
+    for s in records(Straggler, diag.stragglers)[:TOP_FAULTS]:
+        where = Place(s.node, s.local_gpu).text()
         out.append(Finding(
-            f"rank {s['rank']} ({where or 'node n/a'}) runs the same kernels "
-            f"{s['slowdown']:.2f}x slower than its {s['peers']} peers",
-            f"drain or replace {where or 'the GPU of rank ' + str(s['rank'])} (rank "
-            f"{s['rank']}): no configuration option fixes a slow GPU",
-            f"straggler:{s['rank']}=fix",
-            f"{s['units_slower']} of {s['units']} kernels per micro-batch slower (sign test "
-            f"p = {s['p_value']:.1e}); robust z-score {s['z_score']:.1f} against every "
-            f"rank's slowdown; {s['excess_ns'] / 1e6:.2f} ms more compute per iteration; "
-            f"others wait {places[s['rank']]['waited_on_ns'] / 1e6:.2f} ms for it",
-            kind="fault", target_rank=s["rank"]))
+            f"rank {s.rank} ({where or 'node n/a'}) runs the same kernels "
+            f"{s.slowdown:.2f}x slower than its {s.peers} peers",
+            f"drain or replace {where or 'the GPU of rank ' + str(s.rank)} (rank "
+            f"{s.rank}): no configuration option fixes a slow GPU",
+            f"straggler:{s.rank}=fix",
+            f"{s.units_slower} of {s.units} kernels per micro-batch slower (sign test "
+            f"p = {s.p_value:.1e}); robust z-score {s.z_score:.1f} against every "
+            f"rank's slowdown; {s.excess_ns / 1e6:.2f} ms more compute per iteration; "
+            f"others wait {s.waited_on_ns / 1e6:.2f} ms for it",
+            kind="fault", target_rank=s.rank))
     return out
 
 

@@ -28,18 +28,10 @@ def _pct(pct: float | None) -> str:
     return "n/a" if pct is None else f"{pct:.1f} %"
 
 
-def where(place: Place | None) -> str:
-    """``node N, GPU G`` of a rank (what is known)."""
-    if place is None:
-        return ""
-    bits = [f"node {place.node}" if place.node is not None else None,
-            f"GPU {place.local_gpu}" if place.local_gpu is not None else None]
-    return ", ".join(b for b in bits if b)
-
-
 def _waited(w: WaitedFor, places: dict[int, Place]) -> str:
     """``rank N (node, GPU) X ms by K ranks (why)``: one rank waited for."""
-    place = where(places.get(w.rank))
+    known = places.get(w.rank)
+    place = known.text() if known is not None else ""
     return (f"rank {w.rank}" + (f" ({place})" if place else "")
             + f" {_ms(w.ns)} by {w.ranks_waiting} rank(s) ({w.why})")
 
@@ -59,7 +51,7 @@ def waiting_text(c: Cause, places: dict[int, Place], top: int = 3) -> str:
 
 def straggler_line(s: Straggler) -> str:
     """One straggler, in words."""
-    place = where(Place(s.node, s.local_gpu))
+    place = Place(s.node, s.local_gpu).text()
     return (f"rank {s.rank}" + (f" ({place})" if place else "")
             + f": {s.slowdown:.2f}x the compute time of its {s.peers} peer(s) on "
             f"the same kernels (robust z-score {s.z_score:.1f} against every rank's "

@@ -21,7 +21,7 @@ from ..analysis.diagnose.stragglers import NO_PEERS, NONE_FOUND
 from ..analysis.diagnose.summary import Summary, from_report
 from ..analysis.report_types import Report
 from ..table.text import middle_cut
-from .diagnosis_text import ADVICE_HEAD, STANDING_TAG, where
+from .diagnosis_text import ADVICE_HEAD, STANDING_TAG
 from .pipeline_figure import gap_text
 from .rank_spread import LISTED
 from .report_text import OVERLAP_METRICS, iterations_text, rank_summary
@@ -414,7 +414,8 @@ def _collectives(rep: Report) -> str:
 
 def _place(diag: Summary | None, rank: int) -> str:
     """``node N, GPU G`` of a rank the diagnosis names (what is known)."""
-    return esc(where(diag.places.get(rank) if diag is not None else None))
+    place = diag.places.get(rank) if diag is not None else None
+    return esc(place.text() if place is not None else "")
 
 
 def _advice(advice: Sequence[Advice]) -> str:

@@ -26,6 +26,7 @@ import pyarrow as pa
 from ...table.schema import COLLECTIVES, GROUPS, collective
 from ..activities import RankActivities
 from ..calls import factors
+from .stragglers import leave_one_out_median
 from .waits import CALL_KINDS, RankComm
 
 MIN_BYTES = 1 << 20     # smaller payloads are latency, not bandwidth
@@ -86,13 +87,14 @@ def group_bandwidth(acts: list[RankActivities], comms: list[RankComm], pg_names:
                      np.where(col["peer"] >= 0, hi, -1)], axis=1)
     groups, ginv = np.unique(gkey, axis=0, return_inverse=True)
     ginv = ginv.ravel()
-    members: list[set[int]] = [set() for _ in range(groups.shape[0])]
-    for g, r in zip(ginv.tolist(), col["rank"].tolist()):
-        members[g].add(r)
-    for g, (_, a_, b_) in enumerate(groups.tolist()):
-        if a_ >= 0:
-            members[g] |= {a_, b_}
-    link = np.array([int(len({r // gpn for r in m}) > 1) for m in members], np.int64)
+    # each group's members: the ranks of its kernels (a pair's both ranks), sorted
+    pairs = np.unique(np.concatenate([
+        np.stack([ginv, col["rank"]], axis=1),
+        np.stack([np.arange(groups.shape[0]), groups[:, 1]], axis=1),
+        np.stack([np.arange(groups.shape[0]), groups[:, 2]], axis=1)]), axis=0)
+    pairs = pairs[pairs[:, 1] >= 0]
+    members = np.split(pairs[:, 1], np.flatnonzero(np.diff(pairs[:, 0])) + 1)
+    link = np.array([int(np.unique(m // gpn).size > 1) for m in members], np.int64)
     # rows: (group, label, collective, size, link, bucket)
     row_key = np.stack([ginv, col["label"], col["coll"], col["size"], link[ginv],
                         col["bucket"]], axis=1)
@@ -110,14 +112,9 @@ def group_bandwidth(acts: list[RankActivities], comms: list[RankComm], pg_names:
     peers: np.ndarray = np.zeros(rows.shape[0], np.int64)
     for j in range(kinds.shape[0]):
         idx = np.flatnonzero(kinv == j)
-        if idx.size < 2:
-            continue
-        vals = bw[idx]
-        order = np.sort(vals)
-        for i, v in zip(idx.tolist(), vals.tolist()):
-            others = np.delete(order, np.searchsorted(order, v))
-            peer_bw[i] = float(np.median(others))
-            peers[i] = idx.size - 1
+        if idx.size >= 2:
+            peer_bw[idx] = leave_one_out_median(bw[idx][:, None])[:, 0]
+            peers[idx] = idx.size - 1
     # per group: bytes-weighted over its kinds
     out: dict[str, list] = {f.name: [] for f in SCHEMA}
     for g in range(groups.shape[0]):
@@ -130,7 +127,7 @@ def group_bandwidth(acts: list[RankActivities], comms: list[RankComm], pg_names:
             pg = int(groups[g, 0])
             out["group"].append(GROUPS[label])
             out["process_group"].append(pg_names[pg] if 0 <= pg < len(pg_names) else None)
-            out["ranks"].append(sorted(members[g]))
+            out["ranks"].append(members[g].tolist())
             out["link"].append(LINKS[lk])
             out["collective"].append(COLLECTIVES[coll] if coll >= 0 else None)
             out["kernels"].append(int(kernels[r]))

@@ -65,6 +65,12 @@ class Place:
     node: int | None
     local_gpu: int | None
 
+    def text(self) -> str:
+        """``node N, GPU G`` (what is known; empty when nothing is)."""
+        return ", ".join(b for b in (f"node {self.node}" if self.node is not None else "",
+                                     f"GPU {self.local_gpu}" if self.local_gpu is not None
+                                     else "") if b)
+
 
 @dataclass(frozen=True)
 class Summary:
@@ -83,9 +89,6 @@ class Summary:
     places: dict[int, Place] = field(default_factory=dict)
     chain_ranks: tuple[int, ...] = ()
     notes: tuple[str, ...] = ()
-
-    def place(self, rank: int) -> Place | None:
-        return self.places.get(rank)
 
     def to_json(self) -> dict[str, Any]:
         """The report's ``diagnosis`` (places keyed by the rank as text, as JSON has
