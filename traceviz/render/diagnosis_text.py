@@ -65,7 +65,8 @@ def ledger_lines(summary: Summary, top: int = 5) -> list[str]:
     Summary`): per iteration the job's mean span and parts, the largest causes, the
     stragglers."""
     lines = []
-    clocks = ("clocks not synced" if not summary.synced else
+    clocks = ("one rank (its own clock)" if summary.ranks == 1 else
+              "clocks not synced" if not summary.synced else
               "one clock (the ranks' own)" if summary.clocks == "own clocks" else
               "clocks synced")
     for t in summary.totals.to_pylist():

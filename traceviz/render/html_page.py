@@ -458,7 +458,8 @@ def _diagnosis(diag: Summary | None, why: str | None, advice: Sequence[Advice] =
         out.append(f"<h3>{esc(head)}: {duration(t['job_span_ns'] / MB)} from the first "
                    f"rank's start to the last one's end; per rank {duration(t['span_ns'] / MB)}"
                    f" on average ({t['ranks']} ranks), of which"
-                   + ("" if diag.synced else " (clocks NOT synced: waits n/a)") + "</h3>"
+                   + ("" if diag.synced else " (one rank: its own clock, waits n/a)"
+                      if diag.ranks == 1 else " (clocks NOT synced: waits n/a)") + "</h3>"
                    f"<div class='ledger'>{bar}</div><p class='note'>{legend}</p>")
     items = []
     for c in diag.causes[:6]:
