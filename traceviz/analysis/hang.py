@@ -6,22 +6,32 @@ number and state (``scheduled``: enqueued, ``started``, ``completed``), and per 
 last sequence number enqueued / started / completed. Definitions:
 
 * A **collective** is (process group, ``collective_seq_id``) on every member of the group
-  (the dumps' ``pg_config``: name, description, ranks). A member **entered** it when its
-  dump holds it or its group's last enqueued number reaches it; it **never entered** it
-  when its last enqueued number is below it. A point-to-point op is (group, sender,
-  receiver, position among the sender's ops to that receiver), sender and receiver from
-  the op's name (``nccl:send 0->1`` / ``nccl:recv 1<-0``: positions in the group).
+  (the dumps' ``pg_config``: name, description, ranks). A member with a dump **entered**
+  it when its dump holds it or its group's last enqueued number reaches it; it **never
+  entered** it when its last enqueued number is below it. A point-to-point op is (group,
+  sender, receiver, position among the sender's ops to that receiver), sender and
+  receiver from the op's name (``nccl:send 0->1`` / ``nccl:recv 1<-0``: positions in the
+  group).
+* A member **without a dump** is unknown, never a cause on its own: where another member
+  completed the op, it took part (an op completes on no member until every member
+  entered it); where no member completed it, it is a **suspect** ("no dump from rank 3:
+  possibly ...").
 * A rank **waits in** its earliest op that is not completed, **for** the other members
   of that op that have not completed it: one that never entered it is a **cause** where
   it waits in nothing itself (it stopped issuing: a stuck data loader, a crash, an
   exception on one rank), else the wait follows it (rank 1 waits in DP for rank 3, which
-  waits in TP for rank 2). Waits that come back to a rank are a **deadlock** (members
-  entered collectives in different orders).
-* A **mismatch**: members of one collective that disagree on its op or sizes.
-* A rank without a dump is named; what the others say of it stands (it may be the one
-  that stopped, or its dump was not written).
+  waits in TP for rank 2; a rank that never entered the op because it waits in an
+  earlier one is followed the same way, never named a cause). Waits that come back to a rank are a **deadlock** (members
+  entered collectives in different orders). Where no cause is found and some rank waits
+  or has no dump, the ranks that wait in nothing are suspects.
+* A **mismatch**: members of one collective that disagree on its op, sizes or types; a
+  send and its receive that disagree on sizes or types (an all-to-all's sizes differ by
+  design: only its op and types are compared).
 
-Everything here is plain data: the records and the verdict are frozen dataclasses.
+The verdict is bounded whatever the job's size: ranks in the same state (waiting in the
+same kind of op for the same cause) are one line, with their ranks as ranges; every rank
+is in the tables. Everything here is plain data: the records and the verdict are frozen
+dataclasses.
 """
 from __future__ import annotations
 
@@ -31,10 +41,14 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 COMPLETED = "completed"
-_P2P_NAME = re.compile(r"(send|recv)\D*(\d+)\s*(->|<-)\s*(\d+)")
+MAX_WORLD = 1 << 20      # ranks are below this (a sane bound on any job's size)
+MAX_OP_NAME = 256        # characters of an op's name kept (its peers are in the first)
+_P2P_NAME = re.compile(r"(send|recv)\D{0,32}?(\d{1,7})\s{0,4}(->|<-)\s{0,4}(\d{1,7})")
+_UNEQUAL_SIZES = ("all_to_all", "alltoall")  # ops whose members' sizes differ by design
+_SHOWN = 6               # causes, ops or ranks listed in one line before "..."
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Group:
     """A process group as a dump's ``pg_config`` states it."""
 
@@ -43,10 +57,10 @@ class Group:
     ranks: tuple[int, ...]
 
     def label(self) -> str:
-        return f"{self.desc} {list(self.ranks)}"
+        return f"{self.desc} {ranges(self.ranks, brackets=True)}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
     """One op of a rank's dump."""
 
@@ -91,6 +105,7 @@ class RankState:
     never_entered: tuple[int, ...]  # of those, the ones that never entered that op
     chain: str               # the waits followed to their cause, in words
     where: str | None
+    end: str = ""            # where the chain ends, in words (the same for a whole group)
 
 
 @dataclass(frozen=True)
@@ -119,6 +134,7 @@ class Hang:
     mismatches: tuple[str, ...]
     deadlock: tuple[int, ...]
     notes: tuple[str, ...]
+    suspects: tuple[int, ...] = ()  # possibly the cause (no dump, or stopped unopposed)
 
     def rank_table(self) -> pa.Table:
         """One row per rank (``hang.csv``)."""
@@ -126,7 +142,8 @@ class Hang:
                  "group_desc": r.desc, "seq": r.seq, "op": r.op,
                  "waits_for": ",".join(map(str, r.waits_for)) or None,
                  "never_entered": ",".join(map(str, r.never_entered)) or None,
-                 "cause": r.rank in self.causes, "chain": r.chain, "where": r.where}
+                 "cause": r.rank in self.causes, "suspect": r.rank in self.suspects,
+                 "chain": r.chain, "where": r.where}
                 for r in self.ranks]
         return pa.Table.from_pylist(rows, schema=RANK_SCHEMA)
 
@@ -143,17 +160,34 @@ RANK_SCHEMA = pa.schema([
     ("rank", pa.int32()), ("state", pa.string()), ("group", pa.string()),
     ("group_desc", pa.string()), ("seq", pa.int64()), ("op", pa.string()),
     ("waits_for", pa.string()), ("never_entered", pa.string()), ("cause", pa.bool_()),
-    ("chain", pa.string()), ("where", pa.string())])
+    ("suspect", pa.bool_()), ("chain", pa.string()), ("where", pa.string())])
 GROUP_SCHEMA = pa.schema([
     ("group", pa.string()), ("desc", pa.string()), ("ranks", pa.string()),
     ("rank", pa.int32()), ("last_enqueued", pa.int64()), ("last_started", pa.int64()),
     ("last_completed", pa.int64())])
 
 
+def ranges(ranks, brackets: bool = False) -> str:
+    """``ranks`` (sorted or not) as ``0-3, 8, 10-11``; ``[...]`` around with
+    ``brackets`` (a group's members); at most 12 runs, then ``... (N ranks)``."""
+    rs = sorted(ranks)
+    runs: list[str] = []
+    k = 0
+    while k < len(rs):
+        j = k
+        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
+            j += 1
+        runs.append(str(rs[k]) if j == k else
+                    f"{rs[k]}, {rs[j]}" if j == k + 1 else f"{rs[k]}-{rs[j]}")
+        k = j + 1
+    text = ", ".join(runs[:12]) + (f", ... ({len(rs)} ranks)" if len(runs) > 12 else "")
+    return f"[{text}]" if brackets else text
+
+
 def p2p_peers(op: str, group: Group) -> tuple[int, int] | None:
     """(sender, receiver) global ranks of a point-to-point op's name (``send 0->1`` /
     ``recv 1<-0``: positions in the group); None when the name says neither."""
-    m = _P2P_NAME.search(op)
+    m = _P2P_NAME.search(op[:MAX_OP_NAME])
     if not m:
         return None
     a, b = int(m.group(2)), int(m.group(4))
@@ -172,185 +206,275 @@ class _Op:
     members: tuple[int, ...]
     state: dict[int, str] = field(default_factory=dict)
     entry: dict[int, Entry] = field(default_factory=dict)
+    # (members not completed, of those the ones with a dump that never entered it, those
+    # without a dump), once asked (:meth:`_Job.pending`)
+    pending: tuple[tuple[int, ...], frozenset[int], tuple[int, ...]] | None = None
 
 
-def analyze(dumps: list[Dump], world: int | None = None) -> Hang:
-    """The verdict on ``dumps`` (one per rank; ``world``: the job's ranks when known,
-    else those the groups name)."""
-    groups: dict[str, Group] = {}
-    for d in dumps:
-        groups.update(d.groups)
-    by_rank = {d.rank: d for d in dumps}
-    ranks = sorted(set(by_rank) | {r for g in groups.values() for r in g.ranks}
-                   | set(range(world or 0)))
-    ops: dict[tuple, _Op] = {}
-    op_of: dict[tuple[int, int], _Op] = {}  # (rank, record id) -> its op
-    last: dict[tuple[str, int], list[int]] = {}  # (group, rank) -> enq, started, completed
-    p2p_count: dict[tuple, int] = {}
-    for d in dumps:
+class _Job:
+    """The dumps read as one: every op keyed across its members, each group's members'
+    progress (see the module doc)."""
+
+    def __init__(self, dumps: list[Dump], world: int | None):
+        self.groups: dict[str, Group] = {}
+        for d in dumps:
+            self.groups.update(d.groups)
+        self.by_rank = {d.rank: d for d in dumps}
+        self.ranks = sorted(set(self.by_rank)
+                            | {r for g in self.groups.values() for r in g.ranks}
+                            | set(range(world or 0)))
+        self.ops: dict[tuple, _Op] = {}
+        self.first: dict[int, _Op | None] = {}  # rank -> the op it waits in
+        self.last: dict[tuple[str, int], list[int]] = {}  # (group, rank) -> enq, st, done
+        for d in dumps:
+            self._add(d)
+
+    def _add(self, d: Dump) -> None:
         for name, st in d.status.items():
-            last[(name, d.rank)] = list(st)
+            self.last[(name, d.rank)] = list(st)
+        p2p_count: dict[tuple, int] = {}
+        first = None
         for e in sorted(d.entries, key=lambda e: e.record_id):
-            g = groups.get(e.group)
+            g = self.groups.get(e.group)
             if g is None:
                 continue
             if e.is_p2p:
                 pair = p2p_peers(e.op, g)
                 if pair is None:
                     continue
-                n = p2p_count.get((e.group, d.rank, pair), 0)
-                p2p_count[(e.group, d.rank, pair)] = n + 1
-                key: tuple = (e.group, "p2p", pair, n)
+                n = p2p_count.get((e.group, pair), 0)
+                p2p_count[(e.group, pair)] = n + 1
+                key: tuple = (e.group, pair, n)
                 members: tuple[int, ...] = pair
             else:
-                key = (e.group, "coll", e.seq)
+                key = (e.group, e.seq)
                 members = g.ranks
-                mine = last.setdefault((e.group, d.rank), [-1, -1, -1])
-                if not d.status or e.group not in d.status:
+                if e.group not in d.status:
+                    mine = self.last.setdefault((e.group, d.rank), [-1, -1, -1])
                     mine[0] = max(mine[0], e.seq)
                     if e.state == COMPLETED:
                         mine[2] = max(mine[2], e.seq)
-            op = ops.setdefault(key, _Op(e.group, key, members))
+            op = self.ops.get(key)
+            if op is None:
+                op = self.ops[key] = _Op(e.group, key, members)
             op.state[d.rank] = e.state
             op.entry[d.rank] = e
-            op_of[(d.rank, e.record_id)] = op
+            if first is None and e.state != COMPLETED:
+                first = op
+        self.first[d.rank] = first
+
+    def entered(self, op: _Op, rank: int) -> bool:
+        """Whether ``rank`` (with a dump, absent from ``op``) entered it all the same: a
+        collective its group's last enqueued number reaches (older than its ring)."""
+        if len(op.key) == 3:
+            return False  # point-to-point: the ring buffer holds every op after its oldest
+        return self.last.get((op.group, rank), [-1, -1, -1])[0] >= op.key[1]
+
+    def pending(self, op: _Op) -> tuple[tuple[int, ...], frozenset[int], tuple[int, ...]]:
+        """(members that have not completed ``op``, those of them with a dump that never
+        entered it, those without a dump): nothing where a member completed it (then
+        every member took part; one whose dump shows it running is about to see it
+        complete)."""
+        if op.pending is None:
+            if COMPLETED in op.state.values():
+                op.pending = ((), frozenset(), ())
+            else:
+                others = tuple(m for m in op.members if op.state.get(m) != COMPLETED)
+                never = frozenset(m for m in others if m not in op.state
+                                  and m in self.by_rank and not self.entered(op, m))
+                op.pending = (others, never,
+                              tuple(m for m in others if m not in self.by_rank))
+        return op.pending
+
+    def name(self, op: _Op) -> str:
+        g = self.groups[op.group]
+        if len(op.key) == 2:
+            return f"{g.label()} seq {op.key[1]}"
+        s, r = op.key[1]
+        return f"{g.label()} send {s} -> {r} #{op.key[2] + 1}"
+
+
+def analyze(dumps: list[Dump], world: int | None = None) -> Hang:
+    """The verdict on ``dumps`` (one per rank; ``world``: the job's ranks when known,
+    else those the groups name)."""
+    job = _Job(dumps, world)
     missing, mismatches = [], []
-    for key, op in sorted(ops.items(), key=lambda kv: str(kv[0])):
-        absent = tuple(r for r in op.members if r not in op.state and _never(op, r, last,
-                                                                             by_rank))
-        if absent:
-            missing.append((op.group, key[2] if key[1] == "coll" else -1,
-                            tuple(sorted(op.state)), absent))
-        said = {(e.op, e.input_sizes, e.dtypes) for e in op.entry.values()}
+    for key, op in sorted(job.ops.items(), key=lambda kv: (kv[0][0], str(kv[0][1:]))):
+        others, never, _ = job.pending(op)
+        if never:
+            missing.append((op.group, key[1] if len(key) == 2 else -1,
+                            tuple(sorted(op.state)), tuple(sorted(never))))
+        said = {_signature(e) for e in op.entry.values()}
         if len(said) > 1:
-            mismatches.append(f"{_name(op, groups)}: " + "; ".join(
-                f"rank {r} {e.op} {list(map(list, e.input_sizes))} {list(e.dtypes)}"
-                for r, e in sorted(op.entry.items())))
-    waiting = {d.rank: _first_incomplete(d, op_of) for d in dumps}
+            mismatches.append(_mismatch(job.name(op), op))
     states: list[RankState] = []
     causes: set[int] = set()
     loop: set[int] = set()
-    for r in ranks:
-        if r not in by_rank:
+    unknown: set[int] = set()
+    for r in job.ranks:
+        if r not in job.by_rank:
             states.append(RankState(r, "no dump", None, None, None, None, (), (), "no dump",
-                                    None))
+                                    None, "no dump"))
             continue
-        first = waiting[r]
+        first = job.first[r]
         if first is None:
             states.append(RankState(r, "stopped", None, None, None, None, (), (),
                                     "waits in nothing: it issued no op it had not finished",
-                                    None))
+                                    None, "stopped"))
             continue
-        waits_for, never = _waits_for(first, r, last, by_rank)
-        chain, cause, cycle = _follow(r, first, waiting, groups, last, by_rank)
+        chain, end, cause, cycle, suspects = _follow(job, r, first)
         causes |= cause
         loop |= cycle
+        unknown |= suspects
         e = first.entry[r]
-        states.append(RankState(r, "waiting", first.group, groups[first.group].desc,
-                                e.seq if not e.is_p2p else None, e.op, waits_for, never,
-                                chain, e.where or None))
+        others, never, _ = job.pending(first)
+        states.append(RankState(r, "waiting", first.group, job.groups[first.group].desc,
+                                e.seq if not e.is_p2p else None, e.op,
+                                tuple(m for m in others if m != r), tuple(sorted(never)),
+                                chain, e.where or None, end))
     never_entered = {r for _, _, _, absent in missing for r in absent}
-    stopped = {s.rank for s in states if s.state in ("stopped", "no dump")}
+    stopped = {s.rank for s in states if s.state == "stopped"}
     causes |= never_entered & stopped
-    groups_rows = tuple(GroupRank(g.name, g.desc, g.ranks, r, *last[(g.name, r)])
-                        for g in sorted(groups.values(), key=lambda g: g.name)
-                        for r in g.ranks if (g.name, r) in last)
-    notes = [f"rank {s.rank}: no dump (its file is missing or could not be read); what the "
-             "others' dumps say of it stands" for s in states if s.state == "no dump"]
-    verdict = _verdict(states, sorted(causes), missing, mismatches, sorted(loop), groups,
-                       last)
+    suspects = unknown - causes
+    if not causes and not loop and (unknown or any(s.state != "stopped" for s in states)):
+        suspects |= stopped  # it waits in nothing while others wait or are unknown
+    groups_rows = tuple(GroupRank(g.name, g.desc, g.ranks, r, *job.last[(g.name, r)])
+                        for g in sorted(job.groups.values(), key=lambda g: g.name)
+                        for r in g.ranks if (g.name, r) in job.last)
+    no_dump = [s.rank for s in states if s.state == "no dump"]
+    notes = ([f"no dump from rank(s) {ranges(no_dump)} (missing or unreadable): what "
+              "the others' dumps say of them stands; where another member completed an "
+              "op they took part"] if no_dump else [])
+    verdict = _verdict(job, states, sorted(causes), sorted(suspects), missing, mismatches,
+                       sorted(loop))
     return Hang(verdict, tuple(sorted(causes)), tuple(states), groups_rows, tuple(missing),
-                tuple(mismatches), tuple(sorted(loop)), tuple(notes))
+                tuple(mismatches), tuple(sorted(loop)), tuple(notes),
+                tuple(sorted(suspects)))
 
 
-def _never(op: _Op, rank: int, last: dict, by_rank: dict) -> bool:
-    """Whether ``rank`` (a member of ``op`` absent from it) never entered it: its dump
-    shows its group's last enqueued number below the op's (a rank without a dump: it is
-    not in the others' ... it never entered as far as the dumps tell)."""
-    if rank not in by_rank:
-        return True
-    if op.key[1] != "coll":
-        return True  # point-to-point: the ring buffer holds every op after the oldest
-    enq = last.get((op.group, rank), [-1, -1, -1])[0]
-    return enq < op.key[2]
+def _signature(e: Entry) -> tuple:
+    """What the members of one op must agree on (see the module doc)."""
+    if e.is_p2p:
+        return (e.input_sizes or e.output_sizes, e.dtypes)
+    if any(k in e.op for k in _UNEQUAL_SIZES):
+        return (e.op, e.dtypes)
+    return (e.op, e.input_sizes, e.dtypes)
 
 
-def _first_incomplete(d: Dump, op_of: dict[tuple[int, int], _Op]) -> _Op | None:
-    """The op ``d``'s rank waits in: its earliest not completed (by record)."""
-    for e in sorted(d.entries, key=lambda e: e.record_id):
-        if e.state != COMPLETED and (d.rank, e.record_id) in op_of:
-            return op_of[(d.rank, e.record_id)]
-    return None
+def _mismatch(name: str, op: _Op) -> str:
+    """One line: the op, then each distinct signature with the ranks that state it."""
+    by: dict[tuple, list[int]] = {}
+    for r, e in sorted(op.entry.items()):
+        by.setdefault((e.op, e.input_sizes, e.dtypes), []).append(r)
+    parts = []
+    for (opname, sizes, dtypes), rs in list(by.items())[:_SHOWN]:
+        shown = [list(s) for s in sizes[:4]] + (["..."] if len(sizes) > 4 else [])
+        who = f"rank {rs[0]}" if len(rs) == 1 else f"ranks {ranges(rs)}"
+        parts.append(f"{who} {opname} {shown} {list(dtypes[:4])}")
+    more = f"; ... ({len(by) - _SHOWN} more)" if len(by) > _SHOWN else ""
+    return f"{name}: " + "; ".join(parts) + more
 
 
-def _waits_for(op: _Op, rank: int, last: dict, by_rank: dict
-               ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(the other members that have not completed ``op``, those of them that never
-    entered it)."""
-    others = [m for m in op.members if m != rank and op.state.get(m) != COMPLETED]
-    never = [m for m in others if m not in op.state and _never(op, m, last, by_rank)]
-    return tuple(others), tuple(never)
-
-
-def _name(op: _Op, groups: dict) -> str:
-    g = groups[op.group]
-    if op.key[1] == "coll":
-        return f"{g.label()} seq {op.key[2]}"
-    s, r = op.key[2]
-    return f"{g.label()} send {s} -> {r} #{op.key[3] + 1}"
-
-
-def _follow(rank: int, op: _Op, waiting: dict, groups: dict, last: dict, by_rank: dict
-            ) -> tuple[str, set[int], set[int]]:
-    """The chain of waits from ``rank`` (in words), the ranks it ends at that never
-    entered what was waited for, and the ranks of a cycle (deadlock) if it comes back."""
-    words = [f"rank {rank} waits in {_name(op, groups)}"]
+def _follow(job: _Job, rank: int, op: _Op
+            ) -> tuple[str, str, set[int], set[int], set[int]]:
+    """The chain of waits from ``rank`` (in words), where it ends (in words, without the
+    ranks on the way), the ranks it ends at that never entered what was waited for, the
+    ranks of a cycle (deadlock) if it comes back, and the ranks without a dump it may
+    end at (suspects)."""
+    words = [f"rank {rank} waits in {job.name(op)}"]
     seen = [rank]
+    end = ""
     causes: set[int] = set()
     cycle: set[int] = set()
+    suspects: set[int] = set()
     cur, cur_op = rank, op
-    for _ in range(len(waiting) + 1):
-        others, never = _waits_for(cur_op, cur, last, by_rank)
-        if never:
-            causes.update(never)
-            words.append(f"for rank(s) {', '.join(map(str, never))}, which never entered it")
+    for _ in range(len(job.first) + 1):
+        others, never, no_dump = job.pending(cur_op)
+        others = tuple(m for m in others if m != cur)
+        idle = sorted(m for m in never if job.first.get(m) is None)
+        if idle:  # they stopped issuing before it
+            causes.update(idle)
+            end = f"for rank(s) {ranges(idle)}, which never entered it"
+            words.append(end)
             break
-        nxt = next((m for m in others if waiting.get(m) is not None
-                    and waiting[m] is not cur_op), None)
+        # one that never entered it waits in an earlier op: the wait follows it
+        nxt = min(never) if never else next(
+            (m for m in others if job.first.get(m) is not None
+             and job.first[m] is not cur_op), None)
         if nxt is None:
-            if others:  # in it too: it does not complete (a mismatch, the network)
-                words.append(f"for rank(s) {', '.join(map(str, others))}, in it too: it "
-                             "does not complete")
+            if no_dump:
+                suspects.update(no_dump)
+                end = (f"for rank(s) {ranges(no_dump)}: no dump (possibly never entered "
+                       "it)")
+            elif others:  # in it too: it does not complete (a mismatch, the network)
+                end = f"for rank(s) {ranges(others)}, in it too: it does not complete"
+            if end:
+                words.append(end)
             break
         if nxt in seen:
             cycle.update(seen[seen.index(nxt):])
-            words.append(f"for rank {nxt}: a cycle (deadlock)")
+            end = "a cycle (deadlock)"
+            words.append(f"for rank {nxt}: {end}")
             break
-        words.append(f"for rank {nxt}, which waits in {_name(waiting[nxt], groups)}")
+        nxt_op = job.first[nxt]
+        assert nxt_op is not None  # it never entered this op only by waiting in another
+        words.append(f"for rank {nxt}, which " + ("never entered it and " if nxt in never
+                                                  else "") + f"waits in {job.name(nxt_op)}")
         seen.append(nxt)
-        cur, cur_op = nxt, waiting[nxt]
-    return " ".join(words), causes, cycle
+        cur, cur_op = nxt, nxt_op
+    return " ".join(words), end, causes, cycle, suspects
 
 
-def _verdict(states: list[RankState], causes: list[int], missing: list, mismatches: list,
-             loop: list[int], groups: dict, last: dict) -> list[str]:
-    """The first lines: who stopped the job, then what every other rank waits in."""
+def _verdict(job: _Job, states: list[RankState], causes: list[int], suspects: list[int],
+             missing: list, mismatches: list, loop: list[int]) -> list[str]:
+    """The first lines: who stopped the job, who may have, then what the other ranks
+    wait in, ranks in the same state as one line (bounded at any size)."""
     out = []
+    never_of: dict[int, list[tuple[str, int]]] = {}
+    for g, seq, _, absent in missing:
+        for c in absent:
+            if c in causes:
+                never_of.setdefault(c, []).append((g, seq))
+    alike: dict[tuple, list[int]] = {}  # causes that never entered the same ops
     for c in causes:
-        never = [(g, seq) for g, seq, _, absent in missing if c in absent]
+        alike.setdefault(tuple(never_of.get(c, [])), []).append(c)
+    for never, cs in alike.items():
         listed = "; ".join(
-            f"{groups[g].label()} " + (f"seq {seq}" if seq >= 0 else "a send / receive")
-            + (f" (its last completed: {last[(g, c)][2]})"
-               if seq >= 0 and (g, c) in last else "")
-            for g, seq in never[:6])
-        out.append(f"rank {c} never entered {len(never)} op(s) its peers entered: {listed}"
-                   + (" ..." if len(never) > 6 else ""))
+            f"{job.groups[g].label()} " + (f"seq {seq}" if seq >= 0 else "a send / receive")
+            + (f" (its last completed: {job.last[(g, cs[0])][2]})"
+               if seq >= 0 and (g, cs[0]) in job.last and len(cs) == 1 else "")
+            for g, seq in never[:_SHOWN])
+        who = f"rank {cs[0]}" if len(cs) == 1 else f"ranks {ranges(cs)}"
+        out.append(f"{who} never entered {len(never)} op(s) its peers entered: {listed}"
+                   + (" ..." if len(never) > _SHOWN else ""))
+    by_state = {s.rank: s for s in states}
+    no_dump = [r for r in suspects if by_state[r].state == "no dump"]
+    idle = [r for r in suspects if by_state[r].state == "stopped"]
+    if no_dump:
+        out.append(f"no dump from rank(s) {ranges(no_dump)}: possibly the cause (ops no "
+                   "member completed wait for them; their dumps would tell)")
+    if idle:
+        out.append(f"rank(s) {ranges(idle)} wait in nothing (every op they issued "
+                   "completed): possibly the cause, stopped before the op the others wait "
+                   "in")
     if loop:
-        out.append(f"deadlock: ranks {', '.join(map(str, loop))} wait for each other "
-                   "(they entered collectives in different orders)")
+        out.append(f"deadlock: ranks {ranges(loop)} wait for each other (they entered "
+                   "collectives in different orders)")
     for m in mismatches[:5]:
         out.append(f"mismatch: {m}")
+    if len(mismatches) > 5:
+        out.append(f"... and {len(mismatches) - 5} more mismatches (hang.json)")
     if not out:
         out.append("no hang found: every rank's ops completed, or none waits for another")
-    out += [s.chain for s in states if s.state == "waiting"]
+    groups: dict[tuple, list[RankState]] = {}
+    for s in states:
+        if s.state == "waiting":
+            groups.setdefault((s.desc, s.op, s.seq, s.end), []).append(s)
+    for (desc, opname, seq, end), ss in groups.items():
+        if len(ss) == 1:
+            out.append(ss[0].chain)
+            continue
+        what = f"{desc} {opname}" + (f" seq {seq}" if seq is not None else "")
+        out.append(f"ranks {ranges([s.rank for s in ss])} ({len(ss)}) wait in {what}"
+                   + (f", ending {end}" if end else "") + f"; e.g. {ss[0].chain}")
     return out

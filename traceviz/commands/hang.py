@@ -17,5 +17,5 @@ def run(folder: str | os.PathLike, world: int | None = None) -> Result:
     (:func:`traceviz.render.hang_files.hang_result`); ``data["hang"]`` is the
     :class:`~traceviz.analysis.hang.Hang`; ``failed`` names the files that could not be
     read (the others are analyzed)."""
-    dumps, failed = read_dumps(folder)
+    dumps, failed = read_dumps(folder, world)
     return hang_result(analyze(dumps, world), [d.source for d in dumps], failed)
