@@ -101,8 +101,30 @@ def main() -> None:
 
     skip_numba_optional_probes()
     hand_back_freed_memory()
+    _notes_as_lines()
     exit_on_sigterm()  # SIGTERM: temporary files and spill folders go, exit 143
     remove_dead_spills()  # what SIGKILLed runs left
+
+
+def _notes_as_lines() -> None:
+    """Warnings traceviz issues for the user (a kept result recomputed, a cache folder
+    refused) printed as one ``note:`` line each on stderr; others as Python prints them."""
+    import warnings
+
+    from .errors import CacheNote
+
+    shown = warnings.showwarning
+    if getattr(shown, "traceviz_notes", False):  # installed by an earlier invocation
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, CacheNote):
+            click.echo(f"note: {one_line(str(message))}", err=True)
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    show.traceviz_notes = True  # type: ignore[attr-defined]
+    warnings.showwarning = show
 
 
 def run() -> None:
@@ -799,7 +821,9 @@ def memory(path, rank, outdir) -> None:
 
 @main.command()
 @click.argument("dumps", type=click.Path())
-@click.option("--world", type=int, help="The job's ranks [default: those its groups name].")
+@click.option("--world", type=click.IntRange(1, 1 << 20),
+              help="The job's ranks (1 to 1,048,576) [default: those its groups name]; a "
+                   "dump of a rank beyond is named and left out.")
 @click.option("-o", "--output", "outdir",
               help="Folder for hang.csv / .parquet, hang_groups and hang.json [default: "
                    "traceviz-out/<folder>/hang].")

@@ -8,6 +8,11 @@ def one_line(text: str) -> str:
     return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
 
 
+class CacheNote(UserWarning):
+    """A kept result that could not be used (recomputed) or a cache folder refused: the
+    command line prints it as one ``note:`` line."""
+
+
 class TraceVizError(Exception):
     """Base class of errors the CLI reports as one line (exit code 1)."""
 

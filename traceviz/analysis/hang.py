@@ -148,9 +148,11 @@ class Hang:
         return pa.Table.from_pylist(rows, schema=RANK_SCHEMA)
 
     def group_table(self) -> pa.Table:
-        """One row per group and member (``hang_groups.csv``)."""
+        """One row per group and member (``hang_groups.csv``); the group's members as
+        ranges (:func:`ranges`: at a glance, not a list a thousand ranks long;
+        ``hang.json`` lists them once per group)."""
         return pa.Table.from_pylist([{
-            "group": g.group, "desc": g.desc, "ranks": ",".join(map(str, g.ranks)),
+            "group": g.group, "desc": g.desc, "ranks": ranges(g.ranks),
             "rank": g.rank, "last_enqueued": g.last_enqueued,
             "last_started": g.last_started if g.last_started >= 0 else None,
             "last_completed": g.last_completed} for g in self.groups], schema=GROUP_SCHEMA)

@@ -5,36 +5,93 @@ reused by ``report`` and ``html``), the report, the breakdown, the step windows 
 process groups the tables' footers state (``layout``).
 
 Each result is a folder ``.traceviz-cache/<name>`` inside the folder of rank tables:
-its tables (parquet) and ``entry.json`` (its other fields and the **key**). The key
-names what the result was computed from: every table of the folder (name, size,
-modification time), the topology file (path, size, time), the options and traceviz's
-version. An entry whose key differs, or that cannot be read, is ignored and replaced.
-It is written to a temporary folder renamed into place, and not at all where the folder
-is read-only (nothing is lost: the next command recomputes).
+its tables (parquet) and ``entry.json`` (its other fields, the **key** and a digest of
+each table and of itself). The key names what the result was computed from: every
+table of the folder (name, size, modification time and a digest of its Parquet footer,
+which changes with its content), the topology file (path, size, time), the options and
+a digest of traceviz's own code. An entry whose key differs is ignored and replaced.
+
+The cache is a folder that anyone may have written, so it is read as hostile input:
+
+* ``.traceviz-cache`` and its entries are opened without following links: a link is
+  refused (one note; results are then neither read nor written there), so no run
+  reads, replaces or deletes anything outside the cache;
+* only regular files under a size cap are read (a FIFO or ``/dev/zero`` is refused);
+* an entry is used only when its digests hold: its fields as written, its tables the
+  ones written with them (a reader never pairs one entry's key with another's tables);
+  anything that fails to load is a **miss** (recomputed and overwritten, with a note),
+  never an error;
+* an entry is written to a temporary folder renamed into place; the entry it replaces
+  is removed file by file, only the files an entry holds (``entry.json``, tables),
+  never a whole tree; leftovers of runs that died are cleaned the same way;
+* nothing is written where the folder is read-only (the next command recomputes).
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import json
 import os
-import shutil
+import stat
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .._version import __version__
 from ..analysis.advice import ADVICE_SCHEMA
 from ..analysis.diagnose.diagnosis import Diagnosis
 from ..analysis.diagnose.stages import StageBalance
 from ..analysis.diagnose.stragglers import PeerSpeed
 from ..analysis.ops_summary import OpModel
+from ..errors import CacheNote
 from .outputs import CACHE
 
 FOLDER = CACHE
-_UNREADABLE = (OSError, ValueError, KeyError, TypeError, pa.ArrowException)
+MAX_ENTRY_BYTES = 256 << 20   # entry.json: fields (a report) of a few MB at 4,096 ranks
+MAX_TABLE_BYTES = 8 << 30     # one kept table
+_FOOTER_BYTES = 64 << 10      # of a table's end digested into the key
+_TMP, _OLD = ".tmp-", ".old-"  # leftovers: <prefix><pid>-<name>...
+
+
+class _Miss(Exception):
+    """A kept entry that cannot be used (message: why)."""
+
+
+_noted: set[str] = set()
+
+
+def _note(text: str) -> None:
+    if text not in _noted:
+        _noted.add(text)
+        warnings.warn(text, CacheNote, stacklevel=3)
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """A digest of traceviz's own code (every .py and .toml of the package): a result
+    kept by other code is not this code's."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.blake2b(digest_size=16)
+    for p in sorted(root.rglob("*")):
+        if p.suffix in (".py", ".toml") and p.is_file():
+            h.update(os.fspath(p.relative_to(root)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _footer_digest(path: Path, size: int) -> str | None:
+    """A digest of the last bytes of the table ``path`` (its Parquet footer: row groups,
+    statistics, metadata), None where it cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, size - _FOOTER_BYTES))
+            return hashlib.blake2b(f.read(_FOOTER_BYTES), digest_size=16).hexdigest()
+    except OSError:
+        return None
 
 
 def key_of(folder: Path, topology: str | os.PathLike | None, options: dict) -> dict:
@@ -42,7 +99,7 @@ def key_of(folder: Path, topology: str | os.PathLike | None, options: dict) -> d
     files = []
     for p in sorted(folder.glob("*.parquet")):
         st = p.stat()
-        files.append([p.name, st.st_size, st.st_mtime_ns])
+        files.append([p.name, st.st_size, st.st_mtime_ns, _footer_digest(p, st.st_size)])
     topo = None
     if topology is not None:
         try:
@@ -50,50 +107,201 @@ def key_of(folder: Path, topology: str | os.PathLike | None, options: dict) -> d
             topo = [os.fspath(Path(topology).resolve()), st.st_size, st.st_mtime_ns]
         except OSError:
             topo = [os.fspath(topology), None, None]
-    return {"version": __version__, "files": files, "topology": topo,
+    return {"code": code_digest(), "files": files, "topology": topo,
             "options": {k: (list(v) if isinstance(v, tuple) else v)
                         for k, v in sorted(options.items())}}
 
 
-def load(folder: Path, name: str, key: dict) -> tuple[dict[str, pa.Table], dict] | None:
-    """The tables and fields of the entry ``name`` of ``folder`` for ``key``; None
-    (none, another key, unreadable)."""
-    where = folder / FOLDER / name
+def _base(folder: Path, create: bool) -> Path | None:
+    """The cache folder of ``folder`` when it is a real folder (made, with ``create``,
+    where missing and the folder writable); None otherwise (a link: noted)."""
+    base = folder / FOLDER
     try:
-        entry = json.loads((where / "entry.json").read_text())
+        st = os.lstat(base)
+    except FileNotFoundError:
+        if not create:
+            return None
+        try:
+            base.mkdir()
+        except OSError:
+            return None
+        return base
+    except OSError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        _note(f"{base} is a link: traceviz neither reads nor writes kept results through "
+              "it (remove the link to keep them again)")
+        return None
+    return base if stat.S_ISDIR(st.st_mode) else None
+
+
+def _read(path: Path, cap: int) -> bytes:
+    """The bytes of the regular file ``path`` (not a link, at most ``cap``)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise _Miss(f"{path.name}: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _Miss(f"{path.name} is not a regular file")
+        if st.st_size > cap:
+            raise _Miss(f"{path.name} holds {st.st_size:,} bytes, more than {cap:,}")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            raw = f.read(cap + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > cap:
+        raise _Miss(f"{path.name} holds more than {cap:,} bytes")
+    return raw
+
+
+def _digest(raw: bytes) -> str:
+    return hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+
+def load(folder: Path, name: str, key: dict) -> tuple[dict[str, pa.Table], dict] | None:
+    """The tables and fields of the entry ``name`` of ``folder`` for ``key``; None where
+    there is none, it has another key, or it cannot be used (then noted: see the module
+    doc)."""
+    base = _base(folder, create=False)
+    if base is None:
+        return None
+    where = base / name
+    try:
+        st = os.lstat(where)
+    except OSError:
+        return None
+    try:
+        if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+            raise _Miss("it is a link or not a folder")
+        head, _, body = _read(where / "entry.json", MAX_ENTRY_BYTES).partition(b"\n")
+        if head != _digest(body).encode():
+            raise _Miss("entry.json is not what traceviz wrote (edited or damaged)")
+        entry = json.loads(body)
+        if not isinstance(entry, dict):
+            raise _Miss("entry.json is not what traceviz writes")
         if entry.get("key") != key:
             return None
-        return ({t: pq.read_table(where / f"{t}.parquet") for t in entry["tables"]},
-                entry["fields"])
-    except _UNREADABLE:
+        tables = entry.get("tables")
+        if not isinstance(tables, dict) or not isinstance(entry.get("fields"), dict):
+            raise _Miss("entry.json is not what traceviz writes")
+        out = {}
+        for t, digest in tables.items():
+            raw = _read(where / f"{t}.parquet", MAX_TABLE_BYTES)
+            if _digest(raw) != digest:
+                raise _Miss(f"{t}.parquet is not the table written with it")
+            out[t] = pq.read_table(pa.BufferReader(raw))
+        return out, entry["fields"]
+    except (_Miss, ValueError, RecursionError, pa.ArrowException) as exc:
+        miss(where, exc)
         return None
+
+
+def miss(where: Path, why: Exception | str) -> None:
+    """Note that the kept result ``where`` cannot be used (it is recomputed)."""
+    _note(f"kept result {where} not used ({str(why)[:200]}): recomputed")
 
 
 def store(folder: Path, name: str, key: dict, tables: dict[str, pa.Table | None],
           fields: dict) -> None:
     """Keep ``tables`` (None ones left out) and ``fields`` (JSON-able) as the entry
-    ``name`` of ``folder`` for ``key``; nothing where the folder cannot be written."""
-    base = folder / FOLDER
+    ``name`` of ``folder`` for ``key``; nothing where the folder cannot be written (see
+    the module doc)."""
+    base = _base(folder, create=True)
+    if base is None:
+        return
+    _clean_leftovers(base)
     try:
-        base.mkdir(exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f"{name}.", dir=base))
+        tmp = Path(tempfile.mkdtemp(prefix=f"{_TMP}{os.getpid()}-{name}.", dir=base))
     except OSError:
         return
     try:
-        kept = {t: table for t, table in tables.items() if table is not None}
-        for t, table in kept.items():
-            pq.write_table(table, tmp / f"{t}.parquet")
-        (tmp / "entry.json").write_text(json.dumps(
-            {"key": key, "tables": sorted(kept), "fields": fields}))
-        final, old = base / name, base / f"{name}.old-{os.getpid()}"
-        if final.exists():
-            final.rename(old)
-        tmp.rename(final)
-        shutil.rmtree(old, ignore_errors=True)
-    except OSError:
+        digests = {}
+        for t, table in tables.items():
+            if table is not None:
+                pq.write_table(table, tmp / f"{t}.parquet")
+                digests[t] = _digest(_read(tmp / f"{t}.parquet", MAX_TABLE_BYTES))
+        body = json.dumps({"key": key, "tables": digests, "fields": fields}).encode()
+        (tmp / "entry.json").write_bytes(_digest(body).encode() + b"\n" + body)
+        final = base / name
+        old = Path(tempfile.mkdtemp(prefix=f"{_OLD}{os.getpid()}-{name}.", dir=base))
+        try:
+            for k in range(8):  # another writer may put its entry in place meanwhile
+                _set_aside(final, old / str(k))
+                try:
+                    os.rename(tmp, final)
+                    break
+                except OSError:
+                    continue
+        finally:
+            for inner in old.iterdir():
+                _remove_entry(inner)
+            _remove_entry(old)
+    except (OSError, _Miss):
         pass
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove_entry(tmp)
+
+
+def _set_aside(final: Path, aside: Path) -> None:
+    """Move the entry ``final`` (if any) to ``aside``; a link or file there is unlinked
+    (not what it points to)."""
+    try:
+        st = os.lstat(final)
+    except FileNotFoundError:
+        return
+    try:
+        if stat.S_ISDIR(st.st_mode):
+            os.rename(final, aside)
+        else:
+            os.unlink(final)
+    except FileNotFoundError:  # another writer moved it first
+        pass
+
+
+def _remove_entry(path: Path) -> None:
+    """Remove the entry folder ``path``: its regular files that an entry holds
+    (``entry.json``, ``*.parquet``), then the folder where that empties it; nothing
+    else, no link followed."""
+    try:
+        with os.scandir(path) as items:
+            for item in items:
+                if item.is_file(follow_symlinks=False) and (
+                        item.name == "entry.json" or item.name.endswith(".parquet")):
+                    os.unlink(item.path)
+        os.rmdir(path)
+    except OSError:
+        pass
+
+
+def _clean_leftovers(base: Path) -> None:
+    """The temporary and replaced entries of runs that are no longer running (the pid
+    their name starts with), removed as :func:`_remove_entry` does."""
+    try:
+        items = [p for p in base.iterdir() if p.name.startswith((_TMP, _OLD))]
+    except OSError:
+        return
+    for p in items:
+        pid = p.name[len(_TMP):].split("-", 1)[0]
+        if p.is_symlink() or not p.is_dir() or (pid.isdigit() and _alive(int(pid))):
+            continue
+        for inner in p.iterdir():
+            if inner.is_dir() and not inner.is_symlink():
+                _remove_entry(inner)
+        _remove_entry(p)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def load_diagnosis(folder: Path, key: dict, advice: bool
@@ -119,7 +327,8 @@ def load_diagnosis(folder: Path, key: dict, advice: bool
             totals=t["totals"], speed=PeerSpeed(t["peer_speed"]), chain=t["chain"],
             notes=d["notes"], pipelines=d["pipelines"], stages_ordered=d["stages_ordered"],
             clocks=d["clocks"], links=t["links"], balance=balance)
-    except _UNREADABLE:
+    except Exception as exc:  # noqa: BLE001 - any field not as written: a miss
+        miss(folder / FOLDER / "diagnosis", exc)
         return None
     return diag, t.get("advice"), list(d.get("failed") or [])
 
@@ -156,7 +365,8 @@ def load_op_model(folder: Path, key: dict) -> OpModel | None:
     try:
         return OpModel(ranks=tuple(d["ranks"]), **{n: t[n] for n in _OP_TABLES},
                        **{k: v for k, v in d.items() if k != "ranks"})
-    except _UNREADABLE:
+    except Exception as exc:  # noqa: BLE001 - any field not as written: a miss
+        miss(folder / FOLDER / "op_model", exc)
         return None
 
 

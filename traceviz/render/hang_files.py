@@ -19,11 +19,14 @@ def hang_result(hang: Hang, sources: list[str], failed: list[str]) -> Result:
 
 def _json(hang: Hang, sources: list[str]) -> dict:
     """``hang.json``: the verdict, the causes, every rank's state and every group's
-    progress, the collectives some members never entered, the mismatches."""
+    progress, each process group's members (once), the collectives some members never
+    entered, the mismatches."""
     return {"verdict": hang.verdict, "causes": list(hang.causes),
             "deadlock": list(hang.deadlock), "mismatches": list(hang.mismatches),
             "never_entered": [{"group": g, "seq": seq if seq >= 0 else None,
                                "entered": list(entered), "never_entered": list(absent)}
                               for g, seq, entered, absent in hang.missing],
             "ranks": hang.rank_table().to_pylist(), "groups": hang.group_table().to_pylist(),
+            "process_groups": {g.group: {"desc": g.desc, "ranks": list(g.ranks)}
+                               for g in hang.groups},
             "dumps": sources, "notes": list(hang.notes)}

@@ -199,9 +199,15 @@ def write_parquet(table: pa.Table, dest: str | os.PathLike) -> None:
         pq.write_table(table, sink, **writer_options(table.schema))
 
 
+# a cell a spreadsheet would run as a formula, or a control character a terminal obeys
+_FORMULA = r"^[=+\-@]"
+_CONTROL = "[\x00-\x1f\x7f-\x9f]"
+
+
 def write_csv(table: pa.Table, dest: str | os.PathLike) -> Path:
     """Write ``table`` as CSV to ``dest`` (atomically); returns the path. A list column
-    (CSV has none) is written as its items joined by spaces."""
+    (CSV has none) is written as its items joined by spaces. Texts a trace or dump wrote
+    are neutralised (:func:`safe_texts`): the Parquet file keeps them as they are."""
     import pyarrow.compute as pc
     import pyarrow.csv as pacsv
 
@@ -209,9 +215,36 @@ def write_csv(table: pa.Table, dest: str | os.PathLike) -> Path:
         if pa.types.is_list(field.type) or pa.types.is_large_list(field.type):
             texts = pc.cast(table.column(i), pa.list_(pa.string()))
             table = table.set_column(i, field.name, pc.binary_join(texts, " "))
+        if pa.types.is_dictionary(table.schema.field(i).type):
+            table = table.set_column(i, field.name, pc.cast(
+                table.column(i), table.schema.field(i).type.value_type))
+        if pa.types.is_string(table.schema.field(i).type) or \
+                pa.types.is_large_string(table.schema.field(i).type):
+            table = table.set_column(i, field.name, safe_texts(table.column(i)))
     with atomic_path(dest) as tmp:
         pacsv.write_csv(table, tmp)
     return Path(dest)
+
+
+def safe_texts(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """``column`` (strings) with each cell that starts with ``=``, ``+``, ``-`` or ``@``
+    prefixed by ``'`` (a spreadsheet shows it, and runs no formula) and control
+    characters written as ``\\xNN`` escapes; other cells unchanged (no copy where none
+    needs it)."""
+    import pyarrow.compute as pc
+
+    bad = pc.or_(pc.match_substring_regex(column, _FORMULA),
+                 pc.match_substring_regex(column, _CONTROL))
+    if not pc.any(bad).as_py():
+        return column
+    return pa.chunked_array([pa.array(
+        [None if v is None else _safe(v) for v in column.to_pylist()], column.type)])
+
+
+def _safe(text: str) -> str:
+    text = "".join(f"\\x{ord(c):02x}" if ord(c) < 32 or 127 <= ord(c) < 160 else c
+                   for c in text)
+    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
 
 
 def write_csv_and_parquet(table: pa.Table, folder: str | os.PathLike, name: str
