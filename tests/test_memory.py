@@ -172,3 +172,98 @@ def test_the_page_shows_memory_and_the_hang(tmp_path):
     assert "<section id='memory'>" in text and "14.917" in text
     assert "<section id='hang'>" in text and "rank 2 never entered 3 op(s)" in text
     assert "<a href='#memory'>Memory</a>" in text and "<a href='#hang'>Hang</a>" in text
+
+
+# ---- hostile allocator events ---------------------------------------------------------------
+
+def _hostile(doc: dict, **args) -> dict:
+    """``doc`` with one more allocator event (last in ``traceEvents``, at 600 µs on the
+    autograd thread) whose args are ``args`` over a readable event's that changes
+    nothing: Total Allocated the running total there (5300 B), 0 bytes at 0xD000
+    (an arg given as ``...`` is left out)."""
+    base = {"Total Reserved": 1 << 20, "Total Allocated": 5300, "Bytes": 0, "Device Id": 0,
+            "Device Type": 1, "Addr": 0xD000}
+    base.update(args)
+    doc["traceEvents"].append({"ph": "i", "cat": "cpu_instant_event", "s": "t",
+                               "name": "[memory]", "pid": 1, "tid": 2, "ts": 600,
+                               "args": {k: v for k, v in base.items() if v is not ...}})
+    return doc
+
+
+@pytest.mark.parametrize("args", [
+    # an unreadable size of a free of the gradient G (live at the peak); read as a
+    # 1-byte free at its address, it moved G's 300 B to "before the trace"
+    {"Bytes": 1e30, "Addr": 0xC000}, {"Bytes": float("nan"), "Addr": 0xC000},
+    {"Bytes": "abc", "Addr": 0xC000}, {"Bytes": 1.5, "Addr": 0xC000},
+    # an allocation of 300 B at an unreadable address: read as one shared address, it
+    # was live at the peak
+    {"Bytes": 300, "Addr": 1e30}, {"Bytes": 300, "Addr": float("nan")},
+    {"Bytes": 300, "Addr": "abc"}, {"Bytes": 300, "Addr": 1.5}, {"Bytes": 300, "Addr": ...},
+], ids=lambda a: "-".join(f"{k}={v}" for k, v in a.items()))
+def test_an_unreadable_size_or_address_is_left_out_with_a_note(tmp_path, args):
+    """An allocator event whose Bytes or Addr cannot be read (beyond int64, NaN, a word,
+    a fraction, absent) is left out: every table is as without it, and one note counts
+    it and names it (its position in traceEvents, its ts)."""
+    clean, bad = tmp_path / "clean.json", tmp_path / "bad.json"
+    clean.write_text(json.dumps(_trace(0, 1)))
+    doc = _hostile(_trace(0, 1), **args)
+    bad.write_text(json.dumps(doc))  # NaN as the bare literal NaN
+    want, got = command.run(clean), command.run(bad)
+    for name, table in want.tables.items():
+        assert got.tables[name].to_pylist() == table.to_pylist(), name
+    assert want.notes == []
+    assert got.notes == [
+        f"rank 0: 1 allocator event(s) with an unreadable Bytes or Addr left out (first: "
+        f"the allocator event traceEvents[{len(doc['traceEvents']) - 1}] at ts 600 µs)"]
+
+
+def _one_line_error(tmp_path, trace) -> str:
+    """The CLI's error on ``trace``: exit code 1, one line, no traceback."""
+    r = CliRunner().invoke(main, ["memory", str(trace), "-o", str(tmp_path / "out")])
+    assert r.exit_code == 1 and isinstance(r.exception, SystemExit), r.output
+    assert "Traceback" not in r.output and "internal error" not in r.output, r.output
+    (line,) = r.stderr.strip().splitlines()
+    return line
+
+
+def test_an_absurd_device_id_is_refused_in_one_line(tmp_path):
+    """A Device Id of 1e12 on rank 1 of a job: one line naming the rank's trace and the
+    event, never a suggestion of an option ``memory`` does not have."""
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "rank_0.json").write_text(json.dumps(_trace(0, 1, stage_group=[0, 1])))
+    doc = _hostile(_trace(1, 1, stage_group=[0, 1]), **{"Device Id": 1e12})
+    (job / "rank_1.json").write_text(json.dumps(doc))
+    line = _one_line_error(tmp_path, job)
+    assert line == (f"traceviz: error: {job / 'rank_1.json'}: rank 1: the allocator event "
+                    f"traceEvents[{len(doc['traceEvents']) - 1}] at ts 600 µs: Device Id "
+                    "1000000000000 is no device (-1: the CPU, else 0 to 1024)")
+    assert "--" not in line
+
+
+@pytest.mark.parametrize("size", [1 << 62, 1 << 48], ids=["2^62-byte blocks",
+                                                           "live blocks beyond 2^48"])
+def test_an_absurd_size_is_refused_in_one_line(tmp_path, size):
+    """Two live blocks of 2^62 bytes (their sum overflowed int64): the first is refused
+    in one line naming it. Blocks of 2^48 bytes each (the bound), live at the peak with
+    B's 1000 B beyond it (the totals unchanged): refused at the peak, so no sum of live
+    blocks overflows."""
+    doc = _trace(0, 1)
+    ev = doc["traceEvents"]
+    a, _, g, b, _ = (e for e in ev if e.get("name") == "[memory]")
+    for block, addr in ((a, 0x1000), (g, 0x2000)):  # no longer freed: live at the peak
+        block["args"].update(Bytes=size, Addr=addr)
+        if size > 1 << 48:  # (each total within int64)
+            block["args"]["Total Allocated"] += size
+    (tmp_path / "t.json").write_text(json.dumps(doc))
+    line = _one_line_error(tmp_path, tmp_path / "t.json")
+    where = f"traceviz: error: {tmp_path / 't.json'}: rank 0: "
+    if size > 1 << 48:
+        assert line == (where + f"the allocator event traceEvents[{ev.index(a)}] at ts 120 "
+                        f"µs: Bytes {1 << 62} is beyond ±2^48 bytes (256 TiB): no device "
+                        "holds that")
+    else:
+        assert line == (where + "the blocks live at the peak, the allocator event "
+                        f"traceEvents[{ev.index(b)}] at ts 1020 µs, add up to "
+                        f"{2 * size + 1000} bytes, beyond 2^48 (256 TiB): no device holds "
+                        "that")

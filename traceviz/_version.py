@@ -1,2 +1,2 @@
 """The package version (a leaf module: everything may import it, it imports nothing)."""
-__version__ = "0.2.0"
+__version__ = "0.2.1"

@@ -25,6 +25,14 @@ less every live block. The groups add up to the peak exactly.
 peak (forward and recompute) show the 1F1B warm-up: the first stage holds ``pp - stage``
 micro-batches.
 
+**Hostile input.** An event on the GPU whose ``Bytes`` or ``Addr`` is unreadable (absent,
+not an integer, beyond int64) is left out (of the timeline and the live set) and counted
+in one note of the rank. A ``Device Id`` that is unreadable or no device (below -1, the
+CPU's, or above :data:`MAX_DEVICE`), a size (``Bytes``, a total) beyond ``±LIMIT`` bytes
+or blocks live at the peak adding up beyond it are refused: a one-line error naming the
+event and the rank's trace. So every size and every sum of live blocks is within
+``±LIMIT`` (2^48): no int64 sum overflows.
+
 Bytes are int64; times ns on the rank's clock.
 """
 from __future__ import annotations
@@ -35,12 +43,16 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from ..errors import TraceVizError
 from ..intervals.containment import innermost_enclosing, step_of
 from ..table.arrays import codes_of, ints, row_texts
 from ..table.schema import PHASES, metadata
 
 CUDA = 1  # the allocator events' device_type of a GPU
 GiB = 1 << 30
+LIMIT = 1 << 48  # bytes (256 TiB): no device holds more; a size beyond it is refused
+MAX_DEVICE = 1024  # the highest device id taken (-1: the CPU)
+SIZES = (("Bytes", "bytes"), ("Total Allocated", "allocated"), ("Total Reserved", "reserved"))
 MODULE_FRAME = re.compile(r"^nn\.Module: ")
 
 TIMELINE_SCHEMA = pa.schema([
@@ -75,8 +87,9 @@ THIS = "the peak's iteration"
 @dataclass(frozen=True)
 class RankMemory:
     """One rank's memory (see the module doc): its timeline, what is live at its peak
-    by origin and by op, its summary row, and its micro-batch steps' CPU windows (the
-    figure shades them: (iteration, phase, micro-batch, start, end) ns)."""
+    by origin and by op, its summary row, its micro-batch steps' CPU windows (the
+    figure shades them: (iteration, phase, micro-batch, start, end) ns), and its note
+    on the events left out (None: none)."""
 
     rank: int
     stage: int | None
@@ -85,19 +98,29 @@ class RankMemory:
     ops: pa.Table
     summary: dict
     windows: list[tuple[int, str, int, int, int]]
+    note: str | None
 
 
 def rank_memory(memory: pa.Table, gpu: pa.Table, cpu: pa.Table | None, rank: int
                 ) -> RankMemory:
     """The memory of one rank from its allocator table, GPU activity table and CPU
-    table (None: no op or module context)."""
+    table (None: no op or module context); a one-line error on an absurd event (see
+    the module doc)."""
     meta = metadata(gpu)
+    where = f"{meta.get('source') or 'its trace'}: rank {rank}"
+    _refuse_absurd(memory, where)
     stage = (meta.get("classification") or {}).get("stage")
     dev_type, device = ints(memory["device_type"]), ints(memory["device"])
     on_gpu = dev_type == CUDA
     dev = int(np.bincount(device[on_gpu & (device >= 0)]).argmax()) \
         if (on_gpu & (device >= 0)).any() else -1
-    keep = np.flatnonzero(on_gpu & (device == dev))
+    mine = on_gpu & (device == dev)
+    unread = memory["bytes"].is_null().to_numpy() | memory["addr"].is_null().to_numpy()
+    left_out = np.flatnonzero(mine & unread)
+    note = (f"rank {rank}: {left_out.size} allocator event(s) with an unreadable Bytes or "
+            f"Addr left out (first: {_event(memory, int(left_out[0]))})"
+            if left_out.size else None)
+    keep = np.flatnonzero(mine & ~unread)
     ts = ints(memory["ts"])[keep]
     order = keep[np.lexsort((ints(memory["index"])[keep], ts))]
     ts = ints(memory["ts"])[order]
@@ -114,7 +137,7 @@ def rank_memory(memory: pa.Table, gpu: pa.Table, cpu: pa.Table | None, rank: int
         "allocated_bytes": pa.array(allocated, pa.int64()),
         "reserved_bytes": pa.array(reserved, pa.int64(), mask=reserved < 0),
         "delta": pa.array(delta, pa.int64()),
-        "addr": pa.array(addr, pa.int64(), mask=addr < 0),
+        "addr": pa.array(addr, pa.int64()),
         "op": op, "module": module,
         "iteration": pa.array(iteration, pa.int32()),
         "phase": pa.array([PHASES[p] if p >= 0 else None for p in phase.tolist()],
@@ -124,18 +147,55 @@ def rank_memory(memory: pa.Table, gpu: pa.Table, cpu: pa.Table | None, rank: int
     if not n:
         empty = _summary(rank, stage, dev, 0, None, None, None, None, None, 0, 0, None, None)
         return RankMemory(rank, stage, timeline, PEAK_SCHEMA.empty_table(),
-                          OPS_SCHEMA.empty_table(), empty, [])
+                          OPS_SCHEMA.empty_table(), empty, [], note)
     at = int(np.argmax(allocated))  # the first event reaching the maximum
     live = _live_at(addr[:at + 1], delta[:at + 1])
+    tracked = sum(delta[live].tolist())  # Python ints: exact
+    if tracked > LIMIT:
+        raise TraceVizError(f"{where}: the blocks live at the peak, "
+                            f"{_event(memory, int(order[at]))}, add up to {tracked} bytes, "
+                            "beyond 2^48 (256 TiB): no device holds that")
     peak_bytes = int(allocated[at])
     peak, acts = _peak_groups(rank, live, delta, iteration, phase, mb, iteration[at],
                               peak_bytes)
     ops = _peak_ops(rank, live, delta, op, module, phase)
-    before = peak_bytes - int(delta[live].sum()) if live.size else peak_bytes
     summary = _summary(rank, stage, dev, n, peak_bytes, int(ts[at]), int(iteration[at]),
-                       phase[at], int(mb[at]), acts, before, int(reserved[at]),
+                       phase[at], int(mb[at]), acts, peak_bytes - tracked, int(reserved[at]),
                        int(reserved.max()))
-    return RankMemory(rank, stage, timeline, peak, ops, summary, _windows(gpu, meta))
+    return RankMemory(rank, stage, timeline, peak, ops, summary, _windows(gpu, meta), note)
+
+
+def _refuse_absurd(memory: pa.Table, where: str) -> None:
+    """A one-line error naming the first event (in file order) of the allocator table
+    ``memory`` whose Device Id is unreadable or no device (not -1, the CPU, nor 0 to
+    :data:`MAX_DEVICE`) or whose Bytes or totals lie beyond ``±LIMIT`` bytes; ``where``:
+    the rank's trace and rank."""
+    unread = memory["device"].is_null().to_numpy()  # absent or not an int64 integer
+    device = ints(memory["device"])
+    no_device = unread | (device < -1) | (device > MAX_DEVICE)
+    sizes = {name: ints(memory[col], 0) for name, col in SIZES}
+    huge = {name: (v < -LIMIT) | (v > LIMIT) for name, v in sizes.items()}
+    bad = np.flatnonzero(no_device | np.logical_or.reduce(list(huge.values())))
+    if not bad.size:
+        return
+    k = int(bad[0])
+    if no_device[k]:
+        what = ("Device Id is absent or not an integer" if unread[k]
+                else f"Device Id {device[k]} is no device") + \
+            f" (-1: the CPU, else 0 to {MAX_DEVICE})"
+    else:
+        name = next(name for name, h in huge.items() if h[k])
+        what = f"{name} {sizes[name][k]} is beyond ±2^48 bytes (256 TiB): no device holds that"
+    raise TraceVizError(f"{where}: {_event(memory, k)}: {what}")
+
+
+def _event(memory: pa.Table, row: int) -> str:
+    """Row ``row`` of the allocator table as the trace names it: its position in
+    ``traceEvents`` and its ``ts`` (µs, exact)."""
+    index, ts = memory["index"][row].as_py(), memory["ts"][row].as_py()
+    us, ns = divmod(abs(ts), 1000)
+    frac = f".{ns:03d}".rstrip("0") if ns else ""
+    return f"the allocator event traceEvents[{index}] at ts {'-' if ts < 0 else ''}{us}{frac} µs"
 
 
 def _summary(rank, stage, dev, n, peak, ts, it, phase, mb, acts, before, reserved,

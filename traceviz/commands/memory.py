@@ -13,5 +13,7 @@ from ..table.result import Result
 def run(path: str | os.PathLike, *, rank: int | None = None) -> Result:
     """The memory of ``path`` as tables, a figure and lines
     (:func:`traceviz.render.memory_files.memory_result`); ``data["memory"]`` is the
-    :class:`~traceviz.analysis.memory.JobMemory`."""
-    return memory_result(*analyses.memory(path, rank=rank))
+    :class:`~traceviz.analysis.memory.JobMemory`. Notes: the ranks without allocator
+    events, and those with events left out (unreadable Bytes or Addr)."""
+    job, missing = analyses.memory(path, rank=rank)
+    return memory_result(job, missing + [r.note for r in job.ranks if r.note])

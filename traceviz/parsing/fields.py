@@ -48,7 +48,8 @@ FIELDS: dict[str, list[tuple[str, str]]] = {
               ("input_dims", "i4"), ("input_types", "i4"), ("concrete", "i4")],
     # the caching allocator's events (``[memory]`` instants of profile_memory=True):
     # bytes allocated (> 0) or freed (< 0), the device's totals after it, the block
-    # address, the device and its type (1: CUDA), on the thread that asked
+    # address, the device (-1: the CPU) and its type (1: CUDA), on the thread that
+    # asked; bytes, addr and device are UNREADABLE when absent or not an int64 integer
     "memory": [("ts", "i8"), ("thread", "i4"), ("bytes", "i8"), ("allocated", "i8"),
                ("reserved", "i8"), ("addr", "i8"), ("device", "i8"), ("device_type", "i8"),
                ("index", "i8")],
@@ -144,6 +145,11 @@ ARG_KEYS = {
     b"Device Type": A_DEVICE_TYPE,
     b"Input Dims": A_DIMS, b"Input type": A_TYPES, b"Concrete Inputs": A_CONCRETE,
 }
+
+# an allocator event's Bytes, Addr or Device Id that is absent or not an integer in the
+# int64 range (the scanner's ``-1`` for absent is a real value of each: a 1-byte free,
+# the CPU's device); the smallest int64, which none of them can be
+UNREADABLE = np.int64(-(2 ** 63))
 
 TRACE_EVENTS_KEY = b"traceEvents"
 

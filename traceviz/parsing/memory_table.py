@@ -2,16 +2,21 @@
 instants that ``profile_memory=True`` writes), in file order: when (``ts``, ns), on which
 thread (``pid`` / ``tid``), the bytes allocated (> 0) or freed (< 0), the device's
 allocated and reserved totals after the event, the block's address, and the device
-(``device_type`` 1: CUDA, 0: CPU). None for a trace without them."""
+(``device_type`` 1: CUDA, 0: CPU; ``device`` -1: the CPU). None for a trace without them.
+
+Null: ``bytes``, ``addr`` or ``device`` absent or unreadable (not an int64 integer:
+:data:`~.fields.UNREADABLE`), ``reserved`` or ``device_type`` absent."""
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
 
 from ..table.arrays import column
+from .fields import UNREADABLE
 from .reader import ScannedTrace
 
 FIELDS = ("ts", "bytes", "allocated", "reserved", "addr", "device", "device_type", "index")
+EXACT = ("bytes", "addr", "device")  # -1 is a value of each; absent is UNREADABLE
 
 
 def memory_table(scanned: ScannedTrace, pid_of: np.ndarray, tid_of: np.ndarray
@@ -30,6 +35,5 @@ def memory_table(scanned: ScannedTrace, pid_of: np.ndarray, tid_of: np.ndarray
     out = {"ts": column(got["ts"]), "pid": column(pid_of[thread]), "tid": column(tid_of[thread])}
     for f in FIELDS[1:]:
         v = got[f]
-        # -1: the event states no such field (a freed block's address is stated)
-        out[f] = column(v, pa.int64(), (v == -1) if f != "bytes" else None)
+        out[f] = column(v, pa.int64(), v == (UNREADABLE if f in EXACT else -1))
     return pa.table(out)

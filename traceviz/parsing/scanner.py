@@ -14,7 +14,9 @@ What it reads (everything else is skipped structurally, never decoded):
   spans for :mod:`.header`) or a bare array of events (torch_npu / Ascend);
 * per event: ``ph name cat pid tid ts dur id bp args``; ``ts``/``dur`` as numbers or
   numeric strings, in microseconds, converted exactly to int64 ns;
-* per ``args``: the keys in :data:`.layout.ARG_KEYS`.
+* per ``args``: the keys in :data:`.layout.ARG_KEYS`; an allocator event's ``Bytes``,
+  ``Addr`` and ``Device Id`` only as exact integers (:data:`.fields.UNREADABLE` when
+  absent, fractional, out of range or not a number).
 
 Performance notes (numba specifics, measured on this code): the scanner and every
 helper it calls are compiled with ``_nrt=False``. They allocate nothing, and with the
@@ -104,6 +106,48 @@ def _number_field(buf, k, n, scale):
     return e, v, GOOD if st == NUM_OK else RANGE if st == NUM_RANGE else BAD
 
 
+@njit(nogil=True, cache=True, _nrt=False, inline="always")
+def _exact_arg(slot):
+    """Whether arg ``slot`` is read as an exact integer (never rounded; absent or
+    unreadable: ``UNREADABLE``, not -1): an allocator event's Bytes, Addr, Device Id."""
+    return slot == L.A_MEM_BYTES or slot == L.A_ADDR or slot == L.A_DEVICE_ID
+
+
+@njit(nogil=True, cache=True, _nrt=False)
+def _integral(buf, k, e):
+    """Whether the number ``buf[k:e]`` (a JSON number or numeric string, read without
+    error) is an integer: ``value = digits * 10**(exponent - fraction digits)`` is one
+    when the digits' trailing zeros make up for a negative power (``2.0``, ``15e1``:
+    yes; ``1.5``, ``15e-1``: no)."""
+    frac = 0  # digits after the decimal point
+    zeros = 0  # trailing zero digits of the mantissa
+    nonzero = False
+    in_frac = False
+    in_exp = False
+    eneg = False
+    exp = 0
+    for q in range(k, e):
+        c = buf[q]
+        if in_exp:
+            if c == 45:
+                eneg = True
+            elif 48 <= c <= 57 and exp < 100000:
+                exp = exp * 10 + (int(c) - 48)
+        elif c == 46:
+            in_frac = True
+        elif c == 101 or c == 69:
+            in_exp = True
+        elif 48 <= c <= 57:
+            if in_frac:
+                frac += 1
+            if c == 48:
+                zeros += 1
+            else:
+                zeros = 0
+                nonzero = True
+    return not nonzero or (-exp if eneg else exp) - frac + zeros >= 0
+
+
 @njit(nogil=True, cache=True, _nrt=False)
 def _parse_args(buf, i, n, w, strs, sinfo, pend):
     """Parse the ``args`` object at ``i`` into ``w[AR + A_*]``; the end or a negative code."""
@@ -134,7 +178,7 @@ def _parse_args(buf, i, n, w, strs, sinfo, pend):
         elif slot < L.FIRST_STR_ARG:
             e, v, vst = _number_field(buf, k, n, 0)
             if e >= 0:
-                if vst == GOOD:
+                if vst == GOOD and (not _exact_arg(slot) or _integral(buf, k, e)):
                     w[AR + slot] = v
                 else:
                     w[L.S_BAD_NUMBER] += 1
@@ -182,6 +226,9 @@ def _parse_event(buf, i, n, w, strs, sinfo, pend):
         w[EV + q] = -1
     for q in range(L.N_ARGS):
         w[AR + q] = -1
+    w[AR + L.A_MEM_BYTES] = L.UNREADABLE
+    w[AR + L.A_ADDR] = L.UNREADABLE
+    w[AR + L.A_DEVICE_ID] = L.UNREADABLE
     w[EV + V_TSST] = MISSING
     w[EV + V_DURST] = MISSING
     w[EV + V_IDST] = MISSING
