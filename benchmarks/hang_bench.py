@@ -42,7 +42,7 @@ def main() -> None:
         lines = subprocess.run(cmd, capture_output=True, text=True).stdout.splitlines()
         rows.append((n, size / 2**20, wall, peak / 2**20, 1000 * wall / n, len(lines),
                      (out / "hang.json").stat().st_size / 2**20,
-                     lines[0].startswith("rank 5 never entered")))
+                     lines[0].startswith("hang: rank 5 stopped before")))
     head = ("ranks", "dumps MB", "wall s", "peak RSS MB", "ms per dump", "lines printed",
             "hang.json MB", "names rank 5 alone")
     fmt = ("{}", "{:.1f}", "{:.1f}", "{:.0f}", "{:.2f}", "{}", "{:.1f}", "{}")

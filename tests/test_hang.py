@@ -29,7 +29,10 @@ def test_the_real_hang_names_the_rank_that_stopped():
     result = command.run(shared(FR))
     h = result.data["hang"]
     assert h.causes == (truth["stuck_rank"],)
-    assert result.lines[0].startswith(f"rank {truth['stuck_rank']} never entered 3 op(s)")
+    assert result.lines[0] == (
+        f"hang: rank {truth['stuck_rank']} stopped before DATA_PARALLEL_GROUP all_reduce "
+        "seq 4, TENSOR_MODEL_PARALLEL_GROUP all_reduce seq 4; every other rank waits on it")
+    assert result.lines[1].startswith(f"rank {truth['stuck_rank']} never entered 3 op(s)")
     rows = {r["rank"]: r for r in result.tables["hang"].to_pylist()}
     assert rows[2]["state"] == "stopped" and rows[2]["cause"]
     tp_of_3 = next(g for g in truth["tp_groups"] if 3 in g)
@@ -52,7 +55,7 @@ def test_the_cli_writes_the_tables(tmp_path):
     out = tmp_path / "out"
     r = CliRunner().invoke(main, ["hang", str(shared(FR)), "-o", str(out)])
     assert r.exit_code == 0, r.output
-    assert r.output.startswith("rank 2 never entered")
+    assert r.output.startswith("hang: rank 2 stopped before")
     for name in ("hang.csv", "hang.parquet", "hang_groups.csv", "hang.json"):
         assert (out / name).stat().st_size > 0
     doc = json.loads((out / "hang.json").read_text())

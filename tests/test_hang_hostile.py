@@ -213,8 +213,10 @@ def test_a_large_hang_is_summarised(tmp_path):
     result = command.run(write_dumps(tmp_path / "d", dumps))
     h = result.data["hang"]
     assert h.causes == (5,) and h.suspects == ()
-    assert len(result.lines) <= 8
-    assert result.lines[0].startswith("rank 5 never entered")
+    assert len(result.lines) <= 9
+    assert result.lines[0].startswith("hang: rank 5 stopped before ")
+    assert result.lines[0].endswith("; every other rank waits on it")
+    assert result.lines[1].startswith("rank 5 never entered")
     rows = {r["rank"]: r for r in result.tables["hang"].to_pylist()}
     assert len(rows) == 512
     for r, (desc, op) in truth.waiting.items():

@@ -21,12 +21,20 @@ last sequence number enqueued / started / completed. Definitions:
   it waits in nothing itself (it stopped issuing: a stuck data loader, a crash, an
   exception on one rank), else the wait follows it (rank 1 waits in DP for rank 3, which
   waits in TP for rank 2; a rank that never entered the op because it waits in an
-  earlier one is followed the same way, never named a cause). Waits that come back to a rank are a **deadlock** (members
-  entered collectives in different orders). Where no cause is found and some rank waits
-  or has no dump, the ranks that wait in nothing are suspects.
-* A **mismatch**: members of one collective that disagree on its op, sizes or types; a
-  send and its receive that disagree on sizes or types (an all-to-all's sizes differ by
-  design: only its op and types are compared).
+  earlier one is followed the same way, never named a cause). Where every member
+  entered the op and some members' GPUs started it (``started``, recorded with
+  ``TORCH_NCCL_ENABLE_TIMING``), those still ``scheduled`` are causes too: their GPU
+  never started it (a GPU fault, or a kernel before it that never ends). Waits that
+  come back to a rank are a **deadlock** (members entered collectives in different
+  orders). Where no cause is found and some rank waits or has no dump, the ranks that
+  wait in nothing are suspects.
+* The first line of the verdict names the causes and the ops they stopped before, and
+  how many of the other ranks wait on them (``hang: rank 2 stopped before
+  DATA_PARALLEL_GROUP all_reduce seq 4, ...; every other rank waits on it``).
+* A **mismatch**: members of one collective that disagree on its op, sizes or types (a
+  scatter's outputs, the others' inputs); a send whose input and its receive's output
+  disagree on sizes or types (an all-to-all's sizes differ by design: only its op and
+  types are compared).
 
 The verdict is bounded whatever the job's size: ranks in the same state (waiting in the
 same kind of op for the same cause) are one line, with their ranks as ranges; every rank
@@ -40,7 +48,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-COMPLETED = "completed"
+COMPLETED, STARTED, SCHEDULED = "completed", "started", "scheduled"
 MAX_WORLD = 1 << 20      # ranks are below this (a sane bound on any job's size)
 MAX_OP_NAME = 256        # characters of an op's name kept (its peers are in the first)
 _P2P_NAME = re.compile(r"(send|recv)\D{0,32}?(\d{1,7})\s{0,4}(->|<-)\s{0,4}(\d{1,7})")
@@ -50,7 +58,8 @@ _SHOWN = 6               # causes, ops or ranks listed in one line before "..."
 
 @dataclass(frozen=True, slots=True)
 class Group:
-    """A process group as a dump's ``pg_config`` states it."""
+    """A process group as a dump's ``pg_config`` states it; ``ranks`` ascending (a
+    member's position in them is its rank in the group, as torch numbers it)."""
 
     name: str
     desc: str
@@ -301,6 +310,7 @@ def analyze(dumps: list[Dump], world: int | None = None) -> Hang:
     else those the groups name)."""
     job = _Job(dumps, world)
     missing, mismatches = [], []
+    mismatched: set[tuple] = set()
     for key, op in sorted(job.ops.items(), key=lambda kv: (kv[0][0], str(kv[0][1:]))):
         others, never, _ = job.pending(op)
         if never:
@@ -309,10 +319,13 @@ def analyze(dumps: list[Dump], world: int | None = None) -> Hang:
         said = {_signature(e) for e in op.entry.values()}
         if len(said) > 1:
             mismatches.append(_mismatch(job.name(op), op))
+            mismatched.add(key)
     states: list[RankState] = []
     causes: set[int] = set()
     loop: set[int] = set()
     unknown: set[int] = set()
+    waits_on: dict[int, set[int]] = {}  # rank -> the causes its chain of waits ends at
+    stalled: dict[tuple, tuple[_Op, set[int]]] = {}  # ops every member is in, none ends
     for r in job.ranks:
         if r not in job.by_rank:
             states.append(RankState(r, "no dump", None, None, None, None, (), (), "no dump",
@@ -324,16 +337,19 @@ def analyze(dumps: list[Dump], world: int | None = None) -> Hang:
                                     "waits in nothing: it issued no op it had not finished",
                                     None, "stopped"))
             continue
-        chain, end, cause, cycle, suspects = _follow(job, r, first)
-        causes |= cause
-        loop |= cycle
-        unknown |= suspects
+        chain = _follow(job, r, first)
+        waits_on[r] = chain.causes
+        causes |= chain.causes
+        loop |= chain.cycle
+        unknown |= chain.suspects
+        if chain.stalled is not None and chain.stalled[0].key not in mismatched:
+            stalled.setdefault(chain.stalled[0].key, chain.stalled)
         e = first.entry[r]
         others, never, _ = job.pending(first)
         states.append(RankState(r, "waiting", first.group, job.groups[first.group].desc,
                                 e.seq if not e.is_p2p else None, e.op,
                                 tuple(m for m in others if m != r), tuple(sorted(never)),
-                                chain, e.where or None, end))
+                                " ".join(chain.words), e.where or None, chain.end))
     never_entered = {r for _, _, _, absent in missing for r in absent}
     stopped = {s.rank for s in states if s.state == "stopped"}
     causes |= never_entered & stopped
@@ -349,18 +365,27 @@ def analyze(dumps: list[Dump], world: int | None = None) -> Hang:
               "op they took part"] if no_dump else [])
     verdict = _verdict(job, states, sorted(causes), sorted(suspects), missing, mismatches,
                        sorted(loop))
+    if causes:
+        verdict.insert(0, _headline(job, states, sorted(causes), waits_on))
+    elif stalled and not loop and not suspects:
+        verdict.insert(0, _stalled(job, list(stalled.values())))
     return Hang(verdict, tuple(sorted(causes)), tuple(states), groups_rows, tuple(missing),
                 tuple(mismatches), tuple(sorted(loop)), tuple(notes),
                 tuple(sorted(suspects)))
 
 
 def _signature(e: Entry) -> tuple:
-    """What the members of one op must agree on (see the module doc)."""
+    """What the members of one op must agree on (see the module doc): a send's input is
+    its receive's output; a scatter's members agree on their outputs, the rest on their
+    inputs; a coalesced block on being one."""
     if e.is_p2p:
-        return (e.input_sizes or e.output_sizes, e.dtypes)
-    if any(k in e.op for k in _UNEQUAL_SIZES):
-        return (e.op, e.dtypes)
-    return (e.op, e.input_sizes, e.dtypes)
+        return (e.input_sizes if e.op.startswith("send") else e.output_sizes, e.dtypes)
+    kind = e.op.split(" ", 1)[0]
+    if kind == "coalesced":
+        return (kind,)
+    if any(k in kind for k in _UNEQUAL_SIZES):
+        return (kind, e.dtypes)
+    return (kind, e.output_sizes if kind == "scatter" else e.input_sizes, e.dtypes)
 
 
 def _mismatch(name: str, op: _Op) -> str:
@@ -377,60 +402,127 @@ def _mismatch(name: str, op: _Op) -> str:
     return f"{name}: " + "; ".join(parts) + more
 
 
-def _follow(job: _Job, rank: int, op: _Op
-            ) -> tuple[str, str, set[int], set[int], set[int]]:
-    """The chain of waits from ``rank`` (in words), where it ends (in words, without the
-    ranks on the way), the ranks it ends at that never entered what was waited for, the
-    ranks of a cycle (deadlock) if it comes back, and the ranks without a dump it may
-    end at (suspects)."""
-    words = [f"rank {rank} waits in {job.name(op)}"]
+@dataclass
+class _Chain:
+    """The waits followed from one rank (:func:`_follow`)."""
+
+    words: list[str]                   # the chain, in words
+    end: str = ""                      # where it ends, without the ranks on the way
+    causes: set[int] = field(default_factory=set)    # stopped, or GPU never started
+    cycle: set[int] = field(default_factory=set)     # the ranks of a deadlock
+    suspects: set[int] = field(default_factory=set)  # ranks without a dump it ends at
+    stalled: tuple[_Op, set[int]] | None = None  # an op every member is in, none ends
+
+
+def _follow(job: _Job, rank: int, op: _Op) -> _Chain:
+    """The chain of waits from ``rank`` waiting in ``op`` (see the module doc)."""
+    chain = _Chain([f"rank {rank} waits in {job.name(op)}"])
     seen = [rank]
-    end = ""
-    causes: set[int] = set()
-    cycle: set[int] = set()
-    suspects: set[int] = set()
     cur, cur_op = rank, op
     for _ in range(len(job.first) + 1):
         others, never, no_dump = job.pending(cur_op)
         others = tuple(m for m in others if m != cur)
         idle = sorted(m for m in never if job.first.get(m) is None)
         if idle:  # they stopped issuing before it
-            causes.update(idle)
-            end = f"for rank(s) {ranges(idle)}, which never entered it"
-            words.append(end)
+            chain.causes.update(idle)
+            chain.end = f"for rank(s) {ranges(idle)}, which never entered it"
+            chain.words.append(chain.end)
             break
         # one that never entered it waits in an earlier op: the wait follows it
         nxt = min(never) if never else next(
             (m for m in others if job.first.get(m) is not None
              and job.first[m] is not cur_op), None)
         if nxt is None:
+            lagging = _unstarted(cur_op)
             if no_dump:
-                suspects.update(no_dump)
-                end = (f"for rank(s) {ranges(no_dump)}: no dump (possibly never entered "
-                       "it)")
-            elif others:  # in it too: it does not complete (a mismatch, the network)
-                end = f"for rank(s) {ranges(others)}, in it too: it does not complete"
-            if end:
-                words.append(end)
+                chain.suspects.update(no_dump)
+                chain.end = (f"for rank(s) {ranges(no_dump)}: no dump (possibly never "
+                             "entered it)")
+            elif lagging:  # the others' GPUs run it, theirs never began
+                chain.causes.update(lagging)
+                chain.end = (f"for rank(s) {ranges(lagging)}, whose GPU never started it "
+                             "(a GPU fault, or a kernel before it that never ends)")
+            elif others:  # in it too: it does not complete (a GPU, the network)
+                chain.stalled = (cur_op, {cur, *others})
+                chain.end = f"for rank(s) {ranges(others)}, in it too: it does not complete"
+            if chain.end:
+                chain.words.append(chain.end)
             break
         if nxt in seen:
-            cycle.update(seen[seen.index(nxt):])
-            end = "a cycle (deadlock)"
-            words.append(f"for rank {nxt}: {end}")
+            chain.cycle.update(seen[seen.index(nxt):])
+            chain.end = "a cycle (deadlock)"
+            chain.words.append(f"for rank {nxt}: {chain.end}")
             break
         nxt_op = job.first[nxt]
         assert nxt_op is not None  # it never entered this op only by waiting in another
-        words.append(f"for rank {nxt}, which " + ("never entered it and " if nxt in never
-                                                  else "") + f"waits in {job.name(nxt_op)}")
+        chain.words.append(f"for rank {nxt}, which " + (
+            "never entered it and " if nxt in never else "") + f"waits in {job.name(nxt_op)}")
         seen.append(nxt)
         cur, cur_op = nxt, nxt_op
-    return " ".join(words), end, causes, cycle, suspects
+    return chain
+
+
+def _unstarted(op: _Op) -> list[int]:
+    """The members of ``op`` whose GPU never started it while another member's did (its
+    state ``scheduled`` beside a ``started``: the dumps record starts where
+    ``TORCH_NCCL_ENABLE_TIMING`` is on); none where no member shows a start."""
+    if STARTED not in op.state.values():
+        return []
+    return sorted(m for m, st in op.state.items() if st == SCHEDULED)
+
+
+def _headline(job: _Job, states: list[RankState], causes: list[int],
+              waits_on: dict[int, set[int]]) -> str:
+    """The verdict in one line: who stopped (or whose GPU never started) before which
+    ops, and how many of the other ranks wait on them."""
+    by_state = {s.rank: s for s in states}
+    parts = []
+    for stopped in (True, False):
+        who = [c for c in causes if (by_state[c].state == "stopped") == stopped]
+        if not who:
+            continue
+        ops: dict[str, int] = {}
+        for s in states:  # the ops they never entered that others wait in, most first
+            if s.state == "waiting" and s.rank not in causes and set(who) & set(
+                    s.never_entered):
+                what = f"{s.desc} {s.op}" + (f" seq {s.seq}" if s.seq is not None else "")
+                ops[what] = ops.get(what, 0) + 1
+        if not stopped:
+            for c in who:
+                s = by_state[c]
+                what = f"{s.desc} {s.op}" + (f" seq {s.seq}" if s.seq is not None else "")
+                ops[what] = ops.get(what, 0) + len(states)
+        named = sorted(ops, key=lambda w: -ops[w])
+        listed = ", ".join(named[:3]) + (f" (and {len(named) - 3} more)" if len(named) > 3
+                                         else "")
+        ranks = f"rank {who[0]}" if len(who) == 1 else f"ranks {ranges(who)}"
+        parts.append(f"{ranks} stopped before {listed}" if stopped else
+                     f"{ranks} never started {listed} on the GPU")
+    others = [s for s in states if s.rank not in causes and s.state != "no dump"]
+    on = [s for s in others if waits_on.get(s.rank, set()) & set(causes)]
+    them = "it" if len(causes) == 1 else "them"
+    tail = (f"every other rank waits on {them}" if others and len(on) == len(others) else
+            f"{len(on)} of the {len(others)} other ranks with a dump wait on {them}")
+    return "hang: " + "; ".join(parts) + "; " + tail
+
+
+def _stalled(job: _Job, stalled: list[tuple[_Op, set[int]]]) -> str:
+    """The verdict where the waits end in ops every member entered and none completed,
+    and the dumps do not say whose GPU never started them."""
+    ranks = sorted({r for _, rs in stalled for r in rs})
+    ops = ", ".join(job.name(op) for op, _ in stalled[:3]) + (
+        f" (and {len(stalled) - 3} more)" if len(stalled) > 3 else "")
+    return (f"hang: ranks {ranges(ranks)} are all in {ops}, which none of them completes: a GPU "
+            "fault, a kernel before it that never ends, or the network; the dumps do not "
+            "say whose GPU never started it (dump with TORCH_NCCL_ENABLE_TIMING=1 to name "
+            "it)")
 
 
 def _verdict(job: _Job, states: list[RankState], causes: list[int], suspects: list[int],
              missing: list, mismatches: list, loop: list[int]) -> list[str]:
     """The first lines: who stopped the job, who may have, then what the other ranks
-    wait in, ranks in the same state as one line (bounded at any size)."""
+    wait in: each rank's chain where at most :data:`_SHOWN` wait, else ranks in the same
+    state as one line (bounded at any size)."""
     out = []
     never_of: dict[int, list[tuple[str, int]]] = {}
     for g, seq, _, absent in missing:
@@ -466,12 +558,14 @@ def _verdict(job: _Job, states: list[RankState], causes: list[int], suspects: li
         out.append(f"mismatch: {m}")
     if len(mismatches) > 5:
         out.append(f"... and {len(mismatches) - 5} more mismatches (hang.json)")
-    if not out:
+    if not out and not any(s.state == "waiting" for s in states):
         out.append("no hang found: every rank's ops completed, or none waits for another")
+    waiting = [s for s in states if s.state == "waiting"]
+    if len(waiting) <= _SHOWN:  # few: every rank's chain
+        return out + [s.chain for s in waiting]
     groups: dict[tuple, list[RankState]] = {}
-    for s in states:
-        if s.state == "waiting":
-            groups.setdefault((s.desc, s.op, s.seq, s.end), []).append(s)
+    for s in waiting:
+        groups.setdefault((s.desc, s.op, s.seq, s.end), []).append(s)
     for (desc, opname, seq, end), ss in groups.items():
         if len(ss) == 1:
             out.append(ss[0].chain)

@@ -269,7 +269,7 @@ class _Converter:
 
     def ranks(self, value: Any, what: str) -> tuple[int, ...]:
         """A ``pg_config`` ranks value (``"[0, 1]"`` or a list) as distinct global ranks
-        below the job's size."""
+        below the job's size, ascending (torch numbers a group's members in that order)."""
         if isinstance(value, str):
             if len(value) > 16 * MAX_WORLD:
                 raise _Bad(f"{what} is a text of {len(value):,} characters")
@@ -284,7 +284,7 @@ class _Converter:
             raise _Bad(f"{what} lists {len(items):,} ranks, more than the job's "
                        f"{self.world:,}" + (" (--world)" if self.world < MAX_WORLD else ""))
         self.numbers_left -= len(items)
-        out = tuple(self.number(r, what, hi=self.world) for r in items)
+        out = tuple(sorted(self.number(r, what, hi=self.world) for r in items))
         if len(set(out)) != len(out):
             raise _Bad(f"{what} names a rank twice")
         return out
