@@ -17,6 +17,7 @@ from traceviz.cli import main
 from traceviz.commands import hang as command
 from traceviz.errors import TraceVizError
 from traceviz.ingest.flight_recorder import read_dump
+from traceviz.synth.hang_dumps import write_dumps
 
 FR = "gpu/flight_recorder"
 
@@ -81,15 +82,7 @@ def _dump(groups, entries):
             "pg_status": {}, "entries": entries}
 
 
-def _write(folder, dumps, as_json=False):
-    folder.mkdir(parents=True, exist_ok=True)
-    for rank, d in dumps.items():
-        path = folder / f"nccl_trace_rank_{rank}"
-        if as_json:
-            path.write_text(json.dumps(d))
-        else:
-            path.write_bytes(pickle.dumps(d))
-    return folder
+_write = write_dumps  # one file per rank, as TORCH_NCCL_DEBUG_INFO_TEMP_FILE names them
 
 
 DP = {"1": ("DATA_PARALLEL_GROUP", [0, 1])}
