@@ -6,11 +6,14 @@ same size and time is not served stale, leftovers of dead runs are cleaned file 
 file."""
 from __future__ import annotations
 
+import hashlib
 import json
 import multiprocessing
 import os
 import shutil
 import time
+
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -85,7 +88,8 @@ def _write_entry(entry_dir, body: bytes, digest: bool = True) -> None:
     (entry_dir / "entry.json").write_bytes(head + b"\n" + body)
 
 
-@pytest.mark.parametrize("case", ["[]", "null", "wrong types", "same digest, wrong types",
+@pytest.mark.parametrize("case", ["[]", "null", "wrong types", "unkeyed digest",
+                                  "keyed digest, wrong types", "table out of the entry",
                                   "swapped tables", "fifo", "dev-zero", "entry is a file"])
 def test_an_entry_of_the_wrong_shape_is_a_miss(job, tmp_path, case):
     """Each gives the numbers of a fresh run, a note, and the next run uses a good entry
@@ -100,8 +104,16 @@ def test_an_entry_of_the_wrong_shape_is_a_miss(job, tmp_path, case):
     elif case == "wrong types":
         doc["fields"]["failed"] = ["a", "b", "c"]
         _write_entry(entry, json.dumps(doc).encode(), digest=False)
-    elif case == "same digest, wrong types":  # forged: the typed load refuses it
+    elif case == "unkeyed digest":  # forged without the user's key
+        doc["fields"]["failed"] = ["a", "b", "c"]
+        body = json.dumps(doc).encode()
+        (entry / "entry.json").write_bytes(
+            hashlib.blake2b(body, digest_size=16).hexdigest().encode() + b"\n" + body)
+    elif case == "keyed digest, wrong types":  # forged with the key: the typed load refuses
         doc["fields"]["offsets"] = ["not", "a", "mapping"]
+        _write_entry(entry, json.dumps(doc).encode())
+    elif case == "table out of the entry":  # a path, even with the key: refused
+        doc["tables"]["../../rank_0000"] = doc["tables"].pop("ledger")
         _write_entry(entry, json.dumps(doc).encode())
     elif case == "swapped tables":
         a, b = entry / "ledger.parquet", entry / "totals.parquet"
@@ -132,13 +144,7 @@ def _writer(folder: str, which: int, seconds: float) -> None:
     table = pa.table({"which": pa.array([which] * 1000)})
     end = time.time() + seconds
     while time.time() < end:
-        job_cache.store(folder_path(folder), "x", {"k": which}, {"t": table}, {"which": which})
-
-
-def folder_path(folder: str):
-    from pathlib import Path
-
-    return Path(folder)
+        job_cache.store(Path(folder), "x", {"k": which}, {"t": table}, {"which": which})
 
 
 def test_two_writers_never_pair_one_key_with_another_entrys_tables(tmp_path):
@@ -201,3 +207,30 @@ def test_leftovers_of_dead_runs_are_cleaned_file_by_file(tmp_path):
     assert not tmp.exists()
     assert sorted(p.name for p in old.iterdir()) == ["notes.txt"]  # only an entry's files
     assert live.exists()
+
+
+def test_a_removal_never_follows_a_link(tmp_path):
+    """An entry folder swapped for a link to another folder (as a writer racing this one
+    could) between its check and its removal: nothing in the target is removed."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    for name in ("rank_0000.parquet", "entry.json"):
+        (victim / name).write_text("keep")
+    base = tmp_path / CACHE
+    holder = base / f".old-{2 ** 22 + 7}-diagnosis.x"
+    holder.mkdir(parents=True)
+    (holder / "0").symlink_to(victim, target_is_directory=True)  # renamed aside: a link
+    (base / "diagnosis").symlink_to(victim, target_is_directory=True)
+    job_cache._remove_entry(base / "diagnosis")
+    job_cache.store(tmp_path, "x", {"k": 1}, {}, {})  # cleans the dead run's holder
+    assert sorted(p.name for p in victim.iterdir()) == ["entry.json", "rank_0000.parquet"]
+    assert not holder.exists() or list(holder.iterdir()) == [holder / "0"]
+
+
+def test_the_key_is_the_users_alone(tmp_path):
+    key = job_cache._secret()
+    path = (Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+            / "traceviz" / "cache-key")
+    if path.exists():  # where the home folder can be written: kept there, 0600
+        assert path.read_bytes() == key and path.stat().st_mode & 0o777 == 0o600
+    assert len(key) == 32

@@ -26,8 +26,8 @@ last sequence number enqueued / started / completed. Definitions:
   ``TORCH_NCCL_ENABLE_TIMING``), those still ``scheduled`` are causes too: their GPU
   never started it (a GPU fault, or a kernel before it that never ends). Waits that
   come back to a rank are a **deadlock** (members entered collectives in different
-  orders). Where no cause is found and some rank waits or has no dump, the ranks that
-  wait in nothing are suspects.
+  orders). Where no cause is found and some rank waits (not in an op every member is
+  in) or has no dump, the ranks that wait in nothing are suspects.
 * The first line of the verdict names the causes and the ops they stopped before, and
   how many of the other ranks wait on them (``hang: rank 2 stopped before
   DATA_PARALLEL_GROUP all_reduce seq 4, ...; every other rank waits on it``).
@@ -237,6 +237,14 @@ class _Job:
         self.ops: dict[tuple, _Op] = {}
         self.first: dict[int, _Op | None] = {}  # rank -> the op it waits in
         self.last: dict[tuple[str, int], list[int]] = {}  # (group, rank) -> enq, st, done
+        # (rank, group) -> the lowest p2p_seq_id its dump holds: 1 (or none stated) where
+        # the ring buffer still holds every send / receive it made in the group
+        self.p2p_from: dict[tuple[int, str], int] = {}
+        for d in dumps:
+            for e in d.entries:
+                if e.is_p2p and e.p2p_seq > 0:
+                    k = (d.rank, e.group)
+                    self.p2p_from[k] = min(self.p2p_from.get(k, e.p2p_seq), e.p2p_seq)
         for d in dumps:
             self._add(d)
 
@@ -253,9 +261,7 @@ class _Job:
                 pair = p2p_peers(e.op, g)
                 if pair is None:
                     continue
-                n = p2p_count.get((e.group, pair), 0)
-                p2p_count[(e.group, pair)] = n + 1
-                key: tuple = (e.group, pair, n)
+                key: tuple = (e.group, pair, self._p2p_place(d.rank, e, g, pair, p2p_count))
                 members: tuple[int, ...] = pair
             else:
                 key = (e.group, e.seq)
@@ -274,11 +280,28 @@ class _Job:
                 first = op
         self.first[d.rank] = first
 
+    def _p2p_place(self, rank: int, e: Entry, g: Group, pair: tuple[int, int],
+                   count: dict[tuple, int]) -> int | tuple:
+        """Which transfer between ``pair`` a send / receive is, the same on both sides:
+        in a group of two, its ``p2p_seq_id`` (both count every transfer between them
+        in one order); else its position among the sender's to that receiver, where
+        both dumps hold all of them; else unknown (``("rank", rank, record)``: the ring
+        buffer dropped earlier ones, and pairing by position would pair wrong ops)."""
+        if len(g.ranks) == 2 and e.p2p_seq > 0:
+            return ("seq", e.p2p_seq)
+        if all(self.p2p_from.get((m, e.group), 1) <= 1 for m in pair):
+            n = count.get((e.group, pair), 0)
+            count[(e.group, pair)] = n + 1
+            return n
+        return ("rank", rank, e.record_id)
+
     def entered(self, op: _Op, rank: int) -> bool:
         """Whether ``rank`` (with a dump, absent from ``op``) entered it all the same: a
-        collective its group's last enqueued number reaches (older than its ring)."""
+        collective its group's last enqueued number reaches (older than its ring); a
+        send / receive whose place is unknown, unless ``rank`` waits in nothing (then it
+        certainly never entered it)."""
         if len(op.key) == 3:
-            return False  # point-to-point: the ring buffer holds every op after its oldest
+            return _unplaced(op) and self.first.get(rank) is not None
         return self.last.get((op.group, rank), [-1, -1, -1])[0] >= op.key[1]
 
     def pending(self, op: _Op) -> tuple[tuple[int, ...], frozenset[int], tuple[int, ...]]:
@@ -301,8 +324,22 @@ class _Job:
         g = self.groups[op.group]
         if len(op.key) == 2:
             return f"{g.label()} seq {op.key[1]}"
-        s, r = op.key[1]
-        return f"{g.label()} send {s} -> {r} #{op.key[2] + 1}"
+        (s, r), place = op.key[1], op.key[2]
+        which = (f"#{place + 1}" if isinstance(place, int) else
+                 f"p2p seq {place[1]}" if place[0] == "seq" else "(earlier ones dropped)")
+        return f"{g.label()} send {s} -> {r} {which}"
+
+
+def _unplaced(op: _Op) -> bool:
+    """Whether ``op`` is a send / receive whose place among its pair's is unknown."""
+    return len(op.key) == 3 and isinstance(op.key[2], tuple) and op.key[2][0] == "rank"
+
+
+def _same_transfer(a: _Op, b: _Op) -> bool:
+    """Whether ``a`` and ``b`` are one op, or sends / receives of one sender and receiver
+    whose places are unknown (the same transfer as far as the dumps tell)."""
+    return a is b or (_unplaced(a) and _unplaced(b) and a.group == b.group
+                      and a.key[1] == b.key[1])
 
 
 def analyze(dumps: list[Dump], world: int | None = None) -> Hang:
@@ -354,8 +391,9 @@ def analyze(dumps: list[Dump], world: int | None = None) -> Hang:
     stopped = {s.rank for s in states if s.state == "stopped"}
     causes |= never_entered & stopped
     suspects = unknown - causes
-    if not causes and not loop and (unknown or any(s.state != "stopped" for s in states)):
-        suspects |= stopped  # it waits in nothing while others wait or are unknown
+    if not causes and not loop and not stalled and (
+            unknown or any(s.state != "stopped" for s in states)):
+        suspects |= stopped  # it waits in nothing while others wait unexplained
     groups_rows = tuple(GroupRank(g.name, g.desc, g.ranks, r, *job.last[(g.name, r)])
                         for g in sorted(job.groups.values(), key=lambda g: g.name)
                         for r in g.ranks if (g.name, r) in job.last)
@@ -430,8 +468,8 @@ def _follow(job: _Job, rank: int, op: _Op) -> _Chain:
             break
         # one that never entered it waits in an earlier op: the wait follows it
         nxt = min(never) if never else next(
-            (m for m in others if job.first.get(m) is not None
-             and job.first[m] is not cur_op), None)
+            (m for m in others if (f := job.first.get(m)) is not None
+             and not _same_transfer(f, cur_op)), None)
         if nxt is None:
             lagging = _unstarted(cur_op)
             if no_dump:
@@ -512,10 +550,13 @@ def _stalled(job: _Job, stalled: list[tuple[_Op, set[int]]]) -> str:
     ranks = sorted({r for _, rs in stalled for r in rs})
     ops = ", ".join(job.name(op) for op, _ in stalled[:3]) + (
         f" (and {len(stalled) - 3} more)" if len(stalled) > 3 else "")
-    return (f"hang: ranks {ranges(ranks)} are all in {ops}, which none of them completes: a GPU "
-            "fault, a kernel before it that never ends, or the network; the dumps do not "
-            "say whose GPU never started it (dump with TORCH_NCCL_ENABLE_TIMING=1 to name "
-            "it)")
+    if all(st == STARTED for op, _ in stalled for st in op.state.values()):
+        why = ("every member's GPU started it: the network, or a GPU stuck inside it")
+    else:
+        why = ("a GPU fault, a kernel before it that never ends, or the network; the dumps "
+               "do not say whose GPU never started it (dump with TORCH_NCCL_ENABLE_TIMING=1 "
+               "to name it)")
+    return f"hang: ranks {ranges(ranks)} are all in {ops}, which none of them completes: {why}"
 
 
 def _verdict(job: _Job, states: list[RankState], causes: list[int], suspects: list[int],

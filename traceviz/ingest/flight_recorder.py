@@ -10,7 +10,8 @@ A dump from elsewhere is hostile input; reading one is bounded by its file:
 * A pickle is read by :func:`.plain_pickle.load_plain`: plain containers only (dicts,
   lists, tuples, strings, numbers, booleans, None), its opcodes checked before anything
   is built (no global, nothing that calls code, memo indices and lengths within the
-  file, dict keys strings or numbers). A dump from elsewhere can make no code run.
+  file, dict keys strings, a bounded number of values). A dump from elsewhere can make
+  no code run.
 * What is read from the containers is checked field by field (type and range: ranks
   below :data:`MAX_WORLD`, sequence numbers non-negative and below 2^62, texts capped)
   and capped: :data:`MAX_ENTRIES` entries, the first :data:`MAX_FRAMES` frames of each,
@@ -34,11 +35,12 @@ from ..errors import TraceVizError
 from ..table.inputs import note_input
 from .plain_pickle import PickleRefused, load_plain
 
-MAX_DUMP_BYTES = 256 << 20
+MAX_DUMP_BYTES = 64 << 20   # a ring buffer of 20,000 entries with their frames: ~30 MB
 MAX_ENTRIES = 1 << 20      # far above any ring buffer (TORCH_NCCL_TRACE_BUFFER_SIZE)
 MAX_FRAMES = 256           # the frames of one entry looked at for the user's frame
 MAX_TEXT = 4096            # characters kept of a name, file or description
 MAX_SEQ = 1 << 62          # sequence and record numbers are below this
+MAX_DIM = 1 << 48          # a tensor dimension (distinct below 2^61: distinct hashes)
 VERSIONS = re.compile(r"^2\.\d{1,4}$")  # the dump layouts read here
 _RANK_IN_NAME = re.compile(r"(\d+)(\.(json|pkl|pickle))?$")
 
@@ -150,9 +152,11 @@ class _Converter:
 
     def __init__(self, path: Path, file_bytes: int, world: int):
         self.path = path
-        self.numbers_left = file_bytes + 1024  # size numbers: no more than the file's bytes
+        self.numbers_left = file_bytes + 1024  # entries, frames, sizes: within the file's bytes
         self.world = world
         self.texts: dict[str, str] = {}        # one string per distinct text
+        self.by_id: dict[int, str] = {}        # the dump's strings (alive while converting)
+        self.frames: dict[int, str] = {}       # the dump's frames lists: their user frame
         self.sizes: dict[tuple, tuple] = {}    # one tuple per distinct sizes
 
     def dump(self, version: str, doc: dict) -> Dump:
@@ -200,6 +204,7 @@ class _Converter:
         where = f"entry {i}"
         if not isinstance(e, dict):
             raise _Bad(f"{where} is not a mapping")
+        self.spend(1, where)
         pg = e.get("process_group") or ("", "")
         if not isinstance(pg, (list, tuple)) or not pg:
             raise _Bad(f"{where}: 'process_group' is not a (name, description) pair")
@@ -209,9 +214,9 @@ class _Converter:
                                                  f"{where}.process_group"), ())
         op = self.text(e.get("profiling_name") or "", f"{where}.profiling_name")
         dtypes = e.get("input_dtypes") or ()
-        if not isinstance(dtypes, (list, tuple)) or len(dtypes) > self.numbers_left:
+        if not isinstance(dtypes, (list, tuple)):
             raise _Bad(f"{where}: 'input_dtypes' is not a list of names")
-        self.numbers_left -= len(dtypes)
+        self.spend(len(dtypes), f"{where}.input_dtypes")
         return Entry(
             record_id=self.number(e.get("record_id"), f"{where}.record_id"), group=name,
             seq=self.number(e.get("collective_seq_id") or 0, f"{where}.collective_seq_id"),
@@ -228,33 +233,63 @@ class _Converter:
 
     def user_frame(self, frames: Any, where: str) -> str:
         """``file:line function`` of the first of an entry's frames outside torch (else
-        its last), of the first :data:`MAX_FRAMES`; "" without frames."""
+        its last), of the first :data:`MAX_FRAMES`; "" without frames. A frames list
+        shared by several entries is looked at once; each one looked at costs its
+        frames from the dump's budget."""
         if not frames:
             return ""
         if not isinstance(frames, (list, tuple)):
             raise _Bad(f"{where}: 'frames' is not a list")
+        known = self.frames.get(id(frames))
+        if known is not None:
+            return known
         looked = [f for f in frames[:MAX_FRAMES] if isinstance(f, dict)]
+        self.spend(len(looked) + 1, f"{where}.frames")
         user = next((f for f in looked if "torch/" not in
                      self.text(f.get("filename", ""), f"{where}.frames")),
                     looked[-1] if looked else None)
-        if user is None:
-            return ""
-        line = user.get("line")
-        return self.text(f"{self.text(user.get('filename'), f'{where}.frames')}:"
-                         f"{self.number(line, f'{where}.frames.line', lo=-1) if line else ''} "
-                         f"{self.text(user.get('name'), f'{where}.frames')}", where)
+        out = ""
+        if user is not None:
+            line = user.get("line")
+            out = self.text(f"{self.text(user.get('filename'), f'{where}.frames')}:"
+                            f"{self.number(line, f'{where}.frames.line', lo=-1) if line else ''}"
+                            f" {self.text(user.get('name'), f'{where}.frames')}", where,
+                            own=True)
+        self.frames[id(frames)] = out
+        return out
 
-    def text(self, value: Any, what: str) -> str:
+    def spend(self, count: int, what: str) -> None:
+        """Take ``count`` from the dump's budget (numbers and frames: no more than the
+        file's bytes, however its values share references)."""
+        if count > self.numbers_left:
+            raise _Bad(f"{what}: more values than the file holds (shared references "
+                       "repeated beyond the file's size)")
+        self.numbers_left -= count
+
+    def text(self, value: Any, what: str, own: bool = False) -> str:
         """A string field (None: "None"; a number: its digits), at most
-        :data:`MAX_TEXT` characters, one object per distinct text."""
+        :data:`MAX_TEXT` characters, lone surrogates (which UTF-8 cannot hold) replaced,
+        one object per distinct text; a string of the dump is worked on once however
+        often it is referenced (``own``: a string made here, not the dump's)."""
+        if isinstance(value, str) and not own:
+            known = self.by_id.get(id(value))
+            if known is not None:
+                return known
         if value is None or isinstance(value, bool):
             value = str(value)
         elif isinstance(value, int) and abs(value) < 1 << 63:
             value = str(value)
         elif not isinstance(value, str):
             raise _Bad(f"{what} is {_short(value)}, not a text")
-        value = value[:MAX_TEXT]
-        return self.texts.setdefault(value, value)
+        text = value[:MAX_TEXT]
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "replace").decode("utf-8")
+        text = self.texts.setdefault(text, text)
+        if isinstance(value, str) and not own:
+            self.by_id[id(value)] = text  # the dump holds ``value``: its id stays its own
+        return text
 
     def number(self, value: Any, what: str, lo: int = 0, hi: int = MAX_SEQ) -> int:
         """An integer field in [lo, hi) (a decimal text is read as its number)."""
@@ -280,10 +315,10 @@ class _Converter:
             items = ()
         else:
             raise _Bad(f"{what} is {_short(value)}, not a list of ranks")
-        if len(items) > min(self.world, self.numbers_left):
+        if len(items) > self.world:
             raise _Bad(f"{what} lists {len(items):,} ranks, more than the job's "
                        f"{self.world:,}" + (" (--world)" if self.world < MAX_WORLD else ""))
-        self.numbers_left -= len(items)
+        self.spend(len(items), what)
         out = tuple(sorted(self.number(r, what, hi=self.world) for r in items))
         if len(set(out)) != len(out):
             raise _Bad(f"{what} names a rank twice")
@@ -294,15 +329,15 @@ class _Converter:
         budget of numbers."""
         if not value:
             return ()
-        if not isinstance(value, (list, tuple)) or len(value) > self.numbers_left:
-            raise _Bad(f"{what} is not a list of tensor sizes (or more than the file holds)")
+        if not isinstance(value, (list, tuple)):
+            raise _Bad(f"{what} is not a list of tensor sizes")
+        self.spend(len(value), what)
         out = []
         for s in value:
-            if not isinstance(s, (list, tuple)) or len(s) >= self.numbers_left:
-                raise _Bad(f"{what} is not a list of tensor sizes (or more than the file "
-                           "holds)")
-            self.numbers_left -= len(s) + 1
-            out.append(self.interned(tuple(self.number(x, what) for x in s)))
+            if not isinstance(s, (list, tuple)):
+                raise _Bad(f"{what} is not a list of tensor sizes")
+            self.spend(len(s), what)
+            out.append(self.interned(tuple(self.number(x, what, hi=MAX_DIM) for x in s)))
         return self.interned(tuple(out))
 
     def interned(self, value: tuple) -> tuple:

@@ -17,13 +17,17 @@ The cache is a folder that anyone may have written, so it is read as hostile inp
   refused (one note; results are then neither read nor written there), so no run
   reads, replaces or deletes anything outside the cache;
 * only regular files under a size cap are read (a FIFO or ``/dev/zero`` is refused);
-* an entry is used only when its digests hold: its fields as written, its tables the
-  ones written with them (a reader never pairs one entry's key with another's tables);
+* an entry is used only when its digests hold: keyed with a secret of the user's
+  (:func:`_secret`), they show that this user's traceviz wrote its fields as they are
+  and its tables with them (an edited, damaged or forged entry, or a reader racing a
+  writer, never pairs one entry's key with another's tables); table names are plain
+  words (no path);
   anything that fails to load is a **miss** (recomputed and overwritten, with a note),
   never an error;
 * an entry is written to a temporary folder renamed into place; the entry it replaces
-  is removed file by file, only the files an entry holds (``entry.json``, tables),
-  never a whole tree; leftovers of runs that died are cleaned the same way;
+  is removed file by file through a handle of its folder opened without following
+  links, only the files an entry holds (``entry.json``, tables), never a whole tree;
+  leftovers of runs that died are cleaned the same way;
 * nothing is written where the folder is read-only (the next command recomputes).
 """
 from __future__ import annotations
@@ -33,6 +37,8 @@ import functools
 import hashlib
 import json
 import os
+import re
+import secrets
 import stat
 import tempfile
 import warnings
@@ -157,7 +163,54 @@ def _read(path: Path, cap: int) -> bytes:
 
 
 def _digest(raw: bytes) -> str:
-    return hashlib.blake2b(raw, digest_size=16).hexdigest()
+    """A digest of ``raw`` keyed with this user's secret (:func:`_secret`)."""
+    return hashlib.blake2b(raw, digest_size=16, key=_secret()).hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def _secret() -> bytes:
+    """This user's key of the kept results' digests: 32 random bytes in
+    ``$XDG_CACHE_HOME/traceviz/cache-key`` (``~/.cache``; made once, readable by the
+    user alone), so that only what this user's traceviz wrote passes; where it cannot be
+    kept, one for this process (results are then reused within it only)."""
+    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "traceviz"
+    path = folder / "cache-key"
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            try:
+                st = os.fstat(fd)
+                raw = os.read(fd, 64)
+            finally:
+                os.close(fd)
+            if (stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid()
+                    and not st.st_mode & 0o077 and len(raw) == 32):
+                return raw
+            break  # not one this user made: use none of it
+        except FileNotFoundError:
+            try:  # made whole under another name, then linked: a reader sees all or none
+                folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+                tmp = folder / f".cache-key-{os.getpid()}"
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                try:
+                    os.write(fd, secrets.token_bytes(32))
+                finally:
+                    os.close(fd)
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    pass  # another process made it first: read that one
+                finally:
+                    os.unlink(tmp)
+            except OSError:
+                break
+        except OSError:
+            break
+    return _PROCESS_KEY
+
+
+_PROCESS_KEY = secrets.token_bytes(32)
+_TABLE_NAME = re.compile(r"[a-z_]{1,64}")
 
 
 def load(folder: Path, name: str, key: dict) -> tuple[dict[str, pa.Table], dict] | None:
@@ -188,6 +241,8 @@ def load(folder: Path, name: str, key: dict) -> tuple[dict[str, pa.Table], dict]
             raise _Miss("entry.json is not what traceviz writes")
         out = {}
         for t, digest in tables.items():
+            if not isinstance(t, str) or not _TABLE_NAME.fullmatch(t):
+                raise _Miss("entry.json names a table traceviz does not write")
             raw = _read(where / f"{t}.parquet", MAX_TABLE_BYTES)
             if _digest(raw) != digest:
                 raise _Miss(f"{t}.parquet is not the table written with it")
@@ -235,9 +290,7 @@ def store(folder: Path, name: str, key: dict, tables: dict[str, pa.Table | None]
                 except OSError:
                     continue
         finally:
-            for inner in old.iterdir():
-                _remove_entry(inner)
-            _remove_entry(old)
+            _remove_entry(old, depth=1)
     except (OSError, _Miss):
         pass
     finally:
@@ -260,17 +313,34 @@ def _set_aside(final: Path, aside: Path) -> None:
         pass
 
 
-def _remove_entry(path: Path) -> None:
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+
+
+def _remove_entry(path: Path, depth: int = 0, parent: int | None = None) -> None:
     """Remove the entry folder ``path``: its regular files that an entry holds
-    (``entry.json``, ``*.parquet``), then the folder where that empties it; nothing
-    else, no link followed."""
+    (``entry.json``, ``*.parquet``), with ``depth`` 1 also the entry folders inside it
+    (a replaced entry's holder), then the folder where that empties it; nothing else.
+    The folder is opened without following a link and its files are removed through
+    that handle, so a folder swapped for a link meanwhile loses nothing outside;
+    ``parent``: a handle ``path`` is relative to."""
     try:
-        with os.scandir(path) as items:
+        fd = os.open(path, _DIR, dir_fd=parent)
+    except OSError:
+        return  # gone, not a folder, or a link: left alone
+    try:
+        with os.scandir(fd) as items:
             for item in items:
                 if item.is_file(follow_symlinks=False) and (
                         item.name == "entry.json" or item.name.endswith(".parquet")):
-                    os.unlink(item.path)
-        os.rmdir(path)
+                    os.unlink(item.name, dir_fd=fd)
+                elif depth and item.is_dir(follow_symlinks=False):
+                    _remove_entry(Path(item.name), depth - 1, fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(path, dir_fd=parent)
     except OSError:
         pass
 
@@ -279,17 +349,13 @@ def _clean_leftovers(base: Path) -> None:
     """The temporary and replaced entries of runs that are no longer running (the pid
     their name starts with), removed as :func:`_remove_entry` does."""
     try:
-        items = [p for p in base.iterdir() if p.name.startswith((_TMP, _OLD))]
+        names = [n for n in os.listdir(base) if n.startswith((_TMP, _OLD))]
     except OSError:
         return
-    for p in items:
-        pid = p.name[len(_TMP):].split("-", 1)[0]
-        if p.is_symlink() or not p.is_dir() or (pid.isdigit() and _alive(int(pid))):
-            continue
-        for inner in p.iterdir():
-            if inner.is_dir() and not inner.is_symlink():
-                _remove_entry(inner)
-        _remove_entry(p)
+    for name in names:
+        pid = name[len(_TMP):].split("-", 1)[0]
+        if not (pid.isdigit() and _alive(int(pid))):
+            _remove_entry(base / name, depth=1)
 
 
 def _alive(pid: int) -> bool:

@@ -10,8 +10,11 @@ stack by kind and refuses, naming the byte offset:
 * a memo index beyond the number of values memoized so far (the C unpickler allocates
   16 bytes up to the largest index a file names: one 9-byte ``LONG_BINPUT`` would take
   gigabytes), and a read of a memo slot never written;
-* a dict key that is not a string, bytes or number (a tuple key could hash a structure
-  of shared references in exponential time), and a length running past the file's end.
+* a dict key that is not a string (a tuple key could hash a structure of shared
+  references in exponential time, integer keys can be chosen to share one hash and
+  build a dict in quadratic time; strings hash with a per-process random seed), more
+  than :data:`MAX_OBJECTS` values built (memory stays within ~50 bytes a value), and a
+  length running past the file's end.
 
 What passes is unpickled by CPython's C unpickler, which still refuses every global.
 Structures that share references (one list referenced a million times) pass: their
@@ -28,16 +31,18 @@ import numpy as np
 from numba import njit
 
 # kinds on the simulated stack
-_SCALAR, _CONTAINER, _MARK = 1, 2, 3
+_SCALAR, _CONTAINER, _MARK, _TEXT = 1, 2, 3, 4
 # outcomes of the opcode pass (>= 0: accepted)
-_REFUSED, _BAD_MEMO, _BAD_KEY, _CUT, _BAD_STACK = -1, -2, -3, -4, -5
+_REFUSED, _BAD_MEMO, _BAD_KEY, _CUT, _BAD_STACK, _TOO_MANY = -1, -2, -3, -4, -5, -6
+MAX_OBJECTS = 16_000_000  # values a pickle may build (~50 bytes each in memory)
 _REASONS = {
     _REFUSED: "an opcode that names or calls code, builds an object or is protocol 0 text "
               "(only plain data is read)",
     _BAD_MEMO: "a memo index the pickle never wrote (a damaged or hostile pickle)",
-    _BAD_KEY: "a dict key that is not a string or number",
+    _BAD_KEY: "a dict key that is not a string",
     _CUT: "a length running past the end of the file",
     _BAD_STACK: "an opcode without its operands (a damaged pickle)",
+    _TOO_MANY: f"more than {MAX_OBJECTS:,} values (more than a dump holds)",
 }
 
 
@@ -54,7 +59,7 @@ class PickleRefused(ValueError):
 def load_plain(raw: bytes) -> Any:
     """The plain data of the pickle ``raw`` (see the module doc); :class:`PickleRefused`
     where it is not."""
-    code, offset = _check(np.frombuffer(raw, dtype=np.uint8))
+    code, offset = _check(np.frombuffer(raw, dtype=np.uint8), MAX_OBJECTS)
     if code == _REFUSED and raw[offset] in (0x93, 0x63):  # STACK_GLOBAL / GLOBAL
         named = _global_name(raw, offset)
         if named:
@@ -122,13 +127,14 @@ def _u64(b, i):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _check(b):  # pragma: no cover - compiled
+def _check(b, max_objects):  # pragma: no cover - compiled
     """(outcome, byte offset): outcome >= 0 the number of opcodes of an accepted
     pickle, else one of the refusals above."""
     n = b.shape[0]
     stack = np.zeros(n + 1, np.int8)
-    marks = np.zeros(n + 1, np.int64)
+    marks = np.zeros(n + 1, np.int32)
     memo = np.zeros(n + 1, np.int8)
+    objects = 0
     sp = 0
     mp = 0
     memo_n = 0
@@ -166,19 +172,19 @@ def _check(b):  # pragma: no cover - compiled
             # LONG1 SHORT_BINSTRING SHORT_BINBYTES SHORT_BINUNICODE: 1-byte length
             if i + 1 > n:
                 return _CUT, at
-            skip, push = 1 + np.int64(b[i]), _SCALAR
+            skip, push = 1 + np.int64(b[i]), _TEXT if op == 0x8C else _SCALAR
         elif op == 0x8B or op == 0x54 or op == 0x42 or op == 0x58:
             # LONG4 BINSTRING BINBYTES BINUNICODE: 4-byte length
             if i + 4 > n:
                 return _CUT, at
-            skip, push = 4 + _u32(b, i), _SCALAR
+            skip, push = 4 + _u32(b, i), _TEXT if op == 0x58 else _SCALAR
         elif op == 0x8D or op == 0x8E:  # BINUNICODE8 BINBYTES8
             if i + 8 > n:
                 return _CUT, at
             length = _u64(b, i)
             if length < 0:
                 return _CUT, at
-            skip, push = 8 + length, _SCALAR
+            skip, push = 8 + length, _TEXT if op == 0x8D else _SCALAR
         elif op == 0x5D or op == 0x7D or op == 0x29:  # EMPTY_LIST EMPTY_DICT EMPTY_TUPLE
             push = _CONTAINER
         elif op == 0x28:   # MARK
@@ -194,7 +200,7 @@ def _check(b):  # pragma: no cover - compiled
             base = marks[mp]
             if op == 0x64 or op == 0x75:  # the keys: every other item
                 for k in range(base + 1, sp, 2):
-                    if stack[k] != _SCALAR:
+                    if stack[k] != _TEXT:
                         return _BAD_KEY, at
             sp = base
             if op == 0x6C or op == 0x74 or op == 0x64:
@@ -207,7 +213,7 @@ def _check(b):  # pragma: no cover - compiled
         elif op == 0x61:   # APPEND
             pops = 1
         elif op == 0x73:   # SETITEM
-            if sp < 3 or stack[sp - 2] != _SCALAR:
+            if sp < 3 or stack[sp - 2] != _TEXT:
                 return _BAD_KEY if sp >= 3 else _BAD_STACK, at
             pops = 2
         elif op == 0x30:   # POP
@@ -253,6 +259,11 @@ def _check(b):  # pragma: no cover - compiled
                 if sp == 0 or stack[sp - 1] != _CONTAINER:
                     return _BAD_STACK, at
         if push:
+            if op != 0x68 and op != 0x6A and op != 0x32 and op != 0x4E and op != 0x88 \
+                    and op != 0x89:  # a new value (not a reference, None or a boolean)
+                objects += 1
+                if objects > max_objects:
+                    return _TOO_MANY, at
             stack[sp] = push
             sp += 1
         if skip > n - i:
