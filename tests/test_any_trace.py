@@ -304,26 +304,27 @@ RANKLESS = ["tracelens/mi210/gpu_only_trace.json.gz", "tracelens/torch_compile_t
 
 @needs_shared
 def test_unrelated_rankless_traces_report_their_own_spans(tmp_path):
-    """Three unrelated rank-less traces: no linked clocks, so the iteration time is the
-    longest trace's own span (not the hours between their epochs); batch, aggregate and
-    the HTML page find their tables."""
+    """Three unrelated rank-less traces in one folder: separate runs, never one job.
+    batch parses each; the commands that read them as a job (report, aggregate, html)
+    say in one line which traces state no rank; each trace alone reports its own span
+    (not the hours between their epochs)."""
     job = _copy("", tmp_path, RANKLESS)
-    spans = []
-    for f in sorted(job.iterdir()):
-        t = traceviz.parse(f)
-        spans.append(pc.max(pc.add(t["ts"], t["dur"])).as_py() - pc.min(t["ts"]).as_py())
     runner = CliRunner()
     out = runner.invoke(main, ["batch", str(job), "-q", "-j", "1"])
     assert out.exit_code == 0, out.output
-    rep = make_report(out_dir(job))
-    assert rep["configuration"]["ranks"] == [0, 1, 2]
-    assert rep["throughput"]["iterations"][0]["time_ms"] == pytest.approx(max(spans) / 1e6)
-    assert rep["cross_rank"]["clock_synced"] is False
-    for args in (["aggregate", str(job), "--no-figures"],
+    for args in (["report", str(job)], ["aggregate", str(job), "--no-figures"],
                  ["html", str(job), "-o", str(tmp_path / "page.html")]):
         out = runner.invoke(main, args)
-        assert out.exit_code == 0 and "no traces" not in out.output, out.output
-    assert "3 ranks" in runner.invoke(main, ["aggregate", str(job), "--no-figures"]).output
+        assert out.exit_code == 1, out.output
+        (line,) = [x for x in out.output.splitlines() if x.startswith("traceviz: error:")]
+        assert "both state no rank" in line and "Traceback" not in out.output
+    assert not (tmp_path / "page.html").exists()
+    for f in sorted(job.iterdir()):
+        t = traceviz.parse(f)
+        span = pc.max(pc.add(t["ts"], t["dur"])).as_py() - pc.min(t["ts"]).as_py()
+        rep = make_report(f)
+        assert rep["configuration"]["ranks"] == [0]
+        assert rep["throughput"]["iterations"][0]["time_ms"] == pytest.approx(span / 1e6)
 
 
 @needs_shared

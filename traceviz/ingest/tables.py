@@ -246,13 +246,16 @@ def rank_tables(files: list[Path], columns: tuple[str, ...] | None, failed: list
     """(rank, path, table) of each file that loads, one at a time; the one-line reason of
     each file that does not, or that lacks one of ``columns`` not named ``optional``
     (tables parsed by older versions), goes to ``failed``, and so do the traces the last
-    batch into the tables' folders failed to parse. Two files of one rank are a one-line
-    error (never one silently dropped)."""
+    batch into the tables' folders failed to parse. Files that are not one run are a
+    one-line error naming them (never merged silently): two of one rank, two that state
+    no rank (separate processes: nothing makes them ranks of one job), two that state
+    different job sizes."""
     from .batch import failures_of
 
     for folder in sorted({f.parent for f in files if f.suffix == ".parquet"}):
         failed += failures_of(folder)  # traces that never became a table
     seen: dict[int, tuple[Path, int | None]] = {}
+    runs: dict[str, tuple[Path, Any]] = {}  # what the first file said: no rank, a size
     for k, path in enumerate(progress(files, "reading ranks")):
         try:
             table = slim(load_table(path, columns))  # a job's tables are held at once
@@ -266,6 +269,8 @@ def rank_tables(files: list[Path], columns: tuple[str, ...] | None, failed: list
                           f"{', '.join(missing)}); parse the trace again")
             continue
         stated = stated_rank(table, path)
+        _one_run(Path(metadata(table).get("source") or path), stated,
+                 metadata(table).get("world_size"), runs)
         rank = stated if stated is not None else k
         if rank in seen:
             other, other_stated = seen[rank]
@@ -277,6 +282,26 @@ def rank_tables(files: list[Path], columns: tuple[str, ...] | None, failed: list
                                 "trace per rank (one job, one profiled iteration)")
         seen[rank] = (path, stated)
         yield rank, path, table
+
+
+def _one_run(path: Path, rank: int | None, world: Any,
+             runs: dict[str, tuple[Path, Any]]) -> None:
+    """A one-line error where ``path`` (a trace, or the table parsed from it) cannot be
+    of the run the files before it are of (``runs`` holds the first that stated no rank
+    and the first job size stated)."""
+    if rank is None:
+        if "unranked" in runs:
+            raise TraceVizError(
+                f"{runs['unranked'][0]} and {path} both state no rank (no distributedInfo, "
+                "no rank in the name): traces of separate runs, not ranks of one job; "
+                "analyse each on its own, or name them rank_N where they are one job's")
+        runs["unranked"] = (path, None)
+    if isinstance(world, int) and world > 0:
+        first = runs.setdefault("world", (path, world))
+        if first[1] != world:
+            raise TraceVizError(
+                f"{first[0]} is of a job of {first[1]} ranks and {path} of one of {world}: "
+                "traces of separate runs; keep one run's traces in a folder")
 
 
 def gpu_and_cpu(path: Path, rank: int | None) -> tuple[pa.Table, pa.Table | None]:
@@ -356,16 +381,22 @@ def load_with_cpu(folder: Path, lazy: bool = False) -> list[tuple[int, pa.Table,
     """(rank, GPU activity table, CPU table) of every rank table of ``folder`` (the rank
     as :func:`rank_tables` numbers it); with ``lazy``, in place of each table what reads
     it when called (a job's tables need not all be in memory at once; the rank then
-    from the footer, :func:`file_rank`); a one-line error when a CPU table is missing."""
+    from the footer, :func:`file_rank`); a one-line error when a CPU table is missing or
+    the tables are not of one run (see :func:`rank_tables`)."""
     out: list[tuple[int, Any, Any]] = []
+    runs: dict[str, tuple[Path, Any]] = {}
     for k, p in enumerate(input_files([folder])):
         sibling = _cpu_table_of(p)
         if lazy:  # read when asked, their process groups cut (see slim)
             rank = file_rank(p)
+            _one_run(Path(file_fact(p, "source") or p), rank, file_fact(p, "world_size"),
+                     runs)
             out.append((k if rank is None else rank, lambda p=p: slim(read_table(p)),
                         lambda sibling=sibling: slim(read_table(sibling))))
         else:
             gpu = read_table(p)
+            _one_run(Path(metadata(gpu).get("source") or p), stated_rank(gpu, p),
+                     metadata(gpu).get("world_size"), runs)
             out.append((rank_of(gpu, p, k), gpu, read_table(sibling)))
     ranks = [r for r, _, _ in out]
     if len(set(ranks)) < len(ranks):

@@ -109,7 +109,7 @@ def _version(path: str | os.PathLike) -> tuple[str, int, int]:
     return (os.path.abspath(path), st.st_mtime_ns, st.st_size)
 
 
-FACTS = ("source", "rank", "kind")  # the small facts :func:`file_fact` answers from memory
+FACTS = ("source", "rank", "kind", "world_size")  # the small facts :func:`file_fact` answers from memory
 
 
 @functools.lru_cache(maxsize=8192)
