@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 from click.testing import CliRunner
-from helpers import needs_shared, out_dir, shared
+from helpers import needs_shared, shared
 from reference import activities, events_of, load, read_bytes
 
 import traceviz
