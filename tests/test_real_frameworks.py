@@ -668,3 +668,37 @@ def test_synthesized_cpu_ahead_iterations_follow_the_gpu(tmp_path):
                                          r["cpu_span_ns"]) for r in ledger}
     assert got == want
     assert all(cpu * 10 < span for _, span, cpu in got.values())  # the CPU ran ahead
+
+
+# ---- advice knows what is on ----------------------------------------------------------
+
+def _dp_advice(job: str, job_cwd, monkeypatch):
+    from traceviz.commands import diagnose
+
+    monkeypatch.chdir(job_cwd(job.split("/")[0]))
+    rows = diagnose.run(shared(f"{GPU}/{job}")).data["advice"].to_pylist()
+    (row,) = [r for r in rows if "exposed DP communication" in r["finding"]]
+    return row
+
+
+def test_dp_overlap_that_is_on_is_not_advised(job_cwd, monkeypatch):
+    """tp_dp's DDP reduces its gradient buckets during the backward (its truth): the
+    advice turns nothing on, says what tunes the overlap, and is conditional."""
+    truth = json.loads((REFERENCE / GPU / "tp_dp.truth.json").read_text())
+    assert "during the 2nd micro-batch's backward" in \
+        truth["comm_per_step_per_rank_expected"]["dp_all_reduce"]
+    row = _dp_advice("tp_dp", job_cwd, monkeypatch)
+    assert "--overlap-grad-reduce" not in row["action"] and "turn on" not in row["action"]
+    assert "already reduced during the backward" in row["action"]
+    assert "bucket_cap_mb" in row["action"] and row["standing"] in ("conditional", "no gain")
+
+
+def test_dp_options_that_are_off_are_advised(job_cwd, monkeypatch):
+    """megatron_1f1b ran without --overlap-grad-reduce and --use-distributed-optimizer
+    (its Megatron arguments): both are advised."""
+    run = json.loads((REFERENCE / GPU / "megatron_1f1b.run.json").read_text())
+    args = run["megatron_1f1b"]["megatron_args"]
+    assert not args["overlap_grad_reduce"] and not args["use_distributed_optimizer"]
+    row = _dp_advice("megatron_1f1b/iteration_5", job_cwd, monkeypatch)
+    assert row["action"].startswith("turn on --overlap-grad-reduce")
+    assert "--use-distributed-optimizer" in row["action"]

@@ -27,8 +27,11 @@ Configuration changes (Megatron-LM's arguments):
   (``--num-layers-per-virtual-pipeline-stage``; ``vpp=2V``: each stage's layers must
   divide into 2V chunks);
 * exposed **data-parallel** communication (gradient sync + parameter gather >= 2 %):
-  ``--overlap-grad-reduce`` / ``--overlap-param-gather`` with
-  ``--use-distributed-optimizer``; ``overlap=DP`` (EDP too: an upper bound);
+  what of ``--overlap-grad-reduce``, ``--use-distributed-optimizer`` and
+  ``--overlap-param-gather`` the trace does not show on (:class:`DataParallel`: DP calls
+  during the backward, reduce-scatters / all-gathers, gathers during the forward); where
+  all is on, what tunes it (bucket sizes), conditional; ``overlap=DP`` (EDP too: an
+  upper bound);
 * exposed **tensor-parallel** communication (>= 2 %): ``--tp-comm-overlap`` with
   ``--sequence-parallel``; ``overlap=TP``;
 * exposed **expert-parallel** communication (>= 2 %):
@@ -56,7 +59,7 @@ saving) last.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,11 +86,8 @@ BUBBLE_PCT, COMM_PCT, CPU_PCT = 5.0, 2.0, 5.0  # shares of the iteration that ge
 FAULT_PCT = 1.0  # a fault is ranked among the changes when fixing it saves this much
 TOP_FAULTS = 5   # stragglers / slow links turned into advice, the worst first
 LISTED_RANKS = 8  # a larger slow group's what-if names it by its first rank (link:G@R)
-OVERLAP = {  # group: (parts of the ledger, what to turn on)
-    "DP": (("grad_sync", "transfer_dp", "transfer_edp"),
-           "--overlap-grad-reduce and --overlap-param-gather (with "
-           "--use-distributed-optimizer): reduce gradients bucket by bucket during the "
-           "backward, gather parameters during the forward"),
+OVERLAP = {  # group: (parts of the ledger, what to turn on: DP's from DataParallel)
+    "DP": (("grad_sync", "transfer_dp", "transfer_edp"), ""),
     "TP": (("transfer_tp", "transfer_etp"), "--tp-comm-overlap (with --sequence-parallel): "
            "split the GEMMs and overlap their all-gathers / reduce-scatters"),
     "EP": (("transfer_ep",), "--overlap-moe-expert-parallel-comm: overlap the MoE "
@@ -133,6 +133,72 @@ class Advice:
     what_if: str
     model: str | None
     target_rank: int | None
+
+    def saving_text(self, duration: Callable[[int], str]) -> str:
+        """The predicted saving in words, the same in every output (``duration``
+        formats ns): ``saves 1.20 ms (3.4 %)``, ``, an upper bound`` for conditional
+        advice; ``saves nothing`` where the what-if's iteration is no shorter (never a
+        negative saving); ``saving n/a`` where it was not predicted."""
+        if self.saving_ns is None:
+            return "saving n/a"
+        if self.saving_ns <= 0:
+            return "saves nothing" + (f" (its what-if's iteration is "
+                                      f"{duration(-self.saving_ns)} longer)"
+                                      if self.saving_ns < 0 else "")
+        pct = "n/a" if self.saving_pct is None else f"{self.saving_pct:.1f} %"
+        return (f"saves {duration(self.saving_ns)} ({pct})"
+                + (", an upper bound" if self.standing == "conditional" else ""))
+
+
+@dataclass(frozen=True)
+class DataParallel:
+    """What the trace shows of data-parallel communication (from ``comm_calls``): the
+    gradients reduced during the backward (overlapped: Megatron's
+    ``--overlap-grad-reduce``, PyTorch DDP's buckets), reduce-scattered and parameters
+    all-gathered (a distributed optimizer: ``--use-distributed-optimizer``, FSDP), the
+    gathers during the forward (``--overlap-param-gather``)."""
+
+    grads_in_backward: bool
+    sharded: bool
+    params_in_forward: bool
+    evidence: str
+
+    @staticmethod
+    def of(calls: pa.Table) -> DataParallel:
+        rows = [(str(k), str(ph)) for g, k, ph in zip(
+            calls["group"].to_pylist(), calls["kind"].to_pylist(),
+            calls["phase"].to_pylist()) if g in ("DP", "EDP")]
+        kinds: dict[tuple[str, str], int] = {}
+        for k, ph in rows:
+            kinds[(k, ph)] = kinds.get((k, ph), 0) + 1
+        low = [(k.lower().replace("_", ""), ph) for k, ph in rows]
+        return DataParallel(
+            grads_in_backward=any(ph == "BWD" for _, ph in rows),
+            sharded=any("reducescatter" in k or "allgather" in k for k, _ in low),
+            params_in_forward=any("allgather" in k and ph == "FWD" for k, ph in low),
+            evidence="DP calls: " + (", ".join(f"{n} {k} in {ph}" for (k, ph), n in
+                                             sorted(kinds.items())) or "none"))
+
+    def action(self) -> tuple[str, bool]:
+        """What to turn on for exposed DP communication, and whether all of it is on
+        already (then: what tunes it)."""
+        off = []
+        if not self.grads_in_backward:
+            off.append("--overlap-grad-reduce (reduce gradients bucket by bucket during "
+                       "the backward)")
+        if not self.sharded:
+            off.append("--use-distributed-optimizer (reduce-scatter gradients, all-gather "
+                       "parameters: half the all-reduce's traffic on each side of the step)")
+        if not self.params_in_forward:
+            off.append("--overlap-param-gather (gather parameters during the forward)")
+        if self.grads_in_backward and (self.params_in_forward or not self.sharded):
+            on = ("gradients are already reduced during the backward"
+                  + (" and parameters gathered during the forward" if self.params_in_forward
+                     else ""))
+            return (f"{on}, yet this much stays exposed: larger buckets hide more (Megatron "
+                    "--ddp-bucket-size, PyTorch DDP bucket_cap_mb), as does starting the "
+                    "last bucket earlier; check the DP network's bandwidth", True)
+        return "turn on " + "; ".join(off), False
 
 
 def straggler_findings(diag: Diagnosis) -> list[Finding]:
@@ -279,15 +345,22 @@ def findings(diag: Diagnosis) -> list[Finding]:
             "schedule)", "microbatches=x2",
             f"ledger: bubble {t['bubble_ns'] / 1e6:.2f} ms per rank and iteration", 2))
         out += vpp_finding(diag, pct["bubble"], t["bubble_ns"], pp)
+    dp = DataParallel.of(diag.comm_calls)
     for grp, (parts, action) in OVERLAP.items():
         share = sum(pct.get(p, 0.0) for p in parts)
         if share >= COMM_PCT:
+            evidence = ("ledger: " + ", ".join(f"{p} {t[f'{p}_ns'] / 1e6:.2f} ms"
+                                              for p in parts if t.get(f"{p}_ns"))
+                        + " per rank and iteration (the saving assumes all of it hidden: "
+                        "an upper bound)")
+            on = False
+            if grp == "DP":
+                action, on = dp.action()
+                evidence += f"; {dp.evidence}"
             out.append(Finding(
-                f"{share:.1f} % of the iteration is exposed {grp} communication",
-                action, f"overlap={grp}",
-                "ledger: " + ", ".join(f"{p} {t[f'{p}_ns'] / 1e6:.2f} ms" for p in parts
-                                       if t.get(f"{p}_ns")) + " per rank and iteration "
-                "(the saving assumes all of it hidden: an upper bound)"))
+                f"{share:.1f} % of the iteration is exposed {grp} communication"
+                + (" although overlapped" if on else ""),
+                action, f"overlap={grp}", evidence, conditional=on))
     if pct.get("cpu_bound", 0) >= CPU_PCT:
         out.append(Finding(
             f"{pct['cpu_bound']:.1f} % of the iteration the GPU waits for the CPU to "

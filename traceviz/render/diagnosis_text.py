@@ -121,9 +121,7 @@ def advice_lines(advice: Sequence[Advice], top: int = 5) -> list[str]:
                 "bubble, exposed communication or host overhead above the thresholds)"]
     lines = [ADVICE_HEAD + ":"]
     for a in advice[:top]:
-        saving = ("saving n/a" if a.saving_ns is None else
-                  f"saves {_ms(a.saving_ns)} ({_pct(a.saving_pct)})"
-                  + (", an upper bound" if a.standing == "conditional" else ""))
+        saving = a.saving_text(_ms)
         lines.append(f"  {a.rank}. {STANDING_TAG[a.standing]}{a.finding}: "
                      f"{a.action}; {saving} [what-if {a.what_if}]")
     if len(advice) > top:

@@ -425,10 +425,7 @@ def _advice(advice: Sequence[Advice]) -> str:
                 "communication or host overhead above the thresholds).</p>")
     items = []
     for a in advice[:5]:
-        saving = ("saving n/a" if a.saving_ns is None else
-                  f"saves {duration(a.saving_ns / MB)} per iteration "
-                  f"({'n/a' if a.saving_pct is None else f'{a.saving_pct:.1f} %'})"
-                  + (", an upper bound" if a.standing == "conditional" else ""))
+        saving = a.saving_text(lambda ns: f"{duration(ns / MB)} per iteration")
         items.append(f"<li title='{esc(a.evidence)}'>{esc(STANDING_TAG[a.standing])}"
                      f"<b>{esc(a.finding)}</b>: "
                      f"{esc(a.action)}. <i>{esc(saving)}</i> <span class='note'>"
