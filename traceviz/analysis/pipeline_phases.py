@@ -18,7 +18,8 @@ own forward). Per step:
   that sends (blocking P2P, as in :func:`..schedule.simulate`), 0 otherwise;
 * ``slow`` = duration - the stage's median duration of that phase, named by what
   explains at least half of it: the data-parallel communication its window exposes (a
-  gradient reduce-scatter its backward hooks launched: kind ``dp_sync``), its
+  forward's parameter all-gathers, a backward's gradient reduce-scatter its hooks
+  launched: kind ``dp_sync``), its
   collectives' waiting for other ranks (``wait``), else a slow micro-batch (``slow``).
 
 Stage imbalance is the critical stage's median forward + backward above the mean of the
@@ -96,8 +97,11 @@ def largest_gaps(steps: list[Step], pp: int, vpp: int, p2p_ns: int, fwd_med: np.
                 if s.exposed_dp >= excess / 2:
                     kind, why = "dp_sync", (
                         f"it carries {s.exposed_dp / 1e6:.3f} ms of exposed data-parallel "
-                        "communication (the gradient reduce-scatter / all-reduce its "
-                        "backward hooks launch; Megatron: overlap_grad_reduce)")
+                        "communication (" + (
+                            "the parameter all-gathers its forward pre-hooks launch; "
+                            "Megatron: overlap_param_gather)" if s.phase == "F" else
+                            "the gradient reduce-scatter / all-reduce its backward hooks "
+                            "launch; Megatron: overlap_grad_reduce)"))
                 elif s.waited >= excess / 2:
                     kind, why = "wait", (f"its collectives waited {s.waited / 1e6:.3f} ms "
                                          "for other ranks")

@@ -23,7 +23,8 @@ class Step:
     end: int
     recompute: bool = False  # a measured backward that re-ran its forward
     # measured steps: the data-parallel communication in the step's window not hidden
-    # behind its compute (a gradient reduce-scatter its backward hooks launched), and the
+    # behind its compute (a forward's parameter all-gathers, a backward's gradient
+    # reduce-scatter), and the
     # time its collectives waited for other ranks (-1 unknown); ns
     exposed_dp: int = 0
     waited: int = -1
