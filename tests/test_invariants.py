@@ -218,7 +218,9 @@ def test_every_command_on_every_job(job, tmp_path):
                 result.output
     assert sorted(root.rglob("*")) == before, "nothing written into the job's folder"
     if outputs["report"].exit_code:  # only refused for traces that are not one job
-        assert "are both rank" in outputs["report"].output
+        said = outputs["report"].output
+        assert "are both rank" in said or "both state no rank" in said \
+            or "traces of separate runs" in said, said
         return
     rep = json.loads((tmp_path / "r.json").read_text())
     x = rep["cross_rank"]
