@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -702,3 +703,49 @@ def test_dp_options_that_are_off_are_advised(job_cwd, monkeypatch):
     row = _dp_advice("megatron_1f1b/iteration_5", job_cwd, monkeypatch)
     assert row["action"].startswith("turn on --overlap-grad-reduce")
     assert "--use-distributed-optimizer" in row["action"]
+
+
+# ---- sends on the default group --------------------------------------------------------
+
+def _to_default_group(src: Path, dst: Path) -> int:
+    """``src``'s trace with every pipeline send / receive moved to the default group
+    (as interleaved Megatron's and torch.distributed.pipelining's run): its process
+    group name, description and ranks those of the world. Returns the ops moved."""
+    text = gzip.open(src, "rt").read()
+    moved = 0
+
+    def default(m) -> str:
+        nonlocal moved
+        moved += 1
+        block = m.group(0)
+        block = re.sub(r'"Process Group Name": "\d+"', '"Process Group Name": "0"', block)
+        block = block.replace('"PIPELINE_MODEL_PARALLEL_GROUP"', '"default_pg"')
+        block = re.sub(r'"Global rank start": \d+', '"Global rank start": 0', block)
+        block = re.sub(r'"Global rank stride": \d+', '"Global rank stride": 1', block)
+        block = re.sub(r'"Group size": \d+', '"Group size": 8', block)
+        return re.sub(r'"Process Group Ranks": "\[[\d, ]*\]"',
+                      '"Process Group Ranks": "[0, 1, 2, 3, 4, 5, 6, 7]"', block)
+
+    text = re.sub(r'"args": \{[^{}]*"PIPELINE_MODEL_PARALLEL_GROUP"[^{}]*\}', default, text)
+    with gzip.open(dst, "wt") as f:
+        f.write(text)
+    return moved
+
+
+def test_sends_on_the_default_group_between_pipeline_ranks_are_pp(tmp_path):
+    """megatron_1f1b with its pipeline sends / receives moved to the default group: with
+    the job's layout every one of them is still PP (72 kernels, as the real job's), none
+    OTHER."""
+    from traceviz.commands import diagnose
+
+    src = shared(f"{GPU}/megatron_1f1b")
+    job = tmp_path / "megatron_1f1b"
+    (job / "iteration_5").mkdir(parents=True)
+    for layout in src.glob("unique_parallel_groups_*.txt"):
+        (job / layout.name).write_bytes(layout.read_bytes())
+    moved = sum(_to_default_group(p, job / "iteration_5" / p.name)
+                for p in sorted((src / "iteration_5").glob("rank_*.json.gz")))
+    assert moved > 72
+    calls = diagnose.run(job / "iteration_5").tables["comm_calls"].to_pylist()
+    p2p = [r for r in calls if r["kind"] in ("Send", "Recv", "SendRecv")]
+    assert len(p2p) == 72 and {r["group"] for r in p2p} == {"PP"}

@@ -6,7 +6,9 @@ description matching none is OTHER); where the description is absent or generic
 (``undefined``, ``default_pg``), its ranks matched against the job topology (when one is
 known: ``--topology``, the topology file or the traces' pg_config; a rank set that is
 several groups is the pipeline group for sends / receives and the embedding group for
-other collectives); then the kernel's name where a library states its group in it
+other collectives); a send / receive on another group (the default one: interleaved
+Megatron's, ``torch.distributed.pipelining``'s) between ranks of one pipeline group of
+the layout is PP; then the kernel's name where a library states its group in it
 (``comm_group_by_kernel``: DeepEP is expert parallelism); else OTHER.
 """
 from __future__ import annotations
@@ -63,12 +65,16 @@ def desc_of(descs: list[str], p2p: bool) -> str:
 def comm_groups(is_comm: np.ndarray, desc_codes: np.ndarray, descs: list[str],
                 rank_lists: dict[int, list[int] | None], patterns: Patterns,
                 layout: Layout | None, p2p: AbstractSet[int] = frozenset(),
-                by_kernel: np.ndarray | None = None) -> tuple[np.ndarray, dict[str, int]]:
+                by_kernel: np.ndarray | None = None,
+                in_pipeline: AbstractSet[int] = frozenset()
+                ) -> tuple[np.ndarray, dict[str, int]]:
     """Index into GROUPS per row (int8; -1 for non-COMM rows) and counts per evidence.
 
     ``desc_codes`` index ``descs`` (-1 unknown); ``rank_lists`` maps a row to its group's
     member list (absent or None: unknown); ``p2p``: the rows that are sends / receives;
-    ``by_kernel``: per row the group its kernel name states (-1 none), the last resort.
+    ``by_kernel``: per row the group its kernel name states (-1 none), the last resort;
+    ``in_pipeline``: the send / receive rows between ranks of one pipeline group of the
+    layout (PP where nothing before says otherwise).
     """
     out = np.full(is_comm.shape[0], -1, dtype=np.int8)
     other = GROUPS.index("OTHER")
@@ -95,6 +101,10 @@ def comm_groups(is_comm: np.ndarray, desc_codes: np.ndarray, descs: list[str],
             out[i] = cache[key]
             by_ranks += out[i] >= 0
     evidence["group ranks against the topology"] = int(by_ranks)
+    piped = np.array(sorted(in_pipeline), dtype=np.int64)
+    piped = piped[out[piped] < 0] if piped.size else piped
+    out[piped] = GROUPS.index("PP")
+    evidence["send / receive within one pipeline"] = int(piped.size)
     if by_kernel is not None:
         todo = rows[out[rows] < 0]
         out[todo] = by_kernel[todo]

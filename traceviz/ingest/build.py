@@ -349,7 +349,7 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
                             strings=n_strings)
     with _beside(gpu_fields, beside):
         coll = _collective_meta(scanned, s, patterns, links.comm_row, kind, topology, name,
-                                store, (links.block_act, links.block_entry))
+                                store, (links.block_act, links.block_entry), rank)
         links.comm_row = None  # type: ignore[assignment]  # dropped: memory
         phase, microbatch, chunk, evidence = _phases(s, patterns, links, coll, memory,
                                                      backward_named, pipeline, vpp, store)
@@ -461,7 +461,7 @@ COMM_FIELDS = ("collective", "dtype", "pg_name", "pg_desc", "pg_ranks", "group_s
 def _collective_meta(scanned: ScannedTrace, s: Strings, patterns: Patterns,
                      comm_row: np.ndarray, kind: np.ndarray, topology: Layout | None,
                      name: np.ndarray, store: InMemory,
-                     blocks: tuple[np.ndarray, np.ndarray]) -> CollectiveMeta:
+                     blocks: tuple[np.ndarray, np.ndarray], rank: int = -1) -> CollectiveMeta:
     """Gather the collective metadata of the rows that have it and the comm_group of the
     collectives (from compact arrays of those rows: nothing per activity but the
     result); ``blocks``: the ops of coalesced blocks (activity positions, comm entries:
@@ -490,16 +490,36 @@ def _collective_meta(scanned: ScannedTrace, s: Strings, patterns: Patterns,
     code = np.full(rows.shape[0], -1, dtype=np.int32)
     code[stated] = desc_code[at[stated]]
     said = np.flatnonzero(stated)
+    p2p_rows = said[p2p_name[fields["collective"][at[said]]]]
     found, evidence = comm_groups(
         np.ones(rows.shape[0], dtype=bool), code, descs,
         {j: ranks[a] for j, a in zip(said.tolist(), at[said].tolist())}, patterns,
-        topology, set(said[p2p_name[fields["collective"][at[said]]]].tolist()),
-        by_kernel[comm_names])
+        topology, set(p2p_rows.tolist()), by_kernel[comm_names],
+        _in_one_pipeline(p2p_rows, at, rank, recv_from, send_to, topology))
     groups = store.full(n, -1, np.int8)
     store.scatter(groups, rows, found)
     return CollectiveMeta(n, has, rows, at, stated, fields, ranks, size, desc_code, descs,
                           groups, evidence, store, in_bytes, out_bytes, recv_from, send_to,
                           direction)
+
+
+def _in_one_pipeline(p2p_rows: np.ndarray, at: np.ndarray, rank: int, recv_from: list,
+                     send_to: list, topology: Layout | None) -> set[int]:
+    """The send / receive rows (of ``p2p_rows``; ``at`` maps a row to its metadata)
+    whose rank and peers are all in one pipeline group of the layout, whatever process
+    group they ran on (interleaved Megatron's, or a pipelining job's on the default
+    group)."""
+    if topology is None or rank < 0 or not p2p_rows.size:
+        return set()
+    pipes = [frozenset(g) for g in
+             topology.groups().get("PIPELINE_MODEL_PARALLEL_GROUP", []) if len(g) > 1]
+    mine = [g for g in pipes if rank in g]
+    out = set()
+    for j, a in zip(p2p_rows.tolist(), at[p2p_rows].tolist()):
+        peers = (recv_from[a] or []) + (send_to[a] or [])
+        if peers and any(set(peers) <= g for g in mine):
+            out.add(j)
+    return out
 
 
 def _block_ops(s: Strings, patterns: Patterns, comm, has: np.ndarray,
