@@ -227,10 +227,19 @@ def test_a_removal_never_follows_a_link(tmp_path):
     assert not holder.exists() or list(holder.iterdir()) == [holder / "0"]
 
 
-def test_the_key_is_the_users_alone(tmp_path):
-    key = job_cache._secret()
-    path = (Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-            / "traceviz" / "cache-key")
-    if path.exists():  # where the home folder can be written: kept there, 0600
+def test_the_key_is_the_users_alone(tmp_path, monkeypatch):
+    """The digests' key is made once, readable by the user alone, and read again; a key
+    file others can read is not used (a key for this process instead)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    job_cache._secret.cache_clear()
+    try:
+        key = job_cache._secret()
+        path = tmp_path / "traceviz" / "cache-key"
         assert path.read_bytes() == key and path.stat().st_mode & 0o777 == 0o600
-    assert len(key) == 32
+        job_cache._secret.cache_clear()
+        assert job_cache._secret() == key
+        path.chmod(0o644)
+        job_cache._secret.cache_clear()
+        assert job_cache._secret() == job_cache._PROCESS_KEY != key
+    finally:
+        job_cache._secret.cache_clear()

@@ -116,6 +116,10 @@ class RankState:
     where: str | None
     end: str = ""            # where the chain ends, in words (the same for a whole group)
 
+    def what(self) -> str:
+        """The op it waits in, in words: ``DATA_PARALLEL_GROUP all_reduce seq 4``."""
+        return f"{self.desc} {self.op}" + (f" seq {self.seq}" if self.seq is not None else "")
+
 
 @dataclass(frozen=True)
 class GroupRank:
@@ -523,12 +527,11 @@ def _headline(job: _Job, states: list[RankState], causes: list[int],
         for s in states:  # the ops they never entered that others wait in, most first
             if s.state == "waiting" and s.rank not in causes and set(who) & set(
                     s.never_entered):
-                what = f"{s.desc} {s.op}" + (f" seq {s.seq}" if s.seq is not None else "")
+                what = s.what()
                 ops[what] = ops.get(what, 0) + 1
         if not stopped:
             for c in who:
-                s = by_state[c]
-                what = f"{s.desc} {s.op}" + (f" seq {s.seq}" if s.seq is not None else "")
+                what = by_state[c].what()
                 ops[what] = ops.get(what, 0) + len(states)
         named = sorted(ops, key=lambda w: -ops[w])
         listed = ", ".join(named[:3]) + (f" (and {len(named) - 3} more)" if len(named) > 3
@@ -606,12 +609,11 @@ def _verdict(job: _Job, states: list[RankState], causes: list[int], suspects: li
         return out + [s.chain for s in waiting]
     groups: dict[tuple, list[RankState]] = {}
     for s in waiting:
-        groups.setdefault((s.desc, s.op, s.seq, s.end), []).append(s)
-    for (desc, opname, seq, end), ss in groups.items():
+        groups.setdefault((s.what(), s.end), []).append(s)
+    for (what, end), ss in groups.items():
         if len(ss) == 1:
             out.append(ss[0].chain)
             continue
-        what = f"{desc} {opname}" + (f" seq {seq}" if seq is not None else "")
         out.append(f"ranks {ranges([s.rank for s in ss])} ({len(ss)}) wait in {what}"
                    + (f", ending {end}" if end else "") + f"; e.g. {ss[0].chain}")
     return out

@@ -511,9 +511,8 @@ def _in_one_pipeline(p2p_rows: np.ndarray, at: np.ndarray, rank: int, recv_from:
     group)."""
     if topology is None or rank < 0 or not p2p_rows.size:
         return set()
-    pipes = [frozenset(g) for g in
-             topology.groups().get("PIPELINE_MODEL_PARALLEL_GROUP", []) if len(g) > 1]
-    mine = [g for g in pipes if rank in g]
+    mine = [frozenset(g) for g in topology.generator("dense", "pp")
+            if len(g) > 1 and rank in g]
     out = set()
     for j, a in zip(p2p_rows.tolist(), at[p2p_rows].tolist()):
         peers = (recv_from[a] or []) + (send_to[a] or [])

@@ -152,7 +152,7 @@ class _Converter:
 
     def __init__(self, path: Path, file_bytes: int, world: int):
         self.path = path
-        self.numbers_left = file_bytes + 1024  # entries, frames, sizes: within the file's bytes
+        self.budget = file_bytes + 1024  # entries, frames, size numbers: the file's bytes
         self.world = world
         self.texts: dict[str, str] = {}        # one string per distinct text
         self.by_id: dict[int, str] = {}        # the dump's strings (alive while converting)
@@ -261,10 +261,10 @@ class _Converter:
     def spend(self, count: int, what: str) -> None:
         """Take ``count`` from the dump's budget (numbers and frames: no more than the
         file's bytes, however its values share references)."""
-        if count > self.numbers_left:
+        if count > self.budget:
             raise _Bad(f"{what}: more values than the file holds (shared references "
                        "repeated beyond the file's size)")
-        self.numbers_left -= count
+        self.budget -= count
 
     def text(self, value: Any, what: str, own: bool = False) -> str:
         """A string field (None: "None"; a number: its digits), at most

@@ -89,9 +89,12 @@ def code_digest() -> str:
     return h.hexdigest()
 
 
-def _footer_digest(path: Path, size: int) -> str | None:
+@functools.lru_cache(maxsize=65536)
+def _footer_digest(path: Path, size: int, mtime_ns: int, ctime_ns: int, inode: int
+                   ) -> str | None:
     """A digest of the last bytes of the table ``path`` (its Parquet footer: row groups,
-    statistics, metadata), None where it cannot be read."""
+    statistics, metadata), None where it cannot be read; read once per version of the
+    file in a process (a rewrite changes its ctime, which no one can set back)."""
     try:
         with open(path, "rb") as f:
             f.seek(max(0, size - _FOOTER_BYTES))
@@ -105,7 +108,8 @@ def key_of(folder: Path, topology: str | os.PathLike | None, options: dict) -> d
     files = []
     for p in sorted(folder.glob("*.parquet")):
         st = p.stat()
-        files.append([p.name, st.st_size, st.st_mtime_ns, _footer_digest(p, st.st_size)])
+        files.append([p.name, st.st_size, st.st_mtime_ns, _footer_digest(
+            p, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)])
     topo = None
     if topology is not None:
         try:
@@ -143,8 +147,17 @@ def _base(folder: Path, create: bool) -> Path | None:
 
 def _read(path: Path, cap: int) -> bytes:
     """The bytes of the regular file ``path`` (not a link, at most ``cap``)."""
+    return _read_stat(path, cap)[0]
+
+
+def _read_stat(path: Path, cap: int) -> tuple[bytes, os.stat_result]:
+    """The bytes of the regular file ``path`` (opened without following a link or
+    blocking on a FIFO; at most ``cap``) and its status; :class:`_Miss` otherwise
+    (FileNotFoundError where it does not exist)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
     except OSError as exc:
         raise _Miss(f"{path.name}: {exc.strerror or exc}") from None
     try:
@@ -159,7 +172,7 @@ def _read(path: Path, cap: int) -> bytes:
         os.close(fd)
     if len(raw) > cap:
         raise _Miss(f"{path.name} holds more than {cap:,} bytes")
-    return raw
+    return raw, st
 
 
 def _digest(raw: bytes) -> str:
@@ -177,16 +190,12 @@ def _secret() -> bytes:
     path = folder / "cache-key"
     for _ in range(2):
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            try:
-                st = os.fstat(fd)
-                raw = os.read(fd, 64)
-            finally:
-                os.close(fd)
-            if (stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid()
-                    and not st.st_mode & 0o077 and len(raw) == 32):
+            raw, st = _read_stat(path, 32)
+            if st.st_uid == os.getuid() and not st.st_mode & 0o077 and len(raw) == 32:
                 return raw
             break  # not one this user made: use none of it
+        except _Miss:
+            break
         except FileNotFoundError:
             try:  # made whole under another name, then linked: a reader sees all or none
                 folder.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -248,7 +257,7 @@ def load(folder: Path, name: str, key: dict) -> tuple[dict[str, pa.Table], dict]
                 raise _Miss(f"{t}.parquet is not the table written with it")
             out[t] = pq.read_table(pa.BufferReader(raw))
         return out, entry["fields"]
-    except (_Miss, ValueError, RecursionError, pa.ArrowException) as exc:
+    except (_Miss, OSError, ValueError, RecursionError, pa.ArrowException) as exc:
         miss(where, exc)
         return None
 
@@ -274,9 +283,12 @@ def store(folder: Path, name: str, key: dict, tables: dict[str, pa.Table | None]
     try:
         digests = {}
         for t, table in tables.items():
-            if table is not None:
-                pq.write_table(table, tmp / f"{t}.parquet")
-                digests[t] = _digest(_read(tmp / f"{t}.parquet", MAX_TABLE_BYTES))
+            if table is not None:  # written from memory: its digest is of what is written
+                sink = pa.BufferOutputStream()
+                pq.write_table(table, sink)
+                raw = sink.getvalue().to_pybytes()
+                (tmp / f"{t}.parquet").write_bytes(raw)
+                digests[t] = _digest(raw)
         body = json.dumps({"key": key, "tables": digests, "fields": fields}).encode()
         (tmp / "entry.json").write_bytes(_digest(body).encode() + b"\n" + body)
         final = base / name
@@ -291,7 +303,7 @@ def store(folder: Path, name: str, key: dict, tables: dict[str, pa.Table | None]
                     continue
         finally:
             _remove_entry(old, depth=1)
-    except (OSError, _Miss):
+    except OSError:
         pass
     finally:
         _remove_entry(tmp)
