@@ -568,20 +568,22 @@ def _verdict(job: _Job, states: list[RankState], causes: list[int], suspects: li
     wait in: each rank's chain where at most :data:`_SHOWN` wait, else ranks in the same
     state as one line (bounded at any size)."""
     out = []
-    never_of: dict[int, list[tuple[str, int]]] = {}
-    for g, seq, _, absent in missing:
+    never_of: dict[int, list[tuple[str, int, tuple[int, ...]]]] = {}
+    for g, seq, entered, absent in missing:
         for c in absent:
             if c in causes:
-                never_of.setdefault(c, []).append((g, seq))
+                never_of.setdefault(c, []).append((g, seq, entered))
     alike: dict[tuple, list[int]] = {}  # causes that never entered the same ops
     for c in causes:
         alike.setdefault(tuple(never_of.get(c, [])), []).append(c)
     for never, cs in alike.items():
         listed = "; ".join(
-            f"{job.groups[g].label()} " + (f"seq {seq}" if seq >= 0 else "a send / receive")
+            f"{job.groups[g].label()} " + (
+                f"seq {seq}" if seq >= 0 else
+                f"a send / receive with rank(s) {ranges(entered)}")
             + (f" (its last completed: {job.last[(g, cs[0])][2]})"
                if seq >= 0 and (g, cs[0]) in job.last and len(cs) == 1 else "")
-            for g, seq in never[:_SHOWN])
+            for g, seq, entered in never[:_SHOWN])
         who = f"rank {cs[0]}" if len(cs) == 1 else f"ranks {ranges(cs)}"
         out.append(f"{who} never entered {len(never)} op(s) its peers entered: {listed}"
                    + (" ..." if len(never) > _SHOWN else ""))

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from ..analysis.advice import Advice, advice_of
 from ..analysis.diff import short_name
+from ..analysis.hang import ranges
 from ..analysis.diagnose.stragglers import NO_PEERS, NONE_FOUND
 from ..analysis.diagnose.summary import Summary, from_report
 from ..analysis.report_types import Report
@@ -356,10 +357,16 @@ class HangSection:
     ranks: pa.Table
 
 
+def _listed(ranks: str | None) -> str:
+    """A table's comma-separated ranks as ranges (``0-3, 8``: hundreds stay short)."""
+    return ranges(int(r) for r in ranks.split(",")) if ranks else ""
+
+
 def _hang(sec: HangSection) -> str:
     rows = [[str(r["rank"]), esc(r["state"]), esc(r["group_desc"] or ""),
              esc(r["seq"] if r["seq"] is not None else ""), esc(r["op"] or ""),
-             esc(r["waits_for"] or ""), esc("yes" if r["cause"] else "")]
+             esc(_listed(r["waits_for"])), esc("yes" if r["cause"] else
+                                            "possibly" if r["suspect"] else "")]
             for r in sec.ranks.to_pylist()]
     return ("<ol class='causes'>" + "".join(f"<li>{esc(v)}</li>" for v in sec.verdict[:20])
             + "</ol>" + table(["rank", "state", "waits in", "seq", "op", "for", "cause"],
