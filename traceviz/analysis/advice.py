@@ -165,15 +165,16 @@ class DataParallel:
 
     @staticmethod
     def of(calls: pa.Table) -> DataParallel:
-        rows = [(str(k), str(ph)) for g, k, ph in zip(
-            calls["group"].to_pylist(), calls["kind"].to_pylist(),
-            calls["phase"].to_pylist()) if g in ("DP", "EDP")]
-        kinds: dict[tuple[str, str], int] = {}
-        for k, ph in rows:
-            kinds[(k, ph)] = kinds.get((k, ph), 0) + 1
-        low = [(k.lower().replace("_", ""), ph) for k, ph in rows]
+        """From ``comm_calls`` (every rank's calls): its DP / EDP calls counted by kind
+        and phase (a table of a few rows, whatever the job's size)."""
+        import pyarrow.compute as pc
+
+        dp = calls.filter(pc.is_in(calls["group"], pa.array(["DP", "EDP"])))
+        kinds = {(str(r["kind"]), str(r["phase"])): r["count_all"] for r in
+                 dp.group_by(["kind", "phase"]).aggregate([([], "count_all")]).to_pylist()}
+        low = [(k.lower().replace("_", ""), ph) for k, ph in kinds]
         return DataParallel(
-            grads_in_backward=any(ph == "BWD" for _, ph in rows),
+            grads_in_backward=any(ph == "BWD" for _, ph in low),
             sharded=any("reducescatter" in k or "allgather" in k for k, _ in low),
             params_in_forward=any("allgather" in k and ph == "FWD" for k, ph in low),
             evidence="DP calls: " + (", ".join(f"{n} {k} in {ph}" for (k, ph), n in
