@@ -125,7 +125,7 @@ def test_pipeline_iteration_in_its_own_folder(tmp_path, layout):
     for first in (10, 20):
         synthesize(SynthConfig(tp=1, pp=2, dp=1, microbatches=2, layers=2, with_stack=False,
                                layout=layout, first_iteration=first), tmp_path / str(first))
-        for folder in (tmp_path / str(first)).glob("iteration_*"):
+        for folder in (tmp_path / str(first)).rglob("iteration_*"):
             folder.rename(root / folder.name)
     result = _run("pipeline", root, "--iteration", 20, "-o", tmp_path / "pp")
     assert result.exit_code == 0, result.output

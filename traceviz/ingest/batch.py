@@ -362,14 +362,61 @@ def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
     """Parse every trace under ``root`` whose table is missing, older than the trace or
     parsed with other options (``vpp``, topology, patterns, traceviz version); write
     ``batch_summary.json`` into the output folder; return one outcome per trace
-    (skipped ones included), in rank order. ``traces``: see :func:`plan`."""
+    (skipped ones included), in rank order. ``traces``: see :func:`plan`.
+
+    The topology: ``topology``, else a topology file beside the traces, else the one the
+    traces' process groups state; where none does, the pipelines the parsed tables'
+    sends / receives show (:func:`.topology.derive_file`, kept in the output folder):
+    the ranks whose table that changes are parsed again with it."""
+    from .topology import DERIVED_NAME, derive_file, from_traces
+
+    kw = dict(folders=folders, jobs=jobs, force=force, memory_budget=memory_budget,
+              cpu=cpu, vpp=vpp, scheduler=scheduler, quiet=quiet, traces=traces)
+    if topology is None:
+        found = find_topology_file(root if Path(root).is_dir() else Path(root).parent)
+        topology = str(found) if found else None
+    if topology is not None:
+        return _parse(root, outdir, topology=topology, **kw)  # type: ignore[arg-type]
+    out = output_root(root, outdir)
+    derived = out / DERIVED_NAME
+    outcomes = _parse(root, outdir, topology=str(derived) if derived.is_file() else None,
+                      **kw)  # type: ignore[arg-type]
+    from .tables import table_folders
+
+    tables = table_folders(out)
+    if not tables:
+        return outcomes
+    try:
+        from_traces(root)  # the traces state their layout: nothing to derive
+        stated = True
+    except TraceVizError:
+        stated = False
+    if stated:
+        changed = derived.is_file()
+        derived.unlink(missing_ok=True)
+    else:
+        changed = derive_file(out, tables[0])
+    if not changed:
+        return outcomes
+    again = _parse(root, outdir, topology=str(derived) if derived.is_file() else None,
+                   again=True, **kw)  # type: ignore[arg-type]
+    parsed = {o.trace for o in again if o.status != "skipped"}
+    return sorted([o for o in outcomes if o.trace not in parsed]
+                  + [o for o in again if o.trace in parsed], key=lambda o: (o.rank, o.trace))
+
+
+def _parse(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
+           folders: str | None = None, jobs: int = 0, force: bool = False,
+           memory_budget: int = 512 << 20, topology: str | None = None,
+           cpu: bool = False, vpp: int | None = None, scheduler: str | None = None,
+           quiet: bool = False, traces: list[TraceFile] | None = None,
+           again: bool = False) -> list[Outcome]:
+    """:func:`run` with ``topology`` resolved (None: none); ``again``: the tables are
+    parsed a second time with the topology their first parse showed (not said)."""
     from ..classify.patterns import load_patterns
     from .build import parse_options
     from .topology import from_file
 
-    if topology is None:
-        found = find_topology_file(root if Path(root).is_dir() else Path(root).parent)
-        topology = str(found) if found else None
     options = parse_options(from_file(topology) if topology else None, load_patterns(), vpp)
     todo, fresh, stale = plan(root, outdir, folders, force, options, traces, cpu)
     args = (memory_budget, str(topology) if topology else None, cpu, vpp)
@@ -399,7 +446,7 @@ def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
             kept.warnings = list(before.get("warnings") or [])
         outcomes.append(kept)
     for o in outcomes:
-        if o.trace in stale and o.status == "parsed":
+        if o.trace in stale and o.status == "parsed" and not again:
             o.warnings.append("parsed again: its table was parsed from another trace, with "
                               "other options (vpp, topology, patterns) or by another "
                               "traceviz version")

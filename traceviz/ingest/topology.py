@@ -10,7 +10,8 @@ from ..errors import TraceVizError, UsageError
 from ..table.inputs import note_input
 from ..table.schema import file_metadata
 from ..topology import groups_file
-from ..topology.derive import layout_from_groups, observed_groups
+from ..topology.derive import MESH_SIZE, layout_from_groups, layout_of, observed_groups
+from ..topology.p2p import RankTraffic
 from ..topology.layout import Layout, agreed_world
 
 TOPOLOGY_GLOB = "unique_parallel_groups*.txt"
@@ -139,3 +140,88 @@ def job_layout(root: Path, folder: Path, topology: str | os.PathLike | None
         return from_traces(root if Path(root).is_file() else folder), None
     except TraceVizError as exc:
         return None, f"no topology ({exc})"
+
+
+# the layout traceviz found from a job's sends / receives, kept beside its tables (in
+# the batch's output folder, never beside the traces): found there by
+# :func:`find_topology_file` as a topology file is
+DERIVED_NAME = "unique_parallel_groups_from_sends.txt"
+DERIVED_STAMP = "derived by traceviz from the traces' sends / receives"
+_TRAFFIC_COLUMNS = ("kind", "collective", "comm_group", "phase", "ts", "iteration",
+                    "src_rank", "dst_rank")
+
+
+def is_derived(path: Path | None) -> bool:
+    """Whether a topology file is the one traceviz derived from the sends / receives."""
+    return path is not None and path.name == DERIVED_NAME
+
+
+def traffic_of(files: list[Path]) -> dict[int, RankTraffic]:
+    """Each rank's sends / receives on the pipeline's or an unknown group (OTHER: the
+    default group's), from its table (:class:`~traceviz.topology.p2p.RankTraffic`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from .tables import rank_tables
+
+    out: dict[int, RankTraffic] = {}
+    for rank, _, table in rank_tables(files, _TRAFFIC_COLUMNS, []):
+        mask = pc.and_(pc.and_(pc.equal(table["kind"].cast(pa.string()), "COMM"),
+                               pc.equal(table["collective"].cast(pa.string()), "SendRecv")),
+                       pc.is_in(table["comm_group"].cast(pa.string()),
+                                value_set=pa.array(["PP", "OTHER"])))
+        rows = table.filter(pc.fill_null(mask, False)).select(
+            ["ts", "phase", "iteration", "src_rank", "dst_rank"]).sort_by("ts").to_pydict()
+        t = RankTraffic()
+        first_it = min((i for i in rows["iteration"] if i is not None and i >= 0),
+                       default=None)
+        for src, dst, phase, it in zip(rows["src_rank"], rows["dst_rank"], rows["phase"],
+                                       rows["iteration"]):
+            src, dst = set(src or ()), set(dst or ())
+            t.peers |= src | dst
+            if phase == "FWD":
+                t.forward_to |= dst
+                t.forward_from |= src
+            if t.first_is_send is None and it == first_it and (src or dst):
+                t.first_is_send = bool(dst) and not src
+        out[rank] = t
+    return out
+
+
+def derive_file(out: Path, folder: Path) -> bool:
+    """Write (or remove) ``out``/:data:`DERIVED_NAME`: the layout of the pipelines the
+    sends / receives of the tables in ``folder`` show (:mod:`~traceviz.topology.p2p`),
+    where the traces state no layout. Returns whether the file changed (the tables are
+    then parsed again with it)."""
+    from ..topology.groups_file import GroupsFile, render
+    from ..topology.p2p import pipelines
+    from .tables import is_activity_table
+
+    path = out / DERIVED_NAME
+    before = path.read_text() if path.is_file() and not path.is_symlink() else None
+    files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
+    text = None
+    if len(files) > 1:
+        found, how = pipelines(traffic_of(files))
+        if found and len(found[0]) > 1:
+            groups, world = observed_of(files)
+            world = world or max(r for p in found for r in p) + 1
+            sizes = {k: len(next(iter(groups[d]))) for k, d in MESH_SIZE.items()
+                     if groups.get(d)}
+            try:
+                layout = layout_of(found, world, sizes)
+            except TraceVizError:
+                layout = None
+            if layout is not None:
+                text = render(GroupsFile.from_layout(layout, timestamp=f"{DERIVED_STAMP} "
+                                                     f"({how})"))
+    if text == before:
+        return False
+    if text is None:
+        path.unlink(missing_ok=True)
+    else:
+        from ..table.io import atomic_path
+
+        with atomic_path(path) as tmp, open(tmp, "w") as fh:
+            fh.write(text)
+    return True

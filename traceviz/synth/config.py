@@ -8,6 +8,11 @@ from ..topology.layout import Layout
 
 LAYOUTS = ("patch", "megatron", "torchtitan")
 SCHEDULES = ("1f1b", "interleaved")
+# megatron: Megatron-LM's process groups and python frames; pipelining: PyTorch's
+# torch.distributed.pipelining with the sends / receives on the default process group
+# and DeviceMesh groups (``mesh_tp``, ...) for the rest, no topology file; torchtitan:
+# the same with the pipeline on the DeviceMesh's ``mesh_pp`` group
+FRAMEWORKS = ("megatron", "pipelining", "torchtitan")
 _LINK_GROUPS = ("tp", "cp", "ep", "dp-cp", "edp", "tp-pp", "emb", "pp")
 
 
@@ -97,6 +102,11 @@ class SynthConfig:
     # runs the steps back to back (each step's window on the GPU then differs from the
     # CPU's span); True: each step starts once the rank's GPU is idle
     step_sync: bool = True
+    framework: str = "megatron"
+    # this rank runs one more kernel (``spin_kernel``, extra_kernel_us long) after every
+    # forward step: work its peers do not do
+    extra_kernel_rank: int | None = None
+    extra_kernel_us: float = 2000.0
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -119,6 +129,10 @@ class SynthConfig:
         elif self.layers % (self.pp * self.vpp):
             raise UsageError(f"layers ({self.layers}) must be divisible by pp*vpp "
                              f"({self.pp * self.vpp})")
+        if self.framework not in FRAMEWORKS:
+            raise UsageError(f"framework must be one of {FRAMEWORKS}")
+        if self.extra_kernel_rank is not None and not 0 <= self.extra_kernel_rank < self.world:
+            raise UsageError(f"extra_kernel_rank must be a rank of the job (0..{self.world - 1})")
         if self.slow_link_group not in _LINK_GROUPS:
             raise UsageError(f"slow_link_group must be one of {_LINK_GROUPS}")
         if self.slow_link_rank is not None and not 0 <= self.slow_link_rank < self.world:

@@ -64,6 +64,7 @@ FORWARD_OPS = {
     "ones_like": ("aten::ones_like", "aten::fill_"), "nested_add": ("aten::add", "aten::add"),
     "item": ("aten::item", "aten::_local_scalar_dense"),
     "embedding": ("aten::embedding", "aten::index_select"),
+    "spin": ("mylib::spin", "mylib::spin"),  # a user's own extension kernel
 }
 BACKWARD_NODES = {
     "mm_backward": ("MmBackward0", "aten::mm"), "add_backward": ("AddBackward0", "aten::add"),
@@ -149,10 +150,12 @@ class RankWriter:
 
 
 def comm_args(item: Item, members: list[int], pg_name: str, seq: int, rank: int,
-              with_desc: bool) -> dict:
+              with_desc: bool, desc: str | None = None, peer: int | None = None) -> dict:
     """The record_param_comms arguments of a collective (also copied onto its kernel).
-    PyTorch < 2.4 writes no Process Group Description (``with_desc`` False)."""
-    label, desc = GROUPS[item.group]
+    PyTorch < 2.4 writes no Process Group Description (``with_desc`` False); ``desc``:
+    the group's description (default: Megatron's); ``peer``: a send / receive's peer,
+    its index in ``members`` (default: the next / previous member)."""
+    desc = desc or GROUPS[item.group][1]
     args = {"Collective name": item.collective, "dtype": item.dtype,
             "In msg nelems": item.in_nelems, "Out msg nelems": item.out_nelems,
             "Group size": len(members), "In split size": "[]", "Out split size": "[]",
@@ -163,7 +166,8 @@ def comm_args(item: Item, members: list[int], pg_name: str, seq: int, rank: int,
         # as PyTorch's profiler writes a point-to-point call (torch/csrc/profiler/util.cpp):
         # ``Rank`` is the peer's rank in the group, ``Dst Rank`` / ``Src Rank`` the peer's
         # global rank (groupRanks[peer])
-        peer = (members.index(rank) + item.peer) % len(members)
+        if peer is None:
+            peer = (members.index(rank) + item.peer) % len(members)
         args["Rank"] = peer
         args["Dst Rank" if item.kind == "send" else "Src Rank"] = members[peer]
     if not with_desc:
@@ -173,13 +177,19 @@ def comm_args(item: Item, members: list[int], pg_name: str, seq: int, rank: int,
 
 def emit_rank(w: RankWriter, program: list[Item], tl, *, device: int, iterations: int,
               first_iteration: int, schedule: str, with_stack: bool, pg_desc: bool, members_of,
-              pg_name_of, seq_of, corr_base: int) -> list[dict]:
+              pg_name_of, seq_of, corr_base: int, desc_of=None, peer_of=None
+              ) -> list[dict]:
     """Add every event of one rank to ``w``; returns the per-kernel truth rows. The 1F1B
-    schedule's sends / receives are batched (see the module doc)."""
+    schedule's sends / receives are batched (see the module doc). ``desc_of(item)``: a
+    group's description (default Megatron's); ``peer_of(item)``: a send / receive's
+    peer as its index in ``members_of(item)`` (default the next / previous member)."""
     batched_p2p = schedule == "1f1b"
+    desc_of = desc_of or (lambda item: None)
+    peer_of = peer_of or (lambda item: None)
+
     def args_of(item: Item, it: int, k: int) -> dict:
         return comm_args(item, members_of(item), pg_name_of(item), seq_of(it, k), w.rank,
-                         pg_desc)
+                         pg_desc, desc_of(item), peer_of(item))
 
     truth = []
     n = len(program)
@@ -211,7 +221,7 @@ def emit_rank(w: RankWriter, program: list[Item], tl, *, device: int, iterations
                 continue
             batch = batched_p2p and item.kind in ("send", "recv")
             ext = _launching_ops(w, item, tl, idx, forward_op_ts, members_of,
-                                 lambda: args_of(item, it, k), batch)
+                                 lambda: args_of(item, it, k), batch, peer_of)
             if item.thread == "bwd" and item.phase == "BWD" and item.seq_op in forward_op_ts:
                 flow_id += 1
                 t_f = forward_op_ts.pop(item.seq_op)
@@ -257,7 +267,7 @@ def emit_rank(w: RankWriter, program: list[Item], tl, *, device: int, iterations
 
 
 def _launching_ops(w: RankWriter, item: Item, tl, idx, forward_op_ts, members_of,
-                   comm_args_now, batch: bool = False) -> int | None:
+                   comm_args_now, batch: bool = False, peer_of=None) -> int | None:
     """The cpu_op chain around an item's launch; returns the External id of the launch
     (None: the launch has none). ``comm_args_now()`` gives a collective's
     record_param_comms arguments; ``batch``: a send / receive of a coalescing block (its
@@ -283,7 +293,8 @@ def _launching_ops(w: RankWriter, item: Item, tl, idx, forward_op_ts, members_of
         if item.kind != "coll":
             members = members_of(item)
             me = members.index(w.rank)
-            peer = (me + item.peer) % len(members)
+            peer = (peer_of(item) if peer_of is not None and peer_of(item) is not None
+                    else (me + item.peer) % len(members))
             note = f"{note} {me}{'->' if item.kind == 'send' else '<-'}{peer}"
         w.cpu_op("record_param_comms", i0 + 1.0, l1 + 1.5, th, **comm_args_now())
         w.cpu_op(note, i0 + 3.0, l1 + 1.0, th, cat="user_annotation")

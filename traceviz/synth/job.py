@@ -21,6 +21,12 @@ from .truth import group_totals, microbatch_metrics, stage_ops
 COLLECTIVE_LABEL = {"_allgather_base": "AllGather", "_reduce_scatter_base": "ReduceScatter",
                     "allreduce": "AllReduce", "all_to_allv": "AllToAll", "send": "SendRecv",
                     "recv": "SendRecv"}
+# the descriptions DeviceMesh gives its groups (``mesh_<dim name>``, TorchTitan's names)
+# and the layout's generator of each
+MESH_DESC = {"tp": "mesh_tp", "cp": "mesh_cp", "dp-cp": "mesh_dp", "ep": "mesh_ep",
+             "edp": "mesh_dp_shard_mod_ep", "pp": "mesh_pp"}
+GEN = {"tp": ("dense", "tp"), "cp": ("dense", "cp"), "dp-cp": ("dense", "dp-cp"),
+       "ep": ("expert", "ep"), "edp": ("expert", "dp"), "pp": ("dense", "pp")}
 MODULE_NAMES = {"attention": "SelfAttention", "mlp": "MLP"}
 DEVICE = {"id": 0, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 84929216512,
           "computeMajor": 9, "computeMinor": 0, "maxThreadsPerBlock": 1024,
@@ -35,7 +41,8 @@ def trace_path(cfg: SynthConfig, out: Path, rank: int) -> Path:
         return out / f"iteration_{it}" / f"rank_{rank:04d}_iter_{it}.pt.trace.json{gz}"
     if cfg.layout == "megatron":
         return out / "torch_profile" / f"rank-{rank}.json.gz"
-    return out / f"iteration_{it}" / f"rank{rank}_trace.json{gz}"
+    # TorchTitan's: {dump_folder}/profile_trace/iteration_{N}/rank{R}_trace.json
+    return out / "profile_trace" / f"iteration_{it}" / f"rank{rank}_trace.json{gz}"
 
 
 def _seq_tables(program) -> tuple[list[int], dict]:
@@ -67,6 +74,11 @@ def synthesize(cfg: SynthConfig, out: str | os.PathLike) -> Path:
     coords = [layout.coordinates(r) for r in range(world)]
     stage_of = [c["pp_rank"] for c in coords]
     programs = [StageProgram(cfg, p).build() for p in range(cfg.pp)]
+    program_of = list(stage_of)  # the program each rank runs: its stage's
+    if cfg.extra_kernel_rank is not None:  # one rank's own: its stage's and extra work
+        programs.append(StageProgram(cfg, stage_of[cfg.extra_kernel_rank],
+                                     cfg.extra_kernel_us).build())
+        program_of[cfg.extra_kernel_rank] = len(programs) - 1
 
     def by_rank(groups: list[list[int]]) -> list[list[int]]:
         of: list[list[int]] = [[] for _ in range(world)]
@@ -84,13 +96,18 @@ def synthesize(cfg: SynthConfig, out: str | os.PathLike) -> Path:
     pipes = layout.generator("dense", "pp")
     members["pp"] = by_rank(pipes)
     members["emb"] = by_rank([[p[0], p[-1]] for p in pipes if len(p) > 1])
-    timelines = simulate(cfg, programs, stage_of, members, members["pp"])
+    timelines = simulate(cfg, programs, program_of, members, members["pp"])
 
     all_groups = layout.groups()
+    if cfg.framework != "megatron":  # the DeviceMesh's groups
+        all_groups = {MESH_DESC[t]: layout.generator(*GEN[t]) for t in MESH_DESC
+                      if MESH_DESC[t] and (t != "pp" or cfg.framework == "torchtitan")}
+        all_groups = {d: g for d, g in all_groups.items() if len(g[0]) > 1}
     pg_name: dict[tuple[str, tuple], str] = {}
     for desc in sorted(all_groups):
         for g in all_groups[desc]:
             pg_name[(desc, tuple(g))] = str(len(pg_name) + 1)
+    on_default = cfg.framework == "pipelining"  # the pipeline on the default group
     rng = random.Random(cfg.seed + 1)
     nodes = (world + cfg.gpus_per_node - 1) // cfg.gpus_per_node
     node_skew = [0] + [int(rng.uniform(-cfg.skew_us, cfg.skew_us) * 1000)
@@ -100,14 +117,32 @@ def synthesize(cfg: SynthConfig, out: str | os.PathLike) -> Path:
     truth_rows: list[dict] = []
     per_rank: dict[str, dict] = {}
     for r in range(world):
-        prog, tl = programs[stage_of[r]], timelines[r]
+        prog, tl = programs[program_of[r]], timelines[r]
         seq_in_iter, per_iter = _seq_tables(prog)
 
+        def desc_of(item):
+            if cfg.framework == "megatron":
+                return GROUPS[item.group][1]
+            if item.group == "pp" and on_default:
+                return "default_pg"
+            return MESH_DESC.get(item.group) or "undefined"
+
         def members_of(item, r=r):
+            if item.group == "pp" and on_default:
+                return list(range(world))
             return members[item.group][r]
 
+        def peer_of(item, r=r):
+            if item.group != "pp":
+                return None
+            pipe = members["pp"][r]
+            return members_of(item).index(
+                pipe[(pipe.index(r) + item.peer) % len(pipe)])
+
         def name_of(item, r=r):
-            return pg_name[(GROUPS[item.group][1], tuple(members[item.group][r]))]
+            if item.group == "pp" and on_default:
+                return "0"
+            return pg_name.get((desc_of(item), tuple(members[item.group][r])), "0")
 
         def seq_of(it, k, prog=prog, seq_in_iter=seq_in_iter, per_iter=per_iter):
             item = prog[k]
@@ -119,7 +154,8 @@ def synthesize(cfg: SynthConfig, out: str | os.PathLike) -> Path:
                          first_iteration=cfg.first_iteration, schedule=cfg.schedule,
                          with_stack=cfg.with_stack, pg_desc=cfg.pg_desc,
                          members_of=members_of,
-                         pg_name_of=name_of, seq_of=seq_of, corr_base=1_000_000 * (r + 1))
+                         pg_name_of=name_of, seq_of=seq_of, corr_base=1_000_000 * (r + 1),
+                         desc_of=desc_of, peer_of=peer_of)
         rank_rows = []
         for row in rows:
             item = prog[row["index"]]
@@ -133,7 +169,7 @@ def synthesize(cfg: SynthConfig, out: str | os.PathLike) -> Path:
                 "microbatch": item.mb, "chunk": item.chunk,
                 "comm_group": GROUPS[item.group][0] if kind == "COMM" else None,
                 "collective": COLLECTIVE_LABEL.get(item.collective) if kind == "COMM" else None,
-                "group_size": len(members[item.group][r]) if kind == "COMM" else None,
+                "group_size": len(members_of(item)) if kind == "COMM" else None,
                 "msg_in_bytes": item.in_nelems * elem if kind == "COMM" else 0,
                 "msg_out_bytes": item.out_nelems * elem if kind == "COMM" else 0,
                 "pg_name": name_of(item) if kind == "COMM" else None,
@@ -182,7 +218,7 @@ def synthesize(cfg: SynthConfig, out: str | os.PathLike) -> Path:
                 int(round(tl.step_end[-1] * 1000)) + skew[r] + 50_000)
         _write(path, w, header, min(cfg.gpus_per_node, world), span,
                gz=cfg.gzip or cfg.layout == "megatron", truncate=cfg.truncate_rank == r)
-    if cfg.layout == "patch":
+    if cfg.layout == "patch" and cfg.framework == "megatron":
         topo = GroupsFile.from_layout(layout, cfg.microbatches * cfg.dp * cfg.micro_batch_size,
                                       "2026-11-21 10:00:00.000000")
         (out / default_name(_fixed_time())).write_text(render(topo))

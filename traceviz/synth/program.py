@@ -137,9 +137,12 @@ NCCL_KERNEL = {
 class StageProgram:
     """Builds the item list of one stage."""
 
-    def __init__(self, cfg: SynthConfig, p: int) -> None:
+    def __init__(self, cfg: SynthConfig, p: int, extra_us: float = 0.0) -> None:
+        """``extra_us`` > 0: a ``spin_kernel`` of that many µs after every forward step
+        (a rank's own extra work)."""
         self.cfg = cfg
         self.p = p
+        self.extra_us = extra_us
         self.items: list[Item] = []
         self.seq = 0  # autograd sequence numbers of forward ops
 
@@ -362,6 +365,9 @@ class StageProgram:
             self.layer_forward(layer, self.is_moe(layer), thread="main", **kw)
             seqs[layer] = list(range(start + 1, self.seq + 1))
         self.fwd_seqs[(m, chunk)] = seqs
+        if self.extra_us:
+            self.items.append(Item("comp", "compute", "spin_kernel", "spin",
+                                   dur=self.extra_us, thread="main", **kw))
         if vs == c.pp * c.vpp - 1 and c.vocab:  # the output layer: GEMM of its FLOPs
             seqs["head"] = [self.next_seq(), self.next_seq()]
             self.comp(_GEMM, "linear", 0.3, _mm(*self.head_gemm()), thread="main",
@@ -448,11 +454,12 @@ class StageProgram:
         kw: dict[str, Any] = dict(thread="main", phase="OPTIMIZER", frame="finalize_model_grads")
         params = 12 * c.hidden * c.hidden // c.tp * max(
             sum(len(self.chunk_layers(ch)) for ch in range(c.vpp)), 1)
-        if c.pp > 1 and self.p in (0, c.pp - 1):
+        if c.pp > 1 and self.p in (0, c.pp - 1) and c.framework == "megatron":
             self.coll("emb", "allreduce", c.hidden * 1024, c.hidden * 1024, **kw)
         if any(self.is_moe(layer) for ch in range(c.vpp) for layer in self.chunk_layers(ch)):
             self.coll("edp", "_reduce_scatter_base", params // 4, params // 8, **kw)
-        self.coll("tp-pp", "allreduce", 1, 1, dtype="Float", **kw)  # grad norm
+        if c.framework == "megatron":
+            self.coll("tp-pp", "allreduce", 1, 1, dtype="Float", **kw)  # grad norm
         kw["frame"] = "optimizer_step"
         for _ in range(4):
             self.comp(_ADAM, "optimizer", 0.15, **kw)

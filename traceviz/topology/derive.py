@@ -8,15 +8,21 @@ is accepted only if every observed group is one Megatron would build (the defaul
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
-from ..errors import TraceVizError
+from ..errors import TraceVizError, UsageError
 from .layout import DEFAULT_ORDER, Layout
 
 ORDERS = (DEFAULT_ORDER, "tp-cp-ep-pp-dp")
 _SIZE_OF = {"tp": "TENSOR_MODEL_PARALLEL_GROUP", "pp": "PIPELINE_MODEL_PARALLEL_GROUP",
             "cp": "CONTEXT_PARALLEL_GROUP", "ep": "EXPERT_MODEL_PARALLEL_GROUP",
             "expert_tp": "EXPERT_TENSOR_PARALLEL_GROUP", "dp": "DATA_PARALLEL_GROUP"}
+
+
+# DeviceMesh's descriptions (``mesh_<dim name>``, TorchTitan's dims): a pipeline
+# group's members in its mesh order are the stages in order
+MESH_PP = "mesh_pp"
+MESH_SIZE = {"tp": "mesh_tp", "cp": "mesh_cp", "ep": "mesh_ep"}
 
 
 def observed_groups(pg_configs: Iterable[list[dict]]) -> dict[str, set[tuple[int, ...]]]:
@@ -43,6 +49,9 @@ def layout_from_groups(groups: dict[str, set[tuple[int, ...]]], world: int,
                 raise TraceVizError(f"{source}: {desc} groups have different sizes "
                                     f"{sorted(lengths)}")
             sizes[key] = lengths.pop()
+    if ("tp" not in sizes or "pp" not in sizes) and groups.get(MESH_PP):
+        return layout_of(sorted(groups[MESH_PP]), world, {
+            k: len(next(iter(groups[d]))) for k, d in MESH_SIZE.items() if groups.get(d)})
     if "tp" not in sizes or "pp" not in sizes:
         known = sorted(d for d in groups if d) or ["none"]
         raise TraceVizError(
@@ -61,3 +70,28 @@ def layout_from_groups(groups: dict[str, set[tuple[int, ...]]], world: int,
     raise TraceVizError(f"{source}: the recorded groups match no Megatron layout with "
                         f"tp={sizes['tp']} pp={sizes['pp']} cp={sizes.get('cp', 1)} "
                         f"ep={sizes.get('ep', 1)} ({'; '.join(errors)})")
+
+
+def layout_of(found: list[list[int]], world: int, sizes: Mapping[str, int]) -> Layout:
+    """The layout whose pipeline groups are ``found`` (each in stage order), with the
+    other sizes the traces state (``sizes``: tp, cp, ep from the DeviceMesh groups; 1
+    where not stated); a one-line error where no layout builds them."""
+    pp = len(found[0])
+    if world % pp:
+        raise TraceVizError(f"pipelines of {pp} stages do not divide the {world} ranks")
+    want = {tuple(p) for p in found}
+    tp, cp, ep = (int(sizes.get(k, 1)) for k in ("tp", "cp", "ep"))
+    tried = []
+    for order in ORDERS:
+        try:
+            layout = Layout(world=world, tp=tp, pp=pp, cp=cp, ep=ep, order=order)
+        except UsageError as exc:  # sizes that do not divide the world
+            tried.append(f"{order}: {exc}")
+            continue
+        if {tuple(g) for g in layout.generator("dense", "pp")} == want:
+            return layout
+        tried.append(f"{order}: other groups")
+    shown = ", ".join(str(p) for p in found[:4]) + (", ..." if len(found) > 4 else "")
+    raise TraceVizError(f"the pipelines the sends / receives show ({shown}) match no "
+                        f"layout with tp={tp} cp={cp} ep={ep} ({'; '.join(tried)}); "
+                        "pass --topology")
