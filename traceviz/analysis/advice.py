@@ -11,7 +11,8 @@ Faults (hardware to fix, no option helps):
   ``link:GROUP:R1,R2,...=F`` (its transfers at its peers' bandwidth: F = its ratio;
   ``link:GROUP@R=F`` for a group of more than eight ranks: the group of rank R).
 
-Configuration changes (Megatron-LM's arguments):
+Configuration changes (Megatron-LM's arguments below; for other frameworks their own
+options or plain words: :mod:`.advice_terms`):
 
 * **stage imbalance** (:mod:`.stages`: the heaviest stage >= 1.1x the median one): the
   layer split that evens the stages (``--decoder-first-pipeline-num-layers``,
@@ -68,6 +69,7 @@ import pyarrow as pa
 
 from ..errors import TraceVizError, UsageError
 from ..table.records import records
+from .advice_terms import Terms, terms_for
 from .critical_path import what_if as W
 from .diagnose.diagnosis import Diagnosis
 from .diagnose.network import slow_groups
@@ -86,16 +88,12 @@ BUBBLE_PCT, COMM_PCT, CPU_PCT = 5.0, 2.0, 5.0  # shares of the iteration that ge
 FAULT_PCT = 1.0  # a fault is ranked among the changes when fixing it saves this much
 TOP_FAULTS = 5   # stragglers / slow links turned into advice, the worst first
 LISTED_RANKS = 8  # a larger slow group's what-if names it by its first rank (link:G@R)
-OVERLAP = {  # group: (parts of the ledger, what to turn on: DP's from DataParallel)
-    "DP": (("grad_sync", "transfer_dp", "transfer_edp"), ""),
-    "TP": (("transfer_tp", "transfer_etp"), "--tp-comm-overlap (with --sequence-parallel): "
-           "split the GEMMs and overlap their all-gathers / reduce-scatters"),
-    "EP": (("transfer_ep",), "--overlap-moe-expert-parallel-comm: overlap the MoE "
-           "dispatch / combine all-to-alls with compute"),
-    "PP": (("transfer_pp",), "the interleaved schedule with --overlap-p2p-communication: "
-           "overlap the pipeline sends / receives with compute"),
-    "CP": (("transfer_cp",), "context parallelism that overlaps its ring exchange with "
-           "attention (--cp-comm-type p2p)"),
+OVERLAP = {  # group: the parts of the ledger (what overlaps them: the framework's terms)
+    "DP": ("grad_sync", "transfer_dp", "transfer_edp"),
+    "TP": ("transfer_tp", "transfer_etp"),
+    "EP": ("transfer_ep",),
+    "PP": ("transfer_pp",),
+    "CP": ("transfer_cp",),
 }
 
 
@@ -180,25 +178,18 @@ class DataParallel:
             evidence="DP calls: " + (", ".join(f"{n} {k} in {ph}" for (k, ph), n in
                                              sorted(kinds.items())) or "none"))
 
-    def action(self) -> tuple[str, bool]:
-        """What to turn on for exposed DP communication, and whether all of it is on
-        already (then: what tunes it)."""
-        off = []
-        if not self.grads_in_backward:
-            off.append("--overlap-grad-reduce (reduce gradients bucket by bucket during "
-                       "the backward)")
-        if not self.sharded:
-            off.append("--use-distributed-optimizer (reduce-scatter gradients, all-gather "
-                       "parameters: half the all-reduce's traffic on each side of the step)")
-        if not self.params_in_forward:
-            off.append("--overlap-param-gather (gather parameters during the forward)")
+    def action(self, terms: Terms) -> tuple[str, bool]:
+        """What to turn on for exposed DP communication (in the framework's ``terms``),
+        and whether all of it is on already (then: what tunes it)."""
+        grads, sharded, params = terms.dp_off
+        off = [text for text, on in ((grads, self.grads_in_backward),
+                                     (sharded, self.sharded),
+                                     (params, self.params_in_forward)) if not on]
         if self.grads_in_backward and (self.params_in_forward or not self.sharded):
             on = ("gradients are already reduced during the backward"
                   + (" and parameters gathered during the forward" if self.params_in_forward
                      else ""))
-            return (f"{on}, yet this much stays exposed: larger buckets hide more (Megatron "
-                    "--ddp-bucket-size, PyTorch DDP bucket_cap_mb), as does starting the "
-                    "last bucket earlier; check the DP network's bandwidth", True)
+            return f"{on}, yet this much stays exposed: {terms.dp_tune}", True
         return "turn on " + "; ".join(off), False
 
 
@@ -254,7 +245,7 @@ def link_findings(diag: Diagnosis) -> list[Finding]:
     return out
 
 
-def imbalance_findings(diag: Diagnosis) -> list[Finding]:
+def imbalance_findings(diag: Diagnosis, terms: Terms) -> list[Finding]:
     """Stage imbalance (:mod:`.stages`): the split that evens the stages, or the perfect
     balance's upper bound where none does (conditional)."""
     b = diag.balance
@@ -285,31 +276,24 @@ def imbalance_findings(diag: Diagnosis) -> list[Finding]:
         # the layers' own communication (TP within them, their gradients' DP) moves too
         specs += [f"stagecomm:{s}={new / old:.4g}" for s, (new, old) in
                   enumerate(zip(split.layers, b.layers)) if old and new != old]
+        how = terms.split.format(options=split.options)
         return [Finding(
-            finding, f"even out the stages: {split.options} (layers per stage "
+            finding, f"{how} (layers per stage "
             f"[{layers}] -> [{', '.join(map(str, split.layers))}], predicted compute per "
             f"micro-batch (ms) {', '.join(f'{c / 1e6:.2f}' for c in split.compute_ns)})",
             " + ".join(specs), evidence)]
     mean = float(np.mean(b.compute_ns))
     specs = [f"stage:{s}={mean / c:.4g}" for s, c in enumerate(b.compute_ns) if c > 0]
     if b.layers_from == "unknown":
-        action = ("even out the stages with Megatron's split options "
-                  "(--decoder-last-pipeline-num-layers / --decoder-first-pipeline-num-"
-                  "layers, --account-for-loss-in-pipeline-split / --account-for-embedding-"
-                  "in-pipeline-split): the trace does not show the layers per stage; give "
-                  "--num-layers to choose the split (the saving is that of perfectly even "
-                  "stages, an upper bound)")
+        action = terms.split_unknown
     else:
-        action = (f"no split of whole layers Megatron allows evens the stages out with "
-                  f"{sum(n for n in b.layers if n is not None)} layers on {b.pp} stages "
-                  "(--decoder-first / --decoder-last-pipeline-num-layers and "
-                  "--account-for-embedding / loss-in-pipeline-split tried): more layers "
-                  "per stage (fewer pipeline stages) would let them; the saving is that "
-                  "of perfectly even stages, an upper bound")
+        action = terms.split_none.format(layers=sum(n for n in b.layers if n is not None),
+                                         pp=b.pp)
     return [Finding(finding, action, " + ".join(specs), evidence, conditional=True)]
 
 
-def vpp_finding(diag: Diagnosis, pct: float, bubble_ns: int, pp: int) -> list[Finding]:
+def vpp_finding(diag: Diagnosis, pct: float, bubble_ns: int, pp: int, terms: Terms
+                ) -> list[Finding]:
     """Interleaving, where every stage's layers divide into twice the chunks (see the
     module doc); conditional where the layers are unknown, none where they do not."""
     b = diag.balance
@@ -317,22 +301,20 @@ def vpp_finding(diag: Diagnosis, pct: float, bubble_ns: int, pp: int) -> list[Fi
     finding = f"{pct:.1f} % of the iteration is pipeline bubble (pp {pp})"
     evidence = f"ledger: bubble {bubble_ns / 1e6:.2f} ms per rank and iteration"
     if b is None or b.layers_from == "unknown":
-        return [Finding(finding, "interleave the stages: --num-layers-per-virtual-pipeline-"
-                        "stage so that each rank holds 2 model chunks; needs at least 2 "
-                        "layers per stage, which the trace does not show: give --num-layers "
-                        "to check", "vpp=x2", evidence, conditional=True)]
+        return [Finding(finding, terms.interleave_unknown, "vpp=x2", evidence,
+                        conditional=True)]
     per_stage = [n for n in b.layers if n is not None]
     if min(per_stage, default=0) < 2 * vpp or any(n % (2 * vpp) for n in per_stage):
         return []
-    return [Finding(finding, "interleave the stages: --num-layers-per-virtual-pipeline-"
-                    f"stage {min(per_stage) // (2 * vpp)} so that each rank holds "
-                    f"{2 * vpp} model chunks (layers per stage [{', '.join(map(str, per_stage))}], "
+    how = terms.interleave.format(per_layer=min(per_stage) // (2 * vpp), chunks=2 * vpp)
+    return [Finding(finding, f"{how} (layers per stage [{', '.join(map(str, per_stage))}], "
                     f"{b.layers_from})", "vpp=x2", evidence)]
 
 
 def findings(diag: Diagnosis) -> list[Finding]:
     """The opportunities the diagnosis shows (see the module doc)."""
-    out = straggler_findings(diag) + link_findings(diag) + imbalance_findings(diag)
+    terms = terms_for(diag.framework.name)
+    out = straggler_findings(diag) + link_findings(diag) + imbalance_findings(diag, terms)
     if not diag.totals.num_rows:
         return out
     t = diag.totals.to_pylist()[0]  # the first profiled iteration (the tables' shares)
@@ -341,13 +323,11 @@ def findings(diag: Diagnosis) -> list[Finding]:
         pp = max(len(g) for g in diag.pipelines)
         out.append(Finding(
             f"{pct['bubble']:.1f} % of the iteration is pipeline bubble (pp {pp})",
-            "more micro-batches per iteration: raise --global-batch-size or lower "
-            "--micro-batch-size (the bubble is about (pp - 1) / (m + pp - 1) of the "
-            "schedule)", "microbatches=x2",
+            terms.more_microbatches, "microbatches=x2",
             f"ledger: bubble {t['bubble_ns'] / 1e6:.2f} ms per rank and iteration", 2))
-        out += vpp_finding(diag, pct["bubble"], t["bubble_ns"], pp)
+        out += vpp_finding(diag, pct["bubble"], t["bubble_ns"], pp, terms)
     dp = DataParallel.of(diag.comm_calls)
-    for grp, (parts, action) in OVERLAP.items():
+    for grp, parts in OVERLAP.items():
         share = sum(pct.get(p, 0.0) for p in parts)
         if share >= COMM_PCT:
             evidence = ("ledger: " + ", ".join(f"{p} {t[f'{p}_ns'] / 1e6:.2f} ms"
@@ -356,7 +336,9 @@ def findings(diag: Diagnosis) -> list[Finding]:
                         "an upper bound)")
             on = False
             if grp == "DP":
-                action, on = dp.action()
+                action, on = dp.action(terms)
+            else:
+                action = terms.overlap[grp]
                 evidence += f"; {dp.evidence}"
             out.append(Finding(
                 f"{share:.1f} % of the iteration is exposed {grp} communication"
@@ -365,8 +347,7 @@ def findings(diag: Diagnosis) -> list[Finding]:
     if pct.get("cpu_bound", 0) >= CPU_PCT:
         out.append(Finding(
             f"{pct['cpu_bound']:.1f} % of the iteration the GPU waits for the CPU to "
-            "launch", "CUDA graphs (--cuda-graph-impl transformer_engine or local) and "
-            "fused kernels: fewer launches", "cpu=0.5",
+            "launch", terms.cpu_bound, "cpu=0.5",
             f"ledger: cpu_bound {t['cpu_bound_ns'] / 1e6:.2f} ms per rank and iteration"))
     return out
 

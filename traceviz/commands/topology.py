@@ -6,7 +6,7 @@ import json
 import os
 
 from ..errors import UsageError
-from ..ingest.topology import from_file, from_traces
+from ..ingest.topology import from_file, from_traces_or_sends
 from ..topology import groups_file
 from ..topology.layout import Layout, to_json
 from ..table.result import Result
@@ -15,9 +15,10 @@ from ..table.result import Result
 def layout_of(*, world: int | None = None, tp: int = 1, pp: int = 1, cp: int = 1,
               ep: int = 1, expert_tp: int | None = None, order: str = "tp-cp-ep-dp-pp",
               traces: str | None = None, file: str | None = None) -> Layout:
-    """The layout from the traces under ``traces``, a topology ``file``, or the sizes."""
+    """The layout from the traces under ``traces`` (their process groups, else their
+    sends / receives), a topology ``file``, or the sizes."""
     if traces:
-        return from_traces(traces)
+        return from_traces_or_sends(traces)
     if file:
         return from_file(file)
     if world is None:

@@ -153,7 +153,9 @@ def diagnosis(root: str | os.PathLike, topology: str | os.PathLike | None = None
     if hit is not None:
         diag, adv, failed = hit
         return diag, failed, adv if advice else None
-    diag, failed, adv = _diagnosis(root, folder, topology, advice, options, tables)
+    # the layout: the one kept beside the tables (found from their sends / receives)
+    # where the traces state none
+    diag, failed, adv = _diagnosis(root, tables, topology, advice, options, tables)
     job_cache.store_diagnosis(tables, key, diag, adv, failed)
     return diag, failed, adv
 

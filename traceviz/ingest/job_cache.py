@@ -54,6 +54,7 @@ from ..analysis.diagnose.stages import StageBalance
 from ..analysis.diagnose.stragglers import PeerSpeed
 from ..analysis.ops_summary import OpModel
 from ..errors import CacheNote
+from ..topology.framework import Framework
 from .outputs import CACHE
 
 FOLDER = CACHE
@@ -404,7 +405,8 @@ def load_diagnosis(folder: Path, key: dict, advice: bool
             comm_calls=t["comm_calls"], ledger=t["ledger"], ledger_waits=t["ledger_waits"],
             totals=t["totals"], speed=PeerSpeed(t["peer_speed"]), chain=t["chain"],
             notes=d["notes"], pipelines=d["pipelines"], stages_ordered=d["stages_ordered"],
-            clocks=d["clocks"], links=t["links"], balance=balance)
+            clocks=d["clocks"], links=t["links"], balance=balance,
+            framework=Framework(**d["framework"]))
     except Exception as exc:  # noqa: BLE001 - any field not as written: a miss
         miss(folder / FOLDER / "diagnosis", exc)
         return None
@@ -427,7 +429,8 @@ def store_diagnosis(folder: Path, key: dict, diag: Diagnosis, advice: pa.Table |
         "offsets": {str(k): int(v) for k, v in diag.offsets.items()},
         "notes": diag.notes, "pipelines": diag.pipelines,
         "stages_ordered": diag.stages_ordered, "clocks": diag.clocks,
-        "balance": balance, "failed": failed})
+        "balance": balance, "framework": dataclasses.asdict(diag.framework),
+        "failed": failed})
 
 
 _OP_TABLES = ("calls", "by_shape", "by_microbatch", "not_modelled", "by_module",

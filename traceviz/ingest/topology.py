@@ -225,3 +225,19 @@ def derive_file(out: Path, folder: Path) -> bool:
         with atomic_path(path) as tmp, open(tmp, "w") as fh:
             fh.write(text)
     return True
+
+
+def from_traces_or_sends(root: str | os.PathLike) -> Layout:
+    """The layout the traces under ``root`` state (:func:`from_traces`), else the one
+    their sends / receives show (the traces parsed: :func:`.tables.ensure_tables`)."""
+    try:
+        return from_traces(root)
+    except TraceVizError as exc:
+        stated = str(exc)
+    from .tables import ensure_tables
+
+    for folder in ensure_tables(Path(root)):
+        found = find_topology_file(folder)
+        if found is not None:
+            return from_file(found)
+    raise TraceVizError(f"{stated}; and the sends / receives show no pipeline")

@@ -52,6 +52,10 @@ def layout_from_groups(groups: dict[str, set[tuple[int, ...]]], world: int,
     if ("tp" not in sizes or "pp" not in sizes) and groups.get(MESH_PP):
         return layout_of(sorted(groups[MESH_PP]), world, {
             k: len(next(iter(groups[d]))) for k, d in MESH_SIZE.items() if groups.get(d)})
+    if sizes and ("tp" not in sizes or "pp" not in sizes):
+        # Megatron's groups of one rank are not in pg_config: that size is 1
+        sizes.setdefault("tp", 1)
+        sizes.setdefault("pp", 1)
     if "tp" not in sizes or "pp" not in sizes:
         known = sorted(d for d in groups if d) or ["none"]
         raise TraceVizError(

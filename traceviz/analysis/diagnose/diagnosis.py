@@ -23,6 +23,8 @@ from ...intervals import intersect, union
 from ...table.arrays import index_in, ints
 from ...table.records import records
 from ...table.schema import COMM, COMP, FWD, KINDS, group
+from ...topology.framework import UNKNOWN, Framework, framework_of
+from ...topology.p2p import RankTraffic, pipelines
 from ..activities import RankActivities, activities
 from .ledger import PARTS, Pipelines, RankLedger, ledger_tables, rank_ledger
 from .network import SCHEMA as NETWORK_SCHEMA
@@ -67,6 +69,8 @@ class Diagnosis:
     links: pa.Table = field(default_factory=lambda: NETWORK_SCHEMA.empty_table())
     # the stages' compute per micro-batch and layers (:mod:`.stages`; None: no stages)
     balance: StageBalance | None = None
+    # the framework the traces' process groups name (:mod:`traceviz.topology.framework`)
+    framework: Framework = Framework(UNKNOWN, "no process group says")
 
     @property
     def stragglers(self) -> pa.Table:
@@ -175,48 +179,20 @@ def pipelines_of(metas: Iterable[dict]) -> list[list[int]]:
 
 
 def pipelines_from_p2p(acts: list[RankActivities], comms: list[RankComm]
-                       ) -> tuple[list[list[int]], bool]:
-    """The pipelines the pipeline group's sends and receives link (connected ranks), and
-    whether their stages could be ordered: by the forward sends (stage s sends its
-    activations to s + 1); an interleaved pipeline's forward sends go round in a circle,
-    and its stages stay unordered (listed by rank)."""
-    parent: dict[int, int] = {}
-
-    def find(r: int) -> int:
-        while parent.setdefault(r, r) != r:
-            parent[r] = parent[parent[r]]
-            r = parent[r]
-        return r
-
-    forward: set[tuple[int, int]] = set()
+                       ) -> tuple[list[list[int]], str]:
+    """The pipelines the pipeline group's sends and receives link, in stage order
+    (:func:`~traceviz.topology.p2p.pipelines`: a send of a forward kernel goes to the
+    next stage; a block that also receives belongs to the step after it), and how their
+    order was found or why there are none."""
+    traffic = {}
     for a, rc in zip(acts, comms):
         pp = (a.group[rc.pos] == group("PP")) & (rc.peer >= 0)
-        for peer in rc.peer[pp].tolist():
-            parent[find(a.rank)] = find(peer)
-        # a forward send: a send of a kernel of the forward (a block that also receives
-        # belongs to the step after it)
         k = rc.op_kernel
         fwd = ((a.group[rc.pos][k] == group("PP")) & (rc.op_direction == SEND)
                & (a.phase[rc.pos][k] == FWD))
-        for peer in rc.op_peer[fwd].tolist():
-            parent[find(a.rank)] = find(peer)
-            forward.add((a.rank, peer))
-    members: dict[int, list[int]] = {}
-    for r in list(parent):
-        members.setdefault(find(r), []).append(r)
-    groups, ordered = [], True
-    for ranks in sorted(sorted(m) for m in members.values()):
-        nxt = {a: b for a, b in forward if a in ranks}
-        first = [r for r in ranks if r not in {b for a, b in forward if b in ranks}]
-        chain = first[:1]
-        while chain and chain[-1] in nxt and len(chain) < len(ranks):
-            chain.append(nxt[chain[-1]])
-        if len(first) == 1 and sorted(chain) == ranks:
-            groups.append(chain)
-        else:
-            groups.append(ranks)
-            ordered = False
-    return groups, ordered
+        traffic[a.rank] = RankTraffic(peers=set(rc.peer[pp].tolist()),
+                                      forward_to=set(rc.op_peer[fwd].tolist()))
+    return pipelines(traffic)
 
 
 def diagnose(tables: dict[int, pa.Table], pipelines: list[list[int]] | None = None,
@@ -241,17 +217,20 @@ def diagnosis_of(jc: JobComm, pipelines: list[list[int]] | None = None,
         notes[:] = ["one rank: waits need the other members of each call (n/a, never 0); "
                     "only kernels that move no payload are split"]
     groups = pipelines if pipelines is not None else pipelines_of(a.meta for a in acts)
-    ordered = True
     if not groups:  # no layout and no group descriptions: the pipelines P2P links
-        groups, ordered = pipelines_from_p2p(acts, comms)
+        groups, how = pipelines_from_p2p(acts, comms)
         if groups:
             notes.append(f"pipelines found from the send / receive peers ({len(groups)} "
-                         "group(s)" + (")" if ordered else "; stages not ordered)"))
+                         f"group(s); stages ordered by {how})")
+    framework = framework_of((str(pg.get("pg_desc") or "") for a in acts
+                              for pg in a.meta.get("pg_config") or [] if isinstance(pg, dict)),
+                             bool(groups))
+    notes.append(framework.text())
     pipes = Pipelines.of(groups, max(ranks) + 1 if ranks else 0)
     ledgers = [rank_ledger(a, pipes) for a in acts]
     ledger, waits = ledger_tables(ledgers)
     stage = ({r: int(pipes.stage[r]) for r in ranks
-              if 0 <= r < pipes.stage.size and pipes.stage[r] >= 0} if ordered else {}) or {
+              if 0 <= r < pipes.stage.size and pipes.stage[r] >= 0}) or {
         a.rank: int(st) for a in acts
         if (st := (a.meta.get("classification") or {}).get("stage")) is not None
         and int((a.meta.get("classification") or {}).get("pp") or 1) > 1}
@@ -268,11 +247,11 @@ def diagnosis_of(jc: JobComm, pipelines: list[list[int]] | None = None,
     return Diagnosis(ranks, synced, {r: offsets.get(r, 0) for r in ranks},
                      comm_calls(acts, comms, jc.pg_names), ledger, waits,
                      totals(ledger), peer_speed(acts, stage, waited_on, on_chain),
-                     chain, notes, [list(g) for g in groups], bool(groups) and ordered,
+                     chain, notes, [list(g) for g in groups], bool(groups),
                      jc.sync.method if jc.sync is not None else "given",
                      group_bandwidth(acts, comms, jc.pg_names, link_gbps) if synced
                      else NETWORK_SCHEMA.empty_table(),
-                     stage_balance(acts, stage, num_layers))
+                     stage_balance(acts, stage, num_layers), framework)
 
 
 def _compute_on(acts: list[RankActivities], segments: list[tuple[int, int, int, int]]
