@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..table.arrays import codes_of, index_in, ints
-from ..table.schema import COLLECTIVES, GROUPS, KINDS, PHASES, metadata
+from ..table.schema import COLLECTIVES, GROUPS, KINDS, PHASES, cut_groups, metadata
 from .hta_compat import HTA_OTHER, hta_kind, hta_round
 
 # every column :func:`activities` reads (a table without one reads as all unknown)
@@ -98,12 +98,11 @@ def _names(table: pa.Table, name: str) -> tuple[np.ndarray, list[str]]:
 
 def kept_meta(meta: dict) -> dict:
     """What analyses read of a rank's metadata (its ``meta``): every fact but the
-    trace's ``distributed`` info, and ``pg_config`` cut to the pipeline groups. Both list
-    every process group of the job (O(world) per rank, O(world^2) over a job: ~1 MB of
-    objects per rank at 4,096 ranks), and no analysis of activities reads the others."""
-    kept = {k: v for k, v in meta.items() if k not in ("distributed", "pg_config")}
-    kept["pg_config"] = [pg for pg in meta.get("pg_config") or [] if isinstance(pg, dict)
-                         and pg.get("pg_desc") == "PIPELINE_MODEL_PARALLEL_GROUP"]
+    trace's ``distributed`` info, and the process groups cut to the pipeline groups
+    (:func:`~traceviz.table.schema.cut_groups`: ~1 MB of objects per rank at 4,096 ranks
+    otherwise) with the distinct descriptions of all (``pg_descs``)."""
+    kept = cut_groups(meta)
+    kept.pop("distributed", None)
     return kept
 
 

@@ -2,6 +2,9 @@
 a what-if (:mod:`..critical_path.what_if`) of the job's own trace.
 
 Findings (each from the diagnosis, with the evidence it rests on) and their what-if.
+A rank's **extra work** (:mod:`.extra_work`: a compute kernel no rank doing its work
+runs): find and remove it; ``kernel@R:NAME=0`` (the kernel removed on that rank).
+
 Faults (hardware to fix, no option helps):
 
 * a **straggler** (:mod:`.stragglers`): drain or replace its node / GPU;
@@ -60,6 +63,7 @@ saving) last.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -212,6 +216,20 @@ def straggler_findings(diag: Diagnosis) -> list[Finding]:
     return out
 
 
+def extra_findings(diag: Diagnosis) -> list[Finding]:
+    """A change per rank's extra work (:mod:`.diagnose.extra_work`, the costliest
+    :data:`TOP_FAULTS`): the kernel removed on that rank, re-timed."""
+    return [Finding(
+        e.text(),
+        f"find what launches {e.name} on rank {e.rank} alone (a debugging or metrics "
+        "kernel, a hook of its own) and remove it, or run it less often or off the "
+        "critical path",
+        f"kernel@{e.rank}:{re.sub(r'[][=*?]', '?', e.name)}=0",
+        f"{e.launches:g} launches, {e.ns / 1e6:.2f} ms per iteration on rank {e.rank}; "
+        f"compared with {e.compared}, which never run it", target_rank=e.rank)
+        for e in diag.extra[:TOP_FAULTS]]
+
+
 def link_findings(diag: Diagnosis) -> list[Finding]:
     """A fault per slow group (the worst :data:`TOP_FAULTS`)."""
     out = []
@@ -314,7 +332,8 @@ def vpp_finding(diag: Diagnosis, pct: float, bubble_ns: int, pp: int, terms: Ter
 def findings(diag: Diagnosis) -> list[Finding]:
     """The opportunities the diagnosis shows (see the module doc)."""
     terms = terms_for(diag.framework.name)
-    out = straggler_findings(diag) + link_findings(diag) + imbalance_findings(diag, terms)
+    out = (straggler_findings(diag) + extra_findings(diag) + link_findings(diag)
+           + imbalance_findings(diag, terms))
     if not diag.totals.num_rows:
         return out
     t = diag.totals.to_pylist()[0]  # the first profiled iteration (the tables' shares)

@@ -50,6 +50,7 @@ import pyarrow.parquet as pq
 
 from ..analysis.advice import ADVICE_SCHEMA
 from ..analysis.diagnose.diagnosis import Diagnosis
+from ..analysis.diagnose.extra_work import ExtraKernel
 from ..analysis.diagnose.stages import StageBalance
 from ..analysis.diagnose.stragglers import PeerSpeed
 from ..analysis.ops_summary import OpModel
@@ -406,7 +407,8 @@ def load_diagnosis(folder: Path, key: dict, advice: bool
             totals=t["totals"], speed=PeerSpeed(t["peer_speed"]), chain=t["chain"],
             notes=d["notes"], pipelines=d["pipelines"], stages_ordered=d["stages_ordered"],
             clocks=d["clocks"], links=t["links"], balance=balance,
-            framework=Framework(**d["framework"]))
+            framework=Framework(**d["framework"]),
+            extra=[ExtraKernel(**e) for e in d["extra"]])
     except Exception as exc:  # noqa: BLE001 - any field not as written: a miss
         miss(folder / FOLDER / "diagnosis", exc)
         return None
@@ -430,6 +432,7 @@ def store_diagnosis(folder: Path, key: dict, diag: Diagnosis, advice: pa.Table |
         "notes": diag.notes, "pipelines": diag.pipelines,
         "stages_ordered": diag.stages_ordered, "clocks": diag.clocks,
         "balance": balance, "framework": dataclasses.asdict(diag.framework),
+        "extra": [dataclasses.asdict(e) for e in diag.extra],
         "failed": failed})
 
 

@@ -18,6 +18,7 @@ from ..table.inputs import note_input
 from ..table.io import read_table
 from ..table.schema import (
     METADATA_KEY,
+    cut_groups,
     file_fact,
     file_metadata,
     is_activity_table,
@@ -357,22 +358,12 @@ def has_memory_tables(folder: Path) -> bool:
 
 
 def slim(table: pa.Table) -> pa.Table:
-    """``table`` (its buffers shared) with its metadata's process groups cut to the
-    pipeline groups (``pg_config``, and ``distributed``'s copy): they list every group of
-    the job the rank is in, its world included (O(world) per rank, O(world^2) over a
-    job held at once), and the job-wide analyses read only the pipeline groups."""
+    """``table`` (its buffers shared) with its metadata's process groups cut
+    (:func:`~traceviz.table.schema.cut_groups`)."""
     meta = metadata(table)
-
-    def pipeline_groups(groups) -> list:
-        return [pg for pg in groups or [] if isinstance(pg, dict)
-                and pg.get("pg_desc") == "PIPELINE_MODEL_PARALLEL_GROUP"]
-
     if "pg_config" not in meta and "pg_config" not in (meta.get("distributed") or {}):
         return table
-    meta["pg_config"] = pipeline_groups(meta.get("pg_config"))
-    if isinstance(meta.get("distributed"), dict):
-        meta["distributed"]["pg_config"] = pipeline_groups(meta["distributed"].get(
-            "pg_config"))
+    meta = cut_groups(meta)
     return table.replace_schema_metadata({
         **(table.schema.metadata or {}), METADATA_KEY: orjson.dumps(meta)})
 

@@ -104,6 +104,12 @@ def ledger_lines(summary: Summary, top: int = 5) -> list[str]:
         lines.append(f"stragglers: none ({NONE_FOUND})")
     elif summary.ranks > 1:
         lines.append(f"stragglers: not assessed: {NO_PEERS}")
+    if summary.extra:
+        lines.append("extra work (compute kernels the ranks doing the same work do not "
+                     "run), the costliest first:")
+        lines += [f"  {e.text()}" for e in summary.extra[:top]]
+        if len(summary.extra) > top:
+            lines.append(f"  ... {len(summary.extra) - top} more")
     return lines
 
 

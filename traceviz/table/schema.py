@@ -89,6 +89,24 @@ def collective(name: str) -> int:
     return COLLECTIVES.index(name)
 
 
+def cut_groups(meta: dict) -> dict:
+    """``meta`` with its process groups (``pg_config`` and ``distributed``'s copy) cut to
+    the pipeline groups, and ``pg_descs``: the distinct descriptions of every group the
+    rank is in (kept where ``meta`` has them already). A rank's groups list every group
+    it is in, its world included (O(world) per rank, O(world^2) over a job held at
+    once); the job-wide analyses read only the pipeline groups and the descriptions."""
+    groups = [pg for pg in meta.get("pg_config") or (meta.get("distributed") or {}).get(
+        "pg_config") or [] if isinstance(pg, dict)]
+    out = dict(meta)
+    out["pg_descs"] = meta.get("pg_descs") or sorted(
+        {str(pg.get("pg_desc") or "") for pg in groups} - {""})
+    pipes = [pg for pg in groups if pg.get("pg_desc") == "PIPELINE_MODEL_PARALLEL_GROUP"]
+    out["pg_config"] = pipes
+    if isinstance(meta.get("distributed"), dict):
+        out["distributed"] = {**meta["distributed"], "pg_config": pipes}
+    return out
+
+
 def metadata(table: pa.Table) -> dict:
     """The rank-level facts (``traceviz`` schema metadata) of a table; {} when absent."""
     raw = (table.schema.metadata or {}).get(METADATA_KEY)

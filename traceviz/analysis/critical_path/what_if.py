@@ -5,7 +5,7 @@ Two models, each for what it can answer:
 * **Re-timed graph** (:mod:`.job`): own times of chosen edges multiplied, every point
   re-timed, the iteration = the span of the joined points. Specs:
   ``COMM[:GROUP]=F``, ``COMP=F`` (``compute``), ``MEM=F``, ``cpu=F``, ``launch=F``,
-  ``kernel:GLOB=F``, ``rank:N=F`` (every own time on rank N), ``stage:S=F`` (the
+  ``kernel:GLOB=F``, ``kernel@R:GLOB=F`` (those kernels on rank R), ``rank:N=F`` (every own time on rank N), ``stage:S=F`` (the
   compute of the ranks on pipeline stage S), ``stagecomm:S=F`` (their transfers that
   move with a stage's layers: TP, CP, EP, ETP, DP, EDP), ``link:GROUP:R1,R2,...=F``
   (the transfers of that parallel group between the listed ranks: a slow group's, or
@@ -174,7 +174,8 @@ def scale_of(ctx: Context, specs: list[str]) -> np.ndarray:
         sel = _selection(jg, m["what"], ctx.stages)
         if sel is None:
             raise UsageError(f"--what-if {spec!r}: unknown target {m['what']!r}; use "
-                             "COMM[:GROUP], COMP, MEM, cpu, launch, kernel:GLOB, rank:N, "
+                             "COMM[:GROUP], COMP, MEM, cpu, launch, kernel:GLOB, "
+                             "kernel@R:GLOB, rank:N, "
                              "stage:S, stagecomm:S, link:GROUP:R1,R2,..., link:GROUP@R, "
                              "straggler=fix, overlap=GROUP, microbatches=N or vpp=N")
         scale[sel] *= factor
@@ -196,10 +197,16 @@ def _selection(jg: JobGraph, what: str, stages: dict[int, int] | None = None
               "cpu": CPU, "launch": LAUNCH_CAT}
     if low in simple:
         return cat == simple[low]
-    if low.startswith("kernel:"):
-        pat = what.split(":", 1)[1].strip()
-        hit = np.array([fnmatch.fnmatchcase(t, pat) for t in jg.names] + [False])
-        return hit[jg.edge_name]
+    if low.startswith(("kernel:", "kernel@")):
+        head, _, pat = what.partition(":")
+        hit = np.array([fnmatch.fnmatchcase(t, pat.strip()) for t in jg.names] + [False])
+        on = hit[jg.edge_name]
+        if head.strip().lower() == "kernel":
+            return on
+        of = head.partition("@")[2].strip()
+        if not of.isdigit():
+            return None
+        return on & (jg.graph.node_rank[jg.graph.src] == int(of))
     if low.startswith("rank:"):
         try:
             r = int(what.split(":", 1)[1])

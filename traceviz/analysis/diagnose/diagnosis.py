@@ -29,6 +29,7 @@ from ..activities import RankActivities, activities
 from .ledger import PARTS, Pipelines, RankLedger, ledger_tables, rank_ledger
 from .network import SCHEMA as NETWORK_SCHEMA
 from .network import group_bandwidth
+from .extra_work import ExtraKernel, extra_kernels
 from .stages import StageBalance, stage_balance
 from .stragglers import SPREAD_FLOOR, Z_MIN, PeerSpeed, Straggler, peer_speed
 from .summary import Cause, Place, Summary, WaitedFor
@@ -71,6 +72,8 @@ class Diagnosis:
     balance: StageBalance | None = None
     # the framework the traces' process groups name (:mod:`traceviz.topology.framework`)
     framework: Framework = Framework(UNKNOWN, "no process group says")
+    # compute kernels one rank runs that the ranks doing its work do not (:mod:`.extra_work`)
+    extra: list[ExtraKernel] = field(default_factory=list)
 
     @property
     def stragglers(self) -> pa.Table:
@@ -88,7 +91,7 @@ class Diagnosis:
         compared = self.speed.table["slowdown"].null_count < self.speed.table.num_rows
         return Summary(len(self.ranks), self.synced, self.clocks, self.totals,
                        tuple(found), strag, bool(compared), places,
-                       tuple(self.chain_ranks()), tuple(self.notes))
+                       tuple(self.chain_ranks()), tuple(self.notes), tuple(self.extra))
 
     def chain_ranks(self, top: int = 8) -> list[int]:
         """The ranks the iterations' wait chains spend the most time on."""
@@ -222,9 +225,8 @@ def diagnosis_of(jc: JobComm, pipelines: list[list[int]] | None = None,
         if groups:
             notes.append(f"pipelines found from the send / receive peers ({len(groups)} "
                          f"group(s); stages ordered by {how})")
-    framework = framework_of((str(pg.get("pg_desc") or "") for a in acts
-                              for pg in a.meta.get("pg_config") or [] if isinstance(pg, dict)),
-                             bool(groups))
+    framework = framework_of((d for a in acts for d in a.meta.get("pg_descs") or ()),
+                             any(len(g) > 1 for g in groups))
     notes.append(framework.text())
     pipes = Pipelines.of(groups, max(ranks) + 1 if ranks else 0)
     ledgers = [rank_ledger(a, pipes) for a in acts]
@@ -234,6 +236,10 @@ def diagnosis_of(jc: JobComm, pipelines: list[list[int]] | None = None,
         a.rank: int(st) for a in acts
         if (st := (a.meta.get("classification") or {}).get("stage")) is not None
         and int((a.meta.get("classification") or {}).get("pp") or 1) > 1}
+    extra = extra_kernels(acts, stage)
+    own: dict[int, set[str]] = {}
+    for e in extra:
+        own.setdefault(e.rank, set()).add(e.name)
     n_its = max(len(set(ledger["iteration"].to_pylist())), 1)
     waited_on = _waited_on(waits, n_its)
     chain, segments = wait_chain(acts, comms, ledgers)
@@ -251,7 +257,7 @@ def diagnosis_of(jc: JobComm, pipelines: list[list[int]] | None = None,
                      jc.sync.method if jc.sync is not None else "given",
                      group_bandwidth(acts, comms, jc.pg_names, link_gbps) if synced
                      else NETWORK_SCHEMA.empty_table(),
-                     stage_balance(acts, stage, num_layers), framework)
+                     stage_balance(acts, stage, num_layers, own), framework, extra)
 
 
 def _compute_on(acts: list[RankActivities], segments: list[tuple[int, int, int, int]]

@@ -9,6 +9,9 @@ heaviest stage against the median stage; a stage at least :data:`HEAVY` x the me
 is *heavy*. Pipeline schedules run at the pace of their slowest stage, so a heavy stage
 stretches every step of the others into bubble.
 
+A rank's own extra work (:mod:`.extra_work`) is left out: a stage is heavy by what its
+layers, embedding or loss compute.
+
 **Layers per stage**, where the trace shows them: the transformer layers a stage runs
 per micro-batch are counted by its attention kernels (names matching
 :data:`ATTENTION_KERNEL`, one per layer in each micro-batch's forward: the most frequent
@@ -35,6 +38,8 @@ their extra, and the one whose heaviest stage is lightest is chosen.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -88,11 +93,15 @@ class Split:
     compute_ns: list[float]    # predicted per stage (ns per micro-batch)
 
 
-def rank_compute(acts: RankActivities) -> tuple[float, int | None]:
+def rank_compute(acts: RankActivities, leave_out: AbstractSet[str] = frozenset()
+                 ) -> tuple[float, int | None]:
     """(compute ns per micro-batch, layers per micro-batch or None) of one rank (see the
-    module doc); (0, None) without micro-batches."""
+    module doc), without the kernels named in ``leave_out`` (the rank's extra work:
+    :mod:`.extra_work`); (0, None) without micro-batches."""
     mb = acts.microbatch
     inside = (mb >= 0) & (acts.kind == COMP)
+    if leave_out:
+        inside &= ~np.isin(acts.name, [i for i, n in enumerate(acts.names) if n in leave_out])
     steps = np.unique(np.stack([acts.iteration[mb >= 0], mb[mb >= 0]], axis=1), axis=0)
     if not steps.shape[0]:
         return 0.0, None
@@ -116,14 +125,16 @@ def rank_compute(acts: RankActivities) -> tuple[float, int | None]:
 
 
 def stage_balance(acts: list[RankActivities], stage: dict[int, int],
-                  num_layers: int | None = None) -> StageBalance | None:
-    """The balance of the job's stages (``stage``: rank -> its stage, ordered); None
-    without two stages with micro-batch compute."""
+                  num_layers: int | None = None,
+                  extra: Mapping[int, AbstractSet[str]] | None = None) -> StageBalance | None:
+    """The balance of the job's stages (``stage``: rank -> its stage, ordered; ``extra``:
+    per rank the kernels of its own extra work, left out); None without two stages with
+    micro-batch compute."""
     per: dict[int, list[tuple[float, int | None]]] = {}
     ranks: dict[int, list[int]] = {}
     for a in acts:
         if a.rank in stage:
-            ns, found = rank_compute(a)
+            ns, found = rank_compute(a, (extra or {}).get(a.rank, frozenset()))
             if ns > 0:
                 per.setdefault(stage[a.rank], []).append((ns, found))
                 ranks.setdefault(stage[a.rank], []).append(a.rank)

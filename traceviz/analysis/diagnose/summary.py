@@ -12,6 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from .extra_work import ExtraKernel
 from .stragglers import SCHEMA as STRAGGLER_SCHEMA
 from .stragglers import Straggler
 
@@ -89,6 +90,7 @@ class Summary:
     places: dict[int, Place] = field(default_factory=dict)
     chain_ranks: tuple[int, ...] = ()
     notes: tuple[str, ...] = ()
+    extra: tuple[ExtraKernel, ...] = ()  # kernels one rank runs that its peers do not
 
     def to_json(self) -> dict[str, Any]:
         """The report's ``diagnosis`` (places keyed by the rank as text, as JSON has
@@ -99,7 +101,8 @@ class Summary:
                 "stragglers": [asdict(s) for s in self.stragglers],
                 "peers_compared": self.peers_compared,
                 "places": {str(r): asdict(p) for r, p in self.places.items()},
-                "chain_ranks": list(self.chain_ranks), "notes": list(self.notes)}
+                "chain_ranks": list(self.chain_ranks), "notes": list(self.notes),
+                "extra": [asdict(e) for e in self.extra]}
 
     @classmethod
     def from_json(cls, d: dict[str, Any], totals_schema: pa.Schema | None = None
@@ -113,7 +116,8 @@ class Summary:
                    bool(d["peers_compared"]),
                    {int(r): Place(p.get("node"), p.get("local_gpu"))
                     for r, p in (d.get("places") or {}).items()},
-                   tuple(d.get("chain_ranks") or ()), tuple(d.get("notes") or ()))
+                   tuple(d.get("chain_ranks") or ()), tuple(d.get("notes") or ()),
+                   tuple(ExtraKernel(**e) for e in d.get("extra") or ()))
 
 
 def from_report(diagnosis: dict[str, Any] | None) -> Summary | None:
