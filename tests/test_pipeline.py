@@ -161,3 +161,31 @@ def test_timer_dumps_render(tmp_path, vpp):
     assert st[0]["ideal_makespan_ns"] == pytest.approx(st[0]["makespan_ns"], rel=1e-6)
     assert (out / "pipeline_timers_group0.png").read_bytes()[:4] == b"\x89PNG"
     assert "micro-batch 7" in (out / "pipeline_timers_group0.html").read_text()
+
+
+def test_optimizer_band_is_the_step_after_the_micro_batches():
+    """On the real Megatron 1F1B job the gradient buffers are zeroed (aten::fill_,
+    optimizer work) at the iteration's start: the optimizer band is the step after the
+    last micro-batch's compute, not the whole iteration."""
+    from helpers import shared
+
+    from traceviz.analysis.activities import activities
+    from traceviz.analysis.pipeline import stage_marks
+    from traceviz.ingest.tables import rank_tables, tables_folder
+    from traceviz.table.schema import COMP, OPTIMIZER
+
+    folder = tables_folder(shared("gpu/megatron_1f1b/iteration_5"))
+    for _, _, table in rank_tables(sorted(folder.glob("rank_*[0-9].parquet")), None, []):
+        acts = activities(table)
+        it = 5
+        in_it = acts.iteration == it
+        opt = in_it & (acts.phase == OPTIMIZER)
+        zeroing = int(acts.ts[opt].min())  # optimizer work before any micro-batch
+        first_mb = int(acts.ts[in_it & (acts.microbatch >= 0)].min())
+        assert zeroing < first_mb
+        band = [m for m in stage_marks(acts, it) if m[0] == "optimizer"]
+        assert len(band) == 1
+        _, start, end = band[0]
+        last_compute = int(acts.ts[in_it & (acts.microbatch >= 0) & (acts.kind == COMP)].max())
+        assert start >= last_compute > zeroing
+        assert end == int(acts.end[opt].max())

@@ -196,3 +196,35 @@ def test_not_a_pipeline():
     uneven, why = pipelines(_traffic([(0, 1), (2, 3), (3, 4)]))
     assert uneven == [] and "different lengths" in why
     assert pipelines({0: RankTraffic(), 1: RankTraffic()})[0] == []
+
+
+def _drop_first_launch(trace: Path, kernel: str) -> None:
+    """``trace`` without the launch of its first ``kernel`` (its runtime call and flow):
+    as if that kernel had been launched before the profiler started."""
+    doc = json.loads(trace.read_text())
+    events = doc["traceEvents"]
+    first = min((e for e in events if e.get("cat") == "kernel" and kernel in e["name"]),
+                key=lambda e: e["ts"])
+    corr = first["args"]["correlation"]
+    doc["traceEvents"] = [e for e in events if not (
+        (e.get("cat") == "cuda_runtime" and (e.get("args") or {}).get("correlation") == corr)
+        or (e.get("cat") == "ac2g" and e.get("id") == corr))]
+    trace.write_text(json.dumps(doc))
+
+
+def test_sends_launched_before_the_trace_are_said_once(tmp_path):
+    """The first send of stage 0 and the receive it feeds on stage 1, their launches
+    before the trace: one plain note counts them; every other send / receive is paired
+    and no warning is printed."""
+    from traceviz.commands import diagnose
+
+    job = synthesize(SynthConfig(**PIPELINING), tmp_path / "job")
+    for rank in (0, 1):
+        _drop_first_launch(next(job.rglob(f"rank{rank}_trace.json")), "SendRecv")
+    notes = "\n".join(diagnose.run(job).notes)
+    assert ("2 send / receive kernel(s) were launched before the trace began (their "
+            "launch is not in it, so no peer can be known): left unpaired") in notes
+    _, kernels = _truth(job)
+    launched = sum(1 for k in kernels if k["p2p"]) - 2
+    assert f"pipeline sends / receives: {launched} of {launched} joined" in notes
+    assert "WARNING" not in notes

@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from ..errors import TraceVizError
 from ..intervals import measure
-from ..table.schema import COMM, OPTIMIZER, collective, group
+from ..table.schema import COMM, COMP, OPTIMIZER, collective, group
 from .activities import RankActivities
 from .diagnose.diagnosis import Diagnosis
 from .iterations import windows
@@ -172,12 +172,18 @@ def pipeline_view(rows: list[dict], ranks: list[int], vpp: int = 1,
 def stage_marks(acts: RankActivities, iteration: int) -> list[tuple[str, int, int]]:
     """What is drawn over one stage's row for ProfilerStep ``iteration``: its pipeline
     P2P kernels ``("P2P", start, end)`` and its optimizer work's span
-    ``("optimizer", first start, last end)``; times as the activities have them."""
+    ``("optimizer", first start, last end)``: the optimizer step after the micro-batches'
+    last compute (the gradient buffers zeroed at the iteration's start are optimizer work
+    too, but drawn they would cover the whole iteration); times as the activities have
+    them."""
     in_it = acts.iteration == iteration
     p2p = np.flatnonzero(in_it & (acts.kind == COMM) & (acts.group == group("PP"))
                          & (acts.collective == collective("SendRecv")))
     marks = [("P2P", a, b) for a, b in zip(acts.ts[p2p].tolist(), acts.end[p2p].tolist())]
     opt = in_it & (acts.phase == OPTIMIZER)
+    work = in_it & (acts.microbatch >= 0) & (acts.kind == COMP)
+    if work.any() and (opt & (acts.ts >= acts.ts[work].max())).any():
+        opt &= acts.ts >= acts.ts[work].max()
     if opt.any():
         marks.append(("optimizer", int(acts.ts[opt].min()), int(acts.end[opt].max())))
     return marks

@@ -42,6 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow.compute as pc
 from numba import njit
 
 from ...errors import UsageError
@@ -85,7 +86,7 @@ class KernelInfo:
     group: np.ndarray       # GROUPS index, -1
     name: list[str]
     call: np.ndarray        # the call's id in the job (:mod:`..diagnose.waits`), -1 none
-    p2p: np.ndarray         # bool: a point-to-point kernel (SendRecv)
+    p2p: np.ndarray         # bool: a point-to-point kernel (SendRecv) launched in the trace
     # the further calls of rows that carry several transfers (a coalesced block of sends
     # and receives): (row, call) pairs
     more_calls: tuple[np.ndarray, np.ndarray] = (np.zeros(0, np.int64),
@@ -653,10 +654,13 @@ def kernel_info(table, calls: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] |
         else np.full(n, -1, np.int64)
     coll = index_in(table["collective"], COLLECTIVES) if "collective" in table.column_names \
         else np.full(n, -1, np.int64)
+    # a kernel launched before the trace began has no launch in it: no peer can be known
+    launched = (np.asarray(pc.fill_null(table["launch_ts"], -1)) >= 0
+                if "launch_ts" in table.column_names else np.ones(n, bool))
     return KernelInfo(kind=np.asarray(kind, np.int64), group=np.asarray(group, np.int64),
                       name=row_texts(table, "name", "").tolist(),
                       call=np.full(n, -1, np.int64) if calls is None else calls[0],
-                      p2p=(coll == COLLECTIVES.index("SendRecv")) & (kind == 1),
+                      p2p=(coll == COLLECTIVES.index("SendRecv")) & (kind == 1) & launched,
                       **({} if calls is None else {"more_calls": calls[1]}))
 
 

@@ -476,10 +476,11 @@ def p2p_notes(acts: list[RankActivities], comms: list[RankComm]) -> list[str]:
     """What leaves point-to-point kernels unpaired, specifically: transfers whose peer is
     not among the job's ranks (not traced, or not in this window), and point-to-point
     kernels that state no peer (no ``Src Rank`` / ``Dst Rank``, no coalesced ops, not a
-    two-rank group)."""
+    two-rank group); those launched before the trace began (no launch in it: no peer
+    can be known) are said once, apart."""
     traced = {a.rank for a in acts}
     missing: dict[int, int] = {}
-    silent = 0
+    silent = before = 0
     for a, rc in zip(acts, comms):
         for peer in rc.op_peer.tolist():
             if peer not in traced:
@@ -487,7 +488,10 @@ def p2p_notes(acts: list[RankActivities], comms: list[RankComm]) -> list[str]:
         p2p = a.collective[rc.pos] == collective("SendRecv")
         stated = np.zeros(len(rc), bool)
         stated[rc.op_kernel] = True
-        silent += int((p2p & ~stated & (rc.peer < 0)).sum())
+        unknown = p2p & ~stated & (rc.peer < 0)
+        early = unknown & (a.launch_ts[rc.pos] < 0)
+        before += int(early.sum())
+        silent += int((unknown & ~early).sum())
     out = []
     if missing:
         peers = sorted(missing)
@@ -496,6 +500,9 @@ def p2p_notes(acts: list[RankActivities], comms: list[RankComm]) -> list[str]:
         out.append(f"WARNING: {sum(missing.values())} send / receive transfer(s) name a peer "
                    f"that is not traced here (rank(s) {shown}): their wait / transfer split "
                    "is unknown and the path does not follow them; trace those ranks too")
+    if before:
+        out.append(f"{before} send / receive kernel(s) were launched before the trace began "
+                   "(their launch is not in it, so no peer can be known): left unpaired")
     if silent:
         out.append(f"WARNING: {silent} send / receive kernel(s) state no peer (no Src / Dst "
                    "Rank, no coalesced send / receive ops before their launch, not a two-rank "
