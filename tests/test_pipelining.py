@@ -11,7 +11,6 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
-from helpers import out_dir
 
 from traceviz.cli import main
 from traceviz.synth import SynthConfig, synthesize

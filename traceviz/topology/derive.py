@@ -50,7 +50,7 @@ def layout_from_groups(groups: dict[str, set[tuple[int, ...]]], world: int,
                                     f"{sorted(lengths)}")
             sizes[key] = lengths.pop()
     if ("tp" not in sizes or "pp" not in sizes) and groups.get(MESH_PP):
-        return layout_of(sorted(groups[MESH_PP]), world, {
+        return layout_of([list(g) for g in sorted(groups[MESH_PP])], world, {
             k: len(next(iter(groups[d]))) for k, d in MESH_SIZE.items() if groups.get(d)})
     if sizes and ("tp" not in sizes or "pp" not in sizes):
         # Megatron's groups of one rank are not in pg_config: that size is 1

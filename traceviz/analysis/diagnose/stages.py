@@ -126,15 +126,16 @@ def rank_compute(acts: RankActivities, leave_out: AbstractSet[str] = frozenset()
 
 def stage_balance(acts: list[RankActivities], stage: dict[int, int],
                   num_layers: int | None = None,
-                  extra: Mapping[int, AbstractSet[str]] | None = None) -> StageBalance | None:
-    """The balance of the job's stages (``stage``: rank -> its stage, ordered; ``extra``:
+                  own_work: Mapping[int, AbstractSet[str]] | None = None
+                  ) -> StageBalance | None:
+    """The balance of the job's stages (``stage``: rank -> its stage, ordered; ``own_work``:
     per rank the kernels of its own extra work, left out); None without two stages with
     micro-batch compute."""
     per: dict[int, list[tuple[float, int | None]]] = {}
     ranks: dict[int, list[int]] = {}
     for a in acts:
         if a.rank in stage:
-            ns, found = rank_compute(a, (extra or {}).get(a.rank, frozenset()))
+            ns, found = rank_compute(a, (own_work or {}).get(a.rank, frozenset()))
             if ns > 0:
                 per.setdefault(stage[a.rank], []).append((ns, found))
                 ranks.setdefault(stage[a.rank], []).append(a.rank)
