@@ -15,13 +15,16 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
+from click.testing import CliRunner
 
 import traceviz
 from traceviz.analysis.activities import activities
 from traceviz.analysis.calls import rank_calls
 from traceviz.analysis.clocks import ends_of, synchronize
 from traceviz.analysis.iterations import windows
+from traceviz.cli import main
 
 from helpers import REFERENCE, shared
 
@@ -749,3 +752,32 @@ def test_sends_on_the_default_group_between_pipeline_ranks_are_pp(tmp_path):
     calls = diagnose.run(job / "iteration_5").tables["comm_calls"].to_pylist()
     p2p = [r for r in calls if r["kind"] in ("Send", "Recv", "SendRecv")]
     assert len(p2p) == 72 and {r["group"] for r in p2p} == {"PP"}
+
+
+def test_equal_savings_are_said_to_stop_at_one_bound(job_cwd, monkeypatch, tmp_path):
+    """On the real Megatron 1F1B job several what-ifs predict the same saving: each is
+    re-timed on its own (critical-path re-times each spec alone, and all of them
+    together, to that same iteration), and the advice says so and names what then holds
+    the iteration."""
+    from traceviz.commands import diagnose
+
+    monkeypatch.chdir(job_cwd("megatron_1f1b"))
+    rows = diagnose.run(shared(f"{GPU}/megatron_1f1b/iteration_5")).data["advice"].to_pylist()
+    same = [r for r in rows if r["same_as"]]
+    assert len(same) >= 2
+    for r in same:
+        others = {int(x) for x in r["same_as"].split(", ")}
+        assert others == {o["rank"] for o in same if o is not r
+                          and o["saving_ns"] == r["saving_ns"]}
+        assert r["bound"] and r["bound"] == same[0]["bound"]
+    assert all(r["same_as"] is None for r in rows if r not in same)
+    args = [a for r in same for a in ("--what-if", r["what_if"])]
+    out = tmp_path / "cp"
+    result = CliRunner().invoke(main, ["critical-path", str(shared(
+        f"{GPU}/megatron_1f1b/iteration_5")), *args, "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    predicted = {r["what_if"]: r["iteration_ns"] for r in
+                 pq.read_table(out / "critical_path_what_if.parquet").to_pylist()}
+    for r in same:
+        assert predicted[r["what_if"]] == r["predicted_iteration_ns"]
+    assert predicted["all together"] == same[0]["predicted_iteration_ns"]

@@ -86,7 +86,8 @@ ADVICE_SCHEMA = pa.schema([
     ("finding", pa.string()), ("action", pa.string()),
     ("saving_ns", pa.int64()), ("predicted_iteration_ns", pa.int64()),
     ("saving_pct", pa.float64()), ("evidence", pa.string()), ("what_if", pa.string()),
-    ("model", pa.string()), ("target_rank", pa.int32())])
+    ("model", pa.string()), ("target_rank", pa.int32()), ("bound", pa.string()),
+    ("same_as", pa.string())])
 STANDINGS = ("ranked", "minor", "conditional", "no gain", "unpredicted")
 BUBBLE_PCT, COMM_PCT, CPU_PCT = 5.0, 2.0, 5.0  # shares of the iteration that get advice
 FAULT_PCT = 1.0  # a fault is ranked among the changes when fixing it saves this much
@@ -99,6 +100,14 @@ OVERLAP = {  # group: the parts of the ledger (what overlaps them: the framework
     "PP": ("transfer_pp",),
     "CP": ("transfer_cp",),
 }
+
+
+# the critical path's categories (critical_path.job.CATEGORIES) in words; "comm: G" is
+# "G communication"
+BOUND_WORDS = {"compute": "GPU compute", "memory": "memory copies", "cpu": "CPU work",
+               "launch": "kernel launches", "kernel_kernel": "kernels queued on the GPU",
+               "wait": "waits", "wait: other rank": "waits for other ranks",
+               "wait: earlier work": "waits for earlier work"}
 
 
 @dataclass
@@ -135,6 +144,8 @@ class Advice:
     what_if: str
     model: str | None
     target_rank: int | None
+    bound: str | None = None    # what holds the predicted iteration (its re-timed path)
+    same_as: str | None = None  # the other advice predicted to save exactly as much
 
     def saving_text(self, duration: Callable[[int], str]) -> str:
         """The predicted saving in words, the same in every output (``duration``
@@ -148,7 +159,9 @@ class Advice:
                                       f"{duration(-self.saving_ns)} longer)"
                                       if self.saving_ns < 0 else "")
         pct = "n/a" if self.saving_pct is None else f"{self.saving_pct:.1f} %"
-        return (f"saves {duration(self.saving_ns)} ({pct})"
+        same = (f"; the same as advice {self.same_as}: each is then held by {self.bound}"
+                if self.same_as and self.bound else "")
+        return (f"saves {duration(self.saving_ns)} ({pct}{same})"
                 + (", an upper bound" if self.standing == "conditional" else ""))
 
 
@@ -391,12 +404,16 @@ def advise(diag: Diagnosis, ctx: W.Context | None, why: str = "") -> pa.Table:
     base = ctx.baseline_ns if ctx is not None else 0
     for f in findings(diag):
         spec, model, predicted, saving, evidence = f.what_if, None, None, None, f.evidence
+        bound = None
         if ctx is not None:
             try:
                 specs = [_concrete(x, ctx) for x in spec.split(" + ")]
                 spec = " + ".join(specs)
                 out = W.evaluate(ctx, specs)
                 model, predicted = out.model, out.iteration_ns
+                if out.bound is not None:
+                    bound = (f"{BOUND_WORDS.get(out.bound) or out.bound[6:] + ' communication'}"
+                             f" ({out.bound_pct:.0f} % of its re-timed path)")
                 saving = base - (predicted // f.per_samples if f.per_samples else predicted)
                 if f.per_samples:
                     evidence += (f"; the predicted iteration holds {f.per_samples}x the "
@@ -410,11 +427,25 @@ def advise(diag: Diagnosis, ctx: W.Context | None, why: str = "") -> pa.Table:
                      "predicted_iteration_ns": predicted,
                      "saving_pct": 100.0 * saving / base if saving is not None and base
                      else None, "evidence": evidence, "what_if": spec, "model": model,
-                     "target_rank": f.target_rank})
+                     "target_rank": f.target_rank, "bound": bound})
     rows.sort(key=lambda r: (STANDINGS.index(r["standing"]), -(r["saving_ns"] or 0)))
     for i, r in enumerate(rows, 1):
         r["rank"] = i
+    _same_savings(rows)
     return pa.Table.from_pylist(rows, schema=ADVICE_SCHEMA)
+
+
+def _same_savings(rows: list[dict[str, Any]]) -> None:
+    """Mark the re-timed advice predicted to save exactly as much as another (each
+    computed on its own: they stop at the same bound, which ``bound`` names)."""
+    by: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["model"] == "re-timed graph" and (r["saving_ns"] or 0) > 0:
+            by.setdefault(r["saving_ns"], []).append(r)
+    for same in by.values():
+        if len(same) > 1:
+            for r in same:
+                r["same_as"] = ", ".join(str(o["rank"]) for o in same if o is not r)
 
 
 def _concrete(spec: str, ctx: W.Context) -> str:

@@ -35,15 +35,18 @@ from ...errors import TraceVizError, UsageError
 from ...table.schema import GROUPS
 from ..pipeline import PipelineView, resimulated
 from .job import (
+    CATEGORIES,
     COMM0,
     COMPUTE,
     CPU,
     LAUNCH_CAT,
     MEMORY,
+    WAIT,
     JobGraph,
     Timing,
     iteration_span,
     path,
+    path_times,
     retime,
 )
 
@@ -81,6 +84,10 @@ class Outcome:
     baseline_ns: int
     model: str          # "re-timed graph" | "pipeline re-simulation"
     path_ranks: list[int]
+    # what holds the predicted iteration: the category (job.CATEGORIES) taking most of
+    # the re-timed critical path, and its share of the path (%); None: not re-timed
+    bound: str | None = None
+    bound_pct: float | None = None
 
     @property
     def change_pct(self) -> float | None:
@@ -110,8 +117,25 @@ def evaluate(ctx: Context, specs: list[str]) -> Outcome:
     t = retime(ctx.jg, ctx.measured, own)
     first, last = iteration_span(ctx.jg, t)
     g = ctx.jg.graph
-    ranks = sorted(set(g.node_rank[g.dst[path(ctx.jg, t)]].tolist()))
-    return Outcome(label, last - first, base, "re-timed graph", ranks)
+    edges = path(ctx.jg, t)
+    ranks = sorted(set(g.node_rank[g.dst[edges]].tolist()))
+    bound, pct = _bound(ctx.jg, t, edges, own)
+    return Outcome(label, last - first, base, "re-timed graph", ranks, bound, pct)
+
+
+def _bound(jg: JobGraph, t: Timing, edges: np.ndarray, own: np.ndarray
+           ) -> tuple[str | None, float | None]:
+    """(the category taking most of the critical path ``edges``, its share %): own times
+    by the edge's category, waits apart (:func:`.job.path_times`)."""
+    mine, wait = path_times(jg, t, edges, own)
+    total = int(mine.sum() + wait.sum())
+    if not total:
+        return None, None
+    parts = np.bincount(jg.category[edges].astype(np.int64), weights=mine,
+                        minlength=len(CATEGORIES))
+    parts[WAIT] += float(wait.sum())
+    top = int(np.argmax(parts))
+    return CATEGORIES[top], 100.0 * float(parts[top]) / total
 
 
 def _pipeline_change(ctx: Context, spec: str) -> int:
