@@ -254,6 +254,9 @@ def link_findings(diag: Diagnosis) -> list[Finding]:
         kind = "rank pair" if g["group"] == "PP" and len(ranks) == 2 else "group"
         against = (f"{g['ratio']:.2f}x the {g['peers_busbw_gbps']:.0f} GB/s of the "
                    f"{g['peers']} other {g['group']} {kind}s of its kind"
+                   if g["ratio"] is not None and g["against"] == "its kind" else
+                   f"{g['ratio']:.2f}x the {g['peers_busbw_gbps']:.0f} GB/s that "
+                   f"{g['against']} reaches at payloads no larger"
                    if g["ratio"] is not None else
                    f"{g['busbw_gbps'] / g['nominal_gbps']:.2f}x the link's nominal "
                    f"{g['nominal_gbps']:.0f} GB/s")
@@ -265,14 +268,20 @@ def link_findings(diag: Diagnosis) -> list[Finding]:
         out.append(Finding(
             f"{g['group']} {kind} [{shown}] reaches {g['busbw_gbps']:.0f} GB/s bus "
             f"bandwidth ({g['collective']}, {g['link']}), {against}: a slow network",
-            f"check the network of {where} (NIC, cable, switch port, NCCL's choice of "
-            f"transport): no configuration option fixes a slow link",
+            (f"check the links inside {where} (NVLink / NVSwitch errors and link state, "
+             "NCCL's choice of transport: P2P or SHM): no configuration option fixes a "
+             "slow link" if g["link"] == "intra-node" else
+             f"check the network of {where} (NIC, cable, switch port, NCCL's choice of "
+             "transport): no configuration option fixes a slow link"),
             (f"link:{g['group']}:{','.join(map(str, ranks))}" if len(ranks) <= LISTED_RANKS
              else f"link:{g['group']}@{ranks[0]}") + f"={factor:.4g}",
             f"{g['kernels']} {g['collective']} kernels of >= 1 MiB: "
             f"{g['bus_bytes'] / 1e9:.2f} GB of bus bytes in {g['transfer_ns'] / 1e6:.2f} ms "
-            "of transfer (after the last member arrived); peers: same group kind, "
-            "collective, size, link and payload class", kind="fault"))
+            "of transfer (after the last member arrived); compared with "
+            + ("the groups of the same kind, collective, size, link and payload class"
+               if g["against"] == "its kind" else g["against"]
+               + (" (every group of its kind alike)" if g["ratio"] is not None else "")),
+            kind="fault"))
     return out
 
 

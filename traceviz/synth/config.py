@@ -81,9 +81,9 @@ class SynthConfig:
     hidden: int = 4096
     seq_len: int = 4096
     micro_batch_size: int = 1
-    tp_gbps: float = 300.0
-    dp_gbps: float = 40.0
-    pp_gbps: float = 40.0
+    tp_gbps: float = 300.0  # NVLink: every group inside a node, TP across nodes too
+    dp_gbps: float = 40.0   # across nodes: DP / EP / CP collectives
+    pp_gbps: float = 40.0   # across nodes: the pipeline's sends / receives
     # counterfactual knobs: every compute kernel's time, and every transfer's (all
     # groups; or the TP, DP (with EDP) or PP group's) multiplied
     compute_scale: float = 1.0

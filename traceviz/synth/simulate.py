@@ -60,7 +60,11 @@ def transfer_us(cfg: SynthConfig, item: Item, n: int, members=()) -> float:
     factor = {"allreduce": 2 * (n - 1) / n, "_allgather_base": (n - 1) / n,
               "_reduce_scatter_base": (n - 1) / n, "all_to_allv": (n - 1) / n}.get(
                   item.collective, 1.0)
-    gbps = {"tp": cfg.tp_gbps, "pp": cfg.pp_gbps}.get(item.group, cfg.dp_gbps)
+    # inside a node every group shares the GPUs' NVLink (tp_gbps); across nodes each
+    # kind has its rate
+    intra = bool(members) and len({m // cfg.gpus_per_node for m in members}) == 1
+    gbps = cfg.tp_gbps if intra else {"tp": cfg.tp_gbps, "pp": cfg.pp_gbps}.get(
+        item.group, cfg.dp_gbps)
     scale = cfg.comm_scale * {"tp": cfg.tp_comm_scale, "pp": cfg.pp_comm_scale,
                               "dp-cp": cfg.dp_comm_scale, "edp": cfg.dp_comm_scale}.get(
                                   item.group, 1.0)

@@ -14,9 +14,19 @@ pairs), collective, number of ranks, link (all members on one node, or across no
 node = rank // GPUs per node), and payload class (S rounded to a power of two: small
 messages never reach a link's bandwidth). A group's **ratio** is its bus bandwidth over
 the median of the *other* groups of its kind (bytes-weighted over its kinds). A group
-is **slow** when its ratio is at most :data:`SLOW_RATIO`; with no other group of its
-kind, when a nominal link rate is given (``--link-gbps``) and it reaches at most
-:data:`NOMINAL_RATIO` of it.
+is **slow** when its ratio is at most :data:`SLOW_RATIO`.
+
+**Other kinds on the same link.** Inside a node TP, CP, EP, DP and the pipeline's
+sends share one NVLink (across nodes, one network): where every group of a kind is slow
+alike, its peers say nothing. A kind whose median bus bandwidth is at most
+:data:`SLOW_RATIO` of another parallel group's on the same link, at payloads no larger
+(bus bandwidth grows with the payload: smaller messages reaching more is a finding), is
+slow against it (``against``: that group).
+
+**Nominal.** Where neither tells, a group reaching at most :data:`NOMINAL_RATIO` of the
+link's nominal rate is slow: ``--link-gbps`` (within, across nodes), else within a node
+the NVLink / Infinity Fabric rate of the GPU the trace names (:data:`NVLINK_GBPS`, per
+direction); across nodes none unless given.
 """
 from __future__ import annotations
 
@@ -33,12 +43,16 @@ MIN_BYTES = 1 << 20     # smaller payloads are latency, not bandwidth
 SLOW_RATIO = 0.5        # at most half its peers' bus bandwidth: slow
 NOMINAL_RATIO = 0.25    # alone of its kind: at most a quarter of the nominal rate
 LINKS = ("intra-node", "inter-node")
+# per direction, GB/s: the GPU's own links inside a node, by the device name's model
+NVLINK_GBPS = (("B200", 900.0), ("B100", 900.0), ("GB200", 900.0), ("H200", 450.0),
+               ("H100", 450.0), ("H800", 200.0), ("A100", 300.0), ("A800", 200.0),
+               ("V100", 150.0), ("MI300", 448.0), ("MI325", 448.0), ("MI250", 400.0))
 SCHEMA = pa.schema([
     ("group", pa.string()), ("process_group", pa.string()), ("ranks", pa.list_(pa.int32())),
     ("link", pa.string()), ("collective", pa.string()), ("kernels", pa.int64()),
     ("bus_bytes", pa.float64()), ("transfer_ns", pa.int64()), ("busbw_gbps", pa.float64()),
     ("peers", pa.int32()), ("peers_busbw_gbps", pa.float64()), ("ratio", pa.float64()),
-    ("nominal_gbps", pa.float64()), ("slow", pa.bool_())])
+    ("nominal_gbps", pa.float64()), ("slow", pa.bool_()), ("against", pa.string())])
 
 
 def _gpus_per_node(acts: list[RankActivities]) -> int:
@@ -48,11 +62,27 @@ def _gpus_per_node(acts: list[RankActivities]) -> int:
     return int(np.bincount(counts).argmax()) if counts else 8
 
 
+def nominal_rates(acts: list[RankActivities], link_gbps: tuple[float, float] | None
+                  ) -> tuple[float | None, float | None]:
+    """(within a node, across nodes) nominal rates, GB/s: ``link_gbps``, else the GPU's
+    own links within a node (:data:`NVLINK_GBPS`, by the name the traces give most
+    ranks' devices) and none across nodes."""
+    if link_gbps:
+        return link_gbps
+    names = [str(d.get("name") or "") for a in acts
+             for d in (a.meta.get("device_properties") or [])[:1] if isinstance(d, dict)]
+    if not names:
+        return None, None
+    name = max(set(names), key=names.count).upper()
+    return next((gbps for model, gbps in NVLINK_GBPS if model in name), None), None
+
+
 def group_bandwidth(acts: list[RankActivities], comms: list[RankComm], pg_names: list[str],
                     link_gbps: tuple[float, float] | None = None) -> pa.Table:
     """One row per group and kind of call (:data:`SCHEMA`, see the module doc), the
     slowest against its peers first."""
     gpn = _gpus_per_node(acts)
+    nominal_of = nominal_rates(acts, link_gbps)
     parts: dict[str, list[np.ndarray]] = {k: [] for k in
                                           ("key_pg", "label", "coll", "size", "bucket",
                                            "bus", "ns", "rank", "peer")}
@@ -115,15 +145,23 @@ def group_bandwidth(acts: list[RankActivities], comms: list[RankComm], pg_names:
         if idx.size >= 2:
             peer_bw[idx] = leave_one_out_median(bw[idx][:, None])[:, 0]
             peers[idx] = idx.size - 1
+    other_bw, other_label = _other_kinds(rows, bw)
     # per group: bytes-weighted over its kinds
     out: dict[str, list] = {f.name: [] for f in SCHEMA}
     for g in range(groups.shape[0]):
         for r in np.flatnonzero(rows[:, 0] == g).tolist():
             label, coll, size, lk = (int(x) for x in rows[r, 1:5])
-            nominal = (link_gbps[lk] if link_gbps else None)
+            nominal = nominal_of[lk]
             ratio = bw[r] / peer_bw[r] if np.isfinite(peer_bw[r]) and peer_bw[r] > 0 else None
+            against, n_peers, ref = "its kind", int(peers[r]), peer_bw[r]
+            if (ratio is None or ratio > SLOW_RATIO) and other_label[r] >= 0:
+                # its whole kind is slow against another group on the same link
+                ratio, ref = bw[r] / other_bw[r], other_bw[r]
+                against, n_peers = f"{GROUPS[other_label[r]]} on the same link", 0
             slow = (ratio is not None and ratio <= SLOW_RATIO) or (
                 ratio is None and nominal is not None and bw[r] <= NOMINAL_RATIO * nominal)
+            if ratio is None and nominal is not None:
+                against = "the link's nominal rate"
             pg = int(groups[g, 0])
             out["group"].append(GROUPS[label])
             out["process_group"].append(pg_names[pg] if 0 <= pg < len(pg_names) else None)
@@ -134,15 +172,42 @@ def group_bandwidth(acts: list[RankActivities], comms: list[RankComm], pg_names:
             out["bus_bytes"].append(float(bus[r]))
             out["transfer_ns"].append(int(ns[r]))
             out["busbw_gbps"].append(float(bw[r]))
-            out["peers"].append(int(peers[r]))
-            out["peers_busbw_gbps"].append(float(peer_bw[r]) if np.isfinite(peer_bw[r])
-                                           else None)
+            out["peers"].append(n_peers)
+            out["peers_busbw_gbps"].append(float(ref) if np.isfinite(ref) else None)
             out["ratio"].append(ratio)
             out["nominal_gbps"].append(nominal)
             out["slow"].append(bool(slow))
+            out["against"].append(against if ratio is not None or nominal is not None
+                                  else None)
     table = pa.table(out, schema=SCHEMA)
     ratio = table["ratio"].to_numpy(zero_copy_only=False).astype(np.float64)
     return table.take(np.argsort(np.where(np.isnan(ratio), np.inf, ratio), kind="stable"))
+
+
+def _other_kinds(rows: np.ndarray, bw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row (group, label, collective, size, link, bucket), the fastest other parallel
+    group's median bus bandwidth on the same link at payloads no larger, where this
+    row's own kind (label) is at most :data:`SLOW_RATIO` of it at this payload (NaN /
+    -1 otherwise): the kind is slow as a whole (see the module doc)."""
+    label, link, bucket = rows[:, 1], rows[:, 4], rows[:, 5]
+    cells, inv = np.unique(np.stack([label, link, bucket], axis=1), axis=0,
+                           return_inverse=True)
+    inv = inv.ravel()
+    med = np.array([float(np.median(bw[inv == c])) for c in range(cells.shape[0])])
+    other_bw = np.full(rows.shape[0], np.nan)
+    other_label = np.full(rows.shape[0], -1, np.int64)
+    for c in range(cells.shape[0]):
+        lab, lk, b = (int(x) for x in cells[c])
+        ref = np.flatnonzero((cells[:, 0] != lab) & (cells[:, 1] == lk) & (cells[:, 2] <= b)
+                             & (cells[:, 0] != GROUPS.index("OTHER")))
+        if not ref.size or lab == GROUPS.index("OTHER"):
+            continue
+        best = ref[np.argmax(med[ref])]
+        if med[c] <= SLOW_RATIO * med[best]:
+            at = inv == c
+            other_bw[at] = med[best]
+            other_label[at] = int(cells[best, 0])
+    return other_bw, other_label
 
 
 def slow_groups(table: pa.Table) -> list[dict]:
