@@ -25,7 +25,7 @@ from traceviz.synth import SynthConfig, synthesize
 # of rank 4 on a network 3x slower, GPUs spread by 1.5 %, kernels by 2 %
 BASE = dict(tp=2, pp=4, dp=2, layers=8, vocab=128000, gpu_sigma=0.015, kernel_noise=0.02,
             straggler_rank=9, slow_link_rank=4, microbatches=8, with_stack=False,
-            skew_us=200.0)
+            skew_us=200.0, gpus_per_node=2)  # a TP pair per node: DP / PP across nodes
 
 
 def close(predicted_ns: int, true_ns: int, base_ns: int) -> bool:
@@ -95,7 +95,7 @@ def test_the_slow_network_is_named(job):
     assert all(r["ratio"] > 0.9 for r in links if not r["slow"])
     row = next(r for r in res.data["advice"].to_pylist() if r["what_if"].startswith("link:"))
     assert row["what_if"].startswith("link:DP:4,6=")
-    assert "slow network" in row["finding"] and "node 0" in row["action"]
+    assert "slow network" in row["finding"] and "nodes 2, 3" in row["action"]
     true = base - true_iteration(dataclasses.replace(cfg, slow_link_rank=None),
                                  root / "normal-network")
     assert close(row["saving_ns"], true, base), (row["saving_ns"], true)

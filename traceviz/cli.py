@@ -506,8 +506,8 @@ def ops(path, rank, peak_tflops, outdir) -> None:
                    "numbers exactly.")
 @click.option("--what-if", "what_if", multiple=True, metavar="WHAT=FACTOR",
               help="Re-time with own times scaled: COMM:TP=0.5, COMM=0.5, COMP=0.8, MEM, "
-                   "cpu, launch, kernel:GLOB=0.8, rank:3=0.5 (repeatable; each alone and "
-                   "all together).")
+                   "cpu, launch, kernel:GLOB=0.8, kernel@R:GLOB=0, rank:3=0.5 (repeatable; "
+                   "each alone and all together).")
 @click.option("--clock-sync/--no-clock-sync", default=True, show_default=True,
               help="Put ranks on one clock from their collectives' ends.")
 @click.option("-o", "--output", "outdir", help="Folder for critical_path.csv / .parquet / "
