@@ -6,7 +6,8 @@ that was not read is all -1). :class:`Options` say which activities to keep, mir
 HTA's: ``drop_last_step`` (HTA's default: when a rank has at least two ProfilerSteps,
 drop every activity not launched before the last step starts, and every activity
 without a launch), ``iterations``, ``streams``. ``hta_compat`` reproduces HTA's µs
-rounding and its kernel types by name (:mod:`.hta_compat`); without it times are exact
+rounding and its kernel types by name (:mod:`.hta_compat`), and leaves out the device
+activities that state no stream (HTA does); without it times are exact
 ns and kinds are traceviz's. ``offset_ns`` moves the rank's times onto a common clock
 (``ts - offset``, see :mod:`.clocks`).
 """
@@ -132,6 +133,9 @@ def activities(table: pa.Table, options: Options = Options(), offset_ns: int = 0
         keep &= np.isin(iteration, options.iterations)
     if options.streams is not None:
         keep &= np.isin(stream, options.streams)
+    if options.hta_compat and meta.get("streams_unstated"):
+        # HTA keeps only the device activities that state their stream
+        keep &= ~np.isin(stream, meta["streams_unstated"])
     # HTA rounds only when its ts column is float: some ts has a fraction of a µs
     if options.hta_compat and ((ts % 1000 != 0).any()
                                or (launch_ts[launch_ts >= 0] % 1000).any()):

@@ -341,8 +341,9 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
         del cls, k
     links.in_rpc = None  # type: ignore[assignment]  # dropped: memory
     rows = links.rows
+    unstated: set[int] = set()  # the threads of device activities that state no stream
     gpu_fields = functools.partial(_put_gpu_fields, put, store, gpu, rows, kind, pid_of,
-                                   tid_of, s, rank)
+                                   tid_of, s, rank, unstated)
     # the GPU fields nothing before them reads are made beside the phases (numpy and
     # Arrow, mostly without the GIL), where the budget has room for both working sets
     beside = not plan.parks(len(gpu), held=texts_held + len(gpu) * BESIDE_BYTES_PER_ACTIVITY,
@@ -387,6 +388,8 @@ def build(scanned: ScannedTrace, patterns: Patterns, plan: MemoryPlan, *,
     meta = trace_metadata(scanned, rank, rank_source, stats, steps, kinds)
     meta["stats"]["parked_bytes"] = store.parked_bytes
     meta["classification"] = classification
+    # their stream is their thread's id; HTA leaves such activities out (--hta-compat)
+    meta["streams_unstated"] = sorted(unstated)
     out.metadata = {METADATA_KEY: json.dumps(meta).encode()}
     unread = unread_device_events(scanned, s.cls)
     if unread:
@@ -595,9 +598,17 @@ def _beside(work: Callable[[], None], at_once: bool) -> Iterator[None]:
 
 
 def _put_gpu_fields(put: Callable, store: InMemory, gpu, rows: np.ndarray, kind: np.ndarray,
-                    pid_of: np.ndarray, tid_of: np.ndarray, s: Strings, rank: int) -> None:
+                    pid_of: np.ndarray, tid_of: np.ndarray, s: Strings, rank: int,
+                    unstated: set[int]) -> None:
     """Put the GPU fields that nothing else reads (``ts`` to ``rank``), one at a time,
-    each gathered from the ``gpu`` store at ``rows`` (``kind``: final, read only)."""
+    each gathered from the ``gpu`` store at ``rows`` (``kind``: final, read only);
+    ``unstated`` gets the thread ids standing in for the streams events do not state."""
+
+    def stream_of(st: np.ndarray, th: np.ndarray) -> np.ndarray:
+        unknown = st < 0
+        if unknown.any():
+            unstated.update(int(t) for t in np.unique(tid_of[th[unknown]]))
+        return _stated(st, tid_of, th)
 
     def field(name: str) -> np.ndarray:
         return gathered(store, gpu, rows, name)[0]
@@ -613,7 +624,7 @@ def _put_gpu_fields(put: Callable, store: InMemory, gpu, rows: np.ndarray, kind:
     thread = field("thread")  # where the event states no device / stream: its pid / tid
     device, stream = field("device"), field("stream")
     put("device", store.map(np.int32, lambda d, th: _stated(d, pid_of, th), device, thread))
-    put("stream", store.map(np.int64, lambda st, th: _stated(st, tid_of, th), stream, thread))
+    put("stream", store.map(np.int64, stream_of, stream, thread))
     del thread, device, stream
     external_id = field("external_id")
     put("external_id", store.map(np.int64, lambda v: np.maximum(v, -1), external_id))

@@ -201,8 +201,12 @@ def derive_file(out: Path, folder: Path) -> bool:
     before = path.read_text() if path.is_file() and not path.is_symlink() else None
     files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
     text = None
-    if len(files) > 1:
-        found, how = pipelines(traffic_of(files))
+    try:  # tables that are not one job's are said so by the commands that read them
+        traffic = traffic_of(files) if len(files) > 1 else {}
+    except TraceVizError:
+        traffic = {}
+    if traffic:
+        found, how = pipelines(traffic)
         if found and len(found[0]) > 1:
             groups, world = observed_of(files)
             world = world or max(r for p in found for r in p) + 1
