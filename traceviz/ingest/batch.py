@@ -375,10 +375,12 @@ def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
     if topology is None:
         found = find_topology_file(root if Path(root).is_dir() else Path(root).parent)
         topology = str(found) if found else None
-    if topology is not None:
-        return _parse(root, outdir, topology=topology, **kw)  # type: ignore[arg-type]
     out = output_root(root, outdir)
     derived = out / DERIVED_NAME
+    if topology is not None:
+        if Path(topology) != derived:  # a layout stated: none derived is kept
+            derived.unlink(missing_ok=True)
+        return _parse(root, outdir, topology=topology, **kw)  # type: ignore[arg-type]
     outcomes = _parse(root, outdir, topology=str(derived) if derived.is_file() else None,
                       **kw)  # type: ignore[arg-type]
     from .tables import table_folders

@@ -128,18 +128,26 @@ def pipeline_groups(layout: Layout | None, top_rank: int) -> list[list[int]] | N
 def job_layout(root: Path, folder: Path, topology: str | os.PathLike | None
                ) -> tuple[Layout | None, str | None]:
     """(layout, None) of the job whose tables are in ``folder``: ``topology`` when given,
-    else a topology file in ``folder`` / ``root`` or a parent, else the traces'
-    pg_config (``root``'s own when it is one trace: other traces in its folder may be
-    another job's); (None, why) when none states it."""
+    else a topology file beside the traces (``root`` or a parent) or the tables
+    (``folder`` or a parent), else the traces' pg_config (``root``'s own when it is one
+    trace: other traces in its folder may be another job's), else the layout the
+    sends / receives showed (:func:`derive_file`, in the job's output folder); (None,
+    why) when none states it."""
     if topology:
         return from_file(topology), None
-    found = find_topology_file(folder) or find_topology_file(root)
+    found = find_topology_file(root) or find_topology_file(folder)
     if found:
         return from_file(found), None
     try:
         return from_traces(root if Path(root).is_file() else folder), None
     except TraceVizError as exc:
-        return None, f"no topology ({exc})"
+        why = f"no topology ({exc})"
+    from .outputs import job_dir
+
+    derived = job_dir(root) / DERIVED_NAME
+    if derived.is_file() and not derived.is_symlink():
+        return from_file(derived), None
+    return None, why
 
 
 # the layout traceviz found from a job's sends / receives, kept beside its tables (in
@@ -158,14 +166,25 @@ def is_derived(path: Path | None) -> bool:
 
 def traffic_of(files: list[Path]) -> dict[int, RankTraffic]:
     """Each rank's sends / receives on the pipeline's or an unknown group (OTHER: the
-    default group's), from its table (:class:`~traceviz.topology.p2p.RankTraffic`)."""
+    default group's), from its table (:class:`~traceviz.topology.p2p.RankTraffic`); {}
+    where a table cannot be read or states no rank, or two state one (not one job's: the
+    commands that read them say so). The batch's own tables, read before it parses them
+    again: not inputs of the command."""
     import pyarrow as pa
     import pyarrow.compute as pc
+    import pyarrow.parquet as pq
 
-    from .tables import rank_tables
+    from .tables import file_rank
 
     out: dict[int, RankTraffic] = {}
-    for rank, _, table in rank_tables(files, _TRAFFIC_COLUMNS, []):
+    for path in files:
+        rank = file_rank(path)
+        if rank is None or rank in out:
+            return {}
+        try:
+            table = pq.read_table(path, columns=list(_TRAFFIC_COLUMNS))
+        except (OSError, pa.ArrowInvalid, KeyError):
+            return {}
         mask = pc.and_(pc.and_(pc.equal(table["kind"].cast(pa.string()), "COMM"),
                                pc.equal(table["collective"].cast(pa.string()), "SendRecv")),
                        pc.is_in(table["comm_group"].cast(pa.string()),
@@ -201,10 +220,7 @@ def derive_file(out: Path, folder: Path) -> bool:
     before = path.read_text() if path.is_file() and not path.is_symlink() else None
     files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
     text = None
-    try:  # tables that are not one job's are said so by the commands that read them
-        traffic = traffic_of(files) if len(files) > 1 else {}
-    except TraceVizError:
-        traffic = {}
+    traffic = traffic_of(files) if len(files) > 1 else {}
     if traffic:
         found, how = pipelines(traffic)
         if found and len(found[0]) > 1:
