@@ -227,3 +227,24 @@ def test_sends_launched_before_the_trace_are_said_once(tmp_path):
     launched = sum(1 for k in kernels if k["p2p"]) - 2
     assert f"pipeline sends / receives: {launched} of {launched} joined" in notes
     assert "WARNING" not in notes
+
+
+@pytest.mark.parametrize("slow", [1, None])
+def test_a_slow_gpu_alone_on_its_stage_is_compared_with_equal_stages(tmp_path, slow):
+    """One rank per stage: a slower GPU on stage 1 is compared with the stages running
+    the same kernels the same number of times (0 and 2; the last, with the loss, is
+    not) and called a straggler at the truth's slowdown; the same job without it (the
+    counterfactual) has none."""
+    from traceviz.commands import diagnose
+
+    job = synthesize(SynthConfig(**PIPELINING, straggler_rank=slow, straggler_factor=1.3),
+                     tmp_path / "job")
+    result = diagnose.run(job)
+    speed = {r["rank"]: r for r in result.tables["peer_speed"].to_pylist()}
+    assert speed[3]["slowdown"] is None and {speed[r]["peers"] for r in (0, 1, 2)} == {2}
+    found = result.tables["stragglers"].to_pylist()
+    if slow is None:
+        assert found == []
+        return
+    assert [r["rank"] for r in found] == [1]
+    assert found[0]["slowdown"] == pytest.approx(1.3, rel=0.03)

@@ -2,10 +2,10 @@
 
 **Peers** are the ranks doing the same work: the ranks of one pipeline stage (tensor-,
 context-, expert- and data-parallel partners run the same layers; stages from the job's
-pipeline groups, else the parse's classification). Where no stage is known, the ranks
-that launch the same compute kernels the same number of times in each micro-batch. A
-rank without peers (one rank per stage in the job, or work no other rank runs) is
-compared with nobody: its slowdown is null and it is never called a straggler (ranks of
+pipeline groups, else the parse's classification). Where no stage is known, or a rank
+is alone on its stage, the ranks that launch the same compute kernels the same number
+of times in each micro-batch (stages of equal layers). A rank without peers (work no
+other rank runs) is compared with nobody: its slowdown is null and it is never called a straggler (ranks of
 different stages run different layers; their times say nothing of their GPUs).
 
 **Same kernels.** Compute kernels are summed per *unit*: (iteration, phase, micro-batch,
@@ -174,6 +174,11 @@ def peer_speed(ranks: list[RankActivities], stage: dict[int, int],
     for a in ranks:  # no stage known: the ranks that run the same kernels
         key = ("stage", stage[a.rank]) if a.rank in stage else ("work", work[a.rank])
         classes.setdefault(key, []).append(a.rank)
+    # a rank alone on its stage: the ranks of other stages that run the same kernels the
+    # same number of times (stages of equal layers) are its peers
+    for key in [k for k, m in classes.items() if k[0] == "stage" and len(m) == 1]:
+        (r,) = classes.pop(key)
+        classes.setdefault(("work", work[r]), []).append(r)
     rows = [row for members in classes.values() for row in _compare(members, cells, stage)]
     _z_scores(rows)
     by_rank = {a.rank: a for a in ranks}
