@@ -397,3 +397,25 @@ def test_idle_time_breakdown_on_more_real_traces(path):
             float(ref["idle_us"]), abs=0.5), ref
         checked += 1
     assert checked > 0
+
+
+def test_mtia_training_trace_equals_hta():
+    """HTA's own MTIA training trace (tests/data/hta_mtia): --hta-compat's temporal
+    breakdown is HTA 0.6.1's to the µs (its 137 device activities that state no stream
+    are left out, as HTA does: kept, the span was 7.5 ms longer)."""
+    import csv
+    from pathlib import Path
+
+    from traceviz.ingest.build import parse_trace
+
+    data = Path(__file__).parent / "data" / "hta_mtia"
+    (want,) = csv.DictReader((data / "temporal_breakdown_hta_0.6.1.csv").open())
+    with parse_trace(data / "mtia_rank_0.json.gz") as parsed:
+        assert len(parsed.meta["streams_unstated"]) == 1
+        acts = select(parsed.columns.table(None), Options(hta_compat=True))
+    row = temporal_breakdown([sweep(acts)]).to_pylist()[0]
+    for ours, theirs in (("idle", "idle"), ("compute", "compute"),
+                         ("non_compute", "non_compute"), ("kernel_time", "kernel")):
+        assert row[f"{ours}_ns"] == int(want[f"{theirs}_time(us)"]) * 1000, ours
+    for k in ("idle", "compute", "non_compute"):
+        assert round(row[f"{k}_pct"], 2) == float(want[f"{k}_time_pctg"])
