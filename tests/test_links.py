@@ -50,3 +50,22 @@ def test_a_uniformly_slow_dp_network_is_named(tmp_path, scale):
         assert r["against"] == "TP on the same link"
         assert r["ratio"] == pytest.approx(truth["DP"] / truth["TP"], rel=0.05)
     assert not any(r["slow"] for r in links if r["group"] == "TP")
+
+
+def test_the_slow_dp_network_is_one_finding_with_its_counterfactual_saving(tmp_path):
+    """The slow DP network is one finding (not one per group) whose what-if runs every
+    DP transfer at TP's bandwidth; its saving is within 10 % of the same job re-run with
+    a normal DP network."""
+    from helpers import true_iteration
+
+    from traceviz.commands import diagnose
+
+    cfg = SynthConfig(**JOB, dp_comm_scale=3.0)
+    base = true_iteration(cfg, tmp_path / "slow")
+    rows = diagnose.run(tmp_path / "slow").tables["advice"].to_pylist()
+    (row,) = [r for r in rows if "network" in r["finding"]]
+    assert row["finding"].startswith("every DP group (2) reaches about")
+    assert row["what_if"].startswith("COMM:DP=")
+    truth = base - true_iteration(SynthConfig(**JOB), tmp_path / "normal")
+    assert truth > 0
+    assert row["saving_ns"] == pytest.approx(truth, rel=0.10)

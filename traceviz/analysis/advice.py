@@ -243,11 +243,46 @@ def extra_findings(diag: Diagnosis) -> list[Finding]:
         for e in diag.extra[:TOP_FAULTS]]
 
 
+def network_findings(slow: list[dict]) -> list[Finding]:
+    """A fault per kind of group slow as a whole against another kind on the same link
+    (:mod:`.diagnose.network`): one finding for the kind's network, its what-if every
+    transfer of the kind at the other's bandwidth (``COMM:GROUP=F``, F the median
+    ratio)."""
+    kinds: dict[tuple, list[dict]] = {}
+    for g in slow:
+        kinds.setdefault((g["group"], g["link"], g["against"]), []).append(g)
+    out = []
+    for (group, link, against), rows in kinds.items():
+        ratio = float(np.median([g["ratio"] for g in rows]))
+        bw = float(np.median([g["busbw_gbps"] for g in rows]))
+        ref = float(np.median([g["peers_busbw_gbps"] for g in rows]))
+        n = len({tuple(g["ranks"]) for g in rows})
+        out.append(Finding(
+            f"every {group} group ({n}) reaches about {bw:.3g} GB/s bus bandwidth "
+            f"({link}), {ratio:.2f}x the {ref:.3g} GB/s that {against} reaches at "
+            f"payloads no larger: a slow {group} network",
+            ("check the links inside the nodes (NVLink / NVSwitch, NCCL's choice of "
+             "transport: P2P or SHM, NCCL_P2P_LEVEL)" if link == "intra-node" else
+             "check the network between the nodes (NICs, switches, NCCL's choice of "
+             "transport and its NCCL_IB_* / NCCL_SOCKET_* settings)")
+            + f" for the {group} traffic: no configuration option fixes a slow link",
+            f"COMM:{group}={ratio:.4g}",
+            f"{sum(g['kernels'] for g in rows)} kernels of >= 1 MiB over {n} {group} "
+            f"group(s); compared with {against} (every {group} group alike: its own kind "
+            "says nothing)", kind="fault"))
+    return out
+
+
 def link_findings(diag: Diagnosis) -> list[Finding]:
-    """A fault per slow group (the worst :data:`TOP_FAULTS`)."""
+    """A fault per slow group (the worst :data:`TOP_FAULTS`), a kind slow as a whole
+    against another on the same link one fault (:func:`network_findings`)."""
     out = []
     gpn = {r["rank"]: r["node"] for r in diag.speed.table.to_pylist()}
-    for g in slow_groups(diag.links)[:TOP_FAULTS]:
+    slow = slow_groups(diag.links)
+    whole = [g for g in slow if g["ratio"] is not None and g["against"] not in (
+        "its kind", "the link's nominal rate")]
+    out += network_findings(whole)
+    for g in [g for g in slow if g not in whole][:max(TOP_FAULTS - len(out), 0)]:
         ranks = g["ranks"]
         nodes = sorted({gpn[r] for r in ranks if gpn.get(r) is not None})
         shown = ", ".join(map(str, ranks[:8])) + (", ..." if len(ranks) > 8 else "")
