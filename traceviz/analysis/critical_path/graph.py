@@ -11,6 +11,7 @@ order, the first farthest node in topological order).
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -77,6 +78,12 @@ class Graph:
     @property
     def n_nodes(self) -> int:
         return self.node_ts.size
+
+    @functools.cached_property
+    def into(self) -> tuple[np.ndarray, np.ndarray]:
+        """Edges grouped by their destination (:func:`csr`), made once: every
+        re-timing of the graph sweeps them."""
+        return csr(self.n_nodes, self.dst)
 
     @classmethod
     def empty(cls) -> Graph:

@@ -531,7 +531,7 @@ def measure(jg: JobGraph, own: np.ndarray) -> Timing:
     if not ok:
         raise UsageError("the critical-path graph has a cycle (clock offsets or a trace's "
                          "nesting contradict each other); try --no-clock-sync or one rank")
-    _, binding, arrival = _sweep(order, g.n_nodes, g.src, g.dst, g.node_ts, own,
+    _, binding, arrival = _sweep(order, *g.into, g.src, g.node_ts, own,
                                  np.zeros(g.n_nodes, np.int64), False)
     # negative where the trace's times contradict an edge (a child ending after its
     # parent, a lock chain out of order): kept, so that re-timing reproduces the trace
@@ -542,8 +542,7 @@ def measure(jg: JobGraph, own: np.ndarray) -> Timing:
 def retime(jg: JobGraph, base: Timing, own: np.ndarray) -> Timing:
     """Forward re-timing with new own times (see the module doc)."""
     g = jg.graph
-    ts, binding, _ = _sweep(base.order, g.n_nodes, g.src, g.dst, g.node_ts, own, base.wait,
-                            True)
+    ts, binding, _ = _sweep(base.order, *g.into, g.src, g.node_ts, own, base.wait, True)
     return Timing(ts, binding, base.wait, base.order)
 
 
@@ -595,12 +594,13 @@ def path_times(jg: JobGraph, t: Timing, edges: np.ndarray, own: np.ndarray
 
 
 @njit(cache=True)
-def _sweep(order, n, src, dst, ts0, own, wait, retime):
+def _sweep(order, po, start, src, ts0, own, wait, retime):
     """In topological ``order``: each node's binding edge (latest predecessor time plus
     own time; -1 without predecessors) and that arrival; with ``retime`` the node's time
-    becomes the arrival plus its ``wait`` (else the times stay ``ts0``). Returns (times,
+    becomes the arrival plus its ``wait`` (else the times stay ``ts0``). ``po`` /
+    ``start``: the edges grouped by destination (``Graph.into``). Returns (times,
     binding edges, arrivals)."""
-    po, start = csr(n, dst)
+    n = start.size - 1
     ts = ts0.copy()
     arrival = ts0.copy()
     binding = np.full(n, -1, np.int64)
