@@ -93,10 +93,12 @@ def test_ideal_matches_a_uniform_job_and_names_the_slow_stage(tmp_path):
                                        str(tmp_path / "ps")])
     assert "critical stage 2 (rank 2)" in result.output
     gaps = [line for line in result.output.splitlines() if "largest gap" in line]
-    assert "stage 2 (rank 2)" in gaps[0] and "imbalance" in gaps[0]
+    # rank 2 is alone on its stage, but stages 0 and 1 run the same kernels: its slow
+    # GPU (the truth: 1.5x) is named as what stretches the stage
+    assert "stage 2 (rank 2)" in gaps[0] and "straggler rank 2 (1.4" in gaps[0]
     table = pq.read_table(tmp_path / "ps" / "pipeline_gaps.parquet").to_pylist()
     assert [f"  largest gap: {g['ns'] / 1e6:.3f} ms: {g['what']}" for g in table] == gaps
-    assert table[0]["kind"] == "imbalance" and table[0]["stage"] == 2
+    assert table[0]["kind"] == "straggler" and table[0]["stage"] == 2
     assert all(g["pp_group"] == 0 for g in table)
     st = pq.read_table(tmp_path / "ps" / "pipeline_stages.parquet").to_pylist()
     assert [s["critical"] for s in st] == [False, False, True, False]

@@ -413,9 +413,9 @@ def findings(diag: Diagnosis) -> list[Finding]:
             on = False
             if grp == "DP":
                 action, on = dp.action(terms)
+                evidence += f"; {dp.evidence}"
             else:
                 action = terms.overlap[grp]
-                evidence += f"; {dp.evidence}"
             out.append(Finding(
                 f"{share:.1f} % of the iteration is exposed {grp} communication"
                 + (" although overlapped" if on else ""),

@@ -194,7 +194,8 @@ def _diagnosis(root: Path, folder: Path, topology, advice: bool, options: dict,
         # the stragglers' cost: the re-timed saving of fixing each
         diag.speed = diag.speed.with_costs({
             a.target_rank: a.saving_ns for a in records(Advice, adv)
-            if a.target_rank is not None and a.saving_ns is not None})
+            if a.target_rank is not None and a.saving_ns is not None
+            and a.what_if.startswith("straggler:")})
         return diag, failed, adv
     tables = job_tables(root, DIAGNOSIS_COLUMNS, failed)
     diag = diagnose(tables, _pipelines(root, folder, topology, tables), **options)

@@ -366,28 +366,28 @@ def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
 
     The topology: ``topology``, else a topology file beside the traces, else the one the
     traces' process groups state; where none does, the pipelines the parsed tables'
-    sends / receives show (:func:`.topology.derive_file`, kept in the output folder):
-    the ranks whose table that changes are parsed again with it."""
-    from .topology import DERIVED_NAME, derive_file, from_traces
+    sends / receives show (:func:`.topology.derive_file`, kept in the output folder,
+    found again where no table was parsed): when it changes, the tables are parsed again
+    with it."""
+    from .topology import DERIVED_NAME, derive_file, from_traces, is_derived
 
     kw = dict(folders=folders, jobs=jobs, force=force, memory_budget=memory_budget,
               cpu=cpu, vpp=vpp, scheduler=scheduler, quiet=quiet, traces=traces)
     if topology is None:
         found = find_topology_file(root if Path(root).is_dir() else Path(root).parent)
-        topology = str(found) if found else None
+        topology = str(found) if found and not is_derived(found) else None
     out = output_root(root, outdir)
     derived = out / DERIVED_NAME
     if topology is not None:
-        if Path(topology) != derived:  # a layout stated: none derived is kept
-            derived.unlink(missing_ok=True)
+        derived.unlink(missing_ok=True)  # a layout stated: none derived is kept
         return _parse(root, outdir, topology=topology, **kw)  # type: ignore[arg-type]
     outcomes = _parse(root, outdir, topology=str(derived) if derived.is_file() else None,
                       **kw)  # type: ignore[arg-type]
     from .tables import table_folders
 
     tables = table_folders(out)
-    if not tables:
-        return outcomes
+    if not tables or not any(o.status == "parsed" for o in outcomes):
+        return outcomes  # no table changed: nor does what they show
     try:
         from_traces(root)  # the traces state their layout: nothing to derive
         stated = True

@@ -29,12 +29,14 @@ def from_file(path: str | os.PathLike) -> Layout:
 
 
 def find_topology_file(folder: str | os.PathLike) -> Path | None:
-    """The newest ``unique_parallel_groups*.txt`` in ``folder`` or one of its parents."""
+    """The newest ``unique_parallel_groups*.txt`` in ``folder`` or one of its parents
+    (one a user or Megatron wrote before the one traceviz derived, :data:`DERIVED_NAME`)."""
     folder = Path(folder).resolve()
     for where in (folder, *folder.parents):
         files = sorted(where.glob(TOPOLOGY_GLOB))
+        stated = [f for f in files if f.name != DERIVED_NAME]
         if files:
-            return files[-1]  # names carry a sortable timestamp: the newest
+            return (stated or files)[-1]  # names carry a sortable timestamp: the newest
     return None
 
 
@@ -199,8 +201,11 @@ def traffic_of(files: list[Path]) -> dict[int, RankTraffic]:
             src, dst = set(src or ()), set(dst or ())
             t.peers |= src | dst
             if phase == "FWD":
-                t.forward_to |= dst
+                # a block that also receives belongs to the step after it: its receive
+                # is that forward's input, its send the previous step's gradient
                 t.forward_from |= src
+                if not src:
+                    t.forward_to |= dst
             if t.first_is_send is None and it == first_it and (src or dst):
                 t.first_is_send = bool(dst) and not src
         out[rank] = t

@@ -4,8 +4,10 @@ groups' descriptions (``pg_config``) and whether the job has pipelines.
 * **Megatron-LM**: a group described as one of Megatron's (``TENSOR_MODEL_PARALLEL_GROUP``,
   ``PIPELINE_MODEL_PARALLEL_GROUP``, ...).
 * **TorchTitan**: DeviceMesh groups (``mesh_tp``, ``mesh_pp``, ``mesh_dp_shard``, ...).
-* **torch.distributed.pipelining**: pipelines (found from the sends / receives) with no
-  group but the default one described: PyTorch's own pipeline schedules.
+* **torch.distributed.pipelining**: pipelines (found from the sends / receives) whose
+  ranks describe the default group and no other: PyTorch's own pipeline schedules
+  (groups described ``undefined``, as PyTorch < 2.4 and DeepSpeed write them, or none
+  at all, say nothing: unknown).
 * **unknown** otherwise: advice in plain words.
 
 Advice names a framework's own options only for that framework.
@@ -18,7 +20,10 @@ from dataclasses import dataclass
 
 # Megatron's group_desc strings: TENSOR_MODEL_PARALLEL_GROUP, DATA_PARALLEL_GROUP_WITH_CP,
 # HIERARCHICAL_CONTEXT_PARALLEL_GROUP, INTRA_DISTRIBUTED_OPTIMIZER_INSTANCE_GROUP, ...
-MEGATRON_DESC = re.compile(r"^[A-Z][A-Z_]*_GROUP(_WITH_CP)?$")
+MEGATRON_DESC = re.compile(
+    r"^(HIERARCHICAL_|INTRA_(PARTIAL_)?|INTER_(PARTIAL_)?)?(TENSOR|PIPELINE|DATA|CONTEXT|"
+    r"EXPERT|EMBEDDING|POSITION_EMBEDDING|MODEL|DISTRIBUTED_OPTIMIZER|HYBRID_DP_CP)"
+    r"[A-Z_]*_GROUP(_WITH_CP)?$")
 MEGATRON, TORCHTITAN, PIPELINING, UNKNOWN = ("Megatron-LM", "TorchTitan",
                                              "torch.distributed.pipelining", "unknown")
 NAMES = (MEGATRON, TORCHTITAN, PIPELINING, UNKNOWN)
@@ -47,7 +52,7 @@ def framework_of(descs: Iterable[str], pipelined: bool) -> Framework:
     if mesh:
         return Framework(TORCHTITAN, "DeviceMesh process groups: "
                          + ", ".join(mesh[:4]) + (", ..." if len(mesh) > 4 else ""))
-    if pipelined:
+    if pipelined and seen == {"default_pg"}:
         return Framework(PIPELINING, "pipeline sends / receives with no process group "
                          "described but the default one")
     return Framework(UNKNOWN, "no process group says")

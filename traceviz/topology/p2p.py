@@ -7,7 +7,8 @@ Rules (README, "Pipelines from the sends / receives"):
 * Two ranks are **neighbours** when either sends to or receives from the other (a
   send / receive kernel's peers, global ranks). A pipeline is a connected set of
   neighbours; each rank has at most two (the stage before and after it), so a pipeline
-  is a path, or a ring where the last stage sends to the first (looped interleaving).
+  is a path, or a ring where the last stage sends to the first (looped interleaving:
+  ordered only where the forward steps' sends / receives show the direction).
 * The **forward direction** is that of the activations: a send in a forward step goes
   to the next stage, a receive in a forward step comes from the previous one. Where no
   send / receive has a phase, the first stage is the one whose first transfer of the

@@ -225,6 +225,8 @@ def diagnosis_of(jc: JobComm, pipelines: list[list[int]] | None = None,
         if groups:
             notes.append(f"pipelines found from the send / receive peers ({len(groups)} "
                          f"group(s); stages ordered by {how})")
+        elif any((a.group == group("PP")).any() for a in acts):
+            notes.append(f"pipeline stages unknown: {how}; pass --topology")
     framework = framework_of((d for a in acts for d in a.meta.get("pg_descs") or ()),
                              any(len(g) > 1 for g in groups))
     notes.append(framework.text())

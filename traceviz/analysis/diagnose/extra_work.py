@@ -30,7 +30,7 @@ from ...table.schema import COMP, PHASES
 from ..activities import RankActivities
 
 PHASE_WORDS = {"FWD": "forward", "BWD": "backward", "RECOMPUTE": "recompute",
-               "OPTIMIZER": "optimizer", "OTHER": "rest of the"}
+               "OPTIMIZER": "optimizer", "OTHER": "other"}
 MIN_PCT = 1.0        # share of the rank's profiled steps an extra kernel takes at least
 MIN_NS = 100_000     # and per iteration (ns)
 # the embedding's (lookup, gradient scatter) and the loss's (softmax, NLL, cross entropy)
@@ -58,7 +58,8 @@ class ExtraKernel:
 
     @property
     def pct(self) -> float:
-        return 100.0 * self.ns / self.step_ns if self.step_ns > 0 else 0.0
+        # kernels of several streams can overlap: at most the whole step
+        return min(100.0, 100.0 * self.ns / self.step_ns) if self.step_ns > 0 else 0.0
 
     def text(self) -> str:
         """``rank 2 runs spin_kernel in every forward step: 2.00 ms x 8 per iteration``."""
@@ -66,7 +67,7 @@ class ExtraKernel:
         phase = PHASE_WORDS[self.phase]
         when = (f"in every {phase} step" if self.per_step == 1 else
                 f"{self.per_step} times in every {phase} step" if self.per_step
-                else f"mostly in the {phase}")
+                else f"mostly in {phase} work")
         return (f"rank {self.rank} runs {self.name} {when}: {each / 1e6:.2f} ms x "
                 f"{self.launches:g} per iteration ({self.ns / 1e6:.2f} ms, "
                 f"{self.pct:.1f} % of its step); {self.compared} do not")
@@ -96,24 +97,25 @@ def extra_kernels(acts: list[RankActivities], stage: Mapping[int, int]) -> list[
     timed = {a.rank: _kernel_time(a) for a in acts}
     by_stage: dict[int, list[int]] = {}
     for r, s in stage.items():
-        by_stage.setdefault(s, []).append(r)
+        if r in timed:
+            by_stage.setdefault(s, []).append(r)
     last = max(stage.values(), default=0)
+    # per class of ranks compared together, how many of them run each kernel name (once
+    # per class: a name run by one rank of its class is that rank's alone)
+    everyone = _runs(timed, list(timed))
+    runs = {s: _runs(timed, ranks) for s, ranks in by_stage.items() if len(ranks) > 1}
     out: list[ExtraKernel] = []
     for a in acts:
         ns, launches, n_its, span = timed[a.rank]
-        if not n_its or span <= 0:
+        if not n_its or span <= 0 or len(timed) < 2:
             continue
-        peers = [r for r in by_stage.get(stage.get(a.rank, -1), []) if r != a.rank
-                 and r in timed]
+        peers = stage.get(a.rank, -1) in runs
         edge = not peers and stage.get(a.rank) in (0, last) and len(by_stage) > 1
-        against = peers or [r for r in timed if r != a.rank]
-        if not against:
-            continue
+        counts = runs[stage[a.rank]] if peers else everyone
         compared = ("the other ranks of its stage" if peers else
                     "the ranks of the other stages" if stage else "the other ranks")
-        seen = set().union(*(timed[r][0] for r in against))
         for name, total in ns.items():
-            if name in seen or (edge and EDGE_KERNEL.search(name)):
+            if counts[name] > 1 or (edge and EDGE_KERNEL.search(name)):
                 continue
             per_it = total / n_its
             if per_it < MIN_NS or 100.0 * total / span < MIN_PCT:
@@ -121,6 +123,15 @@ def extra_kernels(acts: list[RankActivities], stage: Mapping[int, int]) -> list[
             out.append(_described(a, name, per_it, launches[name] / n_its, compared,
                                   span / n_its))
     return sorted(out, key=lambda e: -e.ns)
+
+
+def _runs(timed: Mapping[int, tuple], ranks: list[int]) -> dict[str, int]:
+    """How many of ``ranks`` run each compute kernel name."""
+    out: dict[str, int] = {}
+    for r in ranks:
+        for name in timed[r][0]:
+            out[name] = out.get(name, 0) + 1
+    return out
 
 
 def _described(a: RankActivities, name: str, ns: float, launches: float, compared: str,

@@ -74,6 +74,8 @@ def nominal_rates(acts: list[RankActivities], link_gbps: tuple[float, float] | N
     if not names:
         return None, None
     name = max(set(names), key=names.count).upper()
+    if "PCIE" in name:  # no NVLink between the GPUs: the PCIe switch's rate is unknown
+        return None, None
     return next((gbps for model, gbps in NVLINK_GBPS if model in name), None), None
 
 
