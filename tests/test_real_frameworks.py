@@ -781,3 +781,30 @@ def test_equal_savings_are_said_to_stop_at_one_bound(job_cwd, monkeypatch, tmp_p
     for r in same:
         assert predicted[r["what_if"]] == r["predicted_iteration_ns"]
     assert predicted["all together"] == same[0]["predicted_iteration_ns"]
+
+
+def test_tp_advice_knows_sequence_parallelism(job_cwd, monkeypatch, tmp_path):
+    """The real megatron_1f1b ran without --sequence-parallel (its run args): its TP
+    advice asks for it with the overlap. A synthesized job whose TP layers reduce-scatter
+    and all-gather their activations (sequence parallelism on, its truth) is not asked
+    for it."""
+    from traceviz.commands import diagnose
+    from traceviz.synth import SynthConfig, synthesize
+
+    run = json.loads((REFERENCE / GPU / "megatron_1f1b.run.json").read_text())
+    assert run["megatron_1f1b"]["megatron_args"]["sequence_parallel"] is False
+    monkeypatch.chdir(job_cwd("megatron_1f1b"))
+    rows = diagnose.run(shared(f"{GPU}/megatron_1f1b/iteration_5")).data["advice"].to_pylist()
+    (tp,) = [r for r in rows if "exposed TP communication" in r["finding"]]
+    assert "(with --sequence-parallel)" in tp["action"]
+
+    monkeypatch.chdir(tmp_path)
+    job = synthesize(SynthConfig(tp=2, pp=1, dp=1, layers=4, microbatches=2,
+                                 with_stack=False, tp_comm_scale=4.0), tmp_path / "sp")
+    truth = pq.read_table(job / "ground_truth" / "kernels.parquet").to_pylist()
+    tp_kinds = {k["collective"] for k in truth if k["comm_group"] == "TP"}
+    assert tp_kinds == {"AllGather", "ReduceScatter"}
+    rows = diagnose.run(job).data["advice"].to_pylist()
+    (tp,) = [r for r in rows if "exposed TP communication" in r["finding"]]
+    assert "sequence parallelism is on already" in tp["action"]
+    assert "--sequence-parallel" not in tp["action"]

@@ -210,6 +210,36 @@ class DataParallel:
         return "turn on " + "; ".join(off), False
 
 
+@dataclass(frozen=True)
+class TensorParallel:
+    """What the trace shows of tensor-parallel communication (from ``comm_calls``):
+    sequence parallelism (the TP activations reduce-scattered and all-gathered, never
+    all-reduced in the forward: Megatron's ``--sequence-parallel``) and TP communication
+    overlap (Transformer Engine's userbuffers kernels: ``--tp-comm-overlap``)."""
+
+    sequence_parallel: bool
+    overlapped: bool
+    evidence: str
+
+    @staticmethod
+    def of(calls: pa.Table) -> TensorParallel:
+        """From ``comm_calls``: its TP calls counted by kind and phase, and their names."""
+        import pyarrow.compute as pc
+
+        tp = calls.filter(pc.is_in(calls["group"], pa.array(["TP", "ETP"])))
+        kinds = {(str(r["kind"]), str(r["phase"])): r["count_all"] for r in
+                 tp.group_by(["kind", "phase"]).aggregate([([], "count_all")]).to_pylist()}
+        low = {(k.lower().replace("_", ""), ph) for k, ph in kinds}
+        names = tp["name"].unique().to_pylist() if tp.num_rows else []
+        return TensorParallel(
+            sequence_parallel=any(k in ("reducescatter", "allgather") and ph == "FWD"
+                                  for k, ph in low)
+            and not any(k == "allreduce" and ph == "FWD" for k, ph in low),
+            overlapped=any("userbuffers" in str(n).lower() for n in names),
+            evidence="TP calls: " + (", ".join(f"{n} {k} in {ph}" for (k, ph), n in
+                                             sorted(kinds.items())) or "none"))
+
+
 def straggler_findings(diag: Diagnosis) -> list[Finding]:
     """A fault per straggler (the worst :data:`TOP_FAULTS`)."""
     out = []
@@ -403,6 +433,7 @@ def findings(diag: Diagnosis) -> list[Finding]:
             f"ledger: bubble {t['bubble_ns'] / 1e6:.2f} ms per rank and iteration", 2))
         out += vpp_finding(diag, pct["bubble"], t["bubble_ns"], pp, terms)
     dp = DataParallel.of(diag.comm_calls)
+    tp = TensorParallel.of(diag.comm_calls)
     for grp, parts in OVERLAP.items():
         share = sum(pct.get(p, 0.0) for p in parts)
         if share >= COMM_PCT:
@@ -414,6 +445,12 @@ def findings(diag: Diagnosis) -> list[Finding]:
             if grp == "DP":
                 action, on = dp.action(terms)
                 evidence += f"; {dp.evidence}"
+            elif grp == "TP":
+                on = tp.overlapped
+                action = (f"TP communication is overlapped already, yet this much stays "
+                          f"exposed: {terms.tp_tune}" if on else terms.tp_with_sp
+                          if tp.sequence_parallel else terms.overlap[grp])
+                evidence += f"; {tp.evidence}"
             else:
                 action = terms.overlap[grp]
             out.append(Finding(

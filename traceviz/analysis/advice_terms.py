@@ -23,6 +23,8 @@ class Terms:
     cpu_bound: str
     dp_off: tuple[str, str, str]  # grads in the backward, sharded, params in the forward
     dp_tune: str
+    tp_with_sp: str  # exposed TP communication where sequence parallelism is on
+    tp_tune: str     # exposed TP communication where its overlap is on
 
 
 _PLAIN_OVERLAP = {
@@ -72,7 +74,11 @@ MEGATRON_TERMS = Terms(
             "--overlap-param-gather (gather parameters during the forward)"),
     dp_tune="larger buckets hide more (Megatron --ddp-bucket-size, PyTorch DDP "
     "bucket_cap_mb), as does starting the last bucket earlier; check the DP network's "
-    "bandwidth")
+    "bandwidth",
+    tp_with_sp="--tp-comm-overlap: split the GEMMs and overlap their all-gathers / "
+    "reduce-scatters (sequence parallelism is on already)",
+    tp_tune="the overlap's splits and method per GEMM (--tp-comm-overlap-cfg) decide how "
+    "much is hidden; check the TP links' bandwidth")
 
 PYTORCH_TERMS = Terms(
     more_microbatches="more micro-batches per iteration: a larger n_microbatches for the "
@@ -105,7 +111,11 @@ PYTORCH_TERMS = Terms(
             "all-gather parameters)",
             "parameter all-gathers ahead of use during the forward (FSDP2 prefetching)"),
     dp_tune="larger buckets hide more (DDP bucket_cap_mb; FSDP2: wrap larger modules), "
-    "as does starting the last bucket earlier; check the DP network's bandwidth")
+    "as does starting the last bucket earlier; check the DP network's bandwidth",
+    tp_with_sp="asynchronous tensor parallelism (TorchTitan: --parallelism.enable_async_"
+    "tensor_parallel, with torch.compile; sequence parallelism is on already)",
+    tp_tune="check that the GEMMs are large enough to hide their collectives, and the TP "
+    "links' bandwidth")
 
 PLAIN_TERMS = Terms(
     more_microbatches="more micro-batches per iteration (the bubble is about (pp - 1) / "
@@ -126,7 +136,10 @@ PLAIN_TERMS = Terms(
             "sharded data parallelism (reduce-scatter gradients, all-gather parameters)",
             "parameter all-gathers during the forward"),
     dp_tune="larger gradient buckets hide more, as does starting the last bucket "
-    "earlier; check the DP network's bandwidth")
+    "earlier; check the DP network's bandwidth",
+    tp_with_sp=_PLAIN_OVERLAP["TP"] + " (sequence parallelism is on already)",
+    tp_tune="check that the GEMMs are large enough to hide their collectives, and the TP "
+    "links' bandwidth")
 
 
 def terms_for(framework: str) -> Terms:
