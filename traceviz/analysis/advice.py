@@ -493,8 +493,9 @@ def advise(diag: Diagnosis, ctx: W.Context | None, why: str = "") -> pa.Table:
                 out = W.evaluate(ctx, specs)
                 model, predicted = out.model, out.iteration_ns
                 if out.bound is not None:
-                    bound = (f"{BOUND_WORDS.get(out.bound) or out.bound[6:] + ' communication'}"
-                             f" ({out.bound_pct:.0f} % of its re-timed path)")
+                    words = (BOUND_WORDS.get(out.bound)
+                             or out.bound.removeprefix("comm: ") + " communication")
+                    bound = f"{words} ({out.bound_pct:.0f} % of its re-timed path)"
                 saving = base - (predicted // f.per_samples if f.per_samples else predicted)
                 if f.per_samples:
                     evidence += (f"; the predicted iteration holds {f.per_samples}x the "

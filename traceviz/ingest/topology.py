@@ -10,7 +10,7 @@ from ..errors import TraceVizError, UsageError
 from ..table.inputs import note_input
 from ..table.schema import file_metadata
 from ..topology import groups_file
-from ..topology.derive import MESH_SIZE, layout_from_groups, layout_of, observed_groups
+from ..topology.derive import layout_from_groups, layout_of, mesh_sizes, observed_groups
 from ..topology.p2p import RankTraffic
 from ..topology.layout import Layout, agreed_world
 
@@ -231,10 +231,8 @@ def derive_file(out: Path, folder: Path) -> bool:
         if found and len(found[0]) > 1:
             groups, world = observed_of(files)
             world = world or max(r for p in found for r in p) + 1
-            sizes = {k: len(next(iter(groups[d]))) for k, d in MESH_SIZE.items()
-                     if groups.get(d)}
             try:
-                layout = layout_of(found, world, sizes)
+                layout = layout_of(found, world, mesh_sizes(groups))
             except TraceVizError:
                 layout = None
             if layout is not None:

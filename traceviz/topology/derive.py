@@ -25,6 +25,12 @@ MESH_PP = "mesh_pp"
 MESH_SIZE = {"tp": "mesh_tp", "cp": "mesh_cp", "ep": "mesh_ep"}
 
 
+def mesh_sizes(groups: Mapping[str, set[tuple[int, ...]]]) -> dict[str, int]:
+    """tp / cp / ep as the DeviceMesh groups among ``groups`` state them (absent: not
+    stated)."""
+    return {k: len(next(iter(groups[d]))) for k, d in MESH_SIZE.items() if groups.get(d)}
+
+
 def observed_groups(pg_configs: Iterable[list[dict]]) -> dict[str, set[tuple[int, ...]]]:
     """``group_desc -> {member tuples}`` over the ``pg_config`` lists of many ranks."""
     out: dict[str, set[tuple[int, ...]]] = {}
@@ -50,8 +56,8 @@ def layout_from_groups(groups: dict[str, set[tuple[int, ...]]], world: int,
                                     f"{sorted(lengths)}")
             sizes[key] = lengths.pop()
     if ("tp" not in sizes or "pp" not in sizes) and groups.get(MESH_PP):
-        return layout_of([list(g) for g in sorted(groups[MESH_PP])], world, {
-            k: len(next(iter(groups[d]))) for k, d in MESH_SIZE.items() if groups.get(d)})
+        return layout_of([list(g) for g in sorted(groups[MESH_PP])], world,
+                         mesh_sizes(groups))
     if sizes and ("tp" not in sizes or "pp" not in sizes):
         # Megatron's groups of one rank are not in pg_config: that size is 1
         sizes.setdefault("tp", 1)

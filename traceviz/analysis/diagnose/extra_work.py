@@ -77,13 +77,15 @@ def _kernel_time(a: RankActivities) -> tuple[dict[str, float], dict[str, float],
     """Per compute kernel name of the rank (inside the profiled steps): its total ns and
     launches; the number of iterations; the rank's total profiled step span (ns)."""
     inside = (a.iteration >= 0) & (a.kind == COMP)
-    its = np.unique(a.iteration[a.iteration >= 0])
+    stepped = a.iteration >= 0
+    its, at = np.unique(a.iteration[stepped], return_inverse=True)
     if not its.size:
         return {}, {}, 0, 0.0
-    span = 0.0
-    for it in its.tolist():
-        at = a.iteration == it
-        span += float(a.end[at].max() - a.ts[at].min())
+    first = np.full(its.size, np.iinfo(np.int64).max)
+    last = np.full(its.size, np.iinfo(np.int64).min)
+    np.minimum.at(first, at, a.ts[stepped])
+    np.maximum.at(last, at, a.end[stepped])
+    span = float((last - first).sum())
     codes = a.name[inside]
     ns = np.bincount(codes, weights=(a.end - a.ts)[inside], minlength=len(a.names))
     n = np.bincount(codes, minlength=len(a.names))
