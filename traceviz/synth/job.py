@@ -101,7 +101,8 @@ def synthesize(cfg: SynthConfig, out: str | os.PathLike) -> Path:
     all_groups = layout.groups()
     if cfg.framework != "megatron":  # the DeviceMesh's groups
         all_groups = {MESH_DESC[t]: layout.generator(*GEN[t]) for t in MESH_DESC
-                      if MESH_DESC[t] and (t != "pp" or cfg.framework == "torchtitan")}
+                      if (t != "pp" or cfg.framework == "torchtitan")
+                      and (t not in ("ep", "edp") or cfg.ep > 1)}
         all_groups = {d: g for d, g in all_groups.items() if len(g[0]) > 1}
     pg_name: dict[tuple[str, tuple], str] = {}
     for desc in sorted(all_groups):
