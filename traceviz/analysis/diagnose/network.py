@@ -26,7 +26,7 @@ slow against it (``against``: that group).
 **Nominal.** Where neither tells, a group reaching at most :data:`NOMINAL_RATIO` of the
 link's nominal rate is slow: ``--link-gbps`` (within, across nodes), else within a node
 the NVLink / Infinity Fabric rate of the GPU the trace names (:data:`NVLINK_GBPS`, per
-direction); across nodes none unless given.
+direction; payloads of at least 64 MiB, which reach it); across nodes none unless given.
 """
 from __future__ import annotations
 
@@ -42,6 +42,8 @@ from .waits import CALL_KINDS, RankComm
 MIN_BYTES = 1 << 20     # smaller payloads are latency, not bandwidth
 SLOW_RATIO = 0.5        # at most half its peers' bus bandwidth: slow
 NOMINAL_RATIO = 0.25    # alone of its kind: at most a quarter of the nominal rate
+NOMINAL_MIN_LOG2 = 26   # the GPU's nominal rate: payloads of 64 MiB or more (smaller
+#                         ones stay below it by latency alone)
 LINKS = ("intra-node", "inter-node")
 # per direction, GB/s: the GPU's own links inside a node, by the device name's model
 NVLINK_GBPS = (("B200", 900.0), ("B100", 900.0), ("GB200", 900.0), ("H200", 450.0),
@@ -153,7 +155,9 @@ def group_bandwidth(acts: list[RankActivities], comms: list[RankComm], pg_names:
     for g in range(groups.shape[0]):
         for r in np.flatnonzero(rows[:, 0] == g).tolist():
             label, coll, size, lk = (int(x) for x in rows[r, 1:5])
-            nominal = nominal_of[lk]
+            # the GPU's own rate only where payloads are large enough to reach it
+            nominal = (nominal_of[lk] if link_gbps or rows[r, 5] >= NOMINAL_MIN_LOG2
+                       else None)
             ratio = bw[r] / peer_bw[r] if np.isfinite(peer_bw[r]) and peer_bw[r] > 0 else None
             against, n_peers, ref = "its kind", int(peers[r]), peer_bw[r]
             if (ratio is None or ratio > SLOW_RATIO) and other_label[r] >= 0:
