@@ -112,7 +112,7 @@ def test_communication_beyond_nccl_names(tmp_path):
     path = tmp_path / "moe.json"
     path.write_text(json.dumps(_launched([c[:3] for c in COMM_CASES],
                                          distributedInfo={"rank": 0, "world_size": 8})))
-    table = traceviz.parse(path)
+    table = traceviz.parse_table(path)
     got = list(zip(table["kind"].to_pylist(), table["collective"].to_pylist()))
     assert got == [c[3] for c in COMM_CASES]
     # the breakdown sees the communication (no "no communication" on an MoE trace)
@@ -133,7 +133,7 @@ def test_step_numbers_past_the_iteration_column_are_no_steps(tmp_path):
     doc["traceEvents"][0]["dur"] = 15  # ProfilerStep#3 holds the first two launches
     path = tmp_path / "steps.json"
     path.write_text(json.dumps(doc))
-    table = traceviz.parse(path).sort_by("ts")
+    table = traceviz.parse_table(path).sort_by("ts")
     assert table["iteration"].to_pylist() == [3, 3, -1]
 
 
@@ -214,7 +214,7 @@ def test_graph_replays_are_joined_and_counted():
                   and e.get("name") == "cudaGraphLaunch"}
     replayed = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
                 and (e.get("args") or {}).get("correlation") in graph_corr]
-    table = traceviz.parse(path)
+    table = traceviz.parse_table(path)
     join = traceviz.metadata(table)["stats"]["join"]
     assert join["launched by a graph launch"] == len(replayed) == 345
     assert join["graph launches"] == len({e["args"]["correlation"] for e in replayed})
@@ -229,7 +229,7 @@ def test_graph_replays_are_joined_and_counted():
 def test_whole_trace_row_is_not_iteration_minus_one():
     """Activities outside every ProfilerStep are iteration -1; the whole trace is None."""
     path = shared("tracelens/mi300/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
-    table = traceviz.parse(path)
+    table = traceviz.parse_table(path)
     outside = pc.sum(pc.equal(table["iteration"], -1)).as_py()
     assert outside > 0
     rows = breakdown.run([path]).tables["temporal_breakdown"].to_pylist()
@@ -245,7 +245,7 @@ def test_whole_trace_row_is_not_iteration_minus_one():
 @needs_shared
 def test_gpu_only_trace_claims_no_phase():
     """No launch inside a cpu_op: only kernels named backward are BWD, the rest OTHER."""
-    table = traceviz.parse(shared("tracelens/mi210/gpu_only_trace.json.gz"))
+    table = traceviz.parse_table(shared("tracelens/mi210/gpu_only_trace.json.gz"))
     named = re.compile(traceviz.classify.patterns.load_patterns(None)
                        .phases["backward_name"].pattern)
     want = ["BWD" if named.search(n) else "OTHER" for n in table["name"].to_pylist()]
@@ -256,7 +256,7 @@ def test_gpu_only_trace_claims_no_phase():
 @needs_shared
 def test_worker_threads_of_an_inference_server_are_no_backward():
     """MTIA inference: launches from many threads, no autograd node: no BWD, no OPTIMIZER."""
-    table = traceviz.parse(shared("hta/mtia_inference_trace/mtia_inference_rank_0.json.gz"))
+    table = traceviz.parse_table(shared("hta/mtia_inference_trace/mtia_inference_rank_0.json.gz"))
     assert set(table["phase"].to_pylist()) <= {"FWD", "OTHER"}
     rep = make_report(shared("hta/mtia_inference_trace/mtia_inference_rank_0.json.gz"))
     assert rep["kind"].startswith("inference")
@@ -266,7 +266,7 @@ def test_worker_threads_of_an_inference_server_are_no_backward():
 def test_single_gpu_resnet_step_order():
     """torchvision ResNet-50, 2021: forward, zero_grad (161 memsets, inside
     Optimizer.zero_grad), backward on the autograd thread, then the SGD step."""
-    table = traceviz.parse(shared("kineto/resnet50/worker0.1623143089861.pt.trace.json.gz"))
+    table = traceviz.parse_table(shared("kineto/resnet50/worker0.1623143089861.pt.trace.json.gz"))
     rows = sorted((r for r in table.select(["iteration", "phase", "launch_ts"]).to_pylist()
                    if r["launch_ts"] is not None), key=lambda r: r["launch_ts"])
     by_iteration: dict[int, list] = {}
@@ -287,7 +287,7 @@ def test_backward_named_work_is_backward_on_every_trace():
                        .phases["backward_name"].pattern)
     for path in sorted(shared("").rglob("*.json*")):
         try:
-            table = traceviz.parse(path)
+            table = traceviz.parse_table(path)
         except traceviz.errors.TraceVizError:
             continue
         for name, op, phase in zip(table["name"].to_pylist(), table["cpu_op"].to_pylist(),
@@ -320,7 +320,7 @@ def test_unrelated_rankless_traces_report_their_own_spans(tmp_path):
         assert "both state no rank" in line and "Traceback" not in out.output
     assert not (tmp_path / "page.html").exists()
     for f in sorted(job.iterdir()):
-        t = traceviz.parse(f)
+        t = traceviz.parse_table(f)
         span = pc.max(pc.add(t["ts"], t["dur"])).as_py() - pc.min(t["ts"]).as_py()
         rep = make_report(f)
         assert rep["configuration"]["ranks"] == [0]

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from helpers import needs_shared, shared
 
 from traceviz.cli import main
-from traceviz.parsing.source import ByteSource
+from traceviz.parse.source import ByteSource
 from traceviz.render.trace_copy import write_with_events
 from traceviz.synth import SynthConfig, synthesize
 

@@ -1,4 +1,4 @@
-"""Strings past MAX_STRING bytes are cut (traceviz.parsing.long_strings): the one rule
+"""Strings past MAX_STRING bytes are cut (traceviz.parse.long_strings): the one rule
 wherever the string sits, the parse's buffer bounded however long a string is, what was
 cut said, and every other number of the trace unchanged."""
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 
 import traceviz
 from traceviz.errors import TraceError
-from traceviz.parsing import long_strings as ls
-from traceviz.parsing import reader
-from traceviz.parsing.strings import decode_raw
+from traceviz.parse import long_strings as ls
+from traceviz.parse import reader
+from traceviz.parse.strings import decode_raw
 
 CAP = 100
 TOKENS = ["a", "é", "中", "😀", '\\"', "\\\\", "\\u00e9", "\\ud83d\\ude00", "\\n", "x"]
@@ -159,7 +159,7 @@ def test_text_store_canonical_merge_and_arrow():
     """Texts by id without a Python object each: the first id of each text (hash
     matches confirmed by the bytes, so texts whose hashes collide stay apart), a merge
     that adds only what is new, and Arrow arrays made from the arena."""
-    from traceviz.parsing import text_store as T
+    from traceviz.parse import text_store as T
 
     a = T.TextStore()
     a.extend(["x", "y", "x", "é", "", "y"])
@@ -185,7 +185,7 @@ def test_a_dictionary_of_many_texts_is_made_per_row_group(tmp_path, monkeypatch)
     """Past LAZY_BYTES of texts a dictionary column keeps its texts in the store: each
     parquet row group holds the names it uses only, and the table read back (and the
     table in memory) equals the one built whole."""
-    from traceviz.parsing import names, output_columns
+    from traceviz.parse import names, output_columns
     from traceviz.synth import SynthConfig, synthesize
 
     synthesize(SynthConfig(tp=1, pp=1, dp=2, microbatches=2, layers=2, with_stack=False),
@@ -221,7 +221,7 @@ def test_a_dictionary_of_many_texts_is_made_per_row_group(tmp_path, monkeypatch)
 def test_text_store_past_its_limit_reads_from_its_file(tmp_path):
     """Texts past the store's limit go to a file (unlinked once open: nothing left in
     the folder) and read back the same: by id, in order, as Arrow, in merges."""
-    from traceviz.parsing.text_store import TextStore
+    from traceviz.parse.text_store import TextStore
 
     names = iter(range(100))
     texts = [f"text-{i}-" + "é" * (i % 7) for i in range(300)]
@@ -249,7 +249,7 @@ def test_many_distinct_names_grow_the_string_table(monkeypatch, pending):
     grows while events are being read, with categories and counts carried over; with a
     queue of 97 new strings the scanner returns to have them taken ~400 times a buffer):
     every name and count comes back."""
-    from traceviz.parsing import strings
+    from traceviz.parse import strings
 
     if pending:
         monkeypatch.setattr(strings, "PENDING", pending)
@@ -270,7 +270,7 @@ def test_id_table_keys_that_collide():
     """The id tables (ids keyed by a per-id row): keys equal in their low bits probe on,
     a key an earlier id has maps to that first id, lookups of absent keys find -1, and a
     table filled at once equals one filled id by id."""
-    from traceviz.parsing.id_table import fill, lookup_insert, new_table
+    from traceviz.parse.id_table import fill, lookup_insert, new_table
 
     keys = np.array([[5 << 20, 7 << 20, 5 << 20, 9 << 20, 3, 7 << 20]], dtype=np.int64)
     one = new_table(6, minimum=16)
@@ -314,7 +314,7 @@ def test_a_sealed_text_store_finds_and_adds_without_its_table(tmp_path):
     of a text, even among texts whose hashes collide, gives an added text its first id,
     reads any ascending selection of ids across its file and memory, and refuses a
     merge."""
-    from traceviz.parsing import text_store as T
+    from traceviz.parse import text_store as T
 
     names = iter(range(10))
     store = T.TextStore(limit=40, new_path=lambda: str(tmp_path / f"t{next(names)}"))
@@ -350,8 +350,8 @@ def test_distinct_strings_past_the_cap_fold_into_one_marker():
     and one marker after it, a warning names the cap and the byte of the first folded
     name, an NCCL kernel past the cap is COMP (its name no longer says), and the table
     without a cap keeps every name."""
-    from traceviz.parsing import budget as B
-    from traceviz.parsing.strings import fold_marker
+    from traceviz.parse import budget as B
+    from traceviz.parse.strings import fold_marker
 
     n, cap = 3000, 700
     events = [{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
@@ -391,8 +391,8 @@ def test_a_row_group_crowded_with_names_is_written_in_pieces(tmp_path, monkeypat
     the table in memory."""
     import pyarrow.parquet as pq
 
-    from traceviz.parsing import budget as B
-    from traceviz.parsing import names, output_columns
+    from traceviz.parse import budget as B
+    from traceviz.parse import names, output_columns
 
     monkeypatch.setattr(names, "LAZY_BYTES", 0)
     monkeypatch.setattr(output_columns, "GROUP_TEXT_BYTES", 2000)

@@ -138,8 +138,8 @@ def test_corruption_followed_by_events_is_an_error(tmp_path):
 def test_byte_order_mark_and_cut_compressed_streams(tmp_path):
     data = read_bytes(shared(f"{DLRM}/worker0_step_12.1694128201545.pt.trace.json"))
     (tmp_path / "bom.json").write_bytes(b"\xef\xbb\xbf" + data)
-    assert traceviz.parse(tmp_path / "bom.json").num_rows == \
-        traceviz.parse(shared(f"{DLRM}/worker0_step_12.1694128201545.pt.trace.json")).num_rows
+    assert traceviz.parse_table(tmp_path / "bom.json").num_rows == \
+        traceviz.parse_table(shared(f"{DLRM}/worker0_step_12.1694128201545.pt.trace.json")).num_rows
     packed = gzip.compress(data)
     (tmp_path / "cut.json.gz").write_bytes(packed[:12])
     with pytest.raises(TraceError, match="gzip stream is cut before its first byte"):
@@ -187,7 +187,7 @@ def test_escaped_keys_and_values(tmp_path):
         text = text.replace(old, new)
     path = tmp_path / "escaped.json"
     path.write_text(text)
-    table = traceviz.parse(path)
+    table = traceviz.parse_table(path)
     doc = json.loads(text)
     assert table.num_rows == sum(e.get("cat") == "kernel" for e in doc["traceEvents"]) == 10
     assert table["name"].to_pylist() == [f"k{k}" if k != 5 else "k\U0001F600"
@@ -214,7 +214,7 @@ def test_raw_control_characters_and_invalid_utf8_are_kept(tmp_path):
     text = text.replace(b'"k1"', b'"k\t1\n"').replace(b'"k2"', b'"k\xff2"')
     path = tmp_path / "raw.json"
     path.write_bytes(text)
-    names = traceviz.parse(path)["name"].to_pylist()
+    names = traceviz.parse_table(path)["name"].to_pylist()
     assert names == ["k0", "k\t1\n", "k\ufffd2"]
 
 
@@ -241,8 +241,8 @@ def test_full_temporary_folder_is_one_line(monkeypatch):
     import tempfile
 
     from traceviz.errors import TraceVizError
-    from traceviz.parsing import columns
-    from traceviz.parsing.budget import MemoryPlan
+    from traceviz.parse import columns
+    from traceviz.parse.budget import MemoryPlan
 
     def full(self, arr):
         raise OSError(28, "No space left on device")

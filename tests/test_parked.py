@@ -10,7 +10,7 @@ import pytest
 from helpers import needs_shared, parking_everything, shared_traces, trace_id
 
 import traceviz
-from traceviz.parsing.budget import (
+from traceviz.parse.budget import (
     BUILD_BYTES_PER_STRING,
     BUILD_WORK,
     LINK_BYTES_PER_ACTIVITY,

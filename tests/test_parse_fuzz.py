@@ -14,8 +14,8 @@ from jsonwriter import Raw, dumps
 from reference import DEVICE_SIDE, activities, complete, event_count, load
 
 import traceviz
-from traceviz.parsing.budget import MemoryPlan
-from traceviz.parsing.lexer import (
+from traceviz.parse.budget import MemoryPlan
+from traceviz.parse.lexer import (
     NUM_OK,
     NUM_RANGE,
     hash_bytes,

@@ -8,7 +8,7 @@ from helpers import needs_shared, parking_everything, shared_traces, trace_id
 from reference import activities, event_count, load, read_bytes
 
 import traceviz
-from traceviz.parsing.budget import MemoryPlan
+from traceviz.parse.budget import MemoryPlan
 from traceviz.table.schema import ACTIVITY_SCHEMA
 
 TRACES = shared_traces()
@@ -70,7 +70,7 @@ def test_activities_beyond_the_budget_are_a_warning():
     files; one that does not cover even what the parked build holds per activity draws
     one warning with the expected peak (runtime + the build's fixed work + activities x
     PARKED_BYTES_PER_ACTIVITY); that much budget, none (and the arrays parked)."""
-    from traceviz.parsing.budget import BUILD_WORK, PARKED_BYTES_PER_ACTIVITY
+    from traceviz.parse.budget import BUILD_WORK, PARKED_BYTES_PER_ACTIVITY
 
     path = next(p for p in TRACES if trace_id(p) == "hta/trace_diff/control/control.json.gz")
     n = traceviz.parse(path).num_rows

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import traceviz
-from traceviz.parsing.budget import MemoryPlan
-from traceviz.parsing.columns import Block, SpillBudget
-from traceviz.parsing.output_columns import OutputColumns
+from traceviz.parse.budget import MemoryPlan
+from traceviz.parse.columns import Block, SpillBudget
+from traceviz.parse.output_columns import OutputColumns
 
 
 def big_trace(n: int, threads: int) -> bytes:
@@ -125,7 +125,7 @@ def test_a_spill_file_is_read_by_two_threads_at_once(tmp_path):
     positional, so threads reading one file at once each get their own arrays."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from traceviz.parsing.columns import SpillFile
+    from traceviz.parse.columns import SpillFile
 
     spill = SpillFile(str(tmp_path / "s"))
     arrays = [np.arange(k * 1000, k * 1000 + 997 + k, dtype=np.int64) for k in range(40)]
@@ -145,7 +145,7 @@ def test_a_spill_file_is_read_by_two_threads_at_once(tmp_path):
 def test_grid_counts_are_numpy_histograms():
     # the ops' time histogram that plans the span buckets: numpy's counts, values on and
     # past both ends of the grid included, a grid with repeated edges (a short trace)
-    from traceviz.parsing.links import grid_counts
+    from traceviz.parse.links import grid_counts
 
     rng = np.random.default_rng(7)
     for span in (3, 100, 5000, 10**9):

@@ -1,5 +1,5 @@
 """A compressed trace scanned in segments cut while it is inflated, one scanner thread per
-core (traceviz.parsing.segments, reader._scan_segments), gives the one-pass result: the
+core (traceviz.parse.segments, reader._scan_segments), gives the one-pass result: the
 same GPU and CPU tables, metadata and warnings on real gzip and zstd traces cut into
 segments of several sizes by two and three scanners; the one pass when a cut is not
 between two events; the same errors and warnings for a cut or corrupt stream, corrupt
@@ -16,11 +16,11 @@ import zstandard
 from helpers import launch_events, needs_shared, shared_traces, trace_id, trace_text
 
 import traceviz
-import traceviz.parsing.reader as reader
+import traceviz.parse.reader as reader
 from traceviz.errors import TraceError
-from traceviz.parsing.budget import FIXED_WORK, SEGMENT_OVERHEAD, MemoryPlan
-from traceviz.parsing.segments import EVENT_BOUNDARY
-from traceviz.parsing.strings import fold_marker
+from traceviz.parse.budget import FIXED_WORK, SEGMENT_OVERHEAD, MemoryPlan
+from traceviz.parse.segments import EVENT_BOUNDARY
+from traceviz.parse.strings import fold_marker
 
 REAL = ("hta/trace_diff/control/control.json.gz",
         "hta/nccl_parser_config/nccl_data.json.gz",

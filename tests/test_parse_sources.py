@@ -16,8 +16,8 @@ from reference import read_bytes
 
 import traceviz
 from traceviz.errors import TraceError
-from traceviz.parsing import reader
-from traceviz.parsing.cpu_table import CPU_ONLY_FIELDS
+from traceviz.parse import reader
+from traceviz.parse.cpu_table import CPU_ONLY_FIELDS
 from traceviz.table.schema import DELTA_COLUMNS
 
 TRACE = "hta/nccl_parser_config/nccl_data.json.gz"  # pretty-printed, fractional µs

@@ -1,4 +1,4 @@
-"""A plain trace scanned in parts at once (traceviz.parsing.reader._scan_parts) gives the
+"""A plain trace scanned in parts at once (traceviz.parse.reader._scan_parts) gives the
 one-pass result: the same GPU and CPU tables and metadata on real traces split in two,
 three and four parts at several points, the one pass when a split is not between two
 events, and the same warnings / errors when a later part is cut or corrupt."""
@@ -10,7 +10,7 @@ import pytest
 from helpers import launch_events, needs_shared, shared_traces, trace_id, trace_text
 
 import traceviz
-import traceviz.parsing.reader as reader
+import traceviz.parse.reader as reader
 from traceviz.errors import TraceError
 
 REAL = ("hta/trace_diff/control/control.json.gz",

@@ -129,7 +129,7 @@ run()
 def _small_real_traces() -> list:
     from helpers import shared_traces
 
-    from traceviz.parsing.source import text_size
+    from traceviz.parse.source import text_size
     from traceviz.startup import SMALL_TRACE
 
     return [p for p in shared_traces() if text_size(p, SMALL_TRACE) is not None]
@@ -225,7 +225,7 @@ def test_text_size(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from traceviz.parsing.source import text_size
+    from traceviz.parse.source import text_size
 
     plain = tmp_path / "t.json"
     plain.write_bytes(b'  {"traceEvents": []}')
@@ -250,7 +250,7 @@ def test_text_size(tmp_path):
 def test_text_size_of_a_large_plain_file_reads_nothing(tmp_path, monkeypatch):
     # a plain file's text is its bytes: a large one is answered from its size, without
     # starting a reader (closing one cost ~60 ms of every command on a large trace)
-    from traceviz.parsing import source
+    from traceviz.parse import source
 
     big = tmp_path / "big.json"
     with open(big, "wb") as fh:

@@ -2,7 +2,7 @@
 
 Public API (imported on first use, so ``import traceviz`` is instant)::
 
-    traceviz.parse(path_or_fileobj) -> pyarrow.Table      # GPU activity table of one rank
+    traceviz.parse_table(path_or_fileobj) -> pyarrow.Table  # GPU activity table of one rank
     traceviz.parse_trace(path, cpu=True) -> ParsedTrace   # + CPU table, metadata, warnings
     traceviz.load(parquet_path) -> pyarrow.Table
     traceviz.metadata(table) -> dict                      # rank-level facts of a table
@@ -16,7 +16,7 @@ from __future__ import annotations
 from ._version import __version__
 
 _PUBLIC = {
-    "parse": ("traceviz.ingest.build", "parse"),
+    "parse_table": ("traceviz.ingest.build", "parse_table"),
     "parse_trace": ("traceviz.ingest.build", "parse_trace"),
     "load": ("traceviz.table.io", "read_table"),
     "metadata": ("traceviz.table.schema", "metadata"),

@@ -95,7 +95,7 @@ def main() -> None:
     Example:
       traceviz parse rank0.pt.trace.json.gz -o rank0.parquet
     """
-    from .parsing.budget import hand_back_freed_memory
+    from .parse.budget import hand_back_freed_memory
     from .startup import skip_numba_optional_probes
     from .table.scratch import exit_on_sigterm, remove_dead_spills
 

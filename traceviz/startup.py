@@ -132,7 +132,7 @@ def interpret_small_traces(paths: Iterable[str | os.PathLike]) -> bool:
     paths = list(paths)
     if not paths or not _command_line or "numba" in sys.modules:
         return False
-    from .parsing.source import text_size
+    from .parse.source import text_size
 
     left = SMALL_TRACE
     for path in paths:

@@ -1,5 +1,5 @@
 """Where GPU memory goes: the caching allocator's events of each rank (the allocator
-table, :mod:`traceviz.parsing.memory_table`), tied to the CPU op, the training phase and
+table, :mod:`traceviz.parse.memory_table`), tied to the CPU op, the training phase and
 the micro-batch that allocated each block.
 
 **Timeline.** Per event on the rank's GPU (``device_type`` 1; the most common device

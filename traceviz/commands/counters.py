@@ -9,9 +9,9 @@ from pathlib import Path
 from ..analysis.activities import activities
 from ..analysis.counters import SERIES, counter_tracks
 from ..errors import UsageError
-from ..ingest.build import parse
+from ..ingest.build import parse_table
 from ..ingest.outputs import default_path, trace_stem
-from ..parsing.source import ByteSource
+from ..parse.source import ByteSource
 from ..render.perfetto import counter_events
 from ..render.trace_copy import write_with_events
 from ..table.result import Result
@@ -49,7 +49,7 @@ def run(trace: str | os.PathLike, output: str | os.PathLike | None = None,
         series: tuple[str, ...] = SERIES) -> Result:
     """Parse ``trace``; the :class:`Result`'s one export is its copy with the counter
     tracks; once written, ``data`` holds ``output`` and ``events`` (added)."""
-    tracks = counter_tracks(activities(parse(trace)), series)
+    tracks = counter_tracks(activities(parse_table(trace)), series)
     out = Path(output or default_output(trace))
     result = Result(data={"output": out})
 

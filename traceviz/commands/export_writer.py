@@ -14,9 +14,9 @@ from ..analysis.clocks import offsets_from_calls
 from ..analysis.matching import match
 from ..analysis.tracks import COLUMNS, rank_tracks
 from ..errors import TraceVizError
-from ..ingest.build import parse
+from ..ingest.build import parse_table
 from ..ingest.tables import input_files, load_table, rank_of, rank_tables, tables_folder
-from ..parsing.source import ByteSource
+from ..parse.source import ByteSource
 from ..render.perfetto import rank_events, write_job
 from ..render.trace_copy import write_with_events
 
@@ -39,7 +39,7 @@ def write(source: str | os.PathLike, out: Path, kernels: bool | None = None,
     check_output(source, out)
     notes: list[str] = []
     if source.is_file() and source.suffix != ".parquet":
-        table = parse(source)
+        table = parse_table(source)
         events = chain(extra, rank_events(rank_tracks(table, rank_of(table, source, 0)),
                                           bool(kernels)))
         src = ByteSource(source)

@@ -1,6 +1,6 @@
 """``traceviz parse``: one rank's trace into its GPU activity table (and CPU table).
 
-The tables are written from their spillable columns (:mod:`traceviz.parsing.output_columns`)
+The tables are written from their spillable columns (:mod:`traceviz.parse.output_columns`)
 without ever being whole in memory: the result's one export writes them (the table and,
 with ``cpu``, the CPU table next to it, both or neither)."""
 from __future__ import annotations

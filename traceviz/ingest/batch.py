@@ -28,7 +28,7 @@ from multiprocessing.connection import wait as mp_wait
 from pathlib import Path
 
 from ..errors import TraceVizError, UsageError, one_line
-from ..parsing.metadata import content_stamp
+from ..parse.metadata import content_stamp
 from ..progress import byte_bar
 from ..table.io import atomic_path
 from ..table.schema import file_metadata
@@ -189,8 +189,8 @@ def _worker_init(jobs: int, parent: int | None = None) -> None:
     spill folder and temporary files and exits; its scans use their share of the cores
     (``jobs`` workers parse at once); it SIGTERMs itself when its parent ``parent`` (pid)
     is gone (``kill -9`` of the batch: nothing is left running)."""
-    from ..parsing.budget import hand_back_freed_memory
-    from ..parsing.reader import share_cores  # the parser, in the workers only
+    from ..parse.budget import hand_back_freed_memory
+    from ..parse.reader import share_cores  # the parser, in the workers only
 
     hand_back_freed_memory()
     exit_on_sigterm(None)

@@ -6,12 +6,12 @@ activity table has one row per kernel, memcpy and memset of one rank (columns in
 :data:`~traceviz.table.schema.ACTIVITY_COLUMNS`). Rows are sorted by ``ts`` (ties in
 file order). Times are int64 ns on the rank's clock as written in the trace (Kineto's
 ``ts`` in µs times 1000, exactly). Rank-level facts go into the schema metadata under
-``b"traceviz"`` as JSON (see :func:`traceviz.parsing.metadata.trace_metadata`).
+``b"traceviz"`` as JSON (see :func:`traceviz.parse.metadata.trace_metadata`).
 
 Where the launch of an activity is unknown (no correlation, or no runtime event with
 it), ``iteration`` is taken from the activity's own start; everything ``launch_*`` and
 ``cpu_op*`` is null. Columns are built one at a time
-(:class:`~traceviz.parsing.output_columns.OutputColumns`) so memory stays bounded on
+(:class:`~traceviz.parse.output_columns.OutputColumns`) so memory stays bounded on
 traces larger than it.
 
 The CPU table (``cpu=True``) holds every CPU-side complete event (runtime / driver
@@ -47,20 +47,20 @@ from ..classify.phases import (
     classify,
 )
 from ..errors import TraceVizError, UsageError
-from ..parsing import fields as L
-from ..parsing.budget import BESIDE_BYTES_PER_ACTIVITY, MemoryPlan
-from ..parsing.cpu_table import CPU_ONLY_FIELDS, cpu_columns
-from ..parsing.device_tasks import (
+from ..parse import fields as L
+from ..parse.budget import BESIDE_BYTES_PER_ACTIVITY, MemoryPlan
+from ..parse.cpu_table import CPU_ONLY_FIELDS, cpu_columns
+from ..parse.device_tasks import (
     adopt_device_tasks,
     device_threads,
     unread_device_events,
 )
-from ..parsing.links import Lookups, gathered, link
-from ..parsing.memory_table import memory_table
-from ..parsing.metadata import thread_numbers, trace_metadata
-from ..parsing.names import Strings
-from ..parsing.output_columns import OutputColumns, row_group_for
-from ..parsing.reader import (
+from ..parse.links import Lookups, gathered, link
+from ..parse.memory_table import memory_table
+from ..parse.metadata import thread_numbers, trace_metadata
+from ..parse.names import Strings
+from ..parse.output_columns import OutputColumns, row_group_for
+from ..parse.reader import (
     DEFAULT_BUDGET,
     DEFAULT_CHUNK,
     ScannedTrace,
@@ -68,7 +68,7 @@ from ..parsing.reader import (
     scan_trace,
     segment_work,
 )
-from ..parsing.text_store import TextDictionary
+from ..parse.text_store import TextDictionary
 from ..startup import resume_collector
 from ..table.arrays import column, fixed_dictionary
 from ..table.inputs import note_input
@@ -102,7 +102,7 @@ def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
     """Parse one rank's Kineto trace (path, ``"-"`` for stdin, or a binary file object).
 
     ``memory_budget`` (bytes) bounds the memory of the process during the parse; see
-    :mod:`traceviz.parsing.budget` for how it is shared (past its shares, column buffers
+    :mod:`traceviz.parse.budget` for how it is shared (past its shares, column buffers
     spill to a temporary folder and the joins run on parts); ``plan`` gives the shares
     explicitly instead. ``topology`` (the job's layout) resolves process groups the trace
     does not describe; ``vpp`` is the number of model chunks per pipeline stage
@@ -178,7 +178,7 @@ def parse_options(topology: Layout | None, patterns: Patterns, vpp: int | None) 
 
 
 
-def parse(src: str | os.PathLike | BinaryIO, **kwargs) -> pa.Table:
+def parse_table(src: str | os.PathLike | BinaryIO, **kwargs) -> pa.Table:
     """The GPU activity table of one rank's trace (see :func:`parse_trace`)."""
     return parse_trace(src, **kwargs).activities
 
@@ -468,7 +468,7 @@ def _collective_meta(scanned: ScannedTrace, s: Strings, patterns: Patterns,
     """Gather the collective metadata of the rows that have it and the comm_group of the
     collectives (from compact arrays of those rows: nothing per activity but the
     result); ``blocks``: the ops of coalesced blocks (activity positions, comm entries:
-    :func:`~traceviz.parsing.links.coalescing_blocks`)."""
+    :func:`~traceviz.parse.links.coalescing_blocks`)."""
     comm = scanned.stores["comm"]
     n = comm_row.shape[0]
     has = store.positions(comm_row, lambda v: v >= 0)

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..parsing.header import is_rank, rank_in_name, read_header
+from ..parse.header import is_rank, rank_in_name, read_header
 from ..table.inputs import note_input
 from .outputs import CACHE, OUT
 
@@ -90,7 +90,7 @@ def describe(path: Path) -> TraceFile | None:
 
 
 def _starts_with_event_array(path: Path) -> bool:
-    from ..parsing.source import ByteSource
+    from ..parse.source import ByteSource
 
     try:
         source = ByteSource(path)

@@ -217,7 +217,7 @@ def load_table(path: Path, columns: tuple[str, ...] | None = None) -> pa.Table:
 
 def stated_rank(table: pa.Table, path: Path) -> int | None:
     """The table's rank (``distributedInfo``), else the file name's, else None."""
-    from ..parsing.header import rank_in_name
+    from ..parse.header import rank_in_name
 
     rank = int(metadata(table).get("rank", -1))
     return rank if rank >= 0 else rank_in_name(path.name)
@@ -226,7 +226,7 @@ def stated_rank(table: pa.Table, path: Path) -> int | None:
 def file_rank(path: Path) -> int | None:
     """The rank a table states in its footer, else its file name's (None: neither, or
     the file cannot be read)."""
-    from ..parsing.header import rank_in_name
+    from ..parse.header import rank_in_name
 
     try:
         stated = file_fact(path, "rank")

@@ -45,7 +45,7 @@ def observed_of(paths: list[Path]) -> tuple[dict[str, set[tuple[int, ...]]], int
     states, the world size they agree on: :func:`~traceviz.topology.layout.agreed_world`).
     One file's config is held at a time: each states every group of a job of n ranks,
     O(n), and all of them at once would be O(n^2)."""
-    from ..parsing.header import read_header
+    from ..parse.header import read_header
 
     stated: list = []
 

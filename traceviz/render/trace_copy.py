@@ -1,6 +1,6 @@
 """Write a copy of a Chrome / Kineto trace with extra events, streaming.
 
-The caller opens the source (:class:`traceviz.parsing.source.ByteSource` reads plain, gzip
+The caller opens the source (:class:`traceviz.parse.source.ByteSource` reads plain, gzip
 and zstd) and passes it here.
 
 The source (plain, gzip or zstd) is copied byte for byte into a gzip file, with the

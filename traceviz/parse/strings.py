@@ -124,7 +124,7 @@ class StringTable:
         self._cat_ids = np.zeros(0, dtype=np.int32)  # category counts (end_scan)
         self._cat_counts = np.zeros(0, dtype=np.int64)
         self._cat_distinct = 0
-        self.cuts = 0  # strings cut to MAX_STRING bytes (traceviz.parsing.long_strings)
+        self.cuts = 0  # strings cut to MAX_STRING bytes (traceviz.parse.long_strings)
         self.first_cut: int | None = None  # where the first began (byte offset)
 
     def count_cuts(self, cuts: int, first: int | None) -> None:

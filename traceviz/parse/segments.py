@@ -1,8 +1,8 @@
 """A compressed trace cut into segments at event boundaries as it is inflated, so that
-one scanner per core reads a segment each (:func:`~traceviz.parsing.reader.scan_trace`).
+one scanner per core reads a segment each (:func:`~traceviz.parse.reader.scan_trace`).
 
 A :class:`Splitter` thread takes the decompressed chunks of a
-:class:`~traceviz.parsing.source.ByteSource` in order and feeds them to the open
+:class:`~traceviz.parse.source.ByteSource` in order and feeds them to the open
 :class:`Segment`; once that segment holds ``segment_bytes`` it is ended at the next comma
 that looks like one between two events (:data:`EVENT_BOUNDARY`) and the bytes after the
 comma open the next segment. A segment keeps its bytes until its scanner has read them;
@@ -30,7 +30,7 @@ HEAD_BYTES = 4096  # the stream's first bytes kept: what its JSON text starts wi
 
 class Segment:
     """The decompressed bytes ``[start, stop)`` of a trace (``stop`` None: to the end of
-    the stream), read like a :class:`~traceviz.parsing.source.ByteSource`. ``index``
+    the stream), read like a :class:`~traceviz.parse.source.ByteSource`. ``index``
     counts the segments from 0."""
 
     def __init__(self, splitter: Splitter, index: int, start: int) -> None:

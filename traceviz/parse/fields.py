@@ -6,7 +6,7 @@ category, and writes the fields that store needs into an ``int64`` block of shap
 block and the narrow dtype each column gets once a block is sealed.
 
 All times are int64 nanoseconds; ids of strings are indexes into the trace's
-:class:`~traceviz.parsing.strings.StringTable`; ``-1`` means absent.
+:class:`~traceviz.parse.strings.StringTable`; ``-1`` means absent.
 """
 from __future__ import annotations
 
@@ -202,7 +202,7 @@ ERROR_TEXT = {
 # separate arrays they were half of the per-event cost):
 #   w        int64[W_SIZE]                scalars (slots below), then the key tables:
 #                                         event keys, arg keys, categories (W_TAB + T_* * 256)
-#   strs     int32[capacity]              string ids by hash (id + 1; parsing.id_table)
+#   strs     int32[capacity]              string ids by hash (id + 1; parse.id_table)
 #   sinfo    int64[3, capacity // 2]      per string id (fewer than half the slots): hash
 #                                         (SI_KEY), category class (SI_CLASS, -1 unknown)
 #                                         and event count (SI_COUNT)
@@ -215,7 +215,7 @@ ERROR_TEXT = {
 #                                         events (SP_RAW0, SP_RAW1): byte offsets
 # w slots: scanner state ...
 # (W_MAXSTR: distinct strings interned at most, past which every new string is one
-# marker whose id + 1 is W_FOLD, 0 until then: parsing.strings.intern)
+# marker whose id + 1 is W_FOLD, 0 until then: parse.strings.intern)
 (ST_MODE, ST_POS, ST_ERRCODE, ST_ERRPOS, ST_SAW_EVENTS, ST_NTOP, ST_NRAW, ST_EVENT_INDEX,
  W_NSTR, W_NPEND, W_NTHR, W_MAXSTR, W_FOLD) = range(13)
 # ... statistics (absolute slots in w) ...

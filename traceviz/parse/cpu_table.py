@@ -56,7 +56,7 @@ def cpu_columns(scanned: ScannedTrace, s: Strings, pid_of: np.ndarray, tid_of: n
                 work_bytes: int, device_threads: np.ndarray) -> OutputColumns:
     """CPU-side complete events (runtime/driver, cpu_op, annotations, python) and the
     sync events, in file order; not the other events on ``device_threads`` (per thread
-    index, see :func:`~traceviz.parsing.device_tasks.device_threads`) nor the launches
+    index, see :func:`~traceviz.parse.device_tasks.device_threads`) nor the launches
     made of flows (index -1)."""
     store_ids = (L.LAUNCH, L.OPS, L.PY, L.GPU)
     stores = [scanned.stores[L.STORE_NAMES[k]] for k in store_ids]
