@@ -41,7 +41,7 @@ def case_files(case: str) -> list[Path]:
 @lru_cache(maxsize=None)
 def case_table(case: str, rank: int) -> pa.Table | None:
     """The parsed table of a case's rank (None when the trace is not in ../shared)."""
-    tables = [traceviz.parse(p) for p in case_files(case)]
+    tables = [traceviz.parse_table(p) for p in case_files(case)]
     for t in tables:
         if traceviz.metadata(t)["rank"] == rank:
             return t

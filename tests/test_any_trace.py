@@ -23,7 +23,7 @@ import traceviz
 from traceviz.analysis.activities import Options
 from traceviz.cli import main
 from traceviz.commands import breakdown
-from traceviz.ingest.job_report import make_report
+from traceviz.job.report import make_report
 
 US = 1000  # ns per µs
 

@@ -248,8 +248,8 @@ def test_patterns_override_comm_groups(tmp_path):
     user = tmp_path / "mine.toml"
     user.write_text('[[comm_group]]\ngroup = "TP"\npattern = "^MODEL_PARALLEL_GROUP$"\n')
     trace = find_traces(tmp_path / "job")[0].path
-    base = traceviz.parse(trace).select(["pg_desc", "comm_group"]).to_pylist()
-    mine = traceviz.parse(trace, patterns=user).select(["pg_desc", "comm_group"]).to_pylist()
+    base = traceviz.parse_table(trace).select(["pg_desc", "comm_group"]).to_pylist()
+    mine = traceviz.parse_table(trace, patterns=user).select(["pg_desc", "comm_group"]).to_pylist()
     assert {r["pg_desc"] for r in base if r["comm_group"] == "OTHER"} >= {
         "MODEL_PARALLEL_GROUP"}
     for b, m in zip(base, mine):
@@ -311,7 +311,7 @@ def test_loss_reporting_stays_in_the_forward_on_the_last_stage(tmp_path):
     import traceviz
 
     _last_stage_trace(tmp_path / "t.json")
-    table = traceviz.parse(tmp_path / "t.json")
+    table = traceviz.parse_table(tmp_path / "t.json")
     got = {n: (p, m) for n, p, m in zip(table["name"].to_pylist(), table["phase"].to_pylist(),
                                         table["microbatch"].to_pylist())}
     for m in range(2):

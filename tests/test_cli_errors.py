@@ -220,7 +220,7 @@ def test_an_impossible_world_size_neither_exhausts_memory_nor_changes_a_number(t
     one = tmp_path / "alone" / "rank0.json"
     one.parent.mkdir()
     one.write_text(json.dumps(doc))
-    from traceviz.ingest.job_report import make_report
+    from traceviz.job.report import make_report
 
     rep = make_report(one, overrides={"global_batch_size": 8, "seq_len": 1024,
                                       "flops_per_token": 1e6})
@@ -240,7 +240,7 @@ def test_an_event_whose_end_overflows_is_skipped_with_its_reason(tmp_path):
          "dur": 5000, "args": {"stream": 7}},
         {"ph": "X", "cat": "kernel", "name": "k2", "pid": 0, "tid": 7, "ts": 100, "dur": 50,
          "args": {"stream": 7}}]}))
-    table = traceviz.parse(trace)
+    table = traceviz.parse_table(trace)
     assert table["name"].to_pylist() == ["k2"] and table["dur"].to_pylist() == [50_000]
     skipped = traceviz.metadata(table)["stats"]["skipped"]
     assert skipped == {"end (ts + dur) beyond the int64 ns range": 1}
@@ -260,7 +260,7 @@ def test_a_rank_no_rank_can_be_is_no_rank(tmp_path):
     (job / "rank_1.json").write_text(json.dumps(
         {"distributedInfo": {"rank": 99999999999}, "traceEvents": [ev]}))
     for name in ("rank_99999999999.json", "rank_1.json"):
-        meta = traceviz.metadata(traceviz.parse(job / name))
+        meta = traceviz.metadata(traceviz.parse_table(job / name))
         assert (meta["rank"], meta["rank_source"]) == (
             (-1, "unknown") if name.startswith("rank_9") else (1, "file name"))
     r = CliRunner().invoke(main, ["breakdown", str(job), "-o", str(tmp_path / "b")])

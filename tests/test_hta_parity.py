@@ -236,7 +236,7 @@ def test_overlapping_activities_leave_no_negative_idle(tmp_path):
                        "args": {"correlation": i + 1, "stream": 7, "device": 0,
                                 "bytes": 1 << 20}})
     (tmp_path / "t.json").write_bytes(trace_text(events))
-    acts = select(traceviz.parse(tmp_path / "t.json"))
+    acts = select(traceviz.parse_table(tmp_path / "t.json"))
     rows = {r["idle_category"]: r["idle_ns"] for r in idle_breakdown([acts]).to_pylist()}
     assert rows == {"host_wait": 2 * US, "kernel_wait": 0, "other": 80 * US}
 
@@ -379,7 +379,7 @@ def test_idle_time_breakdown_on_more_real_traces(path):
     minus the union of its activities."""
     import traceviz
 
-    acts = select(traceviz.parse(shared(path)), Options(drop_last_step=True, hta_compat=True))
+    acts = select(traceviz.parse_table(shared(path)), Options(drop_last_step=True, hta_compat=True))
     got = {(r["stream"], r["idle_category"]): r["idle_ns"]
            for r in idle_breakdown([acts], hta_compat=True).to_pylist()}
     checked = 0

@@ -14,7 +14,7 @@ from helpers import out_dir
 
 from traceviz.cli import main
 from traceviz.commands import pipeline
-from traceviz.ingest.job_report import make_report
+from traceviz.job.report import make_report
 from traceviz.table.result import write
 from traceviz.synth import SynthConfig, synthesize
 

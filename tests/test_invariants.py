@@ -23,7 +23,7 @@ import traceviz
 from traceviz.analysis.diagnose.ledger import PARTS
 from traceviz.cli import main
 from traceviz.commands import breakdown, diagnose
-from traceviz.ingest.job_report import make_report
+from traceviz.job.report import make_report
 from traceviz.errors import TraceVizError
 from traceviz.table.schema import COLLECTIVES, GROUPS, KINDS, NO_PAYLOAD, PHASES
 
@@ -81,7 +81,7 @@ def _raw_negative_durations(path) -> int:
 @pytest.mark.parametrize("path", TRACE_FILES, ids=[trace_id(p) for p in TRACE_FILES])
 def test_every_trace_keeps_the_invariants(path, tmp_path):
     try:
-        table = traceviz.parse(path)
+        table = traceviz.parse_table(path)
     except TraceVizError as exc:  # not a trace with device activities: one clear line
         assert "\n" not in str(exc) and str(path) in str(exc)
         return

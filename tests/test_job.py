@@ -32,8 +32,7 @@ def _cli_job(tmp_path_factory):
     runner = CliRunner()
     for args in (["batch", str(job), "-q"], ["breakdown", str(job), "-o", str(out / "brk")],
                  ["aggregate", str(job)], ["pipeline", str(job), "-o", str(out / "pipe")],
-                 ["report", str(out_dir(job) / "iteration_10"), "-o",
-                  str(out / "report.txt")]):
+                 ["report", str(job), "-o", str(out / "report.txt")]):
         result = runner.invoke(main, args)
         assert result.exit_code == 0, (args, result.output)
     return job, out
@@ -155,7 +154,7 @@ def test_a_sum_over_iterations_counts_each_rank_once(cli_job):
 def test_results_are_kept_and_a_report_copy_is_the_callers(cli_job, monkeypatch):
     """report() and collectives() are computed once per arguments; changing a returned
     report leaves the kept one alone."""
-    import traceviz.job as job_module
+    import traceviz.job.job as job_module
 
     job = traceviz.Job(cli_job[0])
     calls = []

@@ -17,8 +17,9 @@ from traceviz.analysis.breakdown import READ_COLUMNS, READ_OPTIONAL, breakdown_o
 from traceviz.analysis.diagnose.diagnosis import diagnose as diagnose_tables
 from traceviz.cli import main
 from traceviz.commands import diagnose, pipeline
-from traceviz.ingest.job_report import make_report
-from traceviz.ingest import analyses, job_cache
+from traceviz.job.report import make_report
+from traceviz.ingest import job_cache
+from traceviz.job import products
 from traceviz.ingest.tables import input_files, rank_tables
 from traceviz.synth import SynthConfig, synthesize
 
@@ -66,7 +67,7 @@ def test_reused_results_equal_computed_ones(folder):
     """The breakdown with the kept diagnosis's split, the step windows from its clocks
     and the pipeline view from only the drawn ranks equal those computed from scratch."""
     diagnose.run(folder)
-    diag = analyses.cached_diagnosis(folder)
+    diag = products.cached_diagnosis(folder)
     assert diag is not None
     files = input_files([folder])
 
@@ -76,12 +77,12 @@ def test_reused_results_equal_computed_ones(folder):
     with_kept, computed = breakdown_of(loaded(), diag=diag), breakdown_of(loaded())
     for name, table in with_kept.tables().items():
         assert frame(table).equals(frame(computed.tables()[name])), name
-    steps, synced = analyses.step_windows(folder, folder)
-    agg, *_ = analyses.aggregation(folder, folder)
-    assert synced and frame(steps).equals(frame(agg.microbatches))
+    steps, clocks = products.step_windows(folder, folder)
+    agg, *_ = products.aggregation(folder, folder)
+    assert clocks in ("shifted", "own clocks") and frame(steps).equals(frame(agg.microbatches))
     # the diagnosis of the tables themselves (no cache involved) is the kept one
-    tables = {r: t for r, _, t in rank_tables(files, analyses.DIAGNOSIS_COLUMNS, [])}
-    direct = diagnose_tables(tables, analyses._pipelines(folder, folder, None, tables))
+    tables = {r: t for r, _, t in rank_tables(files, products.DIAGNOSIS_COLUMNS, [])}
+    direct = diagnose_tables(tables, products._pipelines(folder, folder, None, tables))
     assert frame(direct.ledger).equals(frame(diag.ledger))
     views = pipeline.run(folder).tables
     fresh(folder)  # no diagnosis kept: the view computed over every rank
@@ -125,10 +126,10 @@ def test_a_changed_table_or_option_recomputes(folder):
     table = sorted(folder.glob("rank_*[0-9].parquet"))[0]
     st = table.stat()
     os.utime(table, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
-    assert analyses.cached_diagnosis(folder) is None
+    assert products.cached_diagnosis(folder) is None
     diagnose.run(folder)
     assert kept_key(entry) != before
-    assert analyses.cached_diagnosis(folder) is not None
+    assert products.cached_diagnosis(folder) is not None
 
 
 def test_a_damaged_cache_is_recomputed(folder):
@@ -136,7 +137,7 @@ def test_a_damaged_cache_is_recomputed(folder):
     want = frame(diagnose.run(folder).data["diagnosis"].ledger)
     entry = folder / job_cache.FOLDER / "diagnosis"
     (entry / "ledger.parquet").write_bytes(b"not parquet")
-    assert analyses.cached_diagnosis(folder) is None
+    assert products.cached_diagnosis(folder) is None
     assert frame(diagnose.run(folder).data["diagnosis"].ledger).equals(want)
     (entry / "entry.json").write_text("{")
     assert frame(diagnose.run(folder).data["diagnosis"].ledger).equals(want)
@@ -169,7 +170,7 @@ def test_report_is_kept_and_equal(folder):
 def test_aggregation_with_a_kept_diagnosis(folder):
     """aggregate reuses the kept diagnosis for the ranks its figures show."""
     diagnose.run(folder)
-    diag = analyses.cached_diagnosis(folder)
+    diag = products.cached_diagnosis(folder)
     files = input_files([folder])
     from traceviz.analysis.aggregation import READ_COLUMNS as AGG
 
@@ -189,8 +190,8 @@ def test_one_html_run_computes_the_diagnosis_once(folder, tmp_path, monkeypatch)
     with nothing kept: the diagnosis is computed once, the rest reuse it."""
     fresh(folder)
     calls = []
-    real = analyses._diagnosis
-    monkeypatch.setattr(analyses, "_diagnosis",
+    real = products._diagnosis
+    monkeypatch.setattr(products, "_diagnosis",
                         lambda *a, **k: calls.append(a[0]) or real(*a, **k))
     res = CliRunner().invoke(main, ["html", str(folder), "-o", str(tmp_path / "p.html")])
     assert res.exit_code == 0, res.output
@@ -232,10 +233,10 @@ def test_the_summary_survives_the_report(folder):
     """The typed summary a report keeps as JSON reads back equal (its tables by value),
     and its JSON is what the report holds."""
     from traceviz.analysis.diagnose.summary import Summary
-    from traceviz.ingest.job_report import make_report
+    from traceviz.job.report import make_report
 
-    diag = analyses.cached_diagnosis(folder) or analyses.diagnosis(folder)[0]
-    typed = diag.summary()
+    # the report's diagnosis is the one with advice (whichever test ran first)
+    typed = products.diagnosis(folder, advice=True)[0].summary()
     rep = make_report(folder)
     assert rep["diagnosis"] == json.loads(json.dumps(typed.to_json()))
     back = Summary.from_json(rep["diagnosis"])

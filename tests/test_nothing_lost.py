@@ -572,3 +572,18 @@ def test_all_or_nothing_puts_every_file_or_none(tmp_path):
         assert (tmp_path / "a.txt").read_text() == "old"  # not yet in place
     assert (tmp_path / "a.txt").read_text() == "new a"
     assert (tmp_path / "sub" / "b.txt").read_text() == "b"
+
+
+def test_a_file_replaced_during_a_command_is_no_longer_its_input(tmp_path):
+    """An input is known by its inode and the time it was written: a table parsed again
+    mid-command frees its inode, and a new output that gets it (the batch summary) is
+    not refused as an input (before: html's pipeline and op model sections were)."""
+    from traceviz.table.inputs import guarding_inputs, is_input, note_input
+
+    path = tmp_path / "rank_0000.parquet"
+    path.write_bytes(b"x")
+    with guarding_inputs():
+        note_input(path)
+        assert is_input(path)
+        os.utime(path, ns=(1, 1))  # what a new file on the reused inode looks like
+        assert not is_input(path)

@@ -152,7 +152,7 @@ def test_numbers_exact_beyond_float():
              ("9007199254740993.001", "0.0005", 9007199254740993001, 1),
              ("1.5e3", "2.5E-3", 1500000, 3), ("-0.0004", "1e2", 0, 100000)]
     body = ",".join(ev % (ts, dur) for ts, dur, _, _ in cases)
-    table = traceviz.parse(io.BytesIO(('{"traceEvents":[%s]}' % body).encode()))
+    table = traceviz.parse_table(io.BytesIO(('{"traceEvents":[%s]}' % body).encode()))
     got = sorted(zip(table.column("index").to_pylist(), table.column("ts").to_pylist(),
                      table.column("dur").to_pylist()))
     assert [(t, d) for _, t, d in got] == [(t, d) for _, _, t, d in cases]

@@ -58,7 +58,7 @@ def test_small_budget_same_table(name):
     path = next(p for p in TRACES if trace_id(p) == name)
     small = traceviz.parse_trace(path, plan=MemoryPlan.fixed(2 << 20))
     assert small.meta["stats"]["spilled_bytes"] > 0
-    full = traceviz.parse(path)
+    full = traceviz.parse_table(path)
     assert small.activities.replace_schema_metadata(None).equals(
         full.replace_schema_metadata(None))
     small.close()
@@ -73,7 +73,7 @@ def test_activities_beyond_the_budget_are_a_warning():
     from traceviz.parse.budget import BUILD_WORK, PARKED_BYTES_PER_ACTIVITY
 
     path = next(p for p in TRACES if trace_id(p) == "hta/trace_diff/control/control.json.gz")
-    n = traceviz.parse(path).num_rows
+    n = traceviz.parse_table(path).num_rows
     runtime, work = 200 << 20, 1 << 12  # fixed work below what the activities hold
     need = runtime + BUILD_WORK + n * PARKED_BYTES_PER_ACTIVITY
     # the runtime and fixed work are covered: the build and the activities are the reason

@@ -56,11 +56,11 @@ def test_compressions_and_layouts_agree(tmp_path):
     for name, payload in variants.items():
         path = tmp_path / name
         path.write_bytes(payload)
-        tables[name] = traceviz.parse(path)
-    tables["fileobj"] = traceviz.parse(io.BytesIO(gzip.compress(data)))
-    tables["plain fileobj"] = traceviz.parse(io.BytesIO(data))
-    tables["read-only fileobj"] = traceviz.parse(_ReadOnly(data))
-    tables["read-only gz fileobj"] = traceviz.parse(_ReadOnly(gzip.compress(data)))
+        tables[name] = traceviz.parse_table(path)
+    tables["fileobj"] = traceviz.parse_table(io.BytesIO(gzip.compress(data)))
+    tables["plain fileobj"] = traceviz.parse_table(io.BytesIO(data))
+    tables["read-only fileobj"] = traceviz.parse_table(_ReadOnly(data))
+    tables["read-only gz fileobj"] = traceviz.parse_table(_ReadOnly(gzip.compress(data)))
     base = _strip(tables["plain.json"])
     assert base.num_rows == 3774
     for name, table in tables.items():
@@ -77,7 +77,7 @@ def test_stdin_to_stdout(tmp_path):
     out = tmp_path / "out.parquet"
     out.write_bytes(proc.stdout)
     table = pq.read_table(out)
-    assert _strip(table).equals(_strip(traceviz.parse(shared(TRACE))))
+    assert _strip(table).equals(_strip(traceviz.parse_table(shared(TRACE))))
     assert traceviz.metadata(table)["source"] == "<stdin>"
 
 
@@ -163,6 +163,6 @@ def test_read_error_names_the_byte_offset():
     data = read_bytes(shared(TRACE))
     stream = _FailingStream(data, fail_after=3 << 20)
     with pytest.raises(TraceError) as err:
-        traceviz.parse(stream)
+        traceviz.parse_table(stream)
     assert f"byte {stream.delivered}: read failed" in str(err.value)
     assert "Input/output error" in str(err.value)

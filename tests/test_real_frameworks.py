@@ -99,7 +99,7 @@ def test_every_batched_send_and_receive_joins_its_ops(megatron):
     for path in files[:2] + files[-2:]:  # a first and a last stage of two pipelines
         blocks = _coalesced_blocks(_events(path))
         assert blocks and all(b["ops"] for b in blocks)
-        table = traceviz.parse(path)
+        table = traceviz.parse_table(path)
         p2p = table.filter(pc.and_(pc.equal(table["comm_group"], "PP"),
                                    pc.equal(table["collective"], "SendRecv")))
         assert p2p.num_rows == len(blocks)
@@ -196,7 +196,7 @@ def test_a_coalesced_reduce_scatter_joins_its_ops(tmp_path):
                            ops=[("_reduce_scatter_base", None)] * 2)],
                   [(1, 0, 500)]) for r in group]
     folder = write_job(tmp_path / "job", ranks)
-    table = traceviz.parse(folder / "rank_0000.json")
+    table = traceviz.parse_table(folder / "rank_0000.json")
     (row,) = table.to_pylist()
     assert (row["kind"], row["comm_group"], row["collective"], row["seq"],
             row["msg_in_bytes"]) == ("COMM", "DP", "ReduceScatter", 3, 2 << 20)
@@ -253,7 +253,7 @@ def test_gpu_bound_iterations_carry_their_own_flops_and_time(name, key):
     # the ledger's windows, the diagnosis' spans and the report's iteration times too
     from traceviz.commands import diagnose, report
 
-    table = traceviz.parse(path)
+    table = traceviz.parse_table(path)
     win = windows(activities(table, rank=0))
     assert [int(w) for w in win.end - win.start] == [r["span_ns"] for r in iters]
     ledger = diagnose.run(path).tables["ledger"].to_pylist()
@@ -273,7 +273,7 @@ def test_ranks_of_one_host_are_not_shifted(job):
     and no shift explains their collectives' ends better."""
     folder = shared(f"{GPU}/{job}")
     files = sorted(folder.glob("rank_*.json.gz"))
-    tables = {i: traceviz.parse(f) for i, f in enumerate(files)}
+    tables = {i: traceviz.parse_table(f) for i, f in enumerate(files)}
     sync = synchronize({r: ends_of(rank_calls(t, r)) for r, t in tables.items()})
     assert sync.method == "own clocks", sync.why
     assert not sync.offsets.any()
@@ -294,7 +294,7 @@ def test_skewed_clocks_are_still_shifted(tmp_path):
     files = sorted((tmp_path).rglob("*.pt.trace.json*"))
     tables = {}
     for f in files:
-        t = traceviz.parse(f)
+        t = traceviz.parse_table(f)
         tables[traceviz.metadata(t)["rank"]] = t
     sync = synchronize({r: ends_of(rank_calls(t, r)) for r, t in tables.items()})
     assert sync.method == "shifted"
@@ -393,7 +393,7 @@ def test_last_stage_loss_is_forward_and_its_scaling_backward(tmp_path):
     stripped = tmp_path / "rank_0004.json"
     stripped.write_text(json.dumps({"traceEvents": [
         e for e in events if e.get("cat") != "python_function"]}))
-    table = traceviz.parse(stripped)
+    table = traceviz.parse_table(stripped)
     tids = {t["tid"] for t in traceviz.metadata(table)["threads"] if t["tid"] == main}
     assert tids
     seen = Counter()
@@ -464,7 +464,7 @@ def test_cross_entropy_before_an_unscaled_backward_stays_forward(tmp_path):
         op("autograd::engine::evaluate_function: AddmmBackward0", 2, b + 800, 90, s,
            [f"gemm_bwd_{m}"])
     (tmp_path / "t.json").write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
-    table = traceviz.parse(tmp_path / "t.json")
+    table = traceviz.parse_table(tmp_path / "t.json")
     got = {n: (p, mb) for n, p, mb in zip(table["name"].to_pylist(),
                                          table["phase"].to_pylist(),
                                          table["microbatch"].to_pylist())}
@@ -521,7 +521,7 @@ def _compiled_step_trace(path: Path) -> None:
 
 def test_graph_replays_take_the_phase_of_their_launch(tmp_path):
     _compiled_step_trace(tmp_path / "t.json")
-    table = traceviz.parse(tmp_path / "t.json")
+    table = traceviz.parse_table(tmp_path / "t.json")
     got = dict(zip(table["name"].to_pylist(), table["phase"].to_pylist()))
     for k in range(3):
         assert got[f"triton_poi_fused_fwd_{k}"] == "FWD"
@@ -601,7 +601,7 @@ def test_hosts_stated_in_the_trace_are_one_clock_each(tmp_path):
         doc = trace(Rank(r, 4, ks, [(1, 0, 1000)], skew=300.0 * (r // 2)))
         doc["hostname"] = f"node{r // 2}"
         (tmp_path / f"rank_{r}.json").write_text(json.dumps(doc))
-        tables[r] = traceviz.parse(tmp_path / f"rank_{r}.json")
+        tables[r] = traceviz.parse_table(tmp_path / f"rank_{r}.json")
     hosts = hosts_of(tables)
     assert hosts == {0: "hostname=node0", 1: "hostname=node0", 2: "hostname=node1",
                      3: "hostname=node1"}

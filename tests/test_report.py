@@ -232,7 +232,7 @@ def test_real_collective_metadata(name):
     path = shared(name)
     raw = sorted(_raw_comm_kernels(path), key=lambda e: float(e["ts"]))
     assert raw, "the trace has collective metadata on its kernels"
-    calls = rank_calls(traceviz.parse(path), 0)
+    calls = rank_calls(traceviz.parse_table(path), 0)
     with_meta = sorted((s, i) for i, s in enumerate(calls.start.tolist())
                        if calls.nbytes[i] >= 0 and calls.size[i] > 0)
     assert len(with_meta) == len(raw)
@@ -298,7 +298,7 @@ def test_one_overlap_number_per_rank(tmp_path):
     bus bytes over its 100 µs."""
     from handjob import K, Rank, write_job
 
-    from traceviz.ingest.job_report import make_report
+    from traceviz.job.report import make_report
 
     ar = dict(name="ncclDevKernel_AllReduce_Sum_bf16_RING_LL", coll="allreduce",
               group=[0, 1], pg="0", nbytes=1 << 20)

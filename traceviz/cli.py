@@ -727,25 +727,13 @@ def _run_options(func):
             click.option("--model", help="Model name, for the header and the file name."),
             click.option("--peak-tflops", type=float,
                          help="Peak TFLOP/s per GPU for MFU [default: from the device name]."),
-            click.option("--peak-bw", type=float,
+            click.option("--peak-bw", "peak_bw_gbps", type=float,
                          help="Peak bus bandwidth (GB/s) for utilization."),
             click.option("--topology", type=click.Path(dir_okay=False),
                          help="unique_parallel_groups_*.txt [default: found next to the "
                               "traces]."))):
         func = option(func)
     return func
-
-
-def _run_overrides(global_batch_size, seq_len, flops_per_token, params, model, peak_tflops,
-                   peak_bw) -> dict:
-    """:class:`~.analysis.run_config.RunConfig` values from :func:`_run_options`."""
-    if flops_per_token is None and params is not None:
-        from .analysis.run_config import training_flops_per_token
-
-        flops_per_token = training_flops_per_token(params * 1e9)
-    return {"global_batch_size": global_batch_size, "seq_len": seq_len,
-            "flops_per_token": flops_per_token, "model": model, "peak_tflops": peak_tflops,
-            "peak_bw_gbps": peak_bw}
 
 
 @main.command()
@@ -871,8 +859,8 @@ def report(root, config_file, topology, no_clock_sync, output, as_json, **facts)
     """
     from .commands import report as command
 
-    result = command.run(root, config_file=config_file, overrides=_run_overrides(**facts),
-                         output=output, topology=topology, clock_sync=not no_clock_sync)
+    result = command.run(root, config_file=config_file, output=output, topology=topology,
+                         clock_sync=not no_clock_sync, **facts)
     _write(result, ".")
     _echo_all(result.texts[str(result.data["json" if as_json else "text"])].splitlines())
     click.echo(f"wrote {result.data['text']}, {result.data['json']} and every rank's numbers "
@@ -937,8 +925,7 @@ def html(root, output, dumps, topology, **facts) -> None:
     from .commands import html as command
 
     output = output or command_output("html", root)
-    result = command.run(root, output, overrides=_run_overrides(**facts), topology=topology,
-                         dumps=dumps)
+    result = command.run(root, output, topology=topology, dumps=dumps, **facts)
     _write(result, ".")
     click.echo(f"wrote {output}", err=True)
     _left_out(result.failed)

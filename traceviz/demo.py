@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 from .analysis.run_config import training_flops_per_token
 from .commands import aggregate, breakdown, critical_path, diagnose, html, ops, pipeline, report
 from .ingest import batch
-from .ingest.session import pipeline_places
-from .ingest.topology import job_layout
+from .job import Job
 from .table.result import Result, write
 from .synth import SynthConfig, synthesize
 
@@ -26,7 +26,7 @@ DEMO = SynthConfig(tp=2, pp=4, dp=2, microbatches=8, layers=8, with_stack=False,
                    p2p_sync=True, loss_sync=True)
 # what a user would pass: the synthetic model's size (12 h^2 parameters per transformer
 # layer), its batch and sequence length; the peak comes from the traces' device (H100)
-DEMO_FACTS = {"model": f"demo-{12 * DEMO.layers * DEMO.hidden ** 2 / 1e9:.1f}B",
+DEMO_FACTS: dict[str, Any] = {"model": f"demo-{12 * DEMO.layers * DEMO.hidden ** 2 / 1e9:.1f}B",
               "global_batch_size": DEMO.microbatches * DEMO.dp * DEMO.micro_batch_size,
               "seq_len": DEMO.seq_len,
               "flops_per_token": training_flops_per_token(12 * DEMO.layers * DEMO.hidden ** 2)}
@@ -38,23 +38,24 @@ def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> Resul
     each step's files written as it goes (``echo`` says what each found); the result's
     ``lines`` say where each step wrote (``data["steps"]``: step -> path)."""
     out = Path(outdir)
-    job = out / "job"
+    job_dir = out / "job"
     steps: dict[str, Path] = {}
     start = time.perf_counter()
-    synthesize(DEMO, job)
-    steps["synthesized job (16 ranks)"] = job
+    synthesize(DEMO, job_dir)
+    steps["synthesized job (16 ranks)"] = job_dir
     echo(f"synthesized a 16-rank job (tp2 pp4 dp2, 8 micro-batches, rank {DEMO.straggler_rank}"
-         f"'s GPU {DEMO.straggler_factor}x slower) in {job}")
+         f"'s GPU {DEMO.straggler_factor}x slower) in {job_dir}")
     tables = out / "tables"
-    outcomes = batch.run(job, tables, jobs=min(2, os.cpu_count() or 1), quiet=True, cpu=True)
+    outcomes = batch.run(job_dir, tables, jobs=min(2, os.cpu_count() or 1), quiet=True, cpu=True)
     steps["parsed tables"] = tables
     echo(f"batch: {sum(o.status == 'parsed' for o in outcomes)} ranks parsed -> {tables}")
-    agg = aggregate.run(job, tables, quiet=True)
+    agg = aggregate.run(job_dir, tables, quiet=True)
     folder = agg.data["root"]  # one profiled iteration: its one folder
     written = write(agg, folder)
     steps["aggregate (micro-batches, clocks, figures)"] = folder
     echo(f"aggregate: {len(written)} tables and figures -> {folder}")
-    diag = diagnose.run(folder)
+    job = Job(folder)  # every command after the aggregation asks this one job
+    diag = diagnose.run(job)
     write(diag, out / "diagnose")
     steps["diagnosis (who waits for whom, ledger, stragglers)"] = out / "diagnose"
     echo(f"diagnose: -> {out / 'diagnose'}")
@@ -65,14 +66,14 @@ def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> Resul
     steps["breakdown (HTA-style tables and figures)"] = out / "breakdown"
     echo(f"breakdown: {len(written)} files -> {out / 'breakdown'}")
     echo(brk.lines[0])
-    rep = report.run(folder, overrides=DEMO_FACTS, output=str(out / "report" / "report.txt"))
+    rep = report.run(job, output=str(out / "report" / "report.txt"), **DEMO_FACTS)
     write(rep, ".")
     steps["report (throughput, bus bandwidth, stragglers)"] = rep.data["text"]
     mean, mfu = (rep.data["report"]["throughput"][k] for k in ("mean", "mfu"))
     echo(f"report: {mean['time_ms']:.1f} ms per iteration, {mean['tokens_per_s']:,.0f} "
          f"tokens/s, {mfu['tflops_per_gpu']:.0f} TFLOP/s per GPU, MFU {mfu['mfu_pct']:.1f} "
          f"% (from the {mfu['source']}) -> {rep.data['text']} (+ .json)")
-    pipe = pipeline.run(tables)
+    pipe = pipeline.run(job)
     write(pipe, out / "pipeline")
     steps["pipeline (measured vs ideal 1F1B)"] = out / "pipeline"
     echo(f"pipeline: {pipe.lines[0]}")
@@ -80,16 +81,12 @@ def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> Resul
     write(path, out / "critical-path")
     steps["critical path (across ranks, what-if)"] = out / "critical-path"
     echo(f"critical path: {path.lines[0]}")
-    model = ops.run(folder)
+    model = ops.run(job)
     write(model, out / "ops")
     steps["op model (FLOPs, roofline, modules)"] = out / "ops"
     echo(f"ops: {model.lines[2].strip()}")
     page = out / "traceviz_report.html"
-    write(Result(texts={str(page): html.page_of(
-        "traceviz demo job", rep.data["report"], brk, pipe, "",
-        agg.tables["microbatches"].to_pylist(), pipeline_places(job_layout(job, folder, None)[0]),
-        synced=agg.data["alignment"][folder] == "synced", model=model)}),
-        ".")
+    write(html.run(job, page, title="traceviz demo job", **DEMO_FACTS), ".")
     steps["HTML report (open in a browser)"] = page
     echo(f"html: {page}")
     echo(f"done in {time.perf_counter() - start:.1f} s")

@@ -50,6 +50,13 @@ class Aggregation:
     def clock_offsets(self) -> pa.Table:
         return self.sync.table()
 
+    @property
+    def clocks(self) -> str:
+        """How the tables' times were put on one clock: :attr:`ClockSync.method`
+        ("shifted", "own clocks"), "none" where each rank keeps its own."""
+        return (self.sync.method if self.alignment == "synced" and self.sync.linked().any()
+                else "none")
+
 
 def aggregation_of(tables: dict[int, pa.Table], alignment: str = "synced",
                    pipeline_groups: list[list[int]] | None = None,

@@ -248,23 +248,23 @@ def joined_ends(a: CollectiveEnds, b: CollectiveEnds | None) -> CollectiveEnds:
 def offsets_from_calls(calls: list, notes: list[str],
                        hosts: dict[int, str | None] | None = None,
                        pairs: dict[int, CollectiveEnds] | None = None
-                       ) -> tuple[dict[int, int], bool]:
+                       ) -> tuple[dict[int, int], str]:
     """Clock offsets (ns) per rank from every rank's :class:`~.calls.RankCalls` (and its
-    matched point-to-point ``pairs``), and whether any rank was synced (False: nothing
-    links the ranks, offsets empty); a note on how well they fit and why they were
+    matched point-to-point ``pairs``), and how they were put on one clock ("shifted",
+    "own clocks", or "none": nothing links the ranks, offsets empty); a note on how well they fit and why they were
     chosen goes to ``notes``; ``hosts``: the host each rank states (:func:`host_of`)."""
     sync = synchronize({c.rank: joined_ends(ends_of(c), (pairs or {}).get(c.rank))
                         for c in calls}, hosts)
     return offsets_of(sync, notes)
 
 
-def offsets_of(sync: ClockSync, notes: list[str]) -> tuple[dict[int, int], bool]:
-    """The offsets of ``sync`` per rank and whether any rank is synced (see
+def offsets_of(sync: ClockSync, notes: list[str]) -> tuple[dict[int, int], str]:
+    """The offsets of ``sync`` per rank and the method that put them on one clock (see
     :func:`offsets_from_calls`); the notes on them go to ``notes``."""
     if sync.ranks.size < 2 or not (sync.reference != sync.ranks).any():
         notes.append("clocks not synced: no collective of a known process group links the "
                      "ranks; cross-rank times use each rank's own clock")
-        return {}, False
+        return {}, "none"
     offsets = dict(zip(sync.ranks.tolist(), sync.offsets.tolist()))
     worst = float(max((x for x in sync.max_abs_residual if x == x), default=0.0))
     notes.append(sync_note(sync))
@@ -275,7 +275,18 @@ def offsets_of(sync: ClockSync, notes: list[str]) -> tuple[dict[int, int], bool]
         notes.append(f"a collective's kernels end up to {worst / 1e3:.1f} µs apart on one "
                      "clock (they should end together: ranks taking turns on a GPU, or "
                      "clocks no shift fits): cross-rank waits are uncertain")
-    return offsets, True
+    return offsets, sync.method
+
+
+# how every note :func:`offsets_of` writes begins (:func:`is_clock_note`)
+_CLOCK_NOTES = ("clocks synced on collective ends", "clocks: the ranks' own",
+                "clocks not synced", "the clock sync residual is large",
+                "a collective's kernels end up to")
+
+
+def is_clock_note(note: str) -> bool:
+    """Whether ``note`` is one :func:`offsets_of` wrote (how the clocks were synced)."""
+    return note.startswith(_CLOCK_NOTES)
 
 
 def sync_note(sync: ClockSync) -> str:

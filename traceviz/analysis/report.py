@@ -307,11 +307,11 @@ def job_world(summaries: list[RankSummary], layout: Layout | None,
 
 
 def build_report(summaries: list[RankSummary], config: RunConfig, offsets: dict[int, int],
-                 layout=None, notes: list[str] | None = None, synced: bool = False,
+                 layout=None, notes: list[str] | None = None, clocks: str = "none",
                  trace: TraceMfu | None = None, diagnosed: Diagnosed | None = None,
                  failed: list[str] | None = None) -> Report:
-    """The report of a job's ranks (sorted by rank); ``synced``: whether ``offsets``
-    come from a clock sync; ``trace``: the traced ops' FLOPs (the throughput's one MFU is
+    """The report of a job's ranks (sorted by rank); ``clocks``: how ``offsets`` put the
+    ranks on one clock ("shifted", "own clocks", "given"; "none": not synced); ``trace``: the traced ops' FLOPs (the throughput's one MFU is
     then chosen between them and the configuration's, :func:`chosen_mfu`);
     ``diagnosed``: the job's diagnosis and advice; ``failed``: the ranks left out."""
     summaries = sorted(summaries, key=lambda s: s.rank)
@@ -328,6 +328,7 @@ def build_report(summaries: list[RankSummary], config: RunConfig, offsets: dict[
     parallel = ({"dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp,
                  "ep": layout.ep} if layout is not None else {})
     rc = _RankCalls(summaries)
+    synced = clocks != "none"
     iters = _iterations(summaries, offsets, synced)
     if not synced and gpus > 1:
         notes.append("iteration time: the longest rank's own span (clocks not synced, "
@@ -390,7 +391,8 @@ def build_report(summaries: list[RankSummary], config: RunConfig, offsets: dict[
             "by_collective": by_collective,
             "by_group": _by(rc, rc.comm_group, GROUPS, shares("comm_group", GROUPS))},
         "traffic": traffic,
-        "cross_rank": ({**_cross_rank(matched), "clock_synced": synced} if matched is not None
+        "cross_rank": ({**_cross_rank(matched), "clock_synced": synced, "clocks": clocks}
+                       if matched is not None
                        else None),
         "notes": notes,
     }

@@ -187,6 +187,7 @@ class _CrossRank(TypedDict):
 
 class CrossRank(_CrossRank, total=False):
     clock_synced: bool
+    clocks: str  # how the ranks were put on one clock (render.words.clock_words)
 
 
 class _Report(TypedDict):

@@ -16,10 +16,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..analysis.clocks import sync_note
-from ..ingest import analyses
+from ..job import products
 from ..ingest.tables import ensure_tables
 from ..render.aggregation_files import aggregation_files
+from ..render.words import clock_words
 from ..table.result import Result
 
 
@@ -28,13 +28,11 @@ def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
                      figures: bool = True, rank_figures: str = "auto") -> Result:
     """Tables and figures of one folder of rank tables (see the module doc), paths
     relative to ``folder``."""
-    agg, failed, layout, layout_note = analyses.aggregation(root, folder, alignment, topology)
+    agg, failed, layout, layout_note = products.aggregation(root, folder, alignment, topology)
     res = aggregation_files(agg, layout, layout_note, figures, rank_figures)
     res.failed = failed
-    sync = agg.sync
-    clocks = ("one clock" if len(agg.ranks) == 1 else
-              sync_note(sync) if sync.linked().any() else "clocks not synced")
-    res.lines.append(f"{folder}: {len(agg.ranks)} rank{'s' * (len(agg.ranks) != 1)}; {clocks}")
+    res.lines.append(f"{folder}: {len(agg.ranks)} rank{'s' * (len(agg.ranks) != 1)}; "
+                     f"{clock_words(len(agg.ranks), agg.clocks)}")
     return res
 
 

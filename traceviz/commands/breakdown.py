@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..analysis.activities import Options
 from ..analysis.breakdown import Params
-from ..ingest import analyses
+from ..job import products
 from ..ingest.topology import job_layout
 from ..render.breakdown_figures import breakdown_figures
 from ..render.rank_spread import LISTED, spread_lines
@@ -23,7 +23,7 @@ def run(paths: list[str | os.PathLike], options: Options = Options(), *,
     """The breakdown of every rank of ``paths`` (or of ``ranks``) as files: its tables,
     their figures and the console summary."""
     failed: list[str] = []
-    result = analyses.breakdown(paths, options, ranks, params, failed)
+    result = products.breakdown(paths, options, ranks, params, failed)
     tables = result.tables()
     notes: list[str] = []
     return Result(tables=tables, figures=breakdown_figures(tables, notes),

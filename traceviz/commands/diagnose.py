@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 
-from ..ingest.analyses import job_diagnosis
+from ..job import Job
 from ..render.diagnosis_text import advice_lines, diagnosis_text, ledger_lines
 from ..table.result import Result
 
 
-def run(root: str | os.PathLike, topology: str | os.PathLike | None = None,
+def run(root: Job | str | os.PathLike, topology: str | os.PathLike | None = None,
         advice: bool = True, num_layers: int | None = None,
         link_gbps: tuple[float, float] | None = None) -> Result:
     """The diagnosis of ``root`` as tables and text (see the module doc), ending with the
@@ -23,7 +23,8 @@ def run(root: str | os.PathLike, topology: str | os.PathLike | None = None,
     :class:`~traceviz.analysis.diagnose.diagnosis.Diagnosis`, ``data["advice"]`` the
     advice table (None without), ``data["result"]`` the typed
     :class:`~traceviz.analysis.advice.JobDiagnosis`."""
-    result = job_diagnosis(root, topology, advice, num_layers, link_gbps)
+    result = Job.of(root, topology).diagnose(advice=advice, num_layers=num_layers,
+                                             link_gbps=link_gbps)
     diag, adv = result.diagnosis, result.advice_table
     typed = result.advice if adv is not None else None
     lines = ledger_lines(diag.summary()) + (advice_lines(typed) if typed is not None else [])

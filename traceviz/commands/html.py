@@ -1,5 +1,5 @@
 """``traceviz html``: the report, the breakdown, the pipeline view, the micro-batch step
-windows and the op model of one job session (:mod:`traceviz.ingest.session`: its traces
+windows and the op model of one job (:class:`traceviz.job.Job`: its traces
 parsed first when needed, its diagnosis computed once) on one self-contained page
 (:mod:`traceviz.render.html_page`) with interactive plots
 (:mod:`traceviz.render.interactive`)."""
@@ -12,7 +12,7 @@ from ..analysis.hang import analyze
 from ..analysis.report_types import Report
 from ..errors import TraceVizError
 from ..ingest.flight_recorder import read_dumps
-from ..ingest.session import Session
+from ..job import Job
 from ..ingest.tables import has_cpu_tables, has_memory_tables
 from ..render.breakdown_figures import breakdown_figures
 from ..render.hang_files import hang_result
@@ -34,11 +34,12 @@ from ..render.interactive import (
 from ..render.memory_files import memory_result
 from ..render.ops_files import ops_result
 from ..render.pipeline_files import views_result
+from ..render.words import clock_words, on_one_clock
 from ..table.result import Result
 
 
 def _plots(mb: list[dict], places: list[dict], stages: list[dict],
-           synced: bool, focus: int | None = None) -> dict[str, str]:
+           clocks: str, focus: int | None = None) -> dict[str, str]:
     """The page's interactive plots (HTML): the job timeline (rows by pipeline group and
     stage of ``places``; beyond :data:`BAR_ROWS` ranks a heatmap over a drill-down into
     one pipeline group, the one holding ``focus`` first), and the first PP group's steps
@@ -46,17 +47,17 @@ def _plots(mb: list[dict], places: list[dict], stages: list[dict],
     plots: dict[str, str] = {}
     if not mb:
         return plots
-    title = "Micro-batch steps of every rank" + ("" if synced else " (clocks NOT synced: "
-                                                 "each rank on its own clock)")
+    title = "Micro-batch steps of every rank" + ("" if on_one_clock(clocks) else
+                                                 f" ({clock_words(2, clocks)})")
     ranks = len({r["rank"] for r in mb})
     if ranks <= BAR_ROWS:
-        plots["timeline"] = to_html(job_timeline(mb, places or stages, title, synced),
+        plots["timeline"] = to_html(job_timeline(mb, places or stages, title, clocks),
                                     "job-timeline", include_js=True)
     else:
-        heatmap, labels = job_heatmap(mb, places or stages, title, synced)
+        heatmap, labels = job_heatmap(mb, places or stages, title, clocks)
         plots["timeline"] = to_html(heatmap, "job-timeline", include_js=True)
         if places or stages:
-            drill, index = group_drilldown(mb, places or stages, focus, synced)
+            drill, index = group_drilldown(mb, places or stages, focus, clocks)
             plots["timeline"] += (to_html(drill, "job-drilldown", include_js=False)
                                   + click_hook("job-timeline", "job-drilldown", index,
                                                labels))
@@ -65,19 +66,19 @@ def _plots(mb: list[dict], places: list[dict], stages: list[dict],
     mine = [r for r in mb if r["rank"] in members]
     if mine:
         title = f"Pipeline group {first[0]['pp_group']}: steps per stage"
-        plots["pipeline"] = to_html(job_timeline(mine, first, title, synced),
+        plots["pipeline"] = to_html(job_timeline(mine, first, title, clocks),
                                     "pipeline-timeline", include_js=False)
     return plots
 
 
 def page_of(title: str, rep: Report, brk: Result, pipe: Result | None, why: str,
-            mb: list[dict], places: list[dict], synced: bool = True,
+            mb: list[dict], places: list[dict], clocks: str = "shifted",
             no_timeline: str = "", model: Result | None = None, no_model: str = "",
             mem: Result | None = None, hung: Result | None = None) -> str:
     """The page from the report dict, the breakdown's and pipeline's results (``pipe``
-    None: ``why`` there is none) and the micro-batch step windows ``mb`` (on synced
-    clocks unless ``synced`` is False), rows placed by ``places``
-    (:func:`traceviz.ingest.session.pipeline_places`),
+    None: ``why`` there is none) and the micro-batch step windows ``mb`` (on one clock as
+    ``clocks`` says: :func:`~traceviz.render.words.clock_words`), rows placed by ``places``
+    (:meth:`traceviz.job.Job.pipeline_places`),
     and the op model's result (``model`` None: ``no_model`` says why)."""
     kernels = [(name[:-4].replace("_", " "), fig.png())
                for name, fig in sorted(brk.figures.items())
@@ -98,52 +99,53 @@ def page_of(title: str, rep: Report, brk: Result, pipe: Result | None, why: str,
         mem.lines, mem.tables["memory_ranks"], mem.figures["memory.png"].png())
     hang = None if hung is None else HangSection(hung.lines, hung.tables["hang"])
     return report_page(title, rep, brk.tables, kernels, overlap.png() if overlap else None,
-                       section, why, _plots(mb, places, stages, synced,
+                       section, why, _plots(mb, places, stages, clocks,
                                             strag[0].rank if strag else None),
                        no_timeline or "no micro-batch steps found (no forward / backward "
                        "step launched kernels)", ops, no_model, memory, hang)
 
 
-def run(root: str | os.PathLike, output: str | os.PathLike, overrides: dict | None = None,
-        topology: str | None = None, dumps: str | os.PathLike | None = None) -> Result:
+def run(root: Job | str | os.PathLike, output: str | os.PathLike,
+        topology: str | None = None, dumps: str | os.PathLike | None = None,
+        title: str | None = None, **facts) -> Result:
     """The page of the job under ``root``, as ``output``: the products of one
-    :class:`~traceviz.ingest.session.Session` (the diagnosis computed once); with a
-    memory section where its ranks' traces have allocator events (parsed with their CPU
-    tables), and a hang section from the Flight Recorder ``dumps`` when given."""
-    session = Session(root, topology)
-    folder = session.folder
-    rep = session.report(overrides)
-    brk_result, brk_failed = session.breakdown()
-    tables = brk_result.tables()
-    brk = Result(tables=tables, figures=breakdown_figures(tables, []), failed=brk_failed)
+    :class:`~traceviz.job.Job` (the diagnosis computed once); ``facts``: what
+    :meth:`Job.report` takes about the run; with a memory section where its ranks'
+    traces have allocator events (parsed with their CPU tables), and a hang section from
+    the Flight Recorder ``dumps`` when given; ``title``: default the job's name."""
+    job = Job.of(root, topology)
+    folder = job.folder
+    rep = job.report(**facts)
+    tables = job.breakdown().tables()
+    brk = Result(tables=tables, figures=breakdown_figures(tables, []), failed=job.failed)
     try:
-        pipe, why = views_result(session.pipeline()[0]), ""
+        pipe, why = views_result(job.pipeline_views()), ""
     except TraceVizError as exc:
         pipe, why = None, f"no pipeline view: {exc}"
     try:
-        steps, synced = session.step_windows()
+        steps, clocks = job.step_windows()
         mb, no_timeline = steps.to_pylist(), ""
     except TraceVizError as exc:
-        mb, synced, no_timeline = [], False, f"no timeline: {exc}"
-    model, no_model = _op_model(session)
-    mem = memory_result(*session.memory()) if has_memory_tables(folder) else None
+        mb, clocks, no_timeline = [], "none", f"no timeline: {exc}"
+    model, no_model = _op_model(job)
+    mem = memory_result(*job.memory_run()) if has_memory_tables(folder) else None
     hung = None
     if dumps is not None:
         dumped, unread = read_dumps(dumps)
         hung = hang_result(analyze(dumped), [d.source for d in dumped], unread)
     return Result(texts={os.fspath(output): page_of(
-        f"traceviz: {session.root.resolve().name}", rep, brk, pipe, why, mb,
-        session.pipeline_places(), synced, no_timeline, model, no_model, mem, hung)},
+        title or f"traceviz: {job.path.resolve().name}", rep, brk, pipe, why, mb,
+        job.pipeline_places(), clocks, no_timeline, model, no_model, mem, hung)},
                   failed=rep["failed"] + (hung.failed if hung is not None else []))
 
 
-def _op_model(session: Session) -> tuple[Result | None, str]:
+def _op_model(job: Job) -> tuple[Result | None, str]:
     """The op model when every rank of the job has its CPU table (a ``traceviz ops``
     or ``critical-path`` parsed them), else why there is none."""
-    if not has_cpu_tables(session.folder):
+    if not has_cpu_tables(job.folder):
         return None, ("no op model: the ranks were parsed without their CPU tables; run "
                       "'traceviz ops JOB' (it parses them) and then 'traceviz html' again")
     try:
-        return ops_result(session.ops()), ""
+        return ops_result(job.ops()), ""
     except TraceVizError as exc:
         return None, f"no op model: {exc}"

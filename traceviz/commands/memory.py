@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import os
 
-from ..ingest import analyses
+from ..job import Job
 from ..render.memory_files import memory_result
 from ..table.result import Result
 
 
-def run(path: str | os.PathLike, *, rank: int | None = None) -> Result:
+def run(path: Job | str | os.PathLike, *, rank: int | None = None) -> Result:
     """The memory of ``path`` as tables, a figure and lines
     (:func:`traceviz.render.memory_files.memory_result`); ``data["memory"]`` is the
     :class:`~traceviz.analysis.memory.JobMemory`. Notes: the ranks without allocator
     events, and those with events left out (unreadable Bytes or Addr)."""
-    job, missing = analyses.memory(path, rank=rank)
+    job, missing = Job.of(path).memory_run(rank=rank)
     return memory_result(job, missing + [r.note for r in job.ranks if r.note])

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import os
 
-from ..ingest import analyses
+from ..job import Job
 from ..render.ops_files import ops_result
 from ..table.result import Result
 
 
-def run(path: str | os.PathLike, *, rank: int | None = None,
+def run(path: Job | str | os.PathLike, *, rank: int | None = None,
         peak_tflops: float | None = None) -> Result:
-    """The op model of ``path`` (:func:`traceviz.ingest.analyses.ops`) as files
+    """The op model of ``path`` (:meth:`Job.ops`) as files
     (:func:`traceviz.render.ops_files.ops_result`)."""
-    return ops_result(analyses.ops(path, rank=rank, peak_tflops=peak_tflops))
+    return ops_result(Job.of(path).ops(rank=rank, peak_tflops=peak_tflops))

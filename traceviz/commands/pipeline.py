@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import os
 
-from ..ingest import analyses
+from ..job import Job
 from ..render.pipeline_files import views_result
 from ..table.result import Result
 
-def run(root: str | os.PathLike, vpp: int | None = None, iteration: int | None = None,
-        all_groups: bool = False, topology: str | os.PathLike | None = None) -> Result:
-    """The pipeline views (:func:`traceviz.ingest.analyses.pipeline`) as files
-    (:func:`views_result`)."""
-    failed: list[str] = []
-    res = views_result(analyses.pipeline(root, vpp, iteration, all_groups, topology, failed))
-    res.failed = failed
+def run(root: Job | str | os.PathLike, vpp: int | None = None,
+        iteration: int | None = None, all_groups: bool = False,
+        topology: str | os.PathLike | None = None) -> Result:
+    """The pipeline views (:meth:`Job.pipeline_views`) as files (:func:`views_result`)."""
+    views, failed = Job.of(root, topology, vpp).pipeline_run(iteration, all_groups)
+    res = views_result(views)
+    res.failed = list(failed)
     return res

@@ -1,5 +1,5 @@
 """``traceviz report``: the collectives and throughput report of one profiled iteration's
-ranks (:mod:`traceviz.ingest.job_report`) rendered as text and JSON, with every rank's
+ranks (:meth:`traceviz.job.Job.report`) rendered as text and JSON, with every rank's
 numbers as a table."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..analysis.report import ranks_table
 from ..analysis.report_types import Report
-from ..ingest.job_report import make_report
+from ..job import Job
 from ..ingest.outputs import default_path
 from ..render.report_text import report_text
 from ..table.result import Result
@@ -25,18 +25,19 @@ def default_name(report: Report, when: dt.datetime) -> str:
             f"_pp{p.get('pp', 'X')}_gpu{c['gpus']}.txt")
 
 
-def run(root: str | os.PathLike, *, config_file: str | None = None,
-        overrides: dict | None = None, output: str | None = None,
-        topology: str | None = None, clock_sync: bool = True) -> Result:
+def run(root: Job | str | os.PathLike, *, config_file: str | None = None,
+        output: str | None = None, topology: str | None = None, clock_sync: bool = True,
+        **facts) -> Result:
     """The report of ``root`` as text (``output``, default
     ``traceviz-out/<job>/report/<default_name>``), its JSON twin next to it (``output`` ending in
     .json names the JSON; the text gets .txt) and every rank's overlap and network numbers
     as ``<text's stem>_ranks`` (.csv, .parquet); ``data["report"]`` is the dict,
     ``data["text"]`` / ``data["json"]`` / ``data["ranks"]`` the paths (the last without
-    its suffix)."""
-    report = make_report(root, config_file=config_file, overrides=overrides,
-                         topology=topology, clock_sync=clock_sync)
-    text = Path(output) if output else default_path(root, "report", default_name(
+    its suffix); ``facts``: what :meth:`Job.report` takes about the run (batch, model,
+    peaks)."""
+    job = Job.of(root, topology)
+    report = job.report(config_file=config_file, clock_sync=clock_sync, **facts)
+    text = Path(output) if output else default_path(job.path, "report", default_name(
         report, dt.datetime.now()))
     twin = text.with_suffix(".json")
     if text == twin:  # -o x.json names the JSON report; the text goes next to it

@@ -10,6 +10,7 @@ from ..analysis.diagnose.diagnosis import Diagnosis
 from ..analysis.diagnose.ledger import PARTS
 from ..analysis.diagnose.stragglers import NO_PEERS, NONE_FOUND, Straggler
 from ..analysis.diagnose.summary import Cause, Place, Summary, WaitedFor
+from .words import clock_words
 
 LABELS = {"compute": "compute", "memory": "memory", "grad_sync": "gradient sync",
           "comm_unsplit": "comm (split n/a)", "bubble": "pipeline bubble",
@@ -65,10 +66,7 @@ def ledger_lines(summary: Summary, top: int = 5) -> list[str]:
     Summary`): per iteration the job's mean span and parts, the largest causes, the
     stragglers."""
     lines = []
-    clocks = ("one rank (its own clock)" if summary.ranks == 1 else
-              "clocks not synced" if not summary.synced else
-              "one clock (the ranks' own)" if summary.clocks == "own clocks" else
-              "clocks synced")
+    clocks = clock_words(summary.ranks, summary.clocks if summary.synced else "none")
     for t in summary.totals.to_pylist():
         head = (f"ProfilerStep#{t['iteration']}" if t["iteration"] >= 0
                 else "the whole trace")

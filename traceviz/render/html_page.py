@@ -26,6 +26,7 @@ from .diagnosis_text import ADVICE_HEAD, STANDING_TAG
 from .pipeline_figure import gap_text
 from .rank_spread import LISTED
 from .report_text import OVERLAP_METRICS, iterations_text, rank_summary
+from .words import clock_words
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:0;color:#222}
@@ -386,13 +387,13 @@ def _model(ops: OpsSection | None, why: str) -> str:
                    for r in ops.modules.slice(0, 50).to_pylist()] if ops.modules.num_rows else []
     return ("".join(f"<p class='note'>{esc(line.strip())}</p>" for line in ops.lines)
             + "<p class='note'>MFU: the summary's (one, with its source).</p>"
-            + "<h3>Op shapes by GPU time</h3>"
-            + table(["op", "input dims", "dtype", "phase", "calls", "ms", "TFLOP/s",
-                     "% of peak", "p10 %", "p50 %"], shape_rows, name="op_shapes",
-                    empty="no modelled op")
-            + "<h3>GPU time per module</h3>"
-            + table(["module", "phase", "kind", "ms", "% of GPU time"], module_rows,
-                    name="modules", empty="no kernels")
+            + folded("Op shapes by GPU time (table)", table(
+                ["op", "input dims", "dtype", "phase", "calls", "ms", "TFLOP/s",
+                 "% of peak", "p10 %", "p50 %"], shape_rows, name="op_shapes",
+                empty="no modelled op"))
+            + folded("GPU time per module (table)", table(
+                ["module", "phase", "kind", "ms", "% of GPU time"], module_rows,
+                name="modules", empty="no kernels"))
             + folded("Roofline and modules (figures)",
                      "".join(image(png, name) for name, png in ops.figures)))
 
@@ -412,9 +413,9 @@ def _collectives(rep: Report) -> str:
     return ("<h3>By parallel group</h3>" + table(head, rows_of(rep["network"]["by_group"],
                                                               group_link),
                                                  empty="no communication kernels")
-            + "<h3>By collective</h3>" + table(head, rows_of(rep["network"]["by_collective"],
-                                                            esc),
-                                               empty="no communication kernels")
+            + folded("By collective (table)", table(
+                head, rows_of(rep["network"]["by_collective"], esc),
+                empty="no communication kernels"))
             + "<p class='note'>busbw: nccl-tests' bus bandwidth with each call's own group "
               "size, from kernel time; n/a where the trace has no message sizes.</p>")
 
@@ -461,9 +462,9 @@ def _diagnosis(diag: Summary | None, why: str | None, advice: Sequence[Advice] =
         head = (f"ProfilerStep#{t['iteration']}" if t["iteration"] >= 0 else "whole trace")
         out.append(f"<h3>{esc(head)}: {duration(t['job_span_ns'] / MB)} from the first "
                    f"rank's start to the last one's end; per rank {duration(t['span_ns'] / MB)}"
-                   f" on average ({t['ranks']} ranks), of which"
-                   + ("" if diag.synced else " (one rank: its own clock, waits n/a)"
-                      if diag.ranks == 1 else " (clocks NOT synced: waits n/a)") + "</h3>"
+                   f" on average ({t['ranks']} ranks, "
+                   + esc(clock_words(diag.ranks, diag.clocks if diag.synced else "none"))
+                   + ("" if diag.synced else "; waits n/a") + "), of which</h3>"
                    f"<div class='ledger'>{bar}</div><p class='note'>{legend}</p>")
     items = []
     for c in diag.causes[:6]:

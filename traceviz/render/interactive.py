@@ -12,6 +12,7 @@ import json
 import numpy as np
 
 from ..analysis.coverage import busy_grid
+from .words import clock_words
 
 PHASE_COLORS = {"Forward": "#4c72b0", "Backward": "#dd8452"}
 CONFIG = {"displaylogo": False, "responsive": True, "scrollZoom": False}
@@ -67,13 +68,11 @@ def _steps(rows: list[dict], labels: dict[int, str], t0: int, visible: bool = Tr
     return traces
 
 
-def _axis_title(n: int, synced: bool) -> str:
-    return "ms from the first step (" + ("the rank's own clock" if n == 1 else
-                                         "clock-synced" if synced
-                                         else "each rank's own clock") + ")"
+def _axis_title(n: int, clocks: str) -> str:
+    return f"ms from the first step ({clock_words(n, clocks)})"
 
 
-def job_timeline(rows: list[dict], stages: list[dict], title: str, synced: bool = True):
+def job_timeline(rows: list[dict], stages: list[dict], title: str, clocks: str = "shifted"):
     """A plotly figure: per rank (rows of :func:`row_order`, first on top) a bar per
     micro-batch step window (``microbatches`` rows: start_ns on synced clocks,
     wall_clock_ns), x in ms from the earliest step; hover: phase, micro-batch, chunk,
@@ -88,14 +87,14 @@ def job_timeline(rows: list[dict], stages: list[dict], title: str, synced: bool 
         title=dict(text=title, x=0.01, font_size=14), barmode="overlay", bargap=0.15,
         height=min(760, 140 + 18 * n), margin=dict(l=10, r=10, t=40, b=40),
         legend=dict(orientation="h", y=1.0, x=0.45, xanchor="left", yanchor="bottom"),
-        xaxis=dict(title=_axis_title(n, synced), showgrid=True),
+        xaxis=dict(title=_axis_title(n, clocks), showgrid=True),
         yaxis=dict(categoryorder="array", categoryarray=list(labels.values())[::-1],
                    automargin=True, tickfont_size=10 if n <= 64 else 8,
                    showticklabels=n <= 128))
     return fig
 
 
-def job_heatmap(rows: list[dict], stages: list[dict], title: str, synced: bool = True):
+def job_heatmap(rows: list[dict], stages: list[dict], title: str, clocks: str = "shifted"):
     """A plotly heatmap of the job at scale: a row per rank (:func:`row_order` by stage:
     each stage a block of its pipeline groups, first on top), :data:`BINS` time bins,
     colour = the share of the bin in micro-batch steps (:func:`busy_grid`); hover: the
@@ -123,7 +122,7 @@ def job_heatmap(rows: list[dict], stages: list[dict], title: str, synced: bool =
                    "(pale: a bubble or a wait)", x=0.01, font_size=14),
         height=min(900, max(420, 160 + n)),
         margin=dict(l=10, r=10, t=40, b=40),
-        xaxis=dict(title=_axis_title(n, synced)),
+        xaxis=dict(title=_axis_title(n, clocks)),
         yaxis=dict(autorange="reversed", automargin=True, tickvals=list(firsts.values()),
                    ticktext=list(firsts), tickfont_size=10,
                    title=f"{n} ranks by stage (hover: the rank; click: its group)"))
@@ -131,7 +130,7 @@ def job_heatmap(rows: list[dict], stages: list[dict], title: str, synced: bool =
 
 
 def group_drilldown(rows: list[dict], stages: list[dict], focus: int | None,
-                    synced: bool = True):
+                    clocks: str = "shifted"):
     """The step bars of one pipeline group at a time: every group's traces, the one
     holding ``focus`` (a straggler, or the first group) visible, a menu choosing the
     group. Returns (figure, {rank: menu index}) for the heatmap's click hook."""
@@ -170,7 +169,7 @@ def group_drilldown(rows: list[dict], stages: list[dict], focus: int | None,
         updatemenus=[dict(buttons=buttons, active=order.index(first), x=0.99, xanchor="right",
                           y=1.12, yanchor="bottom")],
         legend=dict(orientation="h", y=1.0, x=0.3, xanchor="left", yanchor="bottom"),
-        xaxis=dict(title=_axis_title(2, synced), showgrid=True),
+        xaxis=dict(title=_axis_title(2, clocks), showgrid=True),
         yaxis=dict(autorange="reversed", automargin=True, tickfont_size=10))
     return fig, index
 

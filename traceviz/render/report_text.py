@@ -11,6 +11,7 @@ from ..analysis.diagnose.summary import from_report
 from ..analysis.report_types import CrossRank, Report, Stats, Throughput
 from .diagnosis_text import advice_lines, ledger_lines
 from .rank_spread import LISTED, spread_lines
+from .words import clock_words
 
 RULE = "=" * 80
 
@@ -172,8 +173,7 @@ def report_text(rep: Report, ranks_table: str = "report_ranks") -> str:
         _heading(lines, "6. CROSS-RANK COLLECTIVES")
         lines.append("n/a: one rank traced")
     else:
-        _heading(lines, "6. CROSS-RANK COLLECTIVES" + (" (clock-synced)" if x["clock_synced"]
-                                                      else " (each rank's own clock)"))
+        _heading(lines, f"6. CROSS-RANK COLLECTIVES: {clock_words(2, x['clocks'])}")
         lines.append(f"Matched calls: {x['calls_with_several_ranks']} seen on several ranks")
     for g in x["by_group"]:
         lines += [f"  {g['group']}: {g['calls']} calls",

@@ -7,8 +7,10 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-# the files a command reads (device, inode), while :func:`guarding_inputs` is on
-_inputs: set[tuple[int, int]] | None = None
+# the files a command reads, while :func:`guarding_inputs` is on: (device, inode) -> the
+# modification time (ns) it had when read. A file replaced during the command (a table
+# parsed again) frees its inode for a new file, which is not an input: the time tells
+_inputs: dict[tuple[int, int], int] | None = None
 
 
 @contextlib.contextmanager
@@ -16,7 +18,7 @@ def guarding_inputs() -> Iterator[None]:
     """While it lasts (one command), :func:`is_input` knows every file
     :func:`note_input` named."""
     global _inputs
-    before, _inputs = _inputs, set()
+    before, _inputs = _inputs, {}
     try:
         yield
     finally:
@@ -29,15 +31,16 @@ def note_input(path: str | os.PathLike) -> None:
         return
     with contextlib.suppress(OSError, ValueError):
         st = os.stat(path)
-        _inputs.add((st.st_dev, st.st_ino))
+        _inputs[(st.st_dev, st.st_ino)] = st.st_mtime_ns
 
 
 def is_input(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is a file this command reads (the same file by any name)."""
+    """Whether ``path`` is a file this command reads (the same file by any name, as it
+    was when read)."""
     if not _inputs:
         return False
     try:
         st = os.stat(path)
     except (OSError, ValueError):
         return False
-    return (st.st_dev, st.st_ino) in _inputs
+    return _inputs.get((st.st_dev, st.st_ino)) == st.st_mtime_ns

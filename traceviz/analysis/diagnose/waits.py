@@ -429,7 +429,8 @@ def job_comm(tables: Mapping[int, pa.Table | Callable[[], pa.Table]],
     if offsets is None:
         pairs = pair_ends(acts, comms)
         sync = synchronize({r: joined_ends(ends[r], pairs.get(r)) for r in ranks}, hosts)
-        offsets, synced = offsets_of(sync, notes)
+        offsets, method = offsets_of(sync, notes)
+        synced = method != "none"
         for a in acts:  # onto the common clock
             a.offset_ns = offsets.get(a.rank, 0)
             if a.offset_ns:

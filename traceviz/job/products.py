@@ -43,8 +43,8 @@ from ..errors import TraceVizError, UsageError
 from ..table.records import records
 from ..table.schema import is_activity_table
 from ..topology.layout import Layout
-from . import job_cache
-from .tables import (
+from ..ingest import job_cache
+from ..ingest.tables import (
     ensure_tables,
     file_rank,
     job_files,
@@ -56,8 +56,8 @@ from .tables import (
     rank_tables,
     tables_folder,
 )
-from .timer_dump import NAME, find_dumps, read_group
-from .topology import job_layout, pipeline_groups
+from ..ingest.timer_dump import NAME, find_dumps, read_group
+from ..ingest.topology import job_layout, pipeline_groups
 
 
 def breakdown(paths: list[str | os.PathLike], options: Options = Options(),
@@ -187,7 +187,7 @@ def _diagnosis(root: Path, folder: Path, topology, advice: bool, options: dict,
         diag = diagnosis_of(jp.jc, _pipelines(root, folder, topology, jp.jc.acts),
                             **options)
         if diag.synced:  # the step windows, while the synced activities are at hand
-            _store_steps(tables_dir, topology, microbatch_table(jp.jc.acts), True)
+            _store_steps(tables_dir, topology, microbatch_table(jp.jc.acts), diag.clocks)
         ctx = what_if_context(jp.jc, jp.jg, jp.measured, diag)
         diag.notes += [n for n in notes if n not in diag.notes]
         adv = advise(diag, ctx)
@@ -215,12 +215,14 @@ def _pipelines(root: Path, folder: Path, topology, ranks) -> list[list[int]] | N
 
 
 def step_windows(root: Path, folder: Path, topology: str | os.PathLike | None = None
-                 ) -> tuple[pa.Table, bool]:
-    """Every rank's micro-batch steps (the aggregation's ``microbatches``) and whether
-    they are on synced clocks (or one rank's): kept beside the tables."""
+                 ) -> tuple[pa.Table, str]:
+    """Every rank's micro-batch steps (the aggregation's ``microbatches``) and how they
+    were put on one clock (the diagnosis's verdict where it synced them: "shifted", "own
+    clocks"; else the aggregation's, "none" where nothing links the ranks): kept beside
+    the tables."""
     found = job_cache.load(folder, "step_windows", job_cache.key_of(folder, topology, {}))
     if found is not None:
-        return found[0]["microbatches"], bool(found[1]["synced"])
+        return found[0]["microbatches"], str(found[1]["clocks"])
     diag = cached_diagnosis(folder, topology)
     steps: pa.Table | None = None
     if diag is not None and diag.synced:  # the diagnosis's clocks: no matching again
@@ -228,19 +230,19 @@ def step_windows(root: Path, folder: Path, topology: str | os.PathLike | None = 
         acts = synced_activities(diag, {r: t for r, _, t in rank_tables(
             files, AGGREGATION_COLUMNS, [])})
         if acts is not None:
-            steps, synced = microbatch_table(acts), True
+            steps, clocks = microbatch_table(acts), diag.clocks
     if steps is None:
         agg = aggregation(root, folder, topology=topology)[0]
-        steps, synced = agg.microbatches, agg.alignment == "synced" or len(agg.ranks) == 1
-    _store_steps(folder, topology, steps, synced)
-    return steps, synced
+        steps, clocks = agg.microbatches, agg.clocks
+    _store_steps(folder, topology, steps, clocks)
+    return steps, clocks
 
 
 def _store_steps(folder: Path, topology: str | os.PathLike | None, steps: pa.Table,
-                 synced: bool) -> None:
+                 clocks: str) -> None:
     """Keep the step windows of ``folder`` (see :func:`step_windows`)."""
     job_cache.store(folder, "step_windows", job_cache.key_of(folder, topology, {}),
-                    {"microbatches": steps}, {"synced": synced})
+                    {"microbatches": steps}, {"clocks": clocks})
 
 
 def _timer_dump_views(root: Path, all_groups: bool) -> PipelineViews:

@@ -13,16 +13,17 @@ from typing import cast
 import numpy as np
 
 from ..analysis.calls import COLUMNS as CALL_COLUMNS
-from ..analysis.clocks import offsets_from_calls
+from ..analysis.clocks import is_clock_note, offsets_from_calls
 from ..analysis.iterations import COLUMNS as WINDOW_COLUMNS
 from ..analysis.rank_summary import RankSummary, summarize
 from ..analysis.report import build_report, job_world
 from ..analysis.report_types import Diagnosed, Report, TraceMfu
 from ..analysis.run_config import RunConfig, from_torchtitan_toml
 from ..errors import TraceVizError
-from . import analyses, job_cache
-from .tables import has_cpu_tables, job_files, rank_tables, tables_folder
-from .topology import job_layout
+from ..ingest import job_cache
+from . import products
+from ..ingest.tables import has_cpu_tables, job_files, rank_tables, tables_folder
+from ..ingest.topology import job_layout
 
 COLUMNS = tuple(dict.fromkeys(CALL_COLUMNS + ("comm_group",) + WINDOW_COLUMNS))
 
@@ -91,16 +92,25 @@ def _make_report(root: Path, config_file: str | None, overrides: dict | None,
     world = max(job_world(summaries, layout), len(summaries))
     config = from_torchtitan_toml(config_file, world) if config_file else RunConfig()
     config = config.updated(**(overrides or {}))
-    offsets, synced = (offsets_from_calls([s.calls for s in summaries], notes)
-                       if clock_sync else ({}, False))
-    trace = _trace_flops(root, config.peak_tflops)  # before the diagnosis parses CPU tables
     try:
-        diag, _, advice = analyses.diagnosis(root, topology, advice=True)
+        diag, _, advice = products.diagnosis(root, topology, advice=True)
         diagnosed = Diagnosed(diag.summary().to_json(), None,
                               advice.to_pylist() if advice is not None else [])
     except TraceVizError as exc:
-        diagnosed = Diagnosed(None, str(exc), [])
-    rep = build_report(summaries, config, offsets, layout, notes, synced,
+        diag, diagnosed = None, Diagnosed(None, str(exc), [])
+    # after the diagnosis: its advice parsed the CPU tables and kept their op model
+    trace = _trace_flops(root, config.peak_tflops)
+    # the job's clocks are the diagnosis's (one verdict, one iteration time in every
+    # command); synced here only where there is no diagnosis
+    if not clock_sync:
+        offsets, clocks = {}, "none"
+    elif diag is not None:
+        offsets = dict(diag.offsets) if diag.synced else {}
+        clocks = diag.clocks if diag.synced else "none"
+        notes += [n for n in diag.notes if is_clock_note(n)]
+    else:
+        offsets, clocks = offsets_from_calls([s.calls for s in summaries], notes)
+    rep = build_report(summaries, config, offsets, layout, notes, clocks,
                        trace=trace, diagnosed=diagnosed, failed=failed)
     return cast(Report, _finite(rep))
 
@@ -118,7 +128,7 @@ def _trace_flops(root: Path, peak: float | None) -> TraceMfu:
         return none("no tables")
     if not has_cpu_tables(folder):
         return none("the ranks' CPU tables are not parsed: run 'traceviz ops'")
-    model = analyses.ops(folder, peak_tflops=peak)
+    model = products.ops(folder, peak_tflops=peak)
     iters = model.iterations.to_pylist()
     tf = [r["model_tflops"] for r in iters if r["model_tflops"] is not None]
     mfu = [r["mfu_pct"] for r in iters if r["mfu_pct"] is not None]

@@ -1,4 +1,6 @@
-"""The notebook face of traceviz: one profiled job, every analysis a method.
+"""The one way into a job's results: one profiled job, every analysis a method, each
+computed once (kept in memory, and beside the tables where :mod:`traceviz.ingest.
+job_cache` keeps it). Every command, the demo and notebooks ask a :class:`Job`:
 
     import traceviz
     job = traceviz.Job("tensorboard_dir/")   # parses what has no table yet
@@ -7,8 +9,9 @@
     job.microbatches()
     job.report(global_batch_size=64, seq_len=4096, params=8)
 
-Each method calls the analysis the command line runs (the commands only write its
-results to files), so a number here is the number the CLI prints and writes; results are
+Each method calls the analysis (:mod:`.products`) the command line runs (the commands
+only write its results to files), so a number here is the number the CLI prints and
+writes; results are
 typed (Arrow tables with declared schemas, dataclasses of them). Tables are loaded when
 a method needs them and every result is kept, so asking twice costs nothing. A job folder with
 several profiled iterations (``iteration_N/`` folders) is looked at one folder at a
@@ -26,29 +29,32 @@ from typing import Any
 
 import pyarrow as pa
 
-from .analysis.activities import Options
-from .analysis.advice import JobDiagnosis
-from .analysis.aggregation import Aggregation
-from .analysis.breakdown import Breakdown, Params
-from .analysis.calls import COLUMNS as CALL_COLUMNS
-from .analysis.calls import rank_calls
-from .analysis.critical_path.paths import CriticalPath, HtaPath
-from .analysis.hang import Hang, analyze
-from .analysis.memory import JobMemory
-from .analysis.ops_summary import OpModel
-from .analysis.pipeline import PipelineViews
-from .analysis.report_types import Report
-from .analysis.run_config import training_flops_per_token
-from .errors import TraceVizError
-from .ingest import analyses
-from .ingest.flight_recorder import read_dumps
-from .ingest.job_report import make_report
-from .ingest.tables import ensure_tables, input_files, load_table, rank_tables
-from .render.aggregation_files import aggregation_files
-from .render.breakdown_figures import breakdown_figures
-from .render.pipeline_files import views_result
-from .table.result import Drawing
-from .table.schema import file_metadata
+from ..analysis.activities import Options
+from ..analysis.advice import JobDiagnosis
+from ..analysis.aggregation import Aggregation
+from ..analysis.breakdown import Breakdown, Params
+from ..analysis.calls import COLUMNS as CALL_COLUMNS
+from ..analysis.calls import rank_calls
+from ..analysis.critical_path.paths import CriticalPath, HtaPath
+from ..analysis.hang import Hang, analyze
+from ..analysis.memory import JobMemory
+from ..analysis.ops_summary import OpModel
+from ..analysis.pipeline import PipelineViews
+from ..analysis.report_types import Report
+from ..analysis.run_config import training_flops_per_token
+from ..errors import TraceVizError
+from . import products
+from ..ingest.flight_recorder import read_dumps
+from .report import make_report
+from ..ingest.topology import find_topology_file, is_derived, job_layout
+from ..topology.layout import Layout
+from ..ingest.tables import ensure_tables, input_files, load_table, only_folder, rank_tables
+from ..ingest.timer_dump import find_dumps
+from ..render.aggregation_files import aggregation_files
+from ..render.breakdown_figures import breakdown_figures
+from ..render.pipeline_files import views_result
+from ..table.result import Drawing
+from ..table.schema import file_metadata
 
 
 class Job:
@@ -72,21 +78,47 @@ class Job:
         if not self.path.exists():
             raise TraceVizError(f"{self.path}: no such file or folder")
         self._tables, self._iteration = tables, iteration
-        self.topology = os.fspath(topology) if topology else None
+        # the layout file: given, else the one stated beside the traces (resolved once:
+        # every product reads the same one, wherever its tables are)
+        found = find_topology_file(self.path) if self.path.is_dir() else None
+        self.topology = (os.fspath(topology) if topology else
+                         os.fspath(found) if found is not None and not is_derived(found)
+                         else None)
         self.vpp, self._jobs = vpp, jobs
         self._kept: dict[tuple, Any] = {}  # every result, by what asked for it
         self._failed: list[str] = []
+        self._first_iteration = True  # several profiled iterations: the first by default
+
+    @classmethod
+    def of(cls, source: Job | str | os.PathLike, topology: str | os.PathLike | None = None,
+           vpp: int | None = None) -> Job:
+        """``source`` itself when it is a Job (opened with its own options), else the
+        job at that path as a command opens it: a folder of several profiled iterations
+        is a one-line error (name one) where the notebook's Job takes the first."""
+        if isinstance(source, Job):
+            return source
+        job = cls(source, topology=topology, vpp=vpp)
+        job._first_iteration = False  # a command names one iteration's folder
+        return job
 
     def __repr__(self) -> str:
         return f"Job({str(self.path)!r}, ranks={len(self.ranks)}, folder={str(self.folder)!r})"
 
     # ---- where the tables are ---------------------------------------------------------
 
-    @cached_property
+    @property
     def folders(self) -> list[Path]:
         """Every folder of rank tables (one per profiled iteration), parsed if needed."""
-        return ensure_tables(self.path, self._tables, jobs=self._jobs,
-                             topology=self.topology, vpp=self.vpp)
+        return self._folders(cpu=False)
+
+    def _folders(self, cpu: bool) -> list[Path]:
+        """:attr:`folders`, with every rank's CPU table too when ``cpu`` (parsed once,
+        with the job's options: every product then reads these tables as they are)."""
+        if ("folders", True) in self._kept:
+            return self._kept[("folders", True)]
+        return self._keep(("folders", cpu), lambda: ensure_tables(
+            self.path, self._tables, jobs=self._jobs, topology=self.topology, vpp=self.vpp,
+            cpu=cpu))
 
     @cached_property
     def folder(self) -> Path:
@@ -104,6 +136,21 @@ class Job:
             if self._iteration in steps or folder.name == f"iteration_{self._iteration}":
                 return folder
         raise TraceVizError(f"{self.path}: no profiled iteration {self._iteration}")
+
+    @cached_property
+    def layout(self) -> tuple[Layout | None, str | None]:
+        """(the job's parallel layout, None) or (None, why it is unknown)."""
+        return job_layout(self.path, self.folder, self.topology)
+
+    def pipeline_places(self) -> list[dict]:
+        """Per rank of a pipeline group of the job's layout: rank, pp_group, stage
+        (empty without a layout)."""
+        layout = self.layout[0]
+        if layout is None:
+            return []
+        return [{"rank": r, "pp_group": g, "stage": p} for g, grp in
+                enumerate(layout.groups()["PIPELINE_MODEL_PARALLEL_GROUP"])
+                for p, r in enumerate(grp)]
 
     @cached_property
     def files(self) -> list[Path]:
@@ -149,7 +196,7 @@ class Job:
         """Every HTA-style table (``traceviz breakdown``): ``.temporal_breakdown``,
         ``.kernel_type_breakdown``, ... or ``.tables()`` by name."""
         options = Options(drop_last_step=drop_last_step or hta_compat, hta_compat=hta_compat)
-        return self._keep(("breakdown", options, params), lambda: analyses.breakdown(
+        return self._keep(("breakdown", options, params), lambda: products.breakdown(
             [self.folder], options, params=params, failed=list(self.failed)))
 
     def temporal_breakdown(self, whole_trace: bool = False, **options) -> pa.Table:
@@ -194,7 +241,7 @@ class Job:
     def _aggregation(self, alignment: str = "synced"):
         """The aggregation with the ranks it left out and the job's layout (and why it
         is unknown)."""
-        return self._keep(("aggregate", alignment), lambda: analyses.aggregation(
+        return self._keep(("aggregate", alignment), lambda: products.aggregation(
             self.path, self.folder, alignment, self.topology))
 
     def microbatches(self, alignment: str = "synced") -> pa.Table:
@@ -225,34 +272,54 @@ class Job:
         and ``.stragglers`` as typed records, ``.tables()`` as the command writes them.
         Kept beside the tables like the command's (the same result)."""
         return self._keep(("diagnose", advice, num_layers, link_gbps),
-                          lambda: analyses.job_diagnosis(self._source(), self.topology,
+                          lambda: products.job_diagnosis(self._source(cpu=advice), self.topology,
                                                          advice, num_layers, link_gbps))
 
     def report(self, *, global_batch_size: int | None = None, seq_len: int | None = None,
                params: float | None = None, flops_per_token: float | None = None,
-               peak_tflops: float | None = None, model: str | None = None,
+               peak_tflops: float | None = None, peak_bw_gbps: float | None = None,
+               model: str | None = None, config_file: str | None = None,
                clock_sync: bool = True) -> Report:
         """The collectives and throughput report (``traceviz report``) as a dict (kept:
-        a copy each call, so changing one leaves the next alone); ``params`` in billions
-        gives 6N FLOPs per token."""
+        a copy each call, so changing one leaves the next alone); ``params`` in
+        billions gives 6N FLOPs per token; ``config_file``: a TorchTitan TOML."""
         if flops_per_token is None and params is not None:
             flops_per_token = training_flops_per_token(params * 1e9)
-        overrides = {"global_batch_size": global_batch_size, "seq_len": seq_len,
-                     "flops_per_token": flops_per_token, "peak_tflops": peak_tflops,
-                     "model": model}
-        key = ("report", tuple(overrides.items()), clock_sync)
-        if key not in self._kept:
-            self._kept[key] = make_report(self.folder, overrides=overrides,
-                                          topology=self.topology, clock_sync=clock_sync)
-        return copy.deepcopy(self._kept[key])
+        overrides = {k: v for k, v in (
+            ("global_batch_size", global_batch_size), ("seq_len", seq_len),
+            ("flops_per_token", flops_per_token), ("peak_tflops", peak_tflops),
+            ("peak_bw_gbps", peak_bw_gbps), ("model", model)) if v is not None}
+        return copy.deepcopy(self._keep(
+            ("report", tuple(sorted(overrides.items())), config_file, clock_sync),
+            lambda: make_report(self._source(cpu=True), config_file=config_file,
+                                overrides=overrides, topology=self.topology,
+                                clock_sync=clock_sync)))
+
+    def step_windows(self) -> tuple[pa.Table, str]:
+        """Every rank's micro-batch steps and how they were put on one clock
+        (:func:`~traceviz.render.words.clock_words`)."""
+        return self._keep(("steps",), lambda: products.step_windows(
+            self.path, self.folder, self.topology))
 
     def pipeline_views(self, iteration: int | None = None, all_groups: bool = False
                        ) -> PipelineViews:
         """The pipeline views (``traceviz pipeline``): per PP group looked at, measured
         and ideal steps and its stage table."""
-        return self._keep(("pipeline", iteration, all_groups), lambda: analyses.pipeline(
-            self.folder, vpp=self.vpp, iteration=iteration, all_groups=all_groups,
-            topology=self.topology))
+        return self.pipeline_run(iteration, all_groups)[0]
+
+    def pipeline_run(self, iteration: int | None = None, all_groups: bool = False
+                     ) -> tuple[PipelineViews, list[str]]:
+        """:meth:`pipeline_views` and the ranks it left out (one line each)."""
+        def make() -> tuple[PipelineViews, list[str]]:
+            failed: list[str] = []
+            # timer dumps as named; a job's iteration: looked for among every profiled
+            # one when asked for, else the one looked at
+            source = (self.path if find_dumps(self.path) or iteration is not None
+                      else self._source())
+            return products.pipeline(source, vpp=self.vpp, iteration=iteration,
+                                     all_groups=all_groups, topology=self.topology,
+                                     failed=failed), failed
+        return self._keep(("pipeline", iteration, all_groups), make)
 
     def pipeline(self, iteration: int | None = None, all_groups: bool = False) -> pa.Table:
         """Per PP stage: busy time, bubbles (measured, ideal, analytic), warm-up / steady
@@ -264,10 +331,22 @@ class Job:
         """The largest losses against the ideal schedule, per PP group."""
         return self.pipeline_views(iteration, all_groups).gaps
 
-    def _source(self) -> Path:
-        """What a command that parses with CPU tables reads: the job when it has one
-        profiled iteration, else the chosen iteration's tables."""
-        return self.path if len(self.folders) == 1 else self.folder
+    def _by_rank(self, rank: int | None) -> Path:
+        """What a product that reads CPU tables is computed from: the job as named when
+        one ``rank`` of it is asked for (its trace read alone), else :meth:`_source`."""
+        return self.path if rank is not None else self._source(cpu=True)
+
+    def _source(self, cpu: bool = False) -> Path:
+        """What a product is computed from: one trace as it is, else the tables of the
+        iteration looked at (:attr:`folder`), parsed with the CPU tables where ``cpu``
+        (opened by a command, a folder of several profiled iterations is an error naming
+        them)."""
+        if self.path.is_file():
+            return self.path
+        folders = self._folders(cpu)
+        if self._iteration is None and not self._first_iteration:
+            only_folder(folders, self.path)
+        return self.folder
 
     def critical_path(self, *, iteration: int | None = None, annotation: str | None = None,
                       instance: int = 0, rank: int | None = None, hta_compat: bool = False,
@@ -279,8 +358,8 @@ class Job:
         ``hta_compat``, HTA's path and ``bound_by`` summary (``.summary``)."""
         key = ("critical_path", iteration, annotation, instance, rank, hta_compat,
                tuple(what_if), clock_sync)
-        return self._keep(key, lambda: analyses.critical_path(
-            self._source(), iteration=iteration, annotation=annotation, instance=instance,
+        return self._keep(key, lambda: products.critical_path(
+            self._by_rank(rank), iteration=iteration, annotation=annotation, instance=instance,
             rank=rank, hta_compat=hta_compat, what_if=tuple(what_if),
             clock_sync=clock_sync)[0])
 
@@ -288,15 +367,19 @@ class Job:
         """The op model (``traceviz ops``): ``.calls`` (every modelled call),
         ``.by_shape``, ``.by_module``, ``.iterations`` (MFU), ... or ``.tables()`` by
         name."""
-        return self._keep(("ops", rank, peak_tflops), lambda: analyses.ops(
-            self._source(), rank=rank, peak_tflops=peak_tflops))
+        return self._keep(("ops", rank, peak_tflops), lambda: products.ops(
+            self._by_rank(rank), rank=rank, peak_tflops=peak_tflops))
 
     def memory(self, *, rank: int | None = None) -> JobMemory:
         """Where GPU memory goes (``traceviz memory``; traces recorded with
         ``profile_memory=True``): ``.ranks`` (each rank's ``timeline``, ``peak`` by
         origin, ``ops``, ``summary``), ``.stage_peaks()``, ``.tables()`` by name."""
-        return self._keep(("memory", rank), lambda: analyses.memory(
-            self._source(), rank=rank)[0])
+        return self.memory_run(rank=rank)[0]
+
+    def memory_run(self, *, rank: int | None = None) -> tuple[JobMemory, list[str]]:
+        """:meth:`memory` and the ranks without allocator events."""
+        return self._keep(("memory", rank), lambda: products.memory(self._by_rank(rank),
+                                                                    rank=rank))
 
     @staticmethod
     def hang(dumps: str | os.PathLike) -> Hang:
