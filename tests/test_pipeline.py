@@ -45,6 +45,11 @@ def test_bubbles_match_ground_truth(tmp_path, cfg):
     stages = pq.read_table(out / "pipeline_stages.parquet").to_pylist()
     ranks = [s["rank"] for s in stages]
     bars = _truth_bars(tmp_path / "job", ranks)
+    diagnosed = CliRunner().invoke(main, ["diagnose", str(tmp_path / "job"), "--no-advice",
+                                          "-o", str(tmp_path / "d")])
+    assert diagnosed.exit_code == 0, diagnosed.output
+    ledger = {(r["rank"], r["iteration"]): r
+              for r in pq.read_table(tmp_path / "d" / "ledger.parquet").to_pylist()}
     truth = json.loads((tmp_path / "job" / "ground_truth" / "ground_truth.json").read_text())
     makespan = max(e for b in bars.values() for _, e in b) - min(
         s for b in bars.values() for s, _ in b)
@@ -53,7 +58,7 @@ def test_bubbles_match_ground_truth(tmp_path, cfg):
         assert s["busy_ns"] == busy
         assert s["makespan_ns"] == makespan
         want = 100.0 * (makespan - busy) / makespan
-        assert abs(s["bubble_pct"] - want) <= 0.1 * want / 100 + 1e-9
+        assert abs(s["schedule_idle_pct"] - want) <= 0.1 * want / 100 + 1e-9
         assert s["forward_steps"] == s["backward_steps"] == cfg.microbatches * cfg.vpp
         # warm-up / steady / cool-down as Megatron's schedule runs them
         warm = len(stage_order(len(stages), cfg.microbatches, s["stage"], cfg.vpp)) - 2 * (
@@ -68,8 +73,12 @@ def test_bubbles_match_ground_truth(tmp_path, cfg):
         # the whole ProfilerStep, DP / optimizer tail included
         a, b = truth["ranks"][str(s["rank"])]["steps"][0]
         assert s["iteration_ns"] == b - a
-        assert s["iteration_bubble_pct"] == pytest.approx(100 * (b - a - busy) / (b - a),
-                                                          rel=1e-12)
+        assert s["outside_steps_pct"] == pytest.approx(100 * (b - a - busy) / (b - a),
+                                                       rel=1e-12)
+        # the bubble is the ledger's, as diagnose writes it
+        row = ledger[(s["rank"], 10)]
+        assert s["iteration_bubble_pct"] == pytest.approx(
+            100 * row["bubble_ns"] / row["span_ns"], rel=1e-12)
     assert (out / "pipeline_group0_iter10.png").read_bytes()[:4] == b"\x89PNG"
     page = (out / "pipeline_group0_iter10.html").read_text()
     assert "<svg" in page and "micro-batch 0" in page and "<script" not in page
@@ -155,9 +164,11 @@ def test_timer_dumps_render(tmp_path, vpp):
         busy = mbs * vpp * (fwd[p] + bwd[p])
         assert s["busy_ns"] == pytest.approx(busy, abs=mbs * vpp * 2)  # ms -> ns rounding
         assert s["makespan_ns"] == pytest.approx(makespan, abs=2)
-        assert s["bubble_pct"] == pytest.approx(100 * (makespan - busy) / makespan, abs=1e-4)
-        assert s["iteration_bubble_pct"] == pytest.approx(
+        assert s["schedule_idle_pct"] == pytest.approx(100 * (makespan - busy) / makespan,
+                                                       abs=1e-4)
+        assert s["outside_steps_pct"] == pytest.approx(
             100 * (total[p] - busy) / total[p], abs=1e-4)
+        assert s["iteration_bubble_pct"] is None  # timer dumps have no time ledger
         assert s["forward_steps"] == s["backward_steps"] == mbs * vpp
     # the ideal re-simulation of an ideal schedule is itself
     assert st[0]["ideal_makespan_ns"] == pytest.approx(st[0]["makespan_ns"], rel=1e-6)

@@ -5,16 +5,20 @@ micro-batch rows of :func:`.microbatches.microbatch_table` (first kernel start t
 kernel end of the step, clock-synced). Per stage:
 
 * ``busy`` = |union of its steps|; ``makespan`` = last step end - first step start of
-  the whole group; ``bubble`` = makespan - busy; ``bubble_pct`` = 100 bubble / makespan
-  (PP-Schedule-Visualization's definition, over the group's F/B window);
+  the whole group; ``schedule_idle`` = makespan - busy; ``schedule_idle_pct`` = 100
+  schedule_idle / makespan (what PP-Schedule-Visualization calls the bubble, over the
+  group's F/B window only);
 * the ideal schedule (:func:`..schedule.simulate`) with each stage's median forward and
   backward step and the smallest forward hand-off between consecutive stages measured as
-  the P2P latency; ``ideal_bubble_pct`` and the analytic ``(p-1)/(m·v+p-1)``;
+  the P2P latency; ``ideal_schedule_idle_pct`` and the analytic ``(p-1)/(m·v+p-1)``;
 * the critical stage is the one with the most busy time;
-* ``iteration_bubble_pct`` = 100 (iteration - busy) / iteration over the stage's whole
+* ``outside_steps_pct`` = 100 (iteration - busy) / iteration over the stage's whole
   ProfilerStep where the GPU runs it (:mod:`.iterations`; or a timer dump's
   ``total-execution-time``), so the DP / optimizer tail after the last backward counts
   too;
+* ``iteration_bubble_pct``: the bubble, as everywhere (README, "bubble"): the stage
+  rank's share of its iteration the time ledger (:mod:`.diagnose.ledger`) calls pipeline
+  bubble; null without a ledger (timer dumps);
 * warm-up / steady / cool-down steps and the largest losses against the ideal rules
   (:mod:`.pipeline_phases`).
 
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import TraceVizError
 from ..intervals import measure
@@ -43,10 +48,11 @@ STAGES_SCHEMA = pa.schema([
     ("stage", pa.int64()), ("rank", pa.int64()), ("forward_steps", pa.int64()),
     ("backward_steps", pa.int64()), ("median_forward_ns", pa.int64()),
     ("median_backward_ns", pa.int64()), ("busy_ns", pa.int64()), ("makespan_ns", pa.int64()),
-    ("bubble_ns", pa.int64()), ("bubble_pct", pa.float64()),
-    ("ideal_makespan_ns", pa.int64()), ("ideal_bubble_pct", pa.float64()),
-    ("analytic_bubble_pct", pa.float64()), ("critical", pa.bool_()),
-    ("iteration_ns", pa.int64()), ("iteration_bubble_pct", pa.float64()),
+    ("schedule_idle_ns", pa.int64()), ("schedule_idle_pct", pa.float64()),
+    ("ideal_makespan_ns", pa.int64()), ("ideal_schedule_idle_pct", pa.float64()),
+    ("analytic_schedule_idle_pct", pa.float64()), ("critical", pa.bool_()),
+    ("iteration_ns", pa.int64()), ("outside_steps_pct", pa.float64()),
+    ("iteration_bubble_pct", pa.float64()),
     ("warmup_steps", pa.int64()), ("steady_pairs", pa.int64()),
     ("cooldown_steps", pa.int64())])
 
@@ -114,9 +120,11 @@ def _handoff(steps: list[Step], pp: int, vpp: int) -> int:
 
 def pipeline_view(rows: list[dict], ranks: list[int], vpp: int = 1,
                   iteration_ns: dict[int, int] | None = None,
-                  stragglers: list[dict] | None = None) -> PipelineView:
+                  stragglers: list[dict] | None = None,
+                  bubble_pct: dict[int, float] | None = None) -> PipelineView:
     """Measured vs ideal schedule of the PP group ``ranks`` (stage order);
     ``iteration_ns``: the length of each rank's whole iteration (ProfilerStep);
+    ``bubble_pct``: each rank's bubble share of the iteration (the ledger's);
     ``stragglers``: the job's (:mod:`.diagnose.stragglers` rows), to name a slow stage's
     cause."""
     pp = len(ranks)
@@ -148,19 +156,20 @@ def pipeline_view(rows: list[dict], ranks: list[int], vpp: int = 1,
         cols["median_backward_ns"].append(int(bwd[p]))
         cols["busy_ns"].append(int(busy[p]))
         cols["makespan_ns"].append(int(makespan))
-        cols["bubble_ns"].append(int(makespan - busy[p]))
-        cols["bubble_pct"].append(100.0 * (makespan - busy[p]) / makespan if makespan
-                                  else float("nan"))
+        cols["schedule_idle_ns"].append(int(makespan - busy[p]))
+        cols["schedule_idle_pct"].append(100.0 * (makespan - busy[p]) / makespan if makespan
+                                         else float("nan"))
         cols["ideal_makespan_ns"].append(int(ideal_span))
-        cols["ideal_bubble_pct"].append(100.0 * (ideal_span - ideal_busy) / ideal_span
-                                        if ideal_span else float("nan"))
-        cols["analytic_bubble_pct"].append(100.0 * (pp - 1) / (mbs * vpp + pp - 1)
-                                           if mbs else float("nan"))
+        cols["ideal_schedule_idle_pct"].append(100.0 * (ideal_span - ideal_busy) / ideal_span
+                                               if ideal_span else float("nan"))
+        cols["analytic_schedule_idle_pct"].append(100.0 * (pp - 1) / (mbs * vpp + pp - 1)
+                                                  if mbs else float("nan"))
         cols["critical"].append(p == critical)
         it_ns = (iteration_ns or {}).get(ranks[p])
         cols["iteration_ns"].append(it_ns)
-        cols["iteration_bubble_pct"].append(100.0 * (it_ns - busy[p]) / it_ns if it_ns
-                                            else None)
+        cols["outside_steps_pct"].append(100.0 * (it_ns - busy[p]) / it_ns if it_ns
+                                         else None)
+        cols["iteration_bubble_pct"].append((bubble_pct or {}).get(ranks[p]))
         ph = phases([s for s in steps if s.stage == p])
         for k in ("warmup_steps", "steady_pairs", "cooldown_steps"):
             cols[k].append(ph[k])
@@ -247,6 +256,15 @@ def focus_group(groups: list[list[int]], ranks: list[int]) -> list[int] | None:
     return None
 
 
+def ledger_bubble_pct(diag: Diagnosis, iteration: int) -> dict[int, float]:
+    """Per rank, the ledger's bubble as % of its span in ``iteration`` (the one number
+    called bubble in every command)."""
+    led = diag.ledger.filter(pc.equal(diag.ledger["iteration"], iteration))
+    return {r: 100.0 * b / s for r, b, s in zip(led["rank"].to_pylist(),
+                                                led["bubble_ns"].to_pylist(),
+                                                led["span_ns"].to_pylist()) if s}
+
+
 def pipeline_views(ranks: dict[int, RankActivities], diag: Diagnosis,
                    every: list[list[int]], iteration: int | None = None,
                    vpp: int | None = None, all_groups: bool = False,
@@ -289,6 +307,7 @@ def pipeline_views(ranks: dict[int, RankActivities], diag: Diagnosis,
             vpp = found.pop()
         lengths = {r: step_length(ranks[r], it) for r in grp}
         marks = [(r, *m) for r in grp for m in stage_marks(ranks[r], it)]
-        view = pipeline_view(rows, grp, vpp, {r: n for r, n in lengths.items() if n}, strag)
+        view = pipeline_view(rows, grp, vpp, {r: n for r, n in lengths.items() if n}, strag,
+                             ledger_bubble_pct(diag, it))
         views.append(GroupView(every.index(grp), grp, it, view, marks))
     return PipelineViews(views, notes)

@@ -268,15 +268,17 @@ def _pipeline(pipeline: PipelineSection | None, plot: str | None, why: str) -> s
         return f"<p class='note'>{esc(why)}</p>"
     stages = pipeline.stages.to_pylist()
     rows = [[f"stage {s['stage']}", rank_link(s["rank"]), fmt(s["busy_ns"] / MB),
-             fmt(s["bubble_pct"]), fmt(s["iteration_bubble_pct"]), fmt(s["ideal_bubble_pct"]),
+             fmt(s["iteration_bubble_pct"]), fmt(s["schedule_idle_pct"]),
+             fmt(s["ideal_schedule_idle_pct"]),
              f"{s['warmup_steps']} / {s['steady_pairs']} / {s['cooldown_steps']}",
              "critical" if s["critical"] else ""] for s in stages if s["pp_group"] ==
             stages[0]["pp_group"]]
     gaps = "".join(f"<li>{esc(gap_text(g))}</li>" for g in pipeline.gaps.to_pylist()
                    if g["pp_group"] == stages[0]["pp_group"])
     return ((plot or "")
-            + table(["stage", "rank", "busy ms", "bubble %", "bubble % of iteration",
-                     "ideal bubble %", "warm-up / steady / cool-down", ""], rows,
+            + table(["stage", "rank", "busy ms", "bubble % of iteration",
+                     "idle % of the F/B schedule", "ideal idle %",
+                     "warm-up / steady / cool-down", ""], rows,
                     name="stages")
             + (f"<h3>Largest gaps against the ideal schedule</h3><ul>{gaps}</ul>"
                if gaps else "")

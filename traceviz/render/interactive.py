@@ -63,7 +63,7 @@ def _steps(rows: list[dict], labels: dict[int, str], t0: int, visible: bool = Tr
                            "compute %{customdata[3]:.3f} ms, comm %{customdata[4]:.3f} ms "
                            "(waiting %{customdata[9]}), overlap %{customdata[5]:.3f} ms<br>"
                            "idle %{customdata[6]:.3f} ms, P2P %{customdata[7]:.3f} ms "
-                           "(waiting: the bubble %{customdata[10]}), recompute "
+                           "(waiting on the schedule %{customdata[10]}), recompute "
                            "%{customdata[8]}<extra></extra>")))
     return traces
 
@@ -77,7 +77,7 @@ def job_timeline(rows: list[dict], stages: list[dict], title: str, clocks: str =
     micro-batch step window (``microbatches`` rows: start_ns on synced clocks,
     wall_clock_ns), x in ms from the earliest step; hover: phase, micro-batch, chunk,
     wall clock, compute, communication (and its waiting), overlap, idle, P2P (and its
-    waiting: the bubble before the step) (ms; n/a where unknown)."""
+    waiting on the schedule before the step) (ms; n/a where unknown)."""
     import plotly.graph_objects as go
 
     labels = row_order(sorted({r["rank"] for r in rows}), stages)
@@ -119,7 +119,7 @@ def job_heatmap(rows: list[dict], stages: list[dict], title: str, clocks: str = 
     n = len(labels)
     fig.update_layout(
         title=dict(text=f"{title}: the share of each time bin a rank spends in its steps "
-                   "(pale: a bubble or a wait)", x=0.01, font_size=14),
+                   "(pale: idle or waiting)", x=0.01, font_size=14),
         height=min(900, max(420, 160 + n)),
         margin=dict(l=10, r=10, t=40, b=40),
         xaxis=dict(title=_axis_title(n, clocks)),

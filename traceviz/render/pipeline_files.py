@@ -27,13 +27,14 @@ def _add_view(res: Result, g: GroupView, title: str, stem: str) -> None:
                      f"{st[0]['ideal_makespan_ns'] / 1e6:.2f} ms ideal; critical stage "
                      f"{crit['stage']} (rank {crit['rank']})")
     for s in st:
-        whole = (f", {s['iteration_bubble_pct']:.1f} % of the whole iteration"
-                 if s["iteration_bubble_pct"] is not None else "")
+        bubble = ("n/a (no time ledger)" if s["iteration_bubble_pct"] is None
+                  else f"{s['iteration_bubble_pct']:.1f} %")
         res.lines.append(
-            f"  stage {s['stage']} rank {s['rank']}: bubble {s['bubble_pct']:.1f} % (ideal "
-            f"{s['ideal_bubble_pct']:.1f} %, analytic {s['analytic_bubble_pct']:.1f} %"
-            f"{whole}); warm-up {s['warmup_steps']}, steady {s['steady_pairs']} pairs, "
-            f"cool-down {s['cooldown_steps']}")
+            f"  stage {s['stage']} rank {s['rank']}: bubble {bubble} of its iteration; idle "
+            f"in the F/B schedule {s['schedule_idle_pct']:.1f} % (ideal "
+            f"{s['ideal_schedule_idle_pct']:.1f} %, analytic "
+            f"{s['analytic_schedule_idle_pct']:.1f} %); warm-up {s['warmup_steps']}, steady "
+            f"{s['steady_pairs']} pairs, cool-down {s['cooldown_steps']}")
     res.lines += [f"  largest gap: {gap_text(gap)}" for gap in view.gaps]
 
 
