@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 
 from .devices import device_of
 from .ops import RankOps
+from .report_types import TraceMfu
 
 SHAPE_KEYS = ("op", "family", "input_dims", "dtype", "phase")
 MICROBATCH_KEYS = ("phase", "microbatch")
@@ -200,3 +201,26 @@ def _unmodelled(not_modelled: pa.Table, missing: pa.Table, total: int) -> pa.Tab
 def share(part: int, total: int) -> float | None:
     """``part`` as a percent of ``total`` (None when ``total`` is not positive)."""
     return 100.0 * part / total if total > 0 else None
+
+
+def trace_mfu(model: OpModel) -> TraceMfu:
+    """TFLOP/s per GPU and MFU from the traced ops' own FLOPs: the mean over the
+    rank-iterations (recompute left out); each null with the one reason every command
+    gives where some rank-iteration has none (a mean of the others would hide it)."""
+    iters = model.iterations.to_pylist() if model.iterations.num_rows else []
+    tf = [r["model_tflops"] for r in iters if r["model_tflops"] is not None]
+    mfu = [r["mfu_pct"] for r in iters if r["mfu_pct"] is not None]
+    blind = next((r["flops_unknown"] for r in iters if r.get("flops_unknown")), None)
+    if not iters:
+        return {"tflops_per_gpu": None, "mfu_pct": None,
+                "why": "no ProfilerStep: no iteration to divide the FLOPs by"}
+    if len(tf) < len(iters):
+        return {"tflops_per_gpu": None, "mfu_pct": None, "why": (
+            f"{len(iters) - len(tf)} of {len(iters)} rank-iteration(s) have no FLOPs: "
+            + (blind or "no modelled call in a step has FLOPs (record_shapes off?)"))}
+    why = (None if len(mfu) == len(tf) else
+           "the device's peak is unknown: set --peak-tflops" if not model.peak_tflops else
+           "above 100 % of the peak for some iteration: the peak (--peak-tflops) or the "
+           "recorded shapes are wrong")
+    return {"tflops_per_gpu": float(np.mean(tf)),
+            "mfu_pct": float(np.mean(mfu)) if why is None else None, "why": why}

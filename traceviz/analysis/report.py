@@ -99,12 +99,14 @@ class _RankCalls:
             self.algbw = np.where(known & (self.busy > 0), self.nbytes / self.busy, np.nan)
 
 
-def _iterations(summaries: list[RankSummary], offsets: dict[int, int], synced: bool
-                ) -> list[dict]:
+def _iterations(summaries: list[RankSummary], offsets: dict[int, int], synced: bool,
+                job_spans: dict[int, int] | None = None) -> list[dict]:
     """Per traced iteration its start and time (ns): from the earliest start to the
     latest end over all ranks on synced clocks; without synced clocks (several ranks that
     nothing links) the longest rank's own span, as ranks' clocks cannot be compared.
-    Without ProfilerSteps the traced GPU window stands in (iteration None)."""
+    Without ProfilerSteps the traced GPU window stands in (iteration None). An iteration
+    the time ledger measured (``job_spans``: its ``job_span_ns``) takes that time: the one
+    iteration time of every command."""
     spans: dict = {}
     cross_rank = synced or len(summaries) == 1
     for s in summaries:
@@ -122,7 +124,8 @@ def _iterations(summaries: list[RankSummary], offsets: dict[int, int], synced: b
                 spans[it] = [lo, hi]
     if None in spans and len(spans) > 1:  # ranks with steps decide
         del spans[None]
-    return [{"iteration": it, "start_ns": lo, "time_ns": hi - lo}
+    spans_of = job_spans or {}
+    return [{"iteration": it, "start_ns": lo, "time_ns": spans_of.get(it, hi - lo)}
             for it, (lo, hi) in sorted(spans.items(), key=lambda kv: (kv[0] is None,
                                                                       kv[0] or 0))]
 
@@ -309,11 +312,13 @@ def job_world(summaries: list[RankSummary], layout: Layout | None,
 def build_report(summaries: list[RankSummary], config: RunConfig, offsets: dict[int, int],
                  layout=None, notes: list[str] | None = None, clocks: str = "none",
                  trace: TraceMfu | None = None, diagnosed: Diagnosed | None = None,
-                 failed: list[str] | None = None) -> Report:
+                 failed: list[str] | None = None,
+                 job_spans: dict[int, int] | None = None) -> Report:
     """The report of a job's ranks (sorted by rank); ``clocks``: how ``offsets`` put the
     ranks on one clock ("shifted", "own clocks", "given"; "none": not synced); ``trace``: the traced ops' FLOPs (the throughput's one MFU is
     then chosen between them and the configuration's, :func:`chosen_mfu`);
-    ``diagnosed``: the job's diagnosis and advice; ``failed``: the ranks left out."""
+    ``diagnosed``: the job's diagnosis and advice; ``failed``: the ranks left out;
+    ``job_spans``: per iteration the time ledger's ``job_span_ns`` (the iteration time)."""
     summaries = sorted(summaries, key=lambda s: s.rank)
     notes = list(notes or [])
     gpus = len(summaries)
@@ -329,7 +334,7 @@ def build_report(summaries: list[RankSummary], config: RunConfig, offsets: dict[
                  "ep": layout.ep} if layout is not None else {})
     rc = _RankCalls(summaries)
     synced = clocks != "none"
-    iters = _iterations(summaries, offsets, synced)
+    iters = _iterations(summaries, offsets, synced, job_spans)
     if not synced and gpus > 1:
         notes.append("iteration time: the longest rank's own span (clocks not synced, "
                      "spans across ranks cannot be compared)")

@@ -10,11 +10,10 @@ import os
 from pathlib import Path
 from typing import cast
 
-import numpy as np
-
 from ..analysis.calls import COLUMNS as CALL_COLUMNS
 from ..analysis.clocks import is_clock_note, offsets_from_calls
 from ..analysis.iterations import COLUMNS as WINDOW_COLUMNS
+from ..analysis.ops_summary import trace_mfu
 from ..analysis.rank_summary import RankSummary, summarize
 from ..analysis.report import build_report, job_world
 from ..analysis.report_types import Diagnosed, Report, TraceMfu
@@ -110,8 +109,12 @@ def _make_report(root: Path, config_file: str | None, overrides: dict | None,
         notes += [n for n in diag.notes if is_clock_note(n)]
     else:
         offsets, clocks = offsets_from_calls([s.calls for s in summaries], notes)
+    # the iteration time is the ledger's where it compares the ranks on one clock
+    job_spans = ({t["iteration"]: t["job_span_ns"] for t in diag.totals.to_pylist()}
+                 if diag is not None and (clocks != "none" or len(diag.ranks) == 1)
+                 else None)
     rep = build_report(summaries, config, offsets, layout, notes, clocks,
-                       trace=trace, diagnosed=diagnosed, failed=failed)
+                       trace=trace, diagnosed=diagnosed, failed=failed, job_spans=job_spans)
     return cast(Report, _finite(rep))
 
 
@@ -122,23 +125,12 @@ def _trace_flops(root: Path, peak: float | None) -> TraceMfu:
     def none(why: str) -> TraceMfu:
         return {"tflops_per_gpu": None, "mfu_pct": None, "why": why}
 
+    if root.is_file():  # one trace: its op model from the trace itself
+        return trace_mfu(products.ops(root, peak_tflops=peak))
     try:
-        folder = root.parent if root.is_file() else tables_folder(root)
+        folder = tables_folder(root)
     except TraceVizError:
         return none("no tables")
     if not has_cpu_tables(folder):
         return none("the ranks' CPU tables are not parsed: run 'traceviz ops'")
-    model = products.ops(folder, peak_tflops=peak)
-    iters = model.iterations.to_pylist()
-    tf = [r["model_tflops"] for r in iters if r["model_tflops"] is not None]
-    mfu = [r["mfu_pct"] for r in iters if r["mfu_pct"] is not None]
-    if not tf:
-        return none("no traced op has FLOPs (record_shapes off?)")
-    # a mean over the rank-iterations that have an MFU would hide the others
-    whole = len(mfu) == len(tf)
-    why = (None if whole else "the device's peak is unknown: set --peak-tflops"
-           if not model.peak_tflops else
-           "above 100 % of the peak for some iteration: the peak (--peak-tflops) or the "
-           "recorded shapes are wrong")
-    return {"tflops_per_gpu": float(np.mean(tf)),
-            "mfu_pct": float(np.mean(mfu)) if whole else None, "why": why}
+    return trace_mfu(products.ops(folder, peak_tflops=peak))

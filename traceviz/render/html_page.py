@@ -200,7 +200,7 @@ def _summary(rep: Report) -> str:
     c, t, mfu = rep["configuration"], rep["throughput"]["mean"], rep["throughput"]["mfu"]
     # the KPI names its source (its definition is the tooltip), or why it is n/a
     source = {"config": "config FLOPs", "trace": "traced ops' FLOPs"}.get(mfu["source"] or "",
-                                                                        "no FLOPs")
+                                                                        "n/a: hover")
     kpis = [("iteration time", fmt(t["time_ms"], unit=" ms")),
             ("tokens/s", fmt(t["tokens_per_s"], 0)),
             ("TFLOP/s per GPU", fmt(mfu["tflops_per_gpu"])),

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from functools import partial
 
-import numpy as np
 import pyarrow as pa
 
 from ..analysis.devices import device_of
-from ..analysis.ops_summary import OpModel, share
+from ..analysis.ops_summary import OpModel, share, trace_mfu
 from ..table.io import write_parquet
 from .figures import Figure
 from .ops_figures import modules, roofline
@@ -38,20 +37,14 @@ def ops_result(model: OpModel) -> Result:
              f"{_pct(share(model.shapes_missing_ns, total))}, no model "
              f"{_pct(share(model.unmodelled_ns, total))}"]
     header = list(lines)  # what the op model is, without its FLOP rates
-    tf = iters["model_tflops"].to_numpy(zero_copy_only=False) if iters.num_rows else None
-    if tf is not None and np.isfinite(tf).any():
-        mfu = iters["mfu_pct"].to_numpy(zero_copy_only=False)[np.isfinite(tf)]
-        known = int(np.isfinite(tf).sum())
-        # n/a when some rank-iteration has none: a mean of the others would hide it
-        lines.append(f"  from the trace's own FLOPs: {np.nanmean(tf):.4g} TFLOP/s per GPU, "
-                     f"MFU {_pct(float(mfu.mean()) if np.isfinite(mfu).all() else None)}"
-                     f" (mean over {known} rank-iteration(s); recompute left out)")
-    elif not iters.num_rows:
-        lines.append("  from the trace's own FLOPs: n/a (no ProfilerStep: no iteration to "
-                     "divide them by)")
+    mfu = trace_mfu(model)  # the report's and the page's, with the same reason
+    if mfu["tflops_per_gpu"] is not None:
+        lines.append(f"  from the trace's own FLOPs: {mfu['tflops_per_gpu']:.4g} TFLOP/s per "
+                     f"GPU, MFU {_pct(mfu['mfu_pct'])} (mean over {iters.num_rows} "
+                     "rank-iteration(s); recompute left out)"
+                     + (f"; MFU n/a: {mfu['why']}" if mfu["why"] else ""))
     else:
-        lines.append("  from the trace's own FLOPs: n/a (no modelled call in a step has "
-                     "FLOPs)")
+        lines.append(f"  from the trace's own FLOPs: n/a ({mfu['why']})")
     for r in shapes.slice(0, 5).to_pylist() if shapes.num_rows else []:
         of = (f"{_pct(r['pct_peak_flops'])} of peak FLOP/s" if r["pct_peak_flops"] is not None
               else f"{_pct(r['pct_peak_bw'])} of peak bandwidth" if r["pct_peak_bw"] is not None
