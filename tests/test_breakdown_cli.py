@@ -50,7 +50,7 @@ def test_breakdown_matches_ground_truth(job, tmp_path):
         both = (union_length(spans["COMP"]) + union_length(spans["COMM"])
                 - union_length(spans["COMP"] + spans["COMM"]))
         assert int(r["compute_overlapped_comm_ns"]) == both
-        assert f"rank {rank}: span" in result.output
+        assert f"rank {rank}: kernel time" in result.output
 
 
 def test_breakdown_skips_a_bad_rank(job, tmp_path):
@@ -63,7 +63,7 @@ def test_breakdown_skips_a_bad_rank(job, tmp_path):
     assert result.exit_code == 1, result.output
     assert "failed: " in result.output and "notjson.json" in result.output
     assert "1 rank(s) left out" in result.output
-    assert "rank 0: span" in result.output and (tmp_path / "o" / "temporal_breakdown.csv").exists()
+    assert "rank 0: kernel time" in result.output and (tmp_path / "o" / "temporal_breakdown.csv").exists()
     missing = CliRunner().invoke(main, ["breakdown", str(tmp_path / "nope")])
     assert missing.exit_code == 1 and "no such file" in missing.output
     assert "Traceback" not in missing.output

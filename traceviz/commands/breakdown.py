@@ -31,10 +31,36 @@ def run(paths: list[str | os.PathLike], options: Options = Options(), *,
                                       else None), notes=notes, failed=failed)
 
 
+_SUMMED = ("kernel_time_ns", "idle_ns", "compute_ns", "non_compute_ns", "comm_ns",
+           "comm_transfer_ns", "comm_wait_ns", "compute_overlapped_comm_ns")
+
+
+def profiled_steps(tables: dict) -> list[dict]:
+    """Per rank, the temporal breakdown over its profiled steps (the rows of its
+    ProfilerSteps summed; ``steps`` counts them), or over its whole trace where it has
+    none (``steps`` 0): HTA's kernel time and its parts (ns)."""
+    rows = tables["temporal_breakdown"].to_pylist()
+    out = []
+    for rank in sorted({r["rank"] for r in rows}):
+        mine = [r for r in rows if r["rank"] == rank]
+        steps = [r for r in mine if r["iteration"] is not None and r["iteration"] >= 0]
+        picked = steps or [r for r in mine if r["iteration"] is None]
+        total = {k: (None if any(r[k] is None for r in picked) else sum(r[k] for r in picked))
+                 for k in _SUMMED}
+        out.append({"rank": rank, "steps": len(steps), **total})
+    return out
+
+
 def _share(r: dict, key: str) -> float | None:
-    """``r[key]`` as a percent of the rank's span (None when unknown)."""
+    """``r[key]`` as a percent of the rank's kernel time (None when unknown)."""
     span, v = r["kernel_time_ns"], r[key]
-    return None if v is None or not span or v != v else 100 * v / span
+    return None if v is None or not span else 100 * v / span
+
+
+def _overlap(r: dict) -> float | None:
+    """The communication hidden behind compute, as % of the communication."""
+    comm, hidden = r["comm_ns"], r["compute_overlapped_comm_ns"]
+    return None if not comm or hidden is None else 100 * hidden / comm
 
 
 def _stages(paths: list[str | os.PathLike]) -> dict[int, str] | None:
@@ -49,47 +75,53 @@ def _stages(paths: list[str | os.PathLike]) -> dict[int, str] | None:
 
 
 def summary_lines(tables: dict, stages: dict[int, str] | None = None) -> list[str]:
-    """Per rank the shares of the span and the overlap; beyond
+    """Per rank over its profiled steps (:func:`profiled_steps`): HTA's kernel time and
+    its three parts (compute, non-compute, idle: they add up to it), the communication
+    (overlapping compute or not: not a part of non-compute) and the overlap; beyond
     :data:`~traceviz.render.rank_spread.LISTED` ranks their summary, each rank compared
-    with its pipeline stage's (``stages``: rank -> stage) when known (every rank in
-    temporal_breakdown.csv)."""
-    rows = [r for r in tables["temporal_breakdown"].to_pylist()
-            if r["iteration"] is None]  # the whole-trace rows only
+    with its pipeline stage's (``stages``: rank -> stage) when known (every rank and
+    step in temporal_breakdown.csv)."""
+    rows = profiled_steps(tables)
     if len(rows) > LISTED:
         ranks = [r["rank"] for r in rows]
-        lines = [f"{len(rows)} ranks, summarized (every rank: temporal_breakdown.csv):"]
+        lines = [f"{len(rows)} ranks over their profiled steps, summarized (every rank and "
+                 "step: temporal_breakdown.csv):"]
         for label, values, fmt, atol in (
-                ("span", [r["kernel_time_ns"] / 1e6 for r in rows], _ms, 0.0),
-                ("compute", [r["compute_pct"] for r in rows], _pct, 1.0),
+                ("kernel time", [r["kernel_time_ns"] / 1e6 for r in rows], _ms, 0.0),
+                ("compute", [_share(r, "compute_ns") for r in rows], _pct, 1.0),
+                ("non-compute", [_share(r, "non_compute_ns") for r in rows], _pct, 1.0),
+                ("idle", [_share(r, "idle_ns") for r in rows], _pct, 1.0),
                 ("communication", [_share(r, "comm_ns") for r in rows], _pct, 1.0),
                 ("communication: moving data",
                  [_share(r, "comm_transfer_ns") for r in rows], _pct, 1.0),
                 ("communication: waiting for their peers",
                  [_share(r, "comm_wait_ns") for r in rows], _pct, 1.0),
-                ("idle", [r["idle_pct"] for r in rows], _pct, 1.0),
-                ("comm-comp overlap", [r["overlap_pct"] for r in rows], _pct, 1.0)):
+                ("comm-comp overlap", [_overlap(r) for r in rows], _pct, 1.0)):
             lines += ["  " + line for line in
                       spread_lines(label, ranks, values, fmt, stages, atol=atol)]
         return lines
     lines = []
     for r in rows:
-        overlap = r["overlap_pct"]
-        split = ""
-        if r["comm_ns"] and r["comm_wait_ns"] is not None and r["kernel_time_ns"]:
-            split = (f" (communication {_share(r, 'comm_ns'):.2f} %: moving data "
-                     f"{_share(r, 'comm_transfer_ns'):.2f} %, waiting for their peers "
-                     f"{_share(r, 'comm_wait_ns'):.2f} %)")
+        where = (f"{r['steps']} profiled step{'s' * (r['steps'] != 1)}" if r["steps"]
+                 else "the whole trace (no ProfilerStep)")
+        comm = ""
+        if r["comm_ns"]:
+            comm = f"; communication {_pct(_share(r, 'comm_ns'))} of it"
+            if r["comm_wait_ns"] is not None:
+                comm += (f" (moving data {_pct(_share(r, 'comm_transfer_ns'))}, waiting "
+                         f"for their peers {_pct(_share(r, 'comm_wait_ns'))})")
+        overlap = _overlap(r)
         lines.append(
-            f"rank {r['rank']}: span {_ms(r['kernel_time_ns'] / 1e6)}; compute "
-            f"{_pct(r['compute_pct'])}, non-compute {_pct(r['non_compute_pct'])}{split}, "
-            f"idle {_pct(r['idle_pct'])}; comm-comp overlap "
-            + ("n/a (no communication)" if overlap is None or overlap != overlap
-               else _pct(overlap)))
+            f"rank {r['rank']}: kernel time {_ms(r['kernel_time_ns'] / 1e6)} over {where}: "
+            f"compute {_pct(_share(r, 'compute_ns'))}, non-compute "
+            f"{_pct(_share(r, 'non_compute_ns'))}, idle {_pct(_share(r, 'idle_ns'))}{comm}; "
+            "comm-comp overlap " + ("n/a (no communication)" if overlap is None
+                                    else _pct(overlap)))
     return lines
 
 
-def _pct(v: float) -> str:
-    return f"{v:.2f} %"
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.2f} %"
 
 
 def _ms(v: float) -> str:

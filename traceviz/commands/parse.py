@@ -12,6 +12,7 @@ from ..ingest.build import ParsedTrace, parse_trace
 from ..ingest.discover import is_trace_name
 from ..ingest.outputs import default_path, trace_stem
 from ..ingest.topology import from_file
+from ..parse.header import rank_in_name
 from ..table.result import Result
 
 
@@ -63,7 +64,12 @@ def summary_lines(result: Result, seconds: float, written: list) -> list[str]:
     kind_text = ", ".join(f"{v} {k}" for k, v in stats["kinds"].items()) or "none"
     steps = sorted({s["iteration"] for s in meta["steps"]})
     mb = stats["bytes_read"] / 1e6
-    lines = [f"rank {meta['rank']}: {parsed.columns.n_rows} GPU activities ({kind_text}); "
+    # the rank every command gives this trace: its own, else its file name's, else 0
+    rank = (meta["rank"] if meta["rank"] >= 0 else
+            rank_in_name(os.fspath(meta.get("source") or "")))
+    label = (f"rank {rank}" if rank is not None and rank >= 0 else
+             "rank 0 (the trace states none)")
+    lines = [f"{label}: {parsed.columns.n_rows} GPU activities ({kind_text}); "
              f"{len(steps)} iteration(s); {stats['events']} events, {mb:.1f} MB in "
              f"{seconds:.2f} s ({mb / max(seconds, 1e-9):.0f} MB/s) -> "
              f"{', '.join(map(str, written))}"]
