@@ -1,0 +1,134 @@
+"""One name, one number: every command run on the real H200 jobs of ../shared/traces/gpu,
+and each number shown under one name (iteration time, the clock verdict, bubble, MFU and
+its n/a reason, a rank's label) read back from the text, the CSV, the JSON and the HTML
+it is in, and compared."""
+import csv
+import html
+import json
+import re
+
+import pytest
+from click.testing import CliRunner
+from helpers import shared
+
+from traceviz.cli import main
+
+JOBS = ["gpu/megatron_1f1b", "gpu/megatron_moe", "gpu/tp_dp",
+        "gpu/single_gpt/single_gpt.json.gz"]
+
+
+def _run(*args) -> str:
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert result.exit_code == 0, (args, result.output)
+    return result.output
+
+
+def _csv(path) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.fixture(scope="module", params=JOBS)
+def outputs(request, module_folder):
+    """Every command's outputs of one real job, in the module's folder."""
+    job = shared(request.param)
+    out = module_folder / request.param.replace("/", "_")
+    got = {"job": job, "out": out,
+           "diagnose": _run("diagnose", job, "-o", out / "d"),
+           "report": _run("report", job, "-o", out / "r" / "report.txt"),
+           "ops": _run("ops", job, "-o", out / "ops"),
+           "breakdown": _run("breakdown", job, "-o", out / "b")}
+    _run("html", job, "-o", out / "page.html")
+    got["page"] = (out / "page.html").read_text()
+    got["report_text"] = (out / "r" / "report.txt").read_text()
+    got["report_json"] = json.loads((out / "r" / "report.json").read_text())
+    pipe = CliRunner().invoke(main, ["pipeline", str(job), "-o", str(out / "p")])
+    got["pipeline"] = pipe.output if pipe.exit_code == 0 else None
+    return got
+
+
+def _head(text: str) -> re.Match:
+    """The ledger's first line: iteration, ranks, clock verdict, iteration time."""
+    found = re.search(r"ProfilerStep#(\d+), (\d+) rank\(s\), (.+?): ([\d,.]+) ms from the "
+                      r"first rank's start", text)
+    assert found, text[:400]
+    return found
+
+
+def test_iteration_time(outputs):
+    """diagnose's span from the first rank's start to the last one's end = the report's
+    iteration time (text and JSON) = the page's."""
+    it, _, _, ms = _head(outputs["diagnose"]).groups()
+    rows = outputs["report_json"]["throughput"]["iterations"]
+    mine = next(r for r in rows if r["iteration"] == int(it))
+    assert f"{mine['time_ms']:.2f}" == ms.replace(",", "")
+    if len(rows) == 1:
+        assert f"Time per Iteration: {mine['time_ms']:,.2f} ms" in outputs["report_text"]
+        assert f"iteration time<b>{mine['time_ms']:,.2f} ms" in outputs["page"]
+
+
+def test_clock_verdict(outputs):
+    """The clock verdict diagnose gives is the report's (its collectives' heading and its
+    ledger) and the page's, word for word."""
+    _, ranks, verdict, _ = _head(outputs["diagnose"]).groups()
+    assert _head(outputs["report_text"]).group(3) == verdict
+    assert html.escape(verdict) in outputs["page"]
+    if int(ranks) > 1:
+        assert f"6. CROSS-RANK COLLECTIVES: {verdict}" in outputs["report_text"]
+    else:
+        assert verdict == "one rank (its own clock)"
+
+
+def test_bubble(outputs):
+    """The bubble is the ledger's: ledger_totals.csv, diagnose's text, the report's JSON
+    and the page; pipeline_stages.csv's iteration_bubble_pct is each stage rank's."""
+    out = outputs["out"]
+    totals = _csv(out / "d" / "ledger_totals.csv")
+    ledger = {(int(r["rank"]), int(r["iteration"])): r for r in _csv(out / "d" / "ledger.csv")}
+    kept = outputs["report_json"]["diagnosis"]["totals"]
+    for row, again in zip(totals, kept):
+        pct = float(row["bubble_pct"])
+        assert again["bubble_pct"] == pytest.approx(pct, rel=1e-12, abs=1e-12)
+        if pct >= 0.05:
+            said = f"pipeline bubble {pct:.1f} %"
+            assert said in outputs["diagnose"] and said in outputs["report_text"]
+            assert said in outputs["page"]
+    if outputs["pipeline"] is None:
+        return
+    for s in _csv(out / "p" / "pipeline_stages.csv"):
+        row = ledger[(int(s["rank"]), int(totals[0]["iteration"]))]
+        want = 100 * int(row["bubble_ns"]) / int(row["span_ns"])
+        assert float(s["iteration_bubble_pct"]) == pytest.approx(want, rel=1e-9)
+        assert f"rank {s['rank']}: bubble {want:.1f} % of its iteration" in outputs["pipeline"]
+
+
+def test_mfu_and_its_reason(outputs):
+    """One MFU: the report's (JSON, text) is the page's and, from the traced ops, the op
+    model's; where it is n/a, one reason, the same in the report and the page."""
+    mfu = outputs["report_json"]["throughput"]["mfu"]
+    page = outputs["page"]
+    if mfu["mfu_pct"] is None:
+        assert mfu["why"] and f"n/a: {mfu['why']}" in outputs["report_text"]
+        assert html.escape(mfu["why"], quote=True) in page
+        return
+    assert f"MFU: {mfu['mfu_pct']:.2f}%" in outputs["report_text"]
+    shown = f"{mfu['mfu_pct']:,.2f} %" if mfu["mfu_pct"] >= 1 else f"{mfu['mfu_pct']:.3g} %"
+    assert f"traced ops&#x27; FLOPs</small><b>{shown}" in page or \
+        f"config FLOPs</small><b>{shown}" in page
+    if mfu["source"] == "trace":
+        ops = re.search(r"MFU ([\d.]+) %", outputs["ops"])
+        assert ops and float(ops.group(1)) == pytest.approx(mfu["mfu_pct"], rel=5e-3)
+
+
+def test_rank_labels(outputs):
+    """A rank is called by one number: breakdown's, diagnose's ledger and parse's."""
+    out = outputs["out"]
+    ledger_ranks = sorted({int(r["rank"]) for r in _csv(out / "d" / "ledger.csv")})
+    said = sorted(int(r) for r in re.findall(r"^rank (\d+): kernel time",
+                                             outputs["breakdown"], re.M))
+    assert said == ledger_ranks
+    job = outputs["job"]
+    one = job if job.is_file() else sorted(job.rglob("*.json.gz"))[0]
+    parsed = _run("parse", one, "-o", out / "one.parquet")
+    rank = int(re.search(r"^rank (\d+)", parsed, re.M).group(1))
+    assert rank in ledger_ranks
