@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 from pathlib import Path
 
+from .analysis.ops_summary import trace_mfu
 from .analysis.run_config import training_flops_per_token
 from .commands import aggregate, breakdown, critical_path, diagnose, html, ops, pipeline, report
 from .ingest import batch
@@ -50,7 +51,7 @@ def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> Resul
     steps["parsed tables"] = tables
     echo(f"batch: {sum(o.status == 'parsed' for o in outcomes)} ranks parsed -> {tables}")
     agg = aggregate.run(job_dir, tables, quiet=True)
-    folder = agg.data["root"]  # one profiled iteration: its one folder
+    folder = Path(os.path.relpath(agg.data["root"]))  # one profiled iteration's folder
     written = write(agg, folder)
     steps["aggregate (micro-batches, clocks, figures)"] = folder
     echo(f"aggregate: {len(written)} tables and figures -> {folder}")
@@ -84,7 +85,9 @@ def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> Resul
     model = ops.run(job)
     write(model, out / "ops")
     steps["op model (FLOPs, roofline, modules)"] = out / "ops"
-    echo(f"ops: {model.lines[2].strip()}")
+    mfu = trace_mfu(job.ops())  # what the op model's summary says, typed
+    echo(f"ops: the traced ops' own FLOPs give {mfu['tflops_per_gpu']:.1f} TFLOP/s per GPU"
+         f" (MFU {mfu['mfu_pct']:.1f} % from them; the report's MFU is the model's, above)")
     page = out / "traceviz_report.html"
     write(html.run(job, page, title="traceviz demo job", **DEMO_FACTS), ".")
     steps["HTML report (open in a browser)"] = page

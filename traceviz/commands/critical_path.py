@@ -23,6 +23,7 @@ from ..job import products
 from ..render.critical_path_figure import draw
 from ..render.figures import Figure
 from ..render.perfetto import path_events, write_job
+from ..render.words import clock_words
 from .export_writer import write as write_export
 from ..table.result import Result
 
@@ -87,7 +88,8 @@ def _hta_result(p: HtaPath) -> Result:
 def _path_result(p: CriticalPath) -> Result:
     """The job model's path as files and lines."""
     hops = p.hops
-    lines = [f"critical path {p.where}: {_ms(p.iteration_ns)}, {p.edges} edges"
+    clocks = f" ({clock_words(p.ranks, p.clocks)})" if p.ranks > 1 else ""
+    lines = [f"critical path {p.where}{clocks}: {_ms(p.iteration_ns)}, {p.edges} edges"
              + (f", through rank(s) {' -> '.join(map(str, hops[:12]))}"
                 f"{' ...' if len(hops) > 12 else ''}" if p.ranks > 1 else "")]
     lines += [f"  {r['category']:24s} {r['pct']:7.3f} %  {_ms(r['ns'])}"

@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from ...errors import TraceVizError
 from ...table.schema import metadata
+from ..clocks import is_clock_note
 from ..diagnose.diagnosis import Diagnosis, diagnosis_of
 from ..diagnose.waits import JobComm, job_comm
 from ..host_device import SYNC, rank_events
@@ -85,8 +86,10 @@ class CriticalPath:
     time by category (``by_category``: adds up to the iteration, ``iteration_ns``), by
     rank and by phase (add up to the path, ``span_ns``), the ranks it runs through in
     order (``hops``), and the what-ifs (``what_if``: per re-timing, the iteration before
-    and after; None without). ``where``: what the path is of (window, ranks, clocks);
-    ``segments`` / ``tracks``: what its figure and Perfetto tracks draw."""
+    and after; None without). ``where``: what the path is of (window, ranks);
+    ``clocks``: how the ranks were put on one clock (:class:`~..clocks.ClockSync`'s
+    method, "none"); ``segments`` / ``tracks``: what its figure and Perfetto tracks
+    draw."""
 
     table: pa.Table
     by_category: pa.Table
@@ -102,6 +105,7 @@ class CriticalPath:
     segments: dict
     tracks: dict
     notes: list[str] = field(default_factory=list)
+    clocks: str = "none"
 
     def tables(self) -> dict[str, pa.Table]:
         """The tables by file name."""
@@ -260,9 +264,12 @@ def job_critical_path(tables: list[tuple[int, Table, Table]], ann: str | None,
     notes: list[str] = []
     jp = job_path(tables, notes, ann, inst, clock_sync, exact, where, diag)
     if diag is not None:
-        notes += [n for n in diag.notes if n.startswith("clocks") and n not in notes]
+        notes += [n for n in diag.notes if is_clock_note(n) and n not in notes]
     result = path_of(jp.jg, jp.measured, jp.ranks, jp.phases, jp.stages, jp.offsets,
                      notes, inst)
+    if jp.offsets:  # the diagnosis's verdict, else the one solved here
+        result.clocks = (diag.clocks if diag is not None else
+                         jp.jc.sync.method if jp.jc.sync is not None else "given")
     if what_if:
         result.what_if = what_ifs(what_if_context(jp.jc, jp.jg, jp.measured,
                                                   diag or diagnosis_of(jp.jc)), what_if)
@@ -297,8 +304,7 @@ def path_of(jg: J.JobGraph, t: J.Timing, ranks: list, phases: list, stages: dict
     what = (w.names[0] if len(w.names) == 1 else "the whole trace" if not w.annotation
             else f"{w.annotation} instance {inst}")
     where = (f"of {rank_label(ranks[0].events.rank)}, {what}" if len(ranks) == 1 else
-             f"of {what} across {len(ranks)} ranks "
-             f"({'clocks synced' if offsets else 'own clocks'})")
+             f"of {what} across {len(ranks)} ranks")
     legend = {r["category"]: f"{r['category']} ({r['ns'] / 1e6:.3g} ms)"
               for r in by_cat.to_pylist()}
     # each edge drawn as its wait, then its own time
