@@ -358,3 +358,34 @@ def test_control_characters_in_names_never_reach_the_terminal(tmp_path):
         for stream in (proc.stdout, proc.stderr):
             text = stream.decode()
             assert not [c for c in text if (not c.isprintable() and c != "\n")], command
+
+
+@pytest.mark.parametrize("command", [["breakdown"], ["ops"], ["critical-path"], ["diagnose"],
+                                     ["report"], ["export"], ["counters"],
+                                     ["sequences", "--op", "aten::mm"]])
+def test_every_command_that_takes_a_trace_reads_stdin(command, tmp_path):
+    """``-`` is the trace on stdin: the same lines as from its file, and the copy the
+    command read is gone when it ends."""
+    import tempfile
+    from pathlib import Path
+
+    from traceviz.synth import SynthConfig, synthesize
+
+    synthesize(SynthConfig(tp=1, pp=1, dp=1, microbatches=2, layers=2, with_stack=False),
+               tmp_path / "job")
+    trace = next((tmp_path / "job").rglob("*.pt.trace.json"))
+    name, *options = command
+
+    def output(stem: str) -> list[str]:
+        return ([] if name in ("counters", "sequences") else
+                ["-o", str(tmp_path / (stem + ".json.gz" if name == "export" else stem))])
+
+    by_path = CliRunner().invoke(main, [name, str(trace), *options, *output("a")])
+    piped = CliRunner().invoke(main, [name, "-", *options, *output("b")],
+                               input=trace.read_bytes())
+    assert by_path.exit_code == piped.exit_code == 0, piped.output
+    named = [line.replace("stdin.pt.trace", trace.name.removesuffix(".json"))
+             for line in piped.stdout.splitlines()[:3]]  # outputs named after the input
+    assert by_path.stdout.splitlines()[:3] == named
+    spills = Path(tempfile.gettempdir()).glob("traceviz-spill-*/stdin.pt.trace.json")
+    assert not [p for p in spills if f"-{os.getpid()}-" in str(p)]

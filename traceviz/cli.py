@@ -16,6 +16,7 @@ from .errors import TraceVizError, UsageError, one_line
 from .ingest.outputs import command_output
 from .startup import interpret_small_traces
 from .table.inputs import guarding_inputs
+from .table.scratch import remove_stdin_copies
 
 
 def _fail(message: str, code: int = 1) -> None:
@@ -53,6 +54,18 @@ def _left_out(failed: list[str]) -> None:
         _fail(f"{len(failed)} rank(s) left out (listed above); the outputs cover the others")
 
 
+class _Input(click.Path):
+    """A trace (or a job's folder, or tables) by path; ``-``: the trace on stdin, copied
+    into a temporary file the command reads and removes when it ends."""
+
+    def convert(self, value, param, ctx):
+        if value == "-":
+            from .table.scratch import stdin_copy
+
+            return os.fspath(stdin_copy(click.get_binary_stream("stdin")))
+        return super().convert(value, param, ctx)
+
+
 class _Group(click.Group):
     """Turns TraceVizError into one line on stderr instead of a traceback."""
 
@@ -84,6 +97,8 @@ class _Group(click.Group):
                 raise
             _fail(f"internal error: {type(exc).__name__}: {exc} (set TRACEVIZ_DEBUG=1 for "
                   "the traceback and please report it)")
+        finally:
+            remove_stdin_copies()
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -318,7 +333,7 @@ def _int_list(text: str | None) -> tuple[int, ...] | None:
 
 
 @main.command()
-@click.argument("inputs", nargs=-1, required=True)
+@click.argument("inputs", nargs=-1, required=True, type=_Input())
 @click.option("-o", "--output", "outdir",
               help="Folder for the tables (CSV and parquet) and figures (PNG) [default: "
                    "traceviz-out/<job>/breakdown].")
@@ -379,8 +394,8 @@ def breakdown(inputs, outdir, ranks, iterations, streams, drop_last_step, hta_co
 
 
 @main.command()
-@click.argument("control")
-@click.argument("test")
+@click.argument("control", type=_Input())
+@click.argument("test", type=_Input())
 @click.option("-o", "--output", "outdir",
               help="Folder for trace_diff.csv / .parquet and trace_diff.png [default: "
                    "traceviz-out/<control>_vs_<test>].")
@@ -424,7 +439,7 @@ def diff(control, test, outdir, control_rank, test_rank, control_iterations,
 
 
 @main.command()
-@click.argument("traces", nargs=-1, required=True)
+@click.argument("traces", nargs=-1, required=True, type=_Input())
 @click.option("-o", "--output", help="Output file (one trace) or folder [default: "
               "traceviz-out/<trace>/x_with_counters.json.gz per trace].")
 @click.option("--series", default="queue_length,memcpy_bandwidth", show_default=True,
@@ -460,7 +475,7 @@ def counters(traces, output, series) -> None:
 
 
 @main.command()
-@click.argument("path", type=click.Path(exists=True))
+@click.argument("path", type=_Input(exists=True))
 @click.option("--rank", type=int, help="Model this one rank of a job.")
 @click.option("--peak-tflops", type=float,
               help="Dense BF16 peak per GPU [default: the device's, from its name].")
@@ -492,7 +507,7 @@ def ops(path, rank, peak_tflops, outdir) -> None:
 
 
 @main.command("critical-path")
-@click.argument("path", type=click.Path(exists=True))
+@click.argument("path", type=_Input(exists=True))
 @click.option("--iteration", type=int, help="The ProfilerStep#N to analyse [default: the "
               "first instance of --annotation].")
 @click.option("--annotation", help="Analyse instances of the annotation whose name "
@@ -539,7 +554,7 @@ def critical_path(path, iteration, annotation, instance, rank, hta_compat, what_
 
 
 @main.command()
-@click.argument("trace")
+@click.argument("trace", type=_Input())
 @click.option("--op", "operator", required=True,
               help="Part of the CPU op name whose kernel sequences to find (e.g. 'aten::linear').")
 @click.option("--rank", type=int, help="Rank, when TRACE is a folder [default: its lowest].")
@@ -737,7 +752,7 @@ def _run_options(func):
 
 
 @main.command()
-@click.argument("root", type=click.Path())
+@click.argument("root", type=_Input())
 @click.option("--topology", "topology_file", type=click.Path(dir_okay=False),
               help="unique_parallel_groups_*.txt [default: found, else from pg_config].")
 @click.option("-o", "--output", "outdir",
@@ -778,7 +793,7 @@ def diagnose(root, topology_file, outdir, advice, num_layers, link_gbps) -> None
 
 
 @main.command()
-@click.argument("path", type=click.Path())
+@click.argument("path", type=_Input())
 @click.option("--rank", type=int, help="Only this rank of a job.")
 @click.option("-o", "--output", "outdir",
               help="Folder for the tables and memory.png [default: traceviz-out/<job>/memory].")
@@ -836,7 +851,7 @@ def hang(dumps, world, outdir) -> None:
 
 
 @main.command()
-@click.argument("root", type=click.Path())
+@click.argument("root", type=_Input())
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="TorchTitan train config (TOML): model, batch, sequence length, "
                    "parallelism.")
@@ -869,7 +884,7 @@ def report(root, config_file, topology, no_clock_sync, output, as_json, **facts)
 
 
 @main.command()
-@click.argument("source", type=click.Path())
+@click.argument("source", type=_Input())
 @click.option("-o", "--output", help="Output .json.gz (or .json for a job) [default: "
               "traceviz-out/<job>/<name>_traceviz.json.gz].")
 @click.option("--kernels/--no-kernels", default=None,
@@ -903,7 +918,7 @@ def export(source, output, kernels, no_clock_sync) -> None:
 
 
 @main.command()
-@click.argument("root", type=click.Path())
+@click.argument("root", type=_Input())
 @click.option("-o", "--output", help="The HTML file [default: traceviz-out/<job>/report.html].")
 @click.option("--hang", "dumps", type=click.Path(exists=True),
               help="A folder of the job's NCCL Flight Recorder dumps: a hang section.")

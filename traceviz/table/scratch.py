@@ -9,6 +9,7 @@ exception raised from a signal handler can land in a finalizer, where Python dro
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import re
@@ -136,3 +137,33 @@ def exit_on_sigterm(message: str | None = "traceviz: error: terminated (SIGTERM)
         os._exit(128 + signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, handler)
+
+
+_stdin_copies: list[str] = []  # the spill folders holding a copy of stdin
+
+
+def stdin_copy(stream) -> Path:
+    """What ``stream`` (a command's stdin) holds, copied in 1 MiB pieces into a new spill
+    folder as ``stdin.pt.trace.json`` (``.gz`` / ``.zst`` as its first bytes say), so
+    that a command that reads a trace by path reads it; removed by
+    :func:`remove_stdin_copies` (or, killed, by the next run)."""
+    folder = spill_folder()
+    if not _stdin_copies:  # also when the command never runs (click refuses its options)
+        atexit.register(remove_stdin_copies)
+    _stdin_copies.append(folder)
+    head = stream.read(4)
+    suffix = (".json.gz" if head[:2] == b"\x1f\x8b" else
+              ".json.zst" if head == b"\x28\xb5\x2f\xfd" else ".json")
+    path = Path(folder) / f"stdin.pt.trace{suffix}"
+    with open(path, "wb") as fh:
+        fh.write(head)
+        shutil.copyfileobj(stream, fh, 1 << 20)
+    return path
+
+
+def remove_stdin_copies() -> None:
+    """Remove the copies of stdin this process made (:func:`stdin_copy`)."""
+    while _stdin_copies:
+        folder = _stdin_copies.pop()
+        shutil.rmtree(folder, ignore_errors=True)
+        _held.discard(folder)
