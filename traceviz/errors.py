@@ -13,6 +13,11 @@ class CacheNote(UserWarning):
     command line prints it as one ``note:`` line."""
 
 
+class RanksLeftOut(CacheNote):
+    """Ranks a job leaves out of every analysis (their table cannot be read): a notebook
+    sees the warning, the command line one ``note:`` line (and names them at its end)."""
+
+
 class TraceVizError(Exception):
     """Base class of errors the CLI reports as one line (exit code 1)."""
 

@@ -40,6 +40,14 @@ class Params:
     num_kernels: int = 10
     duration_ratio: float = 0.8
 
+    @classmethod
+    def from_us(cls, kernel_wait_us: float, runtime_cutoff_us: float,
+                launch_delay_cutoff_us: float, **sizes) -> Params:
+        """The thresholds as users give them (µs, HTA's unit), in ns."""
+        return cls(kernel_wait_ns=round(kernel_wait_us * 1000),
+                   runtime_cutoff_ns=round(runtime_cutoff_us * 1000),
+                   launch_delay_cutoff_ns=round(launch_delay_cutoff_us * 1000), **sizes)
+
 
 @dataclass(frozen=True)
 class Breakdown:

@@ -24,8 +24,8 @@ def run(source: str | os.PathLike, output: str | os.PathLike | None = None,
         extra: Iterable[dict] = ()) -> Result:
     """The export as a :class:`Result` whose one export is the file (computed as it is
     written: it streams, one rank in memory at a time); once written, ``data`` holds
-    ``output``, ``events`` (written), ``notes`` and the result's ``failed`` the ranks
-    left out with why. ``extra`` and ``kernels``: see :func:`write`."""
+    ``output`` and ``events`` (written), the result's ``notes`` what a reader must know
+    and its ``failed`` the ranks left out with why. ``extra`` and ``kernels``: see :func:`write`."""
     source = Path(source)
     if not source.exists():
         raise TraceVizError(f"{source}: no such file or folder")
@@ -35,7 +35,8 @@ def run(source: str | os.PathLike, output: str | os.PathLike | None = None,
 
     def export(path: Path) -> None:
         events, notes, failed = write(source, path, kernels, clock_sync, extra)
-        result.data.update(events=events, notes=notes)
+        result.data.update(events=events)
+        result.notes += notes
         result.failed += failed
 
     result.exports[str(out)] = export

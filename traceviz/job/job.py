@@ -42,7 +42,7 @@ from ..analysis.ops_summary import OpModel
 from ..analysis.pipeline import PipelineViews
 from ..analysis.report_types import Report
 from ..analysis.run_config import training_flops_per_token
-from ..errors import TraceVizError
+from ..errors import RanksLeftOut, TraceVizError
 from . import products
 from ..ingest.flight_recorder import read_dumps
 from .report import make_report
@@ -166,7 +166,8 @@ class Job:
         self._failed = failed
         if failed:  # never dropped silently: every analysis covers the others only
             warnings.warn(f"{len(failed)} rank(s) of {self.folder} could not be read and "
-                          f"are left out (job.failed says why): {failed[0]}", stacklevel=2)
+                          f"are left out (job.failed says why): {failed[0]}", RanksLeftOut,
+                          stacklevel=2)
         return ranks
 
     @property

@@ -1,107 +1,33 @@
-"""The ``traceviz`` command line: one thin Click function per subcommand.
-
-Exit codes: 0 ok; 1 a problem with the input (a one-line message says which file, where,
-and what to do; partial results may have been written); 2 a usage error.
-"""
+"""The ``traceviz`` command line: one thin Click function per subcommand, declaring its
+options and ending through :func:`.support.finish` (exit statuses: README, "Parse")."""
 from __future__ import annotations
 
-import os
 import sys
 import time
 
 import click
 
-from ._version import __version__
-from .errors import TraceVizError, UsageError, one_line
-from .ingest.outputs import command_output
-from .startup import interpret_small_traces
-from .table.inputs import guarding_inputs
-from .table.scratch import remove_stdin_copies
+from .._version import __version__
+from ..errors import TraceVizError, UsageError, one_line
+from ..ingest.outputs import command_output
+from ..startup import interpret_small_traces
+from .support import (
+    Group,
+    Input,
+    LazyOptions,
+    echo_all,
+    finish,
+    int_list,
+    link_rates,
+    run_options,
+    start,
+    synth_options,
+    topology_option,
+    write,
+)
 
 
-def _fail(message: str, code: int = 1) -> None:
-    click.echo(f"traceviz: error: {one_line(message)}", err=True)
-    sys.exit(code)
-
-
-def _echo_all(lines: list[str], err: bool = False) -> None:
-    """Each line as one line: control characters a trace's names may hold escaped."""
-    for line in lines:
-        click.echo(one_line(line), err=err)
-
-
-def _write(result, outdir) -> list:
-    from .table.result import write
-
-    return write(result, outdir)
-
-
-def _finish(result, outdir, wrote: str) -> None:
-    """Write ``result`` to ``outdir``, print its lines (stdout), its notes and what was
-    written (stderr), then name the ranks it leaves out (:func:`_left_out`)."""
-    _write(result, outdir)
-    _echo_all(result.lines)
-    _echo_all([f"note: {n}" for n in result.notes], err=True)
-    click.echo(f"wrote {wrote} to {outdir}", err=True)
-    _left_out(result.failed)
-
-
-def _left_out(failed: list[str]) -> None:
-    """Name the ranks the outputs leave out and exit 1 (the outputs of the others are
-    written): a job with a rank missing is not a success."""
-    if failed:
-        _echo_all([f"failed: {one_line(why)}" for why in failed], err=True)
-        _fail(f"{len(failed)} rank(s) left out (listed above); the outputs cover the others")
-
-
-class _Input(click.Path):
-    """A trace (or a job's folder, or tables) by path; ``-``: the trace on stdin, copied
-    into a temporary file the command reads and removes when it ends."""
-
-    def convert(self, value, param, ctx):
-        if value == "-":
-            from .table.scratch import stdin_copy
-
-            return os.fspath(stdin_copy(click.get_binary_stream("stdin")))
-        return super().convert(value, param, ctx)
-
-
-class _Group(click.Group):
-    """Turns TraceVizError into one line on stderr instead of a traceback."""
-
-    def invoke(self, ctx: click.Context):
-        try:
-            with guarding_inputs():  # an output named like an input is refused
-                return super().invoke(ctx)
-        except UsageError as exc:
-            _fail(str(exc), 2)
-        except TraceVizError as exc:
-            _fail(str(exc), 1)
-        except KeyboardInterrupt:
-            _fail("interrupted", 130)
-        except BrokenPipeError:  # stdout closed early (| head): the reader has what it wants
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-            raise SystemExit(0) from None
-        except MemoryError:
-            _fail("out of memory; lower --memory-budget or use a machine with more RAM")
-        except OSError as exc:  # a disk full, a permission: what and where, one line
-            if os.environ.get("TRACEVIZ_DEBUG"):
-                raise
-            where = f"{exc.filename}: " if exc.filename else ""
-            _fail(f"{where}{exc.strerror or exc}")
-        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
-            raise
-        except Exception as exc:  # a bug: one line, the traceback on request
-            if os.environ.get("TRACEVIZ_DEBUG"):
-                raise
-            _fail(f"internal error: {type(exc).__name__}: {exc} (set TRACEVIZ_DEBUG=1 for "
-                  "the traceback and please report it)")
-        finally:
-            remove_stdin_copies()
-
-
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="traceviz")
 def main() -> None:
     """Analyse PyTorch-profiler (Kineto) traces of distributed LLM training.
@@ -110,41 +36,12 @@ def main() -> None:
     Example:
       traceviz parse rank0.pt.trace.json.gz -o rank0.parquet
     """
-    from .parse.budget import hand_back_freed_memory
-    from .startup import skip_numba_optional_probes
-    from .table.scratch import exit_on_sigterm, remove_dead_spills
-
-    skip_numba_optional_probes()
-    hand_back_freed_memory()
-    _notes_as_lines()
-    exit_on_sigterm()  # SIGTERM: temporary files and spill folders go, exit 143
-    remove_dead_spills()  # what SIGKILLed runs left
-
-
-def _notes_as_lines() -> None:
-    """Warnings traceviz issues for the user (a kept result recomputed, a cache folder
-    refused) printed as one ``note:`` line each on stderr; others as Python prints them."""
-    import warnings
-
-    from .errors import CacheNote
-
-    shown = warnings.showwarning
-    if getattr(shown, "traceviz_notes", False):  # installed by an earlier invocation
-        return
-
-    def show(message, category, filename, lineno, file=None, line=None):
-        if issubclass(category, CacheNote):
-            click.echo(f"note: {one_line(str(message))}", err=True)
-        else:
-            shown(message, category, filename, lineno, file, line)
-
-    show.traceviz_notes = True  # type: ignore[attr-defined]
-    warnings.showwarning = show
+    start()
 
 
 def run() -> None:
     """The ``traceviz`` command: its console script and ``python -m traceviz``."""
-    from .startup import from_command_line, pause_collector
+    from ..startup import from_command_line, pause_collector
 
     pause_collector()  # until the first trace is scanned (startup)
     from_command_line()
@@ -163,9 +60,7 @@ def run() -> None:
 @click.option("--memory-budget", type=click.IntRange(min=16), default=512, show_default=True,
               help="Memory budget of the parse in MB (the whole process); past its "
               "shares, column buffers and joins spill to disk.")
-@click.option("--topology", "topology_file", type=click.Path(dir_okay=False),
-              help="unique_parallel_groups_*.txt of the job (for groups the trace does "
-                   "not describe).")
+@topology_option
 @click.option("--vpp", type=click.IntRange(min=1),
               help="Model chunks per pipeline stage (interleaved schedule) [default: found "
                    "from the trace].")
@@ -183,7 +78,7 @@ def parse(trace: str, output: str | None, cpu: bool, patterns: str | None, stric
       cat trace.json.gz | traceviz parse - -o - > rank0.parquet
     """
     interpret_small_traces([trace])
-    from .commands import parse as command
+    from ..commands import parse as command
 
     if output is None:
         output = "-" if trace == "-" and not sys.stdout.isatty() else command.default_output(
@@ -197,9 +92,9 @@ def parse(trace: str, output: str | None, cpu: bool, patterns: str | None, stric
                          strict=strict)
     for warning in result.notes:
         click.echo(f"traceviz: warning: {one_line(warning)}", err=True)
-    written = command.write_stdout(result) if output == "-" else _write(result, ".")
+    written = command.write_stdout(result) if output == "-" else write(result, ".")
     if not quiet:
-        _echo_all(command.summary_lines(result, time.perf_counter() - start, written), err=True)
+        echo_all(command.summary_lines(result, time.perf_counter() - start, written), err=True)
 
 
 @main.command()
@@ -233,61 +128,15 @@ def topology(world, tp, pp, cp, ep, expert_tp, order, gbs, from_traces, from_fil
       traceviz topology --from-traces tensorboard_dir/iteration_13 --json
       traceviz topology --from-file tensorboard_dir/unique_parallel_groups_*.txt --json
     """
-    from .commands import topology as command
+    from ..commands import topology as command
 
     result = command.run(world=world, tp=tp, pp=pp, cp=cp, ep=ep, expert_tp=expert_tp,
                          order=order, traces=from_traces, file=from_file, as_json=as_json,
                          global_batch_size=gbs, output=output)
-    _echo_all(result.lines)
-    for path in _write(result, "."):
-        click.echo(f"wrote {path}", err=True)
+    finish(result)
 
 
-class _LazyOptions(click.Command):
-    """A command whose options are made the first time they are needed (its call, its
-    ``--help``), not when the command line is imported: ``make_params`` may import what
-    the other commands never load."""
-
-    def __init__(self, *args, make_params, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._make_params = make_params
-
-    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
-        if self._make_params is not None:
-            self.params.extend(self._make_params())
-            self._make_params = None
-        return super().get_params(ctx)
-
-
-def _synth_options() -> list[click.Option]:
-    """One option per SynthConfig knob (the dataclass is the single source of truth);
-    made on first use, so no other command imports the synthesizer."""
-    import dataclasses
-
-    from .synth import SynthConfig
-    from .synth.config import LAYOUTS, SCHEDULES
-
-    options = []
-    for f in dataclasses.fields(SynthConfig):
-        if f.name == "extra":
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        if f.type in ("bool", bool):
-            options.append(click.Option([f"{flag}/--no-{f.name.replace('_', '-')}", f.name],
-                                        default=f.default, show_default=True))
-        elif f.name in ("schedule", "layout"):
-            options.append(click.Option([flag, f.name], default=f.default, show_default=True,
-                                        type=click.Choice(SCHEDULES if f.name == "schedule"
-                                                          else LAYOUTS)))
-        else:
-            kind = (float if isinstance(f.default, float) else
-                    str if isinstance(f.default, str) else int)
-            options.append(click.Option([flag, f.name], type=kind, default=f.default,
-                                        show_default=f.default is not None))
-    return options
-
-
-@main.command(cls=_LazyOptions, make_params=_synth_options)
+@main.command(cls=LazyOptions, make_params=synth_options)
 @click.argument("outdir", type=click.Path(file_okay=False))
 def synth(outdir: str, **knobs) -> None:
     """Write a synthetic Megatron-like job: per-rank Kineto traces, the topology file and
@@ -299,7 +148,7 @@ def synth(outdir: str, **knobs) -> None:
       traceviz synth job/ --tp 2 --pp 4 --dp 2 --microbatches 8
       traceviz synth job/ --pp 4 --vpp 2 --schedule interleaved --no-with-stack --skew-us 300
     """
-    from .synth import SynthConfig, synthesize
+    from ..synth import SynthConfig, synthesize
 
     start = time.perf_counter()
     cfg = SynthConfig(**knobs)
@@ -309,31 +158,8 @@ def synth(outdir: str, **knobs) -> None:
                f"{time.perf_counter() - start:.1f} s", err=True)
 
 
-def _link_rates(text: str | None) -> tuple[float, float] | None:
-    """``--link-gbps INTRA,INTER``: two positive rates (GB/s)."""
-    if not text:
-        return None
-    try:
-        rates = tuple(float(x) for x in text.split(","))
-    except ValueError:
-        rates = ()
-    if len(rates) != 2 or not all(r > 0 for r in rates):
-        raise UsageError(f"--link-gbps {text!r}: expected two positive rates in GB/s, "
-                         "within a node and across nodes, e.g. 450,50")
-    return rates[0], rates[1]
-
-
-def _int_list(text: str | None) -> tuple[int, ...] | None:
-    if not text:
-        return None
-    try:
-        return tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise UsageError(f"{text!r}: expected comma-separated integers") from None
-
-
 @main.command()
-@click.argument("inputs", nargs=-1, required=True, type=_Input())
+@click.argument("inputs", nargs=-1, required=True, type=Input())
 @click.option("-o", "--output", "outdir",
               help="Folder for the tables (CSV and parquet) and figures (PNG) [default: "
                    "traceviz-out/<job>/breakdown].")
@@ -373,29 +199,22 @@ def breakdown(inputs, outdir, ranks, iterations, streams, drop_last_step, hta_co
       traceviz breakdown rank0.json.gz --hta-compat
     """
     interpret_small_traces(inputs)
-    from .analysis.activities import Options
-    from .analysis.breakdown import Params
-    from .commands import breakdown as command
+    from ..analysis.activities import Options
+    from ..analysis.breakdown import Params
+    from ..commands import breakdown as command
 
     opts = Options(drop_last_step=drop_last_step or hta_compat,
-                   iterations=_int_list(iterations), streams=_int_list(streams),
+                   iterations=int_list(iterations), streams=int_list(streams),
                    hta_compat=hta_compat)
-    params = Params(kernel_wait_ns=round(kernel_wait_us * 1000),
-                    runtime_cutoff_ns=round(runtime_cutoff_us * 1000),
-                    launch_delay_cutoff_ns=round(launch_delay_cutoff_us * 1000),
-                    num_kernels=num_kernels, duration_ratio=duration_ratio)
-    result = command.run(list(inputs), opts, ranks=_int_list(ranks), params=params)
-    outdir = outdir or command_output("breakdown", inputs[0])
-    written = _write(result, outdir)
-    _echo_all(result.lines)
-    _echo_all(result.notes, err=True)
-    click.echo(f"wrote {len(written)} files to {outdir}", err=True)
-    _left_out(result.failed)
+    params = Params.from_us(kernel_wait_us, runtime_cutoff_us, launch_delay_cutoff_us,
+                            num_kernels=num_kernels, duration_ratio=duration_ratio)
+    result = command.run(list(inputs), opts, ranks=int_list(ranks), params=params)
+    finish(result, outdir or command_output("breakdown", inputs[0]))
 
 
 @main.command()
-@click.argument("control", type=_Input())
-@click.argument("test", type=_Input())
+@click.argument("control", type=Input())
+@click.argument("test", type=Input())
 @click.option("-o", "--output", "outdir",
               help="Folder for trace_diff.csv / .parquet and trace_diff.png [default: "
                    "traceviz-out/<control>_vs_<test>].")
@@ -425,21 +244,17 @@ def diff(control, test, outdir, control_rank, test_rank, control_iterations,
       traceviz diff run_a/ run_b/ --control-rank 3 --test-rank 3 --full-names
     """
     interpret_small_traces([control, test])
-    from .commands import diff as command
+    from ..commands import diff as command
 
     result = command.run(control, test, control_rank=control_rank, test_rank=test_rank,
-                         control_iterations=_int_list(control_iterations),
-                         test_iterations=_int_list(test_iterations), full_names=full_names,
+                         control_iterations=int_list(control_iterations),
+                         test_iterations=int_list(test_iterations), full_names=full_names,
                          hta_compat=hta_compat)
-    outdir = outdir or command_output("diff", control, test)
-    _write(result, outdir)
-    _echo_all(result.lines)
-    click.echo(f"wrote trace_diff.csv, trace_diff.parquet, trace_diff.png to {outdir}",
-               err=True)
+    finish(result, outdir or command_output("diff", control, test))
 
 
 @main.command()
-@click.argument("traces", nargs=-1, required=True, type=_Input())
+@click.argument("traces", nargs=-1, required=True, type=Input())
 @click.option("-o", "--output", help="Output file (one trace) or folder [default: "
               "traceviz-out/<trace>/x_with_counters.json.gz per trace].")
 @click.option("--series", default="queue_length,memcpy_bandwidth", show_default=True,
@@ -455,14 +270,14 @@ def counters(traces, output, series) -> None:
       traceviz counters job/*.json -o counters/ --series queue_length
     """
     interpret_small_traces(traces)
-    from .commands import counters as command
+    from ..commands import counters as command
 
     failed = 0
-    for trace in traces:
+    for trace in traces:  # each on its own: one that fails is named, the others written
         try:
             result = command.run(trace, command.output_for(trace, output, len(traces)),
                                  command.series_of(series))
-            _write(result, ".")
+            write(result, ".")
         except UsageError:
             raise
         except TraceVizError as exc:
@@ -475,7 +290,7 @@ def counters(traces, output, series) -> None:
 
 
 @main.command()
-@click.argument("path", type=_Input(exists=True))
+@click.argument("path", type=Input(exists=True))
 @click.option("--rank", type=int, help="Model this one rank of a job.")
 @click.option("--peak-tflops", type=float,
               help="Dense BF16 peak per GPU [default: the device's, from its name].")
@@ -494,20 +309,14 @@ def ops(path, rank, peak_tflops, outdir) -> None:
       traceviz ops job/iteration_10 --peak-tflops 989.5
     """
     interpret_small_traces([path])
-    from .commands import ops as command
+    from ..commands import ops as command
 
     result = command.run(path, rank=rank, peak_tflops=peak_tflops)
-    outdir = outdir or command_output("ops", path)
-    _write(result, outdir)
-    _echo_all(result.notes, err=True)
-    _echo_all(result.lines)
-    click.echo(f"wrote ops_by_shape, ops_by_microbatch, ops_not_modelled, ops_by_module, "
-               f"ops_iterations "
-               f"(.csv, .parquet), ops_calls.parquet and figures to {outdir}", err=True)
+    finish(result, outdir or command_output("ops", path))
 
 
 @main.command("critical-path")
-@click.argument("path", type=_Input(exists=True))
+@click.argument("path", type=Input(exists=True))
 @click.option("--iteration", type=int, help="The ProfilerStep#N to analyse [default: the "
               "first instance of --annotation].")
 @click.option("--annotation", help="Analyse instances of the annotation whose name "
@@ -541,20 +350,16 @@ def critical_path(path, iteration, annotation, instance, rank, hta_compat, what_
       traceviz critical-path job/iteration_10 --what-if COMM:TP=0.5 --what-if "kernel:*gemm*=0.8"
     """
     interpret_small_traces([path])
-    from .commands import critical_path as command
+    from ..commands import critical_path as command
 
     result = command.run(path, iteration=iteration, annotation=annotation,
                          instance=instance, rank=rank, hta_compat=hta_compat,
                          what_if=what_if, clock_sync=clock_sync)
-    outdir = outdir or command_output("critical-path", path)
-    _write(result, outdir)
-    _echo_all(result.notes, err=True)
-    _echo_all(result.lines)
-    click.echo(f"wrote critical_path.csv, .parquet, .png and summaries to {outdir}", err=True)
+    finish(result, outdir or command_output("critical-path", path))
 
 
 @main.command()
-@click.argument("trace", type=_Input())
+@click.argument("trace", type=Input())
 @click.option("--op", "operator", required=True,
               help="Part of the CPU op name whose kernel sequences to find (e.g. 'aten::linear').")
 @click.option("--rank", type=int, help="Rank, when TRACE is a folder [default: its lowest].")
@@ -576,13 +381,10 @@ def sequences(trace, operator, rank, min_len, top_k, outdir) -> None:
       traceviz sequences job/iteration_10 --rank 3 --op "autograd::engine" --min-len 2
     """
     interpret_small_traces([trace])
-    from .commands import sequences as command
+    from ..commands import sequences as command
 
     result = command.run(trace, operator, rank, min_len, top_k)
-    outdir = outdir or command_output("sequences", trace)
-    _write(result, outdir)
-    _echo_all(result.lines)
-    click.echo(f"wrote frequent_sequences.csv, .parquet, .png to {outdir}", err=True)
+    finish(result, outdir or command_output("sequences", trace))
 
 
 @main.command()
@@ -596,8 +398,7 @@ def sequences(trace, operator, rank, min_len, top_k, outdir) -> None:
 @click.option("--force", is_flag=True, help="Re-parse traces whose table is up to date.")
 @click.option("--memory-budget", type=click.IntRange(min=16), default=512, show_default=True,
               help="MB per worker (each parse's memory budget, as in 'parse').")
-@click.option("--topology", "topology_file", type=click.Path(dir_okay=False),
-              help="unique_parallel_groups_*.txt [default: found in ROOT or a parent].")
+@topology_option
 @click.option("--vpp", type=click.IntRange(min=1),
               help="Model chunks per pipeline stage (interleaved schedule) [default: found "
                    "from the trace].")
@@ -618,7 +419,7 @@ def batch(root, outdir, folders, jobs, force, memory_budget, topology_file, vpp,
       traceviz batch tensorboard_dir/ --folders 'iteration_*' -o parsed/
       traceviz batch /shared/job --scheduler tcp://10.0.0.5:8786
     """
-    from .ingest import batch as runner
+    from ..ingest import batch as runner
 
     start = time.perf_counter()
     outcomes = runner.run(root, outdir, folders=folders, jobs=jobs, force=force,
@@ -640,8 +441,7 @@ def batch(root, outdir, folders, jobs, force, memory_budget, topology_file, vpp,
               default="synced", show_default=True,
               help="synced: clocks corrected from collective end times; global: raw "
               "clocks; individual: each rank from its own first kernel.")
-@click.option("--topology", "topology_file", type=click.Path(dir_okay=False),
-              help="unique_parallel_groups_*.txt [default: found, else from pg_config].")
+@topology_option
 @click.option("-j", "--jobs", type=click.IntRange(min=0), default=0,
               help="Worker processes for traces still to parse.")
 @click.option("--no-figures", is_flag=True, help="Tables only.")
@@ -659,16 +459,11 @@ def aggregate(root, outdir, alignment, topology_file, jobs, no_figures,
       traceviz aggregate tensorboard_dir/
       traceviz aggregate tensorboard_dir/ --alignment global --topology groups.txt
     """
-    from .commands import aggregate as command
+    from ..commands import aggregate as command
 
     res = command.run(root, outdir, alignment=alignment, topology=topology_file, jobs=jobs,
                       figures=not no_figures, rank_figures=rank_figures)
-    written = _write(res, res.data["root"])
-    _echo_all(res.lines)
-    click.echo(f"{len(written)} files written under {res.data['root']}")
-    _echo_all([f"  {note}" for note in res.notes])
-    failed = res.failed
-    _left_out(failed)
+    finish(res, res.data["root"])
 
 
 @main.command()
@@ -683,9 +478,9 @@ def demo(outdir) -> None:
       traceviz demo                 # into ./traceviz_demo
       traceviz demo /tmp/tv_demo
     """
-    from .demo import run as run_demo
+    from ..demo import run as run_demo
 
-    _echo_all(run_demo(outdir, click.echo).lines)
+    echo_all(run_demo(outdir, click.echo).lines)
 
 
 @main.command()
@@ -696,8 +491,7 @@ def demo(outdir) -> None:
 @click.option("--iteration", type=int, help="ProfilerStep number [default: the first].")
 @click.option("--all-groups", is_flag=True, help="Every PP group, not only the first "
               "complete one.")
-@click.option("--topology", "topology_file", type=click.Path(dir_okay=False),
-              help="unique_parallel_groups_*.txt [default: found, else from pg_config].")
+@topology_option
 @click.option("-o", "--output", "outdir",
               help="Folder for pipeline_stages.csv / .parquet and the figures [default: "
                    "traceviz-out/<job>/pipeline].")
@@ -715,46 +509,16 @@ def pipeline(root, vpp, iteration, all_groups, topology_file, outdir) -> None:
       traceviz pipeline job/ --vpp 2 --all-groups -o pp/
       traceviz pipeline pp_timer_logs/ -o pp/
     """
-    from .commands import pipeline as command
+    from ..commands import pipeline as command
 
     result = command.run(root, vpp=vpp, iteration=iteration, all_groups=all_groups,
                          topology=topology_file)
-    outdir = outdir or command_output("pipeline", root)
-    _write(result, outdir)
-    _echo_all(result.lines)
-    _echo_all(result.notes, err=True)
-    click.echo(f"wrote pipeline_stages / pipeline_gaps (.csv, .parquet) and the figures to "
-               f"{outdir}")
-    _left_out(result.failed)
-
-
-def _run_options(func):
-    """The run facts traces do not state (report, html), and --topology."""
-    for option in reversed((
-            click.option("--global-batch-size", type=click.IntRange(min=1),
-                         help="Sequences per iteration over all replicas."),
-            click.option("--seq-len", type=click.IntRange(min=1),
-                         help="Tokens per sequence."),
-            click.option("--flops-per-token", type=float,
-                         help="Training FLOPs per token (forward + backward)."),
-            click.option("--params", type=float,
-                         help="Model parameters, in billions: FLOPs per token = 6 x params."),
-            click.option("--model", help="Model name, for the header and the file name."),
-            click.option("--peak-tflops", type=float,
-                         help="Peak TFLOP/s per GPU for MFU [default: from the device name]."),
-            click.option("--peak-bw", "peak_bw_gbps", type=float,
-                         help="Peak bus bandwidth (GB/s) for utilization."),
-            click.option("--topology", type=click.Path(dir_okay=False),
-                         help="unique_parallel_groups_*.txt [default: found next to the "
-                              "traces]."))):
-        func = option(func)
-    return func
+    finish(result, outdir or command_output("pipeline", root))
 
 
 @main.command()
-@click.argument("root", type=_Input())
-@click.option("--topology", "topology_file", type=click.Path(dir_okay=False),
-              help="unique_parallel_groups_*.txt [default: found, else from pg_config].")
+@click.argument("root", type=Input())
+@topology_option
 @click.option("-o", "--output", "outdir",
               help="Folder for the tables and diagnosis.txt [default: "
                    "traceviz-out/<job>/diagnose].")
@@ -784,16 +548,15 @@ def diagnose(root, topology_file, outdir, advice, num_layers, link_gbps) -> None
       traceviz diagnose job/iteration_10
       traceviz diagnose tensorboard_dir/ -o diag/
     """
-    from .commands import diagnose as command
+    from ..commands import diagnose as command
 
     result = command.run(root, topology=topology_file, advice=advice,
-                         num_layers=num_layers, link_gbps=_link_rates(link_gbps))
-    _finish(result, outdir or command_output("diagnose", root),
-            "comm_calls, ledger, stragglers, advice (.csv, .parquet) and diagnosis.txt")
+                         num_layers=num_layers, link_gbps=link_rates(link_gbps))
+    finish(result, outdir or command_output("diagnose", root))
 
 
 @main.command()
-@click.argument("path", type=_Input())
+@click.argument("path", type=Input())
 @click.option("--rank", type=int, help="Only this rank of a job.")
 @click.option("-o", "--output", "outdir",
               help="Folder for the tables and memory.png [default: traceviz-out/<job>/memory].")
@@ -814,12 +577,10 @@ def memory(path, rank, outdir) -> None:
       traceviz memory rank0_memory.json.gz
       traceviz memory job/iteration_10 --rank 0
     """
-    from .commands import memory as command
+    from ..commands import memory as command
 
     result = command.run(path, rank=rank)
-    _finish(result, outdir or command_output("memory", path),
-            "memory_timeline, memory_peak, memory_peak_ops, memory_ranks (.csv, .parquet) "
-            "and memory.png")
+    finish(result, outdir or command_output("memory", path))
 
 
 @main.command()
@@ -843,19 +604,18 @@ def hang(dumps, world, outdir) -> None:
       traceviz hang /tmp/nccl_dumps/
       traceviz hang dumps/ -o hang/
     """
-    from .commands import hang as command
+    from ..commands import hang as command
 
     result = command.run(dumps, world)
-    _finish(result, outdir or command_output("hang", dumps),
-            "hang, hang_groups (.csv, .parquet) and hang.json")
+    finish(result, outdir or command_output("hang", dumps))
 
 
 @main.command()
-@click.argument("root", type=_Input())
+@click.argument("root", type=Input())
 @click.option("--config", "config_file", type=click.Path(dir_okay=False),
               help="TorchTitan train config (TOML): model, batch, sequence length, "
                    "parallelism.")
-@_run_options
+@run_options
 @click.option("--no-clock-sync", is_flag=True,
               help="Use each rank's own clock (no offsets from collective ends).")
 @click.option("-o", "--output", help="Text report path [default: traceviz-out/<job>/report/"
@@ -872,19 +632,17 @@ def report(root, config_file, topology, no_clock_sync, output, as_json, **facts)
       traceviz report job/iteration_10 --global-batch-size 64 --seq-len 4096 --params 8
       traceviz report outputs/profile_trace/iteration_10 --config llama3_8b.toml -o r.txt
     """
-    from .commands import report as command
+    from ..commands import report as command
 
     result = command.run(root, config_file=config_file, output=output, topology=topology,
                          clock_sync=not no_clock_sync, **facts)
-    _write(result, ".")
-    _echo_all(result.texts[str(result.data["json" if as_json else "text"])].splitlines())
-    click.echo(f"wrote {result.data['text']}, {result.data['json']} and every rank's numbers "
-               f"in {result.data['ranks']}.csv / .parquet", err=True)
-    _left_out(result.failed)
+    finish(result, lines=result.texts[str(result.data["json" if as_json else "text"])]
+           .splitlines(), wrote=f"{result.data['text']}, {result.data['json']} and every "
+           f"rank's numbers in {result.data['ranks']}.csv / .parquet")
 
 
 @main.command()
-@click.argument("source", type=_Input())
+@click.argument("source", type=Input())
 @click.option("-o", "--output", help="Output .json.gz (or .json for a job) [default: "
               "traceviz-out/<job>/<name>_traceviz.json.gz].")
 @click.option("--kernels/--no-kernels", default=None,
@@ -907,22 +665,19 @@ def export(source, output, kernels, no_clock_sync) -> None:
       traceviz export job/iteration_10 -o job_iter10.json.gz
     """
     interpret_small_traces([source])
-    from .commands.export import run
+    from ..commands.export import run
 
     result = run(source, output, kernels, clock_sync=not no_clock_sync)
-    _write(result, ".")
-    _echo_all(result.data["notes"], err=True)
-    click.echo(f"wrote {one_line(str(result.data['output']))} ({result.data['events']} "
-               "traceviz events); open it in https://ui.perfetto.dev", err=True)
-    _left_out(result.failed)
+    finish(result, wrote=lambda: f"{one_line(str(result.data['output']))} "
+           f"({result.data['events']} traceviz events); open it in https://ui.perfetto.dev")
 
 
 @main.command()
-@click.argument("root", type=_Input())
+@click.argument("root", type=Input())
 @click.option("-o", "--output", help="The HTML file [default: traceviz-out/<job>/report.html].")
 @click.option("--hang", "dumps", type=click.Path(exists=True),
               help="A folder of the job's NCCL Flight Recorder dumps: a hang section.")
-@_run_options
+@run_options
 def html(root, output, dumps, topology, **facts) -> None:
     """One self-contained HTML page (figures embedded, no server, no network) for a job:
     summary (layout, iteration time, MFU), overlap per rank, pipeline view, top kernels,
@@ -937,10 +692,7 @@ def html(root, output, dumps, topology, **facts) -> None:
     Examples:
       traceviz html job/ -o job.html --global-batch-size 64 --seq-len 4096 --params 8
     """
-    from .commands import html as command
+    from ..commands import html as command
 
     output = output or command_output("html", root)
-    result = command.run(root, output, topology=topology, dumps=dumps, **facts)
-    _write(result, ".")
-    click.echo(f"wrote {output}", err=True)
-    _left_out(result.failed)
+    finish(command.run(root, output, topology=topology, dumps=dumps, **facts), wrote=output)
