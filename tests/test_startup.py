@@ -325,3 +325,25 @@ def test_the_command_resumes_the_collector_after_its_first_scan(tmp_path):
                           str(tmp_path / "t.parquet"), "-q"], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert "at exit: True True" in out.stdout
+
+
+def test_the_first_compile_is_said_on_a_terminal_only(tmp_path, monkeypatch):
+    """Where numba's cache has no parser kernel, a terminal is told that the kernels are
+    compiled now (once); with the kernel cached, or off a terminal, nothing is said."""
+    from traceviz import startup
+
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    said: list[str] = []
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    assert not startup.parser_compiled()
+    startup.say_first_compile(said.append)
+    assert len(said) == 1 and "compiles traceviz's kernels" in said[0]
+    (tmp_path / "parse_0123abcd").mkdir()
+    (tmp_path / "parse_0123abcd" / "scanner.scan-585.py311.nbi").write_bytes(b"")
+    assert startup.parser_compiled()
+    startup.say_first_compile(said.append)
+    assert len(said) == 1
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    (tmp_path / "parse_0123abcd" / "scanner.scan-585.py311.nbi").unlink()
+    startup.say_first_compile(said.append)
+    assert len(said) == 1

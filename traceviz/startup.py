@@ -36,6 +36,7 @@ import os
 import sys
 import threading
 from collections.abc import Iterable
+from pathlib import Path
 
 NUMBA_CONFIG_FILE = ".numba_config.yaml"  # numba reads it from the working directory
 
@@ -149,3 +150,24 @@ def interpret_small_traces(paths: Iterable[str | os.PathLike]) -> bool:
     # Python, numpy warns of each wrap
     warnings.filterwarnings("ignore", "overflow encountered", RuntimeWarning)
     return True
+
+
+def parser_compiled() -> bool:
+    """Whether numba's cache holds the trace parser's compiled kernels, wherever numba
+    keeps them (``NUMBA_CACHE_DIR``, beside the package, or the user-wide cache): by
+    file name, without importing numba."""
+    kernel = "scanner.scan-*.nbi"  # the parser's entry kernel, compiled with the rest
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        places = [Path(os.environ["NUMBA_CACHE_DIR"]) / "parse_*"]
+    else:
+        user = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "numba"
+        places = [Path(__file__).parent / "parse" / "__pycache__", user / "parse_*"]
+    return any(any(Path(p.parent).glob(f"{p.name}/{kernel}")) for p in places)
+
+
+def say_first_compile(echo) -> None:
+    """On a terminal, where the parser has not been compiled yet: say that numba
+    compiles traceviz's kernels now, once (the first command's silent half minute)."""
+    if sys.stderr.isatty() and not parser_compiled():
+        echo("traceviz: first run here: numba compiles traceviz's kernels for this machine "
+             "(about half a minute on 2 cores, once; later runs load them)")

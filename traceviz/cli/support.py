@@ -223,13 +223,16 @@ def run_options(func):
 
 
 def start() -> None:
-    """What every command does first: numba's optional probes answered, freed memory
+    """What every command does first: on a terminal, the first compile said (those that
+    read traces); numba's optional probes answered, freed memory
     handed back, traceviz's warnings as notes, SIGTERM handled (temporary files go, exit
     143), and what SIGKILLed runs left removed."""
     from ..parse.budget import hand_back_freed_memory
-    from ..startup import skip_numba_optional_probes
+    from ..startup import say_first_compile, skip_numba_optional_probes
     from ..table.scratch import exit_on_sigterm, remove_dead_spills
 
+    if click.get_current_context().invoked_subcommand not in ("topology", "synth", "hang"):
+        say_first_compile(lambda line: click.echo(line, err=True))
     skip_numba_optional_probes()
     hand_back_freed_memory()
     notes_as_lines()
