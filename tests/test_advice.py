@@ -45,7 +45,7 @@ def test_advice_is_ranked_by_saving(job):
     """The first advice is the largest saving; faults saving under 1 % come after every
     ranked change, as minor; the order is the standing, then the saving."""
     _, base, res, _ = job
-    rows = res.data["advice"].to_pylist()
+    rows = res.value.advice_table.to_pylist()
     assert [r["rank"] for r in rows] == list(range(1, len(rows) + 1))
     ranked = [r for r in rows if r["standing"] == "ranked"]
     assert ranked and rows[0] is ranked[0]
@@ -75,7 +75,7 @@ def test_the_slow_gpu_is_the_only_straggler(job):
     ordinary = [s for s in speed if s["rank"] != 9]
     assert max(s["slowdown"] for s in ordinary) > 1.02
     assert all(s["z_score"] < Z_MIN or s["slowdown"] < SLOWDOWN_MIN for s in ordinary)
-    fault = next(r for r in res.data["advice"].to_pylist()
+    fault = next(r for r in res.value.advice_table.to_pylist()
                  if r["what_if"] == "straggler:9=fix")
     true = base - true_iteration(dataclasses.replace(cfg, straggler_rank=None),
                                  root / "no-straggler")
@@ -93,7 +93,7 @@ def test_the_slow_network_is_named(job):
     assert all(r["group"] == "DP" and r["ratio"] == pytest.approx(1 / 3, rel=0.02)
                for r in slow)
     assert all(r["ratio"] > 0.9 for r in links if not r["slow"])
-    row = next(r for r in res.data["advice"].to_pylist() if r["what_if"].startswith("link:"))
+    row = next(r for r in res.value.advice_table.to_pylist() if r["what_if"].startswith("link:"))
     assert row["what_if"].startswith("link:DP:4,6=")
     assert "slow network" in row["finding"] and "nodes 2, 3" in row["action"]
     true = base - true_iteration(dataclasses.replace(cfg, slow_link_rank=None),
@@ -133,11 +133,11 @@ def test_stage_imbalance_gets_megatrons_split(heavy_last):
     split of Megatron's arguments that evens the stages out (layers counted from the
     attention kernels); its saving meets the re-run with that split."""
     cfg, base, res, root = heavy_last
-    diag = res.data["diagnosis"]
+    diag = res.value.diagnosis
     b = diag.balance
     assert b.layers == [2, 2, 2, 2] and b.layers_from == "attention kernels"
     assert b.heaviest == 3 and b.ratio > 1.8
-    row = next(r for r in res.data["advice"].to_pylist()
+    row = next(r for r in res.value.advice_table.to_pylist()
                if r["finding"].startswith("stage imbalance"))
     assert row["standing"] == "ranked"
     assert "output layer and loss" in row["finding"]
@@ -148,7 +148,7 @@ def test_stage_imbalance_gets_megatrons_split(heavy_last):
     assert close(row["saving_ns"], true, base), (row["saving_ns"], true)
     # interleaving is feasible here (2 layers per stage)
     assert any("--num-layers-per-virtual-pipeline-stage 1" in r["action"]
-               for r in res.data["advice"].to_pylist())
+               for r in res.value.advice_table.to_pylist())
 
 
 def test_a_split_that_loads_a_slow_gpu_gains_nothing(job):
@@ -156,7 +156,7 @@ def test_a_split_that_loads_a_slow_gpu_gains_nothing(job):
     what-if predicts no gain (the re-run agrees: the split makes the job slower), and
     it is listed as such, never ranked."""
     cfg, base, res, root = job
-    row = next(r for r in res.data["advice"].to_pylist()
+    row = next(r for r in res.value.advice_table.to_pylist()
                if r["finding"].startswith("stage imbalance"))
     assert row["standing"] == "no gain" and row["saving_ns"] <= 0
     true = base - true_iteration(dataclasses.replace(cfg, first_stage_layers=1,
@@ -171,11 +171,11 @@ def test_no_impossible_advice_with_one_layer_per_stage(tmp_path):
                          "slow_link_rank": None})
     synthesize(cfg, tmp_path / "job")
     res = diagnose.run(tmp_path / "job" / "iteration_10")
-    rows = res.data["advice"].to_pylist()
+    rows = res.value.advice_table.to_pylist()
     assert not any(r["what_if"].startswith("vpp") for r in rows)
     imb = next(r for r in rows if r["finding"].startswith("stage imbalance"))
     assert imb["standing"] == "conditional" and "no split of whole layers" in imb["action"]
-    assert res.data["diagnosis"].balance.layers == [1, 1, 1, 1]
+    assert res.value.diagnosis.balance.layers == [1, 1, 1, 1]
 
 
 def test_layers_unknown_ask_for_them(tmp_path):
@@ -186,9 +186,9 @@ def test_layers_unknown_ask_for_them(tmp_path):
     for trace in (tmp_path / "job" / "iteration_10").glob("*.json"):
         trace.write_text(re.sub("(?i)flash", "mystery", trace.read_text()))
     res = diagnose.run(tmp_path / "job" / "iteration_10", advice=False)
-    assert res.data["diagnosis"].balance.layers_from == "unknown"
+    assert res.value.diagnosis.balance.layers_from == "unknown"
     res = diagnose.run(tmp_path / "job" / "iteration_10", num_layers=8)
-    b = res.data["diagnosis"].balance
+    b = res.value.diagnosis.balance
     assert b.layers_from == "--num-layers" and b.layers == [2, 2, 2, 2]
 
 
@@ -223,7 +223,7 @@ def test_waiting_is_blamed_only_on_a_late_rank(spread_job):
     for w in waits:
         if w["part"] == "wait_rank" and w["waited_for_rank"] is not None:
             assert stage[w["waited_for_rank"]] == stage[w["rank"]], w
-    cause = next(c for c in res.data["diagnosis"].summary().causes
+    cause = next(c for c in res.value.diagnosis.summary().causes
                  if c.part == "wait_rank")
     assert {w.rank for w in cause.waited_for} <= {150}
     assert all("slower compute" in w.why for w in cause.waited_for)

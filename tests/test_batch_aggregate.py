@@ -209,9 +209,9 @@ def test_cached_tables_belong_to_their_job(tmp_path):
     b = synthesize(SynthConfig(tp=2, pp=2, dp=2, microbatches=2, layers=4, seed=2),
                    tmp_path / "b" / "job")
     assert CliRunner().invoke(main, ["batch", str(a), "-q"]).exit_code == 0
-    assert len(diagnose.run(a).data["diagnosis"].ranks) == 16
+    assert len(diagnose.run(a).value.diagnosis.ranks) == 16
     # the same folder name, another job: its 8 ranks, not 16
-    assert diagnose.run(b).data["diagnosis"].ranks == list(range(8))
+    assert diagnose.run(b).value.diagnosis.ranks == list(range(8))
     # a trace replaced by another with an older modification time kept (cp -p, rsync -a)
     trace = next((b / "iteration_10").glob("rank_0001_*"))
     other = next((a / "iteration_10").glob("rank_0001_*"))

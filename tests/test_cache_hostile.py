@@ -38,8 +38,8 @@ def job(tmp_path_factory):
     assert CliRunner().invoke(main, ["batch", str(src), "-o", str(root / "tables"), "-q",
                                      "--cpu"]).exit_code == 0
     tables = root / "tables" / "iteration_10"
-    res = diagnose.run(tables).data
-    want = (res["diagnosis"].ledger.to_pandas(), res["advice"].to_pandas())
+    res = diagnose.run(tables).value
+    want = (res.diagnosis.ledger.to_pandas(), res.advice_table.to_pandas())
     shutil.rmtree(tables / CACHE)
     return tables, want
 
@@ -59,9 +59,9 @@ def _diagnose_cli(folder, tmp_path):
 
 
 def _same(folder, want):
-    res = diagnose.run(folder).data
-    assert res["diagnosis"].ledger.to_pandas().equals(want[0])
-    assert res["advice"].to_pandas().equals(want[1])
+    res = diagnose.run(folder).value
+    assert res.diagnosis.ledger.to_pandas().equals(want[0])
+    assert res.advice_table.to_pandas().equals(want[1])
     assert not diagnose.run(folder).failed
 
 

@@ -46,11 +46,11 @@ def test_equals_hta_critical_path_analysis(case):
     trace = shared(CASES[case])
     result = command.run(trace, annotation=ref["annotation"],
                          instance=int(ref["instance_id"]), hta_compat=True)
-    assert result.data["nodes"] == int(ref["critical_path_nodes"])
-    assert result.data["total_ns"] == int(ref["critical_path_total_us"]) * 1000
+    assert result.value.nodes == int(ref["critical_path_nodes"])
+    assert result.value.total_ns == int(ref["critical_path_total_us"]) * 1000
     for column, label in LABELS.items():
         want = float(ref[column]) if ref[column] else 0.0
-        assert result.data["bound_by"][label] == pytest.approx(want, abs=5e-4), label
+        assert result.value.bound_by[label] == pytest.approx(want, abs=5e-4), label
 
 
 def test_cli_writes_the_path_and_summary(tmp_path):
@@ -106,7 +106,8 @@ def slow_job(tmp_path_factory):
 
 def test_job_path_runs_through_the_slow_rank(slow_job):
     result = command.run(slow_job)
-    by_rank = result.data["by_rank"]
+    by_rank = dict(zip(result.value.by_rank["rank"].to_pylist(),
+                       result.value.by_rank["ns"].to_pylist()))
     # the slow rank holds more of the path than any other rank
     assert max(by_rank, key=by_rank.get) == STRAGGLER
     cats = result.tables["critical_path_by_category"]
@@ -114,7 +115,7 @@ def test_job_path_runs_through_the_slow_rank(slow_job):
     path = result.tables["critical_path"]
     # the parts add up to the path's span on the common clock
     span = int(np.max(path["to_ns"])) - int(np.min(path["from_ns"]))
-    assert result.data["span_ns"] == span
+    assert result.value.span_ns == span
     assert int(np.sum(path["own_ns"])) + int(np.sum(path["wait_ns"])) == span
     # consecutive edges meet: each starts where the previous one ended
     assert np.array_equal(path["from_ns"].to_numpy()[1:], path["to_ns"].to_numpy()[:-1])
@@ -200,8 +201,9 @@ def test_pipeline_pairs_are_joined_through_their_peers(tmp_path):
     assert not any("could not be paired" in n for n in result.notes), result.notes
     # 3 stage boundaries x 4 micro-batches x (activation + gradient) x 2 ends
     assert "pipeline sends / receives: 48 of 48 joined" in " ".join(result.notes)
-    assert set(result.data["hops"]) == {0, 1, 2, 3}
-    by_rank = result.data["by_rank"]
+    assert set(result.value.hops) == {0, 1, 2, 3}
+    by_rank = dict(zip(result.value.by_rank["rank"].to_pylist(),
+                       result.value.by_rank["ns"].to_pylist()))
     assert max(by_rank, key=by_rank.get) == 2
     cats = {r["category"]: r["ns"] for r in
             result.tables["critical_path_by_category"].to_pylist()}
@@ -226,11 +228,11 @@ def test_iteration_picks_exactly_that_profiler_step():
     r = CliRunner().invoke(main, ["critical-path", str(trace), "--iteration", "10"])
     assert r.exit_code == 1 and "no ProfilerStep#10 in the trace (its steps: " \
         "ProfilerStep#101, ProfilerStep#102" in r.output
-    assert command.run(trace, iteration=102).data["by_category"] == \
-        command.run(trace, annotation="ProfilerStep", instance=1).data["by_category"]
-    assert command.run(trace, iteration=102, hta_compat=True).data["nodes"] == \
+    assert command.run(trace, iteration=102).value.by_category.equals(
+        command.run(trace, annotation="ProfilerStep", instance=1).value.by_category)
+    assert command.run(trace, iteration=102, hta_compat=True).value.nodes == \
         command.run(trace, annotation="ProfilerStep", instance=1,
-                    hta_compat=True).data["nodes"]
+                    hta_compat=True).value.nodes
 
 
 HTA_RUNS = list(csv.DictReader((Path(__file__).parent / "data" /
@@ -244,8 +246,8 @@ def test_hta_compat_equals_hta_on_every_real_trace(ref):
     last), a device's stream 0 (ROCm) is no CPU call stack."""
     result = command.run(shared(ref["path"]), annotation=ref["annotation"],
                          instance=int(ref["instance"]), hta_compat=True)
-    assert result.data["nodes"] == int(ref["nodes"])
-    assert result.data["total_ns"] == int(ref["total_us"]) * 1000
+    assert result.value.nodes == int(ref["nodes"])
+    assert result.value.total_ns == int(ref["total_us"]) * 1000
 
 
 def test_a_cycle_is_broken_and_named_not_refused(tmp_path):
@@ -271,10 +273,12 @@ def test_a_cycle_is_broken_and_named_not_refused(tmp_path):
         note = next(n for n in result.notes if "had a cycle" in n)
         assert "'cudaMemcpyAsync' end at 0.002 ms -> the rank 'cudaMemcpyAsync' start " \
             "at 0.002 ms" in note and "1 edge(s)" in note
-    assert result.data["total_ns"] == 9_000  # HTA's weights: 7 µs copies + 2 µs gap
-    got = command.run(trace).data
-    assert got["iteration_ns"] == 15_000  # launched at 0, the last copy ends at 15 µs
-    assert got["by_category"] == {"memory": 7_000, "launch": 6_000, "kernel_kernel": 2_000}
+    assert result.value.total_ns == 9_000  # HTA's weights: 7 µs copies + 2 µs gap
+    got = command.run(trace).value
+    assert got.iteration_ns == 15_000  # launched at 0, the last copy ends at 15 µs
+    assert dict(zip(got.by_category["category"].to_pylist(),
+                    got.by_category["ns"].to_pylist())) == \
+        {"memory": 7_000, "launch": 6_000, "kernel_kernel": 2_000}
 
 
 def test_acyclic_drops_only_the_edges_running_back_inside_cycles():

@@ -98,7 +98,7 @@ HAND_CALLS = {(0, 300): (50, 70, 1), (0, 420): (0, 100, None), (0, 800): (60, 40
 def test_hand_job_waits_and_ledger(tmp_path):
     job = hand_job(tmp_path / "job")
     res = command.run(job)
-    diag = res.data["diagnosis"]
+    diag = res.value.diagnosis
     assert diag.synced
     calls = diag.comm_calls.to_pylist()
     assert len(calls) == len(HAND_CALLS)
@@ -130,7 +130,7 @@ def test_one_rank_alone_has_no_waits(tmp_path):
     and the kernels' time is comm_unsplit in the ledger."""
     job = hand_job(tmp_path / "job")
     res = command.run(job / "rank_0000.json")
-    diag = res.data["diagnosis"]
+    diag = res.value.diagnosis
     assert diag.comm_calls["wait_ns"].null_count == diag.comm_calls.num_rows == 3
     assert diag.comm_calls["transfer_ns"].null_count == 3
     row = diag.ledger.to_pylist()[0]
@@ -167,7 +167,7 @@ def straggler_job(tmp_path_factory):
     tables = root / "tables"
     assert CliRunner().invoke(main, ["batch", str(job), "-o", str(tables),
                                      "-q"]).exit_code == 0
-    return job, command.run(tables / "iteration_10").data["diagnosis"]
+    return job, command.run(tables / "iteration_10").value.diagnosis
 
 
 @pytest.fixture(scope="module", params=["interleaved-cp-moe", "stacks-no-skew",
@@ -191,7 +191,7 @@ def other_job(request, tmp_path_factory):
     tables = root / "tables"
     assert CliRunner().invoke(main, ["batch", str(job), "-o", str(tables),
                                      "-q"]).exit_code == 0
-    return job, command.run(tables / "iteration_10").data["diagnosis"]
+    return job, command.run(tables / "iteration_10").value.diagnosis
 
 
 def test_waits_equal_the_truth(straggler_job):

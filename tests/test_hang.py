@@ -28,7 +28,7 @@ def test_the_real_hang_names_the_rank_that_stopped():
     rank 2 (rank 1's DP partner, rank 3, is itself stuck in TP)."""
     truth = json.loads((REFERENCE / "gpu" / "flight_recorder.truth.json").read_text())
     result = command.run(shared(FR))
-    h = result.data["hang"]
+    h = result.value
     assert h.causes == (truth["stuck_rank"],)
     assert result.lines[0] == (
         f"hang: rank {truth['stuck_rank']} stopped before DATA_PARALLEL_GROUP all_reduce "
@@ -95,7 +95,7 @@ def test_a_size_mismatch_is_named(tmp_path):
                            _entry(1, "1", "DATA_PARALLEL_GROUP", 2, "started",
                                   size=1024 if r == 0 else 512)]) for r in (0, 1)}
     result = command.run(_write(tmp_path, dumps, as_json=True))
-    h = result.data["hang"]
+    h = result.value
     assert h.causes == ()
     (m,) = h.mismatches
     assert m == ("DATA_PARALLEL_GROUP [0, 1] seq 2: rank 0 all_reduce [[1024]] ['Float']; "
@@ -116,7 +116,7 @@ def test_a_point_to_point_hang(tmp_path):
     result = command.run(_write(tmp_path, {0: d0, 1: d1}))
     rows = {r["rank"]: r for r in result.tables["hang"].to_pylist()}
     assert rows[0]["op"] == "send 0->1" and rows[0]["never_entered"] == "1"
-    assert rows[1]["state"] == "stopped" and result.data["hang"].causes == (1,)
+    assert rows[1]["state"] == "stopped" and result.value.causes == (1,)
 
 
 def test_a_deadlock_of_collectives_in_different_orders(tmp_path):
@@ -128,7 +128,7 @@ def test_a_deadlock_of_collectives_in_different_orders(tmp_path):
                         _entry(1, "2", "DATA_PARALLEL_GROUP", 1, "scheduled")])
     d1 = _dump(groups, [_entry(0, "2", "DATA_PARALLEL_GROUP", 1, "started"),
                         _entry(1, "1", "TENSOR_MODEL_PARALLEL_GROUP", 1, "scheduled")])
-    h = command.run(_write(tmp_path, {0: d0, 1: d1})).data["hang"]
+    h = command.run(_write(tmp_path, {0: d0, 1: d1})).value
     assert h.deadlock == (0, 1) and h.causes == ()
     assert h.verdict[0].startswith("deadlock: ranks 0, 1 wait for each other")
 

@@ -110,7 +110,7 @@ def test_a_long_point_to_point_name_is_read_in_linear_time(tmp_path):
     start = time.perf_counter()
     h = command.run(_write(tmp_path, {0: _dump(pp, entries), 1: _dump(pp, [])}))
     assert time.perf_counter() - start < 3
-    assert h.data["hang"].causes == ()
+    assert h.value.causes == ()
 
 
 @pytest.mark.parametrize("field, value, says", [
@@ -171,7 +171,7 @@ def test_a_missing_dump_is_unknown_where_its_peers_completed(tmp_path):
     peers completed; it is neither a cause nor blamed; rank 2 still is the cause."""
     folder = _real_plus(tmp_path, {})
     (folder / "nccl_trace_rank_0").unlink()
-    h = command.run(folder).data["hang"]
+    h = command.run(folder).value
     assert h.causes == (2,)
     rows = {r.rank: r for r in h.ranks}
     assert rows[0].state == "no dump" and 0 not in h.causes and 0 not in h.suspects
@@ -184,7 +184,7 @@ def test_only_the_stopped_ranks_dump(tmp_path):
     folder = tmp_path / "dumps"
     folder.mkdir()
     shutil.copy(shared(FR) / "nccl_trace_rank_2", folder)
-    h = command.run(folder).data["hang"]
+    h = command.run(folder).value
     assert h.causes == () and h.suspects == (2,)
     assert h.verdict[0].startswith("rank(s) 2 wait in nothing")
     assert {r.rank: r.state for r in h.ranks} == {0: "no dump", 1: "no dump", 2: "stopped",
@@ -200,7 +200,7 @@ def test_a_missing_dump_is_a_suspect_for_what_no_member_completed(tmp_path):
                               _entry(2, "0", "default_pg", 3, "scheduled")])
              for r in (0, 1)}
     result = command.run(_write(tmp_path, dumps))
-    h = result.data["hang"]
+    h = result.value
     assert h.causes == () and h.suspects == (2,)
     rows = {r["rank"]: r for r in result.tables["hang"].to_pylist()}
     assert rows[2]["state"] == "no dump" and not rows[2]["cause"] and rows[2]["suspect"]
@@ -217,7 +217,7 @@ def test_a_large_hang_is_summarised(tmp_path):
     wait follow the synthesizer's truth."""
     dumps, truth = hang_dumps(512, tp=2, pp=4, stopped=(5,), steps=3, stop_step=2)
     result = command.run(write_dumps(tmp_path / "d", dumps))
-    h = result.data["hang"]
+    h = result.value
     assert h.causes == (5,) and h.suspects == ()
     assert len(result.lines) <= 9
     assert result.lines[0].startswith("hang: rank 5 stopped before ")
@@ -271,7 +271,7 @@ def test_sends_and_receives_that_match_are_no_mismatch(tmp_path):
                                op="recv 1<-0", p2p=True, p2p_seq=1),
                         _entry(1, "7", "EXPERT_MODEL_PARALLEL_GROUP", 1, "started",
                                op="all_to_all", size=500)])
-    h = command.run(_write(tmp_path, {4: d4, 6: d6})).data["hang"]
+    h = command.run(_write(tmp_path, {4: d4, 6: d6})).value
     assert h.mismatches == ()
 
 
@@ -332,7 +332,7 @@ def test_a_pair_of_two_is_matched_by_its_p2p_seq(tmp_path):
     d0 = _dump(PP2, [_p2p(100 + k, k, state(k), "send 0->1", size(k)) for k in (3, 4, 5)])
     d1 = _dump(PP2, [_p2p(200 + k, k, state(k), "recv 1<-0", size(k)) for k in range(1, 6)])
     result = command.run(_write(tmp_path, {0: d0, 1: d1}))
-    h = result.data["hang"]
+    h = result.value
     assert h.mismatches == () and h.missing == () and h.causes == ()
     assert result.lines[0].startswith("hang: ranks 0, 1 are all in PIPELINE_MODEL_PARALLEL_"
                                       "GROUP [0, 1] send 0 -> 1 p2p seq 5")
@@ -352,7 +352,7 @@ def test_sends_whose_place_is_lost_are_not_paired_by_position(tmp_path, peer_sto
         recvs.append(_p2p(24, 4, last, "recv 1<-0", size=4096))
     d1 = _dump(PP3, recvs)
     d2 = _dump(PP3, [])
-    h = command.run(_write(tmp_path, {0: d0, 1: d1, 2: d2})).data["hang"]
+    h = command.run(_write(tmp_path, {0: d0, 1: d1, 2: d2})).value
     assert h.mismatches == ()
     if peer_stopped:
         assert h.causes == (1,)

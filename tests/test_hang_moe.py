@@ -18,7 +18,7 @@ MOE = dict(world=16, tp=2, pp=2, ep=2, steps=3, stop_step=2, version="2.9")
 def _run(tmp_path, as_json=False, **faults):
     dumps, truth = hang_dumps(**MOE, **faults)
     result = command.run(write_dumps(tmp_path / "dumps", dumps, as_json=as_json))
-    return result, result.data["hang"], truth
+    return result, result.value, truth
 
 
 @pytest.mark.parametrize("faults, kind", [

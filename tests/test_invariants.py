@@ -178,7 +178,7 @@ def test_every_trace_keeps_the_invariants(path, tmp_path):
         assert all(0 <= r["pct_of_gpu_time"] <= 100 for r in missing)
 
     # the diagnosis of one rank alone: its waits n/a (never 0), the ledger adds up
-    _diagnosis_invariants(diagnose.run(path).data["diagnosis"], one_rank=True)
+    _diagnosis_invariants(diagnose.run(path).value.diagnosis, one_rank=True)
 
     # the trace against itself: nothing changed
     same = CliRunner().invoke(main, ["diff", str(path), str(path), "-o", str(tmp_path / "d")])
@@ -240,7 +240,7 @@ def test_every_command_on_every_job(job, tmp_path):
         spans.sort()
         assert all(b[0] >= a[1] - 1e-3 for a, b in zip(spans, spans[1:]))
     assert (tmp_path / "job.html").read_text().count("<section") >= 6
-    _diagnosis_invariants(diagnose.run(out_dir(root)).data["diagnosis"], one_rank=False)
+    _diagnosis_invariants(diagnose.run(out_dir(root)).value.diagnosis, one_rank=False)
     for r in pq.read_table(tmp_path / "bd" / "temporal_breakdown.parquet").to_pylist():
         if r["comm_wait_ns"] is not None:
             assert r["comm_wait_ns"] + r["comm_transfer_ns"] == r["comm_ns"]

@@ -51,16 +51,16 @@ def frame(table: pa.Table):
 
 def test_diagnose_keeps_what_the_others_reuse(folder):
     fresh(folder)
-    first = diagnose.run(folder).data
+    first = diagnose.run(folder).value
     kept = sorted(p.name for p in (folder / job_cache.FOLDER).iterdir())
     # nothing half-written left beside them
     assert kept == ["diagnosis", "layout", "op_model", "step_windows"]  # no leftovers
-    again = diagnose.run(folder).data
+    again = diagnose.run(folder).value
     for name in ("ledger", "comm_calls", "ledger_waits", "totals", "links", "chain"):
-        assert frame(getattr(first["diagnosis"], name)).equals(
-            frame(getattr(again["diagnosis"], name))), name
-    assert frame(first["advice"]).equals(frame(again["advice"]))
-    assert first["diagnosis"].summary() == again["diagnosis"].summary()
+        assert frame(getattr(first.diagnosis, name)).equals(
+            frame(getattr(again.diagnosis, name))), name
+    assert frame(first.advice_table).equals(frame(again.advice_table))
+    assert first.diagnosis.summary() == again.diagnosis.summary()
 
 
 def test_reused_results_equal_computed_ones(folder):
@@ -134,13 +134,13 @@ def test_a_changed_table_or_option_recomputes(folder):
 
 def test_a_damaged_cache_is_recomputed(folder):
     diagnose.run(folder)
-    want = frame(diagnose.run(folder).data["diagnosis"].ledger)
+    want = frame(diagnose.run(folder).value.diagnosis.ledger)
     entry = folder / job_cache.FOLDER / "diagnosis"
     (entry / "ledger.parquet").write_bytes(b"not parquet")
     assert products.cached_diagnosis(folder) is None
-    assert frame(diagnose.run(folder).data["diagnosis"].ledger).equals(want)
+    assert frame(diagnose.run(folder).value.diagnosis.ledger).equals(want)
     (entry / "entry.json").write_text("{")
-    assert frame(diagnose.run(folder).data["diagnosis"].ledger).equals(want)
+    assert frame(diagnose.run(folder).value.diagnosis.ledger).equals(want)
 
 
 def test_an_unwritable_cache_is_no_error(folder, tmp_path):
@@ -150,7 +150,7 @@ def test_an_unwritable_cache_is_no_error(folder, tmp_path):
     shutil.copytree(folder, copy, ignore=shutil.ignore_patterns(job_cache.FOLDER))
     (copy / job_cache.FOLDER).write_text("a file, not a folder")
     res = diagnose.run(copy)
-    assert res.data["diagnosis"].ledger.num_rows == 16
+    assert res.value.diagnosis.ledger.num_rows == 16
     assert (copy / job_cache.FOLDER).read_text() == "a file, not a folder"
     assert sorted(p.name for p in copy.iterdir() if not p.name.endswith(".parquet")) == [
         job_cache.FOLDER]

@@ -145,7 +145,7 @@ def test_a_job_by_stage(tmp_path):
     ranks = {r["rank"]: r for r in result.tables["memory_ranks"].to_pylist()}
     assert {r: (x["stage"], x["peak_bytes"]) for r, x in ranks.items()} == {
         0: (0, 5000 + 3000 + 900), 1: (1, 5000 + 1000 + 300)}
-    stages = result.data["memory"].stage_peaks()
+    stages = result.value.stage_peaks()
     assert [(s["stage"], s["rank"]) for s in stages] == [(0, 0), (1, 1)]
 
 

@@ -42,7 +42,7 @@ def _expected_gemm_flops(name: str, dims: list) -> float | None:
 def test_gemm_flops_equal_the_recorded_shapes(path):
     trace = shared(path)
     events = events_of(load(read_bytes(trace)))
-    calls = command.run(trace).data["model"].calls.to_pylist()
+    calls = command.run(trace).value.calls.to_pylist()
     checked = 0
     for c in calls:
         ev = events[c["event_index"]]
@@ -96,7 +96,7 @@ def test_flops_and_mfu_equal_the_synthesizer_truth(job):
     truth = json.loads((job / "ground_truth" / "ground_truth.json").read_text())["ranks"]
     kernels = pq.read_table(job / "ground_truth" / "kernels.parquet").to_pandas()
     result = command.run(job / "iteration_10")
-    iters = {r["rank"]: r for r in result.data["model"].iterations.to_pylist()}
+    iters = {r["rank"]: r for r in result.value.iterations.to_pylist()}
     assert set(iters) == {int(r) for r in truth}
     for r, t in truth.items():
         it = iters[int(r)]
@@ -107,7 +107,7 @@ def test_flops_and_mfu_equal_the_synthesizer_truth(job):
         assert it["mfu_pct"] == pytest.approx(100 * it["model_flops"] / it["span_ns"] / 1e3
                                               / 989.5)
         assert 0 < it["mfu_pct"] <= 100
-    calls = result.data["model"].calls.to_pandas()
+    calls = result.value.calls.to_pandas()
     got = calls.groupby(["rank", "phase"]).flops.sum()
     want = kernels[kernels.flops > 0].groupby(["rank", "phase"]).flops.sum()
     assert got[got > 0].to_dict() == pytest.approx(want.to_dict())
@@ -141,7 +141,7 @@ def test_what_is_not_modelled_is_named(tmp_path):
     table = result.tables["ops_not_modelled"].to_pylist()
     whys = {(r["op"], r["why"]) for r in table}
     assert ("aten::bmm", "modelled op without shapes") in whys
-    model = result.data["model"]
+    model = result.value
     assert sum(r["pct_of_gpu_time"] for r in table) + \
         100.0 * model.modelled_ns / model.total_ns == pytest.approx(100)
     assert all(0 <= r["pct_of_gpu_time"] <= 100 for r in table)
@@ -155,7 +155,7 @@ def test_notebook_api_gives_the_command_tables(job):
     cli = command.run(job / "iteration_10")
     for name in ("ops_by_shape", "ops_iterations", "ops_by_module"):
         assert nb.tables()[name].equals(cli.tables[name]), name
-    assert nb.calls.equals(cli.data["model"].calls) and nb.calls.num_rows
+    assert nb.calls.equals(cli.value.calls) and nb.calls.num_rows
 
 
 def test_html_page_has_the_op_model_once_cpu_tables_exist(job, tmp_path):
@@ -187,7 +187,7 @@ def test_one_mfu_naming_its_source(job, tmp_path):
     from traceviz.render.report_text import report_text
 
     first = make_report(job)["throughput"]["mfu"]  # its advice parses the CPU tables
-    iters = command.run(job).data["model"].iterations.to_pylist()
+    iters = command.run(job).value.iterations.to_pylist()
     assert first["source"] == "trace" and first["why"] is None
     assert first["mfu_pct"] == pytest.approx(np.mean([r["mfu_pct"] for r in iters]))
     rep = make_report(job, overrides={"peak_tflops": 989.5})
@@ -282,7 +282,7 @@ def test_attention_causal_flags_at_their_schema_positions_counted_once(tmp_path)
          cudnn_concrete, "cudnn_bwd_kernel"),
     ])
     result = command.run(tmp_path / "t.json")
-    calls = result.data["model"].calls.to_pylist()
+    calls = result.value.calls.to_pylist()
     got = [(c["op"], c["flops"]) for c in calls]
     assert got == [("aten::_flash_attention_forward", full / 2),
                    ("aten::_efficient_attention_forward", full / 2),  # mask type 1
@@ -301,7 +301,7 @@ def test_flash_attention_flops_on_real_traces(path):
     ``_flash_attention_forward``), each call once (not again for the SDPA wrappers)."""
     trace = shared(path)
     events = events_of(load(read_bytes(trace)))
-    calls = [c for c in command.run(trace).data["model"].calls.to_pylist()
+    calls = [c for c in command.run(trace).value.calls.to_pylist()
              if c["family"] == "attention"]
     raw = [e for e in events if e.get("name") == "aten::_flash_attention_forward"]
     assert len(calls) == len(raw) > 0
@@ -331,7 +331,7 @@ def test_copy_and_fill_bytes_are_read_plus_written_once(path):
     trace = shared(path)
     events = events_of(load(read_bytes(trace)))
     checked = 0
-    for c in command.run(trace).data["model"].calls.to_pylist():
+    for c in command.run(trace).value.calls.to_pylist():
         if c["op"] not in ("aten::copy_", "aten::fill_", "aten::zero_"):
             continue
         args = events[c["event_index"]]["args"]

@@ -60,7 +60,7 @@ def test_stages_found_from_the_sends_without_a_topology(pipelined):
                         )["distributedInfo"]
     assert [pg["pg_desc"] for pg in header["pg_config"]] == ["default_pg"]
     assert not list(job.rglob("unique_parallel_groups*"))
-    diag = result.data["diagnosis"]
+    diag = result.value.diagnosis
     stage_of = {k["rank"]: k["stage"] for k in kernels}
     assert diag.pipelines == [sorted(stage_of, key=stage_of.get)]
     calls = result.tables["comm_calls"].to_pylist()
@@ -92,7 +92,7 @@ def test_extra_kernel_is_a_finding_with_its_counterfactual_saving(pipelined):
     _, kernels = _truth(job)
     spin = [k for k in kernels if k["name"] == "spin_kernel"]
     assert {k["rank"] for k in spin} == {2}
-    extra = result.data["diagnosis"].extra
+    extra = result.value.diagnosis.extra
     assert [(e.rank, e.name) for e in extra] == [(2, "spin_kernel")]
     e = extra[0]
     assert e.launches == len(spin) == 8 and e.per_step == 1 and e.phase == "FWD"
@@ -149,7 +149,7 @@ def test_extra_kernel_against_its_stage_peers(tmp_path):
                                  with_stack=False, extra_kernel_rank=1,
                                  extra_kernel_us=1500.0), tmp_path / "job")
     result = diagnose.run(job)
-    extra = result.data["diagnosis"].extra
+    extra = result.value.diagnosis.extra
     assert [(e.rank, e.name) for e in extra] == [(1, "spin_kernel")]
     assert extra[0].compared == "the other ranks of its stage"
     assert 1 not in result.tables["stragglers"]["rank"].to_pylist()

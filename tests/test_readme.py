@@ -52,6 +52,9 @@ def demo(module_folder) -> Demo:
                 module_folder / "rank0_memory.json.gz")
     shutil.copytree(shared("gpu/flight_recorder"), module_folder / "nccl_dumps")
     (module_folder / "llama3_8b.toml").write_text(TOML)
+    # the table the snippets load, as the README's parse block writes it before them
+    first_parse = next(cmd for _, cmd in _commands() if cmd.startswith("traceviz parse"))
+    assert _run(first_parse, module_folder)[0] == 0
     return Demo(module_folder, result)
 
 

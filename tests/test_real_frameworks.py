@@ -260,7 +260,7 @@ def test_gpu_bound_iterations_carry_their_own_flops_and_time(name, key):
     assert [(r["iteration"], r["span_ns"]) for r in ledger] == [
         (r["iteration"], r["span_ns"]) for r in iters]
     assert all(r["cpu_span_ns"] < r["span_ns"] for r in ledger)  # the CPU ran ahead
-    rep = report.run(path).data["report"]["throughput"]["iterations"]
+    rep = report.run(path).value.report["throughput"]["iterations"]
     assert [(r["iteration"], r["time_ms"]) for r in rep] == [
         (r["iteration"], r["span_ns"] / 1e6) for r in iters]
 
@@ -680,7 +680,7 @@ def _dp_advice(job: str, job_cwd, monkeypatch):
     from traceviz.commands import diagnose
 
     monkeypatch.chdir(job_cwd(job.split("/")[0]))
-    rows = diagnose.run(shared(f"{GPU}/{job}")).data["advice"].to_pylist()
+    rows = diagnose.run(shared(f"{GPU}/{job}")).value.advice_table.to_pylist()
     (row,) = [r for r in rows if "exposed DP communication" in r["finding"]]
     return row
 
@@ -762,7 +762,7 @@ def test_equal_savings_are_said_to_stop_at_one_bound(job_cwd, monkeypatch, tmp_p
     from traceviz.commands import diagnose
 
     monkeypatch.chdir(job_cwd("megatron_1f1b"))
-    rows = diagnose.run(shared(f"{GPU}/megatron_1f1b/iteration_5")).data["advice"].to_pylist()
+    rows = diagnose.run(shared(f"{GPU}/megatron_1f1b/iteration_5")).value.advice_table.to_pylist()
     same = [r for r in rows if r["same_as"]]
     assert len(same) >= 2
     for r in same:
@@ -794,7 +794,7 @@ def test_tp_advice_knows_sequence_parallelism(job_cwd, monkeypatch, tmp_path):
     run = json.loads((REFERENCE / GPU / "megatron_1f1b.run.json").read_text())
     assert run["megatron_1f1b"]["megatron_args"]["sequence_parallel"] is False
     monkeypatch.chdir(job_cwd("megatron_1f1b"))
-    rows = diagnose.run(shared(f"{GPU}/megatron_1f1b/iteration_5")).data["advice"].to_pylist()
+    rows = diagnose.run(shared(f"{GPU}/megatron_1f1b/iteration_5")).value.advice_table.to_pylist()
     (tp,) = [r for r in rows if "exposed TP communication" in r["finding"]]
     assert "(with --sequence-parallel)" in tp["action"]
 
@@ -804,7 +804,7 @@ def test_tp_advice_knows_sequence_parallelism(job_cwd, monkeypatch, tmp_path):
     truth = pq.read_table(job / "ground_truth" / "kernels.parquet").to_pylist()
     tp_kinds = {k["collective"] for k in truth if k["comm_group"] == "TP"}
     assert tp_kinds == {"AllGather", "ReduceScatter"}
-    rows = diagnose.run(job).data["advice"].to_pylist()
+    rows = diagnose.run(job).value.advice_table.to_pylist()
     (tp,) = [r for r in rows if "exposed TP communication" in r["finding"]]
     assert "sequence parallelism is on already" in tp["action"]
     assert "--sequence-parallel" not in tp["action"]

@@ -60,7 +60,7 @@ def test_replay_is_exact(predicted):
     # the measured iteration is the simulated one (its ProfilerSteps; a few µs of host
     # work after the last GPU activity aside)
     assert abs(rows["COMP=1"]["baseline_ns"] - base_ns) <= 10_000
-    assert res.data["iteration_ns"] == rows["COMP=1"]["baseline_ns"]  # one baseline
+    assert res.value.iteration_ns == rows["COMP=1"]["baseline_ns"]  # one baseline
 
 
 def test_predictions_meet_the_counterfactuals(predicted):
@@ -81,7 +81,7 @@ def test_advice_for_the_slow_gpu(predicted):
     of advice has its action, evidence and predicted iteration."""
     base_ns, _, truth, _, job, cfg = predicted
     res = diagnose.run(job / "iteration_10")
-    advice = res.data["advice"].to_pylist()
+    advice = res.value.advice_table.to_pylist()
     slow = cfg.straggler_rank
     fault = next(r for r in advice if r["what_if"] == f"straggler:{slow}=fix")
     assert f"rank {slow} (node 0, GPU {slow})" in fault["finding"]

@@ -37,7 +37,7 @@ def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> Resul
     """Synthesize the demo job and run batch (with CPU tables), aggregate, diagnose,
     breakdown, report, pipeline, the critical path, the op model and the HTML page on it,
     each step's files written as it goes (``echo`` says what each found); the result's
-    ``lines`` say where each step wrote (``data["steps"]``: step -> path)."""
+    ``lines`` say where each step wrote."""
     out = Path(outdir)
     job_dir = out / "job"
     steps: dict[str, Path] = {}
@@ -51,7 +51,7 @@ def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> Resul
     steps["parsed tables"] = tables
     echo(f"batch: {sum(o.status == 'parsed' for o in outcomes)} ranks parsed -> {tables}")
     agg = aggregate.run(job_dir, tables, quiet=True)
-    folder = Path(os.path.relpath(agg.data["root"]))  # one profiled iteration's folder
+    folder = Path(os.path.relpath(agg.value.root))  # one profiled iteration's folder
     written = write(agg, folder)
     steps["aggregate (micro-batches, clocks, figures)"] = folder
     echo(f"aggregate: {len(written)} tables and figures -> {folder}")
@@ -69,11 +69,11 @@ def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> Resul
     echo(brk.lines[0])
     rep = report.run(job, output=str(out / "report" / "report.txt"), **DEMO_FACTS)
     write(rep, ".")
-    steps["report (throughput, bus bandwidth, stragglers)"] = rep.data["text"]
-    mean, mfu = (rep.data["report"]["throughput"][k] for k in ("mean", "mfu"))
+    steps["report (throughput, bus bandwidth, stragglers)"] = rep.value.text
+    mean, mfu = (rep.value.report["throughput"][k] for k in ("mean", "mfu"))
     echo(f"report: {mean['time_ms']:.1f} ms per iteration, {mean['tokens_per_s']:,.0f} "
          f"tokens/s, {mfu['tflops_per_gpu']:.0f} TFLOP/s per GPU, MFU {mfu['mfu_pct']:.1f} "
-         f"% (from the {mfu['source']}) -> {rep.data['text']} (+ .json)")
+         f"% (from the {mfu['source']}) -> {rep.value.text} (+ .json)")
     pipe = pipeline.run(job)
     write(pipe, out / "pipeline")
     steps["pipeline (measured vs ideal 1F1B)"] = out / "pipeline"
@@ -95,4 +95,4 @@ def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> Resul
     echo(f"done in {time.perf_counter() - start:.1f} s")
     return Result(lines=["", "where to look:"] + [f"  {what}: {path}"
                                                   for what, path in steps.items()],
-                  data={"steps": steps})
+                  value=steps)

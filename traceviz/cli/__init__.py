@@ -284,7 +284,7 @@ def counters(traces, output, series) -> None:
             click.echo(f"traceviz: error: {one_line(str(exc))}", err=True)
             failed += 1
             continue
-        click.echo(f"{result.data['output']}: {result.data['events']} counter events added")
+        click.echo(f"{result.value.output}: {result.value.events} counter events added")
     if failed:
         raise SystemExit(1)
 
@@ -463,7 +463,7 @@ def aggregate(root, outdir, alignment, topology_file, jobs, no_figures,
 
     res = command.run(root, outdir, alignment=alignment, topology=topology_file, jobs=jobs,
                       figures=not no_figures, rank_figures=rank_figures)
-    finish(res, res.data["root"])
+    finish(res, res.value.root)
 
 
 @main.command()
@@ -636,9 +636,10 @@ def report(root, config_file, topology, no_clock_sync, output, as_json, **facts)
 
     result = command.run(root, config_file=config_file, output=output, topology=topology,
                          clock_sync=not no_clock_sync, **facts)
-    finish(result, lines=result.texts[str(result.data["json" if as_json else "text"])]
-           .splitlines(), wrote=f"{result.data['text']}, {result.data['json']} and every "
-           f"rank's numbers in {result.data['ranks']}.csv / .parquet")
+    files = result.value
+    finish(result, lines=result.texts[str(files.json if as_json else files.text)].splitlines(),
+           wrote=f"{files.text}, {files.json} and every rank's numbers in {files.ranks}.csv "
+           "/ .parquet")
 
 
 @main.command()
@@ -668,8 +669,8 @@ def export(source, output, kernels, no_clock_sync) -> None:
     from ..commands.export import run
 
     result = run(source, output, kernels, clock_sync=not no_clock_sync)
-    finish(result, wrote=lambda: f"{one_line(str(result.data['output']))} "
-           f"({result.data['events']} traceviz events); open it in https://ui.perfetto.dev")
+    finish(result, wrote=lambda: f"{one_line(str(result.value.output))} "
+           f"({result.value.events} traceviz events); open it in https://ui.perfetto.dev")
 
 
 @main.command()

@@ -14,6 +14,7 @@ Output, in each folder of rank tables:
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..job import products
@@ -21,6 +22,15 @@ from ..ingest.tables import ensure_tables
 from ..render.aggregation_files import aggregation_files
 from ..render.words import clock_words
 from ..table.result import Result
+
+
+@dataclass
+class Aggregated:
+    """Where ``traceviz aggregate`` wrote: the folders' common parent (absolute) and
+    each folder's clock alignment (by absolute path)."""
+
+    root: Path
+    alignment: dict[Path, str]
 
 
 def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
@@ -41,13 +51,12 @@ def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
         jobs: int = 0, figures: bool = True, quiet: bool | None = None,
         vpp: int | None = None, rank_figures: str = "auto") -> Result:
     """Every folder of rank tables of ``root`` (parsed into ``outdir`` first when
-    ``root`` has none), each one's outputs in that folder: paths relative to
-    ``data["root"]``, the folders' common parent; ``data["alignment"]``: each folder's
-    clock alignment (both absolute paths)."""
+    ``root`` has none), each one's outputs in that folder: paths relative to the
+    folders' common parent, ``value`` (:class:`Aggregated`)."""
     root = Path(root)
     folders = ensure_tables(root, outdir, jobs=jobs, topology=topology, vpp=vpp, quiet=quiet)
     common = Path(os.path.commonpath([os.path.abspath(f) for f in folders]))
-    out = Result(data={"root": common, "alignment": {}})
+    out = Result(value=Aggregated(common, {}))
     for folder in folders:
         res = aggregate_folder(root, folder, alignment, topology, figures, rank_figures)
         under = Path(os.path.relpath(os.path.abspath(folder), common))
@@ -57,5 +66,5 @@ def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
         out.lines += res.lines
         out.notes += res.notes
         out.failed += res.failed
-        out.data["alignment"][Path(os.path.abspath(folder))] = res.data["alignment"]
+        out.value.alignment[Path(os.path.abspath(folder))] = res.value.alignment
     return out

@@ -14,7 +14,7 @@ from ..ingest.outputs import default_path, trace_stem
 from ..parse.source import ByteSource
 from ..render.perfetto import counter_events
 from ..render.trace_copy import write_with_events
-from ..table.result import Result
+from ..table.result import Result, Written
 
 
 def default_output(trace: str | os.PathLike, suffix: str = "_with_counters") -> Path:
@@ -48,16 +48,17 @@ def output_for(trace: str | os.PathLike, output: str | os.PathLike | None,
 def run(trace: str | os.PathLike, output: str | os.PathLike | None = None,
         series: tuple[str, ...] = SERIES) -> Result:
     """Parse ``trace``; the :class:`Result`'s one export is its copy with the counter
-    tracks; once written, ``data`` holds ``output`` and ``events`` (added)."""
+    tracks; once written, ``value`` (:class:`Written`) holds the copy and the events
+    added."""
     tracks = counter_tracks(activities(parse_table(trace)), series)
     out = Path(output or default_output(trace))
-    result = Result(data={"output": out})
+    result = Result(value=Written(out))
 
     def copy(path: Path) -> None:
         src = ByteSource(trace)
         try:
-            result.data["events"] = write_with_events(src, os.fspath(trace), path,
-                                                      counter_events(tracks))
+            result.value.events = write_with_events(src, os.fspath(trace), path,
+                                                    counter_events(tracks))
         finally:
             src.close()
 

@@ -41,14 +41,14 @@ def run(path: str | os.PathLike, *, iteration: int | None = None,
     """The critical path (:func:`traceviz.job.products.critical_path`) as files: its
     tables, a figure over the ranks' timelines, the path as Perfetto tracks (on a copy of
     the rank's trace when there is one, else the job's export), and the console summary;
-    ``data["path"]``: the typed result."""
+    ``value``: the typed path (:class:`CriticalPath` or :class:`HtaPath`)."""
     found, trace, folder = products.critical_path(
         path, iteration=iteration, annotation=annotation, instance=instance, rank=rank,
         hta_compat=hta_compat, what_if=what_if, clock_sync=clock_sync)
     result = _hta_result(found) if isinstance(found, HtaPath) else _path_result(found)
     if found.what_if is not None:
         result.lines += _what_if_lines(found.what_if)
-    result.data["path"] = found
+    result.value = found
     if folder is None:
         result.exports[TRACE_NAME] = partial(_write_trace, trace, found.tracks)
     else:
@@ -80,8 +80,6 @@ def _hta_result(p: HtaPath) -> Result:
               if pct[i] is not None and (ns[i] > 0 or clock_ns[i] > 0)]
     return Result(tables=p.tables(), csv={"critical_path_summary.csv": p.summary},
                   lines=lines, notes=list(p.notes),
-                  data={"nodes": p.nodes, "total_ns": p.total_ns, "span_ns": p.span_ns,
-                        "bound_by": p.bound_by},
                   figures={"critical_path.png": Figure(draw, p.segments, lines[0])})
 
 
@@ -95,12 +93,6 @@ def _path_result(p: CriticalPath) -> Result:
     lines += [f"  {r['category']:24s} {r['pct']:7.3f} %  {_ms(r['ns'])}"
               for r in p.by_category.to_pylist()]
     return Result(tables=p.tables(), lines=lines, notes=list(p.notes),
-                  data={"span_ns": p.span_ns, "iteration_ns": p.iteration_ns, "hops": hops,
-                        "edges": p.edges,
-                        "by_category": dict(zip(p.by_category["category"].to_pylist(),
-                                                p.by_category["ns"].to_pylist())),
-                        "by_rank": dict(zip(p.by_rank["rank"].to_pylist(),
-                                            p.by_rank["ns"].to_pylist()))},
                   figures={"critical_path.png": Figure(draw, p.segments, lines[0])})
 
 

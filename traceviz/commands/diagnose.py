@@ -19,10 +19,9 @@ def run(root: Job | str | os.PathLike, topology: str | os.PathLike | None = None
         advice: bool = True, num_layers: int | None = None,
         link_gbps: tuple[float, float] | None = None) -> Result:
     """The diagnosis of ``root`` as tables and text (see the module doc), ending with the
-    advice unless ``advice`` is False; ``data["diagnosis"]`` is the
-    :class:`~traceviz.analysis.diagnose.diagnosis.Diagnosis`, ``data["advice"]`` the
-    advice table (None without), ``data["result"]`` the typed
-    :class:`~traceviz.analysis.advice.JobDiagnosis`."""
+    advice unless ``advice`` is False; ``value``: the typed
+    :class:`~traceviz.analysis.advice.JobDiagnosis` (``.diagnosis``, ``.advice``, its
+    ``.advice_table``)."""
     result = Job.of(root, topology).diagnose(advice=advice, num_layers=num_layers,
                                              link_gbps=link_gbps)
     diag, adv = result.diagnosis, result.advice_table
@@ -30,5 +29,5 @@ def run(root: Job | str | os.PathLike, topology: str | os.PathLike | None = None
     lines = ledger_lines(diag.summary()) + (advice_lines(typed) if typed is not None else [])
     return Result(tables=result.tables(), texts={"diagnosis.txt": diagnosis_text(diag, typed)},
                   lines=lines, notes=list(diag.notes),
-                  data={"diagnosis": diag, "advice": adv, "result": result},
+                  value=result,
                   failed=list(result.failed))

@@ -28,7 +28,7 @@ def run(control: str | os.PathLike, test: str | os.PathLike, *,
     b = load_side(test, "test", test_rank, test_iterations)
     table = compare(a, b, short_names=not full_names, hta_compat=hta_compat)
     return Result(tables={"trace_diff": table}, figures={"trace_diff.png": Figure(draw, table)},
-                  lines=summary_lines(table, a, b), data={"control": a, "test": b})
+                  lines=summary_lines(table, a, b))
 
 
 def summary_lines(table, control: Side, test: Side) -> list[str]:

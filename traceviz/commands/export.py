@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import TraceVizError
 from ..ingest.outputs import default_path, trace_stem
-from ..table.result import Result
+from ..table.result import Result, Written
 from .export_writer import check_output, write
 
 
@@ -23,19 +23,19 @@ def run(source: str | os.PathLike, output: str | os.PathLike | None = None,
         kernels: bool | None = None, clock_sync: bool = True,
         extra: Iterable[dict] = ()) -> Result:
     """The export as a :class:`Result` whose one export is the file (computed as it is
-    written: it streams, one rank in memory at a time); once written, ``data`` holds
-    ``output`` and ``events`` (written), the result's ``notes`` what a reader must know
+    written: it streams, one rank in memory at a time); once written, ``value``
+    (:class:`Written`) holds the file and its events, the result's ``notes`` what a reader must know
     and its ``failed`` the ranks left out with why. ``extra`` and ``kernels``: see :func:`write`."""
     source = Path(source)
     if not source.exists():
         raise TraceVizError(f"{source}: no such file or folder")
     out = Path(output) if output else default_output(source)
     check_output(source, out)
-    result = Result(data={"output": out})
+    result = Result(value=Written(out))
 
     def export(path: Path) -> None:
         events, notes, failed = write(source, path, kernels, clock_sync, extra)
-        result.data.update(events=events)
+        result.value.events = events
         result.notes += notes
         result.failed += failed
 

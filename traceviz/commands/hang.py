@@ -14,7 +14,7 @@ from ..table.result import Result
 
 def run(folder: str | os.PathLike, world: int | None = None) -> Result:
     """The hang verdict of the dumps in ``folder`` (a file: that one) as files
-    (:func:`traceviz.render.hang_files.hang_result`); ``data["hang"]`` is the
+    (:func:`traceviz.render.hang_files.hang_result`); ``value`` is the
     :class:`~traceviz.analysis.hang.Hang`; ``failed`` names the files that could not be
     read (the others are analyzed)."""
     dumps, failed = read_dumps(folder, world)

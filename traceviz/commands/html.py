@@ -32,7 +32,7 @@ from ..render.interactive import (
     to_html,
 )
 from ..render.memory_files import memory_result
-from ..render.ops_files import ops_result
+from ..render.ops_files import header_lines, ops_result
 from ..render.pipeline_files import views_result
 from ..render.words import clock_words, on_one_clock
 from ..table.result import Result
@@ -91,7 +91,7 @@ def page_of(title: str, rep: Report, brk: Result, pipe: Result | None, why: str,
                                   pipe.figures[first].png() if first else None)
         stages = pipe.tables["pipeline_stages"].to_pylist()
     ops = None if model is None else OpsSection(
-        model.data["header"], model.tables["ops_by_shape"], model.tables["ops_by_module"],
+        header_lines(model.value), model.tables["ops_by_shape"], model.tables["ops_by_module"],
         [(name[:-4].replace("_", " "), fig.png()) for name, fig in sorted(model.figures.items())])
     diag = from_report(rep.get("diagnosis"))
     strag = diag.stragglers if diag is not None else ()

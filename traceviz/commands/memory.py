@@ -12,7 +12,7 @@ from ..table.result import Result
 
 def run(path: Job | str | os.PathLike, *, rank: int | None = None) -> Result:
     """The memory of ``path`` as tables, a figure and lines
-    (:func:`traceviz.render.memory_files.memory_result`); ``data["memory"]`` is the
+    (:func:`traceviz.render.memory_files.memory_result`); ``value`` is the
     :class:`~traceviz.analysis.memory.JobMemory`. Notes: the ranks without allocator
     events, and those with events left out (unreadable Bytes or Addr)."""
     job, missing = Job.of(path).memory_run(rank=rank)

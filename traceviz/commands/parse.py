@@ -35,7 +35,7 @@ def run(trace: str, output: str, *, cpu: bool = False, patterns: str | None = No
         memory_budget: int = 512 << 20, topology_file: str | None = None,
         vpp: int | None = None, warn_floor: bool = False, strict: bool = False) -> Result:
     """Parse ``trace``; the result exports its table as ``output`` (``-``: stdout, which
-    :func:`write_stdout` writes). ``notes``: the parse's warnings; ``data["parsed"]``: the
+    :func:`write_stdout` writes). ``notes``: the parse's warnings; ``value``: the
     :class:`~traceviz.ingest.build.ParsedTrace` (close it when done). ``strict`` rejects
     a truncated trace; ``warn_floor``: see :func:`~traceviz.ingest.build.parse_trace`."""
     if cpu and output == "-":
@@ -48,17 +48,17 @@ def run(trace: str, output: str, *, cpu: bool = False, patterns: str | None = No
         raise TraceVizError(f"{parsed.meta['source']}: truncated trace rejected (--strict); "
                             "nothing written")
     return Result(exports={output: lambda dest: parsed.write(os.fspath(dest))},
-                  notes=list(parsed.warnings), data={"parsed": parsed})
+                  notes=list(parsed.warnings), value=parsed)
 
 
 def write_stdout(result: Result) -> list[str]:
     """Write the table of a ``-o -`` parse to stdout."""
-    return result.data["parsed"].write("-")
+    return result.value.write("-")
 
 
 def summary_lines(result: Result, seconds: float, written: list) -> list[str]:
     """What was parsed, how fast, where it went, and what was skipped."""
-    parsed: ParsedTrace = result.data["parsed"]
+    parsed: ParsedTrace = result.value
     meta = parsed.meta
     stats = meta["stats"]
     kind_text = ", ".join(f"{v} {k}" for k, v in stats["kinds"].items()) or "none"

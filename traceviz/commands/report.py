@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..analysis.report import ranks_table
@@ -14,6 +15,17 @@ from ..job import Job
 from ..ingest.outputs import default_path
 from ..render.report_text import report_text
 from ..table.result import Result
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """The report (its typed dict) and where it goes: the text, its JSON twin and the
+    ranks' table (a path without suffix: .csv and .parquet)."""
+
+    report: Report
+    text: Path
+    json: Path
+    ranks: Path
 
 
 def default_name(report: Report, when: dt.datetime) -> str:
@@ -31,9 +43,8 @@ def run(root: Job | str | os.PathLike, *, config_file: str | None = None,
     """The report of ``root`` as text (``output``, default
     ``traceviz-out/<job>/report/<default_name>``), its JSON twin next to it (``output`` ending in
     .json names the JSON; the text gets .txt) and every rank's overlap and network numbers
-    as ``<text's stem>_ranks`` (.csv, .parquet); ``data["report"]`` is the dict,
-    ``data["text"]`` / ``data["json"]`` / ``data["ranks"]`` the paths (the last without
-    its suffix); ``facts``: what :meth:`Job.report` takes about the run (batch, model,
+    as ``<text's stem>_ranks`` (.csv, .parquet); ``value``: :class:`ReportFiles`;
+    ``facts``: what :meth:`Job.report` takes about the run (batch, model,
     peaks)."""
     job = Job.of(root, topology)
     report = job.report(config_file=config_file, clock_sync=clock_sync, **facts)
@@ -46,5 +57,5 @@ def run(root: Job | str | os.PathLike, *, config_file: str | None = None,
     return Result(texts={str(twin): json.dumps(report, indent=1, allow_nan=False),
                          str(text): report_text(report, ranks.name)},
                   tables={str(ranks): ranks_table(report)},
-                  data={"report": report, "text": text, "json": twin, "ranks": ranks},
+                  value=ReportFiles(report, text, twin, ranks),
                   failed=report["failed"])

@@ -40,13 +40,13 @@ def run(*, world: int | None = None, tp: int = 1, pp: int = 1, cp: int = 1, ep: 
         global_batch_size: str = "N/A", output: str | None = None) -> Result:
     """The layout (:func:`layout_of`) as text: to ``output`` (a folder gets
     ``topology.json`` or ``unique_parallel_groups_<timestamp>.txt``), else as lines;
-    ``data["layout"]``: the layout."""
+    ``value``: the layout."""
     layout = layout_of(world=world, tp=tp, pp=pp, cp=cp, ep=ep, expert_tp=expert_tp,
                        order=order, traces=traces, file=file)
     text = text_of(layout, as_json, global_batch_size)
     if output is None:
-        return Result(lines=text.splitlines(), data={"layout": layout})
+        return Result(lines=text.splitlines(), value=layout)
     if os.path.isdir(output):
         output = os.path.join(output, "topology.json" if as_json
                               else groups_file.default_name())
-    return Result(texts={output: text}, data={"layout": layout})
+    return Result(texts={output: text}, value=layout)

@@ -45,7 +45,7 @@ def aggregation_files(agg: Aggregation, layout: Layout | None, layout_note: str 
                                   agg.alignment)
     res = Result(tables={"microbatches": mb, "category_spans": spans},
                  csv={"clock_offsets.csv": agg.clock_offsets}, notes=list(agg.notes),
-                 data={"alignment": agg.alignment})
+                 value=agg)
     diag = agg.diagnosis
     drawn = figure_ranks(mb, [rc.rank for rc in cats], rank_figures, diag) if figures \
         else set()

@@ -10,11 +10,11 @@ from ..table.result import Result
 
 def hang_result(hang: Hang, sources: list[str], failed: list[str]) -> Result:
     """``hang`` (from the dumps ``sources``) as files; ``failed``: the dumps that could
-    not be read; ``data["hang"]``: the hang."""
+    not be read; ``value``: the hang."""
     return Result(tables={"hang": hang.rank_table(), "hang_groups": hang.group_table()},
                   texts={"hang.json": json.dumps(_json(hang, sources), indent=1) + "\n"},
                   lines=list(hang.verdict), notes=list(hang.notes),
-                  data={"hang": hang}, failed=failed)
+                  value=hang, failed=failed)
 
 
 def _json(hang: Hang, sources: list[str]) -> dict:

@@ -10,9 +10,9 @@ from ..table.result import Result
 
 def memory_result(job: JobMemory, missing: list[str]) -> Result:
     """``job`` as files: its tables, a figure, summary lines; ``missing`` (the ranks
-    without allocator events, a line each) as notes; ``data["memory"]``: the job."""
+    without allocator events, a line each) as notes; ``value``: the job."""
     return Result(tables=job.tables(), figures={"memory.png": Figure(memory_figure, job)},
-                  lines=summary_lines(job), notes=missing, data={"memory": job})
+                  lines=summary_lines(job), notes=missing, value=job)
 
 
 def summary_lines(job: JobMemory, top: int = 4) -> list[str]:

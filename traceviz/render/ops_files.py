@@ -22,21 +22,26 @@ def _pct(x: float | None) -> str:
     return f"{x:.1f} %" if x >= 10 else f"{x:.3g} %"
 
 
+def header_lines(model: OpModel) -> list[str]:
+    """What the op model is (its ranks, device, calls, coverage), without its FLOP
+    rates."""
+    total = model.total_ns
+    return [f"op model of {len(model.ranks)} rank(s) on {model.device or 'an unknown device'}"
+            f" (peak {model.peak_tflops if model.peak_tflops else 'n/a'} TFLOP/s BF16): "
+            f"{model.calls.num_rows} modelled calls",
+            f"  GPU time of compute / memory kernels: modelled "
+            f"{_pct(share(model.modelled_ns, total))}, modelled op without shapes "
+            f"{_pct(share(model.shapes_missing_ns, total))}, no model "
+            f"{_pct(share(model.unmodelled_ns, total))}"]
+
+
 def ops_result(model: OpModel) -> Result:
     """``model`` as files: its tables, a roofline and a module figure, and the console
-    summary; ``data["model"]``: the model, ``data["header"]``: the summary's lines that
-    say what the op model is (without its FLOP rates)."""
+    summary (:func:`header_lines`, then its FLOP rates); ``value``: the model."""
     calls, shapes, iters = model.calls, model.by_shape, model.iterations
     device, peak, total = model.device, model.peak_tflops, model.total_ns
     dev = device_of(device)
-    lines = [f"op model of {len(model.ranks)} rank(s) on {device or 'an unknown device'} "
-             f"(peak {peak if peak else 'n/a'} TFLOP/s BF16): "
-             f"{calls.num_rows} modelled calls",
-             f"  GPU time of compute / memory kernels: modelled "
-             f"{_pct(share(model.modelled_ns, total))}, modelled op without shapes "
-             f"{_pct(share(model.shapes_missing_ns, total))}, no model "
-             f"{_pct(share(model.unmodelled_ns, total))}"]
-    header = list(lines)  # what the op model is, without its FLOP rates
+    lines = header_lines(model)
     mfu = trace_mfu(model)  # the report's and the page's, with the same reason
     if mfu["tflops_per_gpu"] is not None:
         lines.append(f"  from the trace's own FLOPs: {mfu['tflops_per_gpu']:.4g} TFLOP/s per "
@@ -56,7 +61,7 @@ def ops_result(model: OpModel) -> Result:
         figures={"ops_roofline.png": Figure(roofline, shapes, _roofs(shapes, dev, peak),
                                             dev.tbps if dev else None, device),
                  "ops_by_module.png": Figure(modules, model.by_module)},
-        lines=lines, data={"model": model, "header": header})
+        lines=lines, value=model)
     result.exports["ops_calls.parquet"] = partial(write_parquet, calls)
     if model.faster_than_peak:
         result.notes.append(f"{model.faster_than_peak} call(s) ran faster than the device's "

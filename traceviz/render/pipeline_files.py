@@ -42,7 +42,7 @@ def views_result(views: PipelineViews) -> Result:
     """The files and lines of ``views``: per group a figure, a page, its rows of the
     stage and gap tables and summary lines."""
     res = Result(tables={"pipeline_stages": views.stages, "pipeline_gaps": views.gaps},
-                 notes=list(views.notes), data={"views": [g.view for g in views.groups]})
+                 notes=list(views.notes), value=[g.view for g in views.groups])
     for g in views.groups:
         if g.iteration is None:
             _add_view(res, g, f"PP group of TPxCPxDP rank {g.index} (ranks {g.ranks}), from "

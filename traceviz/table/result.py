@@ -43,9 +43,10 @@ class Result:
     ``<name>.csv`` and ``<name>.parquet``, ``csv`` as CSV only, ``figures`` as PNG,
     ``texts`` as UTF-8 text, ``exports`` by their function (``write(path)``, atomic:
     e.g. a Perfetto trace; one that writes more than its file returns every path).
-    ``lines`` go to stdout, ``notes`` to stderr; ``data`` holds structured results for
-    the Python API (e.g. the report dict); ``failed`` names the ranks the outputs leave
-    out (a trace or table that could not be read), with why."""
+    ``lines`` go to stdout, ``notes`` to stderr; ``value`` is the typed result the
+    outputs came from (each command's own: a ``JobDiagnosis``, an ``OpModel``, a
+    :class:`ReportFiles`, ...), for the demo and the Python API; ``failed`` names the
+    ranks the outputs leave out (a trace or table that could not be read), with why."""
 
     tables: dict[str, pa.Table] = field(default_factory=dict)
     csv: dict[str, pa.Table] = field(default_factory=dict)
@@ -54,8 +55,16 @@ class Result:
     exports: dict[str, Callable[[Path], object]] = field(default_factory=dict)
     lines: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    data: dict = field(default_factory=dict)
+    value: Any = None
     failed: list[str] = field(default_factory=list)  # ranks left out: one line each
+
+
+@dataclass
+class Written:
+    """What a streamed export wrote, once written: its file and the events in it."""
+
+    output: Path
+    events: int = 0
 
 
 def write(result: Result, outdir: str | os.PathLike) -> list[Path]:
