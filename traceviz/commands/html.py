@@ -14,7 +14,7 @@ from ..errors import TraceVizError
 from ..ingest.flight_recorder import read_dumps
 from ..job import Job
 from ..ingest.tables import has_cpu_tables, has_memory_tables
-from ..render.breakdown_figures import breakdown_figures
+from ..render.breakdown_figures import OVERLAP_FIGURE, breakdown_figures, kernel_figures
 from ..render.hang_files import hang_result
 from ..render.html_page import (
     HangSection,
@@ -33,7 +33,7 @@ from ..render.interactive import (
 )
 from ..render.memory_files import memory_result
 from ..render.ops_files import header_lines, ops_result
-from ..render.pipeline_files import views_result
+from ..render.pipeline_files import first_figure, views_result
 from ..render.words import clock_words, on_one_clock
 from ..table.result import Result
 
@@ -80,15 +80,13 @@ def page_of(title: str, rep: Report, brk: Result, pipe: Result | None, why: str,
     ``clocks`` says: :func:`~traceviz.render.words.clock_words`), rows placed by ``places``
     (:meth:`traceviz.job.Job.pipeline_places`),
     and the op model's result (``model`` None: ``no_model`` says why)."""
-    kernels = [(name[:-4].replace("_", " "), fig.png())
-               for name, fig in sorted(brk.figures.items())
-               if name.startswith(("top_kernels_", "kernel_durations_"))]
-    overlap = brk.figures.get("temporal_breakdown.png")
+    kernels = [(title, fig.png()) for title, fig in kernel_figures(brk.figures)]
+    overlap = brk.figures.get(OVERLAP_FIGURE)
     section, stages = None, []
     if pipe is not None:
-        first = next((n for n in sorted(pipe.figures) if n.startswith("pipeline_")), None)
+        first = first_figure(pipe)
         section = PipelineSection(pipe.tables["pipeline_stages"], pipe.tables["pipeline_gaps"],
-                                  pipe.figures[first].png() if first else None)
+                                  first.png() if first else None)
         stages = pipe.tables["pipeline_stages"].to_pylist()
     ops = None if model is None else OpsSection(
         header_lines(model.value), model.tables["ops_by_shape"], model.tables["ops_by_module"],

@@ -309,12 +309,22 @@ def _us(v: float) -> str:
     return f"{v / 1e3:,.2f} ms" if v >= 1e3 else f"{v:,.1f} µs"
 
 
+OVERLAP_FIGURE = "temporal_breakdown.png"  # the figure a page shows as the overlap's
+KERNEL_FIGURES = ("top_kernels_", "kernel_durations_")  # one per kernel type each
+
+
+def kernel_figures(figures: dict[str, Drawing]) -> list[tuple[str, Drawing]]:
+    """The per-kernel-type figures of :func:`breakdown_figures`, titled, in name order."""
+    return [(name[:-4].replace("_", " "), fig) for name, fig in sorted(figures.items())
+            if name.startswith(KERNEL_FIGURES)]
+
+
 def breakdown_figures(tables: dict[str, pa.Table], notes: list[str]) -> dict[str, Drawing]:
     """Every figure of the breakdown by file name (PNG), from its tables; a figure that
     cannot be drawn is left out with a line in ``notes``."""
     top = tables["top_kernels"]
     figures: dict[str, Drawing] = {
-        "temporal_breakdown.png": Figure(temporal, tables["temporal_breakdown"]),
+        OVERLAP_FIGURE: Figure(temporal, tables["temporal_breakdown"]),
         "idle_time_breakdown.png": Figure(idle, tables["idle_causes"])}
     types = tables["kernel_type_breakdown"]
     if any(t < 0 for t in types.column("time_ns").to_pylist()):
@@ -328,6 +338,6 @@ def breakdown_figures(tables: dict[str, pa.Table], notes: list[str]) -> dict[str
             notes.append(f"note: top_kernels_{t.lower()}.png not drawn: a kernel's total "
                          "time is negative (HTA's µs rounding); the table has it")
         else:
-            figures[f"top_kernels_{t.lower()}.png"] = Figure(top_kernels, top, t)
-        figures[f"kernel_durations_{t.lower()}.png"] = Figure(kernel_durations, top, t)
+            figures[f"{KERNEL_FIGURES[0]}{t.lower()}.png"] = Figure(top_kernels, top, t)
+        figures[f"{KERNEL_FIGURES[1]}{t.lower()}.png"] = Figure(kernel_durations, top, t)
     return figures

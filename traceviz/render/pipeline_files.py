@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..analysis.pipeline import GroupView, PipelineViews
 from .figures import Figure
 from .pipeline_figure import Mark, draw, gap_text, gaps_html, page, stages_html
-from ..table.result import Result
+from ..table.result import Drawing, Result
 
 
 def _add_view(res: Result, g: GroupView, title: str, stem: str) -> None:
@@ -36,6 +36,12 @@ def _add_view(res: Result, g: GroupView, title: str, stem: str) -> None:
             f"{s['analytic_schedule_idle_pct']:.1f} %); warm-up {s['warmup_steps']}, steady "
             f"{s['steady_pairs']} pairs, cool-down {s['cooldown_steps']}")
     res.lines += [f"  largest gap: {gap_text(gap)}" for gap in view.gaps]
+
+
+def first_figure(result: Result) -> Drawing | None:
+    """The figure of the first group :func:`views_result` drew (None: none)."""
+    names = sorted(n for n in result.figures if n.startswith("pipeline_"))
+    return result.figures[names[0]] if names else None
 
 
 def views_result(views: PipelineViews) -> Result:
