@@ -19,7 +19,7 @@ from ..analysis.critical_path.paths import (
     rank_label,
 )
 from ..analysis.critical_path.summary import BOUND_BY
-from ..job import products
+from ..job import Job
 from ..render.critical_path_figure import draw
 from ..render.figures import Figure
 from ..render.perfetto import path_events, write_job
@@ -34,16 +34,16 @@ def _ms(ns: float) -> str:
     return f"{ns / 1e6:.3f} ms"
 
 
-def run(path: str | os.PathLike, *, iteration: int | None = None,
+def run(path: Job | str | os.PathLike, *, iteration: int | None = None,
         annotation: str | None = None, instance: int = 0, rank: int | None = None,
         hta_compat: bool = False, what_if: tuple[str, ...] = (),
         clock_sync: bool = True) -> Result:
-    """The critical path (:func:`traceviz.job.products.critical_path`) as files: its
+    """The critical path (:meth:`Job.critical_path`) as files: its
     tables, a figure over the ranks' timelines, the path as Perfetto tracks (on a copy of
     the rank's trace when there is one, else the job's export), and the console summary;
     ``value``: the typed path (:class:`CriticalPath` or :class:`HtaPath`)."""
-    found, trace, folder = products.critical_path(
-        path, iteration=iteration, annotation=annotation, instance=instance, rank=rank,
+    found, trace, folder = Job.of(path).critical_path_run(
+        iteration=iteration, annotation=annotation, instance=instance, rank=rank,
         hta_compat=hta_compat, what_if=what_if, clock_sync=clock_sync)
     result = _hta_result(found) if isinstance(found, HtaPath) else _path_result(found)
     if found.what_if is not None:

@@ -357,12 +357,22 @@ class Job:
         one-trace job) or the job's path, its summaries (``.by_category``, ``.by_rank``,
         ``.by_phase``) and the ``what_if`` re-timings (``.what_if``); with
         ``hta_compat``, HTA's path and ``bound_by`` summary (``.summary``)."""
+        return self.critical_path_run(iteration=iteration, annotation=annotation,
+                                      instance=instance, rank=rank, hta_compat=hta_compat,
+                                      what_if=what_if, clock_sync=clock_sync)[0]
+
+    def critical_path_run(self, *, iteration: int | None = None,
+                          annotation: str | None = None, instance: int = 0,
+                          rank: int | None = None, hta_compat: bool = False,
+                          what_if: tuple[str, ...] = (), clock_sync: bool = True
+                          ) -> tuple[CriticalPath | HtaPath, Path | None, Path | None]:
+        """:meth:`critical_path`, the one trace it was read from (None: a job) and the
+        folder of tables it was read from (None: one rank)."""
         key = ("critical_path", iteration, annotation, instance, rank, hta_compat,
                tuple(what_if), clock_sync)
         return self._keep(key, lambda: products.critical_path(
             self._by_rank(rank), iteration=iteration, annotation=annotation, instance=instance,
-            rank=rank, hta_compat=hta_compat, what_if=tuple(what_if),
-            clock_sync=clock_sync)[0])
+            rank=rank, hta_compat=hta_compat, what_if=tuple(what_if), clock_sync=clock_sync))
 
     def ops(self, *, rank: int | None = None, peak_tflops: float | None = None) -> OpModel:
         """The op model (``traceviz ops``): ``.calls`` (every modelled call),
