@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from ..analysis.diagnose.summary import from_report
+from ..analysis.advice import JobDiagnosis
 from ..analysis.hang import analyze
 from ..analysis.report_types import Report
 from ..errors import TraceVizError
@@ -74,7 +74,8 @@ def _plots(mb: list[dict], places: list[dict], stages: list[dict],
 def page_of(title: str, rep: Report, brk: Result, pipe: Result | None, why: str,
             mb: list[dict], places: list[dict], clocks: str = "shifted",
             no_timeline: str = "", model: Result | None = None, no_model: str = "",
-            mem: Result | None = None, hung: Result | None = None) -> str:
+            mem: Result | None = None, hung: Result | None = None,
+            diagnosed: JobDiagnosis | None = None) -> str:
     """The page from the report dict, the breakdown's and pipeline's results (``pipe``
     None: ``why`` there is none) and the micro-batch step windows ``mb`` (on one clock as
     ``clocks`` says: :func:`~traceviz.render.words.clock_words`), rows placed by ``places``
@@ -91,8 +92,7 @@ def page_of(title: str, rep: Report, brk: Result, pipe: Result | None, why: str,
     ops = None if model is None else OpsSection(
         header_lines(model.value), model.tables["ops_by_shape"], model.tables["ops_by_module"],
         [(name[:-4].replace("_", " "), fig.png()) for name, fig in sorted(model.figures.items())])
-    diag = from_report(rep.get("diagnosis"))
-    strag = diag.stragglers if diag is not None else ()
+    strag = diagnosed.stragglers if diagnosed is not None else ()
     memory = None if mem is None else MemorySection(
         mem.lines, mem.tables["memory_ranks"], mem.figures["memory.png"].png())
     hang = None if hung is None else HangSection(hung.lines, hung.tables["hang"])
@@ -100,7 +100,7 @@ def page_of(title: str, rep: Report, brk: Result, pipe: Result | None, why: str,
                        section, why, _plots(mb, places, stages, clocks,
                                             strag[0].rank if strag else None),
                        no_timeline or "no micro-batch steps found (no forward / backward "
-                       "step launched kernels)", ops, no_model, memory, hang)
+                       "step launched kernels)", ops, no_model, memory, hang, diagnosed)
 
 
 def run(root: Job | str | os.PathLike, output: str | os.PathLike,
@@ -114,6 +114,8 @@ def run(root: Job | str | os.PathLike, output: str | os.PathLike,
     job = Job.of(root, topology)
     folder = job.folder
     rep = job.report(**facts)
+    # the diagnosis the report holds, typed (kept: not computed again)
+    diagnosed = job.diagnose() if rep["diagnosis"] is not None else None
     tables = job.breakdown().tables()
     brk = Result(tables=tables, figures=breakdown_figures(tables, []), failed=job.failed)
     try:
@@ -133,7 +135,8 @@ def run(root: Job | str | os.PathLike, output: str | os.PathLike,
         hung = hang_result(analyze(dumped), [d.source for d in dumped], unread)
     return Result(texts={os.fspath(output): page_of(
         title or f"traceviz: {job.path.resolve().name}", rep, brk, pipe, why, mb,
-        job.pipeline_places(), clocks, no_timeline, model, no_model, mem, hung)},
+        job.pipeline_places(), clocks, no_timeline, model, no_model, mem, hung,
+        diagnosed)},
                   failed=rep["failed"] + (hung.failed if hung is not None else []))
 
 

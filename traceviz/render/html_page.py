@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from ..analysis.advice import Advice, advice_of
+from ..analysis.advice import Advice, JobDiagnosis
 from ..analysis.diff import short_name
 from ..analysis.hang import ranges
 from ..analysis.diagnose.stragglers import NO_PEERS, NONE_FOUND
-from ..analysis.diagnose.summary import Summary, from_report
+from ..analysis.diagnose.summary import Summary
 from ..analysis.report_types import Report
 from ..table.text import middle_cut
 from .diagnosis_text import ADVICE_HEAD, STANDING_TAG
@@ -555,17 +555,20 @@ def report_page(title: str, rep: Report, tables: dict[str, pa.Table],
                 pipeline: PipelineSection | None, why: str,
                 plots: dict[str, str] | None = None, no_timeline: str = "",
                 ops: OpsSection | None = None, no_ops: str = "",
-                memory: MemorySection | None = None, hang: HangSection | None = None) -> str:
-    """The whole page from the report dict, the breakdown's tables and figures (PNG), the
+                memory: MemorySection | None = None, hang: HangSection | None = None,
+                diagnosed: JobDiagnosis | None = None) -> str:
+    """The whole page from the report dict, the job's typed diagnosis (None: the
+    report's ``diagnosis_why`` says why there is none), the breakdown's tables and
+    figures (PNG), the
     pipeline view (None: ``why`` there is none) and the interactive plots' HTML
     (``plots``: ``timeline`` for the job, ``pipeline`` for the first PP group; a missing
     timeline says ``no_timeline``), the op model (None: ``no_ops`` says why), and the
     memory and hang sections where the job has them (None: left out)."""
     plots = plots or {}
-    diag = from_report(rep.get("diagnosis"))
+    diag = diagnosed.diagnosis.summary() if diagnosed is not None else None
     return page(title, {
         "diagnosis": _diagnosis(diag, rep.get("diagnosis_why"),
-                                advice_of(rep.get("advice") or [])),
+                                diagnosed.advice if diagnosed is not None else ()),
         "summary": _summary(rep),
         "timeline": _timeline(plots.get("timeline"), no_timeline),
         "overlap": _overlap(rep, tables["temporal_breakdown"].to_pylist(), overlap_figure),
