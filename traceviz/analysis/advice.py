@@ -507,8 +507,10 @@ def advise(diag: Diagnosis, ctx: W.Context | None, why: str = "") -> pa.Table:
         rows.append({"standing": standing(f, saving, base), "kind": f.kind,
                      "finding": f.finding, "action": f.action, "saving_ns": saving,
                      "predicted_iteration_ns": predicted,
-                     "saving_pct": 100.0 * saving / base if saving is not None and base
-                     else None, "evidence": evidence, "what_if": spec, "model": model,
+                     # a share of the iteration, 0 where the what-if gains nothing
+                     # (saving_ns then says how much slower it predicts)
+                     "saving_pct": max(0.0, 100.0 * saving / base)
+                     if saving is not None and base else None, "evidence": evidence, "what_if": spec, "model": model,
                      "target_rank": f.target_rank, "bound": bound})
     rows.sort(key=lambda r: (STANDINGS.index(r["standing"]), -(r["saving_ns"] or 0)))
     for i, r in enumerate(rows, 1):

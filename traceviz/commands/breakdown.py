@@ -106,10 +106,11 @@ def summary_lines(tables: dict, stages: dict[int, str] | None = None) -> list[st
                  else "the whole trace (no ProfilerStep)")
         comm = ""
         if r["comm_ns"]:
-            comm = f"; communication {_pct(_share(r, 'comm_ns'))} of it"
+            comm = (f"; communication kernels run {_pct(_share(r, 'comm_ns'))} of it, "
+                    "hidden behind compute or not")
             if r["comm_wait_ns"] is not None:
-                comm += (f" (moving data {_pct(_share(r, 'comm_transfer_ns'))}, waiting "
-                         f"for their peers {_pct(_share(r, 'comm_wait_ns'))})")
+                comm += (f" (moving data {_pct(_share(r, 'comm_transfer_ns'))}, inside them "
+                         f"waiting for their peers {_pct(_share(r, 'comm_wait_ns'))})")
         overlap = _overlap(r)
         lines.append(
             f"rank {r['rank']}: kernel time {_ms(r['kernel_time_ns'] / 1e6)} over {where}: "
