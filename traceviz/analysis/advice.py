@@ -482,7 +482,11 @@ def advise(diag: Diagnosis, ctx: W.Context | None, why: str = "") -> pa.Table:
     """``advice``: the findings in the order of the module doc (:data:`ADVICE_SCHEMA`);
     without a graph to re-time (``ctx`` None: ``why``) the savings are null."""
     rows: list[dict[str, Any]] = []
-    base = ctx.baseline_ns if ctx is not None else 0
+    base = ctx.baseline_ns if ctx is not None else 0  # the re-timed window, measured
+    # shares are of the iteration time every command gives (the ledger's job span of the
+    # first profiled step, the window re-timed); the path's own window where there is none
+    iteration = next((t["job_span_ns"] for t in diag.totals.to_pylist()
+                      if t["iteration"] >= 0), None) or base
     for f in findings(diag):
         spec, model, predicted, saving, evidence = f.what_if, None, None, None, f.evidence
         bound = None
@@ -504,13 +508,13 @@ def advise(diag: Diagnosis, ctx: W.Context | None, why: str = "") -> pa.Table:
                 evidence += f"; not predicted: {exc}"
         else:
             evidence += f"; not predicted: {why}"
-        rows.append({"standing": standing(f, saving, base), "kind": f.kind,
+        rows.append({"standing": standing(f, saving, iteration), "kind": f.kind,
                      "finding": f.finding, "action": f.action, "saving_ns": saving,
                      "predicted_iteration_ns": predicted,
                      # a share of the iteration, 0 where the what-if gains nothing
                      # (saving_ns then says how much slower it predicts)
-                     "saving_pct": max(0.0, 100.0 * saving / base)
-                     if saving is not None and base else None, "evidence": evidence, "what_if": spec, "model": model,
+                     "saving_pct": max(0.0, 100.0 * saving / iteration)
+                     if saving is not None and iteration else None, "evidence": evidence, "what_if": spec, "model": model,
                      "target_rank": f.target_rank, "bound": bound})
     rows.sort(key=lambda r: (STANDINGS.index(r["standing"]), -(r["saving_ns"] or 0)))
     for i, r in enumerate(rows, 1):
