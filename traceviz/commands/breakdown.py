@@ -39,10 +39,11 @@ def profiled_steps(tables: dict) -> list[dict]:
     """Per rank, the temporal breakdown over its profiled steps (the rows of its
     ProfilerSteps summed; ``steps`` counts them), or over its whole trace where it has
     none (``steps`` 0): HTA's kernel time and its parts (ns)."""
-    rows = tables["temporal_breakdown"].to_pylist()
+    by_rank: dict[int, list[dict]] = {}
+    for r in tables["temporal_breakdown"].to_pylist():  # one pass: ranks x steps rows
+        by_rank.setdefault(r["rank"], []).append(r)
     out = []
-    for rank in sorted({r["rank"] for r in rows}):
-        mine = [r for r in rows if r["rank"] == rank]
+    for rank, mine in sorted(by_rank.items()):
         steps = [r for r in mine if r["iteration"] is not None and r["iteration"] >= 0]
         picked = steps or [r for r in mine if r["iteration"] is None]
         total = {k: (None if any(r[k] is None for r in picked) else sum(r[k] for r in picked))

@@ -43,18 +43,18 @@ from ..analysis.pipeline import PipelineViews
 from ..analysis.report_types import Report
 from ..analysis.run_config import training_flops_per_token
 from ..errors import RanksLeftOut, TraceVizError
-from . import products
 from ..ingest.flight_recorder import read_dumps
-from .report import make_report
-from ..ingest.topology import find_topology_file, is_derived, job_layout
-from ..topology.layout import Layout
 from ..ingest.tables import ensure_tables, input_files, load_table, only_folder, rank_tables
 from ..ingest.timer_dump import find_dumps
+from ..ingest.topology import find_topology_file, is_derived, job_layout
 from ..render.aggregation_files import aggregation_files
 from ..render.breakdown_figures import breakdown_figures
 from ..render.pipeline_files import views_result
 from ..table.result import Drawing
 from ..table.schema import file_metadata
+from ..topology.layout import Layout
+from . import products
+from .report import make_report
 
 
 class Job:
