@@ -47,9 +47,9 @@ def _plots(mb: list[dict], places: list[dict], stages: list[dict],
     plots: dict[str, str] = {}
     if not mb:
         return plots
-    title = "Micro-batch steps of every rank" + ("" if on_one_clock(clocks) else
-                                                 f" ({clock_words(2, clocks)})")
     ranks = len({r["rank"] for r in mb})
+    title = "Micro-batch steps of every rank" + ("" if on_one_clock(clocks) or ranks == 1
+                                                 else f" ({clock_words(ranks, clocks)})")
     if ranks <= BAR_ROWS:
         plots["timeline"] = to_html(job_timeline(mb, places or stages, title, clocks),
                                     "job-timeline", include_js=True)
@@ -141,9 +141,10 @@ def run(root: Job | str | os.PathLike, output: str | os.PathLike,
 
 
 def _op_model(job: Job) -> tuple[Result | None, str]:
-    """The op model when every rank of the job has its CPU table (a ``traceviz ops``
-    or ``critical-path`` parsed them), else why there is none."""
-    if not has_cpu_tables(job.folder):
+    """The op model of one trace (from the trace itself), or of a job whose every rank
+    has its CPU table (a ``traceviz ops`` or ``critical-path`` parsed them), else why
+    there is none."""
+    if not job.path.is_file() and not has_cpu_tables(job.folder):
         return None, ("no op model: the ranks were parsed without their CPU tables; run "
                       "'traceviz ops JOB' (it parses them) and then 'traceviz html' again")
     try:

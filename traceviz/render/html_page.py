@@ -462,12 +462,15 @@ def _diagnosis(diag: Summary | None, why: str | None, advice: Sequence[Advice] =
                          f"{esc(label)} {pct[key]:.1f} %"
                          for key, label, color in LEDGER_PARTS if pct[key] >= 0.05)
         head = (f"ProfilerStep#{t['iteration']}" if t["iteration"] >= 0 else "whole trace")
+        where = ("" if t["ranks"] == 1 else
+                 f"; per rank {duration(t['span_ns'] / MB)} on average ({t['ranks']} ranks, "
+                 + esc(clock_words(diag.ranks, diag.clocks if diag.synced else "none"))
+                 + ("" if diag.synced else "; waits n/a") + ")")
         out.append(f"<h3>{esc(head)}: {duration(t['job_span_ns'] / MB)} from the first "
-                   f"rank's start to the last one's end; per rank {duration(t['span_ns'] / MB)}"
-                   f" on average ({t['ranks']} ranks, "
-                   + esc(clock_words(diag.ranks, diag.clocks if diag.synced else "none"))
-                   + ("" if diag.synced else "; waits n/a") + "), of which</h3>"
-                   f"<div class='ledger'>{bar}</div><p class='note'>{legend}</p>")
+                   f"rank's start to the last one's end{where}"
+                   + (" (one rank: its own clock)" if t["ranks"] == 1 else "")
+                   + f", of which</h3><div class='ledger'>{bar}</div>"
+                   f"<p class='note'>{legend}</p>")
     items = []
     for c in diag.causes[:6]:
         who = "; ".join(f"{rank_link(w.rank)} ({_place(diag, w.rank)}) "
