@@ -99,6 +99,8 @@ def test_every_command_line_runs(demo, where, cmd, monkeypatch):
     else:
         code, out = _run(cmd, demo.folder)
     assert code == 0, f"README line {where}: {cmd}\n{out}"
+    # every command ends one way: a note is said once, with one prefix
+    assert "note: note:" not in out and "warning: warning:" not in out, out
 
 
 def _samples() -> list[tuple[int, str, list[str]]]:

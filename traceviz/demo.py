@@ -50,19 +50,20 @@ def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> Resul
     outcomes = batch.run(job_dir, tables, jobs=min(2, os.cpu_count() or 1), quiet=True, cpu=True)
     steps["parsed tables"] = tables
     echo(f"batch: {sum(o.status == 'parsed' for o in outcomes)} ranks parsed -> {tables}")
-    agg = aggregate.run(job_dir, tables, quiet=True)
-    folder = Path(os.path.relpath(agg.value.root))  # one profiled iteration's folder
+    # every command after the parse asks this one job (its tables parsed above)
+    job = Job.of(job_dir, tables=tables, quiet=True)
+    agg = aggregate.run(job)
+    folder = job.folder  # the one profiled iteration's tables
     written = write(agg, folder)
     steps["aggregate (micro-batches, clocks, figures)"] = folder
     echo(f"aggregate: {len(written)} tables and figures -> {folder}")
-    job = Job(folder)  # every command after the aggregation asks this one job
     diag = diagnose.run(job)
     write(diag, out / "diagnose")
     steps["diagnosis (who waits for whom, ledger, stragglers)"] = out / "diagnose"
     echo(f"diagnose: -> {out / 'diagnose'}")
     for line in diag.lines:
         echo(f"  {line}")
-    brk = breakdown.run([tables])
+    brk = breakdown.run(job)
     written = write(brk, out / "breakdown")
     steps["breakdown (HTA-style tables and figures)"] = out / "breakdown"
     echo(f"breakdown: {len(written)} files -> {out / 'breakdown'}")
@@ -78,7 +79,7 @@ def run(outdir: str | os.PathLike, echo: Callable[[str], None] = print) -> Resul
     write(pipe, out / "pipeline")
     steps["pipeline (measured vs ideal 1F1B)"] = out / "pipeline"
     echo(f"pipeline: {pipe.lines[0]}")
-    path = critical_path.run(folder, what_if=("COMM:TP=0.5",))
+    path = critical_path.run(job, what_if=("COMM:TP=0.5",))
     write(path, out / "critical-path")
     steps["critical path (across ranks, what-if)"] = out / "critical-path"
     echo(f"critical path: {path.lines[0]}")

@@ -69,7 +69,7 @@ def aggregation_of(tables: dict[int, pa.Table], alignment: str = "synced",
         raise TraceVizError(f"alignment {alignment!r}: use one of {', '.join(ALIGNMENTS)}")
     if not tables:
         raise TraceVizError("no rank tables to aggregate")
-    notes = [f"note: rank {r}: its trace is cut at byte {cut}; what it ran after the cut is "
+    notes = [f"rank {r}: its trace is cut at byte {cut}; what it ran after the cut is "
              "missing" for r, t in sorted(tables.items())
              if (cut := (metadata(t).get("stats") or {}).get("truncated_at")) is not None]
     # every call's members and wait / transfer on synced clocks, whatever the figures use
@@ -81,13 +81,13 @@ def aggregation_of(tables: dict[int, pa.Table], alignment: str = "synced",
         unlinked = sync.ranks[~linked].tolist()
         if not linked.any():
             alignment = "global"
-            notes.append("note: clocks not synced: no collective of a known process group "
+            notes.append("clocks not synced: no collective of a known process group "
                          "links the ranks; tables and figures use each rank's own clock")
         else:
-            notes.append(f"note: clocks of ranks {unlinked} not synced (no collective links "
+            notes.append(f"clocks of ranks {unlinked} not synced (no collective links "
                          "them to another rank): they keep their own clock")
     if len(tables) > 1 and linked.any():
-        notes.append(f"note: {sync_note(sync)}")
+        notes.append(sync_note(sync))
     diag = diag if diag is not None else diagnosis_of(jc, pipeline_groups)
     pipelines = Pipelines.of(pipeline_groups or [], 0)
     ranks = jc.acts if alignment == "synced" else [

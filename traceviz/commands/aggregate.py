@@ -17,8 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..job import products
-from ..ingest.tables import ensure_tables
+from ..job import Job
 from ..render.aggregation_files import aggregation_files
 from ..render.words import clock_words
 from ..table.result import Result
@@ -33,12 +32,11 @@ class Aggregated:
     alignment: dict[Path, str]
 
 
-def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
-                     topology: str | os.PathLike | None = None,
+def aggregate_folder(job: Job, folder: Path, alignment: str = "synced",
                      figures: bool = True, rank_figures: str = "auto") -> Result:
-    """Tables and figures of one folder of rank tables (see the module doc), paths
-    relative to ``folder``."""
-    agg, failed, layout, layout_note = products.aggregation(root, folder, alignment, topology)
+    """Tables and figures of one folder of rank tables of ``job`` (see the module doc),
+    paths relative to ``folder``."""
+    agg, failed, layout, layout_note = job.aggregation_run(alignment, folder)
     res = aggregation_files(agg, layout, layout_note, figures, rank_figures)
     res.failed = failed
     res.lines.append(f"{folder}: {len(agg.ranks)} rank{'s' * (len(agg.ranks) != 1)}; "
@@ -46,19 +44,19 @@ def aggregate_folder(root: Path, folder: Path, alignment: str = "synced",
     return res
 
 
-def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
+def run(root: Job | str | os.PathLike, outdir: str | os.PathLike | None = None, *,
         alignment: str = "synced", topology: str | os.PathLike | None = None,
         jobs: int = 0, figures: bool = True, quiet: bool | None = None,
         vpp: int | None = None, rank_figures: str = "auto") -> Result:
-    """Every folder of rank tables of ``root`` (parsed into ``outdir`` first when
-    ``root`` has none), each one's outputs in that folder: paths relative to the
+    """Every folder of rank tables of ``root`` (a job, or its path: parsed into
+    ``outdir`` first when it has none), each one's outputs in that folder: paths relative to the
     folders' common parent, ``value`` (:class:`Aggregated`)."""
-    root = Path(root)
-    folders = ensure_tables(root, outdir, jobs=jobs, topology=topology, vpp=vpp, quiet=quiet)
+    job = Job.of(root, topology, vpp, tables=outdir, jobs=jobs, quiet=quiet)
+    folders = job.folders
     common = Path(os.path.commonpath([os.path.abspath(f) for f in folders]))
     out = Result(value=Aggregated(common, {}))
     for folder in folders:
-        res = aggregate_folder(root, folder, alignment, topology, figures, rank_figures)
+        res = aggregate_folder(job, folder, alignment, figures, rank_figures)
         under = Path(os.path.relpath(os.path.abspath(folder), common))
         for kind in ("tables", "csv", "figures"):
             getattr(out, kind).update({os.fspath(under / name): v

@@ -7,28 +7,27 @@ skipped (the others still finish).
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from ..analysis.activities import Options
 from ..analysis.breakdown import Params
-from ..job import products
-from ..ingest.topology import job_layout
+from ..job import Job
 from ..render.breakdown_figures import breakdown_figures
 from ..render.rank_spread import LISTED, spread_lines
 from ..table.result import Result
 
 
-def run(paths: list[str | os.PathLike], options: Options = Options(), *,
+def run(paths: Job | list[str | os.PathLike], options: Options = Options(), *,
         ranks: tuple[int, ...] | None = None, params: Params = Params()) -> Result:
-    """The breakdown of every rank of ``paths`` (or of ``ranks``) as files: its tables,
+    """The breakdown of every rank of ``paths`` (a job, or traces, tables and folders;
+    or of its ``ranks``) as files: its tables,
     their figures and the console summary."""
-    failed: list[str] = []
-    result = products.breakdown(paths, options, ranks, params, failed)
+    job = Job.of(paths if isinstance(paths, Job) else list(paths))
+    result, failed = job.breakdown_run(options, ranks, params)
     tables = result.tables()
     notes: list[str] = []
     return Result(tables=tables, figures=breakdown_figures(tables, notes),
-                  lines=summary_lines(tables, _stages(paths) if len(result.ranks) > LISTED
-                                      else None), notes=notes, failed=failed)
+                  lines=summary_lines(tables, _stages(job) if len(result.ranks) > LISTED
+                                      else None), notes=notes, failed=list(failed))
 
 
 _SUMMED = ("kernel_time_ns", "idle_ns", "compute_ns", "non_compute_ns", "comm_ns",
@@ -64,12 +63,12 @@ def _overlap(r: dict) -> float | None:
     return None if not comm or hidden is None else 100 * hidden / comm
 
 
-def _stages(paths: list[str | os.PathLike]) -> dict[int, str] | None:
-    """Rank -> pipeline stage of the one job folder ``paths`` name, when its layout is
-    known (what a rank's numbers are compared with in the summary)."""
-    if len(paths) != 1 or not Path(paths[0]).is_dir():
+def _stages(job: Job) -> dict[int, str] | None:
+    """Rank -> pipeline stage of the job, when it is one folder whose layout is known
+    (what a rank's numbers are compared with in the summary)."""
+    if not job.source.one_job_folder:
         return None
-    layout, _ = job_layout(Path(paths[0]), Path(paths[0]), None)
+    layout, _ = job.layout
     if layout is None or layout.pp <= 1:
         return None
     return {r: str(stage) for r, stage in layout.pp_stages().items()}

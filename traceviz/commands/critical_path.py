@@ -20,11 +20,11 @@ from ..analysis.critical_path.paths import (
 )
 from ..analysis.critical_path.summary import BOUND_BY
 from ..job import Job
+from ..job.export import write as write_export
 from ..render.critical_path_figure import draw
 from ..render.figures import Figure
 from ..render.perfetto import path_events, write_job
 from ..render.words import clock_words
-from .export_writer import write as write_export
 from ..table.result import Result
 
 TRACE_NAME = "critical_path_trace.json.gz"  # Perfetto UI / chrome://tracing
@@ -42,7 +42,8 @@ def run(path: Job | str | os.PathLike, *, iteration: int | None = None,
     tables, a figure over the ranks' timelines, the path as Perfetto tracks (on a copy of
     the rank's trace when there is one, else the job's export), and the console summary;
     ``value``: the typed path (:class:`CriticalPath` or :class:`HtaPath`)."""
-    found, trace, folder = Job.of(path).critical_path_run(
+    job = Job.of(path)
+    found, trace, folder = job.critical_path_run(
         iteration=iteration, annotation=annotation, instance=instance, rank=rank,
         hta_compat=hta_compat, what_if=what_if, clock_sync=clock_sync)
     result = _hta_result(found) if isinstance(found, HtaPath) else _path_result(found)
@@ -52,8 +53,8 @@ def run(path: Job | str | os.PathLike, *, iteration: int | None = None,
     if folder is None:
         result.exports[TRACE_NAME] = partial(_write_trace, trace, found.tracks)
     else:
-        result.exports[TRACE_NAME] = lambda out: write_export(
-            folder, out, clock_sync=clock_sync, extra=path_events(found.tracks))
+        result.exports[TRACE_NAME] = lambda out: job.export(
+            out, clock_sync=clock_sync, extra=path_events(found.tracks))
     return result
 
 

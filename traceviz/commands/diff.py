@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from ..analysis.diff import Side, compare, side
-from ..ingest.tables import gpu_and_cpu
+from ..job import Job
 from ..render.diff_figure import draw
 from ..render.figures import Figure
 from ..table.result import Result
@@ -14,7 +13,7 @@ from ..table.result import Result
 def load_side(path: str | os.PathLike, label: str, rank: int | None = None,
               iterations: tuple[int, ...] | None = None) -> Side:
     """One side: a rank (default: the lowest) of a trace, a parsed table or a folder."""
-    gpu, cpu = gpu_and_cpu(Path(path), rank)
+    gpu, cpu = Job.of(path).gpu_and_cpu(rank)
     return side(gpu, cpu, os.fspath(path), label, iterations)
 
 

@@ -7,10 +7,10 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..errors import TraceVizError
 from ..ingest.outputs import default_path, trace_stem
 from ..table.result import Result, Written
-from .export_writer import check_output, write
+from ..job import Job
+from ..job.export import check_output
 
 
 def default_output(source: Path) -> Path:
@@ -25,16 +25,17 @@ def run(source: str | os.PathLike, output: str | os.PathLike | None = None,
     """The export as a :class:`Result` whose one export is the file (computed as it is
     written: it streams, one rank in memory at a time); once written, ``value``
     (:class:`Written`) holds the file and its events, the result's ``notes`` what a reader must know
-    and its ``failed`` the ranks left out with why. ``extra`` and ``kernels``: see :func:`write`."""
-    source = Path(source)
-    if not source.exists():
-        raise TraceVizError(f"{source}: no such file or folder")
-    out = Path(output) if output else default_output(source)
-    check_output(source, out)
+    and its ``failed`` the ranks left out with why. ``extra`` and ``kernels``: see
+    :meth:`Job.export`."""
+    job = Job.of(source)
+    out = Path(output) if output else default_output(job.path)
+    check_output(job.path, out)
+    if job.path.is_dir():
+        job.inputs()  # its traces parsed now, not while the export is written (all or nothing)
     result = Result(value=Written(out))
 
     def export(path: Path) -> None:
-        events, notes, failed = write(source, path, kernels, clock_sync, extra)
+        events, notes, failed = job.export(path, kernels, clock_sync, extra)
         result.value.events = events
         result.notes += notes
         result.failed += failed

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from ..analysis.sequences import frequent_sequences
 from ..errors import UsageError
-from ..ingest.tables import gpu_and_cpu
+from ..job import Job
 from ..render.figures import Figure
 from ..render.sequence_figure import draw, label
 from ..table.result import Result
@@ -16,7 +15,7 @@ from ..table.result import Result
 def run(trace: str | os.PathLike, operator: str, rank: int | None = None,
         min_len: int = 3, top_k: int = 5) -> Result:
     """The sequences table, its figure (``top_k`` sequences) and the lines to print."""
-    gpu, cpu = gpu_and_cpu(Path(trace), rank)
+    gpu, cpu = Job.of(trace).gpu_and_cpu(rank)
     if cpu is None:
         raise UsageError(f"{trace}: no CPU table; pass the trace, or parse it with --cpu")
     table = frequent_sequences(gpu, cpu, operator, min_len)

@@ -5,7 +5,7 @@ reason when it fails; the rank a table belongs to."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from ..table.schema import (
 )
 
 
-def input_files(paths: list[str | os.PathLike]) -> list[Path]:
+def input_files(paths: Sequence[str | os.PathLike]) -> list[Path]:
     """Trace and parquet files named by ``paths`` (folders searched recursively; a folder
     with parsed tables gives those, else its traces)."""
     from .discover import find_traces, no_traces_message

@@ -22,7 +22,7 @@ from __future__ import annotations
 import copy
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -44,9 +44,16 @@ from ..analysis.report_types import Report
 from ..analysis.run_config import training_flops_per_token
 from ..errors import RanksLeftOut, TraceVizError
 from ..ingest.flight_recorder import read_dumps
-from ..ingest.tables import ensure_tables, input_files, load_table, only_folder, rank_tables
+from ..ingest.tables import (
+    ensure_tables,
+    gpu_and_cpu,
+    input_files,
+    load_table,
+    only_folder,
+    rank_tables,
+)
 from ..ingest.timer_dump import find_dumps
-from ..ingest.topology import find_topology_file, is_derived, job_layout
+from ..ingest.topology import job_layout
 from ..render.aggregation_files import aggregation_files
 from ..render.breakdown_figures import breakdown_figures
 from ..render.pipeline_files import views_result
@@ -55,6 +62,8 @@ from ..table.schema import file_metadata
 from ..topology.layout import Layout
 from . import products
 from .report import make_report
+from .export import write as write_export
+from .source import Source
 
 
 class Job:
@@ -74,32 +83,39 @@ class Job:
     def __init__(self, path: str | os.PathLike, *, tables: str | os.PathLike | None = None,
                  iteration: int | None = None, topology: str | os.PathLike | None = None,
                  vpp: int | None = None, jobs: int = 1) -> None:
-        self.path = Path(path)
-        if not self.path.exists():
-            raise TraceVizError(f"{self.path}: no such file or folder")
-        self._tables, self._iteration = tables, iteration
-        # the layout file: given, else the one stated beside the traces (resolved once:
-        # every product reads the same one, wherever its tables are)
-        found = find_topology_file(self.path) if self.path.is_dir() else None
-        self.topology = (os.fspath(topology) if topology else
-                         os.fspath(found) if found is not None and not is_derived(found)
-                         else None)
-        self.vpp, self._jobs = vpp, jobs
+        self._open(Source.of(path, topology=topology, vpp=vpp, iteration=iteration,
+                             tables=tables, jobs=jobs))
+
+    def _open(self, source: Source) -> None:
+        self.source = source  # resolved once: every product reads these inputs
         self._kept: dict[tuple, Any] = {}  # every result, by what asked for it
         self._failed: list[str] = []
-        self._first_iteration = True  # several profiled iterations: the first by default
 
     @classmethod
-    def of(cls, source: Job | str | os.PathLike, topology: str | os.PathLike | None = None,
-           vpp: int | None = None) -> Job:
+    def of(cls, source: Job | str | os.PathLike | list[str | os.PathLike],
+           topology: str | os.PathLike | None = None, vpp: int | None = None, *,
+           tables: str | os.PathLike | None = None, jobs: int = 1,
+           quiet: bool | None = None) -> Job:
         """``source`` itself when it is a Job (opened with its own options), else the
-        job at that path as a command opens it: a folder of several profiled iterations
-        is a one-line error (name one) where the notebook's Job takes the first."""
+        job at that path (or those paths: several traces or tables, as ``breakdown``
+        takes) as a command opens it: a folder of several profiled iterations is a
+        one-line error (name one) where the notebook's Job takes the first."""
         if isinstance(source, Job):
             return source
-        job = cls(source, topology=topology, vpp=vpp)
-        job._first_iteration = False  # a command names one iteration's folder
+        job = cls.__new__(cls)
+        job._open(Source.of(source, topology=topology, vpp=vpp, tables=tables, jobs=jobs,
+                            quiet=quiet, first_iteration=False))
         return job
+
+    @property
+    def path(self) -> Path:
+        """The job's trace or folder (as named)."""
+        return self.source.path
+
+    @property
+    def topology(self) -> str | None:
+        """The layout file every product reads (:class:`~.source.Source`)."""
+        return self.source.topology
 
     def __repr__(self) -> str:
         return f"Job({str(self.path)!r}, ranks={len(self.ranks)}, folder={str(self.folder)!r})"
@@ -116,14 +132,16 @@ class Job:
         with the job's options: every product then reads these tables as they are)."""
         if ("folders", True) in self._kept:
             return self._kept[("folders", True)]
+        src = self.source
         return self._keep(("folders", cpu), lambda: ensure_tables(
-            self.path, self._tables, jobs=self._jobs, topology=self.topology, vpp=self.vpp,
-            cpu=cpu))
+            src.path, src.tables, jobs=src.jobs, topology=src.topology, vpp=src.vpp,
+            quiet=src.quiet, cpu=cpu))
 
     @cached_property
     def folder(self) -> Path:
         """The folder of rank tables looked at (see ``iteration``)."""
-        if self._iteration is None:
+        iteration = self.source.iteration
+        if iteration is None:
             return self.folders[0]
         for folder in self.folders:
             steps = set()
@@ -133,9 +151,9 @@ class Job:
                     break
                 except (OSError, ValueError):
                     continue
-            if self._iteration in steps or folder.name == f"iteration_{self._iteration}":
+            if iteration in steps or folder.name == f"iteration_{iteration}":
                 return folder
-        raise TraceVizError(f"{self.path}: no profiled iteration {self._iteration}")
+        raise TraceVizError(f"{self.path}: no profiled iteration {iteration}")
 
     @cached_property
     def layout(self) -> tuple[Layout | None, str | None]:
@@ -184,6 +202,20 @@ class Job:
                 return load_table(path, columns)
         raise TraceVizError(f"{self.folder}: no rank {rank} (ranks {self.ranks})")
 
+    def gpu_and_cpu(self, rank: int | None = None) -> tuple[pa.Table, pa.Table | None]:
+        """One rank's GPU activity table and CPU table (None: its tables were parsed
+        without), of the trace, table or folder named: the lowest rank when ``rank`` is
+        None (what ``sequences`` and ``diff`` compare)."""
+        return self._keep(("gpu_and_cpu", rank), lambda: gpu_and_cpu(self.path, rank))
+
+    def export(self, out: Path, kernels: bool | None = None, clock_sync: bool = True,
+               extra: Iterable[dict] = ()) -> tuple[int, list[str], list[str]]:
+        """Write the Perfetto export of the job (one trace: its annotated copy; else
+        every rank's tracks on one clock) to ``out`` as it is computed: (events, notes,
+        the ranks left out with why). See :func:`.export.write`."""
+        source = self.path if self.path.is_file() else self.inputs()
+        return write_export(source, out, kernels, clock_sync, extra)
+
     # ---- analyses ---------------------------------------------------------------------
 
     def _keep(self, key: tuple, make: Callable[[], Any]) -> Any:
@@ -197,8 +229,20 @@ class Job:
         """Every HTA-style table (``traceviz breakdown``): ``.temporal_breakdown``,
         ``.kernel_type_breakdown``, ... or ``.tables()`` by name."""
         options = Options(drop_last_step=drop_last_step or hta_compat, hta_compat=hta_compat)
-        return self._keep(("breakdown", options, params), lambda: products.breakdown(
-            [self.folder], options, params=params, failed=list(self.failed)))
+        return self.breakdown_run(options, params=params)[0]
+
+    def breakdown_run(self, options: Options = Options(), ranks: tuple[int, ...] | None = None,
+                      params: Params = Params()) -> tuple[Breakdown, list[str]]:
+        """The breakdown of every rank (or of ``ranks``) of the iteration looked at, or
+        of the traces and tables named (several, as ``traceviz breakdown`` takes), and
+        the ranks left out (one line each)."""
+        def make() -> tuple[Breakdown, list[str]]:
+            failed: list[str] = []
+            named = ([self.inputs()] if self.source.one_job_folder
+                     else list(self.source.paths))
+            return products.breakdown(named, options, ranks, params, failed,
+                                      self.topology), failed
+        return self._keep(("breakdown", options, ranks, params), make)
 
     def temporal_breakdown(self, whole_trace: bool = False, **options) -> pa.Table:
         """Per rank and iteration: idle / compute / non-compute (HTA), the finer split of
@@ -237,13 +281,15 @@ class Job:
     def aggregation(self, alignment: str = "synced") -> Aggregation:
         """The aggregation (``traceviz aggregate``): micro-batch steps, category spans
         and clock offsets on one clock, the diagnosis, each rank's activities."""
-        return self._aggregation(alignment)[0]
+        return self.aggregation_run(alignment)[0]
 
-    def _aggregation(self, alignment: str = "synced"):
-        """The aggregation with the ranks it left out and the job's layout (and why it
-        is unknown)."""
-        return self._keep(("aggregate", alignment), lambda: products.aggregation(
-            self.path, self.folder, alignment, self.topology))
+    def aggregation_run(self, alignment: str = "synced", folder: Path | None = None
+                        ) -> tuple[Aggregation, list[str], Layout | None, str | None]:
+        """The aggregation of ``folder`` (one of :attr:`folders`; default: the one
+        looked at), the ranks it left out, the job's layout and why it is unknown."""
+        folder = self.folder if folder is None else folder
+        return self._keep(("aggregate", alignment, folder), lambda: products.aggregation(
+            self.path, folder, alignment, self.topology))
 
     def microbatches(self, alignment: str = "synced") -> pa.Table:
         """Per rank, iteration, phase and micro-batch: wall clock, compute,
@@ -273,7 +319,7 @@ class Job:
         and ``.stragglers`` as typed records, ``.tables()`` as the command writes them.
         Kept beside the tables like the command's (the same result)."""
         return self._keep(("diagnose", advice, num_layers, link_gbps),
-                          lambda: products.job_diagnosis(self._source(cpu=advice), self.topology,
+                          lambda: products.job_diagnosis(self.inputs(cpu=advice), self.topology,
                                                          advice, num_layers, link_gbps))
 
     def report(self, *, global_batch_size: int | None = None, seq_len: int | None = None,
@@ -292,7 +338,7 @@ class Job:
             ("peak_bw_gbps", peak_bw_gbps), ("model", model)) if v is not None}
         return copy.deepcopy(self._keep(
             ("report", tuple(sorted(overrides.items())), config_file, clock_sync),
-            lambda: make_report(self._source(cpu=True), config_file=config_file,
+            lambda: make_report(self.inputs(cpu=True), config_file=config_file,
                                 overrides=overrides, topology=self.topology,
                                 clock_sync=clock_sync)))
 
@@ -316,8 +362,8 @@ class Job:
             # timer dumps as named; a job's iteration: looked for among every profiled
             # one when asked for, else the one looked at
             source = (self.path if find_dumps(self.path) or iteration is not None
-                      else self._source())
-            return products.pipeline(source, vpp=self.vpp, iteration=iteration,
+                      else self.inputs())
+            return products.pipeline(source, vpp=self.source.vpp, iteration=iteration,
                                      all_groups=all_groups, topology=self.topology,
                                      failed=failed), failed
         return self._keep(("pipeline", iteration, all_groups), make)
@@ -335,9 +381,9 @@ class Job:
     def _by_rank(self, rank: int | None) -> Path:
         """What a product that reads CPU tables is computed from: the job as named when
         one ``rank`` of it is asked for (its trace read alone), else :meth:`_source`."""
-        return self.path if rank is not None else self._source(cpu=True)
+        return self.path if rank is not None else self.inputs(cpu=True)
 
-    def _source(self, cpu: bool = False) -> Path:
+    def inputs(self, cpu: bool = False) -> Path:
         """What a product is computed from: one trace as it is, else the tables of the
         iteration looked at (:attr:`folder`), parsed with the CPU tables where ``cpu``
         (opened by a command, a folder of several profiled iterations is an error naming
@@ -345,7 +391,7 @@ class Job:
         if self.path.is_file():
             return self.path
         folders = self._folders(cpu)
-        if self._iteration is None and not self._first_iteration:
+        if self.source.iteration is None and not self.source.first_iteration:
             only_folder(folders, self.path)
         return self.folder
 
@@ -372,7 +418,8 @@ class Job:
                tuple(what_if), clock_sync)
         return self._keep(key, lambda: products.critical_path(
             self._by_rank(rank), iteration=iteration, annotation=annotation, instance=instance,
-            rank=rank, hta_compat=hta_compat, what_if=tuple(what_if), clock_sync=clock_sync))
+            rank=rank, hta_compat=hta_compat, what_if=tuple(what_if), clock_sync=clock_sync,
+            topology=self.topology))
 
     def ops(self, *, rank: int | None = None, peak_tflops: float | None = None) -> OpModel:
         """The op model (``traceviz ops``): ``.calls`` (every modelled call),
@@ -407,7 +454,7 @@ class Job:
         name; ``figure.figure()`` is a matplotlib figure (shown inline in Jupyter),
         ``figure.save(path)`` writes the PNG. Nothing is drawn until asked."""
         out = breakdown_figures(self.breakdown().tables(), [])
-        agg, _, layout, note = self._aggregation()
+        agg, _, layout, note = self.aggregation_run()
         out.update(aggregation_files(agg, layout, note).figures)
         try:
             out.update(views_result(self.pipeline_views()).figures)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -60,11 +61,13 @@ from ..ingest.timer_dump import NAME, find_dumps, read_group
 from ..ingest.topology import job_layout, pipeline_groups
 
 
-def breakdown(paths: list[str | os.PathLike], options: Options = Options(),
+def breakdown(paths: Sequence[str | os.PathLike], options: Options = Options(),
               ranks: tuple[int, ...] | None = None, params: Params = Params(),
-              failed: list[str] | None = None) -> Breakdown:
+              failed: list[str] | None = None, topology: str | os.PathLike | None = None
+              ) -> Breakdown:
     """The breakdown of every rank of ``paths`` (traces, tables or folders of either), or
-    of ``ranks``; the ranks that cannot be read go to ``failed``."""
+    of ``ranks``; the ranks that cannot be read go to ``failed``; ``topology``: the
+    job's layout file (the kept diagnosis of that layout splits its time)."""
     failed = [] if failed is None else failed
     files = input_files(paths)
     folders = {f.parent for f in files}
@@ -83,7 +86,7 @@ def breakdown(paths: list[str | os.PathLike], options: Options = Options(),
     loaded = ((rank, table) for rank, _, table in rank_tables(
         files, READ_COLUMNS, failed, READ_OPTIONAL))
     result = breakdown_of(loaded, options, ranks, params, failed,
-                          cached_diagnosis(folder) if folder is not None else None)
+                          cached_diagnosis(folder, topology) if folder is not None else None)
     if folder is not None and key is not None:
         job_cache.store(folder, "breakdown", key, result.tables(),
                         {"ranks": list(result.ranks), "failed": list(failed)})
@@ -361,11 +364,12 @@ def _window_args(iteration: int | None, annotation: str | None, instance: int
 def critical_path(path: str | os.PathLike, *, iteration: int | None = None,
                   annotation: str | None = None, instance: int = 0, rank: int | None = None,
                   hta_compat: bool = False, what_if: tuple[str, ...] = (),
-                  clock_sync: bool = True
+                  clock_sync: bool = True, topology: str | os.PathLike | None = None
                   ) -> tuple[HtaPath | CriticalPath, Path | None, Path | None]:
     """The critical path of ``path``: one rank (a trace, a table, or ``rank`` of a job)
     or the job (:mod:`traceviz.analysis.critical_path.paths`); with the rank's trace
-    (None: a table) or the job's folder of tables it came from."""
+    (None: a table) or the job's folder of tables it came from; ``topology``: the job's
+    layout file (its diagnosis is the one ``diagnose`` keeps)."""
     path = Path(path)
     ann, inst = _window_args(iteration, annotation, instance)
     exact = iteration is not None  # ProfilerStep#1 is not ProfilerStep#10
@@ -378,7 +382,9 @@ def critical_path(path: str | os.PathLike, *, iteration: int | None = None,
     folder = tables_folder(path, cpu=True)
     # the job's diagnosis where it is kept (its clocks, its stragglers for the what-ifs);
     # computed (and kept) here when a what-if needs it
-    diag = (diagnosis(folder, None)[0] if what_if else cached_diagnosis(folder)) \
-        if clock_sync else None
+    diag = None
+    if clock_sync:
+        diag = (diagnosis(folder, topology)[0] if what_if
+                else cached_diagnosis(folder, topology))
     return job_critical_path(load_with_cpu(folder, lazy=True), ann, inst, list(what_if),
                              clock_sync, exact, str(folder), diag), None, folder

@@ -50,7 +50,7 @@ def aggregation_files(agg: Aggregation, layout: Layout | None, layout_note: str 
     drawn = figure_ranks(mb, [rc.rank for rc in cats], rank_figures, diag) if figures \
         else set()
     if figures and len(drawn) < len(cats):
-        res.notes.append(f"note: figures for {len(drawn)} of {len(cats)} ranks and their PP "
+        res.notes.append(f"figures for {len(drawn)} of {len(cats)} ranks and their PP "
                          "groups and model replicas (the stragglers, the ranks the chains of "
                          "waits run through, the least and most idle in their micro-batch "
                          "steps and p5-p95 between; --rank-figures all draws every rank); "
@@ -67,12 +67,12 @@ def aggregation_files(agg: Aggregation, layout: Layout | None, layout_note: str 
             res.figures[f"rank_{r:04d}/comm_comp_overlap_combined_rank{r}.png"] = Figure(
                 overlap_bars, mine.to_pylist(), r)
     if layout_note:
-        res.notes.append(f"note: {layout_note}; PP and model-group figures skipped")
+        res.notes.append(f"{layout_note}; PP and model-group figures skipped")
     if layout is None or not figures:
         return res
     by_rank = {rc.rank: rc for rc in cats}
     if layout.world < max(by_rank) + 1:
-        res.notes.append(f"note: topology has {layout.world} ranks but rank {max(by_rank)} "
+        res.notes.append(f"topology has {layout.world} ranks but rank {max(by_rank)} "
                          "exists; group figures skipped")
         return res
     pipes = layout.groups()["PIPELINE_MODEL_PARALLEL_GROUP"]

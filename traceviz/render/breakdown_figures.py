@@ -328,14 +328,14 @@ def breakdown_figures(tables: dict[str, pa.Table], notes: list[str]) -> dict[str
         "idle_time_breakdown.png": Figure(idle, tables["idle_causes"])}
     types = tables["kernel_type_breakdown"]
     if any(t < 0 for t in types.column("time_ns").to_pylist()):
-        notes.append("note: kernel_type_breakdown.png not drawn: some kernel types have a "
+        notes.append("kernel_type_breakdown.png not drawn: some kernel types have a "
                      "negative time (HTA's µs rounding makes short activities negative; the "
                      "table has them)")
     else:
         figures["kernel_type_breakdown.png"] = Figure(kernel_types, types)
     for t in sorted(set(top.column("kernel_type").to_pylist())):
         if any(r["sum_ns"] < 0 for r in top.to_pylist() if r["kernel_type"] == t):
-            notes.append(f"note: top_kernels_{t.lower()}.png not drawn: a kernel's total "
+            notes.append(f"top_kernels_{t.lower()}.png not drawn: a kernel's total "
                          "time is negative (HTA's µs rounding); the table has it")
         else:
             figures[f"{KERNEL_FIGURES[0]}{t.lower()}.png"] = Figure(top_kernels, top, t)

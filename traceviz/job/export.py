@@ -1,6 +1,6 @@
-"""Writing a Perfetto export as it is computed, shared by ``traceviz export`` and
-``traceviz critical-path`` (a helper of the commands, not a command): one trace's
-annotated copy, or a job's tracks on synced clocks, one rank in memory at a time."""
+"""Writing a Perfetto export as it is computed (``traceviz export``, and the critical
+path's tracks): one trace's annotated copy, or a job's tracks on synced clocks, one
+rank in memory at a time."""
 from __future__ import annotations
 
 import os
@@ -15,7 +15,7 @@ from ..analysis.matching import match
 from ..analysis.tracks import COLUMNS, rank_tracks
 from ..errors import TraceVizError
 from ..ingest.build import parse_table
-from ..ingest.tables import input_files, load_table, rank_of, rank_tables, tables_folder
+from ..ingest.tables import input_files, load_table, rank_of, rank_tables
 from ..parse.source import ByteSource
 from ..render.perfetto import rank_events, write_job
 from ..render.trace_copy import write_with_events
@@ -31,7 +31,9 @@ def check_output(source: Path, out: Path) -> None:
 def write(source: str | os.PathLike, out: Path, kernels: bool | None = None,
           clock_sync: bool = True, extra: Iterable[dict] = ()) -> tuple[int, list[str],
                                                                       list[str]]:
-    """Write the export of ``source`` to ``out`` as it is computed; (events written,
+    """Write the export of ``source`` (a trace, a table, or the folder of one profiled
+    iteration's tables: :meth:`Job.export` resolves a job to it) to ``out`` as it is
+    computed; (events written,
     notes, the ranks left out with why). ``extra``: more events (int ns on the export's
     clock: the trace's own for one trace, the synced clock of a job). ``kernels``
     defaults to False for one trace (its own kernels are there) and True for a job."""
@@ -47,7 +49,7 @@ def write(source: str | os.PathLike, out: Path, kernels: bool | None = None,
             return write_with_events(src, os.fspath(source), out, events), notes, []
         finally:
             src.close()
-    files = input_files([tables_folder(source)])
+    files = input_files([source])
     calls: list = []
     paths: dict = {}
     failed: list[str] = []
