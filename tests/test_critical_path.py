@@ -271,14 +271,17 @@ def test_a_cycle_is_broken_and_named_not_refused(tmp_path):
     for hta in (False, True):
         result = command.run(trace, hta_compat=hta)
         note = next(n for n in result.notes if "had a cycle" in n)
-        assert "'cudaMemcpyAsync' end at 0.002 ms -> the rank 'cudaMemcpyAsync' start " \
+        # the trace states no rank: rank 0, as every command names it
+        assert "rank 0 'cudaMemcpyAsync' end at 0.002 ms -> rank 0 'cudaMemcpyAsync' start " \
             "at 0.002 ms" in note and "1 edge(s)" in note
     assert result.value.total_ns == 9_000  # HTA's weights: 7 µs copies + 2 µs gap
     got = command.run(trace).value
-    assert got.iteration_ns == 15_000  # launched at 0, the last copy ends at 15 µs
+    # the iteration is the ledger's: the step from 0 to its end at 100 µs (the copies
+    # are launched at 0 and the last ends at 15 µs: the path; nothing runs after it)
+    assert got.iteration_ns == 100_000
     assert dict(zip(got.by_category["category"].to_pylist(),
                     got.by_category["ns"].to_pylist())) == \
-        {"memory": 7_000, "launch": 6_000, "kernel_kernel": 2_000}
+        {"memory": 7_000, "launch": 6_000, "kernel_kernel": 2_000, "after the path": 85_000}
 
 
 def test_acyclic_drops_only_the_edges_running_back_inside_cycles():

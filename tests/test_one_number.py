@@ -37,7 +37,8 @@ def outputs(request, module_folder):
            "diagnose": _run("diagnose", job, "-o", out / "d"),
            "report": _run("report", job, "-o", out / "r" / "report.txt"),
            "ops": _run("ops", job, "-o", out / "ops"),
-           "breakdown": _run("breakdown", job, "-o", out / "b")}
+           "breakdown": _run("breakdown", job, "-o", out / "b"),
+           "critical_path": _run("critical-path", job, "-o", out / "cp")}
     _run("html", job, "-o", out / "page.html")
     got["page"] = (out / "page.html").read_text()
     got["report_text"] = (out / "r" / "report.txt").read_text()
@@ -65,6 +66,22 @@ def test_iteration_time(outputs):
     if len(rows) == 1:
         assert f"Time per Iteration: {mine['time_ms']:,.2f} ms" in outputs["report_text"]
         assert f"iteration time<b>{mine['time_ms']:,.2f} ms" in outputs["page"]
+
+
+def test_critical_path_iteration(outputs):
+    """The critical path's iteration is diagnose's (the ledger's window of the step: on
+    tp_dp, where the CPU runs an iteration ahead, it was 2105 ms against 1061.80 ms),
+    and its parts add up to it (the path, the time before and after it)."""
+    it, _, _, ms = _head(outputs["diagnose"]).groups()
+    found = re.search(r"critical path of (?:ProfilerStep#(\d+) across \d+ ranks|rank \d+, "
+                      r"ProfilerStep#(\d+)).*?: ([\d.]+) ms", outputs["critical_path"])
+    assert found, outputs["critical_path"][:300]
+    assert int(found.group(1) or found.group(2)) == int(it)
+    assert f"{float(found.group(3)):.2f}" == ms.replace(",", "")
+    parts = _csv(outputs["out"] / "cp" / "critical_path_by_category.csv")
+    assert sum(int(r["ns"]) for r in parts) / 1e6 == pytest.approx(float(found.group(3)),
+                                                                  abs=1e-3)
+    assert sum(float(r["pct"]) for r in parts) == pytest.approx(100.0)
 
 
 def test_clock_verdict(outputs):

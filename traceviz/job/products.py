@@ -25,7 +25,7 @@ from ..analysis.critical_path.paths import (
 )
 from ..analysis.activities import COLUMNS as ACTIVITY_COLUMNS
 from ..analysis.calls import COLUMNS as CALL_COLUMNS
-from ..analysis.critical_path.paths import job_path, what_if_context
+from ..analysis.critical_path.paths import iteration_window, job_path, what_if_context
 from ..analysis.advice import Advice, JobDiagnosis, advise
 from ..analysis.diagnose.diagnosis import Diagnosis, diagnose, diagnosis_of, synced_activities
 from ..analysis.diagnose.waits import META_COLUMNS, job_comm
@@ -54,6 +54,7 @@ from ..ingest.tables import (
     load_with_cpu,
     load_with_memory,
     one_rank_with_cpu,
+    rank_of,
     rank_tables,
     tables_folder,
 )
@@ -191,7 +192,8 @@ def _diagnosis(root: Path, folder: Path, topology, advice: bool, options: dict,
                             **options)
         if diag.synced:  # the step windows, while the synced activities are at hand
             _store_steps(tables_dir, topology, microbatch_table(jp.jc.acts), diag.clocks)
-        ctx = what_if_context(jp.jc, jp.jg, jp.measured, diag)
+        ctx = what_if_context(jp.jc, jp.jg, jp.measured, diag,
+                              iteration_window(jp.jc.acts, jp.ranks[0].window))
         diag.notes += [n for n in notes if n not in diag.notes]
         adv = advise(diag, ctx)
         # the stragglers' cost: the re-timed saving of fixing each
@@ -376,7 +378,9 @@ def critical_path(path: str | os.PathLike, *, iteration: int | None = None,
     one = one_rank_with_cpu(path, rank)
     if one:
         trace = path if path.is_file() and path.suffix != ".parquet" else None
-        return rank_path(*one, ann, inst, hta_compat, list(what_if), exact), trace, None
+        named = rank_of(one[0], path, 0 if rank is None else rank)  # as every command does
+        return (rank_path(*one, ann, inst, hta_compat, list(what_if), exact, named), trace,
+                None)
     if hta_compat:
         raise UsageError("--hta-compat is for one rank (HTA analyses one rank); add --rank N")
     folder = tables_folder(path, cpu=True)

@@ -578,19 +578,24 @@ def path(jg: JobGraph, t: Timing) -> np.ndarray:
     return np.array(out[::-1], np.int64)
 
 
-def path_times(jg: JobGraph, t: Timing, edges: np.ndarray, own: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray]:
+def path_times(jg: JobGraph, t: Timing, edges: np.ndarray, own: np.ndarray,
+               start: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(own part, wait part) in ns of each path edge, both >= 0; they add up to the
     path's span. An edge the trace's times run back along (by at most
     :data:`CONTRADICTION_NS`) takes no time: each edge spans from the latest point of
-    the path so far to its end (or none)."""
+    the path so far to its end (or none). From ``start`` on only: the time of an edge
+    before it is cut, its wait first (an edge spans its wait, then its own time)."""
     g = jg.graph
     if edges.size == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     reach = np.maximum.accumulate(t.ts[np.r_[g.src[edges[0]], g.dst[edges]]])
     span = np.diff(reach)
     mine = np.minimum(np.maximum(own[edges], 0), span)
-    return mine, span - mine
+    if start is None:
+        return mine, span - mine
+    inside = np.diff(np.maximum(reach, start))  # each edge's time from ``start`` on
+    wait = np.maximum(span - mine - (span - inside), 0)
+    return inside - wait, wait
 
 
 @njit(cache=True)

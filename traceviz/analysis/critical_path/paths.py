@@ -9,6 +9,7 @@ iteration), and ``what_if`` re-timings (:class:`CriticalPath`).
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeAlias
@@ -21,7 +22,9 @@ from ...table.schema import metadata
 from ..clocks import is_clock_note
 from ..diagnose.diagnosis import Diagnosis, diagnosis_of
 from ..diagnose.waits import JobComm, job_comm
+from ..activities import RankActivities, activities
 from ..host_device import SYNC, rank_events
+from ..iterations import windows
 from ..microbatches import microbatch_table
 from ..pipeline import pipeline_view
 from . import job as J
@@ -30,6 +33,9 @@ from . import what_if as W
 from .graph import longest_path, path_edges
 from .summary import BOUND_BY, bound_by, breakdown
 from .tables import by, job_path_table, parts, phases_of, rank_path_table
+
+
+STEP_NAME = re.compile(r"ProfilerStep#(-?\d+)")  # a window that is one profiled step
 
 
 def rank_label(rank: int) -> str:
@@ -123,10 +129,14 @@ def _what(w: R.Window) -> str:
 
 
 def rank_path(gpu: pa.Table, cpu: pa.Table, ann: str | None, inst: int, hta_compat: bool,
-              what_if: list[str], exact: bool = False) -> HtaPath | CriticalPath:
+              what_if: list[str], exact: bool = False, rank: int | None = None
+              ) -> HtaPath | CriticalPath:
     """One rank's path: the job's model on the one rank (parts add up to the window's
-    joined span), or with ``hta_compat`` HTA's model and numbers."""
+    joined span), or with ``hta_compat`` HTA's model and numbers; ``rank``: its rank as
+    every command names it (default: the table's own)."""
     ev = rank_events(gpu, cpu, hta_compat=hta_compat)
+    if rank is not None:
+        ev.rank = rank
     notes: list[str] = []
     w = window_of(ev, ann, inst, notes, exact)
     rg = R.build(ev, w, hta_compat)
@@ -134,6 +144,7 @@ def rank_path(gpu: pa.Table, cpu: pa.Table, ann: str | None, inst: int, hta_comp
     jg = J.join([rg], [J.kernel_info(gpu)], {})
     measured = J.measure(jg, jg.own)
     result: HtaPath | CriticalPath
+    window = None  # HTA's window is the annotation's, CPU lead and all
     if hta_compat:
         result = hta_path(rg, gpu, notes)
         if not (ev.cls == SYNC).any():
@@ -143,10 +154,12 @@ def rank_path(gpu: pa.Table, cpu: pa.Table, ann: str | None, inst: int, hta_comp
     else:
         notes += [n for n in jg.notes if n not in notes]
         stage = (metadata(gpu).get("classification") or {}).get("stage")
+        window = iteration_window([activities(gpu)], w)
         result = path_of(jg, measured, [rg], [phases_of(gpu)], {ev.rank: stage}, {}, notes,
-                         inst)
+                         inst, window)
     if what_if:
-        result.what_if = what_ifs(W.Context(jg, measured), what_if)
+        result.what_if = what_ifs(W.Context(
+            jg, measured, adjust_ns=iteration_adjust(jg, measured, window)), what_if)
     return result
 
 
@@ -265,34 +278,81 @@ def job_critical_path(tables: list[tuple[int, Table, Table]], ann: str | None,
     jp = job_path(tables, notes, ann, inst, clock_sync, exact, where, diag)
     if diag is not None:
         notes += [n for n in diag.notes if is_clock_note(n) and n not in notes]
+    window = iteration_window(jp.jc.acts, jp.ranks[0].window)
     result = path_of(jp.jg, jp.measured, jp.ranks, jp.phases, jp.stages, jp.offsets,
-                     notes, inst)
+                     notes, inst, window)
     if jp.offsets:  # the diagnosis's verdict, else the one solved here
         result.clocks = (diag.clocks if diag is not None else
                          jp.jc.sync.method if jp.jc.sync is not None else "given")
     if what_if:
         result.what_if = what_ifs(what_if_context(jp.jc, jp.jg, jp.measured,
-                                                  diag or diagnosis_of(jp.jc)), what_if)
+                                                  diag or diagnosis_of(jp.jc), window),
+                                  what_if)
     return result
 
 
+def iteration_window(acts: list[RankActivities], w: R.Window) -> tuple[int, int] | None:
+    """The iteration the window ``w`` is, as the ledger times it: from the earliest
+    rank's start of that ProfilerStep to the latest rank's end, where the GPUs run it
+    (:func:`~..iterations.windows`; ns on the activities' clocks, the graph's). None
+    where the window is not one ProfilerStep of theirs. Where the CPU runs ahead of the
+    GPU the step's first CPU ops come long before it starts: the iteration leaves them
+    out."""
+    m = STEP_NAME.fullmatch(w.names[0]) if len(w.names) == 1 else None
+    if m is None:
+        return None
+    starts: list[int] = []
+    ends: list[int] = []
+    for a in acts:
+        win = windows(a)
+        mine = win.iteration == int(m[1])
+        starts += win.start[mine].tolist()
+        ends += win.end[mine].tolist()
+    return (min(starts), max(ends)) if starts else None
+
+
+def iteration_adjust(jg: J.JobGraph, measured: J.Timing,
+                     window: tuple[int, int] | None) -> int:
+    """The ``window``'s span (:func:`iteration_window`) less the graph's joined points'
+    span (ns; 0 without a window): what a re-timed graph's span is corrected by to give
+    the re-timed iteration (the time before the step starts and after its graph ends is
+    not re-timed)."""
+    if window is None:
+        return 0
+    first, last = J.iteration_span(jg, measured)
+    return (max(window[1], last) - window[0]) - (last - first)
+
+
 def path_of(jg: J.JobGraph, t: J.Timing, ranks: list, phases: list, stages: dict,
-            offsets: dict[int, int], notes: list[str], inst: int) -> CriticalPath:
+            offsets: dict[int, int], notes: list[str], inst: int,
+            window: tuple[int, int] | None = None) -> CriticalPath:
     """The path back from the iteration's last joined point, its time by category,
-    rank and phase (parts add up to the iteration: the joined points' span)."""
-    edges = J.path(jg, t)
-    own, wait = J.path_times(jg, t, edges, jg.own)
-    span = int(own.sum() + wait.sum())
+    rank and phase (parts add up to the iteration: the joined points' span, or the
+    ledger's ``window`` of the step, :func:`iteration_window`: the path from the
+    window's start on, the time before it starts and after it ends)."""
     first, last = J.iteration_span(jg, t)
-    # the iteration (the joined points' span: the what-ifs' baseline too) = the path
-    # and, when the path starts after the iteration's first point, the time before it
-    before = (last - first) - span
+    end = last
+    if window is not None:
+        first, end = window[0], max(window[1], last)
+    edges = J.path(jg, t)
+    own, wait = J.path_times(jg, t, edges, jg.own, first if window is not None else None)
+    if window is not None:  # the path's edges from the iteration's start on
+        keep = (own + wait > 0) | (t.ts[jg.graph.dst[edges]] > first)
+        edges, own, wait = edges[keep], own[keep], wait[keep]
+    span = int(own.sum() + wait.sum())
+    # the iteration (the what-ifs' baseline too) = the time before the path (it starts
+    # after the iteration does), the path, and the time after it (GPU work of the step
+    # the graph does not join, ending after it)
+    after = end - last
+    before = (end - first) - span - after
     cat, ns = parts(jg, edges, own, wait)
     g = jg.graph
     path_ranks = g.node_rank[g.dst[edges]]
     table = job_path_table(jg, edges, own, wait, J.slack(jg, t, jg.own), phases, stages)
-    labels = [J.CATEGORIES[c] for c in cat.tolist()] + ["before the path"]
-    by_cat = by(labels, np.r_[ns, max(before, 0)], "category", last - first)
+    labels = [J.CATEGORIES[c] for c in cat.tolist()] + ["before the path"] + (
+        ["after the path"] if after > 0 else [])
+    by_cat = by(labels, np.r_[ns, max(before, 0), [after] if after > 0 else []], "category",
+                end - first)
     by_rank = by(np.concatenate([path_ranks, path_ranks]).tolist(), ns, "rank", span)
     ph = table["phase"].to_pylist()
     by_phase = by([p or "none" for p in ph + ph], ns, "phase", span)
@@ -309,12 +369,13 @@ def path_of(jg: J.JobGraph, t: J.Timing, ranks: list, phases: list, stages: dict
               for r in by_cat.to_pylist()}
     # each edge drawn as its wait, then its own time
     n = edges.size
-    split = np.r_[g.node_ts[g.src[edges]], g.node_ts[g.src[edges]] + wait]
+    begin = np.maximum(g.node_ts[g.src[edges]], first)
+    split = np.r_[begin, begin + wait]
     seg = segments(g, np.r_[edges, edges], ranks, jg.node_base,
                    [J.CATEGORIES[c] for c in np.r_[cat[n:], cat[:n]].tolist()], legend,
                    start=split, end=np.r_[split[n:], g.node_ts[g.dst[edges]]])
     return CriticalPath(table=table, by_category=by_cat, by_rank=by_rank, by_phase=by_phase,
-                        what_if=None, span_ns=span, iteration_ns=last - first,
+                        what_if=None, span_ns=span, iteration_ns=end - first,
                         edges=int(edges.size), hops=hops, ranks=len(ranks), where=where,
                         segments=seg,
                         tracks=tracks(table, "category", ("edge", "own_ns", "wait_ns",
@@ -322,11 +383,12 @@ def path_of(jg: J.JobGraph, t: J.Timing, ranks: list, phases: list, stages: dict
                         notes=notes)
 
 
-def what_if_context(jc: JobComm, jg: J.JobGraph, measured: J.Timing, diag: Diagnosis
-                    ) -> W.Context:
+def what_if_context(jc: JobComm, jg: J.JobGraph, measured: J.Timing, diag: Diagnosis,
+                    window: tuple[int, int] | None = None) -> W.Context:
     """What a job's what-ifs need besides its graph: the stragglers of its diagnosis and
     the views of its complete pipeline groups (stages ordered), from the matched job
-    ``jc`` (its activities on synced clocks)."""
+    ``jc`` (its activities on synced clocks); ``window``: the ledger's iteration the
+    graph is (:func:`iteration_window`: the what-ifs' baseline)."""
     stragglers = {r["rank"]: r["slowdown"] for r in diag.stragglers.to_pylist()}
     views = []
     if diag.stages_ordered:
@@ -338,7 +400,8 @@ def what_if_context(jc: JobComm, jg: J.JobGraph, measured: J.Timing, diag: Diagn
                  for g in diag.pipelines if len(g) > 1 and set(g) <= have]
     stages = {r["rank"]: r["stage"] for r in diag.speed.table.to_pylist()
               if r["stage"] is not None}
-    return W.Context(jg, measured, stragglers, views, stages)
+    return W.Context(jg, measured, stragglers, views, stages,
+                     iteration_adjust(jg, measured, window))
 
 
 def what_ifs(ctx: W.Context, specs: list[str]) -> pa.Table:

@@ -61,18 +61,26 @@ LAYER_GROUPS = ("TP", "CP", "EP", "ETP", "DP", "EDP")
 @dataclass
 class Context:
     """What the what-ifs re-time: the joined graph and its measured timing, the
-    stragglers' slowdown by rank, the pipeline groups' views."""
+    stragglers' slowdown by rank, the pipeline groups' views; ``adjust_ns``: the
+    iteration's span less the graph's (:func:`~.paths.iteration_adjust`: the step's
+    CPU ahead of its GPU left out, its GPU work the graph does not join added), the
+    same measured and re-timed."""
 
     jg: JobGraph
     measured: Timing
     stragglers: dict[int, float] = field(default_factory=dict)
     pipelines: list[PipelineView] = field(default_factory=list)
     stages: dict[int, int] = field(default_factory=dict)  # rank -> its pipeline stage
+    adjust_ns: int = 0
+
+    def iteration_ns(self, t: Timing) -> int:
+        """The iteration under timing ``t`` (ns): its joined points' span, adjusted."""
+        first, last = iteration_span(self.jg, t)
+        return last - first + self.adjust_ns
 
     @property
     def baseline_ns(self) -> int:
-        first, last = iteration_span(self.jg, self.measured)
-        return last - first
+        return self.iteration_ns(self.measured)
 
 
 @dataclass
@@ -115,12 +123,11 @@ def evaluate(ctx: Context, specs: list[str]) -> Outcome:
     scale = scale_of(ctx, specs)
     own = np.round(ctx.jg.own * scale).astype(np.int64)
     t = retime(ctx.jg, ctx.measured, own)
-    first, last = iteration_span(ctx.jg, t)
     g = ctx.jg.graph
     edges = path(ctx.jg, t)
     ranks = sorted(set(g.node_rank[g.dst[edges]].tolist()))
     bound, pct = _bound(ctx.jg, t, edges, own)
-    return Outcome(label, last - first, base, "re-timed graph", ranks, bound, pct)
+    return Outcome(label, ctx.iteration_ns(t), base, "re-timed graph", ranks, bound, pct)
 
 
 def _bound(jg: JobGraph, t: Timing, edges: np.ndarray, own: np.ndarray
