@@ -149,3 +149,20 @@ def test_rank_labels(outputs):
     parsed = _run("parse", one, "-o", out / "one.parquet")
     rank = int(re.search(r"^rank (\d+)", parsed, re.M).group(1))
     assert rank in ledger_ranks
+
+
+def test_idle_is_the_ledgers(outputs):
+    """'idle' is the ledger's part (diagnose = the report's ledger); breakdown's
+    no-kernel time is named HTA's idle, never plain idle."""
+    first = re.compile(r"ProfilerStep#\d+, .*?\n(.*?)\n", re.S)
+    ledger = first.search(outputs["diagnose"]).group(1)
+    assert ledger == first.search(outputs["report_text"]).group(1)
+    idle = re.search(r"\| idle ([\d.]+) %", ledger)
+    rows = [r for r in _csv(outputs["out"] / "d" / "ledger_totals.csv")
+            if r["iteration"] == _head(outputs["diagnose"]).group(1)]
+    assert rows
+    if idle:
+        assert float(idle.group(1)) == pytest.approx(float(rows[0]["idle_pct"]), abs=0.05)
+    plain = [m.start() for m in re.finditer(r"\bidle\b", outputs["breakdown"])
+             if outputs["breakdown"][max(m.start() - 6, 0):m.start()] != "HTA's "]
+    assert not plain, outputs["breakdown"]

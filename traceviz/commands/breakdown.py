@@ -76,7 +76,8 @@ def _stages(job: Job) -> dict[int, str] | None:
 
 def summary_lines(tables: dict, stages: dict[int, str] | None = None) -> list[str]:
     """Per rank over its profiled steps (:func:`profiled_steps`): HTA's kernel time and
-    its three parts (compute, non-compute, idle: they add up to it), the communication
+    its three parts (compute, non-compute, no kernel running: HTA's idle; they add up to
+    it), the communication
     (overlapping compute or not: not a part of non-compute) and the overlap; beyond
     :data:`~traceviz.render.rank_spread.LISTED` ranks their summary, each rank compared
     with its pipeline stage's (``stages``: rank -> stage) when known (every rank and
@@ -90,7 +91,8 @@ def summary_lines(tables: dict, stages: dict[int, str] | None = None) -> list[st
                 ("kernel time", [r["kernel_time_ns"] / 1e6 for r in rows], _ms, 0.0),
                 ("compute", [_share(r, "compute_ns") for r in rows], _pct, 1.0),
                 ("non-compute", [_share(r, "non_compute_ns") for r in rows], _pct, 1.0),
-                ("idle", [_share(r, "idle_ns") for r in rows], _pct, 1.0),
+                ("no kernel running (HTA's idle)", [_share(r, "idle_ns") for r in rows], _pct,
+                 1.0),
                 ("communication", [_share(r, "comm_ns") for r in rows], _pct, 1.0),
                 ("communication: moving data",
                  [_share(r, "comm_transfer_ns") for r in rows], _pct, 1.0),
@@ -115,7 +117,8 @@ def summary_lines(tables: dict, stages: dict[int, str] | None = None) -> list[st
         lines.append(
             f"rank {r['rank']}: kernel time {_ms(r['kernel_time_ns'] / 1e6)} over {where}: "
             f"compute {_pct(_share(r, 'compute_ns'))}, non-compute "
-            f"{_pct(_share(r, 'non_compute_ns'))}, idle {_pct(_share(r, 'idle_ns'))}{comm}; "
+            f"{_pct(_share(r, 'non_compute_ns'))}, no kernel running (HTA's idle) "
+            f"{_pct(_share(r, 'idle_ns'))}{comm}; "
             "comm-comp overlap " + ("n/a (no communication)" if overlap is None
                                     else _pct(overlap)))
     return lines

@@ -20,7 +20,8 @@ from .figures import Figure, new_figure, no_data
 PARTS = (("compute_only_ns", "compute only", "#4c72b0"),
          ("compute_overlapped_comm_ns", "compute overlapped with comm", "#55a868"),
          ("comm_only_ns", "comm only", "#c44e52"), ("mem_only_ns", "memory only", "#8172b2"),
-         ("other_only_ns", "other only", "#ccb974"), ("idle_ns", "idle", "#d0d0d0"))
+         ("other_only_ns", "other only", "#ccb974"),
+         ("idle_ns", "no kernel running (HTA's idle)", "#d0d0d0"))
 # the ledger's parts besides compute (traceviz.analysis.diagnose.ledger), as drawn
 CAUSES = (("bubble", "pipeline bubble", "#C9B3E3"),
           ("wait_rank", "waiting for other ranks", "#A8A8A8"),
@@ -144,7 +145,7 @@ def temporal(table: pa.Table):
            legend_fmt=_mean_pct)
     ax.set_xlim(0, 100)
     ax.set_xlabel("% of the GPU span (first to last kernel); "
-                  + _scope(len(pick), len(rows), "idle share"))
+                  + _scope(len(pick), len(rows), "share with no kernel running"))
     ax.set_title(title, loc="left")
     _legend_below(fig, ax)
     return fig

@@ -242,7 +242,8 @@ def _overlap(rep: Report, temporal, figure: bytes | None) -> str:
                "pipeline stage:</p>" + _nested(rank_summary(per_rank, OVERLAP_METRICS)))
     return (summary
             + table(["rank", "compute ms", "comm ms", "comm hidden behind compute %",
-                     "idle % of span"], rows, ids, name="overlap", empty="no rank has kernels")
+                     "no kernel running, % of the GPU span (HTA's idle)"], rows, ids,
+                     name="overlap", empty="no rank has kernels")
             + folded("Where each rank's GPU time goes (figure)",
                      image(figure, "temporal breakdown per rank") if figure else ""))
 

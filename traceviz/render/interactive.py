@@ -62,7 +62,7 @@ def _steps(rows: list[dict], labels: dict[int, str], t0: int, visible: bool = Tr
                            "start %{base:.3f} ms, wall clock %{x:.3f} ms<br>"
                            "compute %{customdata[3]:.3f} ms, comm %{customdata[4]:.3f} ms "
                            "(waiting %{customdata[9]}), overlap %{customdata[5]:.3f} ms<br>"
-                           "idle %{customdata[6]:.3f} ms, P2P %{customdata[7]:.3f} ms "
+                           "idle in the step %{customdata[6]:.3f} ms, P2P %{customdata[7]:.3f} ms "
                            "(waiting on the schedule %{customdata[10]}), recompute "
                            "%{customdata[8]}<extra></extra>")))
     return traces
