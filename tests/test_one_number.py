@@ -141,7 +141,7 @@ def test_rank_labels(outputs):
     """A rank is called by one number: breakdown's, diagnose's ledger and parse's."""
     out = outputs["out"]
     ledger_ranks = sorted({int(r["rank"]) for r in _csv(out / "d" / "ledger.csv")})
-    said = sorted(int(r) for r in re.findall(r"^rank (\d+): kernel time",
+    said = sorted(int(r) for r in re.findall(r"^rank (\d+): \d+ profiled steps?,",
                                              outputs["breakdown"], re.M))
     assert said == ledger_ranks
     job = outputs["job"]
@@ -149,6 +149,30 @@ def test_rank_labels(outputs):
     parsed = _run("parse", one, "-o", out / "one.parquet")
     rank = int(re.search(r"^rank (\d+)", parsed, re.M).group(1))
     assert rank in ledger_ranks
+
+
+def test_breakdown_steps_are_the_ledgers(outputs):
+    """breakdown's per-step time is the ledger's iteration window (its span: on
+    single_gpt HTA's per-step kernel time summed to 337 ms for three 61 ms steps, its
+    zeroing memsets running as soon as the CPU reached the step), and the steps and the
+    time outside them partition each rank's whole trace."""
+    ledger = {(int(r["rank"]), int(r["iteration"])): int(r["span_ns"])
+              for r in _csv(outputs["out"] / "d" / "ledger.csv")}
+    rows = _csv(outputs["out"] / "b" / "temporal_breakdown.csv")
+    steps = {(int(r["rank"]), int(r["iteration"])): int(r["kernel_time_ns"])
+             for r in rows if r["iteration"] not in ("", "-1")}
+    assert steps == ledger
+    for rank in {k[0] for k in steps}:
+        mine = [r for r in rows if int(r["rank"]) == rank]
+        whole = next(r for r in mine if r["iteration"] == "")
+        for col in ("kernel_time_ns", "compute_ns", "non_compute_ns", "idle_ns", "comm_ns"):
+            assert sum(int(r[col]) for r in mine if r["iteration"] != "") == int(whole[col])
+    said = re.search(r"^rank \d+: (\d+) profiled steps?, ([\d.]+) ms in their iteration "
+                     r"windows", outputs["breakdown"], re.M)
+    first = min(k[0] for k in steps)
+    assert int(said.group(1)) == sum(1 for k in steps if k[0] == first)
+    assert float(said.group(2)) == pytest.approx(
+        sum(v for k, v in steps.items() if k[0] == first) / 1e6, abs=1e-3)
 
 
 def test_idle_is_the_ledgers(outputs):

@@ -107,7 +107,9 @@ def breakdown_of(loaded: Iterable[tuple[int, pa.Table]], options: Options = Opti
 def breakdown_tables(ranks: list[RankActivities], params: Params = Params(),
                      hta_compat: bool = False) -> dict[str, pa.Table]:
     """Every table of the breakdown by name, from ranks sorted by rank."""
-    sweeps = [sweep(a) for a in ranks]  # one sweep per rank feeds both tables
+    # one sweep per rank feeds both tables; its iterations the ledger's windows (HTA's
+    # launch-grouped spans with hta_compat)
+    sweeps = [sweep(a, by_window=not hta_compat) for a in ranks]
     pipelines = Pipelines.of(pipelines_of(a.meta for a in ranks), 0)
     return {
         "idle_causes": idle_causes([rank_ledger(a, pipelines) for a in ranks]),

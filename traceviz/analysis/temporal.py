@@ -31,8 +31,9 @@ from ..intervals import grouped_combination_times, grouped_span
 from ..table.arrays import declared
 from ..table.schema import COMM, COMP, MEM
 from .activities import SWEEP_KINDS, RankActivities
-from .diagnose.waits import comm_split
+from .diagnose.waits import comm_split, split_times
 from .hta_compat import HTA_OTHER
+from .iterations import windows
 from .overlap import from_sweep, percent
 
 TEMPORAL_SCHEMA = pa.schema([
@@ -71,29 +72,80 @@ class RankSweep:
     comm_split: np.ndarray | None = None
 
 
-def sweep(acts: RankActivities) -> RankSweep:
-    """Sweep one rank's activities: the whole rank, then each iteration."""
-    its = np.unique(acts.iteration)
+def sweep(acts: RankActivities, by_window: bool = False) -> RankSweep:
+    """Sweep one rank's activities: the whole rank, then each iteration. HTA's
+    iterations: the activities each ProfilerStep launched (or, unlaunched, ran inside),
+    over their first start to last end (-1: the others); ``by_window``: the iteration
+    windows the ledger uses (:mod:`.iterations`), each over the window, with every
+    activity's time inside it (an activity is cut at the windows' edges; -1: the time
+    outside every window); the whole row's span then reaches to the windows where they
+    reach beyond the activities (a step's CPU time before its first kernel), so that
+    the groups partition it: their times add up to it."""
     # row 0 the whole rank, then one row per iteration: two sweeps, so no array holds
     # every activity twice
     whole_keys = np.zeros(len(acts), np.int64)
-    it_keys = np.searchsorted(its, acts.iteration)
-    whole = _sweep_groups(acts, whole_keys, 1)
-    per_iteration = _sweep_groups(acts, it_keys, its.shape[0])
-    times, spans = (np.concatenate(p) for p in zip(whole, per_iteration))
-    split = None
+    times, spans = _sweep_groups(acts.ts, acts.end, acts.kind, whole_keys, 1)
+    split = (comm_split(acts, whole_keys, 1) if acts.wait_end is not None else None)
+    pieces = _window_pieces(acts) if by_window and len(acts) else None
+    if pieces is not None:
+        its, ts, end, kind, wait_end, keys, it_spans = pieces
+        it_times, _ = _sweep_groups(ts, end, kind, keys, its.shape[0])
+        spans = np.array([it_spans.sum()])  # the activities' span and the windows
+    else:
+        its = np.unique(acts.iteration)
+        ts, end, kind, wait_end = acts.ts, acts.end, acts.kind, acts.wait_end
+        keys = np.searchsorted(its, acts.iteration)
+        it_times, it_spans = _sweep_groups(ts, end, kind, keys, its.shape[0])
+    if split is not None:
+        split = np.concatenate([split, split_times(kind, ts, end, wait_end, keys,
+                                                   its.shape[0])])
+    return RankSweep(acts.rank, len(acts), its, np.concatenate([spans, it_spans]),
+                     np.concatenate([times, it_times]), split)
+
+
+def _window_pieces(acts: RankActivities):
+    """The rank's activities cut at its iteration windows' edges (those of the
+    iterations it has activities of): (the groups' iterations: -1 first where the rank
+    has time outside every window, then each window's; each piece's start, end, kind,
+    wait end (clipped into it; None without a split); its group; each group's span:
+    the window, or the time outside the windows from the first activity start or window
+    start to the last end). None where the rank has no ProfilerStep."""
+    win = windows(acts)
+    keep = np.isin(win.iteration, acts.iteration) & (win.iteration >= 0)
+    if not keep.any():
+        return None
+    starts, ends = win.start[keep], win.end[keep]
+    edges = np.column_stack([starts, ends]).ravel()  # sorted: windows never overlap
+    s, e = acts.ts, acts.end
+    lo = np.searchsorted(edges, s, "right")
+    n = np.maximum(np.searchsorted(edges, e, "left") - lo, 0) + 1  # pieces per activity
+    row = np.repeat(np.arange(len(acts)), n)
+    k = np.arange(row.size) - np.repeat(np.cumsum(n) - n, n)  # piece index within it
+    inner = np.minimum(lo[row] + k, edges.size)  # the edge a piece ends at (if inner)
+    p_start = np.where(k == 0, s[row], edges[np.maximum(inner - 1, 0)])
+    p_end = np.where(k == n[row] - 1, e[row], edges[np.minimum(inner, edges.size - 1)])
+    seg = np.searchsorted(edges, p_start, "right")  # odd: inside window (seg - 1) // 2
+    window = np.where(seg % 2 == 1, (seg - 1) // 2, -1)
+    whole = int(max(e.max(), ends.max()) - min(s.min(), starts.min()))
+    rest = whole - int((ends - starts).sum())  # the time outside every window
+    outside = bool((window < 0).any()) or rest > 0
+    its = np.r_[[-1] if outside else [], win.iteration[keep]].astype(np.int64)
+    keys = window + (1 if outside else 0)
+    spans = np.r_[[rest] if outside else [], ends - starts]
+    wait_end = None
     if acts.wait_end is not None:
-        split = np.concatenate([comm_split(acts, whole_keys, 1),
-                                comm_split(acts, it_keys, its.shape[0])])
-    return RankSweep(acts.rank, len(acts), its, spans, times, split)
+        we = acts.wait_end[row]
+        wait_end = np.where(we >= 0, np.clip(we, p_start, p_end), -1)
+    return (its, p_start, p_end, acts.kind[row], wait_end, keys.astype(np.int64),
+            spans.astype(np.int64))
 
 
-def _sweep_groups(acts: RankActivities, keys: np.ndarray, n_keys: int
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """(time per group and kind combination, span per group; ns) of the groups ``keys``."""
-    times = grouped_combination_times(acts.ts, acts.end, acts.kind, keys, n_keys,
-                                      len(SWEEP_KINDS))
-    lo, hi = grouped_span(acts.ts, acts.end, keys, n_keys)
+def _sweep_groups(ts: np.ndarray, end: np.ndarray, kind: np.ndarray, keys: np.ndarray,
+                  n_keys: int) -> tuple[np.ndarray, np.ndarray]:
+    """(time per group and kind combination, span per group; ns) of the activities
+    (start, end, kind) in the groups ``keys``."""
+    times = grouped_combination_times(ts, end, kind, keys, n_keys, len(SWEEP_KINDS))
+    lo, hi = grouped_span(ts, end, keys, n_keys)
     return times, np.where(hi >= lo, hi - lo, 0)
 
 

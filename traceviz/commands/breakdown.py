@@ -27,7 +27,8 @@ def run(paths: Job | list[str | os.PathLike], options: Options = Options(), *,
     notes: list[str] = []
     return Result(tables=tables, figures=breakdown_figures(tables, notes),
                   lines=summary_lines(tables, _stages(job) if len(result.ranks) > LISTED
-                                      else None), notes=notes, failed=list(failed))
+                                      else None, options.hta_compat),
+                  notes=notes, failed=list(failed))
 
 
 _SUMMED = ("kernel_time_ns", "idle_ns", "compute_ns", "non_compute_ns", "comm_ns",
@@ -37,7 +38,8 @@ _SUMMED = ("kernel_time_ns", "idle_ns", "compute_ns", "non_compute_ns", "comm_ns
 def profiled_steps(tables: dict) -> list[dict]:
     """Per rank, the temporal breakdown over its profiled steps (the rows of its
     ProfilerSteps summed; ``steps`` counts them), or over its whole trace where it has
-    none (``steps`` 0): HTA's kernel time and its parts (ns)."""
+    none (``steps`` 0): the time (``kernel_time_ns``: the steps' iteration windows, or
+    HTA's kernel time with ``--hta-compat``) and its parts (ns)."""
     by_rank: dict[int, list[dict]] = {}
     for r in tables["temporal_breakdown"].to_pylist():  # one pass: ranks x steps rows
         by_rank.setdefault(r["rank"], []).append(r)
@@ -74,11 +76,13 @@ def _stages(job: Job) -> dict[int, str] | None:
     return {r: str(stage) for r, stage in layout.pp_stages().items()}
 
 
-def summary_lines(tables: dict, stages: dict[int, str] | None = None) -> list[str]:
-    """Per rank over its profiled steps (:func:`profiled_steps`): HTA's kernel time and
-    its three parts (compute, non-compute, no kernel running: HTA's idle; they add up to
-    it), the communication
-    (overlapping compute or not: not a part of non-compute) and the overlap; beyond
+def summary_lines(tables: dict, stages: dict[int, str] | None = None,
+                  hta_compat: bool = False) -> list[str]:
+    """Per rank over its profiled steps (:func:`profiled_steps`): their time (the
+    ledger's iteration windows; HTA's kernel time, each step's kernels from first start
+    to last end, with ``hta_compat``) and its three parts (compute, non-compute, no
+    kernel running: HTA's idle; they add up to it), the communication (overlapping
+    compute or not: not a part of non-compute) and the overlap; beyond
     :data:`~traceviz.render.rank_spread.LISTED` ranks their summary, each rank compared
     with its pipeline stage's (``stages``: rank -> stage) when known (every rank and
     step in temporal_breakdown.csv)."""
@@ -88,7 +92,8 @@ def summary_lines(tables: dict, stages: dict[int, str] | None = None) -> list[st
         lines = [f"{len(rows)} ranks over their profiled steps, summarized (every rank and "
                  "step: temporal_breakdown.csv):"]
         for label, values, fmt, atol in (
-                ("kernel time", [r["kernel_time_ns"] / 1e6 for r in rows], _ms, 0.0),
+                ("steps' time" if not hta_compat else "kernel time",
+                 [r["kernel_time_ns"] / 1e6 for r in rows], _ms, 0.0),
                 ("compute", [_share(r, "compute_ns") for r in rows], _pct, 1.0),
                 ("non-compute", [_share(r, "non_compute_ns") for r in rows], _pct, 1.0),
                 ("no kernel running (HTA's idle)", [_share(r, "idle_ns") for r in rows], _pct,
@@ -104,8 +109,6 @@ def summary_lines(tables: dict, stages: dict[int, str] | None = None) -> list[st
         return lines
     lines = []
     for r in rows:
-        where = (f"{r['steps']} profiled step{'s' * (r['steps'] != 1)}" if r["steps"]
-                 else "the whole trace (no ProfilerStep)")
         comm = ""
         if r["comm_ns"]:
             comm = (f"; communication kernels run {_pct(_share(r, 'comm_ns'))} of it, "
@@ -115,13 +118,24 @@ def summary_lines(tables: dict, stages: dict[int, str] | None = None) -> list[st
                          f"waiting for their peers {_pct(_share(r, 'comm_wait_ns'))})")
         overlap = _overlap(r)
         lines.append(
-            f"rank {r['rank']}: kernel time {_ms(r['kernel_time_ns'] / 1e6)} over {where}: "
+            f"rank {r['rank']}: {_over(r, hta_compat)}: "
             f"compute {_pct(_share(r, 'compute_ns'))}, non-compute "
             f"{_pct(_share(r, 'non_compute_ns'))}, no kernel running (HTA's idle) "
             f"{_pct(_share(r, 'idle_ns'))}{comm}; "
             "comm-comp overlap " + ("n/a (no communication)" if overlap is None
                                     else _pct(overlap)))
     return lines
+
+
+def _over(r: dict, hta_compat: bool) -> str:
+    """What a rank's summary is over, and its time."""
+    ms = _ms(r["kernel_time_ns"] / 1e6)
+    if not r["steps"]:
+        return f"kernel time {ms} over the whole trace (no ProfilerStep)"
+    steps = f"{r['steps']} profiled step{'s' * (r['steps'] != 1)}"
+    if hta_compat:
+        return f"kernel time {ms} over {steps} (HTA's: each step's kernels, first to last)"
+    return f"{steps}, {ms} in their iteration windows"
 
 
 def _pct(v: float | None) -> str:

@@ -245,9 +245,9 @@ class Job:
         return self._keep(("breakdown", options, ranks, params), make)
 
     def temporal_breakdown(self, whole_trace: bool = False, **options) -> pa.Table:
-        """Per rank and iteration: idle / compute / non-compute (HTA), the finer split of
-        the span and the comm-compute overlap; iteration -1 holds the activities outside
-        every ProfilerStep. ``whole_trace``: instead, one row per rank over its whole
+        """Per rank and iteration (the ledger's window of the step; -1: the time outside
+        every window): idle / compute / non-compute (HTA's parts), the finer split of the
+        span and the comm-compute overlap. ``whole_trace``: instead, one row per rank over its whole
         trace (iteration null; the CLI's temporal_breakdown.csv holds both, so a sum over
         its rows would count each rank twice)."""
         t = self.breakdown(**options).temporal_breakdown

@@ -317,7 +317,7 @@ def iteration_adjust(jg: J.JobGraph, measured: J.Timing,
     span (ns; 0 without a window): what a re-timed graph's span is corrected by to give
     the re-timed iteration (the time before the step starts and after its graph ends is
     not re-timed)."""
-    if window is None:
+    if window is None or not jg.graph.src.size:
         return 0
     first, last = J.iteration_span(jg, measured)
     return (max(window[1], last) - window[0]) - (last - first)
@@ -332,6 +332,8 @@ def path_of(jg: J.JobGraph, t: J.Timing, ranks: list, phases: list, stages: dict
     window's start on, the time before it starts and after it ends)."""
     first, last = J.iteration_span(jg, t)
     end = last
+    if not jg.graph.src.size:  # nothing joined: no path, and no iteration of its own
+        window = None
     if window is not None:
         first, end = window[0], max(window[1], last)
     edges = J.path(jg, t)
@@ -348,7 +350,8 @@ def path_of(jg: J.JobGraph, t: J.Timing, ranks: list, phases: list, stages: dict
     cat, ns = parts(jg, edges, own, wait)
     g = jg.graph
     path_ranks = g.node_rank[g.dst[edges]]
-    table = job_path_table(jg, edges, own, wait, J.slack(jg, t, jg.own), phases, stages)
+    table = job_path_table(jg, edges, own, wait, J.slack(jg, t, jg.own), phases, stages,
+                           first if window is not None else None)
     labels = [J.CATEGORIES[c] for c in cat.tolist()] + ["before the path"] + (
         ["after the path"] if after > 0 else [])
     by_cat = by(labels, np.r_[ns, max(before, 0), [after] if after > 0 else []], "category",

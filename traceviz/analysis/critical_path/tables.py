@@ -54,11 +54,13 @@ def rank_path_table(rg: RankGraph, edges: np.ndarray, labels: np.ndarray,
 
 def job_path_table(jg: JobGraph, edges: np.ndarray, own: np.ndarray, wait: np.ndarray,
                    slack: np.ndarray, phases: list[np.ndarray | None],
-                   stages: dict[int, int | None]) -> pa.Table:
+                   stages: dict[int, int | None], start: int | None = None) -> pa.Table:
     """The job's path: per edge its order, rank and pipeline stage (``stages``: per rank,
-    None unknown), points (common clock), kind, category, own and wait time, the slack
-    of its end point and the event it belongs to."""
+    None unknown), points (common clock; an edge that began before the iteration's
+    ``start`` from there), kind, category, own and wait time, the slack of its end point
+    and the event it belongs to."""
     g = jg.graph
+    begin = g.node_ts[g.src[edges]]
     cols = _event_columns(jg.ranks, jg.node_base, g, edges, phases)
     rank = g.node_rank[g.dst[edges]]
     return pa.table({
@@ -66,7 +68,8 @@ def job_path_table(jg: JobGraph, edges: np.ndarray, own: np.ndarray, wait: np.nd
         "rank": rank, "stage": pa.array([stages.get(int(r)) for r in rank.tolist()],
                                         pa.int64()),
         "from_rank": g.node_rank[g.src[edges]],
-        "from_ns": g.node_ts[g.src[edges]], "to_ns": g.node_ts[g.dst[edges]],
+        "from_ns": begin if start is None else np.maximum(begin, start),
+        "to_ns": g.node_ts[g.dst[edges]],
         "edge": [EDGE_KINDS[k] for k in g.kind[edges].tolist()],
         "category": [CATEGORIES[k] for k in jg.category[edges].tolist()],
         "own_ns": own, "wait_ns": wait, "slack_ns": slack[g.dst[edges]], **cols})

@@ -581,14 +581,22 @@ def comm_split(acts: RankActivities, keys: np.ndarray, n_keys: int,
     where transfers and waits overlap: the two add up to the union); -1 for a group
     with a communication kernel whose split is unknown (or none attached). ``only``:
     the activities to count (bool; default all)."""
-    comm = np.flatnonzero((acts.kind == COMM) & (True if only is None else only))
-    if acts.wait_end is None:
+    return split_times(acts.kind, acts.ts, acts.end, acts.wait_end, keys, n_keys, only)
+
+
+def split_times(kind: np.ndarray, ts: np.ndarray, end: np.ndarray,
+                wait_end: np.ndarray | None, keys: np.ndarray, n_keys: int,
+                only: np.ndarray | None = None) -> np.ndarray:
+    """:func:`comm_split` of activities given as arrays (kind, start, end, where the
+    wait ends: -1 unknown; None: no split attached)."""
+    comm = np.flatnonzero((kind == COMM) & (True if only is None else only))
+    if wait_end is None:
         out = np.zeros((n_keys, 2), np.int64)
         out[np.unique(keys[comm])] = -1
         return out
-    we = acts.wait_end[comm]
+    we = wait_end[comm]
     known = we >= 0
-    ts, end = acts.ts[comm][known], acts.end[comm][known]
+    ts, end = ts[comm][known], end[comm][known]
     starts = np.concatenate([we[known], ts])
     ends = np.concatenate([end, we[known]])
     levels = np.repeat([0, 1], known.sum())
