@@ -64,7 +64,7 @@ saving) last.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,23 +146,6 @@ class Advice:
     target_rank: int | None
     bound: str | None = None    # what holds the predicted iteration (its re-timed path)
     same_as: str | None = None  # the other advice predicted to save exactly as much
-
-    def saving_text(self, duration: Callable[[int], str]) -> str:
-        """The predicted saving in words, the same in every output (``duration``
-        formats ns): ``saves 1.20 ms (3.4 %)``, ``, an upper bound`` for conditional
-        advice; ``saves nothing`` where the what-if's iteration is no shorter (never a
-        negative saving); ``saving n/a`` where it was not predicted."""
-        if self.saving_ns is None:
-            return "saving n/a"
-        if self.saving_ns <= 0:
-            return "saves nothing" + (f" (its what-if's iteration is "
-                                      f"{duration(-self.saving_ns)} longer)"
-                                      if self.saving_ns < 0 else "")
-        pct = "n/a" if self.saving_pct is None else f"{self.saving_pct:.1f} %"
-        same = (f"; the same as advice {self.same_as}: each is then held by {self.bound}"
-                if self.same_as and self.bound else "")
-        return (f"saves {duration(self.saving_ns)} ({pct}{same})"
-                + (", an upper bound" if self.standing == "conditional" else ""))
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from ..analysis.diagnose.diagnosis import Diagnosis
 from ..analysis.diagnose.ledger import PARTS
 from ..analysis.diagnose.stragglers import NO_PEERS, NONE_FOUND, Straggler
 from ..analysis.diagnose.summary import Cause, Place, Summary, WaitedFor
-from .words import clock_words
+from .words import clock_words, saving_words
 
 LABELS = {"compute": "compute", "memory": "memory", "grad_sync": "gradient sync",
           "comm_unsplit": "comm (split n/a)", "bubble": "pipeline bubble",
@@ -125,7 +125,7 @@ def advice_lines(advice: Sequence[Advice], top: int = 5) -> list[str]:
                 "bubble, exposed communication or host overhead above the thresholds)"]
     lines = [ADVICE_HEAD + ":"]
     for a in advice[:top]:
-        saving = a.saving_text(_ms)
+        saving = saving_words(a, _ms)
         lines.append(f"  {a.rank}. {STANDING_TAG[a.standing]}{a.finding}: "
                      f"{a.action}; {saving} [what-if {a.what_if}]")
     if len(advice) > top:

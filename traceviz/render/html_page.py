@@ -26,7 +26,7 @@ from .diagnosis_text import ADVICE_HEAD, STANDING_TAG
 from .pipeline_figure import gap_text
 from .rank_spread import LISTED
 from .report_text import OVERLAP_METRICS, iterations_text, rank_summary
-from .words import clock_words
+from .words import clock_words, saving_words
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:0;color:#222}
@@ -436,7 +436,7 @@ def _advice(advice: Sequence[Advice]) -> str:
                 "communication or host overhead above the thresholds).</p>")
     items = []
     for a in advice[:5]:
-        saving = a.saving_text(lambda ns: f"{duration(ns / MB)} per iteration")
+        saving = saving_words(a, lambda ns: f"{duration(ns / MB)} per iteration")
         items.append(f"<li title='{esc(a.evidence)}'>{esc(STANDING_TAG[a.standing])}"
                      f"<b>{esc(a.finding)}</b>: "
                      f"{esc(a.action)}. <i>{esc(saving)}</i> <span class='note'>"
