@@ -49,7 +49,7 @@ def test_page_is_self_contained(page):
     top = rep["cross_rank"]["by_group"]
     tp = next(g for g in top if g["group"] == "TP")
     assert tp["last_to_arrive"][0]["rank"] == STRAGGLER
-    assert [s["rank"] for s in rep["diagnosis"]["stragglers"]] == [STRAGGLER]
+    assert [s.rank for s in rep["diagnosis"].stragglers] == [STRAGGLER]
     assert f"<a href='#rank-{STRAGGLER}'>rank {STRAGGLER}</a>" in text
     assert f"<tr id='rank-{STRAGGLER}'>" in text
     # the pipeline section lists the gaps of the pipeline view's gaps table

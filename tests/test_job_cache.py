@@ -160,6 +160,7 @@ def test_report_is_kept_and_equal(folder):
     fresh(folder)
     first = make_report(folder)
     assert (folder / job_cache.FOLDER / "report").is_dir()
+    # the kept report reads back as the typed record it was (its totals of their schema)
     assert make_report(folder) == first
     # another option: computed for it
     other = make_report(folder, overrides={"global_batch_size": 4, "seq_len": 4096})
@@ -230,16 +231,18 @@ def test_job_diagnose_is_what_the_command_writes(folder, tmp_path):
 
 
 def test_the_summary_survives_the_report(folder):
-    """The typed summary a report keeps as JSON reads back equal (its tables by value),
-    and its JSON is what the report holds."""
+    """The typed summary a report keeps reads back equal from its JSON (its tables by
+    value), and that JSON is what report.json holds."""
     from traceviz.analysis.diagnose.summary import Summary
+    from traceviz.analysis.report import report_json
     from traceviz.job.report import make_report
 
     # the report's diagnosis is the one with advice (whichever test ran first)
     typed = products.diagnosis(folder, advice=True)[0].summary()
     rep = make_report(folder)
-    assert rep["diagnosis"] == json.loads(json.dumps(typed.to_json()))
-    back = Summary.from_json(rep["diagnosis"])
+    assert report_json(rep)["diagnosis"] == json.loads(json.dumps(typed.to_json()))
+    back = Summary.from_json(report_json(rep)["diagnosis"])
+    assert back == rep["diagnosis"]
     assert back.causes == typed.causes and back.stragglers == typed.stragglers
     assert back.places == typed.places and back.chain_ranks == typed.chain_ranks
     assert back.totals.to_pylist() == typed.totals.to_pylist()

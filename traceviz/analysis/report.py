@@ -23,6 +23,8 @@ Definitions (all times are GPU kernel times in ns unless named otherwise):
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -31,7 +33,9 @@ import pyarrow as pa
 
 from ..table.schema import COLLECTIVES, GROUPS
 from ..topology.layout import Layout, agreed_world
+from .advice import advice_of
 from .calls import factors
+from .diagnose.summary import from_report
 from .matching import Matched, last_to_arrive, match
 from .rank_summary import RankSummary
 from .report_types import (
@@ -416,3 +420,38 @@ def ranks_table(report: Report) -> pa.Table:
     rows = [{**network.get(r["rank"], {}), **r} for r in report["overlap"]["per_rank"]]
     return pa.Table.from_pylist([{k: row.get(k) for k in RANKS_SCHEMA.names} for row in rows],
                                 schema=RANKS_SCHEMA)
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or infinity in its dicts and lists replaced by None (JSON
+    has neither)."""
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [finite(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def report_json(report: Report) -> dict[str, Any]:
+    """The report as JSON values (what report.json and the kept report hold): its
+    diagnosis as :meth:`~.diagnose.summary.Summary.to_json`, its advice as the rows of
+    :data:`~.advice.ADVICE_SCHEMA`; NaN-free."""
+    out: dict[str, Any] = dict(report)
+    if "diagnosis" in report:
+        summary = report["diagnosis"]
+        out["diagnosis"] = summary.to_json() if summary is not None else None
+    if "advice" in report:
+        out["advice"] = [dataclasses.asdict(a) for a in report["advice"]]
+    return cast(dict[str, Any], finite(out))
+
+
+def from_json(d: dict[str, Any]) -> Report:
+    """The typed report of :func:`report_json`'s JSON."""
+    out = dict(d)
+    if "diagnosis" in d:
+        out["diagnosis"] = from_report(d["diagnosis"])
+    if "advice" in d:
+        out["advice"] = list(advice_of(d["advice"] or []))
+    return cast(Report, out)

@@ -4,7 +4,11 @@ by mypy. Times are ms unless a key says ns, bandwidths GB/s, shares % (None: unk
 printed n/a)."""
 from __future__ import annotations
 
-from typing import Any, NamedTuple, TypedDict
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict
+
+if TYPE_CHECKING:  # the records the report holds (their modules import this one's)
+    from .advice import Advice
+    from .diagnose.summary import Summary
 
 
 class Stats(TypedDict):
@@ -202,22 +206,21 @@ class _Report(TypedDict):
 
 
 class Report(_Report, total=False):
-    """The whole report :func:`~.report.build_report` makes: its sections, the diagnosis
-    (JSON: :meth:`~.diagnose.summary.Summary.to_json`, read back typed with
-    :func:`~.diagnose.summary.from_report`) or why there is none, the advice (the rows
-    of :data:`~.advice.ADVICE_SCHEMA`, read back typed as :class:`~.advice.Advice`
-    records), and the ranks left out."""
+    """The whole report :func:`~.report.build_report` makes: its sections, the
+    diagnosis (typed: :class:`~.diagnose.summary.Summary`) or why there is none, the
+    advice (typed :class:`~.advice.Advice` records), and the ranks left out. JSON only
+    at output: :func:`~.report.report_json` (and back: :func:`~.report.from_json`)."""
 
-    diagnosis: dict[str, Any] | None
+    diagnosis: Summary | None
     diagnosis_why: str | None
-    advice: list[dict[str, Any]]
+    advice: list[Advice]
     failed: list[str]
 
 
 class Diagnosed(NamedTuple):
-    """What :func:`~.report.build_report` adds of the job's diagnosis: its summary's JSON
-    (None: none, ``why``), the advice rows."""
+    """What :func:`~.report.build_report` adds of the job's diagnosis: its summary
+    (None: none, ``why``), the advice."""
 
-    summary: dict[str, Any] | None
+    summary: Summary | None
     why: str | None
-    advice: list[dict[str, Any]]
+    advice: list[Advice]

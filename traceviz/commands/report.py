@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..analysis.report import ranks_table
+from ..analysis.report import ranks_table, report_json
 from ..analysis.report_types import Report
 from ..job import Job
 from ..ingest.outputs import default_path
@@ -19,7 +19,7 @@ from ..table.result import Result
 
 @dataclass(frozen=True)
 class ReportFiles:
-    """The report (its typed dict) and where it goes: the text, its JSON twin and the
+    """The report (its typed record) and where it goes: the text, its JSON twin and the
     ranks' table (a path without suffix: .csv and .parquet)."""
 
     report: Report
@@ -54,7 +54,8 @@ def run(root: Job | str | os.PathLike, *, config_file: str | None = None,
     if text == twin:  # -o x.json names the JSON report; the text goes next to it
         text = text.with_suffix(".txt")
     ranks = text.with_name(f"{text.stem}_ranks")
-    return Result(texts={str(twin): json.dumps(report, indent=1, allow_nan=False),
+    return Result(texts={str(twin): json.dumps(report_json(report), indent=1,
+                                               allow_nan=False),
                          str(text): report_text(report, ranks.name)},
                   tables={str(ranks): ranks_table(report)},
                   value=ReportFiles(report, text, twin, ranks),

@@ -327,8 +327,10 @@ class Job:
                peak_tflops: float | None = None, peak_bw_gbps: float | None = None,
                model: str | None = None, config_file: str | None = None,
                clock_sync: bool = True) -> Report:
-        """The collectives and throughput report (``traceviz report``) as a dict (kept:
-        a copy each call, so changing one leaves the next alone); ``params`` in
+        """The collectives and throughput report (``traceviz report``) as its typed record
+        (:class:`~traceviz.analysis.report_types.Report`; kept: a copy each call, so
+        changing one leaves the next alone; JSON: :func:`~traceviz.analysis.report.
+        report_json`); ``params`` in
         billions gives 6N FLOPs per token; ``config_file``: a TorchTitan TOML."""
         if flops_per_token is None and params is not None:
             flops_per_token = training_flops_per_token(params * 1e9)

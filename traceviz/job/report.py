@@ -5,24 +5,25 @@ chosen, the job's diagnosis and advice added; kept beside the tables
 (:mod:`.job_cache`)."""
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 from typing import cast
 
+from ..analysis.advice import Advice
 from ..analysis.calls import COLUMNS as CALL_COLUMNS
 from ..analysis.clocks import is_clock_note, offsets_from_calls
 from ..analysis.iterations import COLUMNS as WINDOW_COLUMNS
 from ..analysis.ops_summary import trace_mfu
 from ..analysis.rank_summary import RankSummary, summarize
-from ..analysis.report import build_report, job_world
+from ..analysis.report import build_report, finite, from_json, job_world, report_json
 from ..analysis.report_types import Diagnosed, Report, TraceMfu
 from ..analysis.run_config import RunConfig, from_torchtitan_toml
 from ..errors import TraceVizError
 from ..ingest import job_cache
-from . import products
 from ..ingest.tables import has_cpu_tables, job_files, rank_tables, tables_folder
 from ..ingest.topology import job_layout
+from ..table.records import records
+from . import products
 
 COLUMNS = tuple(dict.fromkeys(CALL_COLUMNS + ("comm_group",) + WINDOW_COLUMNS))
 
@@ -38,17 +39,6 @@ def summaries_of(root: Path) -> tuple[list[RankSummary], list[str]]:
     if not summaries:
         raise TraceVizError(f"{root}: no rank could be read: " + "; ".join(failed))
     return summaries, failed
-
-
-def _finite(value):
-    """``value`` with every NaN or infinity replaced by None (JSON has neither)."""
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def make_report(root: str | os.PathLike, *, config_file: str | None = None,
@@ -72,9 +62,9 @@ def make_report(root: str | os.PathLike, *, config_file: str | None = None,
                                               "overrides": overrides or {}})
     found = job_cache.load(folder, "report", key)
     if found is not None:
-        return cast(Report, found[1]["report"])
+        return from_json(found[1]["report"])
     rep = _make_report(root, config_file, overrides, topology, clock_sync)
-    job_cache.store(folder, "report", key, {}, {"report": rep})
+    job_cache.store(folder, "report", key, {}, {"report": report_json(rep)})
     return rep
 
 
@@ -93,8 +83,8 @@ def _make_report(root: Path, config_file: str | None, overrides: dict | None,
     config = config.updated(**(overrides or {}))
     try:
         diag, _, advice = products.diagnosis(root, topology, advice=True)
-        diagnosed = Diagnosed(diag.summary().to_json(), None,
-                              advice.to_pylist() if advice is not None else [])
+        diagnosed = Diagnosed(diag.summary(), None,
+                              list(records(Advice, advice)) if advice is not None else [])
     except TraceVizError as exc:
         diag, diagnosed = None, Diagnosed(None, str(exc), [])
     # after the diagnosis: its advice parsed the CPU tables and kept their op model
@@ -115,7 +105,7 @@ def _make_report(root: Path, config_file: str | None, overrides: dict | None,
                  else None)
     rep = build_report(summaries, config, offsets, layout, notes, clocks,
                        trace=trace, diagnosed=diagnosed, failed=failed, job_spans=job_spans)
-    return cast(Report, _finite(rep))
+    return cast(Report, finite(rep))
 
 
 def _trace_flops(root: Path, peak: float | None) -> TraceMfu:

@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..analysis.advice import advice_of
-from ..analysis.diagnose.summary import from_report
 from ..analysis.report_types import CrossRank, Report, Stats, Throughput
 from .diagnosis_text import advice_lines, ledger_lines
 from .rank_spread import LISTED, spread_lines
@@ -104,7 +102,7 @@ def report_text(rep: Report, ranks_table: str = "report_ranks") -> str:
     lines += [f"  {k}: {v}" for k, v in par.items()] or ["  unknown (no topology; see NOTES)"]
 
     _heading(lines, "ADVICE (traceviz diagnose: what to change, the saving re-timed)")
-    lines += (advice_lines(advice_of(rep.get("advice") or []))
+    lines += (advice_lines(rep.get("advice") or [])
               if rep.get("diagnosis") is not None else
               [f"n/a: {rep.get('diagnosis_why') or 'no diagnosis'}"])
 
@@ -195,7 +193,7 @@ def report_text(rep: Report, ranks_table: str = "report_ranks") -> str:
                      f"{call['iteration']}, {call['ranks']} ranks, {_gb(call['bytes'])}): "
                      f"{_f(call['span_ms'])} ms, skew {_f(call['skew_ms'])} ms, transfer "
                      f"{_f(call['transfer_ms'])} ms, last rank {call['last_rank']}")
-    diag = from_report(rep.get("diagnosis"))
+    diag = rep.get("diagnosis")
     _heading(lines, "7. WHO WAITS FOR WHOM (traceviz diagnose)")
     if diag is None:
         lines.append("n/a: " + (rep.get("diagnosis_why") or "no diagnosis"))

@@ -32,17 +32,12 @@ from .network import group_bandwidth
 from .extra_work import ExtraKernel, extra_kernels
 from .stages import StageBalance, stage_balance
 from .stragglers import SPREAD_FLOOR, Z_MIN, PeerSpeed, Straggler, peer_speed
-from .summary import Cause, Place, Summary, WaitedFor
+from .summary import TOTALS_SCHEMA, Cause, Place, Summary, WaitedFor
 from .waits import SEND, JobComm, RankComm, comm_calls, job_comm
 
 CHAIN_WAIT_NS = 20_000  # waits shorter than this (clock noise, launch jitter) are ignored
 CHAIN_SCHEMA = pa.schema([("iteration", pa.int32()), ("rank", pa.int32()),
                           ("ns", pa.int64()), ("pct", pa.float64())])
-TOTALS_SCHEMA = pa.schema(
-    [("iteration", pa.int32()), ("ranks", pa.int32()), ("job_span_ns", pa.int64()),
-     ("span_ns", pa.int64())]
-    + [(f"{p}_ns", pa.int64()) for p in PARTS] + [(f"{p}_pct", pa.float64())
-                                                  for p in PARTS])
 
 
 @dataclass

@@ -13,9 +13,17 @@ from typing import Any
 import pyarrow as pa
 
 from .extra_work import ExtraKernel
+from .ledger import PARTS
 from .stragglers import SCHEMA as STRAGGLER_SCHEMA
 from .stragglers import Straggler
 
+
+# the ledger's totals per iteration (:func:`~.diagnosis.totals`)
+TOTALS_SCHEMA = pa.schema(
+    [("iteration", pa.int32()), ("ranks", pa.int32()), ("job_span_ns", pa.int64()),
+     ("span_ns", pa.int64())]
+    + [(f"{p}_ns", pa.int64()) for p in PARTS] + [(f"{p}_pct", pa.float64())
+                                                  for p in PARTS])
 
 @dataclass(frozen=True)
 class WaitedFor:
@@ -105,9 +113,10 @@ class Summary:
                 "extra": [asdict(e) for e in self.extra]}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any], totals_schema: pa.Schema | None = None
+    def from_json(cls, d: dict[str, Any], totals_schema: pa.Schema = TOTALS_SCHEMA
                   ) -> Summary:
-        """The summary a report kept (:meth:`to_json`)."""
+        """The summary a report kept (:meth:`to_json`), its totals of ``totals_schema``
+        (an older report's columns it lacks are null)."""
         return cls(d["ranks"], d["synced"], d.get("clocks") or "given",
                    pa.Table.from_pylist(d["totals"], schema=totals_schema),
                    tuple(Cause.from_json(c) for c in d["causes"]),
