@@ -158,3 +158,23 @@ def column_of(driver, table: str, i: int) -> list[str]:
     return [r.find_elements(By.TAG_NAME, "td")[i].get_attribute("textContent")
             for r in driver.find_elements(By.CSS_SELECTOR, f"#{table} tbody tr")
             if r.is_displayed()]
+
+
+def test_a_trace_beside_anothers_memory_tables_gets_its_page(tmp_path, monkeypatch):
+    """A folder's traces are parsed into traceviz-out/<folder>/, a trace's alone into
+    traceviz-out/<its name>/: one folder when they are named alike. With a memory trace
+    parsed there, the page of the plain trace failed on its own missing allocator events;
+    the memory section is optional, the page is written."""
+    from helpers import shared
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "single_gpt").mkdir()
+    for name in ("single_gpt.json.gz", "single_gpt_memory.json.gz"):
+        shutil.copy(shared("gpu/single_gpt") / name, tmp_path / "single_gpt" / name)
+    parsed = CliRunner().invoke(main, ["batch", "single_gpt", "-q", "--cpu"])
+    assert parsed.exit_code == 0, parsed.output
+    got = CliRunner().invoke(main, ["html", "single_gpt/single_gpt.json.gz", "-o",
+                                    "page.html"])
+    assert got.exit_code == 0, got.output
+    # the mean of its three steps (60.90, 60.60, 61.07 ms), as the report gives it
+    assert "iteration time<b>60.86 ms" in (tmp_path / "page.html").read_text()

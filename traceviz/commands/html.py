@@ -128,7 +128,12 @@ def run(root: Job | str | os.PathLike, output: str | os.PathLike,
     except TraceVizError as exc:
         mb, clocks, no_timeline = [], "none", f"no timeline: {exc}"
     model, no_model = _op_model(job)
-    mem = memory_result(*job.memory_run()) if has_memory_tables(folder) else None
+    mem = None
+    if has_memory_tables(folder):  # an optional section: the page is made without it
+        try:
+            mem = memory_result(*job.memory_run())
+        except TraceVizError:
+            mem = None  # e.g. one trace whose tables' folder holds another's memory
     hung = None
     if dumps is not None:
         dumped, unread = read_dumps(dumps)
