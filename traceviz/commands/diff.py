@@ -5,8 +5,7 @@ import os
 
 from ..analysis.diff import Side, compare, side
 from ..job import Job
-from ..render.diff_figure import draw
-from ..render.figures import Figure
+from ..render.diff_files import diff_files
 from ..table.result import Result
 
 
@@ -26,8 +25,7 @@ def run(control: str | os.PathLike, test: str | os.PathLike, *,
     a = load_side(control, "control", control_rank, control_iterations)
     b = load_side(test, "test", test_rank, test_iterations)
     table = compare(a, b, short_names=not full_names, hta_compat=hta_compat)
-    return Result(tables={"trace_diff": table}, figures={"trace_diff.png": Figure(draw, table)},
-                  lines=summary_lines(table, a, b))
+    return diff_files(table, summary_lines(table, a, b))
 
 
 def summary_lines(table, control: Side, test: Side) -> list[str]:

@@ -7,8 +7,8 @@ import os
 from ..analysis.sequences import frequent_sequences
 from ..errors import UsageError
 from ..job import Job
-from ..render.figures import Figure
-from ..render.sequence_figure import draw, label
+from ..render.sequence_figure import label
+from ..render.sequence_files import sequence_files
 from ..table.result import Result
 
 
@@ -23,5 +23,4 @@ def run(trace: str | os.PathLike, operator: str, rank: int | None = None,
         f"no op containing {operator!r} launches {min_len} or more kernels"]
     lines += [f"{r['count']:6d} x  GPU {r['gpu_time_ns'] / 1e6:9.3f} ms  {label(r['pattern'])}"
               for r in table.slice(0, top_k).to_pylist()]
-    return Result(tables={"frequent_sequences": table},
-                  figures={"frequent_sequences.png": Figure(draw, table, top_k)}, lines=lines)
+    return sequence_files(table, top_k, lines)
