@@ -278,7 +278,10 @@ def job_critical_path(tables: list[tuple[int, Table, Table]], ann: str | None,
     jp = job_path(tables, notes, ann, inst, clock_sync, exact, where, diag)
     if diag is not None:
         notes += [n for n in diag.notes if is_clock_note(n) and n not in notes]
-    window = iteration_window(jp.jc.acts, jp.ranks[0].window)
+    # the ledger's window where the graph is on the activities' clocks (not with
+    # --no-clock-sync over shifted ones)
+    same_clocks = all(jp.offsets.get(a.rank, 0) == a.offset_ns for a in jp.jc.acts)
+    window = iteration_window(jp.jc.acts, jp.ranks[0].window) if same_clocks else None
     result = path_of(jp.jg, jp.measured, jp.ranks, jp.phases, jp.stages, jp.offsets,
                      notes, inst, window)
     if jp.offsets:  # the diagnosis's verdict, else the one solved here
