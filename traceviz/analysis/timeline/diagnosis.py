@@ -1,0 +1,406 @@
+"""Why a job is slow, and since when, from its op timeline (:mod:`.findings`, every
+saving re-simulated: :mod:`.whatif`), in the words and tables of the trace diagnosis:
+ranked advice (:data:`~traceviz.analysis.advice.ADVICE_SCHEMA`), stragglers and a ledger.
+
+**Step time**: the latest end of any rank's op in the step - the earliest start. The
+**ideal step**: the step re-simulated with every op at its typical duration, transfer
+and gap; a step's **slowdown** = its time / its ideal time.
+
+**Savings** are per step: the step re-simulated as measured (the baseline) - re-simulated
+with the cause removed, averaged over the steps the cause is present in (a slow worker:
+from the step it started; the others: every step). A fault is ranked only when it saves
+at least :data:`~traceviz.analysis.advice.FAULT_PCT` % of the mean step; a change that
+needs what the timers do not show (interleaving's overlap, the layer count) is
+``conditional``.
+
+**Attribution** (``op_attribution``): per step what fixing one worker (the slowest
+:data:`TOP` by median slowdown), one DP rank, one op kind, the stages, the data or the
+gaps would save; each row re-simulated on its own.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from ...table.records import records
+from ..advice import ADVICE_SCHEMA, FAULT_PCT, STANDINGS, Advice, Finding, standing
+from ..diagnose.stages import best_split
+from . import whatif as W
+from .data import OpTimeline
+from .findings import (SlowWorker, data_imbalance, slow_dp_groups, slow_workers,
+                       stage_balance, worker_series)
+from .ledger import PARTS, SCHEMA as LEDGER_SCHEMA, step_ledger
+from .model import TimelineModel
+from .ops import COMMUNICATION, DATA, DP
+from .simulate import simulate
+
+TOP = 5               # workers / DP ranks re-simulated one at a time for the attribution
+TOP_FAULTS = 5        # slow workers turned into advice
+MODEL = "re-simulated op timeline"
+EXPOSED_PCT = 5.0     # a communication kind this share of the step gets overlap advice
+
+STEPS_SCHEMA = pa.schema([("step", pa.int32()), ("time_ns", pa.int64()),
+                          ("ideal_ns", pa.int64()), ("slowdown", pa.float64()),
+                          ("worst", pa.string()), ("worst_saving_ns", pa.int64())])
+STRAGGLERS_SCHEMA = pa.schema([
+    ("worker", pa.int32()), ("rank", pa.int32()), ("ranks", pa.string()),
+    ("stage", pa.int32()), ("dp_rank", pa.int32()), ("slowdown", pa.float64()),
+    ("z_score", pa.float64()), ("since_step", pa.int32()), ("slow_steps", pa.int32()),
+    ("persistent", pa.bool_()), ("saving_ns", pa.int64())])
+ATTRIBUTION_SCHEMA = pa.schema([("what_if", pa.string()), ("step", pa.int32()),
+                                ("saving_ns", pa.int64()), ("saving_pct", pa.float64())])
+WORKER_STEPS_SCHEMA = pa.schema([
+    ("worker", pa.int32()), ("rank", pa.int32()), ("stage", pa.int32()),
+    ("dp_rank", pa.int32()), ("step", pa.int32()), ("speed", pa.float64()),
+    ("slowdown", pa.float64()), ("z_score", pa.float64())])
+
+
+@dataclass(frozen=True)
+class TimelineDiagnosis:
+    """The op timeline's diagnosis: its tables (:meth:`tables`), the typed advice and
+    stragglers, each step's slowdown, the [worker, step] slowdown (``heat``), notes."""
+
+    steps: pa.Table
+    ledger: pa.Table
+    stragglers_table: pa.Table
+    attribution: pa.Table
+    worker_steps: pa.Table
+    advice_table: pa.Table
+    heat: np.ndarray
+    worker_names: tuple[str, ...]
+    step_numbers: tuple[int, ...]
+    summary: tuple[str, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def advice(self) -> tuple[Advice, ...]:
+        return records(Advice, self.advice_table)
+
+    def tables(self) -> dict[str, pa.Table]:
+        """The tables ``traceviz diagnose`` writes for an op timeline, by file name."""
+        return {"op_steps": self.steps, "op_ledger": self.ledger,
+                "op_stragglers": self.stragglers_table, "op_attribution": self.attribution,
+                "op_worker_steps": self.worker_steps, "advice": self.advice_table}
+
+
+@dataclass
+class _Cause:
+    finding: Finding
+    whatif: W.WhatIf
+    since_index: int = 0   # the cause is present from this step on (its place in the run)
+    since_step: int = 0    # that step's number
+
+
+def diagnose_timeline(tl: OpTimeline, num_layers: int | None = None) -> TimelineDiagnosis:
+    """The diagnosis of ``tl`` (see the module doc)."""
+    model = TimelineModel(tl)
+    t = model.timeline
+    ledger_rows, dp_calls, fit = _measured(model)
+    series = worker_series(model)
+    slow = slow_workers(model, series)
+    data = data_imbalance(model, slow)
+    balance = stage_balance(model, num_layers)
+    groups = slow_dp_groups(model, *dp_calls)
+    causes = _causes(model, slow, data, balance, groups, ledger_rows, num_layers)
+    attribution = _attribution(model, series)
+    whatifs = [W.WhatIf("measured"), W.ideal()] + [c.whatif for c in causes] + attribution
+    measured, times = W.step_times(model, whatifs)
+    base, ideal = times[0], times[1]
+    cause_t = times[2:2 + len(causes)]
+    attr_t = times[2 + len(causes):]
+    notes = list(t.notes)
+    if fit > 0:
+        notes.append(f"the timers do not fit their dependencies exactly: the steps "
+                     f"re-simulated as measured end up to {fit / 1e6:.3f} ms from the "
+                     "measured (savings are against the re-simulated steps)")
+    mean_step = float(base.mean()) if len(base) else 0.0
+    advice = _advice(causes, base, cause_t, mean_step)
+    strag = _stragglers(slow, causes, base, cause_t)
+    steps = _steps(model, measured, ideal, causes, base, cause_t)
+    attr_rows = [{"what_if": w.spec, "step": int(model.steps[i]),
+                  "saving_ns": int(base[i] - attr_t[k][i]),
+                  "saving_pct": 100.0 * (base[i] - attr_t[k][i]) / base[i] if base[i] else None}
+                 for k, w in enumerate(attribution) for i in range(len(base))]
+    names = tuple(_worker_name(model, w) for w in range(model.workers))
+    summary = _summary(model, measured, ideal, slow)
+    return TimelineDiagnosis(
+        steps, pa.Table.from_pylist(ledger_rows, schema=LEDGER_SCHEMA), strag,
+        pa.Table.from_pylist(attr_rows, schema=ATTRIBUTION_SCHEMA),
+        _worker_steps(model, series), advice, series.slowdown, names,
+        tuple(int(s) for s in model.steps), tuple(summary), tuple(notes))
+
+
+def _measured(model: TimelineModel) -> tuple[list[dict], tuple[np.ndarray, ...], int]:
+    """Each rank's ledger per step, every DP call (op, stage, TP rank, transfer) and how
+    far the re-simulated ends are from the measured (ns)."""
+    t = model.timeline
+    rows: list[dict] = []
+    ops, stages, tps, transfers = [], [], [], []
+    fit = 0
+    for i, g in model.graphs():
+        v = W.StepView.of(model, i, g)
+        sim = simulate(g)
+        if len(g):
+            fit = max(fit, int(np.abs(sim.end - g.end).max()))
+        ranks, parts = step_ledger(v, sim)
+        for r, p in zip(ranks.tolist(), parts.tolist()):
+            row = {"rank": int(t.ranks[r]), "step": int(g.step), "step_ns": sim.step_ns}
+            row.update({f"{name}_ns": val for name, val in zip(PARTS, p)})
+            rows.append(row)
+        m = (v.cls == DP) & (g.group >= 0)
+        ops.append(v.op[m])
+        stages.append(v.stage[m])
+        tps.append(t.tp[v.rank[m]])
+        transfers.append(g.transfer[m])
+    cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))  # noqa: E731
+    return rows, (cat(ops), cat(stages), cat(tps), cat(transfers)), fit
+
+
+def _worker_name(model: TimelineModel, w: int) -> str:
+    ranks = model.worker_ranks(w)
+    t = model.timeline
+    r = int(model.first_rank[w])
+    who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks[0]}-{ranks[-1]}"
+    return f"{who} (stage {int(t.stage[r])}, DP {int(t.dp[r])})"
+
+
+def _share(rows: list[dict], part: str) -> float:
+    """``part``'s mean share of the step over ranks and steps (%)."""
+    total = sum(r["step_ns"] for r in rows)
+    return 100.0 * sum(r[f"{part}_ns"] for r in rows) / total if total else 0.0
+
+
+def _causes(model: TimelineModel, slow: list[SlowWorker], data, balance, groups,
+            ledger_rows: list[dict], num_layers: int | None) -> list[_Cause]:
+    t = model.timeline
+    out: list[_Cause] = []
+    for x in [s for s in slow if s.persistent][:TOP_FAULTS]:
+        since = (f"since step {x.since_step} ({x.slow_steps} of {len(model.steps)} steps)"
+                 if x.since_index > 0 else f"in {x.slow_steps} of {len(model.steps)} steps")
+        out.append(_Cause(Finding(
+            f"{_worker_name(model, x.worker)} computes {x.slowdown:.2f}x as long as its "
+            f"peers {since}",
+            "drain or replace its GPU / node (check its clocks, temperature and errors)",
+            "", f"its compute ops against their typical time, robust z {x.z:.1f} "
+            f"(ordinary spread: z < 4)", kind="fault", target_rank=x.ranks[0]),
+            W.slow_worker(x.worker, x.slowdown, x.since_index, x.since_step),
+            x.since_index, x.since_step))
+    if data is not None and data.uneven:
+        alike = ("changes from step to step" if not np.isfinite(data.step_to_step)
+                 or data.step_to_step < 0.5 else "repeats from step to step")
+        out.append(_Cause(Finding(
+            f"the micro-batches' compute varies by {100 * data.cv:.1f} % (CV within a "
+            f"step) on every stage alike, and the pattern {alike}: uneven sequence "
+            "lengths",
+            "balance the micro-batches: pack or bucket sequences so that every "
+            "micro-batch and DP rank holds the same tokens",
+            "", f"forward and backward shares agree (r = {data.agreement:.2f}); pattern "
+            f"from step to step r = {data.step_to_step:.2f}"),
+            W.balance(_cell_factor(model, data.factors()))))
+    if balance is not None and balance.heavy:
+        s = balance.heaviest
+        split = best_split(balance)
+        where = "last" if s == balance.pp - 1 else "first" if s == 0 else f"{s}"
+        stage_ms = ", ".join(f"{c / 1e6:.2f}" for c in balance.compute_ns)
+        if split is not None:
+            factors = np.array(split.compute_ns) / np.array(balance.compute_ns)
+            out.append(_Cause(Finding(
+                f"the {where} stage computes {balance.ratio:.2f}x the median stage",
+                f"split the layers {split.layers} ({split.options})", "",
+                f"compute per micro-batch by stage: {stage_ms} ms"),
+                W.stages(factors, "stages=" + ",".join(f"{f:.3f}" for f in factors))))
+        else:
+            even = float(np.mean(balance.compute_ns)) / np.array(balance.compute_ns)
+            ask = ("" if num_layers else "; give --num-layers for the split Megatron's "
+                   "options allow")
+            out.append(_Cause(Finding(
+                f"the {where} stage computes {balance.ratio:.2f}x the median stage",
+                "move layers off it (--decoder-first-pipeline-num-layers / "
+                "--decoder-last-pipeline-num-layers, --account-for-embedding-in-pipeline-"
+                f"split / --account-for-loss-in-pipeline-split){ask}", "",
+                f"compute per micro-batch by stage: {stage_ms} ms; the saving is of "
+                "perfectly even stages (an upper bound)", conditional=True),
+                W.stages(even, "stages=even")))
+    for stage in sorted({g.stage for g in groups}):
+        mine = [g for g in groups if g.stage == stage]
+        factor = {(g.op, g.tp): 1.0 / g.ratio for g in mine}
+
+        def scale(v: W.StepView, factor=factor, stage=stage) -> np.ndarray:
+            f = np.ones(len(v.g))
+            for (op, tp), x in factor.items():
+                f[(v.op == op) & (v.stage == stage) & (t.tp[v.rank] == tp)] = x
+            return f
+        names = sorted({g.name for g in mine})
+        tps = sorted({g.tp for g in mine})
+        out.append(_Cause(Finding(
+            f"stage {stage}'s DP group{'s' if len(tps) > 1 else ''} (TP rank"
+            f"{'s' if len(tps) > 1 else ''} {', '.join(map(str, tps))}) transfer"
+            f"{'' if len(tps) > 1 else 's'} {', '.join(names)} "
+            f"{max(g.ratio for g in mine):.2f}x as long as the other groups",
+            "check the network of its nodes (NIC, switch port, cables)", "",
+            "; ".join(f"{g.name} (TP {g.tp}) median transfer {g.median_ns / 1e6:.2f} ms, "
+                      f"{g.ratio:.2f}x" for g in mine), kind="fault"),
+            W.WhatIf(f"dp-group:{stage}=" + ",".join(
+                f"{g.name}.{g.tp}/{g.ratio:.3f}" for g in mine),
+                [W.Change("transfer_scale", scale)])))
+    dp_share = _share(ledger_rows, "transfer_dp")
+    if dp_share >= EXPOSED_PCT:
+        out.append(_Cause(Finding(
+            f"{dp_share:.1f} % of the step is data-parallel transfers no compute hides",
+            "overlap them with the backward and forward (--overlap-grad-reduce, "
+            "--overlap-param-gather with --use-distributed-optimizer), where not on: the "
+            "timers do not show it", "", "the ledger's transfer_dp", conditional=True),
+            W.WhatIf("overlap=DP", [W.Change("transfer_scale", lambda v: np.where(
+                v.cls == DP, 0.0, 1.0))])))
+    if (t.classes[t.op] == DATA).any():
+        out.append(_Cause(Finding(
+            "data loading (batch-generator) or the step's first gap beyond their typical "
+            "time", "more data-loader workers or prefetching; check the storage", "",
+            "batch-generator and each rank's first gap at most their typical time",
+            kind="fault"), W.data_fix()))
+    out.append(_Cause(Finding(
+        "gaps between timed ops (CPU work no timer covers) beyond their typical time",
+        "find the host stalls (garbage collection, logging, synchronizations, "
+        "checkpointing)", "", "every gap at most its typical time", kind="fault"),
+        W.gaps_fix()))
+    for o, name in enumerate(t.names):
+        if t.classes[o] in COMMUNICATION and (t.op == o).any():
+            out.append(_Cause(Finding(
+                f"{name} transfers beyond their typical time in some steps",
+                "check the network for congestion (other jobs, a degraded link)", "",
+                f"{name}'s transfers at most typical", kind="fault"),
+                W.op_fix(o, name, True)))
+    return out
+
+
+def _cell_factor(model: TimelineModel, factors: np.ndarray):
+    t = model.timeline
+    from .ops import COMPUTE
+
+    def pick(v: W.StepView) -> np.ndarray:
+        mb = v.mb
+        ok = (v.cls == COMPUTE) & (mb >= 0) & (mb < factors.shape[2])
+        f = factors[v.index, np.minimum(t.dp[v.rank], factors.shape[1] - 1),
+                    np.clip(mb, 0, factors.shape[2] - 1)]
+        return np.where(ok, f, 1.0)
+    return pick
+
+
+def _attribution(model: TimelineModel, series) -> list[W.WhatIf]:
+    t = model.timeline
+    with np.errstate(all="ignore"):
+        med = np.nan_to_num(np.nanmedian(series.slowdown, axis=1), nan=0.0)
+    out = [W.worker_typical(int(w)) for w in np.argsort(-med, kind="stable")[:TOP]]
+    dps = np.unique(t.dp)
+    if len(dps) > 1:
+        by_dp = [float(np.nanmedian(series.slowdown[t.dp[model.first_rank] == d]))
+                 for d in dps]
+        out += [W.dp_typical(int(dps[i])) for i in np.argsort(by_dp)[::-1][:TOP]]
+    out += [W.op_fix(o, n, bool(t.classes[o] in COMMUNICATION))
+            for o, n in enumerate(t.names) if (t.op == o).any()]
+    out += [W.data_fix(), W.gaps_fix()]
+    return out
+
+
+def _advice(causes: list[_Cause], base: np.ndarray, times: np.ndarray, mean_step: float
+            ) -> pa.Table:
+    """The causes as advice rows, in the order of :mod:`traceviz.analysis.advice`; a
+    fault whose fix gains under a tenth of :data:`FAULT_PCT` % names no cause and is
+    left out."""
+    kept: list[tuple[_Cause, int, int, str]] = []
+    for c, ts in zip(causes, times):
+        on = slice(c.since_index, None)
+        if not len(base[on]):
+            continue
+        saving = int(round(float((base[on] - ts[on]).mean())))
+        if c.finding.kind == "fault" and 100.0 * saving / max(mean_step, 1.0) < FAULT_PCT / 10:
+            continue
+        kept.append((c, saving, int(round(float(ts[on].mean()))),
+                     standing(c.finding, saving, int(mean_step))))
+    kept.sort(key=lambda k: (STANDINGS.index(k[3]), -k[1]))
+    rows = []
+    for i, (c, saving, predicted, stand) in enumerate(kept, 1):
+        f = c.finding
+        rows.append({"rank": i, "standing": stand, "kind": f.kind, "finding": f.finding,
+                     "action": f.action, "saving_ns": saving,
+                     "predicted_iteration_ns": predicted,
+                     "saving_pct": max(0.0, 100.0 * saving / mean_step) if mean_step
+                     else None,
+                     "evidence": f.evidence + (f"; saving per step from step {c.since_step}"
+                                               if c.since_index else ""),
+                     "what_if": c.whatif.spec, "model": MODEL,
+                     "target_rank": f.target_rank, "bound": None, "same_as": None})
+    return pa.Table.from_pylist(rows, schema=ADVICE_SCHEMA)
+
+
+def _stragglers(slow: list[SlowWorker], causes: list[_Cause], base: np.ndarray,
+                times: np.ndarray) -> pa.Table:
+    saving = {}
+    for c, ts in zip(causes, times):
+        if c.whatif.spec.startswith("worker:"):
+            w = int(c.whatif.spec.split(":")[1].split("/")[0])
+            on = slice(c.since_index, None)
+            saving[w] = int(round(float((base[on] - ts[on]).mean())))
+    return pa.Table.from_pylist([{
+        "worker": x.worker, "rank": x.ranks[0], "ranks": ",".join(map(str, x.ranks)),
+        "stage": x.stage, "dp_rank": x.dp, "slowdown": x.slowdown, "z_score": x.z,
+        "since_step": x.since_step, "slow_steps": x.slow_steps, "persistent": x.persistent,
+        "saving_ns": saving.get(x.worker)} for x in slow], schema=STRAGGLERS_SCHEMA)
+
+
+def _steps(model, measured, ideal, causes, base, times) -> pa.Table:
+    rows = []
+    for i, step in enumerate(model.steps):
+        gains = [(int(base[i] - times[k][i]), c.whatif.spec) for k, c in enumerate(causes)]
+        best = max(gains, default=(0, None))
+        rows.append({"step": int(step), "time_ns": int(measured[i]),
+                     "ideal_ns": int(ideal[i]),
+                     "slowdown": measured[i] / ideal[i] if ideal[i] else None,
+                     "worst": best[1] if best[0] > 0 else None,
+                     "worst_saving_ns": best[0] if best[0] > 0 else None})
+    return pa.Table.from_pylist(rows, schema=STEPS_SCHEMA)
+
+
+def _worker_steps(model: TimelineModel, series) -> pa.Table:
+    t = model.timeline
+    nw, ns = series.slowdown.shape
+    first = model.first_rank
+    w = np.repeat(np.arange(nw), ns)
+    fin = lambda a: pa.array(a.ravel(), mask=~np.isfinite(a.ravel()))  # noqa: E731
+    return pa.table({
+        "worker": pa.array(w, pa.int32()), "rank": pa.array(t.ranks[first][w], pa.int32()),
+        "stage": pa.array(t.stage[first][w], pa.int32()),
+        "dp_rank": pa.array(t.dp[first][w], pa.int32()),
+        "step": pa.array(np.tile(model.steps, nw), pa.int32()),
+        "speed": fin(series.speed), "slowdown": fin(series.slowdown), "z_score": fin(series.z)},
+        schema=WORKER_STEPS_SCHEMA)
+
+
+def _summary(model: TimelineModel, measured, ideal, slow: list[SlowWorker]) -> list[str]:
+    t = model.timeline
+    ms = measured / 1e6
+    lines = [f"op timeline: {len(t.ranks)} ranks ({model.workers} workers, {model.pp} "
+             f"stages), {len(model.steps)} steps, {len(t):,} ops; step time median "
+             f"{np.median(ms):.2f} ms (min {ms.min():.2f}, max {ms.max():.2f}); ideal "
+             f"{np.median(ideal) / 1e6:.2f} ms"]
+    with np.errstate(all="ignore"):
+        slowdown = measured / np.where(ideal > 0, ideal, np.nan)
+    if np.isfinite(slowdown).any():
+        worst = int(np.nanargmax(slowdown))
+        lines.append(f"slowdown (step / its ideal): median {np.nanmedian(slowdown):.2f}, "
+                     f"worst {slowdown[worst]:.2f} at step {int(model.steps[worst])}")
+    persistent = [s for s in slow if s.persistent]
+    transient = [s for s in slow if not s.persistent]
+    if persistent:
+        lines.append("slow workers: " + "; ".join(
+            f"{_worker_name(model, s.worker)} {s.slowdown:.2f}x since step {s.since_step}"
+            for s in persistent[:5]))
+    else:
+        lines.append("slow workers: none beyond the ordinary spread between GPUs")
+    if transient:
+        lines.append(f"transient: {len(transient)} worker(s) slow in single steps (e.g. "
+                     f"{_worker_name(model, transient[0].worker)} at step "
+                     f"{transient[0].since_step})")
+    return lines

@@ -1,0 +1,268 @@
+"""What the op timeline shows, before any what-if: each worker's speed per step and the
+slow ones, uneven data, the stages' balance and the slow data-parallel groups.
+
+**Worker speed** in a step: its compute ops' exclusive time / their typical time
+(:mod:`.model`). With three or more stages, divided by its pipeline's (DP rank's)
+median over the stages in that step, so that a step's uneven data (which slows every
+stage of a pipeline alike) is not taken for a slow GPU. Its **slowdown** in a step: that
+speed / the median worker's in the step.
+
+**A slow worker**: slowdown >= 1 + :data:`MIN_SLOW` and robust z-score (against every
+worker's that step, MAD floored at :data:`MIN_MAD`) >= :data:`MIN_Z`. **Persistent**:
+slow in :data:`PERSIST` consecutive steps or more (in every step of a shorter run); it
+started at the first of its longest such run and its slowdown is the median over that
+run. Slow in fewer steps: **transient** (named, not a straggler). Within the ordinary
+spread between GPUs a worker is never slow.
+
+**Uneven data**: per step, DP rank and micro-batch, the share of compute its
+micro-batch took (every stage's forward and backward of it against their typical, a
+persistent slow worker's at its peers' speed); uneven when the shares vary across a
+step's micro-batches by a coefficient of variation >= :data:`DATA_CV` and the forward's
+and backward's shares agree (correlation >= :data:`DATA_CORR`: sequence lengths slow
+both, noise does not).
+
+**Slow DP group**: a data-parallel op whose transfers in one group (a stage and TP rank)
+take >= :data:`SLOW_GROUP` x the median over the op's groups (the median over steps).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..diagnose.stages import StageBalance
+from .model import TimelineModel
+from .ops import COMPUTE, DP
+
+MIN_SLOW, MIN_Z, MIN_MAD, PERSIST = 0.05, 4.0, 0.005, 3
+DATA_CV, DATA_CORR = 0.03, 0.5
+SLOW_GROUP = 1.5
+
+
+@dataclass
+class WorkerSeries:
+    """[worker, step] compute time / typical (``speed``) and slowdown against the
+    step's median worker, with its robust z-score; NaN where a worker has no compute in
+    a step."""
+
+    speed: np.ndarray
+    slowdown: np.ndarray
+    z: np.ndarray
+
+
+@dataclass
+class SlowWorker:
+    worker: int
+    ranks: list[int]
+    stage: int
+    dp: int
+    slowdown: float
+    z: float
+    since_index: int      # the step's place in the run
+    since_step: int
+    slow_steps: int
+    persistent: bool
+
+
+@dataclass
+class DataImbalance:
+    """Per [step index, DP rank, micro-batch] the micro-batch's compute share (NaN:
+    none), the mean coefficient of variation within steps, the forward / backward
+    agreement and how alike consecutive steps' patterns are (correlation)."""
+
+    share: np.ndarray
+    cv: float
+    agreement: float
+    step_to_step: float
+
+    @property
+    def uneven(self) -> bool:
+        return self.cv >= DATA_CV and self.agreement >= DATA_CORR
+
+    def factors(self) -> np.ndarray:
+        """Per cell its compute's factor when balanced: the step's mean share / its own."""
+        mean = np.nanmean(self.share, axis=(1, 2), keepdims=True)
+        return np.where(np.isfinite(self.share) & (self.share > 0), mean / self.share, 1.0)
+
+
+@dataclass
+class SlowGroup:
+    op: int
+    name: str
+    stage: int
+    tp: int
+    ratio: float          # its median transfer / the op's groups' median
+    median_ns: float
+
+
+def _rows(model: TimelineModel) -> tuple[np.ndarray, ...]:
+    """The compute rows: (rows, rank index, step index, exclusive ns, typical ns)."""
+    t = model.timeline
+    rows = np.flatnonzero(t.classes[t.op] == COMPUTE)
+    ri = np.searchsorted(t.ranks, t.rank[rows])
+    si = np.searchsorted(model.steps, t.step[rows])
+    typ = model.typical.duration[model.keys(rows)]
+    ok = np.isfinite(typ) & (typ > 0)
+    return rows[ok], ri[ok], si[ok], model.excl[rows[ok]], typ[ok]
+
+
+def worker_series(model: TimelineModel) -> WorkerSeries:
+    nw, ns = model.workers, len(model.steps)
+    rows, ri, si, excl, typ = _rows(model)
+    w = model.worker[ri]
+    cell = w * ns + si
+    spent = np.bincount(cell, weights=excl, minlength=nw * ns).reshape(nw, ns)
+    typical = np.bincount(cell, weights=typ, minlength=nw * ns).reshape(nw, ns)
+    speed = np.divide(spent, typical, out=np.full((nw, ns), np.nan), where=typical > 0)
+    dp = model.timeline.dp[model.first_rank]
+    rel = speed.copy()
+    if model.pp >= 3:
+        for d in np.unique(dp):
+            mine = dp == d
+            with np.errstate(all="ignore"):
+                pipe = np.nanmedian(speed[mine], axis=0)
+            rel[mine] = speed[mine] / pipe
+    with np.errstate(all="ignore"):
+        med = np.nanmedian(rel, axis=0)
+        slowdown = rel / med
+        mad = np.maximum(1.4826 * np.nanmedian(np.abs(slowdown - 1.0), axis=0), MIN_MAD)
+        z = (slowdown - 1.0) / mad
+    return WorkerSeries(speed, slowdown, z)
+
+
+def slow_workers(model: TimelineModel, s: WorkerSeries) -> list[SlowWorker]:
+    """Every worker slow in some step (see the module doc), persistent first, the
+    slowest first."""
+    t = model.timeline
+    ns = len(model.steps)
+    need = min(PERSIST, ns)
+    out = []
+    with np.errstate(invalid="ignore"):
+        flagged = (s.slowdown >= 1 + MIN_SLOW) & (s.z >= MIN_Z)
+    for w in np.flatnonzero(flagged.any(axis=1)):
+        f = flagged[w]
+        best, best_at, run, at = 0, 0, 0, 0
+        for i in range(ns):
+            if f[i]:
+                if run == 0:
+                    at = i
+                run += 1
+                if run > best:
+                    best, best_at = run, at
+            else:
+                run = 0
+        persistent = best >= need
+        span = slice(best_at, best_at + best) if persistent else np.flatnonzero(f)
+        first = int(model.first_rank[w])
+        out.append(SlowWorker(int(w), model.worker_ranks(int(w)), int(t.stage[first]),
+                              int(t.dp[first]), float(np.nanmedian(s.slowdown[w, span])),
+                              float(np.nanmedian(s.z[w, span])),
+                              best_at if persistent else int(np.flatnonzero(f)[0]),
+                              int(model.steps[best_at if persistent else
+                                              np.flatnonzero(f)[0]]),
+                              int(f.sum()), persistent))
+    out.sort(key=lambda x: (not x.persistent, -x.slowdown))
+    return out
+
+
+def data_imbalance(model: TimelineModel, slow: list[SlowWorker]) -> DataImbalance | None:
+    """The micro-batches' compute shares (see the module doc); None without
+    micro-batches."""
+    t = model.timeline
+    rows, ri, si, excl, typ = _rows(model)
+    mb = t.microbatch[rows]
+    keep = mb >= 0
+    if not keep.any():
+        return None
+    rows, ri, si, excl, typ, mb = rows[keep], ri[keep], si[keep], excl[keep], typ[keep], mb[keep]
+    w = model.worker[ri]
+    for x in slow:
+        if x.persistent:
+            on = (w == x.worker) & (si >= x.since_index)
+            excl = np.where(on, excl / x.slowdown, excl)
+    ns, ndp, nmb = len(model.steps), int(t.dp.max()) + 1, int(mb.max()) + 1
+    dp = t.dp[ri]
+    cell = (si * ndp + dp) * nmb + mb
+    size = ns * ndp * nmb
+    fwd = np.array([n == "forward-compute" for n in t.names])[t.op[rows]]
+
+    def share(mask) -> np.ndarray:
+        a = np.bincount(cell[mask], weights=excl[mask], minlength=size)
+        b = np.bincount(cell[mask], weights=typ[mask], minlength=size)
+        return np.divide(a, b, out=np.full(size, np.nan), where=b > 0).reshape(ns, ndp, nmb)
+
+    every, f, b = share(np.ones(len(rows), bool)), share(fwd), share(~fwd)
+    with np.errstate(all="ignore"):
+        mean = np.nanmean(every, axis=(1, 2))
+        cv = float(np.nanmean(np.nanstd(every, axis=(1, 2)) / mean))
+        fc = f - np.nanmean(f, axis=(1, 2), keepdims=True)
+        bc = b - np.nanmean(b, axis=(1, 2), keepdims=True)
+        ok = np.isfinite(fc) & np.isfinite(bc)
+        agreement = float(np.corrcoef(fc[ok], bc[ok])[0, 1]) if ok.sum() > 2 else 0.0
+        ec = (every - mean[:, None, None]).reshape(ns, -1)
+        pairs = [(ec[i], ec[i + 1]) for i in range(ns - 1)]
+        alike = [np.corrcoef(a[np.isfinite(a) & np.isfinite(c)],
+                             c[np.isfinite(a) & np.isfinite(c)])[0, 1]
+                 for a, c in pairs if (np.isfinite(a) & np.isfinite(c)).sum() > 2]
+    return DataImbalance(every, cv if np.isfinite(cv) else 0.0,
+                         agreement if np.isfinite(agreement) else 0.0,
+                         float(np.nanmean(alike)) if alike else float("nan"))
+
+
+def stage_balance(model: TimelineModel, num_layers: int | None) -> StageBalance | None:
+    """Each stage's compute per micro-batch (the median over its workers and steps of a
+    worker's compute in a step / its micro-batches) and, with ``num_layers``, the split
+    of :func:`~traceviz.analysis.diagnose.stages.best_split`; None with one stage."""
+    pp = model.pp
+    if pp < 2:
+        return None
+    t = model.timeline
+    rows, ri, si, excl, _ = _rows(model)
+    ns = len(model.steps)
+    cell = model.worker[ri] * ns + si
+    spent = np.bincount(cell, weights=excl, minlength=model.workers * ns)
+    mbs = t.microbatch[rows]
+    pairs = np.unique(np.stack([cell, mbs.astype(np.int64)], axis=1), axis=0)
+    count = np.bincount(pairs[:, 0], minlength=model.workers * ns)
+    per = np.divide(spent, count, out=np.full(len(spent), np.nan), where=count > 0)
+    per = per.reshape(model.workers, ns)
+    stage = t.stage[model.first_rank]
+    compute = [float(np.nanmedian(per[stage == s])) for s in range(pp)]
+    if not all(np.isfinite(compute)):
+        return None
+    layers: list[int | None] = [num_layers // pp] * pp if num_layers else [None] * pp
+    if num_layers and num_layers % pp:
+        layers = [None] * pp
+    lay_ns = None
+    if num_layers and all(n is not None for n in layers):
+        middle = compute[1:-1] or [min(compute)]
+        lay_ns = float(np.median(middle)) / (num_layers // pp)
+    extra = [c - n * lay_ns if n is not None and lay_ns is not None else None
+             for c, n in zip(compute, layers)]
+    ranks = {s: [int(r) for r in t.ranks[t.stage == s]] for s in range(pp)}
+    return StageBalance(compute, layers, lay_ns, extra,
+                        "--num-layers" if num_layers else "unknown", ranks,
+                        model.layout.chunks)
+
+
+def slow_dp_groups(model: TimelineModel, op: np.ndarray, stage: np.ndarray,
+                   tp: np.ndarray, transfer: np.ndarray) -> list[SlowGroup]:
+    """The slow DP groups (see the module doc) from every DP call's (op, stage, TP rank,
+    transfer ns)."""
+    t = model.timeline
+    out = []
+    for o in np.unique(op):
+        if t.classes[o] != DP:
+            continue
+        m = op == o
+        keys = np.stack([stage[m], tp[m]], axis=1)
+        groups, inv = np.unique(keys, axis=0, return_inverse=True)
+        inv = inv.ravel()
+        if len(groups) < 2:
+            continue
+        med = np.array([np.median(transfer[m][inv == g]) for g in range(len(groups))])
+        ref = float(np.median(med))
+        for g in np.flatnonzero(med >= SLOW_GROUP * ref) if ref > 0 else []:
+            out.append(SlowGroup(int(o), t.names[o], int(groups[g][0]), int(groups[g][1]),
+                                 float(med[g] / ref), float(med[g])))
+    return out

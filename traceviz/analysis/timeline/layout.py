@@ -1,0 +1,113 @@
+"""The job's layout where the op timeline does not give it: stages from the pipeline
+transfers' order, DP ranks from which ranks run the same stage, else unknown; each
+inference stated in a note, and one that is not clear-cut is an error asking for the
+column (never a silent guess).
+
+* **Stages** (no ``stage`` column): without pipeline transfers every rank is stage 0 (a
+  job without pipeline parallelism). With them, the ranks that never receive from a
+  previous stage are the first stage, and the pipeline has ranks / first-stage ranks
+  stages; a rank's stage is its place in the order of the first forward compute of the
+  first step (each stage starts its first micro-batch after the one before sent it). The
+  ranks split into that many equal groups by that time, each group wholly before the
+  next; if they do not, the stages are not inferred. Under interleaving (every rank
+  receives) the stages are not inferred.
+* **DP ranks** (no ``dp_rank`` column): within each stage (and TP rank), the ranks in
+  global order: the i-th of every stage form one pipeline (Megatron's default rank
+  order, and any order that numbers the pipelines alike on every stage).
+* **TP ranks** (no ``tp_rank`` column): unknown; each rank is its own worker and every
+  rank of a stage is in its DP group.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import TraceVizError
+from .data import OpTimeline
+from .ops import BOTH, COMPUTE, NEXT, P2P, PREV
+
+
+def complete_layout(tl: OpTimeline) -> OpTimeline:
+    """``tl`` with its stages, DP and TP ranks where unknown inferred (see the module
+    doc), in place; notes say how."""
+    n = len(tl.ranks)
+    if (tl.stage < 0).any():
+        if (tl.stage >= 0).any():
+            bad = int(tl.ranks[np.flatnonzero(tl.stage < 0)[0]])
+            raise TraceVizError(f"rank {bad}: no stage where other ranks have one: give "
+                                "every rank's stage or none")
+        tl.stage = _stages(tl)
+    if (tl.tp < 0).any():
+        tl.tp = np.zeros(n, dtype=np.int32)
+        tl.layout_from["tp"] = "unknown"
+        if tl.stage.max() >= 0 and n > 1:
+            tl.notes.append("TP ranks unknown (no tp_rank column): each rank is a worker "
+                            "of its own and its stage's ranks are its DP group")
+    if (tl.dp < 0).any():
+        if (tl.dp >= 0).any():
+            bad = int(tl.ranks[np.flatnonzero(tl.dp < 0)[0]])
+            raise TraceVizError(f"rank {bad}: no dp_rank where other ranks have one: give "
+                                "every rank's DP rank or none")
+        dp = np.zeros(n, dtype=np.int32)
+        for s in np.unique(tl.stage):
+            for t in np.unique(tl.tp):
+                mine = np.flatnonzero((tl.stage == s) & (tl.tp == t))
+                dp[mine] = np.arange(len(mine))  # ranks are sorted: global order
+        tl.dp = dp
+        tl.layout_from["dp"] = "inferred: the ranks of each stage in global order"
+        if len(np.unique(tl.stage)) > 1:
+            tl.notes.append("DP ranks inferred: the i-th rank (in global order) of every "
+                            "stage are one pipeline; give dp_rank where the ranks are "
+                            "numbered otherwise")
+    sizes = np.unique(np.bincount(tl.stage))
+    if len(sizes) > 1 or sizes[0] == 0:
+        raise TraceVizError(f"stages of unequal size ({', '.join(map(str, np.bincount(tl.stage)))} "
+                            "ranks): every stage needs the same ranks (give the stage column)")
+    return tl
+
+
+def _stages(tl: OpTimeline) -> np.ndarray:
+    n = len(tl.ranks)
+    cls, sides = tl.classes[tl.op], tl.sides[tl.op]
+    p2p = cls == P2P
+    if not p2p.any():
+        tl.layout_from["stage"] = "inferred: no pipeline transfers, one stage"
+        if n > 1:
+            tl.notes.append("stages inferred: no pipeline transfers in the timeline, every "
+                            "rank is stage 0")
+        return np.zeros(n, dtype=np.int32)
+    ri = tl.rank_index
+    receives = np.zeros(n, dtype=bool)
+    receives[ri[p2p & ((sides == PREV) | (sides == BOTH))]] = True
+    sends = np.zeros(n, dtype=bool)
+    sends[ri[p2p & ((sides == NEXT) | (sides == BOTH))]] = True
+    first = ~receives
+    if not first.any() or (~sends).sum() != first.sum():
+        raise TraceVizError("the stages cannot be inferred from the pipeline transfers "
+                            f"({int(first.sum())} ranks never receive, {int((~sends).sum())} "
+                            "never send; interleaved?): give the stage column")
+    pp = n // int(first.sum())
+    if pp * int(first.sum()) != n:
+        raise TraceVizError(f"{int(first.sum())} first-stage ranks do not divide the {n} "
+                            "ranks into stages: give the stage column")
+    step0 = tl.step == tl.step.min()
+    fwd = step0 & (tl.classes[tl.op] == COMPUTE) & np.array(
+        [nm == "forward-compute" for nm in tl.names])[tl.op]
+    t = np.full(n, np.iinfo(np.int64).max)
+    np.minimum.at(t, ri[fwd], tl.start[fwd])
+    if (t == np.iinfo(np.int64).max).any():
+        raise TraceVizError("the stages cannot be inferred: some ranks have no "
+                            "forward-compute in the first step: give the stage column")
+    order = np.argsort(t, kind="stable")
+    each = n // pp
+    stage = np.empty(n, dtype=np.int32)
+    for s in range(pp):
+        stage[order[s * each:(s + 1) * each]] = s
+    groups = [t[order[s * each:(s + 1) * each]] for s in range(pp)]
+    clear = all(groups[s].max() < groups[s + 1].min() for s in range(pp - 1))
+    if not clear or not (first == (stage == 0)).all():
+        raise TraceVizError("the stages cannot be inferred: the first forward computes of "
+                            "the stages' ranks interleave in time: give the stage column")
+    tl.layout_from["stage"] = "inferred: the order of the first forward compute"
+    tl.notes.append(f"stages inferred ({pp}): the ranks that never receive are the first, "
+                    "the others by when their first forward compute starts")
+    return stage

@@ -1,0 +1,138 @@
+"""The job's op timeline as one model: its pieces (:mod:`.flatten`), layout
+(:mod:`.layout`), each step's graph (:mod:`.graph`) and the **typical** values every
+what-if re-times to.
+
+**Typical** duration of a local op: the median exclusive time (its pieces' sum) of the
+ops with its name on its stage and model chunk, over every rank and micro-batch of up to
+:data:`SAMPLE_STEPS` steps spread over the run (the median is robust to a few slow
+workers, steps or micro-batches); a communication op's typical **transfer** and every
+op's typical **gap** before it, the same way.
+
+**Workers**: a rank, or with TP ranks given the ranks of one stage and DP rank (TP peers
+run in lockstep: their timers cannot tell which of them is slow).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from .data import OpTimeline
+from .flatten import Pieces, flatten
+from .graph import Layout, StepGraph, step_graph, step_slices
+from .layout import complete_layout
+from .ops import COMMUNICATION, P2P
+
+SAMPLE_STEPS = 16      # steps the typical values are taken over (evenly spread)
+KEEP_GRAPHS = 4_000_000  # pieces up to which the steps' graphs are kept between passes
+
+
+@dataclass
+class Typical:
+    """Per key (:meth:`TimelineModel.keys`) the typical exclusive duration, transfer and
+    gap (ns; NaN where the key has none)."""
+
+    duration: np.ndarray
+    transfer: np.ndarray
+    gap: np.ndarray
+
+
+class TimelineModel:
+    """One job's op timeline ready to re-simulate (see the module doc)."""
+
+    def __init__(self, tl: OpTimeline) -> None:
+        tl = complete_layout(tl)
+        self.pieces: Pieces = flatten(tl)
+        self.timeline = self.pieces.timeline
+        self.layout = Layout(self.pieces)
+        self.has_p2p = bool((self.timeline.classes[self.timeline.op] == P2P).any())
+        self.slices = step_slices(self.pieces)
+        self.steps = np.array([s for s, _, _ in self.slices], dtype=np.int64)
+        t = self.timeline
+        # exclusive time per row: the sum of its pieces
+        self.excl = (t.dur.astype(np.float64) if len(self.pieces.row) == len(t)
+                     else np.bincount(self.pieces.row, weights=self.pieces.dur,
+                                      minlength=len(t)))
+        if (t.tp >= 0).all() and self.layout_from("tp") == "column" and t.tp.max() > 0:
+            keys = t.stage.astype(np.int64) * (int(t.dp.max()) + 1) + t.dp
+            _, self.worker = np.unique(keys, return_inverse=True)
+        else:
+            self.worker = np.arange(len(t.ranks))
+        self.worker = self.worker.astype(np.int64)
+        self.workers = int(self.worker.max()) + 1
+        # per worker its first rank's index
+        self.first_rank = np.full(self.workers, len(self.worker), dtype=np.int64)
+        np.minimum.at(self.first_rank, self.worker, np.arange(len(self.worker)))
+        self._graphs: dict[int, StepGraph] = {}
+        self.typical = self._typical()
+
+    def layout_from(self, key: str) -> str:
+        return self.timeline.layout_from.get(key, "unknown")
+
+    @property
+    def pp(self) -> int:
+        return self.layout.pp
+
+    def worker_ranks(self, w: int) -> list[int]:
+        return [int(r) for r in self.timeline.ranks[self.worker == w]]
+
+    def keys(self, rows: np.ndarray) -> np.ndarray:
+        """Per row its typical-value key: (op, stage, chunk)."""
+        t = self.timeline
+        stage = t.stage[np.searchsorted(t.ranks, t.rank[rows])]
+        return ((t.op[rows].astype(np.int64) * self.pp + stage) * self.layout.chunks
+                + t.chunk[rows])
+
+    @property
+    def nkeys(self) -> int:
+        return len(self.timeline.names) * self.pp * self.layout.chunks
+
+    def graphs(self) -> Iterator[tuple[int, StepGraph]]:
+        """(index, graph) of every step, built once where they fit in memory."""
+        keep = len(self.pieces.row) <= KEEP_GRAPHS
+        for i, (_, lo, hi) in enumerate(self.slices):
+            g = self._graphs.get(i)
+            if g is None:
+                g = step_graph(self.pieces, self.layout, lo, hi, self.has_p2p)
+                if keep:
+                    self._graphs[i] = g
+            yield i, g
+
+    def _typical(self) -> Typical:
+        t = self.timeline
+        n = len(self.slices)
+        pick = np.unique(np.linspace(0, n - 1, min(n, SAMPLE_STEPS)).round().astype(int))
+        sampled = set(pick.tolist())
+        rows_k, rows_v, tr_k, tr_v, gap_k, gap_v = [], [], [], [], [], []
+        cls = t.classes
+        for i, g in self.graphs():
+            if i not in sampled:
+                continue
+            rows = g.rows
+            k = self.keys(rows)
+            first = np.r_[True, rows[1:] != rows[:-1]]
+            comm = g.group >= 0
+            local_rows = np.unique(rows[~np.isin(cls[t.op[rows]], COMMUNICATION)])
+            rows_k.append(self.keys(local_rows))
+            rows_v.append(self.excl[local_rows])
+            tr_k.append(k[comm])
+            tr_v.append(g.transfer[comm].astype(np.float64))
+            gap_k.append(k[first])
+            gap_v.append(g.gap[first].astype(np.float64))
+        return Typical(*(_medians(np.concatenate(kk) if kk else np.zeros(0, np.int64),
+                                  np.concatenate(vv) if vv else np.zeros(0), self.nkeys)
+                         for kk, vv in ((rows_k, rows_v), (tr_k, tr_v), (gap_k, gap_v))))
+
+
+def _medians(keys: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Per key 0..n-1 the median of its values (NaN: none)."""
+    out = np.full(n, np.nan)
+    if not len(keys):
+        return out
+    order = np.lexsort((values, keys))
+    k, v = keys[order], values[order]
+    cut = np.flatnonzero(np.r_[True, k[1:] != k[:-1], True])
+    lo, hi = cut[:-1], cut[1:]
+    out[k[lo]] = (v[lo + (hi - lo - 1) // 2] + v[lo + (hi - lo) // 2]) / 2.0
+    return out

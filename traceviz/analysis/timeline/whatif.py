@@ -1,0 +1,188 @@
+"""What-ifs on an op timeline: each step re-simulated (:mod:`.simulate`) with some ops'
+durations, transfers or gaps replaced, the rest as measured. A what-if is a list of
+changes; each change picks nodes (a worker's compute from a step on, a stage's, one
+op's transfers, a micro-batch's compute, the gaps, ...) and says what they become:
+
+* ``scale`` / ``transfer_scale``: local pieces' durations / communication transfers
+  times a factor per node;
+* ``typical``: local pieces at most their op's typical duration (or at it, ``exact``;
+  :mod:`.model`, shared out over an op's pieces as measured);
+* ``transfer``: communication transfers at most their op's typical transfer (or at
+  it, ``exact``);
+* ``gap``: gaps at most their op's typical gap (or at it, ``exact``).
+
+Specs in words (``what_if`` of the advice): ``worker:W/F@S`` (worker W's compute / F
+from step S on), ``stages=even`` / ``stages=A,B,...`` (each stage's compute times its
+factor), ``balance`` (each micro-batch's compute at its step's mean share), ``op:NAME``
+(that op's transfers or durations at most typical), ``dp-group:S=NAME.TP/F,...`` (stage S's DP groups' transfers of NAME / F),
+``data`` (data loading and the step's first gap at most typical), ``gaps`` (every gap
+at most typical), ``ideal`` (everything at typical), ``dp:D`` (DP rank D's compute at
+typical), ``worker-typical:W``.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .graph import StepGraph
+from .model import TimelineModel
+from .ops import COMPUTE, DATA
+from .simulate import simulate
+
+
+@dataclass
+class StepView:
+    """One step's nodes with what a change picks them by."""
+
+    g: StepGraph
+    index: int          # the step's place in the run (0 first)
+    step: int
+    rank: np.ndarray    # rank index per node
+    worker: np.ndarray
+    stage: np.ndarray
+    dp: np.ndarray
+    cls: np.ndarray
+    op: np.ndarray
+    mb: np.ndarray
+    key: np.ndarray
+    first: np.ndarray   # the first piece of its op
+    local: np.ndarray
+    share: np.ndarray   # the piece's share of its op's exclusive time
+
+    @classmethod
+    def of(cls, model: TimelineModel, index: int, g: StepGraph) -> StepView:
+        t = model.timeline
+        rows = g.rows
+        ri = np.searchsorted(t.ranks, t.rank[rows])
+        excl = model.excl[rows]
+        return cls(g, index, g.step, ri, model.worker[ri], t.stage[ri], t.dp[ri],
+                   t.classes[t.op[rows]], t.op[rows], t.microbatch[rows], model.keys(rows),
+                   np.r_[True, rows[1:] != rows[:-1]] if len(rows) else np.zeros(0, bool),
+                   g.group < 0,
+                   np.divide(g.dur, excl, out=np.ones(len(rows)), where=excl > 0))
+
+
+Pick = Callable[[StepView], np.ndarray]  # a mask (or factors) over the step's nodes
+
+
+@dataclass
+class Change:
+    """Nodes picked by ``pick`` become what ``how`` says (see the module doc); for
+    ``scale``, ``pick`` gives each node's factor (1: unchanged)."""
+
+    how: str
+    pick: Pick
+    exact: bool = False
+
+
+@dataclass
+class WhatIf:
+    """A named what-if: its spec in words and its changes."""
+
+    spec: str
+    changes: list[Change] = field(default_factory=list)
+
+
+def apply(model: TimelineModel, v: StepView, w: WhatIf
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(durations, transfers, gaps) of the step with ``w``'s changes."""
+    g, ty = v.g, model.typical
+    dur, transfer, gap = g.dur, g.transfer, g.gap
+    for c in w.changes:
+        if c.how in ("scale", "transfer_scale"):
+            f = c.pick(v)
+            if c.how == "scale":
+                dur = np.where(v.local, np.rint(dur * f).astype(np.int64), dur)
+            else:
+                transfer = np.where(v.local, transfer,
+                                    np.rint(transfer * f).astype(np.int64))
+            continue
+        m = c.pick(v)
+        if c.how == "typical":
+            typ = ty.duration[v.key] * v.share
+            m = m & v.local & np.isfinite(typ)
+            new = np.rint(np.nan_to_num(typ)).astype(np.int64)
+            dur = np.where(m, new if c.exact else np.minimum(dur, new), dur)
+        elif c.how == "transfer":
+            typ = ty.transfer[v.key]
+            m = m & ~v.local & np.isfinite(typ)
+            new = np.rint(np.nan_to_num(typ)).astype(np.int64)
+            transfer = np.where(m, new if c.exact else np.minimum(transfer, new), transfer)
+        elif c.how == "gap":
+            typ = ty.gap[v.key]
+            m = m & v.first & np.isfinite(typ)
+            new = np.rint(np.nan_to_num(typ)).astype(np.int64)
+            gap = np.where(m, new if c.exact else np.minimum(gap, new), gap)
+    return dur, transfer, gap
+
+
+def step_times(model: TimelineModel, whatifs: list[WhatIf]
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """(measured step times, [what-if, step] re-simulated times) in ns; every step
+    re-simulated with each what-if."""
+    measured = np.zeros(len(model.slices), dtype=np.int64)
+    out = np.zeros((len(whatifs), len(model.slices)), dtype=np.int64)
+    for i, g in model.graphs():
+        v = StepView.of(model, i, g)
+        measured[i] = int(g.end.max() - g.t0) if len(g) else 0
+        for k, w in enumerate(whatifs):
+            d, tr, gp = apply(model, v, w)
+            out[k, i] = simulate(g, d, tr, gp).step_ns
+    return measured, out
+
+
+# ---- the what-ifs the diagnosis asks --------------------------------------------------
+
+def ideal() -> WhatIf:
+    """Every op at its typical duration, transfer and gap."""
+    every: Pick = lambda v: np.ones(len(v.g), dtype=bool)  # noqa: E731
+    return WhatIf("ideal", [Change("typical", every, True), Change("transfer", every, True),
+                            Change("gap", every, True)])
+
+
+def slow_worker(w: int, factor: float, since_index: int, since_step: int) -> WhatIf:
+    """Worker ``w``'s compute / ``factor`` from the ``since_index``-th step on."""
+    def pick(v: StepView) -> np.ndarray:
+        on = (v.worker == w) & (v.cls == COMPUTE) & (v.index >= since_index)
+        return np.where(on, 1.0 / factor, 1.0)
+    return WhatIf(f"worker:{w}/{factor:.3f}@{since_step}", [Change("scale", pick)])
+
+
+def worker_typical(w: int) -> WhatIf:
+    return WhatIf(f"worker-typical:{w}", [Change(
+        "typical", lambda v: (v.worker == w) & (v.cls == COMPUTE), True)])
+
+
+def dp_typical(d: int) -> WhatIf:
+    return WhatIf(f"dp:{d}", [Change("typical", lambda v: (v.dp == d) & (v.cls == COMPUTE),
+                                     True)])
+
+
+def stages(factors: np.ndarray, spec: str) -> WhatIf:
+    """Each stage's compute times its factor."""
+    return WhatIf(spec, [Change("scale", lambda v: np.where(
+        v.cls == COMPUTE, factors[v.stage], 1.0))])
+
+
+def balance(cell_factor: Callable[[StepView], np.ndarray]) -> WhatIf:
+    """Each micro-batch's compute times its factor (its step's mean share / its own)."""
+    return WhatIf("balance", [Change("scale", cell_factor)])
+
+
+def op_fix(op: int, name: str, communication: bool) -> WhatIf:
+    """One op's transfers (a communication op) or durations at most typical."""
+    if communication:
+        return WhatIf(f"op:{name}", [Change("transfer", lambda v: v.op == op)])
+    return WhatIf(f"op:{name}", [Change("typical", lambda v: v.op == op)])
+
+
+def data_fix() -> WhatIf:
+    """Data loading and each rank's first gap of the step at most typical."""
+    return WhatIf("data", [Change("typical", lambda v: v.cls == DATA),
+                           Change("gap", lambda v: v.g.pred < 0)])
+
+
+def gaps_fix() -> WhatIf:
+    return WhatIf("gaps", [Change("gap", lambda v: np.ones(len(v.g), dtype=bool))])

@@ -1,0 +1,343 @@
+"""Op timelines read from files (:mod:`traceviz.table.timeline_schema`): parquet, CSV or
+JSON lines (each optionally gzipped), a Chrome trace of timer events (``name`` = op,
+``pid`` = rank, ``ts`` / ``dur`` in us, ``args`` with ``step`` and the optional columns),
+or PP-Schedule-Visualization's timer dumps (:mod:`.timer_dump`: the forward / backward
+compute of every micro-batch, step 0); one file, or a folder of them split any way (per
+rank, per step; its subfolders too).
+
+Every value is checked: a bad one stops the read with one line naming the file, the row
+(1 = the first data row; a CSV file's header is line 1, so row r is line r + 1) and the
+column. A Chrome trace is held in memory to be read, so one larger than
+:data:`MAX_JSON_BYTES` (uncompressed) is refused; the other formats stream.
+"""
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import TraceVizError
+from ..table.inputs import note_input
+from ..table.timeline_schema import COLUMNS, OP_TIMELINE_SCHEMA, REQUIRED
+from . import timer_dump
+
+MAX_JSON_BYTES = 1 << 30     # a Chrome trace of timer events, uncompressed
+MAX_OP_NAMES = 1 << 15       # distinct op names (op codes are int16)
+MAX_NAME = 256               # characters of an op name
+SUFFIXES = (".parquet", ".csv", ".csv.gz", ".jsonl", ".jsonl.gz", ".ndjson",
+            ".ndjson.gz", ".json", ".json.gz")
+SKIPPED_FOLDERS = ("traceviz-out",)
+_KINETO_MARKS = (b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"',
+                 b'"traceName"', b"ProfilerStep#")
+
+
+def _suffix(path: Path) -> str | None:
+    name = path.name.lower()
+    return next((s for s in sorted(SUFFIXES, key=len, reverse=True) if name.endswith(s)),
+                None)
+
+
+def _head(path: Path, n: int = 1 << 16) -> bytes:
+    try:
+        if path.name.lower().endswith(".gz"):
+            with gzip.open(path, "rb") as f:
+                return f.read(n)
+        with open(path, "rb") as f:
+            return f.read(n)
+    except (OSError, EOFError, gzip.BadGzipFile):
+        return b""
+
+
+def _is_timeline_file(path: Path) -> bool:
+    """Whether one file holds an op timeline, by its columns (JSON: by its first
+    64 KiB: timer events with a ``step`` and none of a profiler trace's marks)."""
+    suffix = _suffix(path)
+    if suffix is None or not path.is_file():
+        return False
+    if suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+            names = set(pq.read_schema(path).names)
+        except (OSError, pa.ArrowException):
+            return False
+        return set(REQUIRED) <= names
+    head = _head(path)
+    line = head.split(b"\n", 1)[0]
+    if suffix.startswith(".csv"):
+        header = line.decode("utf-8", "replace")
+        return set(REQUIRED) <= {c.strip().strip('"') for c in header.split(",")}
+    if suffix.startswith((".jsonl", ".ndjson")):
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            return False
+        return isinstance(row, dict) and set(REQUIRED) <= set(row)
+    return (b'"traceEvents"' in head or head.lstrip().startswith(b"[")) and \
+        b'"step"' in head and not any(m in head for m in _KINETO_MARKS)
+
+
+def timeline_files(path: str | os.PathLike) -> list[Path]:
+    """The op timeline files of ``path`` (itself, or a folder's, its subfolders' too,
+    sorted; a folder's timer dumps as one entry, the folder); empty when it holds none."""
+    path = Path(path)
+    if path.is_file():
+        return [path] if _is_timeline_file(path) else []
+    if not path.is_dir():
+        return []
+    if timer_dump.find_dumps(path):
+        return [path]
+    found = []
+    for root, dirs, files in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".")
+                         and d not in SKIPPED_FOLDERS)
+        for name in sorted(files):
+            p = Path(root) / name
+            if not name.startswith(".") and _is_timeline_file(p):
+                found.append(p)
+    return found
+
+
+def is_op_timeline(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is an op timeline (a file, or a folder holding them)."""
+    return bool(timeline_files(path))
+
+
+def read_op_timeline(path: str | os.PathLike) -> tuple[pa.Table, list[str]]:
+    """Every row of the op timeline at ``path`` (:data:`OP_TIMELINE_SCHEMA`, optional
+    columns null where a file lacks them) and notes on what was read (files, what was
+    left out)."""
+    files = timeline_files(path)
+    if not files:
+        raise TraceVizError(f"{path}: no op timeline (parquet, CSV, JSON lines or a Chrome "
+                            f"trace with the columns {', '.join(REQUIRED)})")
+    tables, notes = [], []
+    for f in files:
+        note_input(f)
+        if f.is_dir():
+            tables.append(_from_timer_dumps(f))
+            notes.append(f"{f}: PP-Schedule-Visualization timer dumps read as step 0 "
+                         "(forward / backward compute only)")
+            continue
+        table, skipped = _read_file(f)
+        tables.append(_checked(table, f))
+        if skipped:
+            notes.append(f"{f}: {skipped}")
+    out = pa.concat_tables(tables)
+    ops = pc.unique(out["op"])
+    if len(ops) > MAX_OP_NAMES:
+        raise TraceVizError(f"{path}: {len(ops):,} distinct op names, more than "
+                            f"{MAX_OP_NAMES:,}: not an op timeline of timers")
+    if len(files) > 1:
+        notes.insert(0, f"{path}: {len(files)} op timeline files, {out.num_rows:,} ops")
+    return out, notes
+
+
+def _read_file(path: Path) -> tuple[pa.Table, str]:
+    """One file's rows with the columns it has (and why some rows were left out)."""
+    suffix = _suffix(path)
+    try:
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq
+            names = pq.read_schema(path).names
+            return pq.read_table(path, columns=[c for c in COLUMNS if c in names]), ""
+        if suffix is not None and suffix.startswith(".csv"):
+            from pyarrow import csv
+            with pa.input_stream(path, compression="detect") as f:
+                return csv.read_csv(f, convert_options=csv.ConvertOptions(
+                    include_columns=None, strings_can_be_null=True)), ""
+        if suffix is not None and suffix.startswith((".jsonl", ".ndjson")):
+            from pyarrow import json
+            with pa.input_stream(path, compression="detect") as f:
+                return json.read_json(f), ""
+        return _from_chrome(path)
+    except pa.ArrowInvalid as exc:
+        raise TraceVizError(f"{path}: not readable as {suffix}: {str(exc).splitlines()[0]}"
+                            ) from None
+    except (OSError, EOFError) as exc:
+        raise TraceVizError(f"{path}: cannot read: {exc}") from None
+
+
+def _from_chrome(path: Path) -> tuple[pa.Table, str]:
+    """A Chrome trace of timer events as rows (complete events only)."""
+    try:
+        if path.name.lower().endswith(".gz"):
+            with gzip.open(path, "rb") as f:
+                raw = f.read(MAX_JSON_BYTES + 1)
+        else:
+            with open(path, "rb") as f:
+                raw = f.read(MAX_JSON_BYTES + 1)
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise TraceVizError(f"{path}: cannot read: {exc}") from None
+    if len(raw) > MAX_JSON_BYTES:
+        raise TraceVizError(f"{path}: a Chrome trace over {MAX_JSON_BYTES >> 20:,} MiB "
+                            "uncompressed is not read: write the timeline as parquet, CSV "
+                            "or JSON lines (they stream)")
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise TraceVizError(f"{path}: not JSON at byte {exc.pos}: {exc.msg}") from None
+    del raw
+    events = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    if not isinstance(events, list):
+        raise TraceVizError(f"{path}: no traceEvents list")
+    cols: dict[str, list] = {c: [] for c in COLUMNS}
+    other = 0
+    for i, ev in enumerate(events):
+        if not isinstance(ev, dict) or ev.get("ph") != "X":
+            other += 1
+            continue
+        args = ev.get("args")
+        if not isinstance(args, dict):
+            args = {}
+        where = f"{path}: event {i}"
+        cols["rank"].append(ev.get("pid"))
+        cols["op"].append(ev.get("name"))
+        cols["start_ns"].append(_us_to_ns(ev.get("ts"), where, "ts"))
+        cols["duration_ns"].append(_us_to_ns(ev.get("dur"), where, "dur"))
+        for c in ("step",) + tuple(c for c in COLUMNS if c not in REQUIRED):
+            cols[c].append(args.get(c))
+    skipped = f"{other:,} events that are not complete timer events (ph X) left out" \
+        if other else ""
+    try:
+        table = pa.table({c: pa.array(v) for c, v in cols.items()})
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise TraceVizError(f"{path}: mixed value types in its events' fields: "
+                            f"{str(exc).splitlines()[0]}") from None
+    return table, skipped
+
+
+def _us_to_ns(us, where: str, key: str) -> int | None:
+    if us is None:
+        return None
+    if not isinstance(us, (int, float)) or isinstance(us, bool) or not np.isfinite(us) \
+            or abs(us) > 9.2e15:
+        raise TraceVizError(f"{where}: {key} is {us!r}, expected microseconds (a number)")
+    return int(round(us * 1000))
+
+
+def _from_timer_dumps(folder: Path) -> pa.Table:
+    """Every PP group's timer dumps as rows of step 0 (``dp_rank``: the dump's
+    TPxCPxDP rank)."""
+    names = [m for p in timer_dump.find_dumps(folder) if (m := timer_dump.NAME.match(p.name))]
+    rows = []
+    for group in sorted({int(m.group(3)) for m in names}):
+        g = timer_dump.read_group(folder, group)
+        stage = {r: s for s, r in enumerate(g.ranks)}
+        for r in g.rows:
+            rows.append({"rank": r["rank"], "step": 0,
+                         "op": "forward-compute" if r["phase"] == "Forward"
+                         else "backward-compute",
+                         "start_ns": r["start_ns"], "duration_ns": r["wall_clock_ns"],
+                         "stage": stage[r["rank"]], "dp_rank": group,
+                         "microbatch": r["microbatch"], "chunk": r["chunk"]})
+    return pa.Table.from_pylist(rows, schema=OP_TIMELINE_SCHEMA)
+
+
+def _checked(table: pa.Table, path: Path) -> pa.Table:
+    """``table`` as :data:`OP_TIMELINE_SCHEMA`, every value checked (see the module
+    doc)."""
+    missing = [c for c in REQUIRED if c not in table.column_names]
+    if missing:
+        raise TraceVizError(f"{path}: no column {', '.join(missing)} (an op timeline has "
+                            f"{', '.join(REQUIRED)})")
+    n = table.num_rows
+    out = {}
+    for field in OP_TIMELINE_SCHEMA:
+        name = field.name
+        if name not in table.column_names:
+            out[name] = pa.nulls(n, field.type)
+            continue
+        col = table[name]
+        if name == "op":
+            out[name] = _names(col, path)
+            continue
+        out[name] = _integers(col, field.type, path, name)
+    t = pa.table(out, schema=OP_TIMELINE_SCHEMA)
+    for name in REQUIRED:
+        _first(t[name].is_null(), path, name, "is empty")
+    _first(pc.less(t["duration_ns"], 0), path, "duration_ns", "is negative")
+    for name in ("rank", "stage", "dp_rank", "tp_rank", "chunk"):
+        _first(pc.less(t[name], 0), path, name, "is negative")
+    _first(pc.less(t["microbatch"], -1), path, "microbatch", "is below -1")
+    _first(pc.or_(pc.less(t["transfer_ns"], 0),
+                  pc.greater(t["transfer_ns"], t["duration_ns"])),
+           path, "transfer_ns", "is not within [0, duration_ns]")
+    _first(pc.greater(pc.add_checked(t["start_ns"].cast(pa.float64()),
+                                     t["duration_ns"].cast(pa.float64())), 9.2e18),
+           path, "duration_ns", "ends past the int64 clock")
+    return t
+
+
+def _first(mask, path: Path, column: str, what: str) -> None:
+    """One line naming the first row where ``mask`` holds."""
+    arr = np.asarray(pc.fill_null(mask, False).combine_chunks()
+                     if isinstance(mask, pa.ChunkedArray) else pc.fill_null(mask, False))
+    bad = np.flatnonzero(arr)
+    if bad.size:
+        raise TraceVizError(f"{path}: row {int(bad[0]) + 1}, column {column}: {what} "
+                            f"({bad.size:,} rows)")
+
+
+def _names(col, path: Path) -> pa.Array:
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)
+            or pa.types.is_dictionary(col.type)):
+        col = _integers(col, pa.int64(), path, "op").cast(pa.string())
+    col = col.cast(pa.string())
+    _first(pc.equal(pc.utf8_length(col), 0), path, "op", "is empty")
+    _first(pc.greater(pc.utf8_length(col), MAX_NAME), path, "op",
+           f"is longer than {MAX_NAME} characters")
+    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+def _integers(col, typ: pa.DataType, path: Path, name: str) -> pa.Array:
+    """``col`` as integers of ``typ``: integer-valued numbers or numerals; the first
+    value that is not, or does not fit, named."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if pa.types.is_null(col.type):
+        return pa.nulls(len(col), typ)
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+        stripped = pc.utf8_trim_whitespace(col)
+        col = pc.if_else(pc.equal(stripped, ""), pa.scalar(None, pa.string()), stripped)
+        try:
+            col = col.cast(pa.int64())
+        except pa.ArrowInvalid:
+            try:
+                col = col.cast(pa.float64())
+            except pa.ArrowInvalid:
+                values = col.to_pylist()
+                i = next(i for i, v in enumerate(values) if v is not None
+                         and not _numeral(v))
+                raise TraceVizError(f"{path}: row {i + 1}, column {name}: {str(values[i])[:40]!r} "
+                                    "is not a number") from None
+    if pa.types.is_boolean(col.type) or not (pa.types.is_integer(col.type)
+                                             or pa.types.is_floating(col.type)):
+        raise TraceVizError(f"{path}: column {name} holds {col.type}, expected integers")
+    if pa.types.is_floating(col.type):
+        values = np.asarray(pc.fill_null(col, 0.0), dtype=np.float64)
+        bad = ~np.isfinite(values) | (values != np.round(values)) | (np.abs(values) > 9.2e18)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise TraceVizError(f"{path}: row {i + 1}, column {name}: {values[i]!r} is not "
+                                "an integer")
+        col = col.cast(pa.int64(), safe=False)
+    try:
+        return col.cast(typ)
+    except pa.ArrowInvalid:
+        info = np.iinfo(typ.to_pandas_dtype())
+        values = np.asarray(pc.fill_null(col, 0), dtype=np.int64)
+        i = int(np.flatnonzero((values < info.min) | (values > info.max))[0])
+        raise TraceVizError(f"{path}: row {i + 1}, column {name}: {int(values[i])} does not "
+                            f"fit {typ}") from None
+
+
+def _numeral(v: str) -> bool:
+    try:
+        float(v)
+    except ValueError:
+        return False
+    return True
