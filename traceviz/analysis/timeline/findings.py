@@ -7,12 +7,16 @@ median over the stages in that step, so that a step's uneven data (which slows e
 stage of a pipeline alike) is not taken for a slow GPU. Its **slowdown** in a step: that
 speed / the median worker's in the step.
 
-**A slow worker**: slowdown >= 1 + :data:`MIN_SLOW` and robust z-score (against every
-worker's that step, MAD floored at :data:`MIN_MAD`) >= :data:`MIN_Z`. **Persistent**:
-slow in :data:`PERSIST` consecutive steps or more (in every step of a shorter run); it
-started at the first of its longest such run and its slowdown is the median over that
-run. Slow in fewer steps: **transient** (named, not a straggler). Within the ordinary
-spread between GPUs a worker is never slow.
+**A persistent slow worker** (a straggler): its slowdown (each step's the median of it and
+its neighbours') is >= 1 + :data:`MIN_SLOW` in :data:`PERSIST` consecutive steps or more
+(every step of a shorter run); over its longest such run (it started at the run's first
+step) its median slowdown is >= 1 + :data:`MIN_SLOW` and stands out of the workers'
+ordinary spread: (it - the median worker's over the same steps) / the robust standard
+deviation of the workers' median slowdowns over the whole run or over those steps,
+the larger (1.4826 x MAD, at least :data:`MIN_MAD`) >= :data:`MIN_Z` (the trace diagnosis's bounds,
+:mod:`traceviz.analysis.diagnose.stragglers`).
+**Transient**: slowdown >= 1 + 2 x :data:`MIN_SLOW` with a z-score >= :data:`MIN_Z` in
+single steps (named, not a straggler).
 
 **Uneven data**: per step, DP rank and micro-batch, the share of compute its
 micro-batch took (every stage's forward and backward of it against their typical, a
@@ -31,10 +35,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..diagnose.stages import StageBalance
+from ..diagnose.stragglers import SLOWDOWN_MIN, SPREAD_FLOOR, Z_MIN
 from .model import TimelineModel
 from .ops import COMPUTE, DP
 
-MIN_SLOW, MIN_Z, MIN_MAD, PERSIST = 0.05, 4.0, 0.005, 3
+# the trace diagnosis's bounds of the ordinary spread (one definition for both inputs)
+MIN_SLOW, MIN_Z, MIN_MAD = SLOWDOWN_MIN - 1.0, Z_MIN, SPREAD_FLOOR
+PERSIST = 3
 DATA_CV, DATA_CORR = 0.03, 0.5
 SLOW_GROUP = 1.5
 
@@ -131,38 +138,73 @@ def worker_series(model: TimelineModel) -> WorkerSeries:
 
 
 def slow_workers(model: TimelineModel, s: WorkerSeries) -> list[SlowWorker]:
-    """Every worker slow in some step (see the module doc), persistent first, the
-    slowest first."""
-    t = model.timeline
+    """Every worker slow (see the module doc), persistent first, the slowest first."""
     ns = len(model.steps)
     need = min(PERSIST, ns)
-    out = []
+    smooth = _rolling_median(s.slowdown)
     with np.errstate(invalid="ignore"):
-        flagged = (s.slowdown >= 1 + MIN_SLOW) & (s.z >= MIN_Z)
-    for w in np.flatnonzero(flagged.any(axis=1)):
-        f = flagged[w]
-        best, best_at, run, at = 0, 0, 0, 0
-        for i in range(ns):
-            if f[i]:
-                if run == 0:
-                    at = i
-                run += 1
-                if run > best:
-                    best, best_at = run, at
-            else:
-                run = 0
-        persistent = best >= need
-        span = slice(best_at, best_at + best) if persistent else np.flatnonzero(f)
-        first = int(model.first_rank[w])
-        out.append(SlowWorker(int(w), model.worker_ranks(int(w)), int(t.stage[first]),
-                              int(t.dp[first]), float(np.nanmedian(s.slowdown[w, span])),
-                              float(np.nanmedian(s.z[w, span])),
-                              best_at if persistent else int(np.flatnonzero(f)[0]),
-                              int(model.steps[best_at if persistent else
-                                              np.flatnonzero(f)[0]]),
-                              int(f.sum()), persistent))
+        above = smooth >= 1 + MIN_SLOW
+    with np.errstate(all="ignore"):  # the workers' ordinary spread, over the whole run
+        whole = np.nanmedian(s.slowdown, axis=1)
+        spread = max(1.4826 * float(np.nanmedian(np.abs(whole - np.nanmedian(whole)))),
+                     MIN_MAD)
+    out = []
+    for w in np.flatnonzero(above.any(axis=1)):
+        start, length = _longest_run(above[w])
+        if length < need:
+            continue
+        span = slice(start, start + length)
+        with np.errstate(all="ignore"):
+            level = np.nanmedian(s.slowdown[:, span], axis=1)
+            # over a short run the levels spread wider than over the whole one
+            here = 1.4826 * float(np.nanmedian(np.abs(level - np.nanmedian(level))))
+        z = (level[w] - float(np.nanmedian(level))) / max(spread, here)
+        if level[w] < 1 + MIN_SLOW or z < MIN_Z:
+            continue
+        out.append(_slow(model, int(w), float(level[w]), float(z), start, length, True))
+    persistent = {x.worker for x in out}
+    with np.errstate(invalid="ignore"):
+        spikes = (s.slowdown >= 1 + 2 * MIN_SLOW) & (s.z >= MIN_Z)
+    for w in np.flatnonzero(spikes.any(axis=1)):
+        if int(w) in persistent:
+            continue
+        steps = np.flatnonzero(spikes[w])
+        out.append(_slow(model, int(w), float(np.nanmax(s.slowdown[w, steps])),
+                         float(np.nanmax(s.z[w, steps])), int(steps[0]), len(steps), False))
     out.sort(key=lambda x: (not x.persistent, -x.slowdown))
     return out
+
+
+def _slow(model: TimelineModel, w: int, slowdown: float, z: float, since: int, steps: int,
+          persistent: bool) -> SlowWorker:
+    t = model.timeline
+    first = int(model.first_rank[w])
+    return SlowWorker(w, model.worker_ranks(w), int(t.stage[first]), int(t.dp[first]),
+                      slowdown, z, since, int(model.steps[since]), steps, persistent)
+
+
+def _rolling_median(x: np.ndarray) -> np.ndarray:
+    """Each step's value as the median of it and its two neighbours (one at the ends)."""
+    if x.shape[1] < 3:
+        return x
+    padded = np.concatenate([x[:, :1], x, x[:, -1:]], axis=1)
+    with np.errstate(all="ignore"):
+        return np.nanmedian(np.stack([padded[:, :-2], padded[:, 1:-1], padded[:, 2:]]),
+                            axis=0)
+
+
+def _longest_run(flags: np.ndarray) -> tuple[int, int]:
+    """(start, length) of the longest run of True (the last such run on a tie)."""
+    best, best_at, run, at = 0, 0, 0, 0
+    for i, f in enumerate(flags):
+        if f:
+            at = i if run == 0 else at
+            run += 1
+            if run >= best:
+                best, best_at = run, at
+        else:
+            run = 0
+    return best_at, best
 
 
 def data_imbalance(model: TimelineModel, slow: list[SlowWorker]) -> DataImbalance | None:
