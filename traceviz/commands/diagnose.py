@@ -5,13 +5,20 @@ each rank's time ledger, the stragglers (:mod:`traceviz.analysis.diagnose`).
 Outputs: ``comm_calls``, ``ledger``, ``ledger_waits``, ``ledger_totals``,
 ``stragglers``, ``peer_speed``, ``wait_chain``, ``links`` (every group's bus
 bandwidth against its peers), ``advice`` (.csv and .parquet) and
-``diagnosis.txt``."""
+``diagnosis.txt``.
+
+An op timeline (per-op timers of every rank and step, :mod:`traceviz.ingest.op_timeline`)
+is diagnosed over its steps instead (:mod:`traceviz.analysis.timeline.diagnosis`):
+``op_steps``, ``op_ledger``, ``op_stragglers``, ``op_attribution``, ``op_worker_steps``,
+``advice``, ``diagnosis.txt``, ``op_slowdown.png`` and ``op_heatmap.png``."""
 from __future__ import annotations
 
 import os
 
 from ..job import Job
 from ..render.diagnosis_text import advice_lines, diagnosis_text, ledger_lines
+from ..render.timeline_figures import heatmap_figure, slowdown_figure
+from ..render.timeline_text import timeline_lines, timeline_text
 from ..table.result import Result
 
 
@@ -22,7 +29,14 @@ def run(root: Job | str | os.PathLike, topology: str | os.PathLike | None = None
     advice unless ``advice`` is False; ``value``: the typed
     :class:`~traceviz.analysis.advice.JobDiagnosis` (``.diagnosis``, ``.advice``, its
     ``.advice_table``)."""
-    result = Job.of(root, topology).diagnose(advice=advice, num_layers=num_layers,
+    job = Job.of(root, topology)
+    if job.is_op_timeline:
+        diag = job.timeline_diagnosis(num_layers=num_layers)
+        return Result(tables=diag.tables(), texts={"diagnosis.txt": timeline_text(diag)},
+                      figures={"op_slowdown.png": slowdown_figure(diag),
+                               "op_heatmap.png": heatmap_figure(diag)},
+                      lines=timeline_lines(diag), notes=list(diag.notes), value=diag)
+    result = job.diagnose(advice=advice, num_layers=num_layers,
                                              link_gbps=link_gbps)
     diag, adv = result.diagnosis, result.advice_table
     typed = result.advice if adv is not None else None

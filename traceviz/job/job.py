@@ -39,6 +39,7 @@ from ..analysis.critical_path.paths import CriticalPath, HtaPath
 from ..analysis.hang import Hang, analyze
 from ..analysis.memory import JobMemory
 from ..analysis.ops_summary import OpModel
+from ..analysis.timeline.diagnosis import TimelineDiagnosis
 from ..analysis.pipeline import PipelineViews
 from ..analysis.report_types import Report
 from ..analysis.run_config import training_flops_per_token
@@ -52,6 +53,7 @@ from ..ingest.tables import (
     only_folder,
     rank_tables,
 )
+from ..ingest.op_timeline import is_op_timeline
 from ..ingest.timer_dump import find_dumps
 from ..ingest.topology import job_layout
 from ..render.aggregation_files import aggregation_files
@@ -321,6 +323,21 @@ class Job:
         return self._keep(("diagnose", advice, num_layers, link_gbps),
                           lambda: products.job_diagnosis(self.inputs(cpu=advice), self.topology,
                                                          advice, num_layers, link_gbps))
+
+    @cached_property
+    def is_op_timeline(self) -> bool:
+        """Whether the job as named is an op timeline (per-op timers of every rank and
+        step, :mod:`traceviz.ingest.op_timeline`) rather than profiler traces."""
+        return len(self.source.paths) == 1 and is_op_timeline(self.path)
+
+    def timeline_diagnosis(self, *, num_layers: int | None = None) -> TimelineDiagnosis:
+        """Why the job is slow and since when, from its op timeline (``traceviz diagnose``
+        on one): ``.advice``, ``.stragglers_table``, ``.steps`` (each step's slowdown),
+        ``.heat`` (worker x step), ``.tables()``."""
+        if not self.is_op_timeline:
+            raise TraceVizError(f"{self.path}: not an op timeline (diagnose it as traces)")
+        return self._keep(("timeline", num_layers),
+                          lambda: products.timeline_diagnosis(self.path, num_layers))
 
     def report(self, *, global_batch_size: int | None = None, seq_len: int | None = None,
                params: float | None = None, flops_per_token: float | None = None,

@@ -30,6 +30,9 @@ from ..analysis.advice import Advice, JobDiagnosis, advise
 from ..analysis.diagnose.diagnosis import Diagnosis, diagnose, diagnosis_of, synced_activities
 from ..analysis.diagnose.waits import META_COLUMNS, job_comm
 from ..analysis.memory import JobMemory, rank_memory
+from ..analysis.timeline.data import OpTimeline
+from ..analysis.timeline.diagnosis import TimelineDiagnosis, diagnose_timeline
+from ..ingest.op_timeline import read_op_timeline
 from ..analysis.microbatches import microbatch_table
 from ..analysis.ops import rank_ops
 from ..analysis.ops_summary import OpModel, op_model
@@ -60,6 +63,13 @@ from ..ingest.tables import (
 )
 from ..ingest.timer_dump import NAME, find_dumps, read_group
 from ..ingest.topology import job_layout, pipeline_groups
+
+
+def timeline_diagnosis(path: str | os.PathLike, num_layers: int | None = None
+                       ) -> TimelineDiagnosis:
+    """The diagnosis of the op timeline at ``path`` (a file or a folder of them)."""
+    table, notes = read_op_timeline(path)
+    return diagnose_timeline(OpTimeline.of(table, notes), num_layers)
 
 
 def breakdown(paths: Sequence[str | os.PathLike], options: Options = Options(),

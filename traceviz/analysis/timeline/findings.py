@@ -23,7 +23,10 @@ micro-batch took (every stage's forward and backward of it against their typical
 persistent slow worker's at its peers' speed); uneven when the shares vary across a
 step's micro-batches by a coefficient of variation >= :data:`DATA_CV` and the forward's
 and backward's shares agree (correlation >= :data:`DATA_CORR`: sequence lengths slow
-both, noise does not).
+both, noise does not). Balanced, each micro-batch's compute becomes its step's mean
+share: its own share's deviation from that mean is first shrunk to the part of the
+shares' variance the forward and backward have in common (their covariance: the data's;
+the rest is the ops' own noise, which balancing does not remove).
 
 **Slow DP group**: a data-parallel op whose transfers in one group (a stage and TP rank)
 take >= :data:`SLOW_GROUP` x the median over the op's groups (the median over steps).
@@ -81,15 +84,18 @@ class DataImbalance:
     cv: float
     agreement: float
     step_to_step: float
+    shrink: float = 1.0   # the part of the shares' spread that is the data's, not noise
 
     @property
     def uneven(self) -> bool:
         return self.cv >= DATA_CV and self.agreement >= DATA_CORR
 
     def factors(self) -> np.ndarray:
-        """Per cell its compute's factor when balanced: the step's mean share / its own."""
+        """Per cell its compute's factor when balanced: the step's mean share / its own
+        (its deviation from the mean shrunk to the data's part of the spread)."""
         mean = np.nanmean(self.share, axis=(1, 2), keepdims=True)
-        return np.where(np.isfinite(self.share) & (self.share > 0), mean / self.share, 1.0)
+        own = mean + self.shrink * (self.share - mean)
+        return np.where(np.isfinite(own) & (own > 0), mean / own, 1.0)
 
 
 @dataclass
@@ -241,6 +247,12 @@ def data_imbalance(model: TimelineModel, slow: list[SlowWorker]) -> DataImbalanc
         bc = b - np.nanmean(b, axis=(1, 2), keepdims=True)
         ok = np.isfinite(fc) & np.isfinite(bc)
         agreement = float(np.corrcoef(fc[ok], bc[ok])[0, 1]) if ok.sum() > 2 else 0.0
+        # the data's variance is what the forward and backward shares have in common
+        # (their noise is independent): the cells' spread shrunk to it
+        ec_all = (every - np.nanmean(every, axis=(1, 2), keepdims=True))[ok]
+        total = float(np.mean(ec_all ** 2)) if ok.sum() > 2 else 0.0
+        common = float(np.mean(fc[ok] * bc[ok])) if ok.sum() > 2 else 0.0
+        shrink = min(max(common / total, 0.0), 1.0) if total > 0 else 1.0
         ec = (every - mean[:, None, None]).reshape(ns, -1)
         pairs = [(ec[i], ec[i + 1]) for i in range(ns - 1)]
         alike = [np.corrcoef(a[np.isfinite(a) & np.isfinite(c)],
@@ -248,7 +260,8 @@ def data_imbalance(model: TimelineModel, slow: list[SlowWorker]) -> DataImbalanc
                  for a, c in pairs if (np.isfinite(a) & np.isfinite(c)).sum() > 2]
     return DataImbalance(every, cv if np.isfinite(cv) else 0.0,
                          agreement if np.isfinite(agreement) else 0.0,
-                         float(np.nanmean(alike)) if alike else float("nan"))
+                         float(np.nanmean(alike)) if alike else float("nan"),
+                         shrink if np.isfinite(shrink) else 1.0)
 
 
 def stage_balance(model: TimelineModel, num_layers: int | None) -> StageBalance | None:

@@ -51,7 +51,8 @@ class TimelineModel:
         self.steps = np.array([s for s, _, _ in self.slices], dtype=np.int64)
         t = self.timeline
         # exclusive time per row: the sum of its pieces
-        self.excl = (t.dur.astype(np.float64) if len(self.pieces.row) == len(t)
+        whole = not self.pieces.nested and not self.pieces.overlapping  # pieces = rows
+        self.excl = (t.dur.astype(np.float64) if whole
                      else np.bincount(self.pieces.row, weights=self.pieces.dur,
                                       minlength=len(t)))
         if (t.tp >= 0).all() and self.layout_from("tp") == "column" and t.tp.max() > 0:
