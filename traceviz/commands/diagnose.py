@@ -31,11 +31,11 @@ def run(root: Job | str | os.PathLike, topology: str | os.PathLike | None = None
     ``.advice_table``)."""
     job = Job.of(root, topology)
     if job.is_op_timeline:
-        diag = job.timeline_diagnosis(num_layers=num_layers)
-        return Result(tables=diag.tables(), texts={"diagnosis.txt": timeline_text(diag)},
-                      figures={"op_slowdown.png": slowdown_figure(diag),
-                               "op_heatmap.png": heatmap_figure(diag)},
-                      lines=timeline_lines(diag), notes=list(diag.notes), value=diag)
+        tl = job.timeline_diagnosis(num_layers=num_layers)
+        return Result(tables=tl.tables(), texts={"diagnosis.txt": timeline_text(tl)},
+                      figures={"op_slowdown.png": slowdown_figure(tl),
+                               "op_heatmap.png": heatmap_figure(tl)},
+                      lines=timeline_lines(tl), notes=list(tl.notes), value=tl)
     result = job.diagnose(advice=advice, num_layers=num_layers,
                                              link_gbps=link_gbps)
     diag, adv = result.diagnosis, result.advice_table
