@@ -83,10 +83,14 @@ def _is_timeline_file(path: Path) -> bool:
 
 def timeline_files(path: str | os.PathLike) -> list[Path]:
     """The op timeline files of ``path`` (itself, or a folder's, its subfolders' too,
-    sorted; a folder's timer dumps as one entry, the folder); empty when it holds none."""
+    sorted; a folder's timer dumps as one entry, the folder); empty when it holds none.
+    A CSV or JSON lines file named on its own counts whatever its columns (reading it
+    names the missing ones); in a folder, only files with the required columns."""
     path = Path(path)
-    if path.is_file():
-        return [path] if _is_timeline_file(path) else []
+    if path.is_file():  # a CSV or JSON lines file named is read as one (and checked)
+        named = _suffix(path) or ""
+        return [path] if _is_timeline_file(path) or named.startswith(
+            (".csv", ".jsonl", ".ndjson")) else []
     if not path.is_dir():
         return []
     if timer_dump.find_dumps(path):
@@ -322,7 +326,7 @@ def _integers(col, typ: pa.DataType, path: Path, name: str) -> pa.Array:
         bad = ~np.isfinite(values) | (values != np.round(values)) | (np.abs(values) > 9.2e18)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise TraceVizError(f"{path}: row {i + 1}, column {name}: {values[i]!r} is not "
+            raise TraceVizError(f"{path}: row {i + 1}, column {name}: {float(values[i])!r} is not "
                                 "an integer")
         col = col.cast(pa.int64(), safe=False)
     try:

@@ -46,6 +46,8 @@ def _draw_slowdown(diag):
     bottom.axhline(1.0, color="#888888", linewidth=0.8)
     bottom.set_ylabel("slowdown\n(step / ideal)")
     bottom.set_xlabel("step")
+    from matplotlib.ticker import MaxNLocator
+    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
     return fig
 
 

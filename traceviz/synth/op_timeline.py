@@ -21,7 +21,8 @@ random draw):
 * ``seq_cv``: uneven sequence lengths: a micro-batch's compute on every stage scales by
   its tokens' share (log-normal per step, DP rank and micro-batch, mean 1 per step);
   removed: every micro-batch at the step's mean (packed sequences);
-* ``slow_rank`` from ``slow_from`` on: that worker's compute ``slow_factor`` x;
+* ``slow_rank`` from ``slow_from`` on (for ``slow_steps``, else to the end): that
+  worker's compute ``slow_factor`` x;
 * ``last_stage_extra``: the last stage's compute that much heavier (output layer and
   loss); removed: every stage at the stages' mean (``even_stages``: an even split of
   the same work);
@@ -72,6 +73,7 @@ class TimelineConfig:
     slow_rank: int | None = None   # a global rank (its TP group is slow with it)
     slow_factor: float = 1.3
     slow_from: int = 0
+    slow_steps: int | None = None  # steps it stays slow (None: to the end)
     last_stage_extra: float = 0.0  # 0.3: the last stage's compute 1.3 x
     slow_dp_factor: float = 1.0
     slow_dp_stage: int = 0
@@ -157,7 +159,8 @@ def simulate_steps(cfg: TimelineConfig) -> tuple[pa.Table, np.ndarray]:
     if cfg.slow_rank is not None:
         s_stage = cfg.slow_rank // (tp * dp)
         s_dp = (cfg.slow_rank // tp) % dp
-        slow[cfg.slow_from:, s_stage, s_dp] = cfg.slow_factor
+        until = None if cfg.slow_steps is None else cfg.slow_from + cfg.slow_steps
+        slow[cfg.slow_from:until, s_stage, s_dp] = cfg.slow_factor
     out: dict[str, list] = {k: [] for k in ("stage", "dp", "step", "op", "mb", "start",
                                             "dur", "transfer")}
     step_ns = np.zeros(cfg.steps, dtype=np.int64)

@@ -67,13 +67,15 @@ class OpTimeline:
     @classmethod
     def of(cls, table: pa.Table, notes: list[str] | None = None) -> OpTimeline:
         """From rows of :data:`~traceviz.table.timeline_schema.OP_TIMELINE_SCHEMA`
-        (checked values); a rank whose rows give two stages (DP, TP ranks) is an error."""
+        (checked values; optional columns may be left out); a rank whose rows give two stages (DP, TP ranks) is an error."""
         if table.num_rows == 0:
             raise TraceVizError("the op timeline has no rows")
         codes = pc.dictionary_encode(table["op"]).combine_chunks()
         names = tuple(codes.dictionary.to_pylist())
 
         def col(name: str, dtype, fill: int) -> np.ndarray:
+            if name not in table.column_names:  # an optional column left out
+                return np.full(table.num_rows, fill, dtype=dtype)
             return np.asarray(pc.fill_null(table[name], fill).combine_chunks()
                               .to_numpy(zero_copy_only=False), dtype=dtype)
 

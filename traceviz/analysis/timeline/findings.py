@@ -260,7 +260,7 @@ def data_imbalance(model: TimelineModel, slow: list[SlowWorker]) -> DataImbalanc
                  for a, c in pairs if (np.isfinite(a) & np.isfinite(c)).sum() > 2]
     return DataImbalance(every, cv if np.isfinite(cv) else 0.0,
                          agreement if np.isfinite(agreement) else 0.0,
-                         float(np.nanmean(alike)) if alike else float("nan"),
+                         float(np.nanmean(alike)) if np.isfinite(alike).any() else float("nan"),
                          shrink if np.isfinite(shrink) else 1.0)
 
 

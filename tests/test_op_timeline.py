@@ -1,0 +1,385 @@
+"""Op timelines (per-op timers of every rank and step): reading every format, the
+re-simulation that gives back the measured steps, and the diagnosis checked against the
+synthesizer re-run with one cause removed (the counterfactual), not against itself."""
+from __future__ import annotations
+
+import gzip
+import json
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from traceviz.analysis.timeline.data import OpTimeline
+from traceviz.analysis.timeline.diagnosis import diagnose_timeline
+from traceviz.analysis.timeline.flatten import flatten
+from traceviz.analysis.timeline.graph import Layout, step_graph, step_slices
+from traceviz.analysis.timeline.layout import complete_layout
+from traceviz.analysis.timeline.simulate import simulate
+from traceviz.cli import main
+from traceviz.errors import TraceVizError
+from traceviz.ingest import op_timeline as ingest
+from traceviz.synth.op_timeline import TimelineConfig, simulate_steps
+
+SMALL = TimelineConfig(pp=4, dp=2, tp=2, microbatches=6, steps=3, seq_cv=0.2)
+
+
+def _diag(cfg: TimelineConfig, **kw):
+    table, truth = simulate_steps(cfg)
+    return diagnose_timeline(OpTimeline.of(table), **kw), truth
+
+
+def _true_saving(cfg: TimelineConfig, cause: str, truth: np.ndarray, since: int = 0
+                 ) -> float:
+    """What removing ``cause`` saves per step (from step index ``since``), by re-running
+    the synthesizer."""
+    _, without = simulate_steps(cfg.without(cause))
+    return float((truth - without)[since:].mean())
+
+
+# ---- re-simulation ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("cfg", [
+    SMALL,
+    TimelineConfig(pp=3, dp=3, microbatches=5, steps=2, transfer_given=True, seed=4),
+    TimelineConfig(pp=1, dp=4, microbatches=3, steps=2, seed=2),
+    TimelineConfig(pp=6, dp=1, microbatches=2, steps=2, seed=5),  # fewer micro-batches than stages
+])
+def test_measured_steps_simulate_back_exactly(cfg):
+    """Every op's re-simulated end is its measured end, and each step's time the
+    synthesizer's: the dependencies (pairs in order, groups by occurrence) are the
+    synthesizer's schedule."""
+    table, truth = simulate_steps(cfg)
+    tl = complete_layout(OpTimeline.of(table))
+    pieces = flatten(tl)
+    layout = Layout(pieces)
+    for step, lo, hi in step_slices(pieces):
+        g = step_graph(pieces, layout, lo, hi, has_p2p=cfg.pp > 1)
+        assert g.uncoupled == 0
+        sim = simulate(g)
+        # given transfers are rounded to ns apart from the starts and ends
+        slack = 3 if cfg.transfer_given else 0
+        assert np.abs(sim.end - g.end).max() <= slack
+        assert abs(sim.step_ns - truth[step]) <= slack
+
+
+def test_nested_timers_are_cut_into_pieces():
+    """batch-generator inside forward-compute: the outer op's exclusive time is its
+    duration less the inner one's, and the pieces cover each rank's time once."""
+    table, _ = simulate_steps(SMALL)
+    tl = complete_layout(OpTimeline.of(table))
+    pieces = flatten(tl)
+    fwd = tl.names.index("forward-compute")
+    bg = tl.names.index("batch-generator")
+    excl = np.bincount(pieces.row, weights=pieces.dur, minlength=len(tl))
+    # plain Python: each forward-compute minus the batch-generator starting with it
+    for i in np.flatnonzero(tl.op == fwd)[:50]:
+        inner = [j for j in np.flatnonzero((tl.op == bg) & (tl.rank == tl.rank[i])
+                                           & (tl.step == tl.step[i]))
+                 if tl.start[j] >= tl.start[i]
+                 and tl.start[j] + tl.dur[j] <= tl.start[i] + tl.dur[i]]
+        assert excl[i] == tl.dur[i] - sum(int(tl.dur[j]) for j in inner)
+    assert pieces.nested == int((tl.op == bg).sum())
+
+
+def test_stages_and_dp_ranks_inferred_from_the_transfers():
+    """Without stage / dp_rank / tp_rank columns the stages come from the transfers'
+    order and the DP ranks from global order: the same as the columns said (tp 1)."""
+    cfg = TimelineConfig(pp=4, dp=3, microbatches=6, steps=2, seed=1)
+    table, _ = simulate_steps(cfg)
+    known = complete_layout(OpTimeline.of(table))
+    bare = table.drop_columns(["stage", "dp_rank", "tp_rank"])
+    for c in ("stage", "dp_rank", "tp_rank"):
+        bare = bare.append_column(c, pa.nulls(bare.num_rows, pa.int32()))
+    tl = complete_layout(OpTimeline.of(bare))
+    assert np.array_equal(tl.stage, known.stage)
+    assert np.array_equal(tl.dp, known.dp)
+    assert any("stages inferred (4)" in n for n in tl.notes)
+    # the diagnosis on the inferred layout is the diagnosis on the given one
+    a = diagnose_timeline(OpTimeline.of(table)).steps
+    b = diagnose_timeline(OpTimeline.of(bare)).steps
+    assert a.equals(b)
+
+
+def test_interleaved_stages_are_asked_for_not_guessed():
+    """Under interleaving every rank receives: no stage can be told apart: an error that
+    asks for the column."""
+    rows = [{"rank": r, "step": 0, "op": op, "start_ns": 10 * k, "duration_ns": 5}
+            for r in range(4) for k, op in enumerate(
+                ["forward-recv", "forward-compute", "forward-send"])]
+    with pytest.raises(TraceVizError, match="give the stage column"):
+        complete_layout(OpTimeline.of(pa.Table.from_pylist(rows)))
+
+
+# ---- the diagnosis against the counterfactual ------------------------------------------
+
+def _advice(diag, prefix):
+    return [a for a in diag.advice if a.what_if.startswith(prefix)]
+
+
+def test_slow_worker_found_with_its_onset_and_its_saving_is_the_rerun():
+    cfg = TimelineConfig(pp=4, dp=8, microbatches=8, steps=20, slow_rank=29, slow_from=8,
+                         gpu_sigma=0.01, op_noise=0.01)
+    diag, truth = _diag(cfg)
+    strag = diag.stragglers_table.to_pylist()
+    assert [(s["rank"], s["since_step"], s["persistent"]) for s in strag] == [(29, 8, True)]
+    first = diag.advice[0]
+    assert first.what_if.startswith("worker:") and first.target_rank == 29
+    true = _true_saving(cfg, "slow_rank", truth, since=8)
+    assert abs(first.saving_ns - true) <= 0.01 * truth.mean()
+    assert strag[0]["slowdown"] == pytest.approx(1.3, abs=0.05)
+    # the heatmap holds it: slow from step 8, not before
+    heat = diag.heat[strag[0]["worker"]]
+    assert (heat[8:] > 1.15).all() and (heat[:8] < 1.05).all()
+
+
+def test_one_slow_step_is_transient_not_a_straggler():
+    cfg = TimelineConfig(pp=4, dp=8, microbatches=8, steps=12, slow_rank=9, slow_from=5,
+                         slow_steps=1, slow_factor=1.5, seed=2)
+    diag, _ = _diag(cfg)
+    strag = diag.stragglers_table.to_pylist()
+    assert [(s["rank"], s["since_step"], s["persistent"]) for s in strag] == [(9, 5, False)]
+    assert not _advice(diag, "worker:")
+    assert any("transient" in line for line in diag.summary)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_no_straggler_within_the_ordinary_spread(seed):
+    """GPUs 1 % apart, ops 2 % noisy, uneven data: nobody is called slow."""
+    cfg = TimelineConfig(pp=4, dp=16, microbatches=8, steps=10, gpu_sigma=0.01,
+                         op_noise=0.02, seq_cv=0.1, seed=seed)
+    diag, _ = _diag(cfg)
+    assert not [s for s in diag.stragglers_table.to_pylist() if s["persistent"]]
+    assert not _advice(diag, "worker:")
+
+
+@pytest.mark.parametrize("cause,cfg,prefix", [
+    ("seq_cv", TimelineConfig(pp=4, dp=8, microbatches=8, steps=10, seq_cv=0.2), "balance"),
+    ("last_stage_extra", TimelineConfig(pp=4, dp=4, microbatches=8, steps=6,
+                                        last_stage_extra=0.4), "stages="),
+    ("slow_dp_factor", TimelineConfig(pp=4, dp=4, tp=2, microbatches=8, steps=6,
+                                      slow_dp_factor=3.0, slow_dp_stage=3), "dp-group:3"),
+    ("data_spike_ms", TimelineConfig(pp=4, dp=4, microbatches=8, steps=10,
+                                     data_spike_ms=20.0), "data"),
+])
+def test_each_cause_saving_is_what_removing_it_saves(cause, cfg, prefix):
+    """Each cause alone, on top of the natural spread: it is the first advice and its
+    predicted saving is the re-run's within 1 % of the step."""
+    diag, truth = _diag(cfg)
+    first = diag.advice[0]
+    assert first.what_if.startswith(prefix), [a.what_if for a in diag.advice]
+    true = _true_saving(cfg, cause, truth)
+    assert true > 0.01 * truth.mean()
+    assert abs(first.saving_ns - true) <= 0.01 * truth.mean()
+
+
+def test_stage_split_from_the_layer_count():
+    """With --num-layers the heavy last stage gets Megatron's split, re-timed; without,
+    the even stages' saving, conditional, asking for the count."""
+    cfg = TimelineConfig(pp=4, dp=2, microbatches=8, steps=4, last_stage_extra=0.5,
+                         gpu_sigma=0.0, op_noise=0.0)
+    without, _ = _diag(cfg)
+    even = _advice(without, "stages=even")[0]
+    assert even.standing == "conditional" and "--num-layers" in even.action
+    split, _ = _diag(cfg, num_layers=16)
+    a = _advice(split, "stages=")[0]
+    assert "--decoder-last-pipeline-num-layers" in a.action or "account-for" in a.action
+    assert 0 < a.saving_ns <= even.saving_ns
+
+
+def test_ranking_follows_the_true_costs():
+    """Several causes at once: the ranked advice's order is the order of what removing
+    each saves in re-runs (those more than 1 % of the step apart); the stages' advice
+    is conditional without the layer count (after the ranked ones, as in the trace
+    diagnosis) and its saving is the even stages' re-run."""
+    cfg = TimelineConfig(pp=4, dp=8, microbatches=8, steps=20, slow_rank=29, slow_from=8,
+                         seq_cv=0.15, data_spike_ms=15, last_stage_extra=0.2)
+    diag, truth = _diag(cfg)
+    spec = {"seq_cv": "balance", "data_spike_ms": "data", "slow_rank": "worker:",
+            "last_stage_extra": "stages="}
+    since = {"slow_rank": 8}
+    true = {c: _true_saving(cfg, c, truth, since.get(c, 0)) for c in spec}
+    order = [next(i for i, a in enumerate(diag.advice) if a.what_if.startswith(p))
+             for p in spec.values()]
+    even = _advice(diag, "stages=even")[0]
+    assert even.standing == "conditional"
+    assert abs(even.saving_ns - true["last_stage_extra"]) <= 0.01 * truth.mean()
+    del spec["last_stage_extra"], order[-1]
+    causes = list(spec)
+    assert all(diag.advice[i].standing == "ranked" for i in order)
+    for i in range(len(causes)):
+        for j in range(len(causes)):
+            if true[causes[i]] > true[causes[j]] + 0.01 * truth.mean():
+                assert order[i] < order[j], (true, [a.what_if for a in diag.advice])
+
+
+def test_ledger_parts_add_up_to_each_step():
+    diag, truth = _diag(SMALL)
+    from traceviz.analysis.timeline.ledger import PARTS
+    for row in diag.ledger.to_pylist():
+        assert sum(row[f"{p}_ns"] for p in PARTS) == row["step_ns"] == truth[row["step"]]
+        assert all(row[f"{p}_ns"] >= 0 for p in PARTS)
+    for s in diag.steps.to_pylist():
+        assert s["slowdown"] >= 0.5 and s["ideal_ns"] > 0
+
+
+# ---- reading ------------------------------------------------------------------------------
+
+def _write_all(table: pa.Table, tmp_path):
+    """The table as parquet, CSV, gzipped JSON lines and a Chrome trace."""
+    out = {}
+    out["parquet"] = tmp_path / "t.parquet"
+    pq.write_table(table, out["parquet"])
+    from pyarrow import csv
+    out["csv"] = tmp_path / "t.csv"
+    csv.write_csv(table, out["csv"])
+    out["jsonl"] = tmp_path / "t.jsonl.gz"
+    with gzip.open(out["jsonl"], "wb") as f:
+        for row in table.to_pylist():
+            f.write(orjson.dumps({k: v for k, v in row.items() if v is not None}) + b"\n")
+    events = [{"name": r["op"], "ph": "X", "pid": r["rank"], "tid": 0,
+               "ts": r["start_ns"] / 1000, "dur": r["duration_ns"] / 1000,
+               "args": {k: r[k] for k in ("step", "stage", "dp_rank", "tp_rank",
+                                          "microbatch", "chunk") if r[k] is not None}}
+              for r in table.to_pylist()]
+    out["chrome"] = tmp_path / "t.json"
+    out["chrome"].write_bytes(orjson.dumps({"traceEvents": [
+        {"name": "process_name", "ph": "M", "pid": 0}] + events}))
+    return out
+
+
+def test_every_format_reads_the_same_rows(tmp_path):
+    table, _ = simulate_steps(TimelineConfig(pp=2, dp=2, microbatches=2, steps=2))
+    files = _write_all(table, tmp_path)
+    want = OpTimeline.of(table)
+    for kind, path in files.items():
+        assert ingest.is_op_timeline(path), kind
+        got, notes = ingest.read_op_timeline(path)
+        tl = OpTimeline.of(got)
+        assert tl.names == want.names and np.array_equal(tl.op, want.op), kind
+        for col in ("rank", "step", "start", "dur", "microbatch", "chunk"):
+            assert np.array_equal(getattr(tl, col), getattr(want, col)), (kind, col)
+        assert np.array_equal(tl.stage, want.stage), kind
+    assert any("not complete timer events" in n for n in ingest.read_op_timeline(
+        files["chrome"])[1])
+
+
+def test_a_folder_split_per_rank_and_step(tmp_path):
+    table, _ = simulate_steps(TimelineConfig(pp=2, dp=2, microbatches=2, steps=3))
+    folder = tmp_path / "timers"
+    for r in range(4):
+        for s in range(3):
+            part = table.filter(pc.and_(pc.equal(table["rank"], r), pc.equal(table["step"], s)))
+            sub = folder / f"step{s}"
+            sub.mkdir(parents=True, exist_ok=True)
+            pq.write_table(part, sub / f"rank{r}.parquet")
+    (folder / "README.txt").write_text("not a timeline")
+    got, notes = ingest.read_op_timeline(folder)
+    assert got.num_rows == table.num_rows and "12 op timeline files" in notes[0]
+    a = diagnose_timeline(OpTimeline.of(got)).steps
+    b = diagnose_timeline(OpTimeline.of(table)).steps
+    assert a.equals(b)
+
+
+def test_a_profiler_trace_is_not_an_op_timeline():
+    from tests.helpers import SHARED  # the real traces
+    traces = sorted((SHARED / "traces" / "gpu").rglob("*.json*"))[:3]
+    assert traces
+    for t in traces:
+        assert not ingest.is_op_timeline(t), t
+
+
+@pytest.mark.parametrize("text,match", [
+    ("rank,step,op,start_ns\n0,0,forward-compute,1\n", "no column duration_ns"),
+    ("rank,step,op,start_ns,duration_ns\n0,0,forward-compute,1,2\n0,0,x,abc,3\n",
+     r"row 2, column start_ns: 'abc' is not a number"),
+    ("rank,step,op,start_ns,duration_ns\n0,0,forward-compute,1,-2\n",
+     "row 1, column duration_ns: is negative"),
+    ("rank,step,op,start_ns,duration_ns\n0,0,forward-compute,1,2.5\n",
+     "row 1, column duration_ns: 2.5 is not an integer"),
+    ("rank,step,op,start_ns,duration_ns,transfer_ns\n0,0,forward-send,1,2,3\n",
+     "row 1, column transfer_ns: is not within"),
+    ("rank,step,op,start_ns,duration_ns\n0,,forward-compute,1,2\n",
+     "row 1, column step: is empty"),
+    ("rank,step,op,start_ns,duration_ns,stage\n0,0,a,1,2,0\n0,1,a,5,2,1\n",
+     "rank 0: its rows give stage 0 and 1"),
+    ("rank,step,op,start_ns,duration_ns\n0,0,forward-compute,1,99999999999999999999\n",
+     "row 1, column duration_ns"),
+])
+def test_bad_values_name_file_row_and_column(tmp_path, text, match):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(TraceVizError, match=match) as err:
+        table, notes = ingest.read_op_timeline(path)
+        diagnose_timeline(OpTimeline.of(table, notes))
+    assert "stage" in match or str(path) in str(err.value)
+
+
+def test_a_large_chrome_trace_is_refused(tmp_path, monkeypatch):
+    path = tmp_path / "t.json"
+    path.write_bytes(orjson.dumps({"traceEvents": [
+        {"name": "a", "ph": "X", "pid": 0, "ts": 0, "dur": 1, "args": {"step": 0}}] * 50}))
+    monkeypatch.setattr(ingest, "MAX_JSON_BYTES", 1000)
+    with pytest.raises(TraceVizError, match="stream"):
+        ingest.read_op_timeline(path)
+
+
+def test_diagnose_cli_on_an_op_timeline(tmp_path):
+    cfg = TimelineConfig(pp=4, dp=4, microbatches=6, steps=8, slow_rank=13, slow_from=3)
+    table, _ = simulate_steps(cfg)
+    path = tmp_path / "timers.parquet"
+    pq.write_table(table, path)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["diagnose", str(path), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "rank 13 (stage 3, DP 1)" in result.output and "since step 3" in result.output
+    for name in ("op_steps", "op_ledger", "op_stragglers", "op_attribution",
+                 "op_worker_steps", "advice"):
+        assert (out / f"{name}.parquet").exists(), name
+    for png in ("op_slowdown.png", "op_heatmap.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+    text = (out / "diagnosis.txt").read_text()
+    assert "evidence for 1:" in text and "step 3:" in text
+    adv = pq.read_table(out / "advice.parquet").to_pylist()
+    assert adv[0]["target_rank"] == 13 and adv[0]["model"] == "re-simulated op timeline"
+
+
+def test_timer_dumps_diagnose(tmp_path):
+    """PP-Schedule-Visualization's dumps (compute only): the stages from the files, the
+    pipeline's order from the micro-batches; a heavy stage found."""
+    from traceviz.ingest.timer_dump import NAME  # noqa: F401  (the format read)
+    pp, mbs = 4, 6
+    fwd = [1.0, 1.0, 1.0, 1.6]
+    folder = tmp_path / "pp_timer_logs"
+    folder.mkdir()
+    # a 1F1B schedule written by hand: stage p starts micro-batch m after stage p-1
+    t_end: dict[tuple, float] = {}
+    for r in range(2):
+        for p in range(pp):
+            events = {}
+            clock = 0.0
+            order = [("forward", m) for m in range(min(pp - p - 1, mbs))]
+            rest = list(range(len(order), mbs))
+            for i, m in enumerate(rest):
+                order += [("forward", m), ("backward", i)]
+            order += [("backward", m) for m in range(len(rest), mbs)]
+            for phase, m in order:
+                dep = t_end.get((r, p - 1, "forward", m), 0.0) if phase == "forward" else \
+                    t_end.get((r, p + 1, "backward", m), 0.0)
+                start = max(clock, dep) + 0.01
+                end = start + fwd[p] * (1 if phase == "forward" else 2)
+                events[f"{phase}-{m}-start"], events[f"{phase}-{m}-end"] = start, end
+                t_end[(r, p, phase, m)] = end
+                clock = end
+            (folder / f"event_times_PP{pp}_VPP1_TPxCPxDP_rank_{r}_pp_rank_{p}_rank_{p * 2 + r}"
+             ".json").write_text(json.dumps(events))
+    assert ingest.is_op_timeline(folder)
+    table, notes = ingest.read_op_timeline(folder)
+    diag = diagnose_timeline(OpTimeline.of(table, notes))
+    assert any("timer dumps" in n for n in diag.notes)
+    stage = _advice(diag, "stages=even")
+    assert stage and "the last stage computes 1.60x" in stage[0].finding
