@@ -351,7 +351,6 @@ def test_diagnose_cli_on_an_op_timeline(tmp_path):
 def test_timer_dumps_diagnose(tmp_path):
     """PP-Schedule-Visualization's dumps (compute only): the stages from the files, the
     pipeline's order from the micro-batches; a heavy stage found."""
-    from traceviz.ingest.timer_dump import NAME  # noqa: F401  (the format read)
     pp, mbs = 4, 6
     fwd = [1.0, 1.0, 1.0, 1.6]
     folder = tmp_path / "pp_timer_logs"
