@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from traceviz.analysis.timeline.data import OpTimeline
 from traceviz.analysis.timeline.diagnosis import diagnose_timeline
 from traceviz.analysis.timeline.flatten import flatten
-from traceviz.analysis.timeline.graph import Layout, step_graph, step_slices
+from traceviz.analysis.timeline.graph import Layout, step_graph
 from traceviz.analysis.timeline.layout import complete_layout
 from traceviz.analysis.timeline.simulate import simulate
 from traceviz.cli import main
@@ -55,10 +55,10 @@ def test_measured_steps_simulate_back_exactly(cfg):
     synthesizer's schedule."""
     table, truth = simulate_steps(cfg)
     tl = complete_layout(OpTimeline.of(table))
-    pieces = flatten(tl)
-    layout = Layout(pieces)
-    for step, lo, hi in step_slices(pieces):
-        g = step_graph(pieces, layout, lo, hi, has_p2p=cfg.pp > 1)
+    flat = flatten(tl)
+    layout = Layout(flat.timeline)
+    for step, lo, hi in flat.steps:
+        g = step_graph(flat, layout, lo, hi, has_p2p=cfg.pp > 1)
         assert g.uncoupled == 0
         sim = simulate(g)
         # given transfers are rounded to ns apart from the starts and ends
@@ -72,10 +72,15 @@ def test_nested_timers_are_cut_into_pieces():
     duration less the inner one's, and the pieces cover each rank's time once."""
     table, _ = simulate_steps(SMALL)
     tl = complete_layout(OpTimeline.of(table))
-    pieces = flatten(tl)
+    flat = flatten(tl)
     fwd = tl.names.index("forward-compute")
     bg = tl.names.index("batch-generator")
-    excl = np.bincount(pieces.row, weights=pieces.dur, minlength=len(tl))
+    excl = flat.excl
+    # the pieces of every step add up to the exclusive times
+    for _, lo, hi in flat.steps:
+        row, _, dur = flat.pieces(lo, hi)
+        assert np.array_equal(np.bincount(row - lo, weights=dur, minlength=hi - lo),
+                              excl[lo:hi])
     # plain Python: each forward-compute minus the batch-generator starting with it
     for i in np.flatnonzero(tl.op == fwd)[:50]:
         inner = [j for j in np.flatnonzero((tl.op == bg) & (tl.rank == tl.rank[i])
@@ -83,7 +88,7 @@ def test_nested_timers_are_cut_into_pieces():
                  if tl.start[j] >= tl.start[i]
                  and tl.start[j] + tl.dur[j] <= tl.start[i] + tl.dur[i]]
         assert excl[i] == tl.dur[i] - sum(int(tl.dur[j]) for j in inner)
-    assert pieces.nested == int((tl.op == bg).sum())
+    assert flat.nested == int((tl.op == bg).sum())
 
 
 def test_stages_and_dp_ranks_inferred_from_the_transfers():
@@ -258,14 +263,13 @@ def test_every_format_reads_the_same_rows(tmp_path):
     want = OpTimeline.of(table)
     for kind, path in files.items():
         assert ingest.is_op_timeline(path), kind
-        got, notes = ingest.read_op_timeline(path)
-        tl = OpTimeline.of(got)
+        tl = ingest.read_op_timeline(path)
         assert tl.names == want.names and np.array_equal(tl.op, want.op), kind
         for col in ("rank", "step", "start", "dur", "microbatch", "chunk"):
             assert np.array_equal(getattr(tl, col), getattr(want, col)), (kind, col)
         assert np.array_equal(tl.stage, want.stage), kind
     assert any("not complete timer events" in n for n in ingest.read_op_timeline(
-        files["chrome"])[1])
+        files["chrome"]).notes)
 
 
 def test_a_folder_split_per_rank_and_step(tmp_path):
@@ -278,9 +282,9 @@ def test_a_folder_split_per_rank_and_step(tmp_path):
             sub.mkdir(parents=True, exist_ok=True)
             pq.write_table(part, sub / f"rank{r}.parquet")
     (folder / "README.txt").write_text("not a timeline")
-    got, notes = ingest.read_op_timeline(folder)
-    assert got.num_rows == table.num_rows and "12 op timeline files" in notes[0]
-    a = diagnose_timeline(OpTimeline.of(got)).steps
+    got = ingest.read_op_timeline(folder)
+    assert len(got) == table.num_rows and "12 op timeline files" in got.notes[0]
+    a = diagnose_timeline(got).steps
     b = diagnose_timeline(OpTimeline.of(table)).steps
     assert a.equals(b)
 
@@ -314,9 +318,8 @@ def test_bad_values_name_file_row_and_column(tmp_path, text, match):
     path = tmp_path / "bad.csv"
     path.write_text(text)
     with pytest.raises(TraceVizError, match=match) as err:
-        table, notes = ingest.read_op_timeline(path)
-        diagnose_timeline(OpTimeline.of(table, notes))
-    assert "stage" in match or str(path) in str(err.value)
+        diagnose_timeline(ingest.read_op_timeline(path))
+    assert str(path) in str(err.value)
 
 
 def test_a_large_chrome_trace_is_refused(tmp_path, monkeypatch):
@@ -377,8 +380,7 @@ def test_timer_dumps_diagnose(tmp_path):
             (folder / f"event_times_PP{pp}_VPP1_TPxCPxDP_rank_{r}_pp_rank_{p}_rank_{p * 2 + r}"
              ".json").write_text(json.dumps(events))
     assert ingest.is_op_timeline(folder)
-    table, notes = ingest.read_op_timeline(folder)
-    diag = diagnose_timeline(OpTimeline.of(table, notes))
+    diag = diagnose_timeline(ingest.read_op_timeline(folder))
     assert any("timer dumps" in n for n in diag.notes)
     stage = _advice(diag, "stages=even")
     assert stage and "the last stage computes 1.60x" in stage[0].finding

@@ -13,7 +13,9 @@ column. A Chrome trace is held in memory to be read, so one larger than
 from __future__ import annotations
 
 import gzip
+import io
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +23,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..analysis.timeline.data import OpTimeline, TimelineBuilder
 from ..errors import TraceVizError
 from ..table.inputs import note_input
 from ..table.timeline_schema import COLUMNS, OP_TIMELINE_SCHEMA, REQUIRED
@@ -111,59 +114,119 @@ def is_op_timeline(path: str | os.PathLike) -> bool:
     return bool(timeline_files(path))
 
 
-def read_op_timeline(path: str | os.PathLike) -> tuple[pa.Table, list[str]]:
-    """Every row of the op timeline at ``path`` (:data:`OP_TIMELINE_SCHEMA`, optional
-    columns null where a file lacks them) and notes on what was read (files, what was
-    left out)."""
+def read_op_timeline(path: str | os.PathLike) -> OpTimeline:
+    """The op timeline at ``path`` in memory (:class:`~traceviz.analysis.timeline.data.
+    OpTimeline`), read a batch at a time (each checked, then kept as compact columns),
+    with notes on what was read (files, what was left out)."""
     files = timeline_files(path)
     if not files:
         raise TraceVizError(f"{path}: no op timeline (parquet, CSV, JSON lines or a Chrome "
                             f"trace with the columns {', '.join(REQUIRED)})")
-    tables, notes = [], []
+    builder = TimelineBuilder(MAX_OP_NAMES, _rows_known(files))
+    notes = []
     for f in files:
         note_input(f)
         if f.is_dir():
-            tables.append(_from_timer_dumps(f))
+            builder.add(_checked(_from_timer_dumps(f), f), f)
             notes.append(f"{f}: PP-Schedule-Visualization timer dumps read as step 0 "
                          "(forward / backward compute only)")
             continue
-        table, skipped = _read_file(f)
-        tables.append(_checked(table, f))
-        if skipped:
-            notes.append(f"{f}: {skipped}")
-    out = pa.concat_tables(tables)
-    ops = pc.unique(out["op"])
-    if len(ops) > MAX_OP_NAMES:
-        raise TraceVizError(f"{path}: {len(ops):,} distinct op names, more than "
-                            f"{MAX_OP_NAMES:,}: not an op timeline of timers")
+        row = 0
+        for batch, skipped in _batches(f):
+            builder.add(_checked(batch, f, row), f)
+            row += batch.num_rows
+            if skipped:
+                notes.append(f"{f}: {skipped}")
+    tl = builder.build(notes)
     if len(files) > 1:
-        notes.insert(0, f"{path}: {len(files)} op timeline files, {out.num_rows:,} ops")
-    return out, notes
+        tl.notes.insert(0, f"{path}: {len(files)} op timeline files, {len(tl):,} ops")
+    return tl
 
 
-def _read_file(path: Path) -> tuple[pa.Table, str]:
-    """One file's rows with the columns it has (and why some rows were left out)."""
-    suffix = _suffix(path)
+def _rows_known(files: list[Path]) -> int | None:
+    """The rows of parquet files, from their footers (None: other files among them)."""
+    if not all(_suffix(f) == ".parquet" for f in files):
+        return None
+    import pyarrow.parquet as pq
+    try:
+        return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    except (OSError, pa.ArrowException):
+        return None
+
+
+BATCH_ROWS = 1 << 18  # rows checked and converted at a time (~100 MB of Arrow memory)
+
+
+def _batches(path: Path) -> Iterator[tuple[pa.Table, str]]:
+    """One file's rows a batch at a time, with the columns it has (and why some rows were
+    left out)."""
+    suffix = _suffix(path) or ""
     try:
         if suffix == ".parquet":
             import pyarrow.parquet as pq
-            names = pq.read_schema(path).names
-            return pq.read_table(path, columns=[c for c in COLUMNS if c in names]), ""
-        if suffix is not None and suffix.startswith(".csv"):
+            pf = pq.ParquetFile(path, read_dictionary=["op"])
+            names = pf.schema_arrow.names
+            for b in pf.iter_batches(batch_size=BATCH_ROWS,
+                                     columns=[c for c in COLUMNS if c in names]):
+                yield pa.Table.from_batches([b]), ""
+        elif suffix.startswith(".csv"):
             from pyarrow import csv
+            header = _head(path).split(b"\n", 1)[0].decode("utf-8", "replace")
+            have = [c.strip().strip('"') for c in header.split(",")]
+            types = {c: pa.string() for c in COLUMNS if c in have}
             with pa.input_stream(path, compression="detect") as f:
-                return csv.read_csv(f, convert_options=csv.ConvertOptions(
-                    include_columns=None, strings_can_be_null=True)), ""
-        if suffix is not None and suffix.startswith((".jsonl", ".ndjson")):
-            from pyarrow import json
-            with pa.input_stream(path, compression="detect") as f:
-                return json.read_json(f), ""
-        return _from_chrome(path)
+                reader = csv.open_csv(f, read_options=csv.ReadOptions(
+                    block_size=64 << 20), convert_options=csv.ConvertOptions(
+                    column_types=types, include_columns=list(types),
+                    strings_can_be_null=True))
+                for b in reader:
+                    yield pa.Table.from_batches([b]), ""
+        elif suffix.startswith((".jsonl", ".ndjson")):
+            yield from _json_lines(path)
+        else:
+            yield _from_chrome(path)
     except pa.ArrowInvalid as exc:
         raise TraceVizError(f"{path}: not readable as {suffix}: {str(exc).splitlines()[0]}"
                             ) from None
     except (OSError, EOFError) as exc:
         raise TraceVizError(f"{path}: cannot read: {exc}") from None
+
+
+def _json_lines(path: Path) -> Iterator[tuple[pa.Table, str]]:
+    """JSON lines, one object per line (blank lines skipped), a batch at a time."""
+    cols: dict[str, list] = {c: [] for c in COLUMNS}
+    n = 0
+    with pa.input_stream(path, compression="detect") as raw, \
+            io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as f:  # type: ignore[arg-type]
+        for line in f:
+            n += 1
+            if not line.strip():
+                continue
+            try:
+                row = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise TraceVizError(f"{path}: line {n}: not JSON ({exc.msg})") from None
+            if not isinstance(row, dict):
+                raise TraceVizError(f"{path}: line {n}: not a JSON object")
+            for c in COLUMNS:
+                cols[c].append(row.get(c))
+            if len(cols["rank"]) >= BATCH_ROWS:
+                yield _columns(cols, path), ""
+                cols = {c: [] for c in COLUMNS}
+    if cols["rank"] or n == 0:
+        yield _columns(cols, path), ""
+
+
+def _columns(cols: dict[str, list], path: Path) -> pa.Table:
+    out = {}
+    for c, v in cols.items():
+        if all(x is None for x in v):
+            continue
+        try:
+            out[c] = pa.array(v)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types: checked as text
+            out[c] = pa.array([None if x is None else str(x) for x in v], pa.string())
+    return pa.table(out) if out else pa.table({c: pa.array([], pa.int64()) for c in REQUIRED})
 
 
 def _from_chrome(path: Path) -> tuple[pa.Table, str]:
@@ -207,12 +270,7 @@ def _from_chrome(path: Path) -> tuple[pa.Table, str]:
             cols[c].append(args.get(c))
     skipped = f"{other:,} events that are not complete timer events (ph X) left out" \
         if other else ""
-    try:
-        table = pa.table({c: pa.array(v) for c, v in cols.items()})
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise TraceVizError(f"{path}: mixed value types in its events' fields: "
-                            f"{str(exc).splitlines()[0]}") from None
-    return table, skipped
+    return _columns(cols, path), skipped
 
 
 def _us_to_ns(us, where: str, key: str) -> int | None:
@@ -242,9 +300,9 @@ def _from_timer_dumps(folder: Path) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=OP_TIMELINE_SCHEMA)
 
 
-def _checked(table: pa.Table, path: Path) -> pa.Table:
+def _checked(table: pa.Table, path: Path, first_row: int = 0) -> pa.Table:
     """``table`` as :data:`OP_TIMELINE_SCHEMA`, every value checked (see the module
-    doc)."""
+    doc); its rows are the file's from ``first_row`` (0: the first) on."""
     missing = [c for c in REQUIRED if c not in table.column_names]
     if missing:
         raise TraceVizError(f"{path}: no column {', '.join(missing)} (an op timeline has "
@@ -258,47 +316,62 @@ def _checked(table: pa.Table, path: Path) -> pa.Table:
             continue
         col = table[name]
         if name == "op":
-            out[name] = _names(col, path)
+            out[name] = _names(col, path, first_row)
             continue
-        out[name] = _integers(col, field.type, path, name)
-    t = pa.table(out, schema=OP_TIMELINE_SCHEMA)
+        out[name] = _integers(col, field.type, path, name, first_row)
+    schema = OP_TIMELINE_SCHEMA.set(OP_TIMELINE_SCHEMA.get_field_index("op"),
+                                    pa.field("op", out["op"].type))
+    t = pa.table(out, schema=schema)
     for name in REQUIRED:
-        _first(t[name].is_null(), path, name, "is empty")
-    _first(pc.less(t["duration_ns"], 0), path, "duration_ns", "is negative")
+        _first(t[name].is_null(), path, name, "is empty", first_row)
+    _first(pc.less(t["duration_ns"], 0), path, "duration_ns", "is negative", first_row)
     for name in ("rank", "stage", "dp_rank", "tp_rank", "chunk"):
-        _first(pc.less(t[name], 0), path, name, "is negative")
-    _first(pc.less(t["microbatch"], -1), path, "microbatch", "is below -1")
+        _first(pc.less(t[name], 0), path, name, "is negative", first_row)
+    _first(pc.less(t["microbatch"], -1), path, "microbatch", "is below -1", first_row)
     _first(pc.or_(pc.less(t["transfer_ns"], 0),
                   pc.greater(t["transfer_ns"], t["duration_ns"])),
-           path, "transfer_ns", "is not within [0, duration_ns]")
+           path, "transfer_ns", "is not within [0, duration_ns]", first_row)
     _first(pc.greater(pc.add_checked(t["start_ns"].cast(pa.float64()),
                                      t["duration_ns"].cast(pa.float64())), 9.2e18),
-           path, "duration_ns", "ends past the int64 clock")
+           path, "duration_ns", "ends past the int64 clock", first_row)
     return t
 
 
-def _first(mask, path: Path, column: str, what: str) -> None:
+def _first(mask, path: Path, column: str, what: str, base: int = 0) -> None:
     """One line naming the first row where ``mask`` holds."""
-    arr = np.asarray(pc.fill_null(mask, False).combine_chunks()
-                     if isinstance(mask, pa.ChunkedArray) else pc.fill_null(mask, False))
+    if isinstance(mask, np.ndarray):
+        arr = mask
+    else:
+        arr = np.asarray(pc.fill_null(mask, False).combine_chunks()
+                         if isinstance(mask, pa.ChunkedArray) else pc.fill_null(mask, False))
     bad = np.flatnonzero(arr)
     if bad.size:
-        raise TraceVizError(f"{path}: row {int(bad[0]) + 1}, column {column}: {what} "
+        raise TraceVizError(f"{path}: row {base + int(bad[0]) + 1}, column {column}: {what} "
                             f"({bad.size:,} rows)")
 
 
-def _names(col, path: Path) -> pa.Array:
-    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)
-            or pa.types.is_dictionary(col.type)):
-        col = _integers(col, pa.int64(), path, "op").cast(pa.string())
+def _names(col, path: Path, base: int = 0) -> pa.Array:
+    """The op names as strings (a dictionary of strings kept as it is, its values
+    checked)."""
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if pa.types.is_dictionary(col.type) and pa.types.is_string(col.type.value_type):
+        lengths = np.asarray(pc.utf8_length(col.dictionary))
+        for bad, what in ((lengths == 0, "is empty"),
+                          (lengths > MAX_NAME, f"is longer than {MAX_NAME} characters")):
+            if bad.any():
+                _first(np.isin(np.asarray(col.indices.fill_null(0)), np.flatnonzero(bad)),
+                       path, "op", what, base)
+        return col
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        col = _integers(col, pa.int64(), path, "op", base).cast(pa.string())
     col = col.cast(pa.string())
-    _first(pc.equal(pc.utf8_length(col), 0), path, "op", "is empty")
+    _first(pc.equal(pc.utf8_length(col), 0), path, "op", "is empty", base)
     _first(pc.greater(pc.utf8_length(col), MAX_NAME), path, "op",
-           f"is longer than {MAX_NAME} characters")
-    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+           f"is longer than {MAX_NAME} characters", base)
+    return col
 
 
-def _integers(col, typ: pa.DataType, path: Path, name: str) -> pa.Array:
+def _integers(col, typ: pa.DataType, path: Path, name: str, base: int = 0) -> pa.Array:
     """``col`` as integers of ``typ``: integer-valued numbers or numerals; the first
     value that is not, or does not fit, named."""
     col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
@@ -316,8 +389,8 @@ def _integers(col, typ: pa.DataType, path: Path, name: str) -> pa.Array:
                 values = col.to_pylist()
                 i = next(i for i, v in enumerate(values) if v is not None
                          and not _numeral(v))
-                raise TraceVizError(f"{path}: row {i + 1}, column {name}: {str(values[i])[:40]!r} "
-                                    "is not a number") from None
+                raise TraceVizError(f"{path}: row {base + i + 1}, column {name}: "
+                                    f"{str(values[i])[:40]!r} is not a number") from None
     if pa.types.is_boolean(col.type) or not (pa.types.is_integer(col.type)
                                              or pa.types.is_floating(col.type)):
         raise TraceVizError(f"{path}: column {name} holds {col.type}, expected integers")
@@ -326,8 +399,8 @@ def _integers(col, typ: pa.DataType, path: Path, name: str) -> pa.Array:
         bad = ~np.isfinite(values) | (values != np.round(values)) | (np.abs(values) > 9.2e18)
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise TraceVizError(f"{path}: row {i + 1}, column {name}: {float(values[i])!r} is not "
-                                "an integer")
+            raise TraceVizError(f"{path}: row {base + i + 1}, column {name}: "
+                                f"{float(values[i])!r} is not an integer")
         col = col.cast(pa.int64(), safe=False)
     try:
         return col.cast(typ)
@@ -335,8 +408,8 @@ def _integers(col, typ: pa.DataType, path: Path, name: str) -> pa.Array:
         info = np.iinfo(typ.to_pandas_dtype())
         values = np.asarray(pc.fill_null(col, 0), dtype=np.int64)
         i = int(np.flatnonzero((values < info.min) | (values > info.max))[0])
-        raise TraceVizError(f"{path}: row {i + 1}, column {name}: {int(values[i])} does not "
-                            f"fit {typ}") from None
+        raise TraceVizError(f"{path}: row {base + i + 1}, column {name}: {int(values[i])} "
+                            f"does not fit {typ}") from None
 
 
 def _numeral(v: str) -> bool:

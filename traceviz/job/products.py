@@ -30,7 +30,6 @@ from ..analysis.advice import Advice, JobDiagnosis, advise
 from ..analysis.diagnose.diagnosis import Diagnosis, diagnose, diagnosis_of, synced_activities
 from ..analysis.diagnose.waits import META_COLUMNS, job_comm
 from ..analysis.memory import JobMemory, rank_memory
-from ..analysis.timeline.data import OpTimeline
 from ..analysis.timeline.diagnosis import TimelineDiagnosis, diagnose_timeline
 from ..ingest.op_timeline import read_op_timeline
 from ..analysis.microbatches import microbatch_table
@@ -68,8 +67,7 @@ from ..ingest.topology import job_layout, pipeline_groups
 def timeline_diagnosis(path: str | os.PathLike, num_layers: int | None = None
                        ) -> TimelineDiagnosis:
     """The diagnosis of the op timeline at ``path`` (a file or a folder of them)."""
-    table, notes = read_op_timeline(path)
-    return diagnose_timeline(OpTimeline.of(table, notes), num_layers)
+    return diagnose_timeline(read_op_timeline(path), num_layers)
 
 
 def breakdown(paths: Sequence[str | os.PathLike], options: Options = Options(),

@@ -37,14 +37,22 @@ TP peers run in lockstep (the same times).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import UsageError
-from ..table.timeline_schema import OP_TIMELINE_SCHEMA
+from ..table.timeline_schema import MEGATRON_OPS, OP_TIMELINE_SCHEMA
+
+OP_NAMES = list(MEGATRON_OPS)
+
+
+def _code(name: str) -> int:
+    return OP_NAMES.index(name)
 
 CAUSES = ("seq_cv", "slow_rank", "last_stage_extra", "slow_dp_factor", "data_spike_ms")
 
@@ -138,16 +146,20 @@ def _program(stage: int, pp: int, m: int) -> list[tuple[str, int, int]]:
 
 
 def simulate_steps(cfg: TimelineConfig) -> tuple[pa.Table, np.ndarray]:
-    """Every rank's op timeline and each step's time (ns: the latest end, every rank
-    starting at 0)."""
+    """Every rank's op timeline and each step's time (ns: the latest end of any rank -
+    the earliest start)."""
+    tables, times = zip(*step_tables(cfg))
+    return pa.concat_tables(tables), np.array(times, dtype=np.int64)
+
+
+def step_tables(cfg: TimelineConfig) -> Iterator[tuple[pa.Table, int]]:
+    """Each step's rows and time (ns), one step at a time (the memory of one step)."""
     rng = np.random.default_rng(cfg.seed)
     pp, dp, m, tp = cfg.pp, cfg.dp, cfg.microbatches, cfg.tp
     programs = [_program(s, pp, m) for s in range(pp)]
     plen = max(len(p) for p in programs)
     # every random draw made up front, whatever the causes (a re-run keeps them)
     gpu = 1.0 + cfg.gpu_sigma * rng.standard_normal((pp, dp))
-    noise = 1.0 + cfg.op_noise * rng.standard_normal((cfg.steps, pp, plen + 8, dp))
-    gaps = cfg.gap_ms * (1.0 + 0.2 * rng.random((cfg.steps, pp, plen + 8, dp)))
     seq = np.exp(rng.standard_normal((cfg.steps, dp, m)) * 1.0)
     seq = seq ** (cfg.seq_cv if cfg.seq_cv else 0.0)
     seq /= seq.mean(axis=(1, 2), keepdims=True)
@@ -161,21 +173,25 @@ def simulate_steps(cfg: TimelineConfig) -> tuple[pa.Table, np.ndarray]:
         s_dp = (cfg.slow_rank // tp) % dp
         until = None if cfg.slow_steps is None else cfg.slow_from + cfg.slow_steps
         slow[cfg.slow_from:until, s_stage, s_dp] = cfg.slow_factor
-    out: dict[str, list] = {k: [] for k in ("stage", "dp", "step", "op", "mb", "start",
-                                            "dur", "transfer")}
-    step_ns = np.zeros(cfg.steps, dtype=np.int64)
+    out: dict[str, list] = {}
 
     def record(step, stage, name, mb, start, dur, transfer=None):
         out["stage"].append(np.full(dp, stage))
         out["dp"].append(np.arange(dp))
         out["step"].append(np.full(dp, step))
-        out["op"].append([name] * dp)
+        out["op"].append(np.full(dp, _code(name), dtype=np.int16))
         out["mb"].append(np.full(dp, mb))
         out["start"].append(start.copy())
         out["dur"].append(dur.copy())
         out["transfer"].append(np.full(dp, -1.0) if transfer is None else transfer.copy())
 
     for step in range(cfg.steps):
+        for k in ("stage", "dp", "step", "op", "mb", "start", "dur", "transfer"):
+            out[k] = []
+        # this step's draws (the same whatever the causes)
+        draw = np.random.default_rng([cfg.seed, 1, step])
+        noise = 1.0 + cfg.op_noise * draw.standard_normal((1, pp, plen + 8, dp))
+        gaps = cfg.gap_ms * (1.0 + 0.2 * draw.random((1, pp, plen + 8, dp)))
         t = np.zeros((pp, dp))          # each stage's clock, per DP replica
         ptr = [0] * pp
         k_op = [0] * pp                 # ops run so far (the noise index)
@@ -191,9 +207,9 @@ def simulate_steps(cfg: TimelineConfig) -> tuple[pa.Table, np.ndarray]:
                     name, mb, side = programs[s][ptr[s]]
                     k = k_op[s]
                     if side == 0:
-                        start = t[s] + gaps[step, s, k]
+                        start = t[s] + gaps[0, s, k]
                         w = stage_w[s] * gpu[s] * slow[step, s] * seq[step, :, mb] \
-                            * noise[step, s, k]
+                            * noise[0, s, k]
                         dur = cfg.fwd_ms * w * (1.0 if name == "forward-compute"
                                                 else cfg.bwd_factor)
                         has_data = name == "forward-compute" and s in (0, pp - 1)
@@ -206,14 +222,14 @@ def simulate_steps(cfg: TimelineConfig) -> tuple[pa.Table, np.ndarray]:
                     else:
                         peer = s + 1 if side == 1 else s - 1
                         if s not in waiting:
-                            waiting[s] = t[s] + gaps[step, s, k]
+                            waiting[s] = t[s] + gaps[0, s, k]
                         if peer not in waiting:
                             break  # the peer has not reached its side yet
                         pname, _, pside = programs[peer][ptr[peer]]
                         if pside != (2 if side == 1 else 1):
                             break
                         a, b = waiting.pop(s), waiting.pop(peer)
-                        xfer = cfg.p2p_ms * noise[step, s, k]
+                        xfer = cfg.p2p_ms * noise[0, s, k]
                         end = np.maximum(a, b) + xfer
                         record(step, s, name, mb, a, end - a, xfer)
                         record(step, peer, pname, programs[peer][ptr[peer]][1], b, end - b,
@@ -234,9 +250,9 @@ def simulate_steps(cfg: TimelineConfig) -> tuple[pa.Table, np.ndarray]:
                                 ("embedding-grads-all-reduce", cfg.embedding_ms, "emb"),
                                 ("optimizer", cfg.optimizer_ms, "local"),
                                 ("params-all-gather", cfg.param_gather_ms, "dp")):
-            arrive = np.stack([t[s] + gaps[step, s, k_op[s]] for s in range(pp)])
+            arrive = np.stack([t[s] + gaps[0, s, k_op[s]] for s in range(pp)])
             if group == "dp":
-                xfer = ms * dp_slow * noise[step, :, k_op[0] + 1, 0][:, None] \
+                xfer = ms * dp_slow * noise[0, :, k_op[0] + 1, 0][:, None] \
                     * np.ones((1, dp))
                 end = arrive.max(axis=1, keepdims=True) + xfer
             elif group == "emb" and pp > 1:
@@ -247,32 +263,29 @@ def simulate_steps(cfg: TimelineConfig) -> tuple[pa.Table, np.ndarray]:
                 xfer[1:-1] = ms * 0.02
             else:
                 xfer = None
-                end = arrive + ms * noise[step, :, k_op[0] + 2]
+                end = arrive + ms * noise[0, :, k_op[0] + 2]
             for s in range(pp):
                 record(step, s, name, -1, arrive[s], end[s] - arrive[s],
                        None if xfer is None else xfer[s])
                 k_op[s] += 1
             t = end
-    table = _rows(cfg, out)
-    import pyarrow.compute as pc
-    for step in range(cfg.steps):
-        mine = table.filter(pc.equal(table["step"], step))
-        ends = pc.add(mine["start_ns"], mine["duration_ns"])
-        step_ns[step] = pc.max(ends).as_py() - pc.min(mine["start_ns"]).as_py()
-    return table, step_ns
+        table = _rows(cfg, out)
+        ends = pc.add(table["start_ns"], table["duration_ns"])
+        yield table, pc.max(ends).as_py() - pc.min(table["start_ns"]).as_py()
 
 
 def _rows(cfg: TimelineConfig, out: dict[str, list]) -> pa.Table:
     stage = np.concatenate(out["stage"])
     dpr = np.concatenate(out["dp"])
-    ops = np.concatenate([np.asarray(o, dtype=object) for o in out["op"]])
+    ops = np.concatenate(out["op"])
     n = len(stage)
     tp = cfg.tp
     cols = {
         "stage": np.repeat(stage, tp), "dp_rank": np.repeat(dpr, tp),
         "tp_rank": np.tile(np.arange(tp), n),
         "step": np.repeat(np.concatenate(out["step"]), tp),
-        "op": np.repeat(ops, tp),
+        "op": pa.DictionaryArray.from_arrays(pa.array(np.repeat(ops, tp), pa.int16()),
+                                             pa.array(OP_NAMES)).cast(pa.string()),
         "microbatch": np.repeat(np.concatenate(out["mb"]), tp),
         "start_ns": np.repeat(np.round(np.concatenate(out["start"]) * 1e6).astype(np.int64),
                               tp),
@@ -291,22 +304,31 @@ def _rows(cfg: TimelineConfig, out: dict[str, list]) -> pa.Table:
 
 
 def write_timeline(cfg: TimelineConfig, out: str | os.PathLike) -> tuple[Path, np.ndarray]:
-    """The op timeline as ``out`` (a .parquet, .csv or .jsonl file) and each step's true
-    time (ns)."""
-    table, steps = simulate_steps(cfg)
+    """The op timeline as ``out`` (a .parquet file, written a step at a time; a .csv or
+    .jsonl file) and each step's true time (ns)."""
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".part")
-    if path.suffix == ".csv":
-        from pyarrow import csv
-        csv.write_csv(table, tmp)
-    elif path.suffix == ".jsonl":
-        import orjson
-        with open(tmp, "wb") as f:
-            for row in table.to_pylist():
-                f.write(orjson.dumps(row) + b"\n")
-    else:
-        import pyarrow.parquet as pq
-        pq.write_table(table, tmp)
-    os.replace(tmp, path)
-    return path, steps
+    times = []
+    try:
+        if path.suffix in (".csv", ".jsonl"):
+            table, steps = simulate_steps(cfg)
+            times = list(steps)
+            if path.suffix == ".csv":
+                from pyarrow import csv
+                csv.write_csv(table, tmp)
+            else:
+                import orjson
+                with open(tmp, "wb") as f:
+                    for row in table.to_pylist():
+                        f.write(orjson.dumps(row) + b"\n")
+        else:
+            import pyarrow.parquet as pq
+            with pq.ParquetWriter(tmp, OP_TIMELINE_SCHEMA) as writer:
+                for table, ns in step_tables(cfg):
+                    writer.write_table(table)
+                    times.append(ns)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path, np.array(times, dtype=np.int64)

@@ -1,10 +1,11 @@
 """An op timeline in memory: one row per timed op as compact numpy columns, sorted by
 step, rank and start, and the job's layout per rank (stage, DP rank, TP rank; -1
-unknown). ~30 bytes per op."""
+unknown). ~26 bytes per op (34 with transfers given)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numba as nb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,9 +26,9 @@ class OpTimeline:
     op: np.ndarray         # int16, index of names
     start: np.ndarray      # int64 ns
     dur: np.ndarray        # int64 ns
-    microbatch: np.ndarray  # int32
+    microbatch: np.ndarray  # int16
     chunk: np.ndarray      # int16
-    transfer: np.ndarray   # int64 ns, -1 not given
+    transfer: np.ndarray | None  # int64 ns, -1 not given (None: none given)
     ranks: np.ndarray      # int32, sorted
     stage: np.ndarray      # int32 per rank
     dp: np.ndarray
@@ -61,54 +62,201 @@ class OpTimeline:
         """The rows where ``keep`` (a mask or indices), same layout."""
         return OpTimeline(self.names, self.rank[keep], self.step[keep], self.op[keep],
                           self.start[keep], self.dur[keep], self.microbatch[keep],
-                          self.chunk[keep], self.transfer[keep], self.ranks, self.stage,
+                          self.chunk[keep],
+                          None if self.transfer is None else self.transfer[keep],
+                          self.ranks, self.stage,
                           self.dp, self.tp, dict(self.layout_from), list(self.notes))
 
     @classmethod
     def of(cls, table: pa.Table, notes: list[str] | None = None) -> OpTimeline:
         """From rows of :data:`~traceviz.table.timeline_schema.OP_TIMELINE_SCHEMA`
-        (checked values; optional columns may be left out); a rank whose rows give two stages (DP, TP ranks) is an error."""
-        if table.num_rows == 0:
-            raise TraceVizError("the op timeline has no rows")
-        codes = pc.dictionary_encode(table["op"]).combine_chunks()
-        names = tuple(codes.dictionary.to_pylist())
+        (checked values; optional columns may be left out); a rank whose rows give two
+        stages (DP, TP ranks) is an error."""
+        builder = TimelineBuilder()
+        builder.add(table)
+        return builder.build(list(notes or []))
+
+
+class TimelineBuilder:
+    """An op timeline gathered a batch of rows at a time (each kept as compact columns,
+    the batch's Arrow memory released), sorted once at :meth:`build`."""
+
+    def __init__(self, max_names: int = 1 << 15, capacity: int | None = None) -> None:
+        """``capacity``: the rows to come, where known (the columns are then filled in
+        place, never held twice)."""
+        self.max_names = max_names
+        self.capacity = capacity
+        self.filled: dict[str, np.ndarray] = {}
+        self.names: dict[str, int] = {}
+        self.parts: dict[str, list[np.ndarray]] = {k: [] for k in (
+            "rank", "step", "op", "start", "dur", "microbatch", "chunk", "transfer")}
+        self.layout: dict[str, dict[int, tuple[int, int]]] = {
+            "stage": {}, "dp_rank": {}, "tp_rank": {}}
+        self.rows = 0
+        self.given_transfer = False
+
+    def add(self, table: pa.Table, where: object = "") -> None:
+        """A batch of checked rows (optional columns may be left out or null)."""
+        n = table.num_rows
+        if not n:
+            return
 
         def col(name: str, dtype, fill: int) -> np.ndarray:
-            if name not in table.column_names:  # an optional column left out
-                return np.full(table.num_rows, fill, dtype=dtype)
+            if name not in table.column_names:
+                return np.full(n, fill, dtype=dtype)
             return np.asarray(pc.fill_null(table[name], fill).combine_chunks()
                               .to_numpy(zero_copy_only=False), dtype=dtype)
 
+        codes = pc.dictionary_encode(table["op"]).combine_chunks()
+        local = codes.dictionary.to_pylist()
+        mapping = np.array([self.names.setdefault(x, len(self.names)) for x in local],
+                           dtype=np.int16) if len(self.names) + len(local) <= \
+            self.max_names or all(x in self.names for x in local) else None
+        if mapping is None or len(self.names) > self.max_names:
+            raise TraceVizError(f"{where}: more than {self.max_names:,} distinct op names: "
+                                "not an op timeline of timers")
+        self._put("op", mapping[np.asarray(codes.indices.to_numpy(
+            zero_copy_only=False), dtype=np.int64)] if len(local) else
+            np.zeros(n, np.int16))
         rank = col("rank", np.int32, 0)
-        step = col("step", np.int32, 0)
-        start = col("start_ns", np.int64, 0)
-        dur = col("duration_ns", np.int64, 0)
-        order = np.lexsort((-dur, start, rank, step))
+        self._put("rank", rank)
+        self._put("step", col("step", np.int32, 0))
+        self._put("start", col("start_ns", np.int64, 0))
+        self._put("dur", col("duration_ns", np.int64, 0))
+        mb = col("microbatch", np.int64, -1)
+        if mb.max() >= 1 << 15:
+            raise TraceVizError(f"{where}: micro-batch {int(mb.max())}: at most 32,767")
+        self._put("microbatch", mb.astype(np.int16))
+        chunk = col("chunk", np.int64, 0)
+        if chunk.max() >= 1 << 15:
+            raise TraceVizError(f"{where}: chunk {int(chunk.max())}: at most 32,767")
+        self._put("chunk", chunk.astype(np.int16))
+        tr = col("transfer_ns", np.int64, -1)
+        if (tr >= 0).any() and not self.given_transfer:  # the rows before: none given
+            self.given_transfer = True
+            self._put("transfer", np.full(self.rows, -1, dtype=np.int64), at=0)
+        if self.given_transfer:
+            self._put("transfer", tr)
+        for name, seen in self.layout.items():
+            v = col(name, np.int64, -1)
+            given = v >= 0
+            if not given.any():
+                continue
+            order = np.lexsort((v[given], rank[given]))
+            r, x = rank[given][order], v[given][order]
+            cut = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+            lo = x[cut]
+            hi = x[np.r_[cut[1:] - 1, len(x) - 1]]
+            for rr, a, b in zip(r[cut].tolist(), lo.tolist(), hi.tolist()):
+                a0, b0 = seen.get(rr, (a, b))
+                a, b = min(a, a0), max(b, b0)
+                if a != b:
+                    raise TraceVizError(f"{where}: rank {rr}: its rows give {name} {a} and "
+                                        f"{b}: one per rank")
+                seen[rr] = (a, b)
+        self.rows += n
+
+    def _put(self, name: str, values: np.ndarray, at: int | None = None) -> None:
+        """A batch's column: copied into place (capacity known) or kept as a part (a copy,
+        never a view of the batch's Arrow memory)."""
+        at = self.rows if at is None else at
+        if self.capacity is not None and at + len(values) <= self.capacity:
+            if name not in self.filled:
+                self.filled[name] = np.empty(self.capacity, dtype=values.dtype)
+            self.filled[name][at:at + len(values)] = values
+        else:
+            if name in self.filled:  # more rows than announced: the rest as parts
+                self.parts[name].append(self.filled.pop(name)[:at])
+            self.parts[name].append(np.array(values, copy=True))
+
+    def build(self, notes: list[str]) -> OpTimeline:
+        """The timeline, sorted by step, rank, start and longest first."""
+        if not self.rows:
+            raise TraceVizError("the op timeline has no rows")
+        cat = {}
+        for k in list(self.parts):  # one column at a time: its parts freed as it is made
+            parts = self.parts.pop(k)
+            if k in self.filled:
+                cat[k] = self.filled.pop(k)[:self.rows]
+            elif parts:
+                cat[k] = np.concatenate(parts) if len(parts) > 1 else parts[0]
+            else:
+                cat[k] = np.zeros(0)
+            del parts
+        rank, step, start, dur = cat["rank"], cat["step"], cat["start"], cat["dur"]
         ranks = np.unique(rank)
-        ri = np.searchsorted(ranks, rank)
+        if not _is_sorted(step, rank, start, dur):
+            order = _order(step, rank, start, dur)
+            for k in cat:  # one column at a time
+                if len(cat[k]) == self.rows:
+                    cat[k] = cat[k][order]
+            del order
         layout, found = {}, {}
         for name, key in (("stage", "stage"), ("dp_rank", "dp"), ("tp_rank", "tp")):
-            v = col(name, np.int64, -1)
-            per = np.full(len(ranks), -1, dtype=np.int64)
-            given = v >= 0
-            if given.any():
-                lo = np.full(len(ranks), np.iinfo(np.int64).max)
-                hi = np.full(len(ranks), -1, dtype=np.int64)
-                np.minimum.at(lo, ri[given], v[given])
-                np.maximum.at(hi, ri[given], v[given])
-                bad = np.flatnonzero((hi >= 0) & (lo != hi))
-                if bad.size:
-                    r = int(ranks[bad[0]])
-                    raise TraceVizError(f"rank {r}: its rows give {name} {int(lo[bad[0]])} "
-                                        f"and {int(hi[bad[0]])}: one per rank")
-                per = np.where(hi >= 0, hi, -1)
-            layout[key] = per.astype(np.int32)
+            seen = self.layout[name]
+            per = np.array([seen.get(int(r), (-1, -1))[0] for r in ranks], dtype=np.int32)
+            layout[key] = per
             found[key] = ("column" if (per >= 0).all() else
                           "unknown" if not (per >= 0).any() else "column (some ranks)")
-        return cls(names, rank[order], step[order],
-                   np.asarray(codes.indices.to_numpy(zero_copy_only=False),
-                              dtype=np.int16)[order],
-                   start[order], dur[order], col("microbatch", np.int32, -1)[order],
-                   col("chunk", np.int16, 0)[order], col("transfer_ns", np.int64, -1)[order],
-                   ranks.astype(np.int32), layout["stage"], layout["dp"], layout["tp"],
-                   found, list(notes or []))
+        names = [""] * len(self.names)
+        for x, i in self.names.items():
+            names[i] = x
+        return OpTimeline(tuple(names), cat["rank"], cat["step"], cat["op"], cat["start"],
+                          cat["dur"], cat["microbatch"], cat["chunk"],
+                          cat["transfer"] if self.given_transfer else None,
+                          ranks.astype(np.int32), layout["stage"], layout["dp"],
+                          layout["tp"], found, notes)
+
+
+@nb.njit(cache=True)
+def _is_sorted(step, rank, start, dur):  # pragma: no cover (compiled)
+    """Whether the rows are in (step, rank, start, longest first) order already."""
+    for i in range(1, len(step)):
+        if step[i] != step[i - 1]:
+            if step[i] < step[i - 1]:
+                return False
+            continue
+        if rank[i] != rank[i - 1]:
+            if rank[i] < rank[i - 1]:
+                return False
+            continue
+        if start[i] < start[i - 1] or (start[i] == start[i - 1] and dur[i] > dur[i - 1]):
+            return False
+    return True
+
+
+def _order(step, rank, start, dur) -> np.ndarray:
+    """The rows' order by (step, rank, start, longest first), as int32 (rows < 2^31): a
+    counting sort by step, then each step's rows sorted on their own (a step's memory)."""
+    lo, hi = int(step.min()), int(step.max())
+    if hi - lo < 1 << 24:  # steps as offsets (no copy of the column sorted)
+        order, counts = _by_key(step, lo, hi - lo + 1)
+    else:
+        steps, inverse = np.unique(step, return_inverse=True)
+        order, counts = _by_key(inverse.astype(np.int64), 0, len(steps))
+        del inverse
+    at = 0
+    for c in counts.tolist():
+        part = order[at:at + c]
+        local = np.lexsort((-dur[part], start[part], rank[part]))
+        order[at:at + c] = part[local]
+        at += c
+    return order
+
+
+@nb.njit(cache=True)
+def _by_key(key, lo, n):  # pragma: no cover (compiled)
+    """A stable counting sort of ``key`` (lo..lo+n-1): the rows' order (int32) and the
+    rows per key."""
+    counts = np.zeros(n + 1, dtype=np.int64)
+    for k in key:
+        counts[k - lo + 1] += 1
+    per = counts[1:].copy()
+    for i in range(n):
+        counts[i + 1] += counts[i]
+    order = np.empty(len(key), dtype=np.int32)
+    for i in range(len(key)):
+        j = key[i] - lo
+        order[counts[j]] = i
+        counts[j] += 1
+    return order, per

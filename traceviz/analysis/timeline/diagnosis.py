@@ -28,6 +28,7 @@ from ...table.records import records
 from ..advice import ADVICE_SCHEMA, FAULT_PCT, STANDINGS, Advice, Finding, standing
 from ..diagnose.stages import best_split
 from . import whatif as W
+from .cells import compute_cells
 from .data import OpTimeline
 from .findings import (SlowWorker, data_imbalance, slow_dp_groups, slow_workers,
                        stage_balance, worker_series)
@@ -98,10 +99,12 @@ def diagnose_timeline(tl: OpTimeline, num_layers: int | None = None) -> Timeline
     model = TimelineModel(tl)
     t = model.timeline
     ledger_rows, dp_calls, fit = _measured(model)
-    series = worker_series(model)
+    cells = compute_cells(model)
+    series = worker_series(model, cells)
     slow = slow_workers(model, series)
-    data = data_imbalance(model, slow)
-    balance = stage_balance(model, num_layers)
+    data = data_imbalance(model, cells, slow)
+    balance = stage_balance(model, cells, num_layers)
+    del cells
     groups = slow_dp_groups(model, *dp_calls)
     causes = _causes(model, slow, data, balance, groups, ledger_rows, num_layers)
     attribution = _attribution(model, series)

@@ -39,8 +39,9 @@ import numpy as np
 
 from ..diagnose.stages import StageBalance
 from ..diagnose.stragglers import SLOWDOWN_MIN, SPREAD_FLOOR, Z_MIN
+from .cells import Cells
 from .model import TimelineModel
-from .ops import COMPUTE, DP
+from .ops import DP
 
 # the trace diagnosis's bounds of the ordinary spread (one definition for both inputs)
 MIN_SLOW, MIN_Z, MIN_MAD = SLOWDOWN_MIN - 1.0, Z_MIN, SPREAD_FLOOR
@@ -108,33 +109,21 @@ class SlowGroup:
     median_ns: float
 
 
-def _rows(model: TimelineModel) -> tuple[np.ndarray, ...]:
-    """The compute rows: (rows, rank index, step index, exclusive ns, typical ns)."""
-    t = model.timeline
-    rows = np.flatnonzero(t.classes[t.op] == COMPUTE)
-    ri = np.searchsorted(t.ranks, t.rank[rows])
-    si = np.searchsorted(model.steps, t.step[rows])
-    typ = model.typical.duration[model.keys(rows)]
-    ok = np.isfinite(typ) & (typ > 0)
-    return rows[ok], ri[ok], si[ok], model.excl[rows[ok]], typ[ok]
-
-
-def worker_series(model: TimelineModel) -> WorkerSeries:
+def worker_series(model: TimelineModel, cells: Cells) -> WorkerSeries:
     nw, ns = model.workers, len(model.steps)
-    rows, ri, si, excl, typ = _rows(model)
-    w = model.worker[ri]
-    cell = w * ns + si
-    spent = np.bincount(cell, weights=excl, minlength=nw * ns).reshape(nw, ns)
-    typical = np.bincount(cell, weights=typ, minlength=nw * ns).reshape(nw, ns)
+    spent, typical = cells.worker_step()
     speed = np.divide(spent, typical, out=np.full((nw, ns), np.nan), where=typical > 0)
     dp = model.timeline.dp[model.first_rank]
-    rel = speed.copy()
-    if model.pp >= 3:
-        for d in np.unique(dp):
-            mine = dp == d
-            with np.errstate(all="ignore"):
-                pipe = np.nanmedian(speed[mine], axis=0)
-            rel[mine] = speed[mine] / pipe
+    rel = speed
+    if model.pp >= 3:  # against the median stage of its pipeline in each step
+        order = np.argsort(dp, kind="stable")
+        cut = np.flatnonzero(np.r_[True, dp[order][1:] != dp[order][:-1], True])
+        pipe = np.empty_like(speed)
+        with np.errstate(all="ignore"):
+            for a, b in zip(cut[:-1], cut[1:]):
+                mine = order[a:b]
+                pipe[mine] = np.nanmedian(speed[mine], axis=0)
+            rel = speed / pipe
     with np.errstate(all="ignore"):
         med = np.nanmedian(rel, axis=0)
         slowdown = rel / med
@@ -213,33 +202,38 @@ def _longest_run(flags: np.ndarray) -> tuple[int, int]:
     return best_at, best
 
 
-def data_imbalance(model: TimelineModel, slow: list[SlowWorker]) -> DataImbalance | None:
+def data_imbalance(model: TimelineModel, cells: Cells, slow: list[SlowWorker]
+                   ) -> DataImbalance | None:
     """The micro-batches' compute shares (see the module doc); None without
     micro-batches."""
-    t = model.timeline
-    rows, ri, si, excl, typ = _rows(model)
-    mb = t.microbatch[rows]
-    keep = mb >= 0
-    if not keep.any():
+    if not cells.by_microbatch or cells.microbatches == 0:
         return None
-    rows, ri, si, excl, typ, mb = rows[keep], ri[keep], si[keep], excl[keep], typ[keep], mb[keep]
-    w = model.worker[ri]
+    m = cells.microbatches
+    t = model.timeline
+    dp = t.dp[model.first_rank].astype(np.int64)
+    ndp = int(dp.max()) + 1
+    ns = len(model.steps)
+    # a persistent slow worker's compute at its peers' speed
+    fix = np.ones((ns, model.workers))
     for x in slow:
         if x.persistent:
-            on = (w == x.worker) & (si >= x.since_index)
-            excl = np.where(on, excl / x.slowdown, excl)
-    ns, ndp, nmb = len(model.steps), int(t.dp.max()) + 1, int(mb.max()) + 1
-    dp = t.dp[ri]
-    cell = (si * ndp + dp) * nmb + mb
-    size = ns * ndp * nmb
-    fwd = np.array([n == "forward-compute" for n in t.names])[t.op[rows]]
+            fix[x.since_index:, x.worker] = 1.0 / x.slowdown
 
-    def share(mask) -> np.ndarray:
-        a = np.bincount(cell[mask], weights=excl[mask], minlength=size)
-        b = np.bincount(cell[mask], weights=typ[mask], minlength=size)
-        return np.divide(a, b, out=np.full(size, np.nan), where=b > 0).reshape(ns, ndp, nmb)
+    def share(excl: np.ndarray, typ: np.ndarray) -> np.ndarray:
+        """[step, DP rank, micro-batch] compute / its typical, over the pipeline's
+        workers."""
+        e = np.zeros((ndp, ns, m))
+        ty = np.zeros((ndp, ns, m))
+        np.add.at(e, dp, (excl[:, :, :m] * fix[:, :, None]).transpose(1, 0, 2))
+        np.add.at(ty, dp, typ[:, :, :m].transpose(1, 0, 2))
+        e, ty = e.transpose(1, 0, 2), ty.transpose(1, 0, 2)
+        return np.divide(e, ty, out=np.full(e.shape, np.nan), where=ty > 0)
 
-    every, f, b = share(np.ones(len(rows), bool)), share(fwd), share(~fwd)
+    f = share(cells.excl_fwd, cells.typ_fwd)
+    b = share(cells.excl_bwd, cells.typ_bwd)
+    every = share(cells.excl_fwd + cells.excl_bwd, cells.typ_fwd + cells.typ_bwd)
+    if not np.isfinite(every).any():
+        return None
     with np.errstate(all="ignore"):
         mean = np.nanmean(every, axis=(1, 2))
         cv = float(np.nanmean(np.nanstd(every, axis=(1, 2)) / mean))
@@ -264,7 +258,8 @@ def data_imbalance(model: TimelineModel, slow: list[SlowWorker]) -> DataImbalanc
                          shrink if np.isfinite(shrink) else 1.0)
 
 
-def stage_balance(model: TimelineModel, num_layers: int | None) -> StageBalance | None:
+def stage_balance(model: TimelineModel, cells: Cells, num_layers: int | None
+                  ) -> StageBalance | None:
     """Each stage's compute per micro-batch (the median over its workers and steps of a
     worker's compute in a step / its micro-batches) and, with ``num_layers``, the split
     of :func:`~traceviz.analysis.diagnose.stages.best_split`; None with one stage."""
@@ -272,17 +267,15 @@ def stage_balance(model: TimelineModel, num_layers: int | None) -> StageBalance 
     if pp < 2:
         return None
     t = model.timeline
-    rows, ri, si, excl, _ = _rows(model)
-    ns = len(model.steps)
-    cell = model.worker[ri] * ns + si
-    spent = np.bincount(cell, weights=excl, minlength=model.workers * ns)
-    mbs = t.microbatch[rows]
-    pairs = np.unique(np.stack([cell, mbs.astype(np.int64)], axis=1), axis=0)
-    count = np.bincount(pairs[:, 0], minlength=model.workers * ns)
-    per = np.divide(spent, count, out=np.full(len(spent), np.nan), where=count > 0)
-    per = per.reshape(model.workers, ns)
+    spent, _ = cells.worker_step()
+    typ = cells.typ_fwd + cells.typ_bwd
+    count = ((typ[:, :, :cells.microbatches] > 0).sum(axis=2).T if cells.by_microbatch
+             and cells.microbatches else np.ones(spent.shape))
+    count = np.where(count == 0, 1, count)  # compute without micro-batches: one
+    per = np.where(spent > 0, spent / count, np.nan)
     stage = t.stage[model.first_rank]
-    compute = [float(np.nanmedian(per[stage == s])) for s in range(pp)]
+    with np.errstate(all="ignore"):
+        compute = [float(np.nanmedian(per[stage == s])) for s in range(pp)]
     if not all(np.isfinite(compute)):
         return None
     layers: list[int | None] = [num_layers // pp] * pp if num_layers else [None] * pp

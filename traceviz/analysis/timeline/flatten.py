@@ -16,37 +16,60 @@ from .ops import WRAPPER
 
 
 @dataclass
-class Pieces:
-    """Per piece (sorted by step, rank and start) its op's ``row`` in the timeline
-    (after wrappers were left out: see :attr:`timeline`), ``start`` and ``dur`` (ns)."""
+class Flat:
+    """The timeline with its wrappers left out (:attr:`timeline`), each op's exclusive
+    time (``excl``, ns: its duration less the ops inside it), how many ops are held by
+    another and overlap one, and each step's rows (step, first row, end)."""
 
     timeline: OpTimeline
-    row: np.ndarray    # int64
-    start: np.ndarray  # int64
-    dur: np.ndarray    # int64
-    nested: int        # ops held by another op
-    overlapping: int   # ops overlapping another without being held
+    excl: np.ndarray
+    nested: int
+    overlapping: int
+    steps: list[tuple[int, int, int]]
+
+    def pieces(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(row, start, dur) of every piece of rows ``lo:hi`` (whole steps), in order."""
+        tl = self.timeline
+        start, dur = tl.start[lo:hi], tl.dur[lo:hi]
+        if not self.nested and not self.overlapping:  # every op one piece
+            return np.arange(lo, hi, dtype=np.int64), start, dur
+        seg = _segments(tl.step[lo:hi], tl.rank[lo:hi])
+        empty = np.empty(0, dtype=np.int64)
+        n, _, _ = _walk(start, dur, seg, empty, empty, empty, 0)
+        row, pst, pdur = (np.empty(n, dtype=np.int64) for _ in range(3))
+        _walk(start, dur, seg, row, pst, pdur, 1)
+        return row + lo, pst, pdur
 
 
-def flatten(tl: OpTimeline) -> Pieces:
-    """The timeline's ops as pieces (see the module doc); a note names what was left
-    out or cut."""
+def _segments(step: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """Where each (step, rank)'s rows begin, and the end."""
+    seg = np.flatnonzero(np.r_[True, (step[1:] != step[:-1]) | (rank[1:] != rank[:-1])])
+    return np.r_[seg, len(step)].astype(np.int64)
+
+
+def flatten(tl: OpTimeline) -> Flat:
+    """The timeline's ops as a sequence on each rank (see the module doc), wrappers left
+    out in place; a note names what was left out or cut."""
     wrapped = tl.classes[tl.op] == WRAPPER
     if wrapped.any():
         names = sorted({tl.names[i] for i in np.unique(tl.op[wrapped])})
-        tl = tl.take(~wrapped)
+        keep = ~wrapped
+        for name in ("rank", "step", "op", "start", "dur", "microbatch", "chunk"):
+            setattr(tl, name, getattr(tl, name)[keep])  # one column at a time
+        if tl.transfer is not None:
+            tl.transfer = tl.transfer[keep]
         tl.notes.append(f"{int(wrapped.sum()):,} wrapper timers ({', '.join(names)}) left "
                         "out: the ops inside them are timed")
-    seg = np.flatnonzero(np.r_[True, (tl.step[1:] != tl.step[:-1])
-                               | (tl.rank[1:] != tl.rank[:-1])]).astype(np.int64)
-    seg = np.r_[seg, len(tl)].astype(np.int64)
+    del wrapped
+    seg = _segments(tl.step, tl.rank)
     empty = np.empty(0, dtype=np.int64)
-    n_out, nested, overlap = _walk(tl.start, tl.dur, seg, empty, empty, empty, False)
-    if not nested and not overlap:  # every op one piece: the rows themselves
-        row, start, dur = np.arange(len(tl), dtype=np.int64), tl.start, tl.dur
+    _, nested, overlap = _walk(tl.start, tl.dur, seg, empty, empty, empty, 0)
+    if nested or overlap:
+        excl = np.zeros(len(tl), dtype=np.int64)
+        _walk(tl.start, tl.dur, seg, empty, empty, excl, 2)
     else:
-        row, start, dur = (np.empty(n_out, dtype=np.int64) for _ in range(3))
-        _walk(tl.start, tl.dur, seg, row, start, dur, True)
+        excl = tl.dur
+    del seg
     if nested:
         tl.notes.append(f"{nested:,} ops run inside another op on their rank (e.g. "
                         "batch-generator inside forward-compute): the outer op is cut "
@@ -54,17 +77,32 @@ def flatten(tl: OpTimeline) -> Pieces:
     if overlap:
         tl.notes.append(f"{overlap:,} ops overlap the op before them on their rank "
                         "without being inside it: kept overlapping")
-    return Pieces(tl, row, start, dur, nested, overlap)
+    cut = np.flatnonzero(np.r_[True, tl.step[1:] != tl.step[:-1], True])
+    steps = [(int(tl.step[a]), int(a), int(b)) for a, b in zip(cut[:-1], cut[1:])]
+    return Flat(tl, excl, nested, overlap, steps)
 
 
 DEPTH = 64  # ops open inside each other at most (deeper ones are kept whole)
 
 
+@nb.njit(cache=True, inline="always")
+def _piece(mode, k, row, pst, pdur, r, start, length):  # pragma: no cover (compiled)
+    """One piece of op ``r``: counted, written at ``k`` or added to its exclusive time."""
+    if mode == 1:
+        row[k] = r
+        pst[k] = start
+        pdur[k] = length
+    elif mode == 2:
+        pdur[r] += length
+    return k + 1
+
+
 @nb.njit(cache=True)
-def _walk(start, dur, seg, row, pst, pdur, emit):  # pragma: no cover (compiled)
-    """Counts the pieces (``emit`` False) or writes them, in time order: an open op's
-    piece up to each op inside it starts, its last piece when it ends. Returns (pieces,
-    nested ops, overlapping ops)."""
+def _walk(start, dur, seg, row, pst, pdur, mode):  # pragma: no cover (compiled)
+    """Counts the pieces (``mode`` 0), writes them (1: ``row``, ``pst``, ``pdur``, in time
+    order: an open op's piece up to each op inside it starts, its last piece when it
+    ends) or adds each piece to its op's exclusive time (2: ``pdur`` per row). Returns
+    (pieces, nested ops, overlapping ops)."""
     k = 0
     nested = 0
     overlap = 0
@@ -83,11 +121,8 @@ def _walk(start, dur, seg, row, pst, pdur, emit):  # pragma: no cover (compiled)
                     pass  # closed below
                 elif en <= tend:
                     if st > cursor[depth - 1]:  # the open op up to the one inside it
-                        if emit:
-                            row[k] = top
-                            pst[k] = cursor[depth - 1]
-                            pdur[k] = st - cursor[depth - 1]
-                        k += 1
+                        k = _piece(mode, k, row, pst, pdur, top, cursor[depth - 1],
+                                   st - cursor[depth - 1])
                         pieces[depth - 1] += 1
                     nested += 1
                     break
@@ -95,11 +130,8 @@ def _walk(start, dur, seg, row, pst, pdur, emit):  # pragma: no cover (compiled)
                     overlap += 1
                 # the open op ends: its last piece
                 if tend > cursor[depth - 1] or pieces[depth - 1] == 0:
-                    if emit:
-                        row[k] = top
-                        pst[k] = cursor[depth - 1]
-                        pdur[k] = max(tend - cursor[depth - 1], 0)
-                    k += 1
+                    k = _piece(mode, k, row, pst, pdur, top, cursor[depth - 1],
+                               max(tend - cursor[depth - 1], 0))
                 depth -= 1
                 if depth > 0:
                     cursor[depth - 1] = max(cursor[depth - 1], tend)
@@ -110,20 +142,13 @@ def _walk(start, dur, seg, row, pst, pdur, emit):  # pragma: no cover (compiled)
                 depth += 1
             else:
                 overlap += 1
-                if emit:
-                    row[k] = i
-                    pst[k] = st
-                    pdur[k] = dur[i]
-                k += 1
+                k = _piece(mode, k, row, pst, pdur, i, st, dur[i])
         while depth > 0:
             top = stack[depth - 1]
             tend = start[top] + dur[top]
             if tend > cursor[depth - 1] or pieces[depth - 1] == 0:
-                if emit:
-                    row[k] = top
-                    pst[k] = cursor[depth - 1]
-                    pdur[k] = max(tend - cursor[depth - 1], 0)
-                k += 1
+                k = _piece(mode, k, row, pst, pdur, top, cursor[depth - 1],
+                           max(tend - cursor[depth - 1], 0))
             depth -= 1
             if depth > 0:
                 cursor[depth - 1] = max(cursor[depth - 1], tend)

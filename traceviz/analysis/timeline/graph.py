@@ -1,7 +1,7 @@
 """One step's dependencies, as the timers show them, for re-simulation (:mod:`.simulate`).
 
-Nodes are the step's pieces (:mod:`.flatten`). Each starts after the piece before it on
-its rank (the first: after the step began, the earliest start of any rank's first op)
+Nodes are the step's pieces (:mod:`.flatten`: an op cut around the ops inside it).
+Each starts after the piece before it on its rank (the first: after the step began, the earliest start of any rank's first op)
 and, where the timeline has no pipeline transfers, after the piece it receives from
 (:func:`implicit_deps`), plus its **gap** (its measured start - the measured end of the
 later of those two; negative where timers overlap). A local piece (compute, data
@@ -33,7 +33,8 @@ from dataclasses import dataclass
 import numba as nb
 import numpy as np
 
-from .flatten import Pieces
+from .data import OpTimeline
+from .flatten import Flat
 from .ops import BOTH, COMMUNICATION, COMPUTE, DP, EMB, NEXT, P2P, PPG, PREV, TP
 
 
@@ -62,8 +63,7 @@ class StepGraph:
 class Layout:
     """Per rank index its stage, DP, TP rank; its pipeline neighbours' rank indexes."""
 
-    def __init__(self, pieces: Pieces) -> None:
-        tl = pieces.timeline
+    def __init__(self, tl: OpTimeline) -> None:
         self.stage, self.dp, self.tp = tl.stage, tl.dp, tl.tp
         self.pp = int(tl.stage.max()) + 1
         self.chunks = int(tl.chunk.max()) + 1 if len(tl) else 1
@@ -81,22 +81,12 @@ class Layout:
             self.prev[i] = where.get((prv, d, t), -1) if prv >= 0 and self.pp > 1 else -1
 
 
-def step_slices(pieces: Pieces) -> list[tuple[int, int, int]]:
-    """(step, first piece, end) per step."""
-    step = pieces.timeline.step[pieces.row]
-    cut = np.flatnonzero(np.r_[True, step[1:] != step[:-1], True])
-    return [(int(step[a]), int(a), int(b)) for a, b in zip(cut[:-1], cut[1:])]
-
-
-def step_graph(pieces: Pieces, layout: Layout, lo: int, hi: int,
-               has_p2p: bool) -> StepGraph:
-    """The graph of the step whose pieces are ``lo:hi`` (see the module doc)."""
-    tl = pieces.timeline
-    rows = pieces.row[lo:hi]
-    start = pieces.start[lo:hi]
-    dur = pieces.dur[lo:hi]
+def step_graph(flat: Flat, layout: Layout, lo: int, hi: int, has_p2p: bool) -> StepGraph:
+    """The graph of the step whose rows are ``lo:hi`` (see the module doc)."""
+    tl = flat.timeline
+    rows, start, dur = flat.pieces(lo, hi)
     end = start + dur
-    n = hi - lo
+    n = len(rows)
     ri = np.searchsorted(tl.ranks, tl.rank[rows])
     first = np.r_[True, ri[1:] != ri[:-1]]
     pred = np.where(first, -1, np.arange(n) - 1).astype(np.int32)
@@ -119,13 +109,13 @@ def step_graph(pieces: Pieces, layout: Layout, lo: int, hi: int,
             group = np.where(g >= 0, g, group)
             next_id += used
             uncoupled += bad
-    dep = implicit_deps(pieces, layout, lo, hi, ri) if not has_p2p and layout.pp > 1 \
+    dep = implicit_deps(tl, layout, rows, ri) if not has_p2p and layout.pp > 1 \
         else np.full(n, -1, dtype=np.int32)
     t0 = int(start[first].min()) if n else 0
     before = np.where(pred >= 0, end[np.maximum(pred, 0)], t0)
     before = np.where(dep >= 0, np.maximum(before, end[np.maximum(dep, 0)]), before)
     gap = start - before
-    given = tl.transfer[rows]
+    given = tl.transfer[rows] if tl.transfer is not None else np.full(n, -1, np.int64)
     latest = np.zeros(max(next_id, 1), dtype=np.int64)
     coupled = group >= 0
     if coupled.any():
@@ -242,15 +232,13 @@ def _collective_groups(ri, ops, m, klass: int, layout: Layout, base: int
     return out, int(call.max()) + 1 if len(call) else 0, int((~ok).sum())
 
 
-def implicit_deps(pieces: Pieces, layout: Layout, lo: int, hi: int, ri: np.ndarray
+def implicit_deps(tl: OpTimeline, layout: Layout, rows: np.ndarray, ri: np.ndarray
                   ) -> np.ndarray:
     """Without pipeline transfers in the timeline: each micro-batch's forward (backward)
     compute after the same micro-batch's on the stage before (after), across the model
     chunks under interleaving; the first piece of the receiving op after the last piece
     of the sending one (-1: none)."""
-    tl = pieces.timeline
-    rows = pieces.row[lo:hi]
-    n = hi - lo
+    n = len(rows)
     dep = np.full(n, -1, dtype=np.int32)
     mb = tl.microbatch[rows]
     is_comp = (tl.classes[tl.op[rows]] == COMPUTE) & (mb >= 0)

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from .data import OpTimeline
-from .flatten import Pieces, flatten
-from .graph import Layout, StepGraph, step_graph, step_slices
+from .flatten import Flat, flatten
+from .graph import Layout, StepGraph, step_graph
 from .layout import complete_layout
 from .ops import COMMUNICATION, P2P
 
 SAMPLE_STEPS = 16      # steps the typical values are taken over (evenly spread)
-KEEP_GRAPHS = 4_000_000  # pieces up to which the steps' graphs are kept between passes
+KEEP_GRAPHS = 4_000_000  # ops up to which the steps' graphs are kept between passes
 
 
 @dataclass
@@ -43,18 +43,13 @@ class TimelineModel:
 
     def __init__(self, tl: OpTimeline) -> None:
         tl = complete_layout(tl)
-        self.pieces: Pieces = flatten(tl)
-        self.timeline = self.pieces.timeline
-        self.layout = Layout(self.pieces)
-        self.has_p2p = bool((self.timeline.classes[self.timeline.op] == P2P).any())
-        self.slices = step_slices(self.pieces)
+        self.flat: Flat = flatten(tl)
+        self.timeline = t = self.flat.timeline
+        self.layout = Layout(t)
+        self.has_p2p = bool((t.classes[t.op] == P2P).any())
+        self.slices = self.flat.steps
         self.steps = np.array([s for s, _, _ in self.slices], dtype=np.int64)
-        t = self.timeline
-        # exclusive time per row: the sum of its pieces
-        whole = not self.pieces.nested and not self.pieces.overlapping  # pieces = rows
-        self.excl = (t.dur.astype(np.float64) if whole
-                     else np.bincount(self.pieces.row, weights=self.pieces.dur,
-                                      minlength=len(t)))
+        self.excl = self.flat.excl  # exclusive time per row (ns)
         if (t.tp >= 0).all() and self.layout_from("tp") == "column" and t.tp.max() > 0:
             keys = t.stage.astype(np.int64) * (int(t.dp.max()) + 1) + t.dp
             _, self.worker = np.unique(keys, return_inverse=True)
@@ -91,11 +86,11 @@ class TimelineModel:
 
     def graphs(self) -> Iterator[tuple[int, StepGraph]]:
         """(index, graph) of every step, built once where they fit in memory."""
-        keep = len(self.pieces.row) <= KEEP_GRAPHS
+        keep = len(self.timeline) <= KEEP_GRAPHS
         for i, (_, lo, hi) in enumerate(self.slices):
             g = self._graphs.get(i)
             if g is None:
-                g = step_graph(self.pieces, self.layout, lo, hi, self.has_p2p)
+                g = step_graph(self.flat, self.layout, lo, hi, self.has_p2p)
                 if keep:
                     self._graphs[i] = g
             yield i, g
