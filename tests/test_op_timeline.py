@@ -75,7 +75,7 @@ def test_nested_timers_are_cut_into_pieces():
     flat = flatten(tl)
     fwd = tl.names.index("forward-compute")
     bg = tl.names.index("batch-generator")
-    excl = flat.excl
+    excl = flat.exclusive(np.arange(len(tl)))
     # the pieces of every step add up to the exclusive times
     for _, lo, hi in flat.steps:
         row, _, dur = flat.pieces(lo, hi)

@@ -64,7 +64,7 @@ def compute_cells(model: TimelineModel) -> Cells:
         slot = np.where(mb >= 0, mb, mbs) if by_mb else np.zeros(len(rows), np.int64)
         cell = w * slots + slot
         fwd = fwd_op[t.op[rows]]
-        excl = model.excl[rows].astype(np.float64)
+        excl = model.flat.exclusive(rows).astype(np.float64)
         size = nw * slots
         for k, (values, mask) in enumerate(((excl, fwd), (typ, fwd), (excl, ~fwd),
                                             (typ, ~fwd))):

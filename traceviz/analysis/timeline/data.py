@@ -184,9 +184,12 @@ class TimelineBuilder:
                 cat[k] = np.zeros(0)
             del parts
         rank, step, start, dur = cat["rank"], cat["step"], cat["start"], cat["dur"]
-        ranks = np.unique(rank)
+        top = int(rank.max())
+        ranks = (np.flatnonzero(np.bincount(rank, minlength=top + 1)) if top < 1 << 26
+                 else np.unique(rank))  # (no sorted copy of the column)
         if not _is_sorted(step, rank, start, dur):
             order = _order(step, rank, start, dur)
+            del rank, step, start, dur  # each old column freed once reordered
             for k in cat:  # one column at a time
                 if len(cat[k]) == self.rows:
                     cat[k] = cat[k][order]

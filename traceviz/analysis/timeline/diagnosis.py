@@ -108,11 +108,15 @@ def diagnose_timeline(tl: OpTimeline, num_layers: int | None = None) -> Timeline
     groups = slow_dp_groups(model, *dp_calls)
     causes = _causes(model, slow, data, balance, groups, ledger_rows, num_layers)
     attribution = _attribution(model, series)
-    whatifs = [W.WhatIf("measured"), W.ideal()] + [c.whatif for c in causes] + attribution
-    measured, times = W.step_times(model, whatifs)
+    # every what-if re-simulated once (a cause and an attribution may be the same)
+    unique: dict[str, W.WhatIf] = {}
+    for w in [W.WhatIf("measured"), W.ideal()] + [c.whatif for c in causes] + attribution:
+        unique.setdefault(w.spec, w)
+    measured, times = W.step_times(model, list(unique.values()))
+    at = {spec: i for i, spec in enumerate(unique)}
     base, ideal = times[0], times[1]
-    cause_t = times[2:2 + len(causes)]
-    attr_t = times[2 + len(causes):]
+    cause_t = times[[at[c.whatif.spec] for c in causes]] if causes else times[:0]
+    attr_t = times[[at[w.spec] for w in attribution]] if attribution else times[:0]
     notes = list(t.notes)
     if fit > 0:
         notes.append(f"the timers do not fit their dependencies exactly: the steps "

@@ -17,15 +17,27 @@ from .ops import WRAPPER
 
 @dataclass
 class Flat:
-    """The timeline with its wrappers left out (:attr:`timeline`), each op's exclusive
-    time (``excl``, ns: its duration less the ops inside it), how many ops are held by
-    another and overlap one, and each step's rows (step, first row, end)."""
+    """The timeline with its wrappers left out (:attr:`timeline`), the ops that hold
+    others (``outer``, sorted rows) with the time of what runs inside them (``inner``,
+    ns), how many ops are held by another and overlap one, and each step's rows (step,
+    first row, end)."""
 
     timeline: OpTimeline
-    excl: np.ndarray
+    outer: np.ndarray
+    inner: np.ndarray
     nested: int
     overlapping: int
     steps: list[tuple[int, int, int]]
+
+    def exclusive(self, rows: np.ndarray) -> np.ndarray:
+        """The exclusive time of ``rows`` (ns, int64): their duration less what runs
+        inside them."""
+        out = self.timeline.dur[rows].astype(np.int64)
+        if len(self.outer):
+            pos = np.minimum(np.searchsorted(self.outer, rows), len(self.outer) - 1)
+            hit = self.outer[pos] == rows
+            out[hit] -= self.inner[pos[hit]]
+        return out
 
     def pieces(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(row, start, dur) of every piece of rows ``lo:hi`` (whole steps), in order."""
@@ -61,15 +73,22 @@ def flatten(tl: OpTimeline) -> Flat:
         tl.notes.append(f"{int(wrapped.sum()):,} wrapper timers ({', '.join(names)}) left "
                         "out: the ops inside them are timed")
     del wrapped
-    seg = _segments(tl.step, tl.rank)
+    cut = np.flatnonzero(np.r_[True, tl.step[1:] != tl.step[:-1], True])
+    steps = [(int(tl.step[a]), int(a), int(b)) for a, b in zip(cut[:-1], cut[1:])]
     empty = np.empty(0, dtype=np.int64)
-    _, nested, overlap = _walk(tl.start, tl.dur, seg, empty, empty, empty, 0)
-    if nested or overlap:
-        excl = np.zeros(len(tl), dtype=np.int64)
-        _walk(tl.start, tl.dur, seg, empty, empty, excl, 2)
-    else:
-        excl = tl.dur
-    del seg
+    nested = overlap = 0
+    outer, inner = [], []
+    for _, lo, hi in steps:  # a step at a time: its exclusive times, the outer ops kept
+        seg = _segments(tl.step[lo:hi], tl.rank[lo:hi])
+        start, dur = tl.start[lo:hi], tl.dur[lo:hi]
+        _, n_in, n_over = _walk(start, dur, seg, empty, empty, empty, 0)
+        nested, overlap = nested + n_in, overlap + n_over
+        if n_in or n_over:
+            excl = np.zeros(hi - lo, dtype=np.int64)
+            _walk(start, dur, seg, empty, empty, excl, 2)
+            held = np.flatnonzero(excl != dur)
+            outer.append(held + lo)
+            inner.append(dur[held] - excl[held])
     if nested:
         tl.notes.append(f"{nested:,} ops run inside another op on their rank (e.g. "
                         "batch-generator inside forward-compute): the outer op is cut "
@@ -77,9 +96,8 @@ def flatten(tl: OpTimeline) -> Flat:
     if overlap:
         tl.notes.append(f"{overlap:,} ops overlap the op before them on their rank "
                         "without being inside it: kept overlapping")
-    cut = np.flatnonzero(np.r_[True, tl.step[1:] != tl.step[:-1], True])
-    steps = [(int(tl.step[a]), int(a), int(b)) for a, b in zip(cut[:-1], cut[1:])]
-    return Flat(tl, excl, nested, overlap, steps)
+    cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))  # noqa: E731
+    return Flat(tl, cat(outer), cat(inner), nested, overlap, steps)
 
 
 DEPTH = 64  # ops open inside each other at most (deeper ones are kept whole)

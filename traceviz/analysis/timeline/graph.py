@@ -55,6 +55,7 @@ class StepGraph:
     transfer: np.ndarray  # int64 ns (communication nodes)
     end: np.ndarray       # int64 ns, measured
     uncoupled: int        # communication nodes left alone (peers did not line up)
+    links: tuple | None = None  # the adjacency :mod:`.simulate` makes once
 
     def __len__(self) -> int:
         return len(self.rows)

@@ -49,7 +49,6 @@ class TimelineModel:
         self.has_p2p = bool((t.classes[t.op] == P2P).any())
         self.slices = self.flat.steps
         self.steps = np.array([s for s, _, _ in self.slices], dtype=np.int64)
-        self.excl = self.flat.excl  # exclusive time per row (ns)
         if (t.tp >= 0).all() and self.layout_from("tp") == "column" and t.tp.max() > 0:
             keys = t.stage.astype(np.int64) * (int(t.dp.max()) + 1) + t.dp
             _, self.worker = np.unique(keys, return_inverse=True)
@@ -111,7 +110,7 @@ class TimelineModel:
             comm = g.group >= 0
             local_rows = np.unique(rows[~np.isin(cls[t.op[rows]], COMMUNICATION)])
             rows_k.append(self.keys(local_rows))
-            rows_v.append(self.excl[local_rows])
+            rows_v.append(self.flat.exclusive(local_rows))
             tr_k.append(k[comm])
             tr_v.append(g.transfer[comm].astype(np.float64))
             gap_k.append(k[first])

@@ -33,11 +33,14 @@ def simulate(g: StepGraph, dur: np.ndarray | None = None,
     n = len(g)
     if n == 0:
         return Simulated(np.zeros(0, np.int64), np.zeros(0, np.int64), 0)
-    ngroups = int(g.group.max()) + 1 if (g.group >= 0).any() else 0
+    if g.links is None:  # the graph's adjacency, made once for all its re-simulations
+        ngroups = int(g.group.max()) + 1 if (g.group >= 0).any() else 0
+        g.links = _links(g.pred, g.dep, g.group, ngroups)
+    nxt, ndep, deps, gptr, members = g.links
     start, end, done = _run(g.pred, g.dep, g.gap if gap is None else gap,
                             g.dur if dur is None else dur,
                             g.transfer if transfer is None else transfer, g.group,
-                            ngroups, g.t0)
+                            nxt, ndep, deps, gptr, members, g.t0)
     if done < n:
         raise TraceVizError(f"step {g.step}: {n - done:,} ops wait on each other in a "
                             "circle: their peers do not line up")
@@ -45,19 +48,16 @@ def simulate(g: StepGraph, dur: np.ndarray | None = None,
 
 
 @nb.njit(cache=True)
-def _run(pred, dep, gap, dur, transfer, group, ngroups, t0):  # pragma: no cover
+def _links(pred, dep, group, ngroups):  # pragma: no cover (compiled)
+    """The next node on each rank, each node's dependants (CSR) and each group's
+    members (CSR)."""
     n = len(pred)
-    start = np.zeros(n, dtype=np.int64)
-    end = np.zeros(n, dtype=np.int64)
-    waiting = np.zeros(n, dtype=np.int32)
-    nxt = np.full(n, -1, dtype=np.int64)      # the next node on the rank
-    ndep = np.zeros(n + 1, dtype=np.int64)    # dependants (CSR)
+    nxt = np.full(n, -1, dtype=np.int64)
+    ndep = np.zeros(n + 1, dtype=np.int64)
     for i in range(n):
         if pred[i] >= 0:
-            waiting[i] += 1
             nxt[pred[i]] = i
         if dep[i] >= 0:
-            waiting[i] += 1
             ndep[dep[i] + 1] += 1
     for i in range(n):
         ndep[i + 1] += ndep[i]
@@ -67,11 +67,9 @@ def _run(pred, dep, gap, dur, transfer, group, ngroups, t0):  # pragma: no cover
         if dep[i] >= 0:
             deps[fill[dep[i]]] = i
             fill[dep[i]] += 1
-    gsize = np.zeros(ngroups, dtype=np.int64)
     gptr = np.zeros(ngroups + 1, dtype=np.int64)
     for i in range(n):
         if group[i] >= 0:
-            gsize[group[i]] += 1
             gptr[group[i] + 1] += 1
     for k in range(ngroups):
         gptr[k + 1] += gptr[k]
@@ -81,6 +79,22 @@ def _run(pred, dep, gap, dur, transfer, group, ngroups, t0):  # pragma: no cover
         if group[i] >= 0:
             members[gfill[group[i]]] = i
             gfill[group[i]] += 1
+    return nxt, ndep, deps, gptr, members
+
+
+@nb.njit(cache=True)
+def _run(pred, dep, gap, dur, transfer, group, nxt, ndep, deps, gptr,
+         members, t0):  # pragma: no cover (compiled)
+    n = len(pred)
+    ngroups = len(gptr) - 1
+    start = np.zeros(n, dtype=np.int64)
+    end = np.zeros(n, dtype=np.int64)
+    waiting = np.zeros(n, dtype=np.int32)
+    for i in range(n):
+        if pred[i] >= 0:
+            waiting[i] += 1
+        if dep[i] >= 0:
+            waiting[i] += 1
     arrived = np.zeros(ngroups, dtype=np.int64)
     latest = np.full(ngroups, np.iinfo(np.int64).min, dtype=np.int64)
     queue = np.empty(n, dtype=np.int64)   # nodes ready to start
@@ -113,7 +127,7 @@ def _run(pred, dep, gap, dur, transfer, group, ngroups, t0):  # pragma: no cover
                 arrived[g] += 1
                 if start[i] > latest[g]:
                     latest[g] = start[i]
-                if arrived[g] == gsize[g]:
+                if arrived[g] == gptr[g + 1] - gptr[g]:
                     for k in range(gptr[g], gptr[g + 1]):
                         m = members[k]
                         end[m] = latest[g] + transfer[m]

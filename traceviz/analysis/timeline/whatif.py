@@ -56,7 +56,7 @@ class StepView:
         t = model.timeline
         rows = g.rows
         ri = np.searchsorted(t.ranks, t.rank[rows])
-        excl = model.excl[rows]
+        excl = model.flat.exclusive(rows)
         return cls(g, index, g.step, ri, model.worker[ri], t.stage[ri], t.dp[ri],
                    t.classes[t.op[rows]], t.op[rows], t.microbatch[rows], model.keys(rows),
                    np.r_[True, rows[1:] != rows[:-1]] if len(rows) else np.zeros(0, bool),
