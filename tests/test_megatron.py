@@ -21,7 +21,9 @@ from traceviz.integrations.megatron import layout_file_text
 from traceviz.topology.groups_file import parse_text
 
 PATCH = ROOT / "patch" / "enable_traceviz.patch"
-PATCHED_FILES = {"megatron/training/training.py", "megatron/training/traceviz_profiling.py"}
+PATCHED_FILES = {"megatron/training/traceviz_profiling.py",
+                 "megatron/training/traceviz_timeline.py",
+                 "megatron/training/training.py"}
 DENSE = ("TENSOR_MODEL_PARALLEL_GROUP", "PIPELINE_MODEL_PARALLEL_GROUP", "DATA_PARALLEL_GROUP",
          "CONTEXT_PARALLEL_GROUP", "EXPERT_MODEL_PARALLEL_GROUP",
          "EXPERT_TENSOR_PARALLEL_GROUP")
