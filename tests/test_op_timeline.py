@@ -384,3 +384,17 @@ def test_timer_dumps_diagnose(tmp_path):
     assert any("timer dumps" in n for n in diag.notes)
     stage = _advice(diag, "stages=even")
     assert stage and "the last stage computes 1.60x" in stage[0].finding
+
+
+def test_html_page_of_an_op_timeline(tmp_path):
+    cfg = TimelineConfig(pp=4, dp=4, microbatches=6, steps=8, slow_rank=13, slow_from=3)
+    table, _ = simulate_steps(cfg)
+    path = tmp_path / "timers.parquet"
+    pq.write_table(table, path)
+    out = tmp_path / "page.html"
+    result = CliRunner().invoke(main, ["html", str(path), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    for section in ("Diagnosis", "Steps", "Workers", "Ledger", "Notes"):
+        assert f">{section}</h2>" in text
+    assert "rank 13 (stage 3, DP 1) computes" in text and text.count("<img") == 2

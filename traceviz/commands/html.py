@@ -22,7 +22,9 @@ from ..render.html_page import (
     OpsSection,
     PipelineSection,
     report_page,
+    timeline_page,
 )
+from ..render.timeline_figures import heatmap_figure, slowdown_figure
 from ..render.interactive import (
     BAR_ROWS,
     click_hook,
@@ -112,6 +114,11 @@ def run(root: Job | str | os.PathLike, output: str | os.PathLike,
     traces have allocator events (parsed with their CPU tables), and a hang section from
     the Flight Recorder ``dumps`` when given; ``title``: default the job's name."""
     job = Job.of(root, topology)
+    if job.is_op_timeline:  # per-op timers: their diagnosis over the steps
+        diag = job.timeline_diagnosis()
+        return Result(texts={os.fspath(output): timeline_page(
+            title or f"traceviz: {job.path.resolve().name}", diag,
+            slowdown_figure(diag).png(), heatmap_figure(diag).png())})
     folder = job.folder
     rep = job.report(**facts)
     # the diagnosis the report holds, typed (kept: not computed again)

@@ -429,14 +429,15 @@ def _place(diag: Summary | None, rank: int) -> str:
     return esc(place.text() if place is not None else "")
 
 
-def _advice(advice: Sequence[Advice]) -> str:
-    """The advice as an ordered list: finding, action, predicted saving, evidence."""
+def _advice(advice: Sequence[Advice], per: str = "per iteration") -> str:
+    """The advice as an ordered list: finding, action, predicted saving (``per`` what),
+    evidence."""
     if not advice:
         return ("<p>Advice: nothing stands out (no straggler, bubble, exposed "
                 "communication or host overhead above the thresholds).</p>")
     items = []
     for a in advice[:5]:
-        saving = saving_words(a, lambda ns: f"{duration(ns / MB)} per iteration")
+        saving = saving_words(a, lambda ns: f"{duration(ns / MB)} {per}")
         items.append(f"<li title='{esc(a.evidence)}'>{esc(STANDING_TAG[a.standing])}"
                      f"<b>{esc(a.finding)}</b>: "
                      f"{esc(a.action)}. <i>{esc(saving)}</i> <span class='note'>"
@@ -585,11 +586,49 @@ def report_page(title: str, rep: Report, tables: dict[str, pa.Table],
         "stragglers": _stragglers(rep, diag)})
 
 
-def page(title: str, sections: dict[str, str | None]) -> str:
+TIMELINE_SECTIONS = (("diagnosis", "Diagnosis"), ("steps", "Steps"),
+                     ("workers", "Workers"), ("ledger", "Ledger"), ("notes", "Notes"))
+
+
+def timeline_page(title: str, diag, slowdown_png: bytes, heatmap_png: bytes) -> str:
+    """The page of an op timeline's diagnosis (:mod:`traceviz.analysis.timeline.
+    diagnosis`): the advice and summary, each step's time against its ideal, every
+    worker's slowdown per step with the slow ones, the ledger's shares, the notes."""
+    from .timeline_text import ledger_share_line
+
+    summary = "".join(f"<li>{esc(line)}</li>" for line in diag.summary)
+    steps = table(["step", "time", "ideal", "slowdown", "costs it most", "saving"], [
+        [esc(s["step"]), duration(s["time_ns"] / MB), duration(s["ideal_ns"] / MB),
+         fmt(s["slowdown"], 3), esc(s["worst"] or ""),
+         duration(s["worst_saving_ns"] / MB) if s["worst_saving_ns"] else ""]
+        for s in diag.steps.to_pylist()], name="op-steps")
+    slow = table(["ranks", "stage", "DP rank", "slowdown", "z", "since step", "steps",
+                  "kind", "fixing it saves"], [
+        [esc(s["ranks"]), esc(s["stage"]), esc(s["dp_rank"]), fmt(s["slowdown"], 2),
+         fmt(s["z_score"], 1), esc(s["since_step"]), esc(s["slow_steps"]),
+         "persistent" if s["persistent"] else "transient",
+         duration(s["saving_ns"] / MB) if s["saving_ns"] is not None else "n/a"]
+        for s in diag.stragglers_table.to_pylist()], name="op-stragglers",
+        empty="no worker slower than the ordinary spread between GPUs")
+    notes = "".join(f"<li>{esc(n)}</li>" for n in diag.notes)
+    return page(title, {
+        "diagnosis": _advice(diag.advice, "per step") + f"<ul>{summary}</ul>",
+        "steps": image(slowdown_png, "step time and its ideal") + folded(
+            "every step", steps),
+        "workers": image(heatmap_png, "worker slowdown per step") + slow,
+        "ledger": f"<p>{esc(ledger_share_line(diag))}</p><p class='note'>Each rank's "
+                  "step in parts that add up to it: op_ledger.csv (traceviz diagnose)."
+                  "</p>",
+        "notes": f"<ul>{notes}</ul>" if notes else "<p class='note'>none</p>"},
+        TIMELINE_SECTIONS)
+
+
+def page(title: str, sections: dict[str, str | None],
+         order: tuple[tuple[str, str], ...] = SECTIONS) -> str:
     """The whole document: a navigation bar and one ``<section>`` per entry of
-    :data:`SECTIONS` (its HTML from ``sections``; an :data:`OPTIONAL` one that is None
-    or absent is left out), the tables' script at the end."""
-    shown = [(key, name) for key, name in SECTIONS
+    ``order`` (its HTML from ``sections``; an :data:`OPTIONAL` one that is None or
+    absent is left out), the tables' script at the end."""
+    shown = [(key, name) for key, name in order
              if key not in OPTIONAL or sections.get(key) is not None]
     nav = "".join(f"<a href='#{key}'>{name}</a>" for key, name in shown)
     body = "".join(f"<section id='{key}'><h2>{name}</h2>{sections.get(key) or ''}</section>"

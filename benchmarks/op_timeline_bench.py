@@ -1,0 +1,67 @@
+"""Time and peak memory of ``traceviz diagnose`` on op timelines (per-op timers of every
+rank and step) from 1,000 to 10,000 ranks x 50 steps.
+
+Synthesizes (once, cached under --data) a Megatron 1F1B job's timeline as parquet
+(:mod:`traceviz.synth.op_timeline`: pp 8, the rest data-parallel, --microbatches
+micro-batches, uneven sequence lengths, 1 % spread between GPUs and ops, one rank 1.3x
+slow from step 30), runs ``traceviz diagnose`` on it as a subprocess and prints its wall
+time, peak memory, ops per second, and whether it named the slow rank with its onset.
+The targets (issue 56): 10,000 ranks x 50 steps (~50 M ops) in <= 5 min and <= 4 GB.
+
+    python benchmarks/op_timeline_bench.py --data bench-data --ranks 1000 10000 --markdown
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from batch_bench import measure
+
+from traceviz.synth.op_timeline import TimelineConfig, write_timeline
+
+PP = 8
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", default="bench-data")
+    ap.add_argument("--ranks", type=int, nargs="+", default=[1000, 10000])
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--microbatches", type=int, default=22)
+    ap.add_argument("--markdown", action="store_true")
+    args = ap.parse_args()
+    rows = []
+    for n in args.ranks:
+        dp = n // PP
+        slow = 6 * dp + dp // 2  # a rank of stage 6
+        cfg = TimelineConfig(pp=PP, dp=dp, microbatches=args.microbatches,
+                             steps=args.steps, seq_cv=0.1, gpu_sigma=0.01, op_noise=0.01,
+                             slow_rank=slow, slow_from=30)
+        path = Path(args.data) / f"timeline_{n}x{args.steps}_mb{args.microbatches}.parquet"
+        if not path.exists():
+            write_timeline(cfg, path)
+        ops = pq.ParquetFile(path).metadata.num_rows
+        out = Path(args.data) / f"timeline_{n}x{args.steps}-out"
+        cmd = [sys.executable, "-m", "traceviz", "diagnose", str(path), "-o", str(out)]
+        wall, peak = measure(cmd, tree=False)
+        text = (out / "diagnosis.txt").read_text()
+        named = f"rank {slow} (stage" in text and "since step 30" in text
+        rows.append((PP * dp, args.steps, ops / 1e6, path.stat().st_size / 2**20, wall,
+                     peak / 2**30, ops / wall / 1e6, named))
+        subprocess.run(["rm", "-rf", str(out)], check=False)
+    head = ("ranks", "steps", "M ops", "parquet MB", "wall s", "peak RSS GB", "M ops/s",
+            "slow rank and onset named")
+    fmt = ("{}", "{}", "{:.1f}", "{:.0f}", "{:.1f}", "{:.2f}", "{:.2f}", "{}")
+    if args.markdown:
+        print("| " + " | ".join(head) + " |")
+        print("|" + "---|" * len(head))
+    for row in rows:
+        cells = [f.format(v) for f, v in zip(fmt, row)]
+        print("| " + " | ".join(cells) + " |" if args.markdown else "  ".join(cells))
+
+
+if __name__ == "__main__":
+    main()
