@@ -398,3 +398,43 @@ def test_html_page_of_an_op_timeline(tmp_path):
     for section in ("Diagnosis", "Steps", "Workers", "Ledger", "Notes"):
         assert f">{section}</h2>" in text
     assert "rank 13 (stage 3, DP 1) computes" in text and text.count("<img") == 2
+
+
+def test_pipeline_and_report_on_an_op_timeline(tmp_path):
+    """pipeline draws a step's schedule from the timers (its micro-batches' forward /
+    backward compute, as measured); report says in one line what reads a timeline."""
+    cfg = TimelineConfig(pp=4, dp=2, microbatches=6, steps=3)
+    table, _ = simulate_steps(cfg)
+    path = tmp_path / "timers.parquet"
+    pq.write_table(table, path)
+    out = tmp_path / "pipe"
+    result = CliRunner().invoke(main, ["pipeline", str(path), "--iteration", "1",
+                                       "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    st = pq.read_table(out / "pipeline_stages.parquet").to_pylist()
+    assert [s["rank"] for s in st] == [0, 2, 4, 6]  # DP rank 0's pipeline, by stage
+    step1 = table.filter(pc.equal(table["step"], 1))
+    for s in st:
+        assert s["forward_steps"] == s["backward_steps"] == 6
+        mine = step1.filter(pc.and_(pc.equal(step1["rank"], s["rank"]),
+                                    pc.is_in(step1["op"], pa.array(["forward-compute",
+                                                                    "backward-compute"]))))
+        assert s["busy_ns"] == pc.sum(mine["duration_ns"]).as_py()
+    result = CliRunner().invoke(main, ["report", str(path)])
+    assert result.exit_code != 0 and "an op timeline" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_transfers_that_do_not_line_up_run_alone_and_are_named():
+    """A rank's extra receive (a link with more transfers on one side): that link's
+    transfers run alone with their measured time, a note says so, nothing hangs."""
+    cfg = TimelineConfig(pp=2, dp=1, microbatches=3, steps=2)
+    table, _ = simulate_steps(cfg)
+    extra = pa.Table.from_pylist([{"rank": 1, "step": 0, "op": "forward-recv",
+                                   "start_ns": 10**9, "duration_ns": 1000, "stage": 1,
+                                   "dp_rank": 0, "tp_rank": 0, "microbatch": -1,
+                                   "chunk": 0, "transfer_ns": None}],
+                                 schema=table.schema)
+    diag = diagnose_timeline(OpTimeline.of(pa.concat_tables([table, extra])))
+    assert any("did not line up" in n for n in diag.notes)
+    assert len(diag.steps) == 2

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..analysis.report import ranks_table, report_json
 from ..analysis.report_types import Report
+from ..errors import TraceVizError
 from ..job import Job
 from ..ingest.outputs import default_path
 from ..render.report_text import report_text
@@ -47,6 +48,10 @@ def run(root: Job | str | os.PathLike, *, config_file: str | None = None,
     ``facts``: what :meth:`Job.report` takes about the run (batch, model,
     peaks)."""
     job = Job.of(root, topology)
+    if job.is_op_timeline:
+        raise TraceVizError(f"{job.path}: an op timeline (per-op timers): the report's "
+                            "collectives and throughput need profiler traces; "
+                            "`traceviz diagnose` and `traceviz html` read it")
     report = job.report(config_file=config_file, clock_sync=clock_sync, **facts)
     text = Path(output) if output else default_path(job.path, "report", default_name(
         report, dt.datetime.now()))

@@ -378,6 +378,8 @@ class Job:
         """:meth:`pipeline_views` and the ranks it left out (one line each)."""
         def make() -> tuple[PipelineViews, list[str]]:
             failed: list[str] = []
+            if self.is_op_timeline and not find_dumps(self.path):  # a step of its timers
+                return products.timeline_pipeline(self.path, iteration, all_groups), failed
             # timer dumps as named; a job's iteration: looked for among every profiled
             # one when asked for, else the one looked at
             source = (self.path if find_dumps(self.path) or iteration is not None

@@ -10,6 +10,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
 from ..analysis.activities import Options
@@ -32,6 +33,7 @@ from ..analysis.diagnose.waits import META_COLUMNS, job_comm
 from ..analysis.memory import JobMemory, rank_memory
 from ..analysis.timeline.diagnosis import TimelineDiagnosis, diagnose_timeline
 from ..ingest.op_timeline import read_op_timeline
+from ..analysis.timeline.layout import complete_layout
 from ..analysis.microbatches import microbatch_table
 from ..analysis.ops import rank_ops
 from ..analysis.ops_summary import OpModel, op_model
@@ -268,6 +270,45 @@ def _timer_dump_views(root: Path, all_groups: bool) -> PipelineViews:
         views.append(GroupView(i, g.ranks, None,
                                pipeline_view(g.rows, g.ranks, g.vpp, g.total_ns), []))
     return PipelineViews(views, [])
+
+
+def timeline_pipeline(path: str | os.PathLike, step: int | None = None,
+                      all_groups: bool = False) -> PipelineViews:
+    """The views of an op timeline's step (``step``, else its first) from its forward
+    and backward compute of each micro-batch: one pipeline (DP rank 0, TP rank 0; every
+    pipeline with ``all_groups``), the step's span per rank as its iteration."""
+    tl = complete_layout(read_op_timeline(path))
+    steps = sorted(set(tl.step.tolist()))
+    chosen = steps[0] if step is None else step
+    if chosen not in steps:
+        raise TraceVizError(f"{path}: no step {step} in the op timeline (steps "
+                            f"{steps[0]}..{steps[-1]})")
+    mine = tl.step == chosen
+    names = {i: n for i, n in enumerate(tl.names)}
+    compute = np.isin(tl.op, [i for i, n in names.items()
+                              if n in ("forward-compute", "backward-compute")])
+    use = mine & compute & (tl.microbatch >= 0)
+    if not use.any():
+        raise TraceVizError(f"{path}: no forward / backward compute with a micro-batch in "
+                            f"step {chosen}: no pipeline schedule to draw")
+    views = []
+    for d in sorted(set(tl.dp.tolist())) if all_groups else [0]:
+        ranks = [int(tl.ranks[np.flatnonzero((tl.stage == p) & (tl.dp == d)
+                                             & (tl.tp == tl.tp.min()))[0]])
+                 for p in range(int(tl.stage.max()) + 1)]
+        rows, total = [], {}
+        for r in ranks:
+            here = mine & (tl.rank == r)
+            total[r] = int((tl.start[here] + tl.dur[here]).max() - tl.start[here].min())
+            for i in np.flatnonzero(use & (tl.rank == r)):
+                rows.append({"rank": r, "phase": "Forward" if names[int(tl.op[i])] ==
+                             "forward-compute" else "Backward",
+                             "microbatch": int(tl.microbatch[i]),
+                             "chunk": int(tl.chunk[i]), "start_ns": int(tl.start[i]),
+                             "wall_clock_ns": int(tl.dur[i])})
+        views.append(GroupView(int(d), ranks, chosen, pipeline_view(
+            rows, ranks, int(tl.chunk.max()) + 1, total), []))
+    return PipelineViews(views, list(tl.notes))
 
 
 def _folder_views(root: Path, folder: Path, vpp: int | None, iteration: int | None,

@@ -98,7 +98,7 @@ def diagnose_timeline(tl: OpTimeline, num_layers: int | None = None) -> Timeline
     """The diagnosis of ``tl`` (see the module doc)."""
     model = TimelineModel(tl)
     t = model.timeline
-    ledger_rows, dp_calls, fit = _measured(model)
+    ledger_rows, dp_calls, fit, alone = _measured(model)
     cells = compute_cells(model)
     series = worker_series(model, cells)
     slow = slow_workers(model, series)
@@ -118,6 +118,11 @@ def diagnose_timeline(tl: OpTimeline, num_layers: int | None = None) -> Timeline
     cause_t = times[[at[c.whatif.spec] for c in causes]] if causes else times[:0]
     attr_t = times[[at[w.spec] for w in attribution]] if attribution else times[:0]
     notes = list(t.notes)
+    if alone:
+        notes.append(f"{alone:,} communication ops whose peers did not line up (a link "
+                     "with different numbers of transfers on its two sides, a group whose "
+                     "ranks ran an op a different number of times in a step) run alone "
+                     "with their measured time")
     if fit > 0:
         notes.append(f"the timers do not fit their dependencies exactly: the steps "
                      f"re-simulated as measured end up to {fit / 1e6:.3f} ms from the "
@@ -139,14 +144,17 @@ def diagnose_timeline(tl: OpTimeline, num_layers: int | None = None) -> Timeline
         tuple(int(s) for s in model.steps), tuple(summary), tuple(notes))
 
 
-def _measured(model: TimelineModel) -> tuple[list[dict], tuple[np.ndarray, ...], int]:
-    """Each rank's ledger per step, every DP call (op, stage, TP rank, transfer) and how
-    far the re-simulated ends are from the measured (ns)."""
+def _measured(model: TimelineModel
+              ) -> tuple[list[dict], tuple[np.ndarray, ...], int, int]:
+    """Each rank's ledger per step, every DP call (op, stage, TP rank, transfer), how
+    far the re-simulated ends are from the measured (ns) and the communication ops left
+    alone (:mod:`.graph`)."""
     t = model.timeline
     rows: list[dict] = []
     ops, stages, tps, transfers = [], [], [], []
-    fit = 0
+    fit = alone = 0
     for i, g in model.graphs():
+        alone += g.uncoupled
         v = W.StepView.of(model, i, g)
         sim = simulate(g)
         if len(g):
@@ -162,7 +170,7 @@ def _measured(model: TimelineModel) -> tuple[list[dict], tuple[np.ndarray, ...],
         tps.append(t.tp[v.rank[m]])
         transfers.append(g.transfer[m])
     cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))  # noqa: E731
-    return rows, (cat(ops), cat(stages), cat(tps), cat(transfers)), fit
+    return rows, (cat(ops), cat(stages), cat(tps), cat(transfers)), fit, alone
 
 
 def _worker_name(model: TimelineModel, w: int) -> str:
