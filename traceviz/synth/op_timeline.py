@@ -186,8 +186,8 @@ def step_tables(cfg: TimelineConfig) -> Iterator[tuple[pa.Table, int]]:
         out["transfer"].append(np.full(dp, -1.0) if transfer is None else transfer.copy())
 
     for step in range(cfg.steps):
-        for k in ("stage", "dp", "step", "op", "mb", "start", "dur", "transfer"):
-            out[k] = []
+        for key in ("stage", "dp", "step", "op", "mb", "start", "dur", "transfer"):
+            out[key] = []
         # this step's draws (the same whatever the causes)
         draw = np.random.default_rng([cfg.seed, 1, step])
         noise = 1.0 + cfg.op_noise * draw.standard_normal((1, pp, plen + 8, dp))
@@ -251,6 +251,7 @@ def step_tables(cfg: TimelineConfig) -> Iterator[tuple[pa.Table, int]]:
                                 ("optimizer", cfg.optimizer_ms, "local"),
                                 ("params-all-gather", cfg.param_gather_ms, "dp")):
             arrive = np.stack([t[s] + gaps[0, s, k_op[s]] for s in range(pp)])
+            xfer: np.ndarray | None
             if group == "dp":
                 xfer = ms * dp_slow * noise[0, :, k_op[0] + 1, 0][:, None] \
                     * np.ones((1, dp))

@@ -70,4 +70,4 @@ def compute_cells(model: TimelineModel) -> Cells:
                                             (typ, ~fwd))):
             out[k][i] = np.bincount(cell[mask], weights=values[mask],
                                     minlength=size).reshape(nw, slots)
-    return Cells(*out, by_mb)
+    return Cells(out[0], out[1], out[2], out[3], by_mb)
