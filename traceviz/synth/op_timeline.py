@@ -229,11 +229,11 @@ def step_tables(cfg: TimelineConfig) -> Iterator[tuple[pa.Table, int]]:
                         if pside != (2 if side == 1 else 1):
                             break
                         a, b = waiting.pop(s), waiting.pop(peer)
-                        xfer = cfg.p2p_ms * noise[0, s, k]
-                        end = np.maximum(a, b) + xfer
-                        record(step, s, name, mb, a, end - a, xfer)
+                        p2p = cfg.p2p_ms * noise[0, s, k]
+                        end = np.maximum(a, b) + p2p
+                        record(step, s, name, mb, a, end - a, p2p)
                         record(step, peer, pname, programs[peer][ptr[peer]][1], b, end - b,
-                               xfer)
+                               p2p)
                         t[s] = end
                         t[peer] = end
                         ptr[peer] += 1
