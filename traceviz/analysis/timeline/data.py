@@ -58,15 +58,6 @@ class OpTimeline:
     def __len__(self) -> int:
         return len(self.rank)
 
-    def take(self, keep: np.ndarray) -> OpTimeline:
-        """The rows where ``keep`` (a mask or indices), same layout."""
-        return OpTimeline(self.names, self.rank[keep], self.step[keep], self.op[keep],
-                          self.start[keep], self.dur[keep], self.microbatch[keep],
-                          self.chunk[keep],
-                          None if self.transfer is None else self.transfer[keep],
-                          self.ranks, self.stage,
-                          self.dp, self.tp, dict(self.layout_from), list(self.notes))
-
     @classmethod
     def of(cls, table: pa.Table, notes: list[str] | None = None) -> OpTimeline:
         """From rows of :data:`~traceviz.table.timeline_schema.OP_TIMELINE_SCHEMA`

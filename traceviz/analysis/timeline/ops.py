@@ -8,9 +8,6 @@ from __future__ import annotations
 from ...table import timeline_schema as S
 
 COMPUTE, DATA, P2P, DP, TP, EMB, PPG, OPT, OTHER, WRAPPER = range(10)
-CLASS_NAMES = ("compute", "data loading", "pipeline transfer", "data-parallel",
-               "tensor-parallel", "embedding", "pipeline group", "optimizer", "other",
-               "wrapper")
 COMMUNICATION = (P2P, DP, TP, EMB, PPG)
 NONE, NEXT, PREV, BOTH = 0, 1, 2, 3  # the pipeline neighbours a transfer talks to
 
@@ -35,7 +32,3 @@ def side(name: str) -> int:
     """The pipeline neighbours a transfer named ``name`` talks to (:data:`NONE` for the
     other ops)."""
     return _SIDES.get(name, NONE)
-
-
-def is_forward(name: str) -> bool:
-    return name == S.FORWARD
