@@ -110,3 +110,34 @@ def true_iteration(cfg, root) -> int:
     spans = [(a - truth["skew_ns"][int(r)], b - truth["skew_ns"][int(r)])
              for r, v in truth["ranks"].items() for a, b in v["steps"]]
     return max(b for _, b in spans) - min(a for a, _ in spans)
+
+
+def write_timer_dumps(folder: Path, fwd_ms: list[float], microbatches: int,
+                      groups: int = 2) -> Path:
+    """PP-Schedule-Visualization's timer dumps of a 1F1B pipeline written by hand (ms
+    since each rank's start event): stage p runs micro-batch m's forward after stage
+    p - 1's, its backward (twice the forward) after stage p + 1's; ``groups`` pipelines
+    (TPxCPxDP ranks), rank = stage * groups + group."""
+    pp = len(fwd_ms)
+    folder.mkdir(parents=True, exist_ok=True)
+    ends: dict[tuple, float] = {}
+    for r in range(groups):
+        for p in range(pp):
+            events: dict[str, float] = {}
+            clock = 0.0
+            warm = min(pp - p - 1, microbatches)
+            order = [("forward", m) for m in range(warm)]
+            for i, m in enumerate(range(warm, microbatches)):
+                order += [("forward", m), ("backward", i)]
+            order += [("backward", m) for m in range(microbatches - warm, microbatches)]
+            for phase, m in order:
+                dep = (ends.get((r, p - 1, phase, m), 0.0) if phase == "forward"
+                       else ends.get((r, p + 1, phase, m), 0.0))
+                start = max(clock, dep) + 0.01
+                end = start + fwd_ms[p] * (1 if phase == "forward" else 2)
+                events[f"{phase}-{m}-start"], events[f"{phase}-{m}-end"] = start, end
+                ends[(r, p, phase, m)] = end
+                clock = end
+            (folder / f"event_times_PP{pp}_VPP1_TPxCPxDP_rank_{r}_pp_rank_{p}_rank_"
+             f"{p * groups + r}.json").write_text(json.dumps(events))
+    return folder

@@ -25,6 +25,8 @@ from traceviz.errors import TraceVizError
 from traceviz.ingest import op_timeline as ingest
 from traceviz.synth.op_timeline import TimelineConfig, simulate_steps
 
+from helpers import write_timer_dumps
+
 SMALL = TimelineConfig(pp=4, dp=2, tp=2, microbatches=6, steps=3, seq_cv=0.2)
 
 
@@ -354,31 +356,7 @@ def test_diagnose_cli_on_an_op_timeline(tmp_path):
 def test_timer_dumps_diagnose(tmp_path):
     """PP-Schedule-Visualization's dumps (compute only): the stages from the files, the
     pipeline's order from the micro-batches; a heavy stage found."""
-    pp, mbs = 4, 6
-    fwd = [1.0, 1.0, 1.0, 1.6]
-    folder = tmp_path / "pp_timer_logs"
-    folder.mkdir()
-    # a 1F1B schedule written by hand: stage p starts micro-batch m after stage p-1
-    t_end: dict[tuple, float] = {}
-    for r in range(2):
-        for p in range(pp):
-            events = {}
-            clock = 0.0
-            order = [("forward", m) for m in range(min(pp - p - 1, mbs))]
-            rest = list(range(len(order), mbs))
-            for i, m in enumerate(rest):
-                order += [("forward", m), ("backward", i)]
-            order += [("backward", m) for m in range(len(rest), mbs)]
-            for phase, m in order:
-                dep = t_end.get((r, p - 1, "forward", m), 0.0) if phase == "forward" else \
-                    t_end.get((r, p + 1, "backward", m), 0.0)
-                start = max(clock, dep) + 0.01
-                end = start + fwd[p] * (1 if phase == "forward" else 2)
-                events[f"{phase}-{m}-start"], events[f"{phase}-{m}-end"] = start, end
-                t_end[(r, p, phase, m)] = end
-                clock = end
-            (folder / f"event_times_PP{pp}_VPP1_TPxCPxDP_rank_{r}_pp_rank_{p}_rank_{p * 2 + r}"
-             ".json").write_text(json.dumps(events))
+    folder = write_timer_dumps(tmp_path / "pp_timer_logs", [1.0, 1.0, 1.0, 1.6], 6)
     assert ingest.is_op_timeline(folder)
     diag = diagnose_timeline(ingest.read_op_timeline(folder))
     assert any("timer dumps" in n for n in diag.notes)

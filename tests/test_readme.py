@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from helpers import shared
+from helpers import shared, write_timer_dumps
 
 from traceviz.cli import main
+from traceviz.synth.op_timeline import TimelineConfig, write_timeline
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 DEMO = "traceviz-demo"  # the README's first command's folder
@@ -52,6 +53,10 @@ def demo(module_folder) -> Demo:
                 module_folder / "rank0_memory.json.gz")
     shutil.copytree(shared("gpu/flight_recorder"), module_folder / "nccl_dumps")
     (module_folder / "llama3_8b.toml").write_text(TOML)
+    # an op timeline and PP-Schedule-Visualization's timer dumps
+    write_timeline(TimelineConfig(pp=4, dp=4, microbatches=6, steps=6, slow_rank=13,
+                                  slow_from=2), module_folder / "timers.parquet")
+    write_timer_dumps(module_folder / "pp_timer_logs", [1.0, 1.0, 1.0, 1.4], 6)
     # the table the snippets load, as the README's parse block writes it before them
     first_parse = next(cmd for _, cmd in _commands() if cmd.startswith("traceviz parse"))
     assert _run(first_parse, module_folder)[0] == 0
