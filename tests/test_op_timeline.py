@@ -4,7 +4,6 @@ synthesizer re-run with one cause removed (the counterfactual), not against itse
 from __future__ import annotations
 
 import gzip
-import json
 
 import numpy as np
 import orjson
