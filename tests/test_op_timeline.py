@@ -415,3 +415,40 @@ def test_transfers_that_do_not_line_up_run_alone_and_are_named():
     diag = diagnose_timeline(OpTimeline.of(pa.concat_tables([table, extra])))
     assert any("did not line up" in n for n in diag.notes)
     assert len(diag.steps) == 2
+
+
+@pytest.mark.parametrize("text,match", [
+    # an index far beyond the job would size the per-stage / per-DP tables
+    ("rank,step,op,start_ns,duration_ns,stage\n0,0,a,1,2,2000000000\n",
+     "stage 2000000000 but the timeline has 1 ranks"),
+    ("rank,step,op,start_ns,duration_ns,dp_rank\n0,0,a,1,2,70000\n1,0,a,1,2,0\n",
+     "dp_rank 70000 but the timeline has 2 ranks"),
+    ("rank,step,op,start_ns,duration_ns,chunk\n0,0,a,1,2,30000\n",
+     "model chunks per stage are fewer than 1024"),
+    ("rank,step,op,start_ns,duration_ns,microbatch\n0,0,a,1,2,40000\n",
+     "micro-batch 40000"),
+])
+def test_hostile_indexes_are_refused(tmp_path, text, match):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    with pytest.raises(TraceVizError, match=match):
+        diagnose_timeline(ingest.read_op_timeline(path))
+
+
+def test_hostile_sizes_are_refused(tmp_path, monkeypatch):
+    """A JSON lines row of a megabyte, more steps than one diagnosis takes, a worker x
+    step table beyond its bound: one line each, nothing allocated for them."""
+    path = tmp_path / "long.jsonl"
+    path.write_text('{"rank": 0, "step": 0, "op": "' + "x" * (ingest.MAX_LINE + 10)
+                    + '", "start_ns": 0, "duration_ns": 1}\n')
+    with pytest.raises(TraceVizError, match="line 1 is longer than"):
+        ingest.read_op_timeline(path)
+    from traceviz.analysis.timeline import data, model
+    monkeypatch.setattr(data, "MAX_STEPS", 5)
+    rows = [{"rank": 0, "step": s, "op": "forward-compute", "start_ns": 0,
+             "duration_ns": 1} for s in range(6)]
+    with pytest.raises(TraceVizError, match="6 steps, more than 5"):
+        OpTimeline.of(pa.Table.from_pylist(rows))
+    monkeypatch.setattr(model, "MAX_WORKER_STEPS", 4)
+    with pytest.raises(TraceVizError, match="1 workers x 5 steps"):
+        diagnose_timeline(OpTimeline.of(pa.Table.from_pylist(rows[:5])))

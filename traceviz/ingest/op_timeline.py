@@ -32,6 +32,7 @@ from . import timer_dump
 MAX_JSON_BYTES = 1 << 30     # a Chrome trace of timer events, uncompressed
 MAX_OP_NAMES = 1 << 15       # distinct op names (op codes are int16)
 MAX_NAME = 256               # characters of an op name
+MAX_LINE = 1 << 20           # characters of a JSON lines row
 SUFFIXES = (".parquet", ".csv", ".csv.gz", ".jsonl", ".jsonl.gz", ".ndjson",
             ".ndjson.gz", ".json", ".json.gz")
 SKIPPED_FOLDERS = ("traceviz-out",)
@@ -200,8 +201,14 @@ def _json_lines(path: Path) -> Iterator[tuple[pa.Table, str]]:
     n = 0
     with pa.input_stream(path, compression="detect") as raw, \
             io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as f:  # type: ignore[arg-type]
-        for line in f:
+        while True:
+            line = f.readline(MAX_LINE + 1)
+            if not line:
+                break
             n += 1
+            if len(line) > MAX_LINE:
+                raise TraceVizError(f"{path}: line {n} is longer than {MAX_LINE:,} "
+                                    "characters: not a row of an op timeline")
             if not line.strip():
                 continue
             try:

@@ -56,7 +56,7 @@ def compute_cells(model: TimelineModel) -> Cells:
         rows = lo + np.flatnonzero(cls[t.op[lo:hi]] == COMPUTE)
         if not len(rows):
             continue
-        typ = model.typical.duration[model.keys(rows)]
+        typ = model.typical.duration.of(model.keys(rows))
         ok = np.isfinite(typ) & (typ > 0)
         rows, typ = rows[ok], typ[ok]
         w = model.worker[np.searchsorted(t.ranks, t.rank[rows])]

@@ -68,6 +68,10 @@ class OpTimeline:
         return builder.build(list(notes or []))
 
 
+MAX_STEPS = 100_000   # steps one diagnosis takes (each is re-simulated on its own)
+MAX_CHUNKS = 1024     # model chunks per stage (keys and schedules stay small)
+
+
 class TimelineBuilder:
     """An op timeline gathered a batch of rows at a time (each kept as compact columns,
     the batch's Arrow memory released), sorted once at :meth:`build`."""
@@ -119,8 +123,9 @@ class TimelineBuilder:
             raise TraceVizError(f"{where}: micro-batch {int(mb.max())}: at most 32,767")
         self._put("microbatch", mb.astype(np.int16))
         chunk = col("chunk", np.int64, 0)
-        if chunk.max() >= 1 << 15:
-            raise TraceVizError(f"{where}: chunk {int(chunk.max())}: at most 32,767")
+        if chunk.max() >= MAX_CHUNKS:
+            raise TraceVizError(f"{where}: chunk {int(chunk.max())}: model chunks per "
+                                f"stage are fewer than {MAX_CHUNKS}")
         self._put("chunk", chunk.astype(np.int16))
         tr = col("transfer_ns", np.int64, -1)
         if (tr >= 0).any() and not self.given_transfer:  # the rows before: none given
@@ -164,6 +169,16 @@ class TimelineBuilder:
         """The timeline, sorted by step, rank, start and longest first."""
         if not self.rows:
             raise TraceVizError("the op timeline has no rows")
+        steps = self.filled.get("step")
+        steps = steps[:self.rows] if steps is not None else np.concatenate(
+            self.parts["step"])
+        lo, hi = int(steps.min()), int(steps.max())
+        many = (int(np.count_nonzero(np.bincount(steps - lo))) if hi - lo < 1 << 24
+                else len(np.unique(steps)))
+        if many > MAX_STEPS:
+            raise TraceVizError(f"{many:,} steps, more than {MAX_STEPS:,}: diagnose a "
+                                "range of them (a folder split per step: name part of it)")
+        del steps
         cat = {}
         for k in list(self.parts):  # one column at a time: its parts freed as it is made
             parts = self.parts.pop(k)
@@ -176,7 +191,7 @@ class TimelineBuilder:
             del parts
         rank, step, start, dur = cat["rank"], cat["step"], cat["start"], cat["dur"]
         top = int(rank.max())
-        ranks = (np.flatnonzero(np.bincount(rank, minlength=top + 1)) if top < 1 << 26
+        ranks = (np.flatnonzero(np.bincount(rank, minlength=top + 1)) if top < 1 << 22
                  else np.unique(rank))  # (no sorted copy of the column)
         if not _is_sorted(step, rank, start, dur):
             order = _order(step, rank, start, dur)
@@ -188,7 +203,12 @@ class TimelineBuilder:
         layout, found = {}, {}
         for name, key in (("stage", "stage"), ("dp_rank", "dp"), ("tp_rank", "tp")):
             seen = self.layout[name]
-            per = np.array([seen.get(int(r), (-1, -1))[0] for r in ranks], dtype=np.int32)
+            per = np.array([seen.get(int(r), (-1, -1))[0] for r in ranks], dtype=np.int64)
+            if len(per) and per.max() >= len(ranks):  # an index beyond the job: hostile
+                r = int(ranks[int(np.argmax(per))])
+                raise TraceVizError(f"rank {r}: {name} {int(per.max())} but the timeline "
+                                    f"has {len(ranks)} ranks")
+            per = per.astype(np.int32)
             layout[key] = per
             found[key] = ("column" if (per >= 0).all() else
                           "unknown" if not (per >= 0).any() else "column (some ranks)")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...errors import TraceVizError
 from .data import OpTimeline
 from .flatten import Flat, flatten
 from .graph import Layout, StepGraph, step_graph
@@ -25,17 +26,35 @@ from .layout import complete_layout
 from .ops import COMMUNICATION, P2P
 
 SAMPLE_STEPS = 16      # steps the typical values are taken over (evenly spread)
+MAX_WORKER_STEPS = 16_000_000  # a worker x step table of float64: 128 MB
 KEEP_GRAPHS = 4_000_000  # ops up to which the steps' graphs are kept between passes
 
 
 @dataclass
-class Typical:
-    """Per key (:meth:`TimelineModel.keys`) the typical exclusive duration, transfer and
-    gap (ns; NaN where the key has none)."""
+class Medians:
+    """Per key (sorted, :meth:`TimelineModel.keys`) the median of its values (ns)."""
 
-    duration: np.ndarray
-    transfer: np.ndarray
-    gap: np.ndarray
+    keys: np.ndarray
+    values: np.ndarray
+
+    def of(self, keys: np.ndarray) -> np.ndarray:
+        """The medians of ``keys`` (NaN: a key without values)."""
+        out = np.full(len(keys), np.nan)
+        if len(self.keys):
+            pos = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
+            hit = self.keys[pos] == keys
+            out[hit] = self.values[pos[hit]]
+        return out
+
+
+@dataclass
+class Typical:
+    """The typical exclusive duration, transfer and gap of each key (see the module
+    doc)."""
+
+    duration: Medians
+    transfer: Medians
+    gap: Medians
 
 
 class TimelineModel:
@@ -56,6 +75,11 @@ class TimelineModel:
             self.worker = np.arange(len(t.ranks))
         self.worker = self.worker.astype(np.int64)
         self.workers = int(self.worker.max()) + 1
+        if self.workers * len(self.steps) > MAX_WORKER_STEPS:
+            raise TraceVizError(
+                f"{self.workers:,} workers x {len(self.steps):,} steps: more than "
+                f"{MAX_WORKER_STEPS:,} (the per-step tables of every worker): diagnose "
+                "fewer steps at a time")
         # per worker its first rank's index
         self.first_rank = np.full(self.workers, len(self.worker), dtype=np.int64)
         np.minimum.at(self.first_rank, self.worker, np.arange(len(self.worker)))
@@ -78,10 +102,6 @@ class TimelineModel:
         stage = t.stage[np.searchsorted(t.ranks, t.rank[rows])]
         return ((t.op[rows].astype(np.int64) * self.pp + stage) * self.layout.chunks
                 + t.chunk[rows])
-
-    @property
-    def nkeys(self) -> int:
-        return len(self.timeline.names) * self.pp * self.layout.chunks
 
     def graphs(self) -> Iterator[tuple[int, StepGraph]]:
         """(index, graph) of every step, built once where they fit in memory."""
@@ -115,19 +135,18 @@ class TimelineModel:
             tr_v.append(g.transfer[comm].astype(np.float64))
             gap_k.append(k[first])
             gap_v.append(g.gap[first].astype(np.float64))
-        return Typical(*(_medians(np.concatenate(kk) if kk else np.zeros(0, np.int64),
-                                  np.concatenate(vv) if vv else np.zeros(0), self.nkeys)
+        cat = (lambda xs, dtype: np.concatenate(xs) if xs  # noqa: E731
+               else np.zeros(0, dtype))
+        return Typical(*(_medians(cat(kk, np.int64), cat(vv, np.float64))
                          for kk, vv in ((rows_k, rows_v), (tr_k, tr_v), (gap_k, gap_v))))
 
 
-def _medians(keys: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """Per key 0..n-1 the median of its values (NaN: none)."""
-    out = np.full(n, np.nan)
+def _medians(keys: np.ndarray, values: np.ndarray) -> Medians:
+    """Each key's median value."""
     if not len(keys):
-        return out
+        return Medians(np.zeros(0, np.int64), np.zeros(0))
     order = np.lexsort((values, keys))
-    k, v = keys[order], values[order]
+    k, v = keys[order], values[order].astype(np.float64)
     cut = np.flatnonzero(np.r_[True, k[1:] != k[:-1], True])
     lo, hi = cut[:-1], cut[1:]
-    out[k[lo]] = (v[lo + (hi - lo - 1) // 2] + v[lo + (hi - lo) // 2]) / 2.0
-    return out
+    return Medians(k[lo], (v[lo + (hi - lo - 1) // 2] + v[lo + (hi - lo) // 2]) / 2.0)

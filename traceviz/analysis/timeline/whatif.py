@@ -50,6 +50,9 @@ class StepView:
     first: np.ndarray   # the first piece of its op
     local: np.ndarray
     share: np.ndarray   # the piece's share of its op's exclusive time
+    typ_dur: np.ndarray  # the piece's typical duration (its share of its op's; NaN: none)
+    typ_transfer: np.ndarray
+    typ_gap: np.ndarray
 
     @classmethod
     def of(cls, model: TimelineModel, index: int, g: StepGraph) -> StepView:
@@ -57,11 +60,14 @@ class StepView:
         rows = g.rows
         ri = np.searchsorted(t.ranks, t.rank[rows])
         excl = model.flat.exclusive(rows)
+        key = model.keys(rows)
+        share = np.divide(g.dur, excl, out=np.ones(len(rows)), where=excl > 0)
+        ty = model.typical
         return cls(g, index, g.step, ri, model.worker[ri], t.stage[ri], t.dp[ri],
-                   t.classes[t.op[rows]], t.op[rows], t.microbatch[rows], model.keys(rows),
+                   t.classes[t.op[rows]], t.op[rows], t.microbatch[rows], key,
                    np.r_[True, rows[1:] != rows[:-1]] if len(rows) else np.zeros(0, bool),
-                   g.group < 0,
-                   np.divide(g.dur, excl, out=np.ones(len(rows)), where=excl > 0))
+                   g.group < 0, share, ty.duration.of(key) * share, ty.transfer.of(key),
+                   ty.gap.of(key))
 
 
 Pick = Callable[[StepView], np.ndarray]  # a mask (or factors) over the step's nodes
@@ -85,10 +91,9 @@ class WhatIf:
     changes: list[Change] = field(default_factory=list)
 
 
-def apply(model: TimelineModel, v: StepView, w: WhatIf
-          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def apply(v: StepView, w: WhatIf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(durations, transfers, gaps) of the step with ``w``'s changes."""
-    g, ty = v.g, model.typical
+    g = v.g
     dur, transfer, gap = g.dur, g.transfer, g.gap
     for c in w.changes:
         if c.how in ("scale", "transfer_scale"):
@@ -101,17 +106,17 @@ def apply(model: TimelineModel, v: StepView, w: WhatIf
             continue
         m = c.pick(v)
         if c.how == "typical":
-            typ = ty.duration[v.key] * v.share
+            typ = v.typ_dur
             m = m & v.local & np.isfinite(typ)
             new = np.rint(np.nan_to_num(typ)).astype(np.int64)
             dur = np.where(m, new if c.exact else np.minimum(dur, new), dur)
         elif c.how == "transfer":
-            typ = ty.transfer[v.key]
+            typ = v.typ_transfer
             m = m & ~v.local & np.isfinite(typ)
             new = np.rint(np.nan_to_num(typ)).astype(np.int64)
             transfer = np.where(m, new if c.exact else np.minimum(transfer, new), transfer)
         elif c.how == "gap":
-            typ = ty.gap[v.key]
+            typ = v.typ_gap
             m = m & v.first & np.isfinite(typ)
             new = np.rint(np.nan_to_num(typ)).astype(np.int64)
             gap = np.where(m, new if c.exact else np.minimum(gap, new), gap)
@@ -128,7 +133,7 @@ def step_times(model: TimelineModel, whatifs: list[WhatIf]
         v = StepView.of(model, i, g)
         measured[i] = int(g.end.max() - g.t0) if len(g) else 0
         for k, w in enumerate(whatifs):
-            d, tr, gp = apply(model, v, w)
+            d, tr, gp = apply(v, w)
             out[k, i] = simulate(g, d, tr, gp).step_ns
     return measured, out
 
