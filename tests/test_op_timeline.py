@@ -452,3 +452,34 @@ def test_hostile_sizes_are_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(model, "MAX_WORKER_STEPS", 4)
     with pytest.raises(TraceVizError, match="1 workers x 5 steps"):
         diagnose_timeline(OpTimeline.of(pa.Table.from_pylist(rows[:5])))
+
+
+def test_timers_without_compute_say_workers_are_not_assessed():
+    """Megatron's level-1 timers (no forward / backward compute): the steps are still
+    re-simulated and diagnosed; nobody is said to be within the spread."""
+    table, _ = simulate_steps(TimelineConfig(pp=4, dp=2, microbatches=4, steps=4,
+                                             slow_rank=3, slow_from=1))
+    level1 = table.filter(pc.is_in(table["op"], pa.array([
+        "all-grads-sync", "optimizer", "params-all-gather", "embedding-grads-all-reduce"])))
+    diag = diagnose_timeline(OpTimeline.of(level1))
+    assert any("slow workers: not assessed" in line for line in diag.summary)
+    assert not any("ordinary spread" in line for line in diag.summary)
+    assert len(diag.steps) == 4
+
+
+def test_transfers_paired_into_a_circle_run_alone():
+    """Two stages under interleaving (a ring): each rank sends before it receives, so
+    pairing in order makes each transfer wait on the other's successor. The step is
+    still diagnosed: its transfers run alone, a note says why."""
+    rows = []
+    for rank, ops in ((0, ["forward-compute", "forward-send", "forward-recv",
+                           "forward-compute"]),
+                      (1, ["forward-compute", "forward-send", "forward-recv",
+                           "forward-compute"])):
+        for k, op in enumerate(ops):
+            rows.append({"rank": rank, "step": 0, "op": op, "start_ns": 100 * k,
+                         "duration_ns": 50, "stage": rank, "dp_rank": 0, "tp_rank": 0,
+                         "microbatch": 0, "chunk": k // 2})
+    diag = diagnose_timeline(OpTimeline.of(pa.Table.from_pylist(rows)))
+    assert any("wait on each other in a circle" in n for n in diag.notes)
+    assert diag.steps.to_pylist()[0]["time_ns"] == 350

@@ -19,6 +19,7 @@ gaps would save; each row re-simulated on its own.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,7 +31,7 @@ from ..diagnose.stages import best_split
 from . import whatif as W
 from .cells import compute_cells
 from .data import OpTimeline
-from .findings import (SlowWorker, data_imbalance, slow_dp_groups, slow_workers,
+from .findings import (SlowWorker, WorkerSeries, data_imbalance, slow_dp_groups, slow_workers,
                        stage_balance, worker_series)
 from .ledger import PARTS, SCHEMA as LEDGER_SCHEMA, step_ledger
 from .model import TimelineModel
@@ -96,7 +97,12 @@ class _Cause:
 
 def diagnose_timeline(tl: OpTimeline, num_layers: int | None = None) -> TimelineDiagnosis:
     """The diagnosis of ``tl`` (see the module doc)."""
-    model = TimelineModel(tl)
+    with warnings.catch_warnings():  # medians of workers without compute: NaN, said so
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _diagnose(TimelineModel(tl), num_layers)
+
+
+def _diagnose(model: TimelineModel, num_layers: int | None) -> TimelineDiagnosis:
     t = model.timeline
     ledger_rows, dp_calls, fit, alone = _measured(model)
     cells = compute_cells(model)
@@ -136,7 +142,7 @@ def diagnose_timeline(tl: OpTimeline, num_layers: int | None = None) -> Timeline
                   "saving_pct": 100.0 * (base[i] - attr_t[k][i]) / base[i] if base[i] else None}
                  for k, w in enumerate(attribution) for i in range(len(base))]
     names = tuple(_worker_name(model, w) for w in range(model.workers))
-    summary = _summary(model, measured, ideal, slow)
+    summary = _summary(model, measured, ideal, slow, series)
     return TimelineDiagnosis(
         steps, pa.Table.from_pylist(ledger_rows, schema=LEDGER_SCHEMA), strag,
         pa.Table.from_pylist(attr_rows, schema=ATTRIBUTION_SCHEMA),
@@ -393,7 +399,8 @@ def _worker_steps(model: TimelineModel, series) -> pa.Table:
         schema=WORKER_STEPS_SCHEMA)
 
 
-def _summary(model: TimelineModel, measured, ideal, slow: list[SlowWorker]) -> list[str]:
+def _summary(model: TimelineModel, measured, ideal, slow: list[SlowWorker],
+             series: WorkerSeries) -> list[str]:
     t = model.timeline
     ms = measured / 1e6
     lines = [f"op timeline: {len(t.ranks)} ranks ({model.workers} workers, {model.pp} "
@@ -408,7 +415,10 @@ def _summary(model: TimelineModel, measured, ideal, slow: list[SlowWorker]) -> l
                      f"worst {slowdown[worst]:.2f} at step {int(model.steps[worst])}")
     persistent = [s for s in slow if s.persistent]
     transient = [s for s in slow if not s.persistent]
-    if persistent:
+    if not np.isfinite(series.slowdown).any():
+        lines.append("slow workers: not assessed (no forward-compute / backward-compute "
+                     "timers to compare workers by)")
+    elif persistent:
         lines.append("slow workers: " + "; ".join(
             f"{_worker_name(model, s.worker)} {s.slowdown:.2f}x since step {s.since_step}"
             for s in persistent[:5]))

@@ -24,6 +24,7 @@ from .flatten import Flat, flatten
 from .graph import Layout, StepGraph, step_graph
 from .layout import complete_layout
 from .ops import COMMUNICATION, P2P
+from .simulate import simulate
 
 SAMPLE_STEPS = 16      # steps the typical values are taken over (evenly spread)
 MAX_WORKER_STEPS = 16_000_000  # a worker x step table of float64: 128 MB
@@ -84,6 +85,8 @@ class TimelineModel:
         self.first_rank = np.full(self.workers, len(self.worker), dtype=np.int64)
         np.minimum.at(self.first_rank, self.worker, np.arange(len(self.worker)))
         self._graphs: dict[int, StepGraph] = {}
+        self.checked: set[int] = set()    # steps whose paired graph was simulated once
+        self.unpaired: set[int] = set()   # steps whose transfers run alone
         self.typical = self._typical()
 
     def layout_from(self, key: str) -> str:
@@ -106,10 +109,23 @@ class TimelineModel:
     def graphs(self) -> Iterator[tuple[int, StepGraph]]:
         """(index, graph) of every step, built once where they fit in memory."""
         keep = len(self.timeline) <= KEEP_GRAPHS
-        for i, (_, lo, hi) in enumerate(self.slices):
+        for i, (step, lo, hi) in enumerate(self.slices):
             g = self._graphs.get(i)
             if g is None:
-                g = step_graph(self.flat, self.layout, lo, hi, self.has_p2p)
+                pairs = self.has_p2p and i not in self.unpaired
+                g = step_graph(self.flat, self.layout, lo, hi, pairs)
+                if pairs and i not in self.checked:
+                    self.checked.add(i)
+                    try:
+                        simulate(g)
+                    except TraceVizError:  # transfers paired into a circle: alone
+                        self.unpaired.add(i)
+                        self.timeline.notes.append(
+                            f"step {step}: its pipeline transfers, paired in order, wait "
+                            "on each other in a circle (an order traceviz does not know): "
+                            "they run alone with their measured time, the compute after "
+                            "the stage it receives from")
+                        g = step_graph(self.flat, self.layout, lo, hi, False)
                 if keep:
                     self._graphs[i] = g
             yield i, g
