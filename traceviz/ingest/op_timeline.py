@@ -1,6 +1,7 @@
 """Op timelines read from files (:mod:`traceviz.table.timeline_schema`): parquet, CSV or
 JSON lines (each optionally gzipped), a Chrome trace of timer events (``name`` = op,
-``pid`` = rank, ``ts`` / ``dur`` in us, ``args`` with ``step`` and the optional columns),
+``pid`` = rank, ``ts`` / ``dur`` in us, ``args`` with ``step`` and the optional columns;
+complete events, or begin / end pairs: an end closes its thread's last begin),
 or PP-Schedule-Visualization's timer dumps (:mod:`.timer_dump`: the forward / backward
 compute of every micro-batch, step 0); one file, or a folder of them split any way (per
 rank, per step; its subfolders too).
@@ -262,11 +263,10 @@ def _from_chrome(path: Path) -> tuple[pa.Table, str]:
     if not isinstance(events, list):
         raise TraceVizError(f"{path}: no traceEvents list")
     cols: dict[str, list] = {c: [] for c in COLUMNS}
-    other = 0
-    for i, ev in enumerate(events):
-        if not isinstance(ev, dict) or ev.get("ph") != "X":
-            other += 1
-            continue
+    other = unmatched = 0
+    open_: dict[tuple, list[tuple[int, dict]]] = {}  # (pid, tid, name) -> begun events
+
+    def add(i: int, ev: dict, dur_us) -> None:
         args = ev.get("args")
         if not isinstance(args, dict):
             args = {}
@@ -274,11 +274,37 @@ def _from_chrome(path: Path) -> tuple[pa.Table, str]:
         cols["rank"].append(ev.get("pid"))
         cols["op"].append(ev.get("name"))
         cols["start_ns"].append(_us_to_ns(ev.get("ts"), where, "ts"))
-        cols["duration_ns"].append(_us_to_ns(ev.get("dur"), where, "dur"))
+        cols["duration_ns"].append(_us_to_ns(dur_us, where, "dur"))
         for c in ("step",) + tuple(c for c in COLUMNS if c not in REQUIRED):
             cols[c].append(args.get(c))
-    skipped = f"{other:,} events that are not complete timer events (ph X) left out" \
-        if other else ""
+
+    for i, ev in enumerate(events):
+        ph = ev.get("ph") if isinstance(ev, dict) else None
+        if ph == "X":
+            add(i, ev, ev.get("dur"))
+        elif ph in ("B", "E"):  # a begin / end pair: the end closes its thread's last begin
+            key = (ev.get("pid"), ev.get("tid"), ev.get("name") if ph == "B" else None)
+            if ph == "B":
+                open_.setdefault(key[:2], []).append((i, ev))
+                continue
+            begun = open_.get(key[:2])
+            if not begun:
+                unmatched += 1
+                continue
+            j, b = begun.pop()
+            ts, te = b.get("ts"), ev.get("ts")
+            if not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                       for x in (ts, te)):
+                raise TraceVizError(f"{path}: event {i}: ts is {te!r}, expected "
+                                    "microseconds (a number)")
+            add(j, b, te - ts)
+        else:
+            other += 1
+    unmatched += sum(len(v) for v in open_.values())
+    said = [f"{other:,} events that are not timer events (ph X, or B / E pairs)"
+            if other else "", f"{unmatched:,} begin / end events without their pair"
+            if unmatched else ""]
+    skipped = "; ".join(x for x in said if x) + (" left out" if any(said) else "")
     return _columns(cols, path), skipped
 
 
