@@ -240,14 +240,14 @@ def _columns(cols: dict[str, list], path: Path) -> pa.Table:
 
 
 def _from_chrome(path: Path) -> tuple[pa.Table, str]:
-    """A Chrome trace of timer events as rows (complete events only)."""
+    """A Chrome trace of timer events as rows (complete events, begin / end pairs)."""
     try:
         if path.name.lower().endswith(".gz"):
-            with gzip.open(path, "rb") as f:
-                raw = f.read(MAX_JSON_BYTES + 1)
+            with gzip.open(path, "rb") as packed:
+                raw = packed.read(MAX_JSON_BYTES + 1)
         else:
-            with open(path, "rb") as f:
-                raw = f.read(MAX_JSON_BYTES + 1)
+            with open(path, "rb") as plain:
+                raw = plain.read(MAX_JSON_BYTES + 1)
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         raise TraceVizError(f"{path}: cannot read: {exc}") from None
     if len(raw) > MAX_JSON_BYTES:
