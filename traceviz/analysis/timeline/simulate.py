@@ -33,10 +33,7 @@ def simulate(g: StepGraph, dur: np.ndarray | None = None,
     n = len(g)
     if n == 0:
         return Simulated(np.zeros(0, np.int64), np.zeros(0, np.int64), 0)
-    if g.links is None:  # the graph's adjacency, made once for all its re-simulations
-        ngroups = int(g.group.max()) + 1 if (g.group >= 0).any() else 0
-        g.links = _links(g.pred, g.dep, g.group, ngroups)
-    nxt, ndep, deps, gptr, members = g.links
+    nxt, ndep, deps, gptr, members = links(g)
     start, end, done = _run(g.pred, g.dep, g.gap if gap is None else gap,
                             g.dur if dur is None else dur,
                             g.transfer if transfer is None else transfer, g.group,
@@ -47,7 +44,15 @@ def simulate(g: StepGraph, dur: np.ndarray | None = None,
     return Simulated(start, end, int(end.max() - g.t0))
 
 
-@nb.njit(cache=True)
+def links(g: StepGraph) -> tuple:
+    """The graph's adjacency, made once for all its re-simulations."""
+    if g.links is None:
+        ngroups = int(g.group.max()) + 1 if (g.group >= 0).any() else 0
+        g.links = _links(g.pred, g.dep, g.group, ngroups)
+    return g.links
+
+
+@nb.njit(cache=True, nogil=True)
 def _links(pred, dep, group, ngroups):  # pragma: no cover (compiled)
     """The next node on each rank, each node's dependants (CSR) and each group's
     members (CSR)."""
@@ -82,7 +87,7 @@ def _links(pred, dep, group, ngroups):  # pragma: no cover (compiled)
     return nxt, ndep, deps, gptr, members
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)  # re-simulations of a step run on threads
 def _run(pred, dep, gap, dur, transfer, group, nxt, ndep, deps, gptr,
          members, t0):  # pragma: no cover (compiled)
     n = len(pred)

@@ -21,7 +21,9 @@ typical), ``worker-typical:W``.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,7 +31,7 @@ import numpy as np
 from .graph import StepGraph
 from .model import TimelineModel
 from .ops import COMPUTE, DATA
-from .simulate import simulate
+from .simulate import links, simulate
 
 
 @dataclass
@@ -70,6 +72,7 @@ class StepView:
                    ty.gap.of(key))
 
 
+THREADS = max(1, min(4, os.cpu_count() or 1))  # re-simulations of one step at once
 Pick = Callable[[StepView], np.ndarray]  # a mask (or factors) over the step's nodes
 
 
@@ -126,15 +129,20 @@ def apply(v: StepView, w: WhatIf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def step_times(model: TimelineModel, whatifs: list[WhatIf]
                ) -> tuple[np.ndarray, np.ndarray]:
     """(measured step times, [what-if, step] re-simulated times) in ns; every step
-    re-simulated with each what-if."""
+    re-simulated with each what-if, the what-ifs of a step on :data:`THREADS` threads
+    (the re-simulation releases the GIL)."""
     measured = np.zeros(len(model.slices), dtype=np.int64)
     out = np.zeros((len(whatifs), len(model.slices)), dtype=np.int64)
-    for i, g in model.graphs():
-        v = StepView.of(model, i, g)
-        measured[i] = int(g.end.max() - g.t0) if len(g) else 0
-        for k, w in enumerate(whatifs):
-            d, tr, gp = apply(v, w)
-            out[k, i] = simulate(g, d, tr, gp).step_ns
+
+    def one(v: StepView, w: WhatIf) -> int:
+        return simulate(v.g, *apply(v, w)).step_ns
+
+    with ThreadPoolExecutor(max_workers=THREADS) as pool:
+        for i, g in model.graphs():
+            v = StepView.of(model, i, g)
+            measured[i] = int(g.end.max() - g.t0) if len(g) else 0
+            links(g)  # made once, before the threads share it
+            out[:, i] = list(pool.map(lambda w: one(v, w), whatifs))
     return measured, out
 
 
