@@ -70,6 +70,8 @@ class OpTimeline:
 
 MAX_STEPS = 100_000   # steps one diagnosis takes (each is re-simulated on its own)
 MAX_CHUNKS = 1024     # model chunks per stage (keys and schedules stay small)
+# the largest stage, DP and TP rank + 1 (far above any job's; tables are sized by them)
+LIMITS = {"stage": 1 << 16, "dp_rank": 1 << 20, "tp_rank": 1 << 12}
 
 
 class TimelineBuilder:
@@ -204,10 +206,10 @@ class TimelineBuilder:
         for name, key in (("stage", "stage"), ("dp_rank", "dp"), ("tp_rank", "tp")):
             seen = self.layout[name]
             per = np.array([seen.get(int(r), (-1, -1))[0] for r in ranks], dtype=np.int64)
-            if len(per) and per.max() >= len(ranks):  # an index beyond the job: hostile
+            if len(per) and per.max() >= LIMITS[name]:  # tables are sized by them
                 r = int(ranks[int(np.argmax(per))])
-                raise TraceVizError(f"rank {r}: {name} {int(per.max())} but the timeline "
-                                    f"has {len(ranks)} ranks")
+                raise TraceVizError(f"rank {r}: {name} {int(per.max())}: at most "
+                                    f"{LIMITS[name] - 1:,}")
             per = per.astype(np.int32)
             layout[key] = per
             found[key] = ("column" if (per >= 0).all() else

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..diagnose.stages import StageBalance
 from ..diagnose.stragglers import SLOWDOWN_MIN, SPREAD_FLOOR, Z_MIN
-from .cells import Cells
+from .cells import MAX_CELLS, Cells
 from .model import TimelineModel
 from .ops import DP
 
@@ -213,6 +213,8 @@ def data_imbalance(model: TimelineModel, cells: Cells, slow: list[SlowWorker]
     dp = t.dp[model.first_rank].astype(np.int64)
     ndp = int(dp.max()) + 1
     ns = len(model.steps)
+    if ns * ndp * m > MAX_CELLS:  # DP ranks far apart (a part of a job): not looked at
+        return None
     # a persistent slow worker's compute at its peers' speed
     fix = np.ones((ns, model.workers))
     for x in slow:
@@ -267,13 +269,15 @@ def stage_balance(model: TimelineModel, cells: Cells, num_layers: int | None
     if pp < 2:
         return None
     t = model.timeline
+    stage = t.stage[model.first_rank]
+    if len(np.unique(stage)) != pp:  # some stages' ranks are not in the timeline
+        return None
     spent, _ = cells.worker_step()
     typ = cells.typ_fwd + cells.typ_bwd
     count = ((typ[:, :, :cells.microbatches] > 0).sum(axis=2).T if cells.by_microbatch
              and cells.microbatches else np.ones(spent.shape))
     count = np.where(count == 0, 1, count)  # compute without micro-batches: one
     per = np.where(spent > 0, spent / count, np.nan)
-    stage = t.stage[model.first_rank]
     with np.errstate(all="ignore"):
         compute = [float(np.nanmedian(per[stage == s])) for s in range(pp)]
     if not all(np.isfinite(compute)):

@@ -43,6 +43,11 @@ def complete_layout(tl: OpTimeline) -> OpTimeline:
             tl.notes.append("TP ranks unknown (no tp_rank column): each rank is a worker "
                             "of its own and its stage's ranks are its DP group")
     if (tl.dp < 0).any():
+        counts = np.bincount(tl.stage)
+        sizes = np.unique(counts[counts > 0])
+        if len(sizes) > 1:  # the i-th rank of every stage: only where they are alike
+            raise TraceVizError(f"stages of unequal size ({', '.join(map(str, counts))} "
+                                "ranks) and no dp_rank column: give the DP ranks")
         if (tl.dp >= 0).any():
             bad = int(tl.ranks[np.flatnonzero(tl.dp < 0)[0]])
             raise TraceVizError(f"rank {bad}: no dp_rank where other ranks have one: give "
@@ -58,10 +63,6 @@ def complete_layout(tl: OpTimeline) -> OpTimeline:
             tl.notes.append("DP ranks inferred: the i-th rank (in global order) of every "
                             "stage are one pipeline; give dp_rank where the ranks are "
                             "numbered otherwise")
-    sizes = np.unique(np.bincount(tl.stage))
-    if len(sizes) > 1 or sizes[0] == 0:
-        raise TraceVizError(f"stages of unequal size ({', '.join(map(str, np.bincount(tl.stage)))} "
-                            "ranks): every stage needs the same ranks (give the stage column)")
     return tl
 
 
