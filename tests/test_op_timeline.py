@@ -511,3 +511,51 @@ def test_part_of_a_job_is_diagnosed():
     assert len(diag.steps) == 3
     assert not _advice(diag, "stages=")
     assert any("did not line up" in n for n in diag.notes)
+
+
+def test_epoch_clocks_and_huge_integers(tmp_path):
+    """Starts in epoch ns (above 2^53) read and diagnose as any other clock; integers
+    beyond int64 (a uint64 parquet column, a JSON number of 2^64 - 1) are one line each."""
+    table, _ = simulate_steps(TimelineConfig(pp=2, dp=2, microbatches=3, steps=2))
+    epoch = table.set_column(table.schema.get_field_index("start_ns"), "start_ns",
+                             pc.add(table["start_ns"], 1_700_000_000_000_000_000))
+    path = tmp_path / "epoch.parquet"
+    pq.write_table(epoch, path)
+    a = diagnose_timeline(ingest.read_op_timeline(path)).steps
+    b = diagnose_timeline(OpTimeline.of(table)).steps
+    assert a.equals(b)
+    big = pa.table({"rank": pa.array([0], pa.uint64()), "step": [0], "op": ["x"],
+                    "start_ns": pa.array([1 << 63], pa.uint64()), "duration_ns": [1]})
+    pq.write_table(big, tmp_path / "big.parquet")
+    with pytest.raises(TraceVizError, match="row 1, column start_ns: does not fit int64"):
+        ingest.read_op_timeline(tmp_path / "big.parquet")
+    (tmp_path / "big.jsonl").write_text(
+        '{"rank": 18446744073709551615, "step": 0, "op": "x", "start_ns": 0, '
+        '"duration_ns": 1}\n')
+    with pytest.raises(TraceVizError, match="column rank"):
+        ingest.read_op_timeline(tmp_path / "big.jsonl")
+
+
+def test_two_ranks_in_one_place_are_asked_apart():
+    """TP peers without a tp_rank column share a stage and DP rank: their pipeline
+    neighbours would be one rank, so the columns that tell them apart are asked for."""
+    table, _ = simulate_steps(TimelineConfig(pp=2, dp=1, tp=2, microbatches=2, steps=1))
+    bare = table.set_column(table.schema.get_field_index("tp_rank"), "tp_rank",
+                            pa.nulls(table.num_rows, pa.int32()))
+    with pytest.raises(TraceVizError, match="same stage, DP and TP rank.*tp_rank"):
+        diagnose_timeline(OpTimeline.of(bare))
+
+
+def test_a_worker_that_recovers_is_fixed_only_while_slow():
+    """Slow in steps 5-10 of 16: found with both ends, its saving the re-run's over those
+    steps (not spread over steps it was not slow in)."""
+    cfg = TimelineConfig(pp=4, dp=4, microbatches=8, steps=16, slow_rank=13, slow_from=5,
+                         slow_steps=6, gpu_sigma=0.01, op_noise=0.01)
+    diag, truth = _diag(cfg)
+    strag = [s for s in diag.stragglers_table.to_pylist() if s["persistent"]]
+    assert [(s["rank"], s["since_step"], s["slow_steps"]) for s in strag] == [(13, 5, 6)]
+    a = _advice(diag, "worker:")[0]
+    assert "from step 5 to step 10" in a.finding and a.what_if.endswith("@5-10")
+    _, without = simulate_steps(cfg.without("slow_rank"))
+    true = float((truth - without)[5:11].mean())
+    assert abs(a.saving_ns - true) <= 0.01 * truth[5:11].mean()

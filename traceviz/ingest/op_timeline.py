@@ -34,6 +34,7 @@ MAX_JSON_BYTES = 1 << 30     # a Chrome trace of timer events, uncompressed
 MAX_OP_NAMES = 1 << 15       # distinct op names (op codes are int16)
 MAX_NAME = 256               # characters of an op name
 MAX_LINE = 1 << 20           # characters of a JSON lines row
+CLOCK = 1 << 62              # times and durations are within +-CLOCK ns
 SUFFIXES = (".parquet", ".csv", ".csv.gz", ".jsonl", ".jsonl.gz", ".ndjson",
             ".ndjson.gz", ".json", ".json.gz")
 SKIPPED_FOLDERS = ("traceviz-out",)
@@ -234,7 +235,7 @@ def _columns(cols: dict[str, list], path: Path) -> pa.Table:
             continue
         try:
             out[c] = pa.array(v)
-        except (pa.ArrowInvalid, pa.ArrowTypeError):  # mixed types: checked as text
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # checked as text
             out[c] = pa.array([None if x is None else str(x) for x in v], pa.string())
     return pa.table(out) if out else pa.table({c: pa.array([], pa.int64()) for c in REQUIRED})
 
@@ -295,7 +296,9 @@ def _from_chrome(path: Path) -> tuple[pa.Table, str]:
             ts, te = b.get("ts"), ev.get("ts")
             if not all(isinstance(x, (int, float)) and not isinstance(x, bool)
                        for x in (ts, te)):
-                raise TraceVizError(f"{path}: event {i}: ts is {te!r}, expected "
+                bad, at = (ts, j) if not isinstance(ts, (int, float)) or isinstance(
+                    ts, bool) else (te, i)
+                raise TraceVizError(f"{path}: event {at}: ts is {bad!r}, expected "
                                     "microseconds (a number)")
             add(j, b, te - ts)
         else:
@@ -366,9 +369,13 @@ def _checked(table: pa.Table, path: Path, first_row: int = 0) -> pa.Table:
     _first(pc.or_(pc.less(t["transfer_ns"], 0),
                   pc.greater(t["transfer_ns"], t["duration_ns"])),
            path, "transfer_ns", "is not within [0, duration_ns]", first_row)
-    _first(pc.greater(pc.add_checked(t["start_ns"].cast(pa.float64()),
-                                     t["duration_ns"].cast(pa.float64())), 9.2e18),
-           path, "duration_ns", "ends past the int64 clock", first_row)
+    # times within +-2^62 ns (146 years): every sum and difference the analysis makes
+    # of them stays inside int64
+    _first(pc.less(t["start_ns"], -CLOCK), path, "start_ns", "is before -2^62 ns",
+           first_row)
+    _first(pc.greater(t["start_ns"], pc.subtract(pa.scalar(CLOCK, pa.int64()),
+                                                 t["duration_ns"])),
+           path, "duration_ns", "ends past 2^62 ns", first_row)
     return t
 
 
@@ -429,6 +436,10 @@ def _integers(col, typ: pa.DataType, path: Path, name: str, base: int = 0) -> pa
     if pa.types.is_boolean(col.type) or not (pa.types.is_integer(col.type)
                                              or pa.types.is_floating(col.type)):
         raise TraceVizError(f"{path}: column {name} holds {col.type}, expected integers")
+    if pa.types.is_unsigned_integer(col.type):  # beyond int64 before anything else
+        big = pc.greater(col.cast(pa.uint64()), pa.scalar((1 << 63) - 1, pa.uint64()))
+        _first(big, path, name, "does not fit int64", base)
+        col = col.cast(pa.int64())
     if pa.types.is_floating(col.type):
         values = np.asarray(pc.fill_null(col, 0.0), dtype=np.float64)
         bad = ~np.isfinite(values) | (values != np.round(values)) | (np.abs(values) > 9.2e18)

@@ -106,12 +106,12 @@ class TimelineBuilder:
 
         codes = pc.dictionary_encode(table["op"]).combine_chunks()
         local = codes.dictionary.to_pylist()
-        mapping = np.array([self.names.setdefault(x, len(self.names)) for x in local],
-                           dtype=np.int16) if len(self.names) + len(local) <= \
-            self.max_names or all(x in self.names for x in local) else None
-        if mapping is None or len(self.names) > self.max_names:
+        new = {x for x in local if x not in self.names}
+        if len(self.names) + len(new) > self.max_names:
             raise TraceVizError(f"{where}: more than {self.max_names:,} distinct op names: "
                                 "not an op timeline of timers")
+        mapping = np.array([self.names.setdefault(x, len(self.names)) for x in local],
+                           dtype=np.int16)
         self._put("op", mapping[np.asarray(codes.indices.to_numpy(
             zero_copy_only=False), dtype=np.int64)] if len(local) else
             np.zeros(n, np.int16))
@@ -160,7 +160,12 @@ class TimelineBuilder:
         at = self.rows if at is None else at
         if self.capacity is not None and at + len(values) <= self.capacity:
             if name not in self.filled:
-                self.filled[name] = np.empty(self.capacity, dtype=values.dtype)
+                try:
+                    self.filled[name] = np.empty(self.capacity, dtype=values.dtype)
+                except MemoryError:  # a footer claiming more rows than memory holds
+                    self.capacity = None
+                    self._put(name, values, at)
+                    return
             self.filled[name][at:at + len(values)] = values
         else:
             if name in self.filled:  # more rows than announced: the rest as parts

@@ -4,11 +4,13 @@ ranked advice (:data:`~traceviz.analysis.advice.ADVICE_SCHEMA`), stragglers and 
 
 **Step time**: the latest end of any rank's op in the step - the earliest start. The
 **ideal step**: the step re-simulated with every op at its typical duration, transfer
-and gap; a step's **slowdown** = its time / its ideal time.
+and gap; a step's **slowdown** = the step re-simulated as measured / its ideal (the
+re-simulated step is the measured one where the timers fit their dependencies; the
+notes say by how much they do not).
 
 **Savings** are per step: the step re-simulated as measured (the baseline) - re-simulated
 with the cause removed, averaged over the steps the cause is present in (a slow worker:
-from the step it started; the others: every step). A fault is ranked only when it saves
+the steps of its slow run; the others: every step), as a share of those steps' time. A fault is ranked only when it saves
 at least :data:`~traceviz.analysis.advice.FAULT_PCT` % of the mean step; a change that
 needs what the timers do not show (interleaving's overlap, the layer count) is
 ``conditional``.
@@ -31,7 +33,7 @@ from ..diagnose.stages import best_split
 from . import whatif as W
 from .cells import compute_cells
 from .data import OpTimeline
-from .findings import (SlowWorker, WorkerSeries, data_imbalance, slow_dp_groups, slow_workers,
+from .findings import (MIN_Z, SlowWorker, WorkerSeries, data_imbalance, slow_dp_groups, slow_workers,
                        stage_balance, worker_series)
 from .ledger import PARTS, SCHEMA as LEDGER_SCHEMA, step_ledger
 from .model import TimelineModel
@@ -93,6 +95,7 @@ class _Cause:
     whatif: W.WhatIf
     since_index: int = 0   # the cause is present from this step on (its place in the run)
     since_step: int = 0    # that step's number
+    until_index: int | None = None  # present up to this place (exclusive; None: the end)
 
 
 def diagnose_timeline(tl: OpTimeline, num_layers: int | None = None) -> TimelineDiagnosis:
@@ -133,8 +136,7 @@ def _diagnose(model: TimelineModel, num_layers: int | None) -> TimelineDiagnosis
         notes.append(f"the timers do not fit their dependencies exactly: the steps "
                      f"re-simulated as measured end up to {fit / 1e6:.3f} ms from the "
                      "measured (savings are against the re-simulated steps)")
-    mean_step = float(base.mean()) if len(base) else 0.0
-    advice = _advice(causes, base, cause_t, mean_step)
+    advice = _advice(causes, base, cause_t)
     strag = _stragglers(slow, causes, base, cause_t)
     steps = _steps(model, measured, ideal, causes, base, cause_t)
     attr_rows = [{"what_if": w.spec, "step": int(model.steps[i]),
@@ -142,7 +144,7 @@ def _diagnose(model: TimelineModel, num_layers: int | None) -> TimelineDiagnosis
                   "saving_pct": 100.0 * (base[i] - attr_t[k][i]) / base[i] if base[i] else None}
                  for k, w in enumerate(attribution) for i in range(len(base))]
     names = tuple(_worker_name(model, w) for w in range(model.workers))
-    summary = _summary(model, measured, ideal, slow, series)
+    summary = _summary(model, measured, base, ideal, slow, series)
     return TimelineDiagnosis(
         steps, pa.Table.from_pylist(ledger_rows, schema=LEDGER_SCHEMA), strag,
         pa.Table.from_pylist(attr_rows, schema=ATTRIBUTION_SCHEMA),
@@ -198,23 +200,29 @@ def _causes(model: TimelineModel, slow: list[SlowWorker], data, balance, groups,
     t = model.timeline
     out: list[_Cause] = []
     for x in [s for s in slow if s.persistent][:TOP_FAULTS]:
-        since = (f"since step {x.since_step} ({x.slow_steps} of {len(model.steps)} steps)"
-                 if x.since_index > 0 else f"in {x.slow_steps} of {len(model.steps)} steps")
+        n = len(model.steps)
+        ended = x.until_index < n
+        since = (f"from step {x.since_step} to step {x.until_step} ({x.slow_steps} of {n} "
+                 "steps)" if ended else
+                 f"since step {x.since_step} ({x.slow_steps} of {n} steps)"
+                 if x.since_index > 0 else f"in {x.slow_steps} of {n} steps")
         out.append(_Cause(Finding(
             f"{_worker_name(model, x.worker)} computes {x.slowdown:.2f}x as long as its "
             f"peers {since}",
             "drain or replace its GPU / node (check its clocks, temperature and errors)",
             "", f"its compute ops against their typical time, robust z {x.z:.1f} "
-            f"(ordinary spread: z < 4)", kind="fault", target_rank=x.ranks[0]),
-            W.slow_worker(x.worker, x.slowdown, x.since_index, x.since_step),
-            x.since_index, x.since_step))
+            f"(the ordinary spread between GPUs: z < {MIN_Z})", kind="fault",
+            target_rank=x.ranks[0]),
+            W.slow_worker(x.worker, x.slowdown, x.since_index, x.until_index,
+                          f"{x.since_step}-{x.until_step}" if ended else f"{x.since_step}"),
+            x.since_index, x.since_step, x.until_index))
     if data is not None and data.uneven:
         alike = ("changes from step to step" if not np.isfinite(data.step_to_step)
                  or data.step_to_step < 0.5 else "repeats from step to step")
         out.append(_Cause(Finding(
             f"the micro-batches' compute varies by {100 * data.cv:.1f} % (CV within a "
-            f"step) on every stage alike, and the pattern {alike}: uneven sequence "
-            "lengths",
+            f"step), their forward and backward alike, and the pattern {alike}: uneven "
+            "sequence lengths",
             "balance the micro-batches: pack or bucket sequences so that every "
             "micro-batch and DP rank holds the same tokens",
             "", f"forward and backward shares agree (r = {data.agreement:.2f}); pattern "
@@ -325,32 +333,34 @@ def _attribution(model: TimelineModel, series) -> list[W.WhatIf]:
     return out
 
 
-def _advice(causes: list[_Cause], base: np.ndarray, times: np.ndarray, mean_step: float
-            ) -> pa.Table:
+def _advice(causes: list[_Cause], base: np.ndarray, times: np.ndarray) -> pa.Table:
     """The causes as advice rows, in the order of :mod:`traceviz.analysis.advice`; a
     fault whose fix gains under a tenth of :data:`FAULT_PCT` % names no cause and is
     left out."""
-    kept: list[tuple[_Cause, int, int, str]] = []
+    kept: list[tuple[_Cause, int, int, str, float]] = []
     for c, ts in zip(causes, times):
-        on = slice(c.since_index, None)
+        on = slice(c.since_index, c.until_index)
         if not len(base[on]):
             continue
         saving = int(round(float((base[on] - ts[on]).mean())))
-        if c.finding.kind == "fault" and 100.0 * saving / max(mean_step, 1.0) < FAULT_PCT / 10:
+        step = float(base[on].mean())  # the same steps' time: the share's basis
+        if c.finding.kind == "fault" and 100.0 * saving / max(step, 1.0) < FAULT_PCT / 10:
             continue
         kept.append((c, saving, int(round(float(ts[on].mean()))),
-                     standing(c.finding, saving, int(mean_step))))
+                     standing(c.finding, saving, int(step)), step))
     kept.sort(key=lambda k: (STANDINGS.index(k[3]), -k[1]))
     rows = []
-    for i, (c, saving, predicted, stand) in enumerate(kept, 1):
+    for i, (c, saving, predicted, stand, step) in enumerate(kept, 1):
         f = c.finding
         rows.append({"rank": i, "standing": stand, "kind": f.kind, "finding": f.finding,
                      "action": f.action, "saving_ns": saving,
                      "predicted_iteration_ns": predicted,
-                     "saving_pct": max(0.0, 100.0 * saving / mean_step) if mean_step
-                     else None,
-                     "evidence": f.evidence + (f"; saving per step from step {c.since_step}"
-                                               if c.since_index else ""),
+                     # of the same steps' time; 0 where it gains nothing (saving_ns
+                     # then says how much slower it predicts), as the trace diagnosis's
+                     "saving_pct": max(0.0, 100.0 * saving / step) if step else None,
+                     "evidence": f.evidence + (
+                         "; saving per step over the steps it was slow in"
+                         if c.since_index or c.until_index is not None else ""),
                      "what_if": c.whatif.spec, "model": MODEL,
                      "target_rank": f.target_rank, "bound": None, "same_as": None})
     return pa.Table.from_pylist(rows, schema=ADVICE_SCHEMA)
@@ -362,7 +372,7 @@ def _stragglers(slow: list[SlowWorker], causes: list[_Cause], base: np.ndarray,
     for c, ts in zip(causes, times):
         if c.whatif.spec.startswith("worker:"):
             w = int(c.whatif.spec.split(":")[1].split("/")[0])
-            on = slice(c.since_index, None)
+            on = slice(c.since_index, c.until_index)
             saving[w] = int(round(float((base[on] - ts[on]).mean())))
     return pa.Table.from_pylist([{
         "worker": x.worker, "rank": x.ranks[0], "ranks": ",".join(map(str, x.ranks)),
@@ -378,7 +388,7 @@ def _steps(model, measured, ideal, causes, base, times) -> pa.Table:
         best = max(gains, default=(0, None))
         rows.append({"step": int(step), "time_ns": int(measured[i]),
                      "ideal_ns": int(ideal[i]),
-                     "slowdown": measured[i] / ideal[i] if ideal[i] else None,
+                     "slowdown": base[i] / ideal[i] if ideal[i] else None,
                      "worst": best[1] if best[0] > 0 else None,
                      "worst_saving_ns": best[0] if best[0] > 0 else None})
     return pa.Table.from_pylist(rows, schema=STEPS_SCHEMA)
@@ -399,8 +409,10 @@ def _worker_steps(model: TimelineModel, series) -> pa.Table:
         schema=WORKER_STEPS_SCHEMA)
 
 
-def _summary(model: TimelineModel, measured, ideal, slow: list[SlowWorker],
+def _summary(model: TimelineModel, measured, base, ideal, slow: list[SlowWorker],
              series: WorkerSeries) -> list[str]:
+    """The summary lines; the slowdown is the re-simulated step's (its basis: the
+    savings') over its ideal."""
     t = model.timeline
     ms = measured / 1e6
     lines = [f"op timeline: {len(t.ranks)} ranks ({model.workers} workers, {model.pp} "
@@ -408,7 +420,7 @@ def _summary(model: TimelineModel, measured, ideal, slow: list[SlowWorker],
              f"{np.median(ms):.2f} ms (min {ms.min():.2f}, max {ms.max():.2f}); ideal "
              f"{np.median(ideal) / 1e6:.2f} ms"]
     with np.errstate(all="ignore"):
-        slowdown = measured / np.where(ideal > 0, ideal, np.nan)
+        slowdown = base / np.where(ideal > 0, ideal, np.nan)
     if np.isfinite(slowdown).any():
         worst = int(np.nanargmax(slowdown))
         lines.append(f"slowdown (step / its ideal): median {np.nanmedian(slowdown):.2f}, "

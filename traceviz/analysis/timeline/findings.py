@@ -40,7 +40,7 @@ import numpy as np
 from ..diagnose.stages import StageBalance
 from ..diagnose.stragglers import SLOWDOWN_MIN, SPREAD_FLOOR, Z_MIN
 from .cells import MAX_CELLS, Cells
-from .model import TimelineModel
+from .model import TimelineModel, medians
 from .ops import DP
 
 # the trace diagnosis's bounds of the ordinary spread (one definition for both inputs)
@@ -73,6 +73,8 @@ class SlowWorker:
     since_step: int
     slow_steps: int
     persistent: bool
+    until_index: int = 0  # a persistent one: slow up to this place (exclusive)
+    until_step: int = 0   # the last slow step
 
 
 @dataclass
@@ -157,6 +159,8 @@ def slow_workers(model: TimelineModel, s: WorkerSeries) -> list[SlowWorker]:
         if level[w] < 1 + MIN_SLOW or z < MIN_Z:
             continue
         out.append(_slow(model, int(w), float(level[w]), float(z), start, length, True))
+        out[-1].until_index = start + length
+        out[-1].until_step = int(model.steps[start + length - 1])
     persistent = {x.worker for x in out}
     with np.errstate(invalid="ignore"):
         spikes = (s.slowdown >= 1 + 2 * MIN_SLOW) & (s.z >= MIN_Z)
@@ -219,7 +223,7 @@ def data_imbalance(model: TimelineModel, cells: Cells, slow: list[SlowWorker]
     fix = np.ones((ns, model.workers))
     for x in slow:
         if x.persistent:
-            fix[x.since_index:, x.worker] = 1.0 / x.slowdown
+            fix[x.since_index:x.until_index, x.worker] = 1.0 / x.slowdown
 
     def share(excl: np.ndarray, typ: np.ndarray) -> np.ndarray:
         """[step, DP rank, micro-batch] compute / its typical, over the pipeline's
@@ -307,14 +311,14 @@ def slow_dp_groups(model: TimelineModel, op: np.ndarray, stage: np.ndarray,
         if t.classes[o] != DP:
             continue
         m = op == o
-        keys = np.stack([stage[m], tp[m]], axis=1)
-        groups, inv = np.unique(keys, axis=0, return_inverse=True)
-        inv = inv.ravel()
-        if len(groups) < 2:
+        key = stage[m].astype(np.int64) * (1 << 12) + tp[m]  # tp < 2^12
+        per_group = medians(key, transfer[m].astype(np.float64))
+        if len(per_group.keys) < 2:
             continue
-        med = np.array([np.median(transfer[m][inv == g]) for g in range(len(groups))])
+        med = per_group.values
         ref = float(np.median(med))
         for g in np.flatnonzero(med >= SLOW_GROUP * ref) if ref > 0 else []:
-            out.append(SlowGroup(int(o), t.names[o], int(groups[g][0]), int(groups[g][1]),
+            k = int(per_group.keys[g])
+            out.append(SlowGroup(int(o), t.names[o], k >> 12, k & 0xFFF,
                                  float(med[g] / ref), float(med[g])))
     return out

@@ -63,6 +63,15 @@ def complete_layout(tl: OpTimeline) -> OpTimeline:
             tl.notes.append("DP ranks inferred: the i-th rank (in global order) of every "
                             "stage are one pipeline; give dp_rank where the ranks are "
                             "numbered otherwise")
+    place = (tl.stage.astype(np.int64) << 40) | (tl.dp.astype(np.int64) << 12) | tl.tp
+    uniq, first, count = np.unique(place, return_index=True, return_counts=True)
+    if (count > 1).any():  # two ranks in one place: their neighbours would be one rank
+        k = int(np.flatnonzero(count > 1)[0])
+        same = tl.ranks[place == uniq[k]][:2].tolist()
+        raise TraceVizError(
+            f"ranks {same[0]} and {same[1]} have the same stage, DP and TP rank "
+            f"({int(tl.stage[first[k]])}, {int(tl.dp[first[k]])}, {int(tl.tp[first[k]])}): "
+            "give the columns that tell them apart (tp_rank for TP peers)")
     return tl
 
 

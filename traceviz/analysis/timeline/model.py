@@ -153,12 +153,12 @@ class TimelineModel:
             gap_v.append(g.gap[first].astype(np.float64))
         cat = (lambda xs, dtype: np.concatenate(xs) if xs  # noqa: E731
                else np.zeros(0, dtype))
-        return Typical(*(_medians(cat(kk, np.int64), cat(vv, np.float64))
+        return Typical(*(medians(cat(kk, np.int64), cat(vv, np.float64))
                          for kk, vv in ((rows_k, rows_v), (tr_k, tr_v), (gap_k, gap_v))))
 
 
-def _medians(keys: np.ndarray, values: np.ndarray) -> Medians:
-    """Each key's median value."""
+def medians(keys: np.ndarray, values: np.ndarray) -> Medians:
+    """Each key's median value (one sort, whatever the number of keys)."""
     if not len(keys):
         return Medians(np.zeros(0, np.int64), np.zeros(0))
     order = np.lexsort((values, keys))

@@ -12,7 +12,7 @@ op's transfers, a micro-batch's compute, the gaps, ...) and says what they becom
 * ``gap``: gaps at most their op's typical gap (or at it, ``exact``).
 
 Specs in words (``what_if`` of the advice): ``worker:W/F@S`` (worker W's compute / F
-from step S on), ``stages=even`` / ``stages=A,B,...`` (each stage's compute times its
+from step S on; ``@S-E``: steps S to E), ``stages=even`` / ``stages=A,B,...`` (each stage's compute times its
 factor), ``balance`` (each micro-batch's compute at its step's mean share), ``op:NAME``
 (that op's transfers or durations at most typical), ``dp-group:S=NAME.TP/F,...`` (stage S's DP groups' transfers of NAME / F),
 ``data`` (data loading and the step's first gap at most typical), ``gaps`` (every gap
@@ -155,12 +155,13 @@ def ideal() -> WhatIf:
                             Change("gap", every, True)])
 
 
-def slow_worker(w: int, factor: float, since_index: int, since_step: int) -> WhatIf:
-    """Worker ``w``'s compute / ``factor`` from the ``since_index``-th step on."""
+def slow_worker(w: int, factor: float, since: int, until: int, steps: str) -> WhatIf:
+    """Worker ``w``'s compute / ``factor`` in the steps at places ``since`` to ``until``
+    (exclusive; ``steps`` says which in words: ``S`` or ``S-E``)."""
     def pick(v: StepView) -> np.ndarray:
-        on = (v.worker == w) & (v.cls == COMPUTE) & (v.index >= since_index)
+        on = (v.worker == w) & (v.cls == COMPUTE) & (since <= v.index < until)
         return np.where(on, 1.0 / factor, 1.0)
-    return WhatIf(f"worker:{w}/{factor:.3f}@{since_step}", [Change("scale", pick)])
+    return WhatIf(f"worker:{w}/{factor:.3f}@{steps}", [Change("scale", pick)])
 
 
 def worker_typical(w: int) -> WhatIf:
