@@ -55,6 +55,9 @@ def _draw_heatmap(diag):
     heat = np.asarray(diag.heat, dtype=float)
     if heat.size == 0 or not np.isfinite(heat).any():
         return no_data("worker slowdown per step", "no compute ops with a typical time")
+    if heat.shape[0] < 3:
+        return no_data("worker slowdown per step", f"{heat.shape[0]} worker(s): too few "
+                       "to compare with each other")
     names = list(diag.worker_names)
     n = heat.shape[0]
     block = int(np.ceil(n / ROWS))
@@ -73,12 +76,12 @@ def _draw_heatmap(diag):
     im = ax.imshow(heat, aspect="auto", cmap="RdBu_r", vmin=1 - span, vmax=1 + span,
                    interpolation="nearest")
     steps = list(diag.step_numbers)
-    ticks = np.linspace(0, len(steps) - 1, min(len(steps), 20)).round().astype(int)
+    ticks = np.arange(0, len(steps), int(np.ceil(len(steps) / 20)))
     ax.set_xticks(ticks, [str(steps[i]) for i in ticks])
     shown = np.linspace(0, rows - 1, min(rows, LABELLED)).round().astype(int)
     ax.set_yticks(shown, [names[i] for i in shown], fontsize="x-small")
     ax.set_xlabel("step")
     by = "" if block == 1 else f" (each row the slowest of {block} workers)"
     ax.set_title(f"Worker slowdown per step: compute / its peers'{by}")
-    fig.colorbar(im, ax=ax, label="slowdown (1 = the step's median worker)")
+    fig.colorbar(im, ax=ax, label="slowdown (1 = the median worker)")
     return fig

@@ -430,6 +430,9 @@ def _summary(model: TimelineModel, measured, base, ideal, slow: list[SlowWorker]
     if not np.isfinite(series.slowdown).any():
         lines.append("slow workers: not assessed (no forward-compute / backward-compute "
                      "timers to compare workers by)")
+    elif model.workers < 3:
+        lines.append(f"slow workers: not assessed ({model.workers} worker(s): too few to "
+                     "tell a slow one from the spread between GPUs)")
     elif persistent:
         lines.append("slow workers: " + "; ".join(
             f"{_worker_name(model, s.worker)} {s.slowdown:.2f}x since step {s.since_step}"

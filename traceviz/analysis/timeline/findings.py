@@ -135,7 +135,10 @@ def worker_series(model: TimelineModel, cells: Cells) -> WorkerSeries:
 
 
 def slow_workers(model: TimelineModel, s: WorkerSeries) -> list[SlowWorker]:
-    """Every worker slow (see the module doc), persistent first, the slowest first."""
+    """Every worker slow (see the module doc), persistent first, the slowest first;
+    none among fewer than three workers (no spread to judge by)."""
+    if model.workers < 3:
+        return []
     ns = len(model.steps)
     need = min(PERSIST, ns)
     smooth = _rolling_median(s.slowdown)
