@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from batch_bench import measure
+from parse_bench import print_table
 
 from traceviz.synth.hang_dumps import hang_dumps, write_dumps
 
@@ -46,12 +47,8 @@ def main() -> None:
     head = ("ranks", "dumps MB", "wall s", "peak RSS MB", "ms per dump", "lines printed",
             "hang.json MB", "names rank 5 alone")
     fmt = ("{}", "{:.1f}", "{:.1f}", "{:.0f}", "{:.2f}", "{}", "{:.1f}", "{}")
-    if args.markdown:
-        print("| " + " | ".join(head) + " |")
-        print("|" + "---|" * len(head))
-    for row in rows:
-        cells = [f.format(v) for f, v in zip(fmt, row)]
-        print("| " + " | ".join(cells) + " |" if args.markdown else "  ".join(cells))
+    print_table(head, [[f.format(v) for f, v in zip(fmt, row)] for row in rows],
+                args.markdown)
 
 
 if __name__ == "__main__":

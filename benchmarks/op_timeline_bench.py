@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 from batch_bench import measure
+from parse_bench import print_table
 
 from traceviz.synth.op_timeline import TimelineConfig, write_timeline
 
@@ -55,12 +56,8 @@ def main() -> None:
     head = ("ranks", "steps", "M ops", "parquet MB", "wall s", "peak RSS GB", "M ops/s",
             "slow rank and onset named")
     fmt = ("{}", "{}", "{:.1f}", "{:.0f}", "{:.1f}", "{:.2f}", "{:.2f}", "{}")
-    if args.markdown:
-        print("| " + " | ".join(head) + " |")
-        print("|" + "---|" * len(head))
-    for row in rows:
-        cells = [f.format(v) for f, v in zip(fmt, row)]
-        print("| " + " | ".join(cells) + " |" if args.markdown else "  ".join(cells))
+    print_table(head, [[f.format(v) for f, v in zip(fmt, row)] for row in rows],
+                args.markdown)
 
 
 if __name__ == "__main__":

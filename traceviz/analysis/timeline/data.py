@@ -140,6 +140,10 @@ class TimelineBuilder:
             given = v >= 0
             if not given.any():
                 continue
+            if v.max() >= LIMITS[name]:  # tables are sized by them
+                i = int(np.argmax(v))
+                raise TraceVizError(f"{where}: rank {int(rank[i])}: {name} {int(v[i])}: "
+                                    f"at most {LIMITS[name] - 1:,}")
             order = np.lexsort((v[given], rank[given]))
             r, x = rank[given][order], v[given][order]
             cut = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
@@ -210,12 +214,7 @@ class TimelineBuilder:
         layout, found = {}, {}
         for name, key in (("stage", "stage"), ("dp_rank", "dp"), ("tp_rank", "tp")):
             seen = self.layout[name]
-            per = np.array([seen.get(int(r), (-1, -1))[0] for r in ranks], dtype=np.int64)
-            if len(per) and per.max() >= LIMITS[name]:  # tables are sized by them
-                r = int(ranks[int(np.argmax(per))])
-                raise TraceVizError(f"rank {r}: {name} {int(per.max())}: at most "
-                                    f"{LIMITS[name] - 1:,}")
-            per = per.astype(np.int32)
+            per = np.array([seen.get(int(r), (-1, -1))[0] for r in ranks], dtype=np.int32)
             layout[key] = per
             found[key] = ("column" if (per >= 0).all() else
                           "unknown" if not (per >= 0).any() else "column (some ranks)")

@@ -146,13 +146,8 @@ def _walk(start, dur, seg, row, pst, pdur, mode):  # pragma: no cover (compiled)
                     break
                 else:
                     overlap += 1
-                # the open op ends: its last piece
-                if tend > cursor[depth - 1] or pieces[depth - 1] == 0:
-                    k = _piece(mode, k, row, pst, pdur, top, cursor[depth - 1],
-                               max(tend - cursor[depth - 1], 0))
-                depth -= 1
-                if depth > 0:
-                    cursor[depth - 1] = max(cursor[depth - 1], tend)
+                k, depth = _close(mode, k, row, pst, pdur, stack, cursor, pieces, depth,
+                                  start, dur)
             if depth < DEPTH:
                 stack[depth] = i
                 cursor[depth] = st
@@ -162,12 +157,22 @@ def _walk(start, dur, seg, row, pst, pdur, mode):  # pragma: no cover (compiled)
                 overlap += 1
                 k = _piece(mode, k, row, pst, pdur, i, st, dur[i])
         while depth > 0:
-            top = stack[depth - 1]
-            tend = start[top] + dur[top]
-            if tend > cursor[depth - 1] or pieces[depth - 1] == 0:
-                k = _piece(mode, k, row, pst, pdur, top, cursor[depth - 1],
-                           max(tend - cursor[depth - 1], 0))
-            depth -= 1
-            if depth > 0:
-                cursor[depth - 1] = max(cursor[depth - 1], tend)
+            k, depth = _close(mode, k, row, pst, pdur, stack, cursor, pieces, depth,
+                              start, dur)
     return k, nested, overlap
+
+
+@nb.njit(cache=True, inline="always")
+def _close(mode, k, row, pst, pdur, stack, cursor, pieces, depth, start,
+           dur):  # pragma: no cover (compiled)
+    """The innermost open op ends: its last piece (or its only one, empty), and the op
+    around it resumes after it. Returns (pieces so far, depth)."""
+    top = stack[depth - 1]
+    tend = start[top] + dur[top]
+    if tend > cursor[depth - 1] or pieces[depth - 1] == 0:
+        k = _piece(mode, k, row, pst, pdur, top, cursor[depth - 1],
+                   max(tend - cursor[depth - 1], 0))
+    depth -= 1
+    if depth > 0:
+        cursor[depth - 1] = max(cursor[depth - 1], tend)
+    return k, depth

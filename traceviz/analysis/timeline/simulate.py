@@ -58,33 +58,30 @@ def _links(pred, dep, group, ngroups):  # pragma: no cover (compiled)
     members (CSR)."""
     n = len(pred)
     nxt = np.full(n, -1, dtype=np.int64)
-    ndep = np.zeros(n + 1, dtype=np.int64)
     for i in range(n):
         if pred[i] >= 0:
             nxt[pred[i]] = i
-        if dep[i] >= 0:
-            ndep[dep[i] + 1] += 1
-    for i in range(n):
-        ndep[i + 1] += ndep[i]
-    deps = np.empty(ndep[n], dtype=np.int64)
-    fill = ndep[:n].copy()
-    for i in range(n):
-        if dep[i] >= 0:
-            deps[fill[dep[i]]] = i
-            fill[dep[i]] += 1
-    gptr = np.zeros(ngroups + 1, dtype=np.int64)
-    for i in range(n):
-        if group[i] >= 0:
-            gptr[group[i] + 1] += 1
-    for k in range(ngroups):
-        gptr[k + 1] += gptr[k]
-    members = np.empty(gptr[ngroups], dtype=np.int64)
-    gfill = gptr[:ngroups].copy()
-    for i in range(n):
-        if group[i] >= 0:
-            members[gfill[group[i]]] = i
-            gfill[group[i]] += 1
+    ndep, deps = _csr(dep, n)
+    gptr, members = _csr(group, ngroups)
     return nxt, ndep, deps, gptr, members
+
+
+@nb.njit(cache=True, nogil=True)
+def _csr(key, nkeys):  # pragma: no cover (compiled)
+    """The nodes of each key 0..nkeys-1 (-1: none), in node order: (pointers, nodes)."""
+    ptr = np.zeros(nkeys + 1, dtype=np.int64)
+    for i in range(len(key)):
+        if key[i] >= 0:
+            ptr[key[i] + 1] += 1
+    for k in range(nkeys):
+        ptr[k + 1] += ptr[k]
+    nodes = np.empty(ptr[nkeys], dtype=np.int64)
+    fill = ptr[:nkeys].copy()
+    for i in range(len(key)):
+        if key[i] >= 0:
+            nodes[fill[key[i]]] = i
+            fill[key[i]] += 1
+    return ptr, nodes
 
 
 @nb.njit(cache=True, nogil=True)  # re-simulations of a step run on threads
