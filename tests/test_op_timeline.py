@@ -552,3 +552,19 @@ def test_a_worker_that_recovers_is_fixed_only_while_slow():
     _, without = simulate_steps(cfg.without("slow_rank"))
     true = float((truth - without)[5:11].mean())
     assert abs(a.saving_ns - true) <= 0.01 * truth[5:11].mean()
+
+
+def test_synth_timeline_cli_then_diagnose(tmp_path):
+    """The README's try-it: the synthesized slow rank is what diagnose names, with the
+    step it started; a file named otherwise is refused in one line."""
+    path = tmp_path / "timers.parquet"
+    result = CliRunner().invoke(main, ["synth-timeline", str(path), "--pp", "4", "--dp",
+                                       "8", "--steps", "20", "--slow-rank", "29",
+                                       "--slow-from", "8"])
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(main, ["diagnose", str(path), "-o", str(tmp_path / "d")])
+    assert result.exit_code == 0, result.output
+    assert "slow workers: rank 29 (stage 3, DP 5)" in result.output
+    assert "since step 8" in result.output
+    bad = CliRunner().invoke(main, ["synth-timeline", str(tmp_path / "timers.txt")])
+    assert bad.exit_code != 0 and "name it .parquet" in bad.output

@@ -22,6 +22,7 @@ from .support import (
     run_options,
     start,
     synth_options,
+    timeline_options,
     topology_option,
     write,
 )
@@ -134,6 +135,29 @@ def topology(world, tp, pp, cp, ep, expert_tp, order, gbs, from_traces, from_fil
                          order=order, traces=from_traces, file=from_file, as_json=as_json,
                          global_batch_size=gbs, output=output)
     finish(result)
+
+
+@main.command(name="synth-timeline", cls=LazyOptions, make_params=timeline_options)
+@click.argument("output", type=click.Path(dir_okay=False))
+def synth_timeline(output: str, **knobs) -> None:
+    """Write a synthetic op timeline (per-op timers of every rank and step, Megatron's
+    1F1B names) as OUTPUT (.parquet, .csv or .jsonl), with the causes a large job slows
+    by: the spread between GPUs and ops, uneven sequence lengths (--seq-cv), a slow rank
+    from a step on (--slow-rank, --slow-from, --slow-steps), a heavier last stage
+    (--last-stage-extra), a slow DP group (--slow-dp-factor, --slow-dp-stage), data
+    loading spikes (--data-spike-ms). Then: traceviz diagnose OUTPUT.
+
+    \b
+    Examples:
+      traceviz synth-timeline timers.parquet --pp 4 --dp 8 --steps 20 --slow-rank 29 --slow-from 8
+      traceviz synth-timeline timers.csv --pp 2 --dp 4 --seq-cv 0.2
+    """
+    from ..synth.op_timeline import TimelineConfig, write_timeline
+
+    cfg = TimelineConfig(**knobs)
+    _, steps = write_timeline(cfg, output)
+    click.echo(f"wrote {cfg.world} ranks x {cfg.steps} steps of timers to {output} "
+               f"(median step {sorted(steps)[len(steps) // 2] / 1e6:.1f} ms)", err=True)
 
 
 @main.command(cls=LazyOptions, make_params=synth_options)

@@ -147,30 +147,41 @@ class LazyOptions(click.Command):
 def synth_options() -> list[click.Option]:
     """One option per SynthConfig knob (the dataclass is the single source of truth);
     made on first use, so no other command imports the synthesizer."""
-    import dataclasses
-
     from ..synth import SynthConfig
     from ..synth.config import LAYOUTS, SCHEDULES
 
+    return _dataclass_options(SynthConfig, {"schedule": SCHEDULES, "layout": LAYOUTS})
+
+
+def timeline_options() -> list[click.Option]:
+    """One option per TimelineConfig knob (a synthesized op timeline)."""
+    from ..synth.op_timeline import TimelineConfig
+
+    return _dataclass_options(TimelineConfig, {})
+
+
+def _dataclass_options(config, choices: dict[str, tuple[str, ...]]) -> list[click.Option]:
+    """An option per field of the dataclass ``config`` (``choices``: the fields whose
+    values are one of a few)."""
+    import dataclasses
+
     options = []
-    for f in dataclasses.fields(SynthConfig):
+    for f in dataclasses.fields(config):
         if f.name == "extra":
             continue
         flag = "--" + f.name.replace("_", "-")
         if f.type in ("bool", bool):
             options.append(click.Option([f"{flag}/--no-{f.name.replace('_', '-')}", f.name],
                                         default=f.default, show_default=True))
-        elif f.name in ("schedule", "layout"):
+        elif f.name in choices:
             options.append(click.Option([flag, f.name], default=f.default, show_default=True,
-                                        type=click.Choice(SCHEDULES if f.name == "schedule"
-                                                          else LAYOUTS)))
+                                        type=click.Choice(choices[f.name])))
         else:
             kind = (float if isinstance(f.default, float) else
                     str if isinstance(f.default, str) else int)
             options.append(click.Option([flag, f.name], type=kind, default=f.default,
                                         show_default=f.default is not None))
     return options
-
 
 
 def link_rates(text: str | None) -> tuple[float, float] | None:

@@ -308,6 +308,8 @@ def write_timeline(cfg: TimelineConfig, out: str | os.PathLike) -> tuple[Path, n
     """The op timeline as ``out`` (a .parquet file, written a step at a time; a .csv or
     .jsonl file) and each step's true time (ns)."""
     path = Path(out)
+    if path.suffix not in (".parquet", ".csv", ".jsonl"):
+        raise UsageError(f"{path}: name it .parquet, .csv or .jsonl (the format written)")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".part")
     times = []
