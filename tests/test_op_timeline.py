@@ -568,3 +568,14 @@ def test_synth_timeline_cli_then_diagnose(tmp_path):
     assert "since step 8" in result.output
     bad = CliRunner().invoke(main, ["synth-timeline", str(tmp_path / "timers.txt")])
     assert bad.exit_code != 0 and "name it .parquet" in bad.output
+
+
+def test_collectives_of_one_rank_are_not_communication():
+    """Data parallelism 1: the gradients' sync has no peer: no DP transfer in the
+    ledger, no overlap advice, nothing said not to line up."""
+    diag, _ = _diag(TimelineConfig(pp=4, dp=1, microbatches=4, steps=4))
+    rows = diag.ledger.to_pylist()
+    assert all(r["transfer_dp_ns"] == 0 for r in rows)
+    assert any(r["other_ns"] > 0 for r in rows)
+    assert not _advice(diag, "overlap=DP")
+    assert not any("did not line up" in n for n in diag.notes)

@@ -226,11 +226,14 @@ def _collective_groups(ri, ops, m, klass: int, layout: Layout, base: int
     hi = np.zeros(len(gk), dtype=np.int64)
     np.minimum.at(lo, per_rank[0][:, 0], per_rank[1])
     np.maximum.at(hi, per_rank[0][:, 0], per_rank[1])
+    members = np.bincount(per_rank[0][:, 0], minlength=len(gk))  # ranks per group
     ok = (lo == hi)[gid]
+    alone = ~ok
+    ok &= (members > 1)[gid]  # a group of one rank: no peer to wait for, run alone
     call = np.unique(np.stack([gid[ok], k[ok]], axis=1), axis=0, return_inverse=True)[1]
     call = call.ravel()
     out[idx[ok]] = base + call
-    return out, int(call.max()) + 1 if len(call) else 0, int((~ok).sum())
+    return out, int(call.max()) + 1 if len(call) else 0, int(alone.sum())
 
 
 def implicit_deps(tl: OpTimeline, layout: Layout, rows: np.ndarray, ri: np.ndarray

@@ -1,6 +1,7 @@
 """Each rank's time in each step, in parts that add up to the step: the time its timed
 ops cover by class (compute, data loading, optimizer, other; a communication op's
-transfer by group, and its wait for its last peer), the untimed gaps between them
+transfer by group, and its wait for its last peer; one left alone, without peers that
+line up, is other), the untimed gaps between them
 (``untimed``: CPU work and whatever no timer covers) and ``idle`` after its last op
 until the step's last rank ends. Where timers overlap, the time is counted once (the
 earlier op's). ``step_ns`` = the latest end of any rank - the step's start (the
@@ -11,7 +12,7 @@ import numba as nb
 import numpy as np
 import pyarrow as pa
 
-from .ops import COMPUTE, DATA, DP, EMB, OPT, OTHER, P2P, PPG, TP
+from .ops import COMMUNICATION, COMPUTE, DATA, DP, EMB, OPT, OTHER, P2P, PPG, TP
 from .simulate import Simulated
 from .whatif import StepView
 
@@ -30,7 +31,10 @@ SCHEMA = pa.schema([("rank", pa.int32()), ("step", pa.int32()), ("step_ns", pa.i
 def step_ledger(v: StepView, sim: Simulated) -> tuple[np.ndarray, np.ndarray]:
     """(rank indexes, [rank, part] ns) of one step, from its re-simulated (or measured)
     starts and ends."""
-    part = _PART_OF_CLASS[v.cls]
+    # a communication op left alone (no peers in the timeline, or none lining up) is
+    # timed work of its own: other, not a transfer
+    part = np.where(np.isin(v.cls, COMMUNICATION) & (v.g.group < 0), PARTS.index("other"),
+                    _PART_OF_CLASS[v.cls])
     ranks, parts = _ledger(v.rank.astype(np.int64), sim.start, sim.end, part,
                            v.g.transfer, (v.g.group >= 0), v.g.t0,
                            v.g.t0 + sim.step_ns, len(PARTS), PARTS.index("wait"),
