@@ -568,6 +568,12 @@ def diagnose(root, topology_file, outdir, advice, num_layers, link_gbps) -> None
     wait_chain, links, advice (.csv and .parquet) and diagnosis.txt.
 
     \b
+    On an op timeline (per-op timers of every rank and step: README, Op timelines)
+    it diagnoses the steps instead and writes op_steps, op_ledger, op_stragglers,
+    op_attribution, op_worker_steps, advice, diagnosis.txt, op_slowdown.png and
+    op_heatmap.png (--num-layers: the model's layers, for the stage split).
+
+    \b
     Examples:
       traceviz diagnose job/iteration_10
       traceviz diagnose tensorboard_dir/ -o diag/

@@ -389,7 +389,8 @@ def _first(mask, path: Path, column: str, what: str, base: int = 0) -> None:
     bad = np.flatnonzero(arr)
     if bad.size:
         raise TraceVizError(f"{path}: row {base + int(bad[0]) + 1}, column {column}: {what} "
-                            f"({bad.size:,} rows)")
+                            f"({bad.size:,} row{'s' if bad.size > 1 else ''}; row 1 is the "
+                            "first data row)")
 
 
 def _names(col, path: Path, base: int = 0) -> pa.Array:
