@@ -13,18 +13,12 @@ Work runs on a local process pool, or on a Dask distributed cluster
 """
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 import json
 import os
-import signal
-import threading
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field
-from multiprocessing import get_context, parent_process
-from multiprocessing.connection import wait as mp_wait
+from multiprocessing import parent_process
 from pathlib import Path
 
 from ..errors import TraceVizError, UsageError, one_line
@@ -32,10 +26,11 @@ from ..parse.metadata import content_stamp
 from ..progress import byte_bar
 from ..table.io import atomic_path
 from ..table.schema import file_metadata
-from ..table.scratch import exit_on_sigterm
 from .discover import TraceFile, find_traces
 from .outputs import cpu_path, job_dir, trace_stem
 from .topology import find_topology_file
+from . import workers
+from .workers import worker_init
 
 SUMMARY = "batch_summary.json"
 
@@ -185,173 +180,43 @@ def parse_one(task: Task, memory_budget: int, topology_file: str | None, cpu: bo
 
 
 def _worker_init(jobs: int, parent: int | None = None) -> None:
-    """A worker hands freed memory back as the command does; SIGTERMed, it removes its
-    spill folder and temporary files and exits; its scans use their share of the cores
-    (``jobs`` workers parse at once); it SIGTERMs itself when its parent ``parent`` (pid)
-    is gone (``kill -9`` of the batch: nothing is left running)."""
-    from ..parse.budget import hand_back_freed_memory
+    """A parsing worker: :func:`.workers.worker_init`, and its scans use their share of
+    the cores (``jobs`` workers parse at once)."""
     from ..parse.reader import share_cores  # the parser, in the workers only
 
-    hand_back_freed_memory()
-    exit_on_sigterm(None)
+    worker_init(jobs, parent)
     share_cores(jobs)
-    if parent is not None:
-        threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
-
-
-PARENT_POLL_S = 0.5
-
-
-def _watch_parent(parent: int) -> None:
-    """SIGTERM this process once its parent ``parent`` has gone (it is then re-parented:
-    its parent pid changes)."""
-    while os.getppid() == parent:
-        time.sleep(PARENT_POLL_S)
-    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _run_local(tasks: list[Task], jobs: int, args: tuple, done,
                work=parse_one) -> list[Outcome]:
     """Outcomes of ``work(task, *args)`` for ``tasks`` on ``jobs`` worker processes (in
-    this process for 1). A worker that dies (OOM killer, a signal) breaks the pool: the
-    tasks it took down are run again, each in a process of its own, so the one that dies
-    again is named with its signal and every other finishes."""
-    if jobs == 1:
-        out = []
-        for t in tasks:
-            out.append(work(t, *args))
-            done(t, out[-1])
-        return out
-    out, broken = [], []
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
-                               initializer=_worker_init, initargs=(jobs, os.getpid()))
-    try:
-        futures = {pool.submit(work, t, *args): t for t in tasks}
-        workers = _workers(pool)  # the pool forgets a worker once it is broken
-        for fut in as_completed(futures):
-            t = futures[fut]
-            try:
-                outcome = fut.result()
-            except BrokenProcessPool:
-                broken.append(t)
-                continue
-            out.append(outcome)
-            done(t, outcome)
-    except BaseException:
-        _stop(pool)
-        raise
-    pool.shutdown()
-    # the pool SIGTERMs its other workers when one dies: the cause is another signal
-    deaths = sorted({_death(p.exitcode) for p in workers
-                     if p.exitcode and p.exitcode != -signal.SIGTERM})
-    deaths = deaths or sorted({_death(p.exitcode) for p in workers if p.exitcode})
-    for t, outcome in _run_isolated(broken, jobs, args, work):
-        if outcome.status != "failed":
-            outcome.warnings.append(
-                "a worker of the batch died while this rank was queued or being parsed ("
-                + (", ".join(deaths) or "cause unknown") + "); parsed again in a process "
-                "of its own")
-        out.append(outcome)
-        done(t, outcome)
-    return out
-
-
-def _workers(pool: ProcessPoolExecutor) -> list:
-    """The pool's worker processes (the executor keeps them privately; [] if not)."""
-    return list((getattr(pool, "_processes", None) or {}).values())
-
-
-def _death(code: int) -> str:
-    """How a process ended, from its exit code (negative: the signal; 143: SIGTERM, after
-    removing its temporary files)."""
-    if code == 128 + signal.SIGTERM:
-        code = -signal.SIGTERM
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"killed by {name}" + (" (out of memory?)" if -code == signal.SIGKILL else "")
-    return f"exited with status {code}"
-
-
-def _stop(pool: ProcessPoolExecutor) -> None:
-    """Cancel what has not started and SIGTERM the workers (they clean up and exit)."""
-    pool.shutdown(wait=False, cancel_futures=True)
-    for p in _workers(pool):
-        with contextlib.suppress(Exception):
-            p.terminate()
-            p.join(5)
-
-
-def _child(conn, work, task: Task, args: tuple, jobs: int, parent: int) -> None:
-    _worker_init(jobs, parent)
-    conn.send(work(task, *args))
-    conn.close()
-
-
-def _run_isolated(tasks: list[Task], jobs: int, args: tuple, work):
-    """(task, outcome) for each task parsed in a fresh process of its own, ``jobs`` at a
-    time; a process that dies gives a failed outcome naming how."""
-    ctx = get_context("spawn")
-    waiting, running = list(tasks), []  # type: list[Task], list
-    try:
-        while waiting or running:
-            while waiting and len(running) < jobs:
-                t = waiting.pop(0)
-                recv, send = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_child, args=(send, work, t, args, jobs,
-                                                        os.getpid()), daemon=True)
-                proc.start()
-                send.close()
-                running.append((t, proc, recv))
-            ready = mp_wait([r for _, _, r in running])
-            for item in [x for x in running if x[2] in ready]:
-                t, proc, recv = item
-                running.remove(item)
-                try:
-                    outcome = recv.recv()
-                except EOFError:  # died before it could answer
-                    proc.join()
-                    outcome = Outcome(t.trace, t.rank, t.output, "failed", error=(
-                        f"{t.trace}: the process parsing it {_death(proc.exitcode or 0)}; "
-                        "lower --memory-budget or -j, or check the trace"))
-                proc.join()
-                yield t, outcome
-    finally:
-        for _, proc, _ in running:
-            proc.terminate()
-            proc.join(5)
+    this process for 1); a worker that dies costs only the rank it dies on
+    (:mod:`.workers`)."""
+    return _outcomes(workers.run(work, tasks, args, jobs=jobs, init=_worker_init), done)
 
 
 def _run_dask(tasks: list[Task], scheduler: str, args: tuple, done) -> list[Outcome]:
-    try:
-        from distributed import Client, LocalCluster
-        from distributed import as_completed as dask_completed
-    except ImportError:
-        raise UsageError("--scheduler needs Dask: pip install 'traceviz[dask]'") from None
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, host="127.0.0.1",
-                           dashboard_address=None) if scheduler == "local" else None
-    try:
-        with Client(cluster or scheduler) as client:
-            futures = {client.submit(parse_one, t, *args, pure=False): t for t in tasks}
-            out = []
-            for fut in dask_completed(list(futures)):
-                t = futures[fut]
-                try:
-                    outcome = fut.result()
-                except Exception as exc:  # the worker died (KilledWorker) or was lost
-                    outcome = Outcome(t.trace, t.rank, t.output, "failed", error=(
-                        f"{t.trace}: the Dask worker parsing it died ({type(exc).__name__}: "
-                        f"{exc}); lower --memory-budget, or check the trace"))
-                out.append(outcome)
-                done(t, outcome)
-            return out
-    except OSError as exc:
-        raise TraceVizError(f"cannot reach the Dask scheduler {scheduler}: {exc}") from None
-    finally:
-        if cluster is not None:
-            cluster.close()
+    return _outcomes(workers.run(parse_one, tasks, args, scheduler=scheduler), done)
+
+
+def _outcomes(finished, done) -> list[Outcome]:
+    """Each task's outcome, ``done`` called as each finishes; a task whose process died
+    is a failed outcome naming how."""
+    out = []
+    for f in finished:
+        t = f.task
+        outcome = f.result if f.died is None else Outcome(
+            t.trace, t.rank, t.output, "failed", error=(
+                f"{t.trace}: the process parsing it {f.died}; lower --memory-budget or "
+                "-j, or check the trace"))
+        if f.rerun and outcome.status != "failed":
+            outcome.warnings.append(
+                f"a worker of the batch died while this rank was queued or being parsed "
+                f"({f.rerun}); parsed again in a process of its own")
+        out.append(outcome)
+        done(t, outcome)
+    return out
 
 
 def run(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,

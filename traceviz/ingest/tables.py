@@ -374,25 +374,39 @@ def load_with_cpu(folder: Path, lazy: bool = False) -> list[tuple[int, pa.Table,
     it when called (a job's tables need not all be in memory at once; the rank then
     from the footer, :func:`file_rank`); a one-line error when a CPU table is missing or
     the tables are not of one run (see :func:`rank_tables`)."""
+    if lazy:  # read when asked, their process groups cut (see slim)
+        return [(r, lambda p=p: slim(read_table(p)), lambda c=c: slim(read_table(c)))
+                for r, p, c in rank_files(folder)]
     out: list[tuple[int, Any, Any]] = []
     runs: dict[str, tuple[Path, Any]] = {}
     for k, p in enumerate(input_files([folder])):
         sibling = _cpu_table_of(p)
-        if lazy:  # read when asked, their process groups cut (see slim)
-            rank = file_rank(p)
-            _one_run(Path(file_fact(p, "source") or p), rank, file_fact(p, "world_size"),
-                     runs)
-            out.append((k if rank is None else rank, lambda p=p: slim(read_table(p)),
-                        lambda sibling=sibling: slim(read_table(sibling))))
-        else:
-            gpu = read_table(p)
-            _one_run(Path(metadata(gpu).get("source") or p), stated_rank(gpu, p),
-                     metadata(gpu).get("world_size"), runs)
-            out.append((rank_of(gpu, p, k), gpu, read_table(sibling)))
-    ranks = [r for r, _, _ in out]
+        gpu = read_table(p)
+        _one_run(Path(metadata(gpu).get("source") or p), stated_rank(gpu, p),
+                 metadata(gpu).get("world_size"), runs)
+        out.append((rank_of(gpu, p, k), gpu, read_table(sibling)))
+    _one_table_per_rank(folder, [r for r, _, _ in out])
+    return out
+
+
+def rank_files(folder: Path) -> list[tuple[int, Path, Path]]:
+    """(rank, GPU activity table, CPU table) files of every rank table of ``folder``
+    (the rank from the footer, :func:`file_rank`; else numbered as :func:`rank_tables`
+    numbers it), checked as :func:`load_with_cpu` checks them, none read."""
+    out = []
+    runs: dict[str, tuple[Path, Any]] = {}
+    for k, p in enumerate(input_files([folder])):
+        sibling = _cpu_table_of(p)
+        rank = file_rank(p)
+        _one_run(Path(file_fact(p, "source") or p), rank, file_fact(p, "world_size"), runs)
+        out.append((k if rank is None else rank, p, sibling))
+    _one_table_per_rank(folder, [r for r, _, _ in out])
+    return out
+
+
+def _one_table_per_rank(folder: Path, ranks: list[int]) -> None:
     if len(set(ranks)) < len(ranks):
         raise TraceVizError(f"{folder}: two tables claim one rank; keep one table per rank")
-    return out
 
 
 def load_with_memory(path: Path, rank: int | None = None

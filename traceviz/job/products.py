@@ -58,10 +58,12 @@ from ..ingest.tables import (
     load_with_cpu,
     load_with_memory,
     one_rank_with_cpu,
+    rank_files,
     rank_of,
     rank_tables,
     tables_folder,
 )
+from ..ingest.rank_pieces import RankMap, Workers
 from ..ingest.timer_dump import NAME, find_dumps, read_group
 from ..ingest.topology import job_layout, pipeline_groups
 
@@ -146,21 +148,22 @@ def cached_diagnosis(folder: Path, topology: str | os.PathLike | None = None
 
 def diagnosis(root: str | os.PathLike, topology: str | os.PathLike | None = None,
               advice: bool = False, num_layers: int | None = None,
-              link_gbps: tuple[float, float] | None = None
+              link_gbps: tuple[float, float] | None = None, workers: Workers = Workers()
               ) -> tuple[Diagnosis, list[str], pa.Table | None]:
     """The diagnosis of ``root``, the ranks it leaves out (one line each) and, with
     ``advice``, the advice (its savings re-timed on the job's graph, which needs the
     ranks' CPU tables: parsed with the traces; tables without them give no savings);
     ``num_layers`` / ``link_gbps``: see :func:`~traceviz.analysis.diagnose.diagnosis.
-    diagnose`. A job's diagnosis is computed once and kept beside its tables
-    (:mod:`.job_cache`) until they change."""
+    diagnose`; ``workers``: where each rank's share is made (:mod:`~traceviz.ingest.
+    rank_pieces`). A job's diagnosis is computed once and kept beside its tables
+    (:mod:`.job_cache`) until they change; not where a worker died (run it again)."""
     root = Path(root)
     if not root.exists():
         raise TraceVizError(f"{root}: no such file or folder")
     folder = root if root.is_dir() else root.parent
     options = {"num_layers": num_layers, "link_gbps": link_gbps}
     if not root.is_dir():
-        return _diagnosis(root, folder, topology, advice, options)
+        return _diagnosis(root, folder, topology, advice, options, workers)[:3]
     tables = tables_folder(root, cpu=advice)
     key = job_cache.key_of(tables, topology, options)
     hit = job_cache.load_diagnosis(tables, key, advice)
@@ -169,35 +172,41 @@ def diagnosis(root: str | os.PathLike, topology: str | os.PathLike | None = None
         return diag, failed, adv if advice else None
     # the layout: the one kept beside the tables (found from their sends / receives)
     # where the traces state none
-    diag, failed, adv = _diagnosis(root, tables, topology, advice, options, tables)
-    job_cache.store_diagnosis(tables, key, diag, adv, failed)
+    diag, failed, adv, whole = _diagnosis(root, tables, topology, advice, options, workers,
+                                          tables)
+    if whole:
+        job_cache.store_diagnosis(tables, key, diag, adv, failed)
     return diag, failed, adv
 
 
 def job_diagnosis(root: str | os.PathLike, topology: str | os.PathLike | None = None,
                   advice: bool = True, num_layers: int | None = None,
-                  link_gbps: tuple[float, float] | None = None) -> JobDiagnosis:
+                  link_gbps: tuple[float, float] | None = None,
+                  workers: Workers = Workers()) -> JobDiagnosis:
     """:func:`diagnosis` as the typed result ``traceviz diagnose`` writes."""
-    diag, failed, adv = diagnosis(root, topology, advice, num_layers, link_gbps)
+    diag, failed, adv = diagnosis(root, topology, advice, num_layers, link_gbps, workers)
     return JobDiagnosis(diag, adv, tuple(failed))
 
 
 def _diagnosis(root: Path, folder: Path, topology, advice: bool, options: dict,
-               tables_dir: Path | None = None
-               ) -> tuple[Diagnosis, list[str], pa.Table | None]:
-    """The diagnosis computed (see :func:`diagnosis`)."""
+               workers: Workers, tables_dir: Path | None = None
+               ) -> tuple[Diagnosis, list[str], pa.Table | None, bool]:
+    """The diagnosis computed (see :func:`diagnosis`), and whether every rank's worker
+    finished (no rank lost to a worker that died)."""
     failed: list[str] = []
     if advice and tables_dir is not None and has_cpu_tables(tables_dir):
         notes: list[str] = []
         # the same tables' op model, for report / html: each rank's ops while its CPU
         # table is read for its graph (one at a time)
         op_key = job_cache.key_of(tables_dir, None, {"peak_tflops": None})
-        ops: list | None = [] if job_cache.load_op_model(tables_dir, op_key) is None else None
-        jp = job_path(load_with_cpu(tables_dir, lazy=True), notes, where=str(tables_dir),
-                      each=None if ops is None else lambda r, g, c: ops.append(
-                          rank_ops(g, c, None)))
-        if ops:
-            job_cache.store_op_model(tables_dir, op_key, op_model(ops))
+        need_ops = job_cache.load_op_model(tables_dir, op_key) is None
+        mapped = RankMap(workers)
+        jp = job_path(rank_files(tables_dir), notes, where=str(tables_dir),
+                      also=rank_ops if need_ops else None, pieces_of=mapped)
+        failed += mapped.failed
+        if need_ops and jp.also:
+            job_cache.store_op_model(tables_dir, op_key, op_model(jp.also))
+        jp.also = []
         diag = diagnosis_of(jp.jc, _pipelines(root, folder, topology, jp.jc.acts),
                             **options)
         if diag.synced:  # the step windows, while the synced activities are at hand
@@ -211,13 +220,13 @@ def _diagnosis(root: Path, folder: Path, topology, advice: bool, options: dict,
             a.target_rank: a.saving_ns for a in records(Advice, adv)
             if a.target_rank is not None and a.saving_ns is not None
             and a.what_if.startswith("straggler:")})
-        return diag, failed, adv
+        return diag, failed, adv, not mapped.failed
     tables = job_tables(root, DIAGNOSIS_COLUMNS, failed)
     diag = diagnose(tables, _pipelines(root, folder, topology, tables), **options)
     why = ("one rank: nothing to re-time across ranks" if len(tables) < 2 else
            "the ranks' CPU tables are not parsed (run 'traceviz batch JOB --cpu', or give "
            "diagnose the traces)")
-    return diag, failed, advise(diag, None, why) if advice else None
+    return diag, failed, advise(diag, None, why) if advice else None, True
 
 
 def _pipelines(root: Path, folder: Path, topology, ranks) -> list[list[int]] | None:

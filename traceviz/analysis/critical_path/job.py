@@ -121,6 +121,63 @@ def join(ranks: list[RankGraph], infos: list[KernelInfo], offsets: dict[int, int
     return joiner.finish(offsets)
 
 
+@dataclass
+class JoinPiece:
+    """What the job graph takes of one rank's graph, made where the rank's tables were
+    read (:func:`join_piece`; a worker): its nodes, its edges (in the order added) with
+    their own time, category, comm group and kernel name (ids into ``names``, this
+    rank's own list), the nodes queued behind earlier work, and per communication
+    kernel its GPU-table row, start and end node, group, name id and whether it is
+    point-to-point. ``rank`` is the rank's graph, released (:meth:`RankGraph.release`)."""
+
+    rank: RankGraph
+    node_ts: np.ndarray
+    node_event: np.ndarray
+    node_start: np.ndarray
+    node_rank: np.ndarray
+    edges: list[tuple]        # (src, dst, kind, weight, attr) blocks, node ids of the rank
+    own: list[np.ndarray]
+    cat: list[np.ndarray]     # int8
+    grp: list[np.ndarray]     # int8
+    nm: list[np.ndarray]      # int32 into ``names``; -1 none
+    names: list[str]
+    queued: np.ndarray
+    member_rows: np.ndarray
+    member_start: np.ndarray
+    member_end: np.ndarray
+    member_group: np.ndarray
+    member_name: np.ndarray   # into ``names``
+    p2p: np.ndarray
+
+
+def join_piece(rg: RankGraph, info: KernelInfo) -> JoinPiece:
+    """The :class:`JoinPiece` of a rank's graph (``info``: its GPU table's kernels; their
+    calls are not read). The piece shares ``rg``'s arrays: release ``rg``
+    (:meth:`RankGraph.release`) where only the job's graph is to hold them."""
+    g, ev = rg.graph, rg.events
+    names: dict[str, int] = {}
+    own, cat, grp, nm = _own_times(rg, info, names)
+    x_src, x_dst, x_kind, x_own = _device_order(rg)
+    queued = _queued_behind_earlier(rg)
+    rows = np.flatnonzero((rg.start_node >= 0) & (ev.cls == ACTIVITY))
+    trow = ev.table_row[rows]
+    comm = info.kind[trow] == 1
+    rows, trow = rows[comm], trow[comm]
+    ids = np.array([names.setdefault(info.name[t], len(names)) for t in trow.tolist()],
+                   np.int32)
+    # per edge: category and group as int8, name id as int32 (a job's millions of edges
+    # held at once)
+    return JoinPiece(
+        rg, g.node_ts, g.node_event, g.node_start, g.node_rank,
+        [(g.src, g.dst, g.kind, g.weight, g.attr), (x_src, x_dst, x_kind, 0, -1)],
+        [own, x_own], [cat.astype(np.int8), np.select(
+            [x_kind == LAUNCH, x_kind == SYNC], [LAUNCH_CAT, WAIT], KK_CAT).astype(np.int8)],
+        [grp.astype(np.int8), np.full(x_src.size, -1, np.int8)],
+        [nm.astype(np.int32), np.full(x_src.size, -1, np.int32)],
+        sorted(names, key=lambda n: names[n]), queued, trow, rg.start_node[rows],
+        rg.end_node[rows], info.group[trow], ids, info.p2p[trow])
+
+
 class Joiner:
     """The job graph built one rank at a time: :meth:`add` takes what the job's graph
     needs of a rank's graph (whose arrays may then be released, :meth:`RankGraph.
@@ -147,50 +204,48 @@ class Joiner:
         self.p2p_seen = 0
 
     def add(self, rg: RankGraph, info: KernelInfo) -> None:
-        """One rank's graph (``info``: its GPU table's kernels)."""
+        """One rank's graph (``info``: its GPU table's kernels, their calls)."""
+        self.add_piece(join_piece(rg, info), info.call, info.more_calls)
+
+    def add_piece(self, piece: JoinPiece, call: np.ndarray,
+                  more_calls: tuple[np.ndarray, np.ndarray]) -> None:
+        """One rank's :class:`JoinPiece` (made where its tables were read), ``call``:
+        the call id of each row of its GPU table (-1 none) and ``more_calls`` the
+        further (row, call) pairs of rows that carry several transfers
+        (:func:`call_rows`)."""
         k = len(self.ranks)
+        rg = piece.rank
         self.ranks.append(rg)
-        g, ev = rg.graph, rg.events
         b = self.base[-1]
-        self.node_ts.append(g.node_ts)
-        self.node_event.append(g.node_event)
-        self.node_start.append(g.node_start)
-        self.node_rank.append(g.node_rank)
-        self.base.append(b + g.n_nodes)
-        own, cat, grp, nm = _own_times(rg, info, self.names)
-        self.edges.add(g.src + b, g.dst + b, g.kind, g.weight, g.attr)
-        # per edge: category and group as int8, name id as int32 (a job's millions of
-        # edges held at once)
-        self.own.append(own)
-        self.cat.append(cat.astype(np.int8))
-        self.grp.append(grp.astype(np.int8))
-        self.nm.append(nm.astype(np.int32))
-        x_src, x_dst, x_kind, x_own = _device_order(rg)
-        self.queued.append(_queued_behind_earlier(rg) + b)
-        self.edges.add(x_src + b, x_dst + b, x_kind, 0, -1)
-        self.own.append(x_own)
-        self.cat.append(np.select([x_kind == LAUNCH, x_kind == SYNC], [LAUNCH_CAT, WAIT],
-                                  KK_CAT).astype(np.int8))
-        self.grp.append(np.full(x_src.size, -1, np.int8))
-        self.nm.append(np.full(x_src.size, -1, np.int32))
-        rows = np.flatnonzero((rg.start_node >= 0) & (ev.cls == ACTIVITY))
-        trow = ev.table_row[rows]
-        comm = info.kind[trow] == 1
-        rows, trow = rows[comm], trow[comm]
-        self.p2p_seen += int(info.p2p[trow].sum())
+        self.node_ts.append(piece.node_ts)
+        self.node_event.append(piece.node_event)
+        self.node_start.append(piece.node_start)
+        self.node_rank.append(piece.node_rank)
+        self.base.append(b + piece.node_ts.size)
+        # the piece's kernel names numbered in the job's list, in the piece's order
+        lut = np.array([self.names.setdefault(n, len(self.names)) for n in piece.names]
+                       + [-1], np.int32)
+        for src, dst, kind, weight, attr in piece.edges:
+            self.edges.add(src + b, dst + b, kind, weight, attr)
+        self.own += piece.own
+        self.cat += piece.cat
+        self.grp += piece.grp
+        self.nm += [lut[nm] for nm in piece.nm]
+        self.queued.append(piece.queued + b)
+        trow = piece.member_rows
+        self.p2p_seen += int(piece.p2p.sum())
         # a row of several transfers is a member of each of their calls
-        more_row, more_call = info.more_calls
+        more_row, more_call = more_calls
         where = {t: i for i, t in enumerate(trow.tolist())}
         found = [j for j, r in enumerate(more_row.tolist()) if r in where]
         each = np.array(list(range(trow.size)) + [where[int(more_row[j])] for j in found],
                         np.int64)
-        call = np.concatenate([info.call[trow], more_call[found]])
-        ids = np.array([self.names.setdefault(info.name[t], len(self.names))
-                        for t in trow.tolist()], np.int64)
-        for key, values in (("call", call), ("start", rg.start_node[rows[each]] + b),
-                            ("end", rg.end_node[rows[each]] + b),
-                            ("group", info.group[trow[each]]), ("name", ids[each]),
-                            ("key", trow[each] + (k << 40)), ("p2p", info.p2p[trow[each]])):
+        for key, values in (("call", np.concatenate([call[trow], more_call[found]])),
+                            ("start", piece.member_start[each] + b),
+                            ("end", piece.member_end[each] + b),
+                            ("group", piece.member_group[each]),
+                            ("name", lut[piece.member_name][each].astype(np.int64)),
+                            ("key", trow[each] + (k << 40)), ("p2p", piece.p2p[each])):
             self.members[key].append(values)
 
     def finish(self, offsets: dict[int, int]) -> JobGraph:

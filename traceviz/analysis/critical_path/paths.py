@@ -21,7 +21,7 @@ from ...errors import TraceVizError
 from ...table.schema import metadata
 from ..clocks import is_clock_note
 from ..diagnose.diagnosis import Diagnosis, diagnosis_of
-from ..diagnose.waits import JobComm, job_comm
+from ..diagnose.waits import JobComm, job_comm_of
 from ..activities import RankActivities, activities
 from ..host_device import SYNC, rank_events
 from ..iterations import windows
@@ -31,30 +31,12 @@ from . import job as J
 from . import rank_graph as R
 from . import what_if as W
 from .graph import longest_path, path_edges
+from .pieces import PieceOptions, RankPiece, rank_label, rank_piece, window_of
 from .summary import BOUND_BY, bound_by, breakdown
 from .tables import by, job_path_table, parts, phases_of, rank_path_table
 
 
 STEP_NAME = re.compile(r"ProfilerStep#(-?\d+)")  # a window that is one profiled step
-
-
-def rank_label(rank: int) -> str:
-    return f"rank {rank}" if rank >= 0 else "rank n/a"
-
-
-def window_of(ev, ann: str | None, inst: int, notes: list[str], exact: bool = False
-              ) -> R.Window:
-    """The window of ``ann`` / ``inst``; without an annotation, the ProfilerStep
-    instance, or the whole trace when it has no ProfilerStep (said in ``notes``)."""
-    if ann is None:
-        if any(R.DEFAULT_ANNOTATION in t for t in ev.names):
-            ann = R.DEFAULT_ANNOTATION
-        else:
-            if not any("whole trace" in n for n in notes):
-                notes.append("no ProfilerStep in the trace: the whole trace is analysed "
-                             "(pick a window with --annotation)")
-            ann = ""
-    return R.window(ev, ann, inst, exact)
 
 
 @dataclass
@@ -206,53 +188,60 @@ class JobPath:
     phases: list
     stages: dict
     offsets: dict[int, int]
+    also: list = field(default_factory=list)  # per rank, what ``also`` made of its tables
 
 
 Table: TypeAlias = "pa.Table | Callable[[], pa.Table]"  # a table, or what reads it
+# the map step: every rank's piece from its (rank, GPU, CPU) sources, in their order
+PieceMap: TypeAlias = "Callable[[list, PieceOptions], list[RankPiece]]"
 
 
-def job_path(tables: list[tuple[int, Table, Table]], notes: list[str],
-             ann: str | None = None, inst: int = 0, clock_sync: bool = True,
-             exact: bool = False, where: str = "the job",
-             diag: Diagnosis | None = None,
-             each: Callable[[int, pa.Table, pa.Table], None] | None = None) -> JobPath:
+def pieces_here(tables: list[tuple[int, Table, Table]], options: PieceOptions
+                ) -> list[RankPiece]:
+    """The ranks' pieces made in this process, one rank's tables read and held at a
+    time (the list is consumed)."""
+    out = []
+    tables.reverse()  # consumed from the end: each rank's tables let go once cut
+    while tables:
+        r, gpu, cpu = tables.pop()
+        out.append(rank_piece(r, gpu() if callable(gpu) else gpu,
+                              cpu() if callable(cpu) else cpu, options))
+    return out
+
+
+def job_path(tables: list, notes: list[str], ann: str | None = None, inst: int = 0,
+             clock_sync: bool = True, exact: bool = False, where: str = "the job",
+             diag: Diagnosis | None = None, also: Callable | None = None,
+             pieces_of: PieceMap = pieces_here) -> JobPath:
     """The joined graph of the ranks ``tables`` ((rank, GPU table, CPU table) each, or
-    what reads them; the list is consumed: a table read here is held only while its
-    rank's communication is matched and while its graph is built),
-    over the window ``ann`` / ``inst``; what it leaves out goes to ``notes``. ``diag``:
-    the job's diagnosis, whose clock offsets are taken (not solved again); ``each``:
-    called with every rank's (rank, GPU table, CPU table) while both are at hand."""
+    what reads them; the list is consumed), over the window ``ann`` / ``inst``; what it
+    leaves out goes to ``notes``. ``diag``: the job's diagnosis, whose clock offsets are
+    taken (not solved again); ``also``: a function of every rank's (GPU, CPU) tables,
+    its results in :attr:`JobPath.also`; ``pieces_of``: the map step making each rank's
+    piece (:mod:`.pieces`; default: here, one rank at a time; the job layer's runs it
+    in worker processes, ``tables`` then naming files)."""
+    given = diag is not None and {r for r, _, _ in tables} <= set(diag.offsets)
+    pieces = pieces_of(tables, PieceOptions(ann, inst, exact, not given, also))
     # every communication kernel matched into its call (process group + Seq; sends and
     # receives by their peers), and the clocks synced on the collectives' ends (or the
     # diagnosis's)
-    gpus = {r: gpu for r, gpu, _ in tables}
-    jc = (job_comm(gpus, diag.offsets, diag.synced) if diag is not None
-          and set(gpus) <= set(diag.offsets) else job_comm(gpus))
-    del gpus
-    ranks, phases, stages = [], [], {}
+    comm = [p.comm for p in pieces]
+    jc = job_comm_of(comm, diag.offsets, diag.synced) if given and diag is not None \
+        else job_comm_of(comm)
+    ranks, phases, stages, extra = [], [], {}, []
     joiner = J.Joiner()
-    tables.reverse()  # consumed from the end: each rank's tables let go once joined
-    while tables:
-        r, gpu_source, source = tables.pop()
-        gpu = gpu_source() if callable(gpu_source) else gpu_source
-        stages[r] = (metadata(gpu).get("classification") or {}).get("stage")
-        cpu = source() if callable(source) else source
-        if each is not None:
-            each(r, gpu, cpu)
-        ev = rank_events(gpu, cpu)
-        del cpu
-        ev.rank = r  # numbered as every command numbers a table that states no rank
-        try:
-            w = window_of(ev, ann, inst, notes, exact)
-        except TraceVizError as e:
-            notes.append(f"{rank_label(r)} left out: {e}")
+    pieces.reverse()  # consumed from the end: each piece let go once joined
+    while pieces:
+        p = pieces.pop()
+        stages[p.rank] = p.stage
+        extra.append(p.also)
+        notes += [n for n in p.notes if n not in notes]
+        if p.join is None:
             continue
-        rg = R.build(ev, w)
-        del ev
-        joiner.add(rg, J.kernel_info(gpu, J.call_rows(jc, r, gpu.num_rows)))
-        rg.release()  # its graph is the job's now: one rank's held at a time
-        ranks.append(rg)
-        phases.append(phases_of(gpu))
+        call, more = J.call_rows(jc, p.rank, p.n_rows)
+        joiner.add_piece(p.join, call, more)
+        ranks.append(p.join.rank)
+        phases.append(p.phases)
     if not ranks:
         raise TraceVizError(f"{where}: no rank has the window {ann or 'ProfilerStep'!r} "
                             f"instance {inst}: {notes[-1] if notes else ''}")
@@ -264,7 +253,7 @@ def job_path(tables: list[tuple[int, Table, Table]], notes: list[str],
         notes.append("clocks not synced (--no-clock-sync): each rank's own clock")
     jg = joiner.finish(offsets)
     notes += jg.notes
-    return JobPath(jc, jg, J.measure(jg, jg.own), ranks, phases, stages, offsets)
+    return JobPath(jc, jg, J.measure(jg, jg.own), ranks, phases, stages, offsets, extra)
 
 
 def job_critical_path(tables: list[tuple[int, Table, Table]], ann: str | None,

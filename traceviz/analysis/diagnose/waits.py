@@ -403,6 +403,31 @@ class JobComm:
     sync: ClockSync | None = None  # the clocks solved here (None: offsets were given)
 
 
+@dataclass
+class CommPart:
+    """What the job's matching needs of one rank's GPU table, made where the table is
+    read (a worker): its activities (on its own clock), its communication kernels (their
+    process groups numbered in ``pg_names``, this rank's own order), the ends of its
+    collectives (the clock sync's input; None where the offsets are given) and its
+    host. A few arrays per kernel of the rank: no table."""
+
+    acts: RankActivities
+    comm: RankComm
+    pg_names: list[str]
+    ends: CollectiveEnds | None
+    host: str | None
+
+
+def comm_part(table: pa.Table, rank: int, with_ends: bool = True) -> CommPart:
+    """One rank's :class:`CommPart` (``with_ends``: the clocks are to be solved)."""
+    names: dict[str, int] = {}
+    a = activities(table, rank=rank)
+    rc = rank_comm(table, a, names)
+    return CommPart(a, rc, sorted(names, key=lambda g: names[g]),
+                    ends_of(rank_calls(table, rank)) if with_ends else None,
+                    host_of(metadata(table)) if with_ends else None)
+
+
 def job_comm(tables: Mapping[int, pa.Table | Callable[[], pa.Table]],
              offsets: dict[int, int] | None = None, synced: bool = True) -> JobComm:
     """Sync the clocks of ``tables`` (rank -> activity table, or what reads it: each is
@@ -410,31 +435,44 @@ def job_comm(tables: Mapping[int, pa.Table | Callable[[], pa.Table]],
     collectives' and point-to-point pairs' ends (:mod:`..clocks`; or take ``offsets``:
     ns per rank, ``synced`` whether they sync the ranks), then match and split every
     communication kernel (see the module doc)."""
+    parts = []
+    for r in sorted(tables):  # each table read (where it is a reader) and held once
+        source = tables[r]
+        parts.append(comm_part(source() if callable(source) else source, r,
+                               offsets is None))
+    return job_comm_of(parts, offsets, synced)
+
+
+def job_comm_of(parts: list[CommPart], offsets: dict[int, int] | None = None,
+                synced: bool = True) -> JobComm:
+    """:func:`job_comm` of the ranks' parts (:func:`comm_part`, made in any process; the
+    list is consumed). The process groups are numbered in rank order, each rank's in
+    its own order: the numbers do not depend on where the parts were made."""
     notes: list[str] = []
-    ranks = sorted(tables)
-    given = offsets or {}
+    parts.sort(key=lambda p: p.acts.rank)
+    ranks = [p.acts.rank for p in parts]
     names: dict[str, int] = {}
     acts, comms, ends, hosts = [], [], {}, {}
-    for r in ranks:  # each table read (where it is a reader) and held once, in turn
-        source = tables[r]
-        table = source() if callable(source) else source
-        a = activities(table, rank=r, offset_ns=given.get(r, 0))
-        acts.append(a)
-        comms.append(rank_comm(table, a, names))
+    for p in parts:
+        lut = np.array([names.setdefault(n, len(names)) for n in p.pg_names] + [-1],
+                       np.int64)
+        p.comm.pg = lut[p.comm.pg]
+        acts.append(p.acts)
+        comms.append(p.comm)
         if offsets is None:
-            ends[r] = ends_of(rank_calls(table, r))
-            hosts[r] = host_of(metadata(table))
-        del table
+            ends[p.acts.rank] = p.ends
+            hosts[p.acts.rank] = p.host
+    parts.clear()
     sync = None
     if offsets is None:
         pairs = pair_ends(acts, comms)
         sync = synchronize({r: joined_ends(ends[r], pairs.get(r)) for r in ranks}, hosts)
         offsets, method = offsets_of(sync, notes)
         synced = method != "none"
-        for a in acts:  # onto the common clock
-            a.offset_ns = offsets.get(a.rank, 0)
-            if a.offset_ns:
-                a.ts, a.end = a.ts - a.offset_ns, a.end - a.offset_ns
+    for a in acts:  # onto the common clock
+        a.offset_ns = offsets.get(a.rank, 0)
+        if a.offset_ns:
+            a.ts, a.end = a.ts - a.offset_ns, a.end - a.offset_ns
     match(acts, comms, synced)
     if len(ranks) > 1:
         notes += p2p_notes(acts, comms)
