@@ -12,3 +12,12 @@ def dies_on_rank_3(task, *args):
     if task.rank == 3:
         os.kill(os.getpid(), signal.SIGKILL)
     return parse_one(task, *args)
+
+
+def piece_dies_on_rank_3(task, *args):
+    """The diagnosis's per-rank piece, but the process making rank 3's is SIGKILLed."""
+    from traceviz.ingest.rank_pieces import piece_of_files
+
+    if task[0] == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return piece_of_files(task, *args)

@@ -24,6 +24,7 @@ from .support import (
     synth_options,
     timeline_options,
     topology_option,
+    workers_options,
     write,
 )
 
@@ -360,8 +361,9 @@ def ops(path, rank, peak_tflops, outdir) -> None:
               help="Put ranks on one clock from their collectives' ends.")
 @click.option("-o", "--output", "outdir", help="Folder for critical_path.csv / .parquet / "
               ".png and the summaries [default: traceviz-out/<job>/critical-path].")
+@workers_options
 def critical_path(path, iteration, annotation, instance, rank, hta_compat, what_if,
-                  clock_sync, outdir) -> None:
+                  clock_sync, outdir, jobs, scheduler) -> None:
     """What bounds an iteration: the critical path through CPU operators, launches, GPU
     kernels and synchronisation, its time by category adding up to the window. One rank
     (a trace, or --rank of a job): HTA's graph (--hta-compat: HTA's path and bound_by
@@ -378,6 +380,7 @@ def critical_path(path, iteration, annotation, instance, rank, hta_compat, what_
 
     result = command.run(path, iteration=iteration, annotation=annotation,
                          instance=instance, rank=rank, hta_compat=hta_compat,
+                         jobs=jobs, scheduler=scheduler,
                          what_if=what_if, clock_sync=clock_sync)
     finish(result, outdir or command_output("critical-path", path))
 
@@ -468,12 +471,14 @@ def batch(root, outdir, folders, jobs, force, memory_budget, topology_file, vpp,
 @topology_option
 @click.option("-j", "--jobs", type=click.IntRange(min=0), default=0,
               help="Worker processes for traces still to parse.")
+@click.option("--scheduler", help="Parse the traces still to parse on a Dask cluster: "
+              "tcp://HOST:PORT, or 'local'.")
 @click.option("--no-figures", is_flag=True, help="Tables only.")
 @click.option("--rank-figures", type=click.Choice(["auto", "all", "none"]), default="auto",
               show_default=True,
               help="Per-rank figures: auto draws every rank up to 64 ranks, beyond that the "
               "representative ones (least and most idle, p5-p95).")
-def aggregate(root, outdir, alignment, topology_file, jobs, no_figures,
+def aggregate(root, outdir, alignment, topology_file, jobs, scheduler, no_figures,
               rank_figures) -> None:
     """Per-rank micro-batch overlap, category spans, clock offsets and the
     Megatron-TraceViz figures (per rank, per PP group, per model replica).
@@ -486,7 +491,8 @@ def aggregate(root, outdir, alignment, topology_file, jobs, no_figures,
     from ..commands import aggregate as command
 
     res = command.run(root, outdir, alignment=alignment, topology=topology_file, jobs=jobs,
-                      figures=not no_figures, rank_figures=rank_figures)
+                      figures=not no_figures, rank_figures=rank_figures,
+                      scheduler=scheduler)
     finish(res, res.value.root)
 
 
@@ -555,7 +561,9 @@ def pipeline(root, vpp, iteration, all_groups, topology_file, outdir) -> None:
 @click.option("--link-gbps", help="Nominal bus bandwidth within a node and across nodes, "
                                   "GB/s, e.g. 450,50: a group alone of its kind is slow "
                                   "below a quarter of it.")
-def diagnose(root, topology_file, outdir, advice, num_layers, link_gbps) -> None:
+@workers_options
+def diagnose(root, topology_file, outdir, advice, num_layers, link_gbps, jobs,
+             scheduler) -> None:
     """Who waits for whom in one profiled iteration's ranks: every communication kernel
     split into wait (for the last member of its call, on synced clocks) and transfer,
     each rank's time ledger (compute, exposed transfer per group, pipeline bubble,
@@ -581,7 +589,8 @@ def diagnose(root, topology_file, outdir, advice, num_layers, link_gbps) -> None
     from ..commands import diagnose as command
 
     result = command.run(root, topology=topology_file, advice=advice,
-                         num_layers=num_layers, link_gbps=link_rates(link_gbps))
+                         num_layers=num_layers, link_gbps=link_rates(link_gbps), jobs=jobs,
+                         scheduler=scheduler)
     finish(result, outdir or command_output("diagnose", root))
 
 
@@ -651,7 +660,9 @@ def hang(dumps, world, outdir) -> None:
 @click.option("-o", "--output", help="Text report path [default: traceviz-out/<job>/report/"
               "<time>_<model>_dp<X>_tp<Y>_pp<Z>_gpu<N>.txt]; the JSON twin sits next to it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report, not the text.")
-def report(root, config_file, topology, no_clock_sync, output, as_json, **facts) -> None:
+@workers_options
+def report(root, config_file, topology, no_clock_sync, output, as_json, jobs, scheduler,
+           **facts) -> None:
     """Collectives and throughput report of one profiled iteration's ranks (traces or
     'traceviz batch' tables): throughput and MFU, overlap, bus bandwidth per collective
     and parallel group (nccl-tests definitions), and cross-rank matching (arrival skew,
@@ -665,7 +676,8 @@ def report(root, config_file, topology, no_clock_sync, output, as_json, **facts)
     from ..commands import report as command
 
     result = command.run(root, config_file=config_file, output=output, topology=topology,
-                         clock_sync=not no_clock_sync, **facts)
+                         clock_sync=not no_clock_sync, jobs=jobs, scheduler=scheduler,
+                         **facts)
     files = result.value
     finish(result, lines=result.texts[str(files.json if as_json else files.text)].splitlines(),
            wrote=f"{files.text}, {files.json} and every rank's numbers in {files.ranks}.csv "
@@ -709,7 +721,8 @@ def export(source, output, kernels, no_clock_sync) -> None:
 @click.option("--hang", "dumps", type=click.Path(exists=True),
               help="A folder of the job's NCCL Flight Recorder dumps: a hang section.")
 @run_options
-def html(root, output, dumps, topology, **facts) -> None:
+@workers_options
+def html(root, output, dumps, topology, jobs, scheduler, **facts) -> None:
     """One self-contained HTML page (figures embedded, no server, no network) for a job:
     summary (layout, iteration time, MFU), overlap per rank, pipeline view, top kernels,
     collectives and stragglers, linked to each other; where the ranks' traces have
@@ -726,4 +739,5 @@ def html(root, output, dumps, topology, **facts) -> None:
     from ..commands import html as command
 
     output = output or command_output("html", root)
-    finish(command.run(root, output, topology=topology, dumps=dumps, **facts), wrote=output)
+    finish(command.run(root, output, topology=topology, dumps=dumps, jobs=jobs,
+                       scheduler=scheduler, **facts), wrote=output)

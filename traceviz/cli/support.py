@@ -251,6 +251,19 @@ def start() -> None:
     remove_dead_spills()
 
 
+def workers_options(func):
+    """Where the per-rank work runs (parsing traces still to parse, each rank's share of
+    the diagnosis): -j / --jobs local processes, or --scheduler (a Dask cluster)."""
+    for option in reversed((
+            click.option("-j", "--jobs", type=click.IntRange(min=0), default=0,
+                         help="Worker processes reading the ranks' tables (and parsing "
+                              "traces) [default: one per core; 1: in this process]."),
+            click.option("--scheduler", help="Do the per-rank work on a Dask cluster: "
+                         "tcp://HOST:PORT, or 'local' (README, On a cluster)."))):
+        func = option(func)
+    return func
+
+
 # the job's layout file, as every command that reads a job takes it
 topology_option = click.option(
     "--topology", "topology_file", type=click.Path(dir_okay=False),

@@ -47,11 +47,13 @@ def aggregate_folder(job: Job, folder: Path, alignment: str = "synced",
 def run(root: Job | str | os.PathLike, outdir: str | os.PathLike | None = None, *,
         alignment: str = "synced", topology: str | os.PathLike | None = None,
         jobs: int = 0, figures: bool = True, quiet: bool | None = None,
-        vpp: int | None = None, rank_figures: str = "auto") -> Result:
+        vpp: int | None = None, rank_figures: str = "auto", scheduler: str | None = None
+        ) -> Result:
     """Every folder of rank tables of ``root`` (a job, or its path: parsed into
     ``outdir`` first when it has none), each one's outputs in that folder: paths relative to the
     folders' common parent, ``value`` (:class:`Aggregated`)."""
-    job = Job.of(root, topology, vpp, tables=outdir, jobs=jobs, quiet=quiet)
+    job = Job.of(root, topology, vpp, tables=outdir, jobs=jobs, quiet=quiet,
+                 scheduler=scheduler)
     folders = job.folders
     common = Path(os.path.commonpath([os.path.abspath(f) for f in folders]))
     out = Result(value=Aggregated(common, {}))

@@ -21,12 +21,13 @@ from ..table.result import Result
 def run(path: Job | str | os.PathLike, *, iteration: int | None = None,
         annotation: str | None = None, instance: int = 0, rank: int | None = None,
         hta_compat: bool = False, what_if: tuple[str, ...] = (),
-        clock_sync: bool = True) -> Result:
+        clock_sync: bool = True, jobs: int = 1, scheduler: str | None = None) -> Result:
     """The critical path (:meth:`Job.critical_path`) as files: its
     tables, a figure over the ranks' timelines, the path as Perfetto tracks (on a copy of
     the rank's trace when there is one, else the job's export), and the console summary;
-    ``value``: the typed path (:class:`CriticalPath` or :class:`HtaPath`)."""
-    job = Job.of(path)
+    ``value``: the typed path (:class:`CriticalPath` or :class:`HtaPath`); ``jobs`` /
+    ``scheduler``: where the per-rank work runs."""
+    job = Job.of(path, jobs=jobs, scheduler=scheduler)
     found, trace, folder = job.critical_path_run(
         iteration=iteration, annotation=annotation, instance=instance, rank=rank,
         hta_compat=hta_compat, what_if=what_if, clock_sync=clock_sync)

@@ -24,12 +24,14 @@ from ..table.result import Result
 
 def run(root: Job | str | os.PathLike, topology: str | os.PathLike | None = None,
         advice: bool = True, num_layers: int | None = None,
-        link_gbps: tuple[float, float] | None = None) -> Result:
+        link_gbps: tuple[float, float] | None = None, jobs: int = 1,
+        scheduler: str | None = None) -> Result:
     """The diagnosis of ``root`` as tables and text (see the module doc), ending with the
     advice unless ``advice`` is False; ``value``: the typed
     :class:`~traceviz.analysis.advice.JobDiagnosis` (``.diagnosis``, ``.advice``, its
-    ``.advice_table``)."""
-    job = Job.of(root, topology)
+    ``.advice_table``); ``jobs`` / ``scheduler``: where the per-rank work runs
+    (:class:`~traceviz.job.Job`'s)."""
+    job = Job.of(root, topology, jobs=jobs, scheduler=scheduler)
     if job.is_op_timeline:
         tl = job.timeline_diagnosis(num_layers=num_layers)
         return Result(tables=tl.tables(), texts={"diagnosis.txt": timeline_text(tl)},

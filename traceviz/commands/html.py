@@ -107,13 +107,15 @@ def page_of(title: str, rep: Report, brk: Result, pipe: Result | None, why: str,
 
 def run(root: Job | str | os.PathLike, output: str | os.PathLike,
         topology: str | None = None, dumps: str | os.PathLike | None = None,
-        title: str | None = None, **facts) -> Result:
+        title: str | None = None, jobs: int = 1, scheduler: str | None = None,
+        **facts) -> Result:
     """The page of the job under ``root``, as ``output``: the products of one
     :class:`~traceviz.job.Job` (the diagnosis computed once); ``facts``: what
     :meth:`Job.report` takes about the run; with a memory section where its ranks'
     traces have allocator events (parsed with their CPU tables), and a hang section from
-    the Flight Recorder ``dumps`` when given; ``title``: default the job's name."""
-    job = Job.of(root, topology)
+    the Flight Recorder ``dumps`` when given; ``title``: default the job's name;
+    ``jobs`` / ``scheduler``: where the per-rank work runs."""
+    job = Job.of(root, topology, jobs=jobs, scheduler=scheduler)
     if job.is_op_timeline:  # per-op timers: their diagnosis over the steps
         diag = job.timeline_diagnosis()
         return Result(texts={os.fspath(output): timeline_page(

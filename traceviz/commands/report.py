@@ -40,14 +40,14 @@ def default_name(report: Report, when: dt.datetime) -> str:
 
 def run(root: Job | str | os.PathLike, *, config_file: str | None = None,
         output: str | None = None, topology: str | None = None, clock_sync: bool = True,
-        **facts) -> Result:
+        jobs: int = 1, scheduler: str | None = None, **facts) -> Result:
     """The report of ``root`` as text (``output``, default
     ``traceviz-out/<job>/report/<default_name>``), its JSON twin next to it (``output`` ending in
     .json names the JSON; the text gets .txt) and every rank's overlap and network numbers
     as ``<text's stem>_ranks`` (.csv, .parquet); ``value``: :class:`ReportFiles`;
     ``facts``: what :meth:`Job.report` takes about the run (batch, model,
-    peaks)."""
-    job = Job.of(root, topology)
+    peaks); ``jobs`` / ``scheduler``: where the per-rank work runs."""
+    job = Job.of(root, topology, jobs=jobs, scheduler=scheduler)
     if job.is_op_timeline:
         raise TraceVizError(f"{job.path}: an op timeline (per-op timers): the report's "
                             "collectives and throughput need profiler traces; "

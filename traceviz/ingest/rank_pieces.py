@@ -8,6 +8,7 @@ silently: it is left out of the job and listed in :attr:`RankMap.failed`.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,17 +51,19 @@ class RankMap:
     """The map step :func:`~traceviz.analysis.critical_path.paths.job_path` takes,
     on ``workers``: called with (rank, GPU table file, CPU table file) each, it returns
     the ranks' pieces in that order; ranks whose worker died are in ``failed`` (one
-    line each) and have no piece."""
+    line each) and have no piece. ``work``: what makes a piece from its files (a
+    module-level function)."""
 
     workers: Workers = Workers()
     failed: list[str] = field(default_factory=list)
+    work: Callable[[tuple[int, str, str], PieceOptions], RankPiece] = piece_of_files
 
     def __call__(self, tables: list, options: PieceOptions) -> list[RankPiece]:
         tasks = [(int(r), os.fspath(g), os.fspath(c)) for r, g, c in tables]
         tables.clear()
         order = {t: k for k, t in enumerate(tasks)}
         done: list[tuple[int, RankPiece]] = []
-        for f in workers.run(piece_of_files, tasks, (options,),
+        for f in workers.run(self.work, tasks, (options,),
                              jobs=self.workers.processes(len(tasks)),
                              scheduler=self.workers.scheduler):
             rank, gpu, _ = f.task

@@ -120,8 +120,8 @@ def table_folders(root: Path) -> list[Path]:
 
 def ensure_tables(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
                   jobs: int = 0, topology: str | os.PathLike | None = None,
-                  vpp: int | None = None, quiet: bool | None = None, cpu: bool = False
-                  ) -> list[Path]:
+                  vpp: int | None = None, quiet: bool | None = None, cpu: bool = False,
+                  scheduler: str | None = None) -> list[Path]:
     """The folders of parsed rank tables of ``root`` (one per profiled iteration).
 
     A ``root`` of traces is parsed by :func:`traceviz.ingest.batch.run` into ``outdir``
@@ -129,7 +129,8 @@ def ensure_tables(root: str | os.PathLike, outdir: str | os.PathLike | None = No
     than their trace, parsed with these options); a ``root`` of tables only is taken as
     it is, but a ``vpp`` it contradicts is a one-line error. The parse shows a progress
     bar on stderr unless ``quiet`` (default: quiet unless stderr is a terminal); ``cpu``
-    parses the CPU tables too (a table without one is parsed again).
+    parses the CPU tables too (a table without one is parsed again); ``scheduler``: the
+    Dask cluster parsing them (None: ``jobs`` local processes).
     """
     from . import batch
     from .discover import find_traces, no_traces_message
@@ -149,7 +150,8 @@ def ensure_tables(root: str | os.PathLike, outdir: str | os.PathLike | None = No
 
             quiet = not sys.stderr.isatty()
         outcomes = batch.run(root, out, jobs=jobs or min(2, os.cpu_count() or 1),
-                             topology=topology, vpp=vpp, quiet=quiet, traces=traces, cpu=cpu)
+                             topology=topology, vpp=vpp, quiet=quiet, traces=traces, cpu=cpu,
+                             scheduler=scheduler)
         _warn([w for o in outcomes if o.status == "parsed" for w in o.warnings])
         folders = table_folders(out)
     else:

@@ -19,6 +19,7 @@ time: ``Job(path, iteration=N)`` picks one (default: the first).
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import warnings
@@ -77,16 +78,19 @@ class Job:
     first); ``topology``: the job's ``unique_parallel_groups_*.txt`` (default: found
     next to the traces, else from their pg_config); ``vpp``: model chunks per stage
     (default: found from the traces);
-    ``jobs``: worker processes for the traces still to parse (default 1: in this
-    process; more starts new Python processes, which a script must allow with an
-    ``if __name__ == "__main__":`` guard).
+    ``jobs``: worker processes for the traces still to parse and for each rank's share
+    of the diagnosis (default 1: in this process; more, or 0 for one per core, starts
+    new Python processes, which a script must allow with an ``if __name__ ==
+    "__main__":`` guard); ``scheduler``: a Dask cluster doing that work instead
+    (``tcp://HOST:PORT``, or ``"local"``).
     """
 
     def __init__(self, path: str | os.PathLike, *, tables: str | os.PathLike | None = None,
                  iteration: int | None = None, topology: str | os.PathLike | None = None,
-                 vpp: int | None = None, jobs: int = 1) -> None:
+                 vpp: int | None = None, jobs: int = 1, scheduler: str | None = None
+                 ) -> None:
         self._open(Source.of(path, topology=topology, vpp=vpp, iteration=iteration,
-                             tables=tables, jobs=jobs))
+                             tables=tables, jobs=jobs, scheduler=scheduler))
 
     def _open(self, source: Source) -> None:
         self.source = source  # resolved once: every product reads these inputs
@@ -97,7 +101,7 @@ class Job:
     def of(cls, source: Job | str | os.PathLike | list[str | os.PathLike],
            topology: str | os.PathLike | None = None, vpp: int | None = None, *,
            tables: str | os.PathLike | None = None, jobs: int = 1,
-           quiet: bool | None = None) -> Job:
+           quiet: bool | None = None, scheduler: str | None = None) -> Job:
         """``source`` itself when it is a Job (opened with its own options), else the
         job at that path (or those paths: several traces or tables, as ``breakdown``
         takes) as a command opens it: a folder of several profiled iterations is a
@@ -106,7 +110,7 @@ class Job:
             return source
         job = cls.__new__(cls)
         job._open(Source.of(source, topology=topology, vpp=vpp, tables=tables, jobs=jobs,
-                            quiet=quiet, first_iteration=False))
+                            quiet=quiet, first_iteration=False, scheduler=scheduler))
         return job
 
     @property
@@ -137,7 +141,7 @@ class Job:
         src = self.source
         return self._keep(("folders", cpu), lambda: ensure_tables(
             src.path, src.tables, jobs=src.jobs, topology=src.topology, vpp=src.vpp,
-            quiet=src.quiet, cpu=cpu))
+            quiet=src.quiet, cpu=cpu, scheduler=src.scheduler))
 
     @cached_property
     def folder(self) -> Path:
@@ -322,7 +326,8 @@ class Job:
         Kept beside the tables like the command's (the same result)."""
         return self._keep(("diagnose", advice, num_layers, link_gbps),
                           lambda: products.job_diagnosis(self.inputs(cpu=advice), self.topology,
-                                                         advice, num_layers, link_gbps))
+                                                         advice, num_layers, link_gbps,
+                                                         self.source.workers))
 
     @cached_property
     def is_op_timeline(self) -> bool:
@@ -355,11 +360,17 @@ class Job:
             ("global_batch_size", global_batch_size), ("seq_len", seq_len),
             ("flops_per_token", flops_per_token), ("peak_tflops", peak_tflops),
             ("peak_bw_gbps", peak_bw_gbps), ("model", model)) if v is not None}
+        def make() -> Report:
+            inputs = self.inputs(cpu=True)
+            if Path(inputs).is_dir():  # its diagnosis, kept: made on the job's workers
+                with contextlib.suppress(TraceVizError):  # the report says why not
+                    self.diagnose()
+            return make_report(inputs, config_file=config_file,
+                               overrides=overrides, topology=self.topology,
+                               clock_sync=clock_sync)
+
         return copy.deepcopy(self._keep(
-            ("report", tuple(sorted(overrides.items())), config_file, clock_sync),
-            lambda: make_report(self.inputs(cpu=True), config_file=config_file,
-                                overrides=overrides, topology=self.topology,
-                                clock_sync=clock_sync)))
+            ("report", tuple(sorted(overrides.items())), config_file, clock_sync), make))
 
     def step_windows(self) -> tuple[pa.Table, str]:
         """Every rank's micro-batch steps and how they were put on one clock
@@ -440,7 +451,7 @@ class Job:
         return self._keep(key, lambda: products.critical_path(
             self._by_rank(rank), iteration=iteration, annotation=annotation, instance=instance,
             rank=rank, hta_compat=hta_compat, what_if=tuple(what_if), clock_sync=clock_sync,
-            topology=self.topology))
+            topology=self.topology, workers=self.source.workers))
 
     def ops(self, *, rank: int | None = None, peak_tflops: float | None = None) -> OpModel:
         """The op model (``traceviz ops``): ``.calls`` (every modelled call),

@@ -424,12 +424,14 @@ def _window_args(iteration: int | None, annotation: str | None, instance: int
 def critical_path(path: str | os.PathLike, *, iteration: int | None = None,
                   annotation: str | None = None, instance: int = 0, rank: int | None = None,
                   hta_compat: bool = False, what_if: tuple[str, ...] = (),
-                  clock_sync: bool = True, topology: str | os.PathLike | None = None
+                  clock_sync: bool = True, topology: str | os.PathLike | None = None,
+                  workers: Workers = Workers()
                   ) -> tuple[HtaPath | CriticalPath, Path | None, Path | None]:
     """The critical path of ``path``: one rank (a trace, a table, or ``rank`` of a job)
     or the job (:mod:`traceviz.analysis.critical_path.paths`); with the rank's trace
     (None: a table) or the job's folder of tables it came from; ``topology``: the job's
-    layout file (its diagnosis is the one ``diagnose`` keeps)."""
+    layout file (its diagnosis is the one ``diagnose`` keeps); ``workers``: where each
+    rank's share of the job's graph is made."""
     path = Path(path)
     ann, inst = _window_args(iteration, annotation, instance)
     exact = iteration is not None  # ProfilerStep#1 is not ProfilerStep#10
@@ -446,7 +448,10 @@ def critical_path(path: str | os.PathLike, *, iteration: int | None = None,
     # computed (and kept) here when a what-if needs it
     diag = None
     if clock_sync:
-        diag = (diagnosis(folder, topology)[0] if what_if
+        diag = (diagnosis(folder, topology, workers=workers)[0] if what_if
                 else cached_diagnosis(folder, topology))
-    return job_critical_path(load_with_cpu(folder, lazy=True), ann, inst, list(what_if),
-                             clock_sync, exact, str(folder), diag), None, folder
+    mapped = RankMap(workers)
+    result = job_critical_path(rank_files(folder), ann, inst, list(what_if), clock_sync,
+                               exact, str(folder), diag, mapped)
+    result.notes += mapped.failed  # a rank whose worker died: named, left out
+    return result, None, folder

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import TraceVizError
+from ..ingest.rank_pieces import Workers
 from ..ingest.topology import find_topology_file, is_derived
 
 
@@ -22,8 +23,10 @@ class Source:
     (None: the layout is derived from the traces' pg_config, or unknown); ``vpp``: model
     chunks per stage (None: found from the traces); ``iteration``: the profiled iteration
     looked at (None: see ``first_iteration``); ``tables``: where traces without a table
-    are parsed to (None: the batch output folder); ``jobs``: parser processes (0: as
-    many as cores); ``quiet``: no progress bar while parsing (None: on a terminal only);
+    are parsed to (None: the batch output folder); ``jobs``: worker processes parsing
+    the traces and making each rank's share of the diagnosis (0: as many as cores);
+    ``scheduler``: a Dask cluster doing that work instead (``tcp://HOST:PORT`` or
+    ``"local"``; None: local processes); ``quiet``: no progress bar while parsing (None: on a terminal only);
     ``first_iteration``: a folder of several profiled iterations means its first (the
     notebook's Job) rather than an error naming them (a command's)."""
 
@@ -35,13 +38,14 @@ class Source:
     jobs: int = 1
     quiet: bool | None = None
     first_iteration: bool = True
+    scheduler: str | None = None
 
     @classmethod
     def of(cls, paths: str | os.PathLike | list[str | os.PathLike], *,
            topology: str | os.PathLike | None = None, vpp: int | None = None,
            iteration: int | None = None, tables: str | os.PathLike | None = None,
-           jobs: int = 1, quiet: bool | None = None, first_iteration: bool = True
-           ) -> Source:
+           jobs: int = 1, quiet: bool | None = None, first_iteration: bool = True,
+           scheduler: str | None = None) -> Source:
         """The source of ``paths`` (one or several), each checked to exist, its layout
         file resolved (given, else the one stated beside one folder of traces)."""
         named = [Path(p) for p in (paths if isinstance(paths, (list, tuple)) else [paths])]
@@ -55,7 +59,12 @@ class Source:
         layout = (os.fspath(topology) if topology else
                   os.fspath(found) if found is not None and not is_derived(found) else None)
         return cls(tuple(named), layout, vpp, iteration, tables, jobs, quiet,
-                   first_iteration)
+                   first_iteration, scheduler)
+
+    @property
+    def workers(self) -> Workers:
+        """Where the per-rank work runs (:class:`~traceviz.ingest.rank_pieces.Workers`)."""
+        return Workers(self.jobs, self.scheduler)
 
     @property
     def path(self) -> Path:

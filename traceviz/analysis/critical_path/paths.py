@@ -256,15 +256,17 @@ def job_path(tables: list, notes: list[str], ann: str | None = None, inst: int =
     return JobPath(jc, jg, J.measure(jg, jg.own), ranks, phases, stages, offsets, extra)
 
 
-def job_critical_path(tables: list[tuple[int, Table, Table]], ann: str | None,
-                      inst: int, what_if: list[str], clock_sync: bool, exact: bool = False,
-                      where: str = "the job", diag: Diagnosis | None = None
+def job_critical_path(tables: list, ann: str | None, inst: int, what_if: list[str],
+                      clock_sync: bool, exact: bool = False, where: str = "the job",
+                      diag: Diagnosis | None = None, pieces_of: PieceMap = pieces_here
                       ) -> CriticalPath:
-    """The job's path over the window ``ann`` / ``inst`` (see :func:`job_path`), with
-    the ``what_if`` re-timings; ``diag``: the job's diagnosis (its clocks and
-    stragglers; None: computed here where a what-if needs it)."""
+    """The job's path over the window ``ann`` / ``inst`` (see :func:`job_path`, which
+    takes ``tables`` and ``pieces_of``), with the ``what_if`` re-timings; ``diag``: the
+    job's diagnosis (its clocks and stragglers; None: computed here where a what-if
+    needs it)."""
     notes: list[str] = []
-    jp = job_path(tables, notes, ann, inst, clock_sync, exact, where, diag)
+    jp = job_path(tables, notes, ann, inst, clock_sync, exact, where, diag,
+                  pieces_of=pieces_of)
     if diag is not None:
         notes += [n for n in diag.notes if is_clock_note(n) and n not in notes]
     # the ledger's window where the graph is on the activities' clocks (not with

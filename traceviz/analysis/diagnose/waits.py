@@ -459,7 +459,10 @@ def job_comm_of(parts: list[CommPart], offsets: dict[int, int] | None = None,
         p.comm.pg = lut[p.comm.pg]
         acts.append(p.acts)
         comms.append(p.comm)
-        if offsets is None:
+        if offsets is None:  # the parts were made with their ends (comm_part)
+            if p.ends is None:
+                raise ValueError(f"rank {p.acts.rank}'s part has no collective ends to "
+                                 "sync the clocks on")
             ends[p.acts.rank] = p.ends
             hosts[p.acts.rank] = p.host
     parts.clear()

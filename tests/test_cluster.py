@@ -1,0 +1,111 @@
+"""The job-wide diagnosis mapped over ranks (README, On a cluster): each rank's piece
+is made where its tables are read, in this process, on local worker processes or on a
+Dask cluster, and every table the diagnosis and the critical path write is the same
+either way. A worker that dies costs its rank, named; the job's diagnosis is then not
+kept. Checked on a synthesized 64-rank job (tp2 pp4 dp8) with natural spread, one slow
+GPU and one slow DP network, whose ground truth the synthesizer knows."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from traceviz.analysis.critical_path.paths import job_path
+from traceviz.cli import main
+from traceviz.ingest import job_cache
+from traceviz.ingest.rank_pieces import RankMap, Workers
+from traceviz.ingest.tables import rank_files
+from traceviz.job import products
+from traceviz.synth import SynthConfig, synthesize
+
+SLOW = 41  # its GPU 1.3x slower (stage 2 of tp2 pp4 dp8)
+
+
+@pytest.fixture(scope="module")
+def job64(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cluster")
+    synthesize(SynthConfig(tp=2, pp=4, dp=8, microbatches=4, layers=4, seed=11,
+                           gpu_sigma=0.015, kernel_noise=0.02, with_stack=False,
+                           straggler_rank=SLOW, slow_link_rank=6, skew_us=300.0),
+               root / "job")
+    r = CliRunner().invoke(main, ["batch", str(root / "job"), "-o", str(root / "tables"),
+                                  "-q", "--cpu", "-j", "2"])
+    assert r.exit_code == 0, r.output
+    return root / "tables" / "iteration_10"
+
+
+def _diagnosis(folder, workers: Workers):
+    shutil.rmtree(folder / ".traceviz-cache", ignore_errors=True)  # computed, not read
+    return products.job_diagnosis(folder, workers=workers)
+
+
+def _path_tables(folder, workers: Workers):
+    found, _, _ = products.critical_path(folder, what_if=("COMM:DP=0.5",),
+                                         workers=workers)
+    return found.tables()
+
+
+def test_every_table_is_the_same_here_on_processes_and_on_dask(job64):
+    here = _diagnosis(job64, Workers(1))
+    tables = here.tables()
+    assert {"comm_calls", "ledger", "ledger_waits", "ledger_totals", "stragglers",
+            "peer_speed", "wait_chain", "links", "advice"} <= set(tables)
+    # the job's own truth: the slow GPU is the straggler and its fix is advised
+    assert here.diagnosis.stragglers["rank"].to_pylist() == [SLOW]
+    assert any(a.target_rank == SLOW for a in here.advice)
+    for workers in (Workers(2), Workers(scheduler="local")):
+        other = _diagnosis(job64, workers).tables()
+        assert set(other) == set(tables)
+        for name, table in tables.items():
+            assert other[name].equals(table), (workers, name)
+        assert other["comm_calls"].num_rows == tables["comm_calls"].num_rows > 0
+    path = _path_tables(job64, Workers(1))
+    assert path["critical_path"].num_rows > 0 and "critical_path_what_if" in path
+    spread = _path_tables(job64, Workers(2))
+    assert set(spread) == set(path)
+    for name, table in path.items():
+        assert spread[name].equals(table), name
+
+
+def test_the_command_prints_the_same_with_a_scheduler(job64, tmp_path):
+    out = {}
+    for name, flags in (("here", ["-j", "1"]), ("dask", ["--scheduler", "local"])):
+        shutil.rmtree(job64 / ".traceviz-cache", ignore_errors=True)
+        r = CliRunner().invoke(main, ["diagnose", str(job64), "-o", str(tmp_path / name),
+                                      *flags])
+        assert r.exit_code == 0, r.output
+        out[name] = (r.stdout, (tmp_path / name / "diagnosis.txt").read_text())
+    assert out["here"] == out["dask"]
+    assert f"rank {SLOW} " in out["here"][0]
+
+
+def test_a_worker_that_dies_costs_its_rank_named(job64):
+    import workers as test_workers
+
+    mapped = RankMap(Workers(2), work=test_workers.piece_dies_on_rank_3)
+    notes: list[str] = []
+    jp = job_path(rank_files(job64), notes, pieces_of=mapped)
+    assert [a.rank for a in jp.jc.acts] == [r for r in range(64) if r != 3]
+    assert len(mapped.failed) == 1
+    assert "rank 3 left out" in mapped.failed[0] and "killed by SIGKILL" in mapped.failed[0]
+
+
+def test_a_diagnosis_with_a_rank_lost_to_a_worker_is_not_kept(job64, monkeypatch):
+    """The ranks a dead worker cost are named with the diagnosis, and it is not kept
+    beside the tables: the next run computes it whole."""
+    import workers as test_workers
+
+    made: list[RankMap] = []
+
+    def dying(w: Workers) -> RankMap:
+        made.append(RankMap(w, work=test_workers.piece_dies_on_rank_3))
+        return made[-1]
+
+    monkeypatch.setattr(products, "RankMap", dying)
+    shutil.rmtree(job64 / ".traceviz-cache", ignore_errors=True)
+    result = products.job_diagnosis(job64, workers=Workers(2))
+    assert len(result.failed) == 1 and "rank 3 left out" in result.failed[0]
+    assert 3 not in result.diagnosis.ranks and len(result.diagnosis.ranks) == 63
+    key = job_cache.key_of(job64, None, {"num_layers": None, "link_gbps": None})
+    assert job_cache.load_diagnosis(job64, key, advice=True) is None
