@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 from ..analysis.timeline.data import OpTimeline, TimelineBuilder
 from ..errors import TraceVizError
 from ..table.inputs import note_input
+from ..table.schema import parquet_columns
 from ..table.timeline_schema import COLUMNS, OP_TIMELINE_SCHEMA, REQUIRED
 from . import timer_dump
 
@@ -67,8 +68,7 @@ def _is_timeline_file(path: Path) -> bool:
         return False
     if suffix == ".parquet":
         try:
-            import pyarrow.parquet as pq
-            names = set(pq.read_schema(path).names)
+            names = set(parquet_columns(path))  # its footer read once, for every look
         except (OSError, pa.ArrowException):
             return False
         return set(REQUIRED) <= names

@@ -23,7 +23,7 @@ from ..table.schema import (
     file_metadata,
     is_activity_table,
     metadata,
-    parquet_schema,
+    parquet_columns,
 )
 
 
@@ -206,7 +206,7 @@ def load_table(path: Path, columns: tuple[str, ...] | None = None) -> pa.Table:
         if columns is None:
             return read_table(path)
         try:
-            present = set(parquet_schema(path).names)
+            present = set(parquet_columns(path))
         except (OSError, pa.ArrowInvalid):
             present = set(columns)  # read_table reports the unreadable file
         return read_table(path, columns=[c for c in columns if c in present])

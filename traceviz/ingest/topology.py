@@ -79,8 +79,10 @@ def from_traces(root: str | os.PathLike) -> Layout:
 
     root = Path(root)
     paths = [t.path for t in find_traces(root)]
-    if root.is_dir():  # the tables, not the analyses' results kept beside them
-        paths += [p for p in sorted(root.rglob("*.parquet")) if not in_cache(p)]
+    if root.is_dir():  # the tables, not the analyses' results kept beside them, nor the
+        # CPU / allocator tables beside a rank's table (they state its groups again)
+        paths += [p for p in sorted(root.rglob("*.parquet")) if not in_cache(p)
+                  and not _beside_its_table(p)]
     if not paths:
         raise TraceVizError(f"{root}: no traces or parsed tables found")
     key = (os.fspath(root.resolve()),) + tuple(
@@ -94,6 +96,14 @@ def from_traces(root: str | os.PathLike) -> Layout:
         _DERIVED.clear()
     _DERIVED[key] = layout
     return layout
+
+
+def _beside_its_table(path: Path) -> bool:
+    """Whether ``path`` is a CPU or allocator table next to its rank's activity table."""
+    for suffix in (".cpu.parquet", ".memory.parquet"):
+        if path.name.endswith(suffix):
+            return path.with_name(path.name[:-len(suffix)] + ".parquet").exists()
+    return False
 
 
 def _observed(root: Path, paths: list[Path]) -> tuple[dict[str, set[tuple[int, ...]]], int]:

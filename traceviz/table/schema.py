@@ -113,10 +113,9 @@ def metadata(table: pa.Table) -> dict:
     return orjson.loads(raw) if raw else {}
 
 
-def parquet_schema(path: str | os.PathLike) -> pa.Schema:
-    """The schema (column names and types, without its metadata: see
-    :func:`file_metadata`) of a parquet file, read from its footer once per version of
-    the file (commands look at a job's hundreds of tables several times); OSError /
+def parquet_columns(path: str | os.PathLike) -> tuple[str, ...]:
+    """The column names of a parquet file, read from its footer once per version of the
+    file (commands look at a job's thousands of tables several times); OSError /
     ArrowInvalid when it is not a readable parquet file."""
     return _footer(_version(path))[0]
 
@@ -130,12 +129,13 @@ def _version(path: str | os.PathLike) -> tuple[str, int, int]:
 FACTS = ("source", "rank", "kind", "world_size")  # the small facts :func:`file_fact` answers from memory
 
 
-@functools.lru_cache(maxsize=8192)
-def _footer(version: tuple[str, int, int]) -> tuple[pa.Schema, bool, dict]:
-    """(the footer schema of ``version`` without its metadata, whether it has traceviz's
-    metadata, its :data:`FACTS`). The rest of the metadata is not kept: a table of a job
-    of n ranks states the job's process groups, O(n) bytes, and a job's thousands of
-    footers held at once would be O(n^2)."""
+@functools.lru_cache(maxsize=1 << 15)
+def _footer(version: tuple[str, int, int]) -> tuple[tuple[str, ...], bool, dict]:
+    """(the column names of ``version``, whether it has traceviz's metadata, its
+    :data:`FACTS`). The rest of the metadata is not kept: a table of a job of n ranks
+    states the job's process groups, O(n) bytes, and a job's thousands of footers held
+    at once would be O(n^2). Room for every table of a 16,384-rank job and its CPU
+    tables (~1 KB each): a job's footers are each read once, not once per look."""
     import pyarrow.parquet as pq
 
     schema = pq.read_schema(version[0])
@@ -145,7 +145,7 @@ def _footer(version: tuple[str, int, int]) -> tuple[pa.Schema, bool, dict]:
     except orjson.JSONDecodeError:  # damaged: its loader says so
         meta = {}
     facts = {k: meta[k] for k in FACTS if k in meta} if isinstance(meta, dict) else {}
-    return schema.remove_metadata(), raw is not None, facts
+    return tuple(schema.names), raw is not None, facts
 
 
 def file_fact(path: str | os.PathLike, name: str) -> Any:
@@ -179,7 +179,7 @@ def is_activity_table(path: str | os.PathLike) -> bool:
     if os.fspath(path).endswith(".cpu.parquet"):
         return False
     try:
-        schema, has_metadata, _ = _footer(_version(path))
+        names, has_metadata, _ = _footer(_version(path))
     except (OSError, pa.ArrowInvalid):
         return True
-    return has_metadata and "kind" in schema.names
+    return has_metadata and "kind" in names

@@ -34,11 +34,16 @@ def mesh_sizes(groups: Mapping[str, set[tuple[int, ...]]]) -> dict[str, int]:
 def observed_groups(pg_configs: Iterable[list[dict]]) -> dict[str, set[tuple[int, ...]]]:
     """``group_desc -> {member tuples}`` over the ``pg_config`` lists of many ranks."""
     out: dict[str, set[tuple[int, ...]]] = {}
+    seen: set[tuple] = set()  # (description, members as stated): each group once
     for config in pg_configs:
         for pg in config or []:
             if not isinstance(pg, dict) or not isinstance(pg.get("ranks"), list):
                 continue
             desc = str(pg.get("pg_desc") or "")
+            stated = (desc, tuple(pg["ranks"]))  # every rank of a group states it
+            if stated in seen:
+                continue
+            seen.add(stated)
             out.setdefault(desc, set()).add(tuple(int(r) for r in pg["ranks"]))
     return out
 

@@ -729,7 +729,7 @@ def call_rows(jc, rank: int, n_rows: int
     """The call id (:mod:`..diagnose.waits`) of each row of ``rank``'s table in the
     matched job ``jc`` (-1 where none), and the (row, call) pairs of the further calls
     of rows that carry several transfers."""
-    k = [a.rank for a in jc.acts].index(rank)
+    k = jc.index_of(rank)
     acts, rc = jc.acts[k], jc.comms[k]
     out = np.full(n_rows, -1, np.int64)
     row = np.arange(n_rows)[acts.rows][rc.pos]

@@ -393,7 +393,11 @@ def what_if_context(jc: JobComm, jg: J.JobGraph, measured: J.Timing, diag: Diagn
         have = {r["rank"] for r in rows}
         vpp = max([int((a.meta.get("classification") or {}).get("vpp") or 1)
                    for a in jc.acts] or [1])
-        views = [pipeline_view([r for r in rows if r["rank"] in set(g)], g, vpp)
+        at: dict[int, list[int]] = {}  # each rank's rows (O(rows), not rows x groups)
+        for k, r in enumerate(rows):
+            at.setdefault(r["rank"], []).append(k)
+        views = [pipeline_view([rows[k] for k in sorted(k for r in set(g) for k in at[r])],
+                               g, vpp)
                  for g in diag.pipelines if len(g) > 1 and set(g) <= have]
     stages = {r["rank"]: r["stage"] for r in diag.speed.table.to_pylist()
               if r["stage"] is not None}

@@ -35,7 +35,7 @@ with the clock offsets.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -401,6 +401,16 @@ class JobComm:
     synced: bool
     notes: list[str]
     sync: ClockSync | None = None  # the clocks solved here (None: offsets were given)
+    _index: dict[int, int] = field(default_factory=dict, repr=False, compare=False)
+
+    def index_of(self, rank: int) -> int:
+        """The position of ``rank`` in :attr:`acts` / :attr:`comms` (ValueError: not
+        there)."""
+        if len(self._index) != len(self.acts):
+            self._index = {a.rank: k for k, a in enumerate(self.acts)}
+        if rank not in self._index:
+            raise ValueError(f"rank {rank} is not in the job")
+        return self._index[rank]
 
 
 @dataclass
