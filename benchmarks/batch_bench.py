@@ -60,6 +60,14 @@ def measure(cmd: list[str], tree: bool = True) -> tuple[float, int]:
     included). Without ``tree`` (a command that starts no process) nothing samples it:
     reading a process's smaps_rollup walks its page tables under its memory map's lock,
     which slowed a two-thread parse of 0.5 GB by ~8 % (1.48 -> 1.60 s, medians of 7)."""
+    wall, tree_peak, own = measure_parts(cmd, tree)
+    return wall, max(tree_peak, own)
+
+
+def measure_parts(cmd: list[str], tree: bool = True) -> tuple[float, int, int]:
+    """(wall seconds, peak of the process tree's summed PSS (bytes; 0 without ``tree``),
+    the largest peak RSS of the command or any process it waited for (bytes: wait4's);
+    see :func:`measure`."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     peak, done, err = [0], threading.Event(), []
@@ -80,7 +88,7 @@ def measure(cmd: list[str], tree: bool = True) -> tuple[float, int]:
         t.join()
     if os.waitstatus_to_exitcode(status):
         sys.exit(f"{' '.join(cmd)} failed: {err[0].decode()[-2000:]}")
-    return time.perf_counter() - start, max(peak[0], usage.ru_maxrss * 1024)
+    return time.perf_counter() - start, peak[0], usage.ru_maxrss * 1024
 
 
 def main() -> None:

@@ -31,6 +31,29 @@ def lines_of(cmd: list[str]) -> list[str]:
     return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.splitlines()
 
 
+def prepare(data: Path, ranks: int, reuse_tables: bool, rows: list) -> Path:
+    """The folder of parsed tables of the ``ranks``-rank job (synthesized and parsed
+    once under ``data``, see the module doc; their times appended to ``rows``), its
+    ``.traceviz-cache`` cleared (the diagnosis is computed, not read)."""
+    traceviz = [sys.executable, "-m", "traceviz"]
+    job = data / f"job{ranks}"
+    if not (job / "ground_truth").exists():
+        rows.append(("synth", *measure(traceviz + [
+            "synth", str(job), "--tp", "2", "--pp", "4", "--dp", str(ranks // 8),
+            "--microbatches", "4", "--layers", "4", "--vocab", "128000", "--gpu-sigma",
+            "0.015", "--kernel-noise", "0.02", "--no-with-stack", "--straggler-rank",
+            str(ranks * 5 // 8 + 1), "--slow-link-rank", "77", "--skew-us", "300"]),
+            None))
+    tables = data / "tables" / job.name
+    if not (reuse_tables and (tables / "iteration_10").is_dir()):
+        rows.append(("batch -j 2 --cpu", *measure(traceviz + [
+            "batch", str(job), "-o", str(tables), "-q", "-j", "2", "--cpu", "--force"]),
+            None))
+    folder = tables / "iteration_10"
+    shutil.rmtree(folder / ".traceviz-cache", ignore_errors=True)
+    return folder
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", default="bench-data")
@@ -44,22 +67,8 @@ def main() -> None:
         sys.exit("--ranks must be a multiple of 8 (tp2 x pp4), at least 256")
     traceviz = [sys.executable, "-m", "traceviz"]
     data = Path(args.data)
-    job = data / f"job{args.ranks}"
-    rows = []
-    if not (job / "ground_truth").exists():
-        rows.append(("synth", *measure(traceviz + [
-            "synth", str(job), "--tp", "2", "--pp", "4", "--dp", str(args.ranks // 8),
-            "--microbatches", "4", "--layers", "4", "--vocab", "128000", "--gpu-sigma",
-            "0.015", "--kernel-noise", "0.02", "--no-with-stack", "--straggler-rank",
-            str(args.ranks * 5 // 8 + 1), "--slow-link-rank", "77", "--skew-us", "300"]),
-            None))
-    tables = data / "tables" / job.name
-    if not (args.reuse_tables and (tables / "iteration_10").is_dir()):
-        rows.append(("batch -j 2 --cpu", *measure(traceviz + [
-            "batch", str(job), "-o", str(tables), "-q", "-j", "2", "--cpu", "--force"]),
-            None))
-    folder = tables / "iteration_10"
-    shutil.rmtree(folder / ".traceviz-cache", ignore_errors=True)  # diagnose computes
+    rows: list = []
+    folder = prepare(data, args.ranks, args.reuse_tables, rows)
     out = data / f"scale_out{args.ranks}"
     steps = {"diagnose": ["diagnose", str(folder), "-o", str(out / "diag")],
              "report": ["report", str(folder), "-o", str(out / "report" / "r.txt")]}

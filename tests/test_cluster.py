@@ -109,3 +109,72 @@ def test_a_diagnosis_with_a_rank_lost_to_a_worker_is_not_kept(job64, monkeypatch
     assert 3 not in result.diagnosis.ranks and len(result.diagnosis.ranks) == 63
     key = job_cache.key_of(job64, None, {"num_layers": None, "link_gbps": None})
     assert job_cache.load_diagnosis(job64, key, advice=True) is None
+
+
+def test_clocks_beyond_the_dense_solve_are_the_dense_solve():
+    """Past :data:`DENSE_MAX` clocks the offsets are solved by conjugate gradients,
+    never as an n x n matrix; on two sets of 400 clocks each linked by random calls
+    they are the direct solve's to far below a ns, each set's lowest clock at 0."""
+    import numpy as np
+
+    from traceviz.analysis import clocks
+
+    rng = np.random.default_rng(5)
+    n, calls = 800, 4000
+    unknown, call = [], []
+    for c in range(calls):
+        members = rng.choice(n // 2, size=int(rng.integers(2, 30)), replace=False)
+        unknown += (members + (n // 2 if c % 2 else 0)).tolist()
+        call += [c] * members.size
+    unknown, call = np.array(unknown), np.array(call)
+    true = rng.normal(0, 1e6, n)
+    rel = rng.uniform(0, 1e9, calls)[call] + true[unknown] + rng.normal(0, 500, call.size)
+    rel -= rel.min()
+    m = np.bincount(call).astype(np.float64)
+    ref = clocks._components(unknown, call, n, calls)
+    assert sorted(set(ref.tolist())) == [0, n // 2]
+    direct = clocks._dense_solve(unknown, call, m, rel, n, ref)
+    iterated = clocks._iterative_solve(unknown, call, m, rel, n, ref)
+    assert np.abs(direct - iterated).max() < 1e-3
+    assert iterated[0] == 0 and iterated[n // 2] == 0
+    # and both recover the true offsets (relative to each set's first clock) to noise
+    for lo in (0, n // 2):
+        part = slice(lo, lo + n // 2)
+        assert np.abs(iterated[part] - (true[part] - true[lo])).max() < 2_000
+
+
+def test_a_job_synced_iteratively_has_the_same_tables(job64, monkeypatch):
+    """The 64-rank job's clocks solved by conjugate gradients (as beyond 1,024 ranks)
+    give every table the direct solve gives."""
+    from traceviz.analysis import clocks
+
+    direct = _diagnosis(job64, Workers(1)).tables()
+    monkeypatch.setattr(clocks, "DENSE_MAX", 8)
+    iterated = _diagnosis(job64, Workers(1)).tables()
+    for name, table in direct.items():
+        assert iterated[name].equals(table), name
+
+
+def test_two_runs_on_one_job_at_once_agree_and_keep_one_diagnosis(job64, tmp_path):
+    """Two diagnose commands started together on one job (each its own workers) write
+    the same tables, and the diagnosis they keep beside the tables is whole: the next
+    run reads it and writes the same again."""
+    import subprocess
+    import sys
+
+    shutil.rmtree(job64 / ".traceviz-cache", ignore_errors=True)
+    runs = [subprocess.Popen([sys.executable, "-m", "traceviz", "diagnose", str(job64),
+                              "-o", str(tmp_path / f"run{k}"), "-j", "2"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            for k in range(2)]
+    outs = [p.communicate(timeout=600) for p in runs]
+    assert all(p.returncode == 0 for p in runs), outs
+    first = products.job_diagnosis(job64)  # read back from what the runs kept
+    key = job_cache.key_of(job64, None, {"num_layers": None, "link_gbps": None})
+    assert job_cache.load_diagnosis(job64, key, advice=True) is not None
+    import pyarrow.parquet as pq
+
+    for name, table in first.tables().items():
+        for k in range(2):
+            written = pq.read_table(tmp_path / f"run{k}" / f"{name}.parquet")
+            assert written.equals(table.cast(written.schema)), (k, name)

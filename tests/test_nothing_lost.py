@@ -84,8 +84,9 @@ def test_rerun_keeps_what_the_parse_said(tmp_path):
 @needs_shared
 def test_a_killed_worker_costs_its_rank_only(tmp_path):
     """The worker parsing rank 3 is SIGKILLed every time (as the OOM killer would): the
-    pool breaks, the ranks it took down are parsed again each in a process of its own,
-    rank 3 is named with its signal, every other rank is parsed."""
+    pool breaks, the ranks it took down are parsed again (those that had started each
+    in a process of its own), rank 3 is named with its signal, every other rank is
+    parsed."""
     import workers
 
     job = _job(tmp_path)

@@ -213,7 +213,7 @@ def _outcomes(finished, done) -> list[Outcome]:
         if f.rerun and outcome.status != "failed":
             outcome.warnings.append(
                 f"a worker of the batch died while this rank was queued or being parsed "
-                f"({f.rerun}); parsed again in a process of its own")
+                f"({f.rerun}); parsed again")
         out.append(outcome)
         done(t, outcome)
     return out

@@ -81,33 +81,66 @@ def run(work: Callable, tasks: list, args: tuple = (), *, jobs: int = 1,
         yield from _run_local(work, tasks, args, jobs, init)
 
 
-def _run_local(work: Callable, tasks: list, args: tuple, jobs: int, init
-               ) -> Iterator[Finished]:
-    broken = []
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"),
-                               initializer=init, initargs=(jobs, os.getpid()))
+def _run_local(work: Callable, tasks: list, args: tuple, jobs: int, init,
+               deaths: tuple[str, ...] = ()) -> Iterator[Finished]:
+    """Each task on a pool of ``jobs`` processes. Where a worker dies the pool breaks:
+    the tasks that had not started run again on a fresh pool (the same way), those that
+    had (the dead worker's, and what the others were running when the pool stopped
+    them: at most ``jobs``) each in a process of its own, where the one that dies again
+    is named. ``deaths``: how workers of earlier pools died."""
+    broken: list[tuple[int, Any]] = []
+    ctx = get_context("spawn")
+    started = ctx.SimpleQueue()  # the index of each task a worker begins
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_traced,
+                               initargs=(init, jobs, os.getpid(), started))
     try:
-        futures = {pool.submit(work, t, *args): t for t in tasks}
+        futures = {pool.submit(_traced, work, k, t, *args): (k, t)
+                   for k, t in enumerate(tasks)}
         workers = _workers(pool)  # the pool forgets a worker once it is broken
         for fut in as_completed(futures):
-            t = futures[fut]
+            k, t = futures[fut]
             try:
                 result = fut.result()
             except BrokenProcessPool:
-                broken.append(t)
+                broken.append((k, t))
                 continue
-            yield Finished(t, result)
+            yield Finished(t, result, rerun=", ".join(deaths) or None)
     except BaseException:
         _stop(pool)
         raise
     pool.shutdown()
+    if not broken:
+        return
     # the pool SIGTERMs its other workers when one dies: the cause is another signal
-    deaths = sorted({death(p.exitcode) for p in workers
-                     if p.exitcode and p.exitcode != -signal.SIGTERM})
-    deaths = deaths or sorted({death(p.exitcode) for p in workers if p.exitcode})
-    for f in _run_isolated(work, broken, args, jobs, init):
-        f.rerun = ", ".join(deaths) or "cause unknown"
+    died = sorted({death(p.exitcode) for p in workers
+                   if p.exitcode and p.exitcode != -signal.SIGTERM})
+    died = died or sorted({death(p.exitcode) for p in workers if p.exitcode})
+    seen = set()
+    while not started.empty():
+        seen.add(started.get())
+    said = tuple(dict.fromkeys(deaths + tuple(died or ["cause unknown"])))
+    suspects = [t for k, t in broken if k in seen]
+    waiting = [t for k, t in broken if k not in seen]
+    for f in _run_isolated(work, suspects, args, jobs, init):
+        f.rerun = ", ".join(said)
         yield f
+    if waiting:
+        yield from _run_local(work, waiting, args, jobs, init, said)
+
+
+_STARTED: Any = None  # in a worker: where it says which task it begins
+
+
+def _init_traced(init: Callable, jobs: int, parent: int, started) -> None:
+    global _STARTED
+    _STARTED = started
+    init(jobs, parent)
+
+
+def _traced(work: Callable, k: int, task, *args):
+    """``work(task, *args)``, having said that task ``k`` began (in a worker)."""
+    _STARTED.put(k)
+    return work(task, *args)
 
 
 def _workers(pool: ProcessPoolExecutor) -> list:
