@@ -178,3 +178,19 @@ def test_two_runs_on_one_job_at_once_agree_and_keep_one_diagnosis(job64, tmp_pat
         for k in range(2):
             written = pq.read_table(tmp_path / f"run{k}" / f"{name}.parquet")
             assert written.equals(table.cast(written.schema)), (k, name)
+
+
+def test_many_small_tasks_finish_on_local_workers():
+    """Tens of thousands of tasks (a job's ranks) on two local workers all finish, each
+    once: nothing the workers say per task can fill up and block them."""
+    import time
+
+    import workers as test_workers
+
+    from traceviz.ingest import workers as runner
+
+    start = time.monotonic()
+    done = list(runner.run(test_workers.square, list(range(20_000)), jobs=2))
+    assert sorted(f.task for f in done) == list(range(20_000))
+    assert all(f.result == f.task ** 2 and f.died is None for f in done)
+    assert time.monotonic() - start < 120

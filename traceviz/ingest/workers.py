@@ -90,7 +90,8 @@ def _run_local(work: Callable, tasks: list, args: tuple, jobs: int, init,
     is named. ``deaths``: how workers of earlier pools died."""
     broken: list[tuple[int, Any]] = []
     ctx = get_context("spawn")
-    started = ctx.SimpleQueue()  # the index of each task a worker begins
+    # per task, set to 1 by the worker that begins it (shared memory: never blocks)
+    started = ctx.RawArray("b", max(len(tasks), 1))
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_init_traced,
                                initargs=(init, jobs, os.getpid(), started))
     try:
@@ -115,9 +116,7 @@ def _run_local(work: Callable, tasks: list, args: tuple, jobs: int, init,
     died = sorted({death(p.exitcode) for p in workers
                    if p.exitcode and p.exitcode != -signal.SIGTERM})
     died = died or sorted({death(p.exitcode) for p in workers if p.exitcode})
-    seen = set()
-    while not started.empty():
-        seen.add(started.get())
+    seen = {k for k, _ in broken if started[k]}
     said = tuple(dict.fromkeys(deaths + tuple(died or ["cause unknown"])))
     suspects = [t for k, t in broken if k in seen]
     waiting = [t for k, t in broken if k not in seen]
@@ -128,7 +127,7 @@ def _run_local(work: Callable, tasks: list, args: tuple, jobs: int, init,
         yield from _run_local(work, waiting, args, jobs, init, said)
 
 
-_STARTED: Any = None  # in a worker: where it says which task it begins
+_STARTED: Any = None  # in a worker: the flags of the tasks begun (one byte per task)
 
 
 def _init_traced(init: Callable, jobs: int, parent: int, started) -> None:
@@ -139,7 +138,7 @@ def _init_traced(init: Callable, jobs: int, parent: int, started) -> None:
 
 def _traced(work: Callable, k: int, task, *args):
     """``work(task, *args)``, having said that task ``k`` began (in a worker)."""
-    _STARTED.put(k)
+    _STARTED[k] = 1
     return work(task, *args)
 
 
