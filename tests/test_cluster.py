@@ -194,3 +194,34 @@ def test_many_small_tasks_finish_on_local_workers():
     assert sorted(f.task for f in done) == list(range(20_000))
     assert all(f.result == f.task ** 2 and f.died is None for f in done)
     assert time.monotonic() - start < 120
+
+
+def test_a_bad_table_read_on_a_worker_is_the_one_line_error(tmp_path):
+    """A loader's error raised on a worker comes back as raised here (its type and its
+    line), not as a worker's death or a traceback."""
+    import pickle
+
+    import workers as test_workers
+
+    from traceviz.errors import TraceError
+    from traceviz.ingest import workers as runner
+
+    err = TraceError("a.parquet", "not a parquet file", offset=7, hint="parse it again")
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is TraceError and str(back) == str(err) and back.offset == 7
+    bad = tmp_path / "rank_0001.parquet"
+    bad.write_bytes(b"PAR1 not really")
+    with pytest.raises(TraceError) as caught:
+        list(runner.run(test_workers.read_it, [str(bad)] * 3, jobs=2))
+    assert str(bad) in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_workers_that_cannot_start_are_one_line_not_a_loop():
+    import workers as test_workers
+
+    from traceviz.errors import TraceVizError
+    from traceviz.ingest import workers as runner
+
+    with pytest.raises(TraceVizError, match="died before any task began"):
+        list(runner.run(test_workers.square, list(range(10)), jobs=2,
+                        init=test_workers.init_dies))

@@ -26,3 +26,15 @@ def piece_dies_on_rank_3(task, *args):
 def square(x):
     """A task that costs nothing (the pool runner's own overhead, measured alone)."""
     return x * x
+
+
+def init_dies(jobs, parent):
+    """A worker initializer that kills its process (workers that cannot start)."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def read_it(path):
+    """Read a table in a worker (a damaged one raises the loader's one-line error)."""
+    from traceviz.table.io import read_table
+
+    return read_table(path).num_rows

@@ -36,12 +36,25 @@ class TraceError(TraceVizError):
         self.hint = hint
         super().__init__(self.line())
 
+    def __reduce__(self):
+        """Pickled whole (it comes back from a worker process as it was raised)."""
+        return (_trace_error, (self.path, self.message, self.offset, self.hint,
+                               self.made_from))
+
     def line(self) -> str:
         where = self.path if self.offset is None else f"{self.path}: byte {self.offset}"
         text = f"{where}: {self.message}"
         if self.hint:
             text += f"; {self.hint}"
         return text
+
+
+def _trace_error(path: str, message: str, offset: int | None, hint: str,
+                 made_from: tuple | None) -> TraceError:
+    """A :class:`TraceError` rebuilt from what :meth:`TraceError.__reduce__` gave."""
+    exc = TraceError(path, message, offset=offset, hint=hint)
+    exc.made_from = made_from
+    return exc
 
 
 class UsageError(TraceVizError):

@@ -256,8 +256,9 @@ def workers_options(func):
     the diagnosis): -j / --jobs local processes, or --scheduler (a Dask cluster)."""
     for option in reversed((
             click.option("-j", "--jobs", type=click.IntRange(min=0), default=0,
-                         help="Worker processes reading the ranks' tables (and parsing "
-                              "traces) [default: one per core; 1: in this process]."),
+                         help="Worker processes reading the ranks' tables [default: one "
+                              "per usable core; jobs under 32 ranks run in this process] and "
+                              "parsing traces still to parse [default: 2]."),
             click.option("--scheduler", help="Do the per-rank work on a Dask cluster: "
                          "tcp://HOST:PORT, or 'local' (README, On a cluster)."))):
         func = option(func)

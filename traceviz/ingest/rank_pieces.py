@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..analysis.critical_path.pieces import PieceOptions, RankPiece, rank_piece
+from ..errors import TraceVizError
 from ..table.io import read_table
 from . import workers
 from .tables import slim
@@ -29,6 +30,15 @@ def piece_of_files(task: tuple[int, str, str], options: PieceOptions) -> RankPie
                       options)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: a batch system's or container's
+    share, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 @dataclass(frozen=True)
 class Workers:
     """Where the per-rank work runs: on the Dask cluster ``scheduler`` (``tcp://HOST:PORT``
@@ -43,7 +53,7 @@ class Workers:
         """How many local processes make ``ranks`` pieces (1: this process)."""
         if ranks < LOCAL_MIN_RANKS:
             return 1
-        return max(1, min(self.jobs or (os.cpu_count() or 1), ranks))
+        return max(1, min(self.jobs or usable_cores(), ranks))
 
 
 @dataclass
@@ -73,5 +83,9 @@ class RankMap:
                                    "the table")
                 continue
             done.append((order[f.task], f.result))
+        if not done and self.failed:  # nothing to diagnose: say why, not "no rank"
+            raise TraceVizError(f"no rank could be read: {self.failed[0]}"
+                                + (f" (and {len(self.failed) - 1} more)"
+                                   if len(self.failed) > 1 else ""))
         done.sort(key=lambda kv: kv[0])
         return [p for _, p in done]

@@ -112,12 +112,17 @@ def _run_local(work: Callable, tasks: list, args: tuple, jobs: int, init,
     pool.shutdown()
     if not broken:
         return
+    finished = len(tasks) - len(broken)
     # the pool SIGTERMs its other workers when one dies: the cause is another signal
     died = sorted({death(p.exitcode) for p in workers
                    if p.exitcode and p.exitcode != -signal.SIGTERM})
     died = died or sorted({death(p.exitcode) for p in workers if p.exitcode})
     seen = {k for k, _ in broken if started[k]}
     said = tuple(dict.fromkeys(deaths + tuple(died or ["cause unknown"])))
+    if not seen and not finished:  # the workers die before any task: none can run here
+        raise TraceVizError(f"the worker processes died before any task began "
+                            f"({', '.join(said)}); run with -j 1 (a script that starts "
+                            "workers needs an 'if __name__ == \"__main__\":' guard)")
     suspects = [t for k, t in broken if k in seen]
     waiting = [t for k, t in broken if k not in seen]
     for f in _run_isolated(work, suspects, args, jobs, init):
@@ -219,8 +224,9 @@ def _run_isolated(work: Callable, tasks: list, args: tuple, jobs: int, init
 def _run_dask(work: Callable, tasks: list, args: tuple, scheduler: str
               ) -> Iterator[Finished]:
     try:
-        from distributed import Client, LocalCluster
+        from distributed import CancelledError, Client, KilledWorker, LocalCluster
         from distributed import as_completed as dask_completed
+        from distributed.comm.core import CommClosedError
     except ImportError:
         raise UsageError("--scheduler needs Dask: pip install 'traceviz[dask]'") from None
     cluster = LocalCluster(n_workers=2, threads_per_worker=1, host="127.0.0.1",
@@ -232,9 +238,8 @@ def _run_dask(work: Callable, tasks: list, args: tuple, scheduler: str
                 t = futures.pop(fut)
                 try:
                     result = fut.result()
-                except TraceVizError:
-                    raise
-                except Exception as exc:  # the worker died (KilledWorker) or was lost
+                except (KilledWorker, CancelledError, CommClosedError) as exc:
+                    # its workers died (the scheduler tried it on several) or were lost
                     yield Finished(t, died=f"the Dask worker running it died "
                                            f"({type(exc).__name__}: {exc})")
                     continue

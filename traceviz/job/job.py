@@ -367,7 +367,7 @@ class Job:
                     self.diagnose()
             return make_report(inputs, config_file=config_file,
                                overrides=overrides, topology=self.topology,
-                               clock_sync=clock_sync)
+                               clock_sync=clock_sync, workers=self.source.workers)
 
         return copy.deepcopy(self._keep(
             ("report", tuple(sorted(overrides.items())), config_file, clock_sync), make))

@@ -204,7 +204,7 @@ def _diagnosis(root: Path, folder: Path, topology, advice: bool, options: dict,
         jp = job_path(rank_files(tables_dir), notes, where=str(tables_dir),
                       also=rank_ops if need_ops else None, pieces_of=mapped)
         failed += mapped.failed
-        if need_ops and jp.also:
+        if need_ops and jp.also and not mapped.failed:  # a whole job's op model only
             job_cache.store_op_model(tables_dir, op_key, op_model(jp.also))
         jp.also = []
         diag = diagnosis_of(jp.jc, _pipelines(root, folder, topology, jp.jc.acts),

@@ -20,6 +20,7 @@ from ..analysis.report_types import Diagnosed, Report, TraceMfu
 from ..analysis.run_config import RunConfig, from_torchtitan_toml
 from ..errors import TraceVizError
 from ..ingest import job_cache
+from ..ingest.rank_pieces import Workers
 from ..ingest.tables import has_cpu_tables, job_files, rank_tables, tables_folder
 from ..ingest.topology import job_layout
 from ..table.records import records
@@ -43,7 +44,7 @@ def summaries_of(root: Path) -> tuple[list[RankSummary], list[str]]:
 
 def make_report(root: str | os.PathLike, *, config_file: str | None = None,
                 overrides: dict | None = None, topology: str | None = None,
-                clock_sync: bool = True) -> Report:
+                clock_sync: bool = True, workers: Workers = Workers()) -> Report:
     """The report dict of ``root`` (NaN-free: JSON-ready); ``failed`` lists the ranks
     left out (their trace or table could not be read), one line each. A job's report is
     kept beside its tables (:mod:`traceviz.ingest.job_cache`) for these options."""
@@ -51,7 +52,7 @@ def make_report(root: str | os.PathLike, *, config_file: str | None = None,
     if not root.exists():
         raise TraceVizError(f"{root}: no such file or folder")
     if not root.is_dir():
-        return _make_report(root, config_file, overrides, topology, clock_sync)
+        return _make_report(root, config_file, overrides, topology, clock_sync, workers)
     folder = tables_folder(root)
     config = None
     if config_file:
@@ -63,13 +64,13 @@ def make_report(root: str | os.PathLike, *, config_file: str | None = None,
     found = job_cache.load(folder, "report", key)
     if found is not None:
         return from_json(found[1]["report"])
-    rep = _make_report(root, config_file, overrides, topology, clock_sync)
+    rep = _make_report(root, config_file, overrides, topology, clock_sync, workers)
     job_cache.store(folder, "report", key, {}, {"report": report_json(rep)})
     return rep
 
 
 def _make_report(root: Path, config_file: str | None, overrides: dict | None,
-                 topology: str | None, clock_sync: bool) -> Report:
+                 topology: str | None, clock_sync: bool, workers: Workers) -> Report:
     """The report dict, computed (see :func:`make_report`)."""
     summaries, failed = summaries_of(root)
     notes = [f"rank {s.rank}: its trace is cut at byte {s.truncated_at}; its calls after "
@@ -82,7 +83,7 @@ def _make_report(root: Path, config_file: str | None, overrides: dict | None,
     config = from_torchtitan_toml(config_file, world) if config_file else RunConfig()
     config = config.updated(**(overrides or {}))
     try:
-        diag, _, advice = products.diagnosis(root, topology, advice=True)
+        diag, _, advice = products.diagnosis(root, topology, advice=True, workers=workers)
         diagnosed = Diagnosed(diag.summary(), None,
                               list(records(Advice, advice)) if advice is not None else [])
     except TraceVizError as exc:
