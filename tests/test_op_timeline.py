@@ -579,3 +579,24 @@ def test_collectives_of_one_rank_are_not_communication():
     assert any(r["other_ns"] > 0 for r in rows)
     assert not _advice(diag, "overlap=DP")
     assert not any("did not line up" in n for n in diag.notes)
+
+
+def test_wording_names_what_the_timers_show():
+    """A slow DP group's advice names TP ranks only where the timers give them; one slow
+    worker of one rank is "rank N", not "ranks N"."""
+    from traceviz.render.timeline_text import timeline_text
+
+    cfg = TimelineConfig(pp=4, dp=4, microbatches=8, steps=6, slow_dp_factor=3.0,
+                         slow_dp_stage=3)
+    table, _ = simulate_steps(cfg)
+    without_tp = diagnose_timeline(OpTimeline.of(table.drop_columns(["tp_rank"])))
+    finding = _advice(without_tp, "dp-group:3")[0].finding
+    assert "stage 3's DP group" in finding and "TP" not in finding
+    given = TimelineConfig(pp=4, dp=4, tp=2, microbatches=8, steps=6, slow_dp_factor=3.0,
+                           slow_dp_stage=3)
+    with_tp, _ = _diag(given)
+    assert "(TP rank" in _advice(with_tp, "dp-group:3")[0].finding
+    slow, _ = _diag(TimelineConfig(pp=4, dp=8, microbatches=8, steps=12, slow_rank=9,
+                                   slow_from=5))
+    text = timeline_text(slow)
+    assert "  rank 9 (stage" in text and "ranks 9 " not in text

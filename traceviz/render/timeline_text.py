@@ -41,7 +41,9 @@ def timeline_text(diag) -> str:
         lines += ["", "slow workers (persistent: stragglers; transient: single steps):"]
         for s in strag:
             saving = ("n/a" if s["saving_ns"] is None else f"{s['saving_ns'] / 1e6:.2f} ms")
-            lines.append(f"  ranks {s['ranks']} (stage {s['stage']}, DP {s['dp_rank']}): "
+            several = "," in str(s["ranks"]) or "-" in str(s["ranks"])
+            lines.append(f"  rank{'s' if several else ''} {s['ranks']} (stage {s['stage']}, "
+                         f"DP {s['dp_rank']}): "
                          f"{s['slowdown']:.2f}x, z {s['z_score']:.1f}, "
                          f"{'since' if s['persistent'] else 'first at'} step "
                          f"{s['since_step']}, {s['slow_steps']} steps, "

@@ -263,14 +263,17 @@ def _causes(model: TimelineModel, slow: list[SlowWorker], data, balance, groups,
             return f
         names = sorted({g.name for g in mine})
         tps = sorted({g.tp for g in mine})
+        tp_known = model.layout_from("tp") != "unknown"  # else every rank is TP rank 0
+        which = (f" (TP rank{'s' if len(tps) > 1 else ''} {', '.join(map(str, tps))})"
+                 if tp_known else "")
         out.append(_Cause(Finding(
-            f"stage {stage}'s DP group{'s' if len(tps) > 1 else ''} (TP rank"
-            f"{'s' if len(tps) > 1 else ''} {', '.join(map(str, tps))}) transfer"
+            f"stage {stage}'s DP group{'s' if len(tps) > 1 else ''}{which} transfer"
             f"{'' if len(tps) > 1 else 's'} {', '.join(names)} "
             f"{max(g.ratio for g in mine):.2f}x as long as the other groups",
             "check the network of its nodes (NIC, switch port, cables)", "",
-            "; ".join(f"{g.name} (TP {g.tp}) median transfer {g.median_ns / 1e6:.2f} ms, "
-                      f"{g.ratio:.2f}x" for g in mine), kind="fault"),
+            "; ".join(f"{g.name}{f' (TP {g.tp})' if tp_known else ''} median transfer "
+                      f"{g.median_ns / 1e6:.2f} ms, {g.ratio:.2f}x" for g in mine),
+            kind="fault"),
             W.WhatIf(f"dp-group:{stage}=" + ",".join(
                 f"{g.name}.{g.tp}/{g.ratio:.3f}" for g in mine),
                 [W.Change("transfer_scale", scale)])))
