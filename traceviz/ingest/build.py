@@ -90,7 +90,7 @@ from ..table.schema import (
     NO_PAYLOAD,
     PHASES,
 )
-from ..topology.layout import Layout, to_json
+from ..topology.layout import Layout, config_of
 from .outputs import cpu_path, memory_path
 
 def parse_trace(src: str | os.PathLike | BinaryIO, *, cpu: bool = False,
@@ -165,14 +165,16 @@ def _spill_error(src, exc: OSError) -> TraceVizError:
 
 def parse_options(topology: Layout | None, patterns: Patterns, vpp: int | None) -> dict:
     """What a table is parsed with, as stored in its metadata (``parse_options``): the
-    vpp given (None: found from the trace), digests of the topology and the patterns,
-    and the traceviz version. A table whose options differ from a request is stale."""
+    vpp given (None: found from the trace), digests of the topology (its sizes and
+    order, which make every group: O(1), where its groups were O(world) per trace and
+    O(world^2) per job) and the patterns, and the traceviz version. A table whose
+    options differ from a request is stale."""
     def digest(value) -> str | None:
         if value is None:
             return None
         return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
 
-    return {"vpp": vpp, "topology": digest(None if topology is None else to_json(topology)),
+    return {"vpp": vpp, "topology": digest(None if topology is None else config_of(topology)),
             "patterns": digest(patterns.raw), "traceviz_version": __version__}
 
 

@@ -3,6 +3,7 @@ found next to the traces (``unique_parallel_groups_*.txt``), else the process gr
 traces (or parsed tables) record in ``distributedInfo.pg_config``."""
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -22,6 +23,17 @@ def from_file(path: str | os.PathLike) -> Layout:
     the file noted as an input of the command; a size it states that no job has is an
     error naming the file."""
     note_input(path)
+    try:
+        st = os.stat(path)
+    except OSError:  # said as reading it says it
+        return _layout_of.__wrapped__(os.fspath(path), 0, 0)
+    return _layout_of(os.path.abspath(path), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _layout_of(path: str, mtime_ns: int, size: int) -> Layout:
+    """The layout of one version of a topology file (read once: a batch worker parses
+    many traces of one job, and the file lists every group of it, O(world))."""
     try:
         return groups_file.from_file(path)
     except UsageError as exc:

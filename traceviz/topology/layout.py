@@ -13,6 +13,7 @@ Two generators exist: the dense one (tp, cp, ep=1, dp, pp) and the expert one
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from itertools import product
 
@@ -41,6 +42,13 @@ GROUP_TOKENS = {
     "EXPERT_TENSOR_MODEL_PIPELINE_PARALLEL_GROUP": ("expert", "tp-ep-pp"),
     "EXPERT_DATA_PARALLEL_GROUP": ("expert", "dp"),
 }
+
+
+@functools.lru_cache(maxsize=64)
+def _generated(layout: Layout, which: str, tokens: str) -> tuple[tuple[int, ...], ...]:
+    """:meth:`Layout.generator`'s groups, kept (read-only)."""
+    sizes = layout.dense_sizes() if which == "dense" else layout.expert_sizes()
+    return tuple(tuple(g) for g in generate(sizes, layout.order, tokens))
 
 
 def generate(sizes: dict[str, int], order: str, tokens: str) -> list[list[int]]:
@@ -139,9 +147,9 @@ class Layout:
         return {"tp": self.etp, "cp": 1, "ep": self.ep, "dp": self.edp, "pp": self.pp}
 
     def generator(self, which: str, tokens: str) -> list[list[int]]:
-        """``RankGenerator(...).get_ranks(tokens)`` of the dense or expert generator."""
-        sizes = self.dense_sizes() if which == "dense" else self.expert_sizes()
-        return generate(sizes, self.order, tokens)
+        """``RankGenerator(...).get_ranks(tokens)`` of the dense or expert generator
+        (made once per layout: each trace of a job asks for its pipelines)."""
+        return [list(g) for g in _generated(self, which, tokens)]
 
     def groups(self) -> dict[str, list[list[int]]]:
         """Every Megatron group by its ``group_desc``, sorted (members in rank order)."""
@@ -206,12 +214,17 @@ class Layout:
         return dict(sorted(groups.items()))
 
 
+def config_of(layout: Layout) -> dict:
+    """The sizes and order that determine every group of ``layout`` (JSON)."""
+    return {"world_size": layout.world, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp,
+            "ep": layout.ep, "expert_tp": layout.etp, "order": layout.order,
+            "dp": layout.dp, "expert_dp": layout.edp}
+
+
 def to_json(layout: Layout) -> dict:
     """The layout as JSON: sizes, every group by group_desc, per-rank coordinates."""
     return {
-        "config": {"world_size": layout.world, "tp": layout.tp, "pp": layout.pp,
-                   "cp": layout.cp, "ep": layout.ep, "expert_tp": layout.etp,
-                   "order": layout.order, "dp": layout.dp, "expert_dp": layout.edp},
+        "config": config_of(layout),
         "groups_by_group_desc": layout.groups(),
         "model_replicas": {str(k): v for k, v in layout.model_replicas().items()},
         "per_rank": [{"rank": r, **layout.coordinates(r)} for r in range(layout.world)],
