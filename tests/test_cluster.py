@@ -250,3 +250,15 @@ def test_a_traces_parse_options_do_not_walk_the_jobs_groups(monkeypatch):
     assert parse_options(big, patterns, None) == parse_options(same, patterns, None)
     assert parse_options(big, patterns, None) != parse_options(other, patterns, None)
     assert big.generator("dense", "pp") == first  # kept, not generated again
+
+
+def test_a_folder_of_tables_is_told_from_an_op_timeline_by_one_footer(job64):
+    """Every command asks whether a job is an op timeline first: a folder of parsed
+    tables says no from its first table's footer, not from every table's (each states
+    the job's groups: at 16,384 ranks reading them all took minutes)."""
+    from traceviz.ingest.op_timeline import is_op_timeline
+    from traceviz.table import schema
+
+    schema._footer.cache_clear()
+    assert not is_op_timeline(job64)
+    assert schema._footer.cache_info().misses == 1

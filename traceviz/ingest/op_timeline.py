@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from ..analysis.timeline.data import OpTimeline, TimelineBuilder
 from ..errors import TraceVizError
 from ..table.inputs import note_input
-from ..table.schema import parquet_columns
+from ..table.schema import is_activity_table, parquet_columns
 from ..table.timeline_schema import COLUMNS, OP_TIMELINE_SCHEMA, REQUIRED
 from . import timer_dump
 
@@ -113,8 +113,26 @@ def timeline_files(path: str | os.PathLike) -> list[Path]:
 
 
 def is_op_timeline(path: str | os.PathLike) -> bool:
-    """Whether ``path`` is an op timeline (a file, or a folder holding them)."""
+    """Whether ``path`` is an op timeline (a file, or a folder holding them). A folder
+    whose first table is a parsed rank table is a job's tables, said from that one
+    footer (a job's thousands of footers each state its groups: O(ranks) bytes)."""
+    path = Path(path)
+    if path.is_dir():
+        first = min((p for p in path.glob("*.parquet")
+                     if not p.name.endswith((".cpu.parquet", ".memory.parquet"))),
+                    default=None)
+        if first is not None and _is_rank_table(first):
+            return False
     return bool(timeline_files(path))
+
+
+def _is_rank_table(path: Path) -> bool:
+    """Whether ``path`` is a readable GPU activity table ``traceviz parse`` wrote."""
+    try:
+        parquet_columns(path)
+    except (OSError, pa.ArrowException):
+        return False
+    return is_activity_table(path)
 
 
 def read_op_timeline(path: str | os.PathLike) -> OpTimeline:
