@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..analysis.critical_path.pieces import PieceOptions, RankPiece, rank_piece
 from ..errors import TraceVizError
+from ..table.cores import usable_cores
 from ..table.io import read_table
 from . import workers
 from .tables import slim
@@ -28,15 +29,6 @@ def piece_of_files(task: tuple[int, str, str], options: PieceOptions) -> RankPie
     rank, gpu, cpu = task
     return rank_piece(rank, slim(read_table(Path(gpu))), slim(read_table(Path(cpu))),
                       options)
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity: a batch system's or container's
-    share, not the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from ..errors import TraceError
+from ..table.cores import usable_cores
 from ..table.parked import release_free_memory
 from . import fields as L
 from .budget import MAX_STRINGS, SEGMENT_OVERHEAD
@@ -431,11 +432,7 @@ def share_cores(processes: int) -> None:
 
 def _cores() -> int:
     """Scanners a trace may use: this process's share of the cores it may run on."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, cores // _PROCESSES)
+    return max(1, usable_cores() // _PROCESSES)
 
 
 def _parts_plan(src, segments: bool = True):
