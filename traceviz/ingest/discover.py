@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..parse.header import is_rank, rank_in_name, read_header
 from ..table.inputs import note_input
-from .outputs import CACHE, OUT
+from .outputs import CACHE, OUT, job_files
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".json.zst", ".json.zstd")
 _ITER_DIR = re.compile(r"^iteration_(\d+)$")
@@ -115,8 +115,8 @@ def find_traces(root: str | os.PathLike) -> list[TraceFile]:
     if root.is_file():
         candidates = [root]
     else:
-        candidates = sorted(p for p in root.rglob("*") if p.is_file() and is_trace_name(p.name)
-                            and not {OUT, CACHE} & set(p.relative_to(root).parts[:-1]))
+        candidates = [p for p in job_files(root, skip=(OUT, CACHE)) if is_trace_name(p.name)
+                      and p.is_file()]
     found = [describe(p) for p in candidates]
     for f in found:
         if f is not None:
@@ -131,8 +131,7 @@ def no_traces_message(root: str | os.PathLike) -> str:
     """What to tell a user whose ``root`` holds no Kineto traces: what is there instead
     (Nsight reports, other JSON) and what to pass."""
     root = Path(root)
-    files = [root] if root.is_file() else ([p for p in root.rglob("*") if p.is_file()]
-                                          if root.is_dir() else [])
+    files = [root] if root.is_file() else (job_files(root) if root.is_dir() else [])
     nsight = [p for p in files if p.name.endswith(NSIGHT_SUFFIXES)]
     jsons = [p for p in files if is_trace_name(p.name)]
     if nsight:

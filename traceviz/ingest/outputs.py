@@ -19,6 +19,19 @@ SUFFIXES = (".json.gz", ".json.zst", ".json.zstd", ".json", ".gz", ".zst", ".zst
 _PROFILER_FOLDER = re.compile(r"^(iteration_\d+|torch_profile|profile_trace|traces?)$")
 
 
+def job_files(root: Path, suffix: str = "", skip: tuple[str, ...] = (CACHE,)) -> list[Path]:
+    """The files under the folder ``root`` whose names end with ``suffix``, sorted, the
+    folders named in ``skip`` (default the kept-results folders, :data:`CACHE`) not
+    looked into: other runs make and remove entries there meanwhile, and a walk into
+    them fails on a folder gone. A folder that cannot be read, or vanishes while the
+    walk goes on, is passed over; links to folders are not followed."""
+    out = []
+    for top, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in skip]
+        out += [Path(top, f) for f in files if f.endswith(suffix)]
+    return sorted(out)
+
+
 def in_cache(path: Path) -> bool:
     """Whether ``path`` lies in a kept-results folder (:data:`CACHE`)."""
     return CACHE in Path(path).parts

@@ -31,13 +31,13 @@ def input_files(paths: Sequence[str | os.PathLike]) -> list[Path]:
     """Trace and parquet files named by ``paths`` (folders searched recursively; a folder
     with parsed tables gives those, else its traces)."""
     from .discover import find_traces, no_traces_message
-    from .outputs import in_cache
+    from .outputs import job_files
 
     out: list[Path] = []
     for p in map(Path, paths):
         if p.is_dir():
-            parquet = of_this_job(sorted(x for x in p.rglob("*.parquet")
-                                         if not in_cache(x) and is_activity_table(x)), p)
+            parquet = of_this_job([x for x in job_files(p, ".parquet")
+                                   if is_activity_table(x)], p)
             out += parquet or [t.path for t in find_traces(p)]
         elif p.exists():
             note_input(p)
@@ -110,12 +110,11 @@ def only_folder(folders: list[Path], root: Path) -> Path:
 
 def table_folders(root: Path) -> list[Path]:
     """The folders under ``root`` (itself included) that hold parsed rank tables."""
-    from .outputs import in_cache
+    from .outputs import job_files
 
     if not root.is_dir():
         return []
-    return sorted({p.parent for p in root.rglob("*.parquet")
-                   if not in_cache(p) and is_activity_table(p)})
+    return sorted({p.parent for p in job_files(root, ".parquet") if is_activity_table(p)})
 
 
 def ensure_tables(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
