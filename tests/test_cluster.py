@@ -262,3 +262,34 @@ def test_a_folder_of_tables_is_told_from_an_op_timeline_by_one_footer(job64):
     schema._footer.cache_clear()
     assert not is_op_timeline(job64)
     assert schema._footer.cache_info().misses == 1
+
+
+def test_a_tables_footer_keeps_the_worlds_group_without_its_ranks(job64, tmp_path):
+    """Every rank's trace lists the default group's ranks, all of them: kept in every
+    table's footer, a job's footers would hold O(world^2) numbers (0.9 MB per table at
+    16,384 ranks). A footer keeps that group once, without its ranks; the layout derived
+    from the tables is the traces', and a pipeline of the whole world is read back."""
+    from traceviz.analysis.diagnose.diagnosis import pipelines_of
+    from traceviz.ingest.topology import from_traces
+    from traceviz.table.schema import cut_groups, file_metadata
+
+    metas = [file_metadata(p) for p in sorted(job64.glob("rank_*[0-9].parquet"))]
+    assert len(metas) == 64
+    for m in metas:
+        assert "pg_config" not in m["distributed"]
+        whole = [pg for pg in m["pg_config"] if pg.get("all_ranks")]
+        assert len(whole) == 1 and "ranks" not in whole[0]
+        assert all(len(pg["ranks"]) < 64 for pg in m["pg_config"] if "ranks" in pg)
+    assert from_traces(job64).groups() == from_traces(job64.parent.parent / "job").groups()
+    # a pipeline of every rank (pp 4 alone): its group is the world's, and read back
+    synthesize(SynthConfig(tp=1, pp=4, dp=1, microbatches=4, layers=4, seed=3,
+                           with_stack=False), tmp_path / "job")
+    r = CliRunner().invoke(main, ["batch", str(tmp_path / "job"), "-o",
+                                  str(tmp_path / "tables"), "-q"])
+    assert r.exit_code == 0, r.output
+    files = sorted((tmp_path / "tables" / "iteration_10").glob("rank_*[0-9].parquet"))
+    assert len(files) == 4
+    pipes = [pg for pg in file_metadata(files[0])["pg_config"]
+             if pg.get("pg_desc") == "PIPELINE_MODEL_PARALLEL_GROUP"]
+    assert len(pipes) == 1 and pipes[0].get("all_ranks") and "ranks" not in pipes[0]
+    assert pipelines_of(cut_groups(file_metadata(p)) for p in files) == [[0, 1, 2, 3]]

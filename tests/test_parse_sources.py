@@ -18,7 +18,7 @@ import traceviz
 from traceviz.errors import TraceError
 from traceviz.parse import reader
 from traceviz.parse.cpu_table import CPU_ONLY_FIELDS
-from traceviz.table.schema import DELTA_COLUMNS
+from traceviz.table.schema import DELTA_COLUMNS, group_ranks
 
 TRACE = "hta/nccl_parser_config/nccl_data.json.gz"  # pretty-printed, fractional µs
 
@@ -67,7 +67,10 @@ def test_compressions_and_layouts_agree(tmp_path):
         assert _strip(table).equals(base), name
     meta = traceviz.metadata(tables["trace.json.zst"])
     assert meta["compression"] == "zstd" and meta["rank"] == 0
-    assert meta["world_size"] == 2 and meta["pg_config"][0]["ranks"] == [0, 1]
+    # the default group, every rank of the world: kept without its ranks, read back
+    world = meta["pg_config"][0]
+    assert meta["world_size"] == 2 and world["all_ranks"] and "ranks" not in world
+    assert group_ranks(world, meta["world_size"]) == [0, 1]
 
 
 def test_stdin_to_stdout(tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import TraceVizError, UsageError
 from ..table.inputs import note_input
-from ..table.schema import file_metadata
+from ..table.schema import file_metadata, group_ranks
 from ..topology import groups_file
 from ..topology.derive import layout_from_groups, layout_of, mesh_sizes, observed_groups
 from ..topology.p2p import RankTraffic
@@ -60,19 +60,31 @@ def observed_of(paths: list[Path]) -> tuple[dict[str, set[tuple[int, ...]]], int
     from ..parse.header import read_header
 
     stated: list = []
+    whole: set = set()  # the groups of every rank seen: each once, not once per file
 
     def configs():
         for path in paths:
             if path.suffix == ".parquet":
                 try:
-                    info = file_metadata(path).get("distributed", {})
+                    meta = file_metadata(path)
                 except (OSError, ValueError):  # damaged: the loaders name it
                     continue
+                info = meta.get("distributed") or {}
+                config = meta.get("pg_config") or info.get("pg_config") or []
             else:
-                header = read_header(path) or {}
-                info = header.get("distributedInfo") or {}
-            stated.append(info.get("world_size"))
-            yield info.get("pg_config") or []
+                info = (read_header(path) or {}).get("distributedInfo") or {}
+                config = info.get("pg_config") or []
+            world = info.get("world_size")
+            stated.append(world)
+            out = []
+            for pg in config if isinstance(config, list) else []:
+                if isinstance(pg, dict) and pg.get("all_ranks") is True:
+                    if (pg.get("pg_desc"), world) in whole:
+                        continue
+                    whole.add((pg.get("pg_desc"), world))
+                    pg = pg | {"ranks": group_ranks(pg, world)}
+                out.append(pg)
+            yield out
 
     groups = observed_groups(configs())
     return groups, agreed_world(stated, "traces")[0]
@@ -87,14 +99,13 @@ def from_traces(root: str | os.PathLike) -> Layout:
     times, and a job's hundreds of headers take seconds to read)."""
     from .discover import find_traces
 
-    from .outputs import in_cache
+    from .outputs import job_files
 
     root = Path(root)
     paths = [t.path for t in find_traces(root)]
     if root.is_dir():  # the tables, not the analyses' results kept beside them, nor the
         # CPU / allocator tables beside a rank's table (they state its groups again)
-        paths += [p for p in sorted(root.rglob("*.parquet")) if not in_cache(p)
-                  and not _beside_its_table(p)]
+        paths += [p for p in job_files(root, ".parquet") if not _beside_its_table(p)]
     if not paths:
         raise TraceVizError(f"{root}: no traces or parsed tables found")
     key = (os.fspath(root.resolve()),) + tuple(

@@ -8,7 +8,7 @@ import os
 import numpy as np
 
 from .._version import __version__
-from ..table.schema import SCHEMA_VERSION
+from ..table.schema import SCHEMA_VERSION, stored_groups
 from .reader import ScannedTrace
 
 
@@ -50,8 +50,9 @@ def trace_metadata(scanned: ScannedTrace, rank: int, rank_source: str, join_stat
         "rank": rank,
         "rank_source": rank_source,
         "world_size": h.world_size(),
-        "distributed": dist,
-        "pg_config": dist.get("pg_config", []),
+        # the groups once (not again under "distributed"), the world's without its ranks
+        "distributed": {k: v for k, v in dist.items() if k != "pg_config"},
+        "pg_config": stored_groups(dist.get("pg_config", []), h.world_size()),
         "device_properties": values.pop("deviceProperties", []),
         "base_time_ns": values.pop("baseTimeNanoseconds", None),
         "header": values,

@@ -89,6 +89,32 @@ def collective(name: str) -> int:
     return COLLECTIVES.index(name)
 
 
+def stored_groups(groups: object, world: int) -> list:
+    """The process groups (a trace's ``distributedInfo.pg_config``) as a table's footer
+    keeps them: each as stated, but a group of every rank of the world (0 .. ``world``
+    - 1, the default group) without its ``ranks`` and with ``"all_ranks": true``. Every
+    rank states it: kept whole, a job's footers would hold O(world^2) numbers (at
+    16,384 ranks, 0.9 MB per table, and minutes to read them all).
+    :func:`group_ranks` reads a stored group's ranks back."""
+    every = list(range(world)) if world > 0 else None
+    out = []
+    for pg in groups if isinstance(groups, list) else []:
+        if isinstance(pg, dict) and every is not None and pg.get("ranks") == every:
+            pg = {k: v for k, v in pg.items() if k != "ranks"} | {"all_ranks": True}
+        out.append(pg)
+    return out
+
+
+def group_ranks(pg: dict, world: object) -> list | None:
+    """The ranks of a process group as the footer keeps it (:func:`stored_groups`; also
+    the groups of tables that kept them whole); None where it states none readable."""
+    if isinstance(pg.get("ranks"), list):
+        return pg["ranks"]
+    if pg.get("all_ranks") is True and isinstance(world, int) and world > 0:
+        return list(range(world))
+    return None
+
+
 def cut_groups(meta: dict) -> dict:
     """``meta`` with its process groups (``pg_config`` and ``distributed``'s copy) cut to
     the pipeline groups, and ``pg_descs``: the distinct descriptions of every group the
@@ -100,7 +126,10 @@ def cut_groups(meta: dict) -> dict:
     out = dict(meta)
     out["pg_descs"] = meta.get("pg_descs") or sorted(
         {str(pg.get("pg_desc") or "") for pg in groups} - {""})
-    pipes = [pg for pg in groups if pg.get("pg_desc") == "PIPELINE_MODEL_PARALLEL_GROUP"]
+    world = meta.get("world_size")
+    pipes = [pg | {"ranks": group_ranks(pg, world)} for pg in groups
+             if pg.get("pg_desc") == "PIPELINE_MODEL_PARALLEL_GROUP"
+             and group_ranks(pg, world) is not None]
     out["pg_config"] = pipes
     if isinstance(meta.get("distributed"), dict):
         out["distributed"] = {**meta["distributed"], "pg_config": pipes}
