@@ -56,10 +56,10 @@ from .graph import (
     LAUNCH,
     OPERATOR,
     SYNC,
-    EdgeList,
     Graph,
     acyclic,
     csr,
+    dedup,
     topo,
 )
 from .rank_graph import BLOCKING_CALLS, RankGraph, cycle_note, point_text
@@ -124,22 +124,29 @@ def join(ranks: list[RankGraph], infos: list[KernelInfo], offsets: dict[int, int
 @dataclass
 class JoinPiece:
     """What the job graph takes of one rank's graph, made where the rank's tables were
-    read (:func:`join_piece`; a worker): its nodes, its edges (in the order added) with
-    their own time, category, comm group and kernel name (ids into ``names``, this
-    rank's own list), the nodes queued behind earlier work, and per communication
-    kernel its GPU-table row, start and end node, group, name id and whether it is
-    point-to-point. ``rank`` is the rank's graph, released (:meth:`RankGraph.release`)."""
+    read (:func:`join_piece`; a worker): its nodes (times on its own clock, event rows
+    as int32, whether a start), its edges each once (in the order first added, with the
+    kind, weight and event last given, as :class:`~.graph.Graph` keeps them; node ids of
+    the rank as int32) with their own time, category, comm group and kernel name (ids
+    into ``names``, this rank's own list), the nodes queued behind earlier work, and per
+    communication kernel its GPU-table row, start and end node, group, name id and
+    whether it is point-to-point. Compact (int32 ids, no per-node rank): a job's
+    thousands of pieces are held at once before the join. ``rank`` is the rank's graph,
+    released (:meth:`RankGraph.release`)."""
 
     rank: RankGraph
     node_ts: np.ndarray
-    node_event: np.ndarray
+    node_event: np.ndarray    # int32
     node_start: np.ndarray
-    node_rank: np.ndarray
-    edges: list[tuple]        # (src, dst, kind, weight, attr) blocks, node ids of the rank
-    own: list[np.ndarray]
-    cat: list[np.ndarray]     # int8
-    grp: list[np.ndarray]     # int8
-    nm: list[np.ndarray]      # int32 into ``names``; -1 none
+    src: np.ndarray           # int32
+    dst: np.ndarray           # int32
+    kind: np.ndarray          # int8
+    weight: np.ndarray
+    attr: np.ndarray          # int32, -1 none
+    own: np.ndarray
+    cat: np.ndarray           # int8
+    grp: np.ndarray           # int8
+    nm: np.ndarray            # int32 into ``names``; -1 none
     names: list[str]
     queued: np.ndarray
     member_rows: np.ndarray
@@ -148,6 +155,10 @@ class JoinPiece:
     member_group: np.ndarray
     member_name: np.ndarray   # into ``names``
     p2p: np.ndarray
+
+    @property
+    def n_nodes(self) -> int:
+        return self.node_ts.size
 
 
 def join_piece(rg: RankGraph, info: KernelInfo) -> JoinPiece:
@@ -165,15 +176,20 @@ def join_piece(rg: RankGraph, info: KernelInfo) -> JoinPiece:
     rows, trow = rows[comm], trow[comm]
     ids = np.array([names.setdefault(info.name[t], len(names)) for t in trow.tolist()],
                    np.int32)
-    # per edge: category and group as int8, name id as int32 (a job's millions of edges
-    # held at once)
+    # the rank's graph's edges, then the device-order edges: each edge once (a
+    # device-order edge the graph has takes its place), as the job's graph would keep it
+    src, dst = np.r_[g.src, x_src], np.r_[g.dst, x_dst]
+    keep, last = dedup(src, dst, g.n_nodes)
+    x_cat = np.select([x_kind == LAUNCH, x_kind == SYNC], [LAUNCH_CAT, WAIT], KK_CAT)
     return JoinPiece(
-        rg, g.node_ts, g.node_event, g.node_start, g.node_rank,
-        [(g.src, g.dst, g.kind, g.weight, g.attr), (x_src, x_dst, x_kind, 0, -1)],
-        [own, x_own], [cat.astype(np.int8), np.select(
-            [x_kind == LAUNCH, x_kind == SYNC], [LAUNCH_CAT, WAIT], KK_CAT).astype(np.int8)],
-        [grp.astype(np.int8), np.full(x_src.size, -1, np.int8)],
-        [nm.astype(np.int32), np.full(x_src.size, -1, np.int32)],
+        rg, g.node_ts, g.node_event.astype(np.int32), g.node_start,
+        src[keep].astype(np.int32), dst[keep].astype(np.int32),
+        np.r_[g.kind, x_kind.astype(np.int8)][last],
+        np.r_[g.weight, np.zeros(x_src.size, np.int64)][last],
+        np.r_[g.attr, np.full(x_src.size, -1, np.int64)][last].astype(np.int32),
+        np.r_[own, x_own][last].astype(np.int64), np.r_[cat, x_cat][last].astype(np.int8),
+        np.r_[grp, np.full(x_src.size, -1)][last].astype(np.int8),
+        np.r_[nm, np.full(x_src.size, -1)][last].astype(np.int32),
         sorted(names, key=lambda n: names[n]), queued, trow, rg.start_node[rows],
         rg.end_node[rows], info.group[trow], ids, info.p2p[trow])
 
@@ -181,26 +197,19 @@ def join_piece(rg: RankGraph, info: KernelInfo) -> JoinPiece:
 class Joiner:
     """The job graph built one rank at a time: :meth:`add` takes what the job's graph
     needs of a rank's graph (whose arrays may then be released, :meth:`RankGraph.
-    release`), :meth:`finish` joins the collectives and moves the ranks onto one clock."""
+    release`), :meth:`finish` joins the collectives and moves the ranks onto one clock.
+    The pieces are kept as they come (compact) and laid out once, in :meth:`finish`."""
 
     def __init__(self) -> None:
         self.ranks: list[RankGraph] = []
-        self.node_ts: list[np.ndarray] = []   # each rank's, on its own clock
-        self.node_event: list[np.ndarray] = []
-        self.node_start: list[np.ndarray] = []
-        self.node_rank: list[np.ndarray] = []
+        self.pieces: list[JoinPiece] = []
         self.base = [0]
-        self.edges = EdgeList()
-        self.own: list[np.ndarray] = []
-        self.cat: list[np.ndarray] = []
-        self.grp: list[np.ndarray] = []
-        self.nm: list[np.ndarray] = []
         self.names: dict[str, int] = {}
+        self.luts: list[np.ndarray] = []  # per piece: its name ids in the job's list
         # per communication kernel (and call it is a member of): call, start node, end
         # node, group, name id, unique key, point-to-point
         self.members: dict[str, list[np.ndarray]] = {k: [] for k in (
             "call", "start", "end", "group", "name", "key", "p2p")}
-        self.queued: list[np.ndarray] = []  # activity starts queued behind earlier work
         self.p2p_seen = 0
 
     def add(self, rg: RankGraph, info: KernelInfo) -> None:
@@ -214,24 +223,14 @@ class Joiner:
         further (row, call) pairs of rows that carry several transfers
         (:func:`call_rows`)."""
         k = len(self.ranks)
-        rg = piece.rank
-        self.ranks.append(rg)
+        self.ranks.append(piece.rank)
+        self.pieces.append(piece)
         b = self.base[-1]
-        self.node_ts.append(piece.node_ts)
-        self.node_event.append(piece.node_event)
-        self.node_start.append(piece.node_start)
-        self.node_rank.append(piece.node_rank)
-        self.base.append(b + piece.node_ts.size)
+        self.base.append(b + piece.n_nodes)
         # the piece's kernel names numbered in the job's list, in the piece's order
         lut = np.array([self.names.setdefault(n, len(self.names)) for n in piece.names]
                        + [-1], np.int32)
-        for src, dst, kind, weight, attr in piece.edges:
-            self.edges.add(src + b, dst + b, kind, weight, attr)
-        self.own += piece.own
-        self.cat += piece.cat
-        self.grp += piece.grp
-        self.nm += [lut[nm] for nm in piece.nm]
-        self.queued.append(piece.queued + b)
+        self.luts.append(lut)
         trow = piece.member_rows
         self.p2p_seen += int(piece.p2p.sum())
         # a row of several transfers is a member of each of their calls
@@ -248,39 +247,73 @@ class Joiner:
                             ("key", trow[each] + (k << 40)), ("p2p", piece.p2p[each])):
             self.members[key].append(values)
 
+    def _laid_out(self, offsets: dict[int, int]) -> tuple[np.ndarray, ...]:
+        """Every piece's nodes and edges in one set of arrays (node ids of the job, the
+        ranks' times on the common clock), each piece let go once copied: node ts,
+        event, start, rank; edge src, dst, kind, weight, attr, own, category, comm
+        group, name id; the queued nodes."""
+        n_nodes = self.base[-1]
+        n_edges = sum(p.src.size for p in self.pieces)
+        ts = np.empty(n_nodes, np.int64)
+        event = np.empty(n_nodes, np.int64)
+        start = np.empty(n_nodes, bool)
+        rank = np.empty(n_nodes, np.int64)
+        src, dst, weight, attr, own = (np.empty(n_edges, np.int64) for _ in range(5))
+        kind, cat, grp = (np.empty(n_edges, np.int8) for _ in range(3))
+        nm = np.empty(n_edges, np.int32)
+        queued = []
+        e = 0
+        self.pieces.reverse()  # let go from the front: each piece once copied
+        for b, lut in zip(self.base, self.luts):
+            p = self.pieces.pop()
+            r = int(p.rank.events.rank)
+            v = slice(b, b + p.n_nodes)
+            np.subtract(p.node_ts, offsets.get(r, 0), out=ts[v])
+            event[v], start[v], rank[v] = p.node_event, p.node_start, r
+            x = slice(e, e + p.src.size)
+            np.add(p.src, b, out=src[x])
+            np.add(p.dst, b, out=dst[x])
+            kind[x], weight[x], attr[x], own[x] = p.kind, p.weight, p.attr, p.own
+            cat[x], grp[x], nm[x] = p.cat, p.grp, lut[p.nm]
+            queued.append(p.queued + b)
+            e += p.src.size
+        self.luts = []
+        return (ts, event, start, rank, src, dst, kind, weight, attr, own, cat, grp, nm,
+                np.concatenate(queued + [np.zeros(0, np.int64)]))
+
     def finish(self, offsets: dict[int, int]) -> JobGraph:
         """The job graph of the ranks added, ``offsets`` (ns per rank) putting them on
         one clock."""
         notes: list[str] = []
         ranks = self.ranks
-        ts = (np.concatenate([t - offsets.get(rg.events.rank, 0)
-                              for t, rg in zip(self.node_ts, ranks)])
-              if ranks else np.empty(0, np.int64))
-        self.node_ts = []
-        src, dst, own_c, grp_c, nm_c, p2p_joined = _collective_edges(
+        (ts, event, start, rank, src, dst, kind, weight, attr, own, cat, grp, nm,
+         queued) = self._laid_out(offsets)
+        c_src, c_dst, c_own, c_grp, c_nm, p2p_joined = _collective_edges(
             {k: np.concatenate(v) if v else np.zeros(0, bool if k == "p2p" else np.int64)
              for k, v in self.members.items()}, ts)
         self.members = {}
-        self.edges.add(src, dst, COLLECTIVE, 0, -1)
-        # the edges once (each piece freed as it is joined), deduplicated
-        raw = self.edges.arrays()
-        self.edges = EdgeList()
-        del src, dst
-        graph, last = Graph.deduplicated(ts, np.concatenate(self.node_event),
-                                         np.concatenate(self.node_start),
-                                         np.concatenate(self.node_rank), raw)
-        del raw
-        self.node_event, self.node_start, self.node_rank = [], [], []
-        # own time / category per deduplicated edge: rank edges keep theirs, in order
-        own = np.concatenate(self.own + [own_c])[last]
-        self.own = []
-        cat = np.concatenate(self.cat + [(COMM0 + np.maximum(grp_c, 0)).astype(np.int8)]
-                             )[last]
-        self.cat = []
-        grp = np.concatenate(self.grp + [grp_c.astype(np.int8)])[last]
-        self.grp = []
-        nm = np.concatenate(self.nm + [nm_c.astype(np.int32)])[last]
-        self.nm = []
+        # the collective edges each once; one the ranks' graphs have (a kernel that is
+        # two members of one call) takes that edge's place, as a second add does
+        keep, last = dedup(c_src, c_dst, ts.size)
+        c_own, c_grp, c_nm = c_own[last], c_grp[last], c_nm[last]
+        c_src, c_dst = c_src[keep], c_dst[keep]
+        again = _edges_of(src, dst, c_src, c_dst, ts.size, self.base)
+        had = again >= 0
+        at = again[had]
+        kind[at], weight[at], attr[at] = COLLECTIVE, 0, -1
+        own[at], cat[at] = c_own[had], (COMM0 + np.maximum(c_grp[had], 0)).astype(np.int8)
+        grp[at], nm[at] = c_grp[had].astype(np.int8), c_nm[had].astype(np.int32)
+        new = ~had
+        n_new = int(new.sum())
+        graph = Graph(ts, event, start, rank, np.r_[src, c_src[new]], np.r_[dst, c_dst[new]],
+                      np.r_[kind, np.full(n_new, COLLECTIVE, np.int8)],
+                      np.r_[weight, np.zeros(n_new, np.int64)],
+                      np.r_[attr, np.full(n_new, -1, np.int64)])
+        del src, dst, kind, weight, attr
+        own = np.r_[own, c_own[new]]
+        cat = np.r_[cat, (COMM0 + np.maximum(c_grp[new], 0)).astype(np.int8)]
+        grp = np.r_[grp, c_grp[new].astype(np.int8)]
+        nm = np.r_[nm, c_nm[new].astype(np.int32)]
         if self.p2p_seen and len(ranks) > 1:
             notes.append(f"pipeline sends / receives: {p2p_joined} of {self.p2p_seen} "
                          "joined with their peer's kernel")
@@ -294,9 +327,33 @@ class Joiner:
         jg = JobGraph(graph, ranks, own, cat, np.array(self.base, np.int64), offsets, notes,
                       grp, nm, sorted(names, key=lambda g: names[g]),
                       np.zeros(ts.size, bool))
-        jg.queued[np.concatenate(self.queued + [np.zeros(0, np.int64)])] = True  # type: ignore[index]
+        jg.queued[queued] = True  # type: ignore[index]
         jg.own = _transfer_spans(jg)
         return _consistent(jg)
+
+
+def _edges_of(src: np.ndarray, dst: np.ndarray, c_src: np.ndarray, c_dst: np.ndarray,
+              n: int, base: list[int]) -> np.ndarray:
+    """Per edge (``c_src``, ``c_dst``), the id of the same edge among (``src``, ``dst``),
+    -1 none. The edges of ``src`` / ``dst`` run within a rank (``base``: each rank's
+    first node id): only an edge within one rank is looked for, among the edges leaving
+    its source."""
+    out = np.full(c_src.size, -1, np.int64)
+    b = np.asarray(base, np.int64)
+    inside = np.flatnonzero(np.searchsorted(b, c_src, side="right")
+                            == np.searchsorted(b, c_dst, side="right"))
+    if inside.size == 0:
+        return out
+    cand = np.flatnonzero(np.isin(src, c_src[inside]))
+    if cand.size == 0:
+        return out
+    key = src[cand] * np.int64(n) + dst[cand]  # distinct: each rank's edges are
+    order = np.argsort(key)
+    want = c_src[inside] * np.int64(n) + c_dst[inside]
+    pos = np.minimum(np.searchsorted(key[order], want), key.size - 1)
+    found = key[order][pos] == want
+    out[inside[found]] = cand[order[pos[found]]]
+    return out
 
 
 CONTRADICTION_NS = 1_000  # an edge arriving this much after its point: out of order
