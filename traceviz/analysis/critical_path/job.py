@@ -47,6 +47,7 @@ from numba import njit
 
 from ...errors import UsageError
 from ...table.arrays import index_in, row_texts
+from ...table.parked import release_free_memory
 from ...table.schema import COLLECTIVES, GROUPS, KINDS
 from ..host_device import ACTIVITY
 from . import rank_graph as R
@@ -63,6 +64,8 @@ from .graph import (
     topo,
 )
 from .rank_graph import BLOCKING_CALLS, RankGraph, cycle_note, point_text
+
+TRIM_EVERY = 512  # pieces laid out between heap trims (a trim costs ~1 ms)
 
 # the calls that return only when GPU work has ended (a cudaMemcpyAsync returns at once),
 # CUDA's and HIP's (ROCm; hipMemcpyWithStream is PyTorch's blocking copy there)
@@ -247,47 +250,55 @@ class Joiner:
                             ("key", trow[each] + (k << 40)), ("p2p", piece.p2p[each])):
             self.members[key].append(values)
 
-    def _laid_out(self, offsets: dict[int, int]) -> tuple[np.ndarray, ...]:
-        """Every piece's nodes and edges in one set of arrays (node ids of the job, the
-        ranks' times on the common clock), each piece let go once copied: node ts,
-        event, start, rank; edge src, dst, kind, weight, attr, own, category, comm
-        group, name id; the queued nodes."""
-        n_nodes = self.base[-1]
-        n_edges = sum(p.src.size for p in self.pieces)
-        ts = np.empty(n_nodes, np.int64)
-        event = np.empty(n_nodes, np.int64)
-        start = np.empty(n_nodes, bool)
-        rank = np.empty(n_nodes, np.int64)
-        src, dst, weight, attr, own = (np.empty(n_edges, np.int64) for _ in range(5))
-        kind, cat, grp = (np.empty(n_edges, np.int8) for _ in range(3))
-        nm = np.empty(n_edges, np.int32)
+    def _nodes(self, offsets: dict[int, int]) -> tuple[np.ndarray, ...]:
+        """Every piece's nodes in one set of arrays (node ids of the job, the ranks'
+        times on the common clock): ts, event, start, rank, and the queued nodes."""
+        n = self.base[-1]
+        ts = np.empty(n, np.int64)
+        event = np.empty(n, np.int64)
+        start = np.empty(n, bool)
+        rank = np.empty(n, np.int64)
         queued = []
-        e = 0
-        self.pieces.reverse()  # let go from the front: each piece once copied
-        for b, lut in zip(self.base, self.luts):
-            p = self.pieces.pop()
+        for b, p in zip(self.base, self.pieces):
             r = int(p.rank.events.rank)
             v = slice(b, b + p.n_nodes)
             np.subtract(p.node_ts, offsets.get(r, 0), out=ts[v])
             event[v], start[v], rank[v] = p.node_event, p.node_start, r
+            queued.append(p.queued + b)
+        return ts, event, start, rank, np.concatenate(queued + [np.zeros(0, np.int64)])
+
+    def _edges(self, room: int) -> tuple[np.ndarray, ...]:
+        """Every piece's edges in one set of arrays (node ids of the job) with ``room``
+        more rows left unset at the end: src, dst, kind, weight, attr, own, category,
+        comm group, name id. Each piece is let go once copied, and every
+        :data:`TRIM_EVERY` pieces the heap they held goes back to the system: the
+        pieces and the job's arrays are not all held at once."""
+        n = sum(p.src.size for p in self.pieces) + room
+        src, dst, weight, attr, own = (np.empty(n, np.int64) for _ in range(5))
+        kind, cat, grp = (np.empty(n, np.int8) for _ in range(3))
+        nm = np.empty(n, np.int32)
+        e = 0
+        self.pieces.reverse()  # let go from the front: each piece once copied
+        for k, (b, lut) in enumerate(zip(self.base, self.luts)):
+            p = self.pieces.pop()
             x = slice(e, e + p.src.size)
             np.add(p.src, b, out=src[x])
             np.add(p.dst, b, out=dst[x])
             kind[x], weight[x], attr[x], own[x] = p.kind, p.weight, p.attr, p.own
             cat[x], grp[x], nm[x] = p.cat, p.grp, lut[p.nm]
-            queued.append(p.queued + b)
             e += p.src.size
+            del p
+            if k % TRIM_EVERY == TRIM_EVERY - 1:
+                release_free_memory()
         self.luts = []
-        return (ts, event, start, rank, src, dst, kind, weight, attr, own, cat, grp, nm,
-                np.concatenate(queued + [np.zeros(0, np.int64)]))
+        return src, dst, kind, weight, attr, own, cat, grp, nm
 
     def finish(self, offsets: dict[int, int]) -> JobGraph:
         """The job graph of the ranks added, ``offsets`` (ns per rank) putting them on
         one clock."""
         notes: list[str] = []
         ranks = self.ranks
-        (ts, event, start, rank, src, dst, kind, weight, attr, own, cat, grp, nm,
-         queued) = self._laid_out(offsets)
+        ts, event, start, rank, queued = self._nodes(offsets)
         c_src, c_dst, c_own, c_grp, c_nm, p2p_joined = _collective_edges(
             {k: np.concatenate(v) if v else np.zeros(0, bool if k == "p2p" else np.int64)
              for k, v in self.members.items()}, ts)
@@ -297,23 +308,20 @@ class Joiner:
         keep, last = dedup(c_src, c_dst, ts.size)
         c_own, c_grp, c_nm = c_own[last], c_grp[last], c_nm[last]
         c_src, c_dst = c_src[keep], c_dst[keep]
-        again = _edges_of(src, dst, c_src, c_dst, ts.size, self.base)
+        n_rank = sum(p.src.size for p in self.pieces)
+        src, dst, kind, weight, attr, own, cat, grp, nm = self._edges(c_src.size)
+        again = _edges_of(src[:n_rank], dst[:n_rank], c_src, c_dst, ts.size, self.base)
         had = again >= 0
-        at = again[had]
-        kind[at], weight[at], attr[at] = COLLECTIVE, 0, -1
-        own[at], cat[at] = c_own[had], (COMM0 + np.maximum(c_grp[had], 0)).astype(np.int8)
-        grp[at], nm[at] = c_grp[had].astype(np.int8), c_nm[had].astype(np.int32)
-        new = ~had
-        n_new = int(new.sum())
-        graph = Graph(ts, event, start, rank, np.r_[src, c_src[new]], np.r_[dst, c_dst[new]],
-                      np.r_[kind, np.full(n_new, COLLECTIVE, np.int8)],
-                      np.r_[weight, np.zeros(n_new, np.int64)],
-                      np.r_[attr, np.full(n_new, -1, np.int64)])
-        del src, dst, kind, weight, attr
-        own = np.r_[own, c_own[new]]
-        cat = np.r_[cat, (COMM0 + np.maximum(c_grp[new], 0)).astype(np.int8)]
-        grp = np.r_[grp, c_grp[new].astype(np.int8)]
-        nm = np.r_[nm, c_nm[new].astype(np.int32)]
+        at, new = again[had], np.flatnonzero(~had)
+        c_cat = (COMM0 + np.maximum(c_grp, 0)).astype(np.int8)
+        for x, y in ((at, had), (slice(n_rank, n_rank + new.size), new)):
+            src[x], dst[x] = c_src[y], c_dst[y]
+            kind[x], weight[x], attr[x] = COLLECTIVE, 0, -1
+            own[x], cat[x], grp[x], nm[x] = c_own[y], c_cat[y], c_grp[y], c_nm[y]
+        m = n_rank + new.size  # the room of collective edges the ranks had: unused
+        graph = Graph(ts, event, start, rank, src[:m], dst[:m], kind[:m], weight[:m],
+                      attr[:m])
+        own, cat, grp, nm = own[:m], cat[:m], grp[:m], nm[:m]
         if self.p2p_seen and len(ranks) > 1:
             notes.append(f"pipeline sends / receives: {p2p_joined} of {self.p2p_seen} "
                          "joined with their peer's kernel")
@@ -716,10 +724,11 @@ def _sweep(order, po, start, src, ts0, own, wait, retime):
     own time; -1 without predecessors) and that arrival; with ``retime`` the node's time
     becomes the arrival plus its ``wait`` (else the times stay ``ts0``). ``po`` /
     ``start``: the edges grouped by destination (``Graph.into``). Returns (times,
-    binding edges, arrivals)."""
+    binding edges, arrivals; re-timed, the arrivals are not kept: empty). The measured
+    times are read, not copied (a job's millions of nodes)."""
     n = start.size - 1
-    ts = ts0.copy()
-    arrival = ts0.copy()
+    ts = ts0.copy() if retime else ts0
+    arrival = ts0[:0].copy() if retime else ts0.copy()
     binding = np.full(n, -1, np.int64)
     for v in order:
         best = np.int64(-(2 ** 62))
@@ -730,9 +739,10 @@ def _sweep(order, po, start, src, ts0, own, wait, retime):
                 best = a
                 binding[v] = e
         if binding[v] >= 0:
-            arrival[v] = best
             if retime:
                 ts[v] = best + wait[v]
+            else:
+                arrival[v] = best
     return ts, binding, arrival
 
 

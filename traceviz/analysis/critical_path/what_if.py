@@ -121,7 +121,9 @@ def evaluate(ctx: Context, specs: list[str]) -> Outcome:
         raise UsageError(f"--what-if {label!r}: microbatches / vpp change the schedule and "
                          "are predicted alone")
     scale = scale_of(ctx, specs)
-    own = np.round(ctx.jg.own * scale).astype(np.int64)
+    own = ctx.jg.own.copy()  # the scaled edges only: a job's millions of edges
+    at = np.flatnonzero(scale != 1.0)
+    own[at] = np.round(own[at] * scale[at])
     t = retime(ctx.jg, ctx.measured, own)
     g = ctx.jg.graph
     edges = path(ctx.jg, t)
