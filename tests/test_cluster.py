@@ -293,3 +293,42 @@ def test_a_tables_footer_keeps_the_worlds_group_without_its_ranks(job64, tmp_pat
              if pg.get("pg_desc") == "PIPELINE_MODEL_PARALLEL_GROUP"]
     assert len(pipes) == 1 and pipes[0].get("all_ranks") and "ranks" not in pipes[0]
     assert pipelines_of(cut_groups(file_metadata(p)) for p in files) == [[0, 1, 2, 3]]
+
+
+def test_a_large_call_joined_through_its_hub_times_the_job_as_every_pair_does(
+        job64, monkeypatch):
+    """A call of n members joined pairwise costs n (n - 1) edges (a DP group of 2,048
+    ranks: 4 M per call, 80 M at 16,384 ranks); from HUB_MIN_MEMBERS on it is joined
+    through one point. Every call of the 64-rank job joined through a hub gives the
+    critical path, its what-ifs (the group's link, a rank, a straggler, a kernel on a
+    rank) and the diagnosis's advice of every call joined pairwise, with far fewer
+    edges."""
+    from traceviz.analysis.critical_path import job as J
+
+    what_if = ("COMM:DP=0.5", "link:DP@6=0.333", "rank:5=0.5", "straggler=fix",
+               "kernel@41:*gemm*=0.8", "overlap=DP")
+
+    def run():
+        found, _, _ = products.critical_path(job64, what_if=what_if, workers=Workers(1))
+        return found, _diagnosis(job64, Workers(1))
+
+    pairwise, diag = run()
+    monkeypatch.setattr(J, "HUB_MIN_MEMBERS", 2)
+    hubbed, hub_diag = run()
+    assert pairwise.iteration_ns == hubbed.iteration_ns and pairwise.edges == hubbed.edges
+    for name, table in pairwise.tables().items():
+        assert hubbed.tables()[name].equals(table), name
+    for name, table in diag.tables().items():
+        assert hub_diag.tables()[name].equals(table), name
+    changed = pairwise.what_if.column("change_pct").to_pylist()
+    assert all(c is not None for c in changed) and min(changed) < -1  # they re-time
+    # the graphs: a DP call of 8 members 2 x 8 edges through its hub, not 8 x 7
+    notes: list[str] = []
+    sizes = {}
+    for hub_min in (10**6, 3):
+        monkeypatch.setattr(J, "HUB_MIN_MEMBERS", hub_min)
+        jp = job_path(rank_files(job64), notes, pieces_of=RankMap(Workers(1)))
+        sizes[hub_min] = int((jp.jg.graph.kind == J.COLLECTIVE).sum())
+        hubs = jp.jg.graph.n_nodes - int(jp.jg.node_base[-1])
+        assert hubs == (0 if hub_min > 8 else jp.jg.hub_source.size) and (hub_min > 8 or hubs)
+    assert sizes[3] < sizes[10**6] - 30 * hubs

@@ -113,6 +113,14 @@ class JobGraph:
     names: list[str] = field(default_factory=list)  # ... into this list
     # per node: an activity start queued behind device work launched before the window
     queued: np.ndarray | None = None
+    # per hub (the nodes from ``node_base[-1]`` on, joining a large call: see
+    # :func:`_collective_edges`), the start node of the member it stands for
+    hub_source: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+    def point(self, v: int) -> int:
+        """The node ``v`` stands for: itself, or a hub's member's start."""
+        n_rank = int(self.node_base[-1])
+        return int(self.hub_source[v - n_rank]) if v >= n_rank else v
 
 
 def join(ranks: list[RankGraph], infos: list[KernelInfo], offsets: dict[int, int]
@@ -250,10 +258,11 @@ class Joiner:
                             ("key", trow[each] + (k << 40)), ("p2p", piece.p2p[each])):
             self.members[key].append(values)
 
-    def _nodes(self, offsets: dict[int, int]) -> tuple[np.ndarray, ...]:
+    def _nodes(self, offsets: dict[int, int], room: int) -> tuple[np.ndarray, ...]:
         """Every piece's nodes in one set of arrays (node ids of the job, the ranks'
-        times on the common clock): ts, event, start, rank, and the queued nodes."""
-        n = self.base[-1]
+        times on the common clock) with ``room`` more nodes left unset at the end (the
+        hubs): ts, event, start, rank, and the queued nodes."""
+        n = self.base[-1] + room
         ts = np.empty(n, np.int64)
         event = np.empty(n, np.int64)
         start = np.empty(n, bool)
@@ -298,27 +307,35 @@ class Joiner:
         one clock."""
         notes: list[str] = []
         ranks = self.ranks
-        ts, event, start, rank, queued = self._nodes(offsets)
-        c_src, c_dst, c_own, c_grp, c_nm, p2p_joined = _collective_edges(
-            {k: np.concatenate(v) if v else np.zeros(0, bool if k == "p2p" else np.int64)
-             for k, v in self.members.items()}, ts)
+        members = {k: np.concatenate(v) if v else np.zeros(0, bool if k == "p2p"
+                                                            else np.int64)
+                   for k, v in self.members.items()}
         self.members = {}
+        n_rank = self.base[-1]
+        ts, event, start, rank, queued = self._nodes(offsets, hub_count(members))
+        c_src, c_dst, c_own, c_grp, c_nm, p2p_joined, hub_ts, hub_source = \
+            _collective_edges(members, ts, n_rank)
+        del members
+        # each hub the member it stands for (the call's last to start), at its time
+        hubs = slice(n_rank, ts.size)
+        ts[hubs], event[hubs] = hub_ts, event[hub_source]
+        start[hubs], rank[hubs] = True, rank[hub_source]
         # the collective edges each once; one the ranks' graphs have (a kernel that is
         # two members of one call) takes that edge's place, as a second add does
         keep, last = dedup(c_src, c_dst, ts.size)
         c_own, c_grp, c_nm = c_own[last], c_grp[last], c_nm[last]
         c_src, c_dst = c_src[keep], c_dst[keep]
-        n_rank = sum(p.src.size for p in self.pieces)
+        n_edges = sum(p.src.size for p in self.pieces)
         src, dst, kind, weight, attr, own, cat, grp, nm = self._edges(c_src.size)
-        again = _edges_of(src[:n_rank], dst[:n_rank], c_src, c_dst, ts.size, self.base)
+        again = _edges_of(src[:n_edges], dst[:n_edges], c_src, c_dst, ts.size, self.base)
         had = again >= 0
         at, new = again[had], np.flatnonzero(~had)
         c_cat = (COMM0 + np.maximum(c_grp, 0)).astype(np.int8)
-        for x, y in ((at, had), (slice(n_rank, n_rank + new.size), new)):
+        for x, y in ((at, had), (slice(n_edges, n_edges + new.size), new)):
             src[x], dst[x] = c_src[y], c_dst[y]
             kind[x], weight[x], attr[x] = COLLECTIVE, 0, -1
             own[x], cat[x], grp[x], nm[x] = c_own[y], c_cat[y], c_grp[y], c_nm[y]
-        m = n_rank + new.size  # the room of collective edges the ranks had: unused
+        m = n_edges + new.size  # the room of collective edges the ranks had: unused
         graph = Graph(ts, event, start, rank, src[:m], dst[:m], kind[:m], weight[:m],
                       attr[:m])
         own, cat, grp, nm = own[:m], cat[:m], grp[:m], nm[:m]
@@ -334,7 +351,7 @@ class Joiner:
         names = self.names
         jg = JobGraph(graph, ranks, own, cat, np.array(self.base, np.int64), offsets, notes,
                       grp, nm, sorted(names, key=lambda g: names[g]),
-                      np.zeros(ts.size, bool))
+                      np.zeros(ts.size, bool), hub_source)
         jg.queued[queued] = True  # type: ignore[index]
         jg.own = _transfer_spans(jg)
         return _consistent(jg)
@@ -385,6 +402,7 @@ def _consistent(jg: JobGraph) -> JobGraph:
         g = jg.graph
 
         def point(v: int) -> str:
+            v = jg.point(v)
             k = int(np.searchsorted(jg.node_base, v, side="right") - 1)
             return point_text(jg.ranks[k], v - int(jg.node_base[k]))
 
@@ -584,27 +602,56 @@ def _own_times(rg: RankGraph, info: KernelInfo, names: dict[str, int]):
     return own, cat, grp, nm
 
 
-def _collective_edges(members: dict[str, np.ndarray], ts: np.ndarray):
-    """Every member of a call joined to every other: an edge from each member's kernel
-    start to each other member's kernel end, its own time that member's transfer (its
-    end - the last member's start, measured), so that re-timed, a member ends its
-    transfer after the latest re-timed arrival, whoever arrives last. Returns the edges,
-    own times, comm groups, name ids and how many point-to-point kernels were joined
-    (``members``: arrays call, start node, end node, group, name id, the kernel's unique
-    key, point-to-point, one entry per membership; a kernel of several transfers is a
-    member of each of their calls). On arrays: a call of n members gives n (n - 1)
-    edges, made by repeating each member within its call."""
+HUB_MIN_MEMBERS = 9  # a call of this many members or more is joined through one point
+
+
+def _calls_of(members: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray,
+                                                        np.ndarray]:
+    """The memberships of a call (``call`` >= 0) ordered by call, members in the order
+    given; each call's first membership and size."""
     keep = members["call"] >= 0
     m = {k: v[keep] for k, v in members.items()}
     order = np.argsort(m["call"], kind="stable")
     m = {k: v[order] for k, v in m.items()}
-    calls, first, size = np.unique(m["call"], return_index=True, return_counts=True)
+    _, first, size = np.unique(m["call"], return_index=True, return_counts=True)
+    return m, first, size
+
+
+def hub_count(members: dict[str, np.ndarray]) -> int:
+    """How many calls of ``members`` (see :func:`_collective_edges`) are joined through
+    a point of their own (:data:`HUB_MIN_MEMBERS` members or more)."""
+    return int((_calls_of(members)[2] >= HUB_MIN_MEMBERS).sum())
+
+
+def _collective_edges(members: dict[str, np.ndarray], ts: np.ndarray, n_rank: int):
+    """Every member of a call joined to every other: re-timed, a member ends its
+    transfer (its end - the last member's start, measured) after the latest re-timed
+    arrival, whoever arrives last. A call of fewer than :data:`HUB_MIN_MEMBERS` members
+    has an edge from each member's kernel start to each other member's kernel end, its
+    own time that member's transfer (n (n - 1) edges). A larger one (a data-parallel
+    group's: thousands of members, millions of such edges) is joined through a point of
+    its own, its *hub* (node ``n_rank`` + k for the k-th: its time the last member's
+    start): an edge from each member's start to the hub (own time 0) and from the hub to
+    each member's end (that member's transfer): 2 n edges, the same times. The hub
+    stands for the member whose start is the call's last (the first such, as the
+    pairwise edges would bind it): its rank, event and time.
+
+    Returns the edges, own times, comm groups, name ids (-1 into a hub), how many
+    point-to-point kernels were joined, and per hub its time and the start node it
+    stands for (``members``: arrays call, start node, end node, group, name id, the
+    kernel's unique key, point-to-point, one entry per membership; a kernel of several
+    transfers is a member of each of their calls; ``ts``: node times, the ranks' nodes
+    below ``n_rank``)."""
+    m, first, size = _calls_of(members)
     ok = size >= 2
     joined = np.unique(m["key"][(np.repeat(ok, size)) & m["p2p"]]).size
-    last = np.maximum.reduceat(ts[m["start"]], first) if first.size else np.zeros(0, np.int64)
-    # per member v of a joined call: an edge from each other member u of its call
-    member_call = np.repeat(np.arange(calls.size), size)
-    v = np.flatnonzero(ok[member_call])
+    starts = ts[m["start"]]
+    last = np.maximum.reduceat(starts, first) if first.size else np.zeros(0, np.int64)
+    member_call = np.repeat(np.arange(size.size), size)
+    transfer = np.maximum(0, ts[m["end"]] - last[member_call])
+    # per member v of a small joined call: an edge from each other member u of its call
+    pairwise = ok & (size < HUB_MIN_MEMBERS)
+    v = np.flatnonzero(pairwise[member_call])
     n_of_v = size[member_call[v]]
     dst_v = np.repeat(v, n_of_v)                               # v, once per member u
     start_of = first[member_call[dst_v]]                       # its call's first member
@@ -612,10 +659,21 @@ def _collective_edges(members: dict[str, np.ndarray], ts: np.ndarray):
     u = start_of + pos
     other = u != dst_v
     u, dst_v = u[other], dst_v[other]
-    transfer = np.maximum(0, ts[m["end"][dst_v]] - last[member_call[dst_v]])
-    return (m["start"][u].astype(np.int64), m["end"][dst_v].astype(np.int64),
-            transfer.astype(np.int64), m["group"][dst_v].astype(np.int64),
-            m["name"][dst_v].astype(np.int64), int(joined))
+    # a large call: every member into its hub, the hub out to every member
+    hubbed = np.flatnonzero(size >= HUB_MIN_MEMBERS)
+    hub_of = np.full(size.size, -1, np.int64)
+    hub_of[hubbed] = n_rank + np.arange(hubbed.size)
+    w = np.flatnonzero(hub_of[member_call] >= 0)
+    hub = hub_of[member_call[w]]
+    latest = np.flatnonzero((starts == last[member_call]) & (hub_of[member_call] >= 0))
+    _, at = np.unique(member_call[latest], return_index=True)  # each hub's first latest
+    src = np.concatenate([m["start"][u], m["start"][w], hub]).astype(np.int64)
+    dst = np.concatenate([m["end"][dst_v], hub, m["end"][w]]).astype(np.int64)
+    own = np.concatenate([transfer[dst_v], np.zeros(w.size, np.int64), transfer[w]])
+    grp = np.concatenate([m["group"][dst_v], m["group"][w], m["group"][w]])
+    name = np.concatenate([m["name"][dst_v], np.full(w.size, -1), m["name"][w]])
+    return (src, dst, own.astype(np.int64), grp.astype(np.int64), name.astype(np.int64),
+            int(joined), last[hubbed], m["start"][latest[at]].astype(np.int64))
 
 
 def _transfer_spans(jg: JobGraph) -> np.ndarray:
@@ -690,11 +748,14 @@ def path(jg: JobGraph, t: Timing) -> np.ndarray:
     if cand.size == 0:
         return np.empty(0, np.int64)
     v = cand[np.argmax(t.ts[cand])]
+    n_rank = jg.node_base[-1]
     out = []
     while t.binding[v] >= 0:
         e = t.binding[v]
         out.append(e)
         v = g.src[e]
+        if v >= n_rank:  # a hub: the edge out of it runs from the member it binds to
+            v = g.src[t.binding[v]]
     return np.array(out[::-1], np.int64)
 
 

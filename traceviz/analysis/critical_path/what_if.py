@@ -270,8 +270,10 @@ def _selection(jg: JobGraph, what: str, stages: dict[int, int] | None = None
             mine = cat == COMM0 + GROUPS.index(grp)
             src, dst = g.node_rank[g.src], g.node_rank[g.dst]
             r = int(of)
+            # a large call's members are joined through its hub: those of r's hubs too
+            hubs = g.dst[mine & (src == r) & (g.dst >= jg.node_base[-1])]
             members = np.union1d(np.union1d(dst[mine & (src == r)], src[mine & (dst == r)]),
-                                 [r])
+                                 np.union1d(dst[mine & np.isin(g.src, hubs)], [r]))
         elif len(bits) == 3:
             grp = bits[1].strip().upper()
             try:
