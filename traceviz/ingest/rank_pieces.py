@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..analysis.critical_path.pieces import PieceOptions, RankPiece, rank_piece
+from ..analysis.critical_path.pieces import PieceOptions, RankPiece, SharedValues, rank_piece
 from ..errors import TraceVizError
 from ..table.cores import usable_cores
 from ..table.io import read_table
@@ -65,6 +65,7 @@ class RankMap:
         tables.clear()
         order = {t: k for k, t in enumerate(tasks)}
         done: list[tuple[int, RankPiece]] = []
+        shared = SharedValues()
         for f in workers.run(self.work, tasks, (options,),
                              jobs=self.workers.processes(len(tasks)),
                              scheduler=self.workers.scheduler):
@@ -74,7 +75,7 @@ class RankMap:
                                    f"{f.died}; run again with fewer --jobs, or check "
                                    "the table")
                 continue
-            done.append((order[f.task], f.result))
+            done.append((order[f.task], shared.share(f.result)))
         if not done and self.failed:  # nothing to diagnose: say why, not "no rank"
             raise TraceVizError(f"no rank could be read: {self.failed[0]}"
                                 + (f" (and {len(self.failed) - 1} more)"

@@ -7,7 +7,10 @@ members of one call (:mod:`..diagnose.waits`: a collective's kernels of one proc
 and ``Seq``; a send and its receive by their peers, as PyTorch writes them) are joined:
 the call ends on every member once the last member has started and the data has moved,
 so an edge runs from *every* member's kernel start to every other member's kernel end,
-its own time that member's transfer (re-timed, whoever arrives last binds). Sends /
+its own time that member's transfer (re-timed, whoever arrives last binds). A call of
+many members (a data-parallel group's) is joined through one point of its own instead,
+its *hub*, with the same times: every member's start into it, out of it to every
+member's end (:func:`_collective_edges`: 2 n edges, not n (n - 1)). Sends /
 receives that cannot be paired (no peer stated in a group of more than two ranks, the
 peer not traced) are not joined, and the result says how many, loudly.
 

@@ -32,7 +32,14 @@ from . import job as J
 from . import rank_graph as R
 from . import what_if as W
 from .graph import longest_path, path_edges
-from .pieces import PieceOptions, RankPiece, rank_label, rank_piece, window_of
+from .pieces import (
+    PieceOptions,
+    RankPiece,
+    SharedValues,
+    rank_label,
+    rank_piece,
+    window_of,
+)
 from .summary import BOUND_BY, bound_by, breakdown
 from .tables import by, job_path_table, parts, phases_of, rank_path_table
 
@@ -202,11 +209,12 @@ def pieces_here(tables: list[tuple[int, Table, Table]], options: PieceOptions
     """The ranks' pieces made in this process, one rank's tables read and held at a
     time (the list is consumed)."""
     out = []
+    shared = SharedValues()
     tables.reverse()  # consumed from the end: each rank's tables let go once cut
     while tables:
         r, gpu, cpu = tables.pop()
-        out.append(rank_piece(r, gpu() if callable(gpu) else gpu,
-                              cpu() if callable(cpu) else cpu, options))
+        out.append(shared.share(rank_piece(r, gpu() if callable(gpu) else gpu,
+                                           cpu() if callable(cpu) else cpu, options)))
     return out
 
 
