@@ -16,6 +16,8 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
+from ..limits import MAX_WORLD
+
 SCHEMA_VERSION = 1
 METADATA_KEY = b"traceviz"
 
@@ -96,10 +98,12 @@ def stored_groups(groups: object, world: int) -> list:
     rank states it: kept whole, a job's footers would hold O(world^2) numbers (at
     16,384 ranks, 0.9 MB per table, and minutes to read them all).
     :func:`group_ranks` reads a stored group's ranks back."""
-    every = list(range(world)) if world > 0 else None
     out = []
     for pg in groups if isinstance(groups, list) else []:
-        if isinstance(pg, dict) and every is not None and pg.get("ranks") == every:
+        ranks = pg.get("ranks") if isinstance(pg, dict) else None
+        # the list's length first: a world size a trace claims is never built
+        if (isinstance(ranks, list) and 0 < world == len(ranks)
+                and ranks == list(range(world))):
             pg = {k: v for k, v in pg.items() if k != "ranks"} | {"all_ranks": True}
         out.append(pg)
     return out
@@ -110,7 +114,8 @@ def group_ranks(pg: dict, world: object) -> list | None:
     the groups of tables that kept them whole); None where it states none readable."""
     if isinstance(pg.get("ranks"), list):
         return pg["ranks"]
-    if pg.get("all_ranks") is True and isinstance(world, int) and world > 0:
+    if (pg.get("all_ranks") is True and isinstance(world, int)
+            and not isinstance(world, bool) and 0 < world <= MAX_WORLD):
         return list(range(world))
     return None
 

@@ -18,11 +18,9 @@ from dataclasses import dataclass
 from itertools import product
 
 from ..errors import UsageError
+from ..limits import MAX_WORLD
 
 DEFAULT_ORDER = "tp-cp-ep-dp-pp"
-# far above any job run today (~1e5 GPUs); a larger world size is a wrong number, and
-# building its groups would exhaust memory
-MAX_WORLD = 1 << 20
 
 # Megatron's group_desc strings -> (generator, token set); EMBEDDING groups are derived
 # from the pipeline groups.
