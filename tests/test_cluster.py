@@ -304,8 +304,9 @@ def test_a_large_call_joined_through_its_hub_times_the_job_as_every_pair_does(
     rank) and the diagnosis's advice of every call joined pairwise, with far fewer
     edges."""
     from traceviz.analysis.critical_path import job as J
+    from traceviz.table.schema import group_ranks
 
-    what_if = ("COMM:DP=0.5", "link:DP@6=0.333", "rank:5=0.5", "straggler=fix",
+    what_if = ("COMM:DP=0.5", "link:DP@6=0.333", "straggler=fix",
                "kernel@41:*gemm*=0.8", "overlap=DP")
 
     def run():
@@ -322,6 +323,17 @@ def test_a_large_call_joined_through_its_hub_times_the_job_as_every_pair_does(
         assert hub_diag.tables()[name].equals(table), name
     changed = pairwise.what_if.column("change_pct").to_pylist()
     assert all(c is not None for c in changed) and min(changed) < -1  # they re-time
+    # one rank's transfers: pairwise, the edges from its start speed every member's end
+    # up; through a hub (every member's) only its own kernel's span: never more saved
+    monkeypatch.setattr(J, "HUB_MIN_MEMBERS", 10**6)
+    alone = products.critical_path(job64, what_if=("rank:5=0.5",), workers=Workers(1))[0]
+    monkeypatch.setattr(J, "HUB_MIN_MEMBERS", 2)
+    hub_alone = products.critical_path(job64, what_if=("rank:5=0.5",),
+                                       workers=Workers(1))[0]
+    iteration = [w.column("iteration_ns")[0].as_py() for w in (alone.what_if,
+                                                                hub_alone.what_if)]
+    assert iteration[0] <= iteration[1] <= pairwise.iteration_ns
+    assert group_ranks({"all_ranks": True}, 2_000_000_000) is None  # never built
     # the graphs: a DP call of 8 members 2 x 8 edges through its hub, not 8 x 7
     notes: list[str] = []
     sizes = {}

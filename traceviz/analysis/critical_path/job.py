@@ -315,12 +315,15 @@ class Joiner:
                    for k, v in self.members.items()}
         self.members = {}
         n_rank = self.base[-1]
-        ts, event, start, rank, queued = self._nodes(offsets, hub_count(members))
+        ts, event, start, rank, queued = self._nodes(offsets, hub_room(members))
         c_src, c_dst, c_own, c_grp, c_nm, p2p_joined, hub_ts, hub_source = \
             _collective_edges(members, ts, n_rank)
         del members
-        # each hub the member it stands for (the call's last to start), at its time
-        hubs = slice(n_rank, ts.size)
+        # each hub the member it stands for (the call's last to start), at its time; the
+        # room of calls left pairwise unused
+        n = n_rank + hub_ts.size
+        ts, event, start, rank = ts[:n], event[:n], start[:n], rank[:n]
+        hubs = slice(n_rank, n)
         ts[hubs], event[hubs] = hub_ts, event[hub_source]
         start[hubs], rank[hubs] = True, rank[hub_source]
         # the collective edges each once; one the ranks' graphs have (a kernel that is
@@ -620,9 +623,9 @@ def _calls_of(members: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np
     return m, first, size
 
 
-def hub_count(members: dict[str, np.ndarray]) -> int:
-    """How many calls of ``members`` (see :func:`_collective_edges`) are joined through
-    a point of their own (:data:`HUB_MIN_MEMBERS` members or more)."""
+def hub_room(members: dict[str, np.ndarray]) -> int:
+    """How many calls of ``members`` (see :func:`_collective_edges`) may be joined
+    through a point of their own (:data:`HUB_MIN_MEMBERS` members or more)."""
     return int((_calls_of(members)[2] >= HUB_MIN_MEMBERS).sum())
 
 
@@ -637,7 +640,8 @@ def _collective_edges(members: dict[str, np.ndarray], ts: np.ndarray, n_rank: in
     start): an edge from each member's start to the hub (own time 0) and from the hub to
     each member's end (that member's transfer): 2 n edges, the same times. The hub
     stands for the member whose start is the call's last (the first such, as the
-    pairwise edges would bind it): its rank, event and time.
+    pairwise edges would bind it): its rank, event and time. Not where a member ended
+    before the last one started (clocks apart): that call keeps its pairwise edges.
 
     Returns the edges, own times, comm groups, name ids (-1 into a hub), how many
     point-to-point kernels were joined, and per hub its time and the start node it
@@ -652,8 +656,14 @@ def _collective_edges(members: dict[str, np.ndarray], ts: np.ndarray, n_rank: in
     last = np.maximum.reduceat(starts, first) if first.size else np.zeros(0, np.int64)
     member_call = np.repeat(np.arange(size.size), size)
     transfer = np.maximum(0, ts[m["end"]] - last[member_call])
+    # a large call is joined through a hub; not where a member ended more than
+    # CONTRADICTION_NS before the last one started (clocks apart): the pairwise edges
+    # from the members that started before it ended hold there, the hub's would not
+    soonest = (np.minimum.reduceat(ts[m["end"]], first) if first.size
+               else np.zeros(0, np.int64))
+    large = (size >= HUB_MIN_MEMBERS) & (soonest >= last - CONTRADICTION_NS)
     # per member v of a small joined call: an edge from each other member u of its call
-    pairwise = ok & (size < HUB_MIN_MEMBERS)
+    pairwise = ok & ~large
     v = np.flatnonzero(pairwise[member_call])
     n_of_v = size[member_call[v]]
     dst_v = np.repeat(v, n_of_v)                               # v, once per member u
@@ -663,7 +673,7 @@ def _collective_edges(members: dict[str, np.ndarray], ts: np.ndarray, n_rank: in
     other = u != dst_v
     u, dst_v = u[other], dst_v[other]
     # a large call: every member into its hub, the hub out to every member
-    hubbed = np.flatnonzero(size >= HUB_MIN_MEMBERS)
+    hubbed = np.flatnonzero(large)
     hub_of = np.full(size.size, -1, np.int64)
     hub_of[hubbed] = n_rank + np.arange(hubbed.size)
     w = np.flatnonzero(hub_of[member_call] >= 0)

@@ -16,6 +16,9 @@ Two models, each for what it can answer:
   ``overlap=GROUP`` (``DP``, ``TP``, ``EP``, ...): that group's communication hidden
   behind compute entirely, as Megatron's overlap options aim for (its own times x 0: an
   upper bound of what overlapping saves).
+  A selection by rank (``rank:``, ``kernel@R``, ``stagecomm:``, ``link:``) takes a
+  transfer from its source's rank; a large call joined through a hub (9 members or more,
+  :mod:`.job`) counts as every member's, so it is taken only where every member is.
 * **Pipeline re-simulation** (:func:`..pipeline.resimulated`): ``microbatches=N`` and
   ``vpp=N`` change the schedule itself; Megatron's order is simulated with each stage's
   median step times and P2P hand-off, now and changed, and the iteration changes by the
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -239,13 +243,13 @@ def _selection(jg: JobGraph, what: str, stages: dict[int, int] | None = None
         of = head.partition("@")[2].strip()
         if not of.isdigit():
             return None
-        return on & (jg.graph.node_rank[jg.graph.src] == int(of))
+        return on & _from_ranks(jg, lambda r: r == int(of))
     if low.startswith("rank:"):
         try:
             r = int(what.split(":", 1)[1])
         except ValueError:
             return None
-        return jg.graph.node_rank[jg.graph.src] == r
+        return _from_ranks(jg, lambda x: x == r)
     if low.startswith(("stage:", "stagecomm:")):
         try:
             st = int(what.split(":", 1)[1])
@@ -255,7 +259,7 @@ def _selection(jg: JobGraph, what: str, stages: dict[int, int] | None = None
             raise UsageError(f"--what-if {what!r}: no rank is known to run stage {st} "
                              "(needs the job's ordered pipeline stages)")
         ranks = np.array([r for r, s in stages.items() if s == st], np.int64)
-        on = np.isin(jg.graph.node_rank[jg.graph.src], ranks)
+        on = _from_ranks(jg, lambda r: np.isin(r, ranks))
         if low.startswith("stage:"):
             return (cat == COMPUTE) & on
         return on & np.isin(cat, [COMM0 + GROUPS.index(g) for g in LAYER_GROUPS])
@@ -284,6 +288,25 @@ def _selection(jg: JobGraph, what: str, stages: dict[int, int] | None = None
             return None
         if grp not in GROUPS or not members.size:
             return None
-        return ((cat == COMM0 + GROUPS.index(grp)) & np.isin(g.node_rank[g.src], members)
+        return ((cat == COMM0 + GROUPS.index(grp))
+                & _from_ranks(jg, lambda r: np.isin(r, members))
                 & np.isin(g.node_rank[g.dst], members))
     return None
+
+
+def _from_ranks(jg: JobGraph, chosen: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """Per edge, whether it comes from a chosen rank (``chosen``: ranks -> bool): its
+    source's rank is; an edge out of a large call's hub (:func:`.job._collective_edges`)
+    stands for the pairwise edges from every member of the call, so only where every
+    member is chosen (a selection of some of its members leaves the call's transfers to
+    the others as measured; their own kernels' spans go with their ranks)."""
+    g = jg.graph
+    out = chosen(g.node_rank[g.src])
+    n_rank = int(jg.node_base[-1])
+    if g.n_nodes > n_rank:
+        into = np.flatnonzero(g.dst >= n_rank)
+        every = np.ones(g.n_nodes - n_rank, bool)
+        np.logical_and.at(every, g.dst[into] - n_rank, out[into])
+        hub = np.flatnonzero(g.src >= n_rank)
+        out[hub] = every[g.src[hub] - n_rank]
+    return out
