@@ -48,7 +48,9 @@ def _job(tmp_path: Path, n: int = 6) -> Path:
 def test_empty_and_garbage_rank_files_are_failed_ranks(tmp_path):
     job = _job(tmp_path, 4)
     (job / "worker4_step_12.1.pt.trace.json").write_bytes(b"")
-    (job / "worker5_step_12.1.pt.trace.json").write_bytes(os.urandom(3000))
+    # garbage whose first byte starts no JSON value (a random first "{" or "[" made it a
+    # corrupt trace, not "not JSON": one run in ~100 failed)
+    (job / "worker5_step_12.1.pt.trace.json").write_bytes(b"\x89" + os.urandom(2999))
     (job / "notes.json").write_text('{"not": "a trace"}')  # no rank name: not a rank
     out = CliRunner().invoke(main, ["batch", str(job), "-q"])
     assert out.exit_code == 1
