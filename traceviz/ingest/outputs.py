@@ -32,11 +32,6 @@ def job_files(root: Path, suffix: str = "", skip: tuple[str, ...] = (CACHE,)) ->
     return sorted(out)
 
 
-def in_cache(path: Path) -> bool:
-    """Whether ``path`` lies in a kept-results folder (:data:`CACHE`)."""
-    return CACHE in Path(path).parts
-
-
 def inside_output(path: Path) -> bool:
     """Whether ``path`` is in a job's folder under ``traceviz-out`` (traceviz's own
     outputs)."""

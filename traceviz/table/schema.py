@@ -132,9 +132,9 @@ def cut_groups(meta: dict) -> dict:
     out["pg_descs"] = meta.get("pg_descs") or sorted(
         {str(pg.get("pg_desc") or "") for pg in groups} - {""})
     world = meta.get("world_size")
-    pipes = [pg | {"ranks": group_ranks(pg, world)} for pg in groups
+    pipes = [pg | {"ranks": ranks} for pg in groups
              if pg.get("pg_desc") == "PIPELINE_MODEL_PARALLEL_GROUP"
-             and group_ranks(pg, world) is not None]
+             and (ranks := group_ranks(pg, world)) is not None]
     out["pg_config"] = pipes
     if isinstance(meta.get("distributed"), dict):
         out["distributed"] = {**meta["distributed"], "pg_config": pipes}

@@ -315,10 +315,13 @@ class Joiner:
                    for k, v in self.members.items()}
         self.members = {}
         n_rank = self.base[-1]
-        ts, event, start, rank, queued = self._nodes(offsets, hub_room(members))
-        c_src, c_dst, c_own, c_grp, c_nm, p2p_joined, hub_ts, hub_source = \
-            _collective_edges(members, ts, n_rank)
+        calls = _calls_of(members)  # room for a hub per call that may have one
         del members
+        ts, event, start, rank, queued = self._nodes(
+            offsets, int((calls[2] >= HUB_MIN_MEMBERS).sum()))
+        c_src, c_dst, c_own, c_grp, c_nm, p2p_joined, hub_ts, hub_source = \
+            _collective_edges(calls, ts, n_rank)
+        del calls
         # each hub the member it stands for (the call's last to start), at its time; the
         # room of calls left pairwise unused
         n = n_rank + hub_ts.size
@@ -623,13 +626,8 @@ def _calls_of(members: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np
     return m, first, size
 
 
-def hub_room(members: dict[str, np.ndarray]) -> int:
-    """How many calls of ``members`` (see :func:`_collective_edges`) may be joined
-    through a point of their own (:data:`HUB_MIN_MEMBERS` members or more)."""
-    return int((_calls_of(members)[2] >= HUB_MIN_MEMBERS).sum())
-
-
-def _collective_edges(members: dict[str, np.ndarray], ts: np.ndarray, n_rank: int):
+def _collective_edges(calls: tuple[dict[str, np.ndarray], np.ndarray, np.ndarray],
+                      ts: np.ndarray, n_rank: int):
     """Every member of a call joined to every other: re-timed, a member ends its
     transfer (its end - the last member's start, measured) after the latest re-timed
     arrival, whoever arrives last. A call of fewer than :data:`HUB_MIN_MEMBERS` members
@@ -645,11 +643,12 @@ def _collective_edges(members: dict[str, np.ndarray], ts: np.ndarray, n_rank: in
 
     Returns the edges, own times, comm groups, name ids (-1 into a hub), how many
     point-to-point kernels were joined, and per hub its time and the start node it
-    stands for (``members``: arrays call, start node, end node, group, name id, the
+    stands for (``calls``: :func:`_calls_of` of the memberships, arrays call, start
+    node, end node, group, name id, the
     kernel's unique key, point-to-point, one entry per membership; a kernel of several
     transfers is a member of each of their calls; ``ts``: node times, the ranks' nodes
     below ``n_rank``)."""
-    m, first, size = _calls_of(members)
+    m, first, size = calls
     ok = size >= 2
     joined = np.unique(m["key"][(np.repeat(ok, size)) & m["p2p"]]).size
     starts = ts[m["start"]]
