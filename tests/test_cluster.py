@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -344,3 +345,59 @@ def test_a_large_call_joined_through_its_hub_times_the_job_as_every_pair_does(
         hubs = jp.jg.graph.n_nodes - int(jp.jg.node_base[-1])
         assert hubs == (0 if hub_min > 8 else jp.jg.hub_source.size) and (hub_min > 8 or hubs)
     assert sizes[3] < sizes[10**6] - 30 * hubs
+
+
+def _aggregated(folder, alignment: str, workers: Workers):
+    agg, failed, _, _ = products.aggregation(folder, folder, alignment, workers=workers)
+    return agg, failed
+
+
+def test_the_aggregation_is_the_same_here_on_processes_and_on_dask(job64):
+    """``aggregate``'s tables (micro-batches, categories, clock offsets) and each rank's
+    categorized activities, synced and on the ranks' own clocks, are the same whether
+    the ranks' tables are read here, on local processes or on Dask."""
+    from traceviz.analysis.activities import activities
+    from traceviz.table.io import read_table
+
+    for alignment in ("synced", "global"):
+        here, failed = _aggregated(job64, alignment, Workers(1))
+        assert not failed and here.alignment == alignment and len(here.ranks) == 64
+        for workers in (Workers(2), Workers(scheduler="local")):
+            other, failed = _aggregated(job64, alignment, workers)
+            assert not failed
+            for name in ("microbatches", "category_spans", "clock_offsets"):
+                assert getattr(other, name).equals(getattr(here, name)), (alignment, name)
+            assert other.notes == here.notes
+            for a, b in zip(here.ranks, other.ranks):
+                assert a.rank == b.rank
+                for col in ("ts", "end", "category", "iteration"):
+                    assert (getattr(a, col) == getattr(b, col)).all(), (alignment, col)
+        if alignment == "global":
+            # each rank on its own clock: its table's times, whatever the clocks' skew
+            offsets = dict(zip(here.clock_offsets.column("rank").to_pylist(),
+                               here.clock_offsets.column("offset_ns").to_pylist()))
+            assert any(offsets.values())  # the job's clocks are skewed (300 us)
+            for cats in here.ranks[:8]:
+                own = activities(read_table(job64 / f"rank_{cats.rank:04d}.parquet"),
+                                 rank=cats.rank)
+                assert np.isin(own.ts, cats.ts).all() and np.isin(own.end, cats.end).all()
+                assert cats.ts.min() == own.ts.min() and cats.end.max() == own.end.max()
+
+
+def test_an_unreadable_table_costs_its_rank_named(job64, tmp_path):
+    """On workers, a rank table that cannot be read is named (its file), and every other
+    rank is aggregated, diagnosed and on the critical path's graph."""
+    folder = tmp_path / "iteration_10"
+    shutil.copytree(job64, folder, ignore=shutil.ignore_patterns(".traceviz-cache"))
+    bad = folder / "rank_0005.parquet"
+    data = bad.read_bytes()
+    bad.write_bytes(data[:len(data) // 2])  # cut: no footer
+    agg, failed = _aggregated(folder, "synced", Workers(2))
+    assert len(failed) == 1 and str(bad) in failed[0] and "\n" not in failed[0]
+    assert [c.rank for c in agg.ranks] == [r for r in range(64) if r != 5]
+    diag = products.job_diagnosis(folder, workers=Workers(2))
+    assert len(diag.failed) == 1 and str(bad) in diag.failed[0]
+    assert diag.diagnosis.ranks == [r for r in range(64) if r != 5]
+    assert diag.advice
+    found, _, _ = products.critical_path(folder, workers=Workers(2))
+    assert len(found.failed) == 1 and str(bad) in found.failed[0] and found.ranks == 63

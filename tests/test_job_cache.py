@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from traceviz.analysis.aggregation import aggregation_of
+from traceviz.analysis.diagnose.waits import comm_part
 from traceviz.analysis.breakdown import READ_COLUMNS, READ_OPTIONAL, breakdown_of
 from traceviz.analysis.diagnose.diagnosis import diagnose as diagnose_tables
 from traceviz.cli import main
@@ -176,7 +177,7 @@ def test_aggregation_with_a_kept_diagnosis(folder):
     from traceviz.analysis.aggregation import READ_COLUMNS as AGG
 
     def tables():
-        return {r: t for r, _, t in rank_tables(files, AGG, [])}
+        return [comm_part(t, r) for r, _, t in rank_tables(files, AGG, [])]
 
     a = aggregation_of(tables(), diag=diag)
     b = aggregation_of(tables())

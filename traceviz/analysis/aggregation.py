@@ -15,13 +15,11 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from ..errors import TraceVizError
-from ..table.schema import metadata
-from .activities import activities
 from .calls import COLUMNS as CALL_COLUMNS
 from .clocks import ClockSync, sync_note
 from .diagnose.diagnosis import Diagnosis, diagnosis_of
 from .diagnose.ledger import Pipelines
-from .diagnose.waits import SPLIT_COLUMNS, attach, job_comm, split_rows
+from .diagnose.waits import SPLIT_COLUMNS, CommPart, job_comm_of, own_clock
 from .microbatches import COLUMNS, RankCategories, categorized, category_spans, microbatch_table
 
 # the columns the aggregation reads of a parsed table
@@ -58,26 +56,28 @@ class Aggregation:
                 else "none")
 
 
-def aggregation_of(tables: dict[int, pa.Table], alignment: str = "synced",
+def aggregation_of(parts: list[CommPart], alignment: str = "synced",
                    pipeline_groups: list[list[int]] | None = None,
                    diag: Diagnosis | None = None) -> Aggregation:
-    """The aggregation of ``tables`` (rank -> table of :data:`READ_COLUMNS`; emptied as
-    they are reduced to their activities), ``pipeline_groups``: the job's PP groups when
-    known (the diagnosis and the categories use them); ``diag``: the job's diagnosis
-    where it is known (else computed here)."""
+    """The aggregation of the ranks' ``parts`` (:func:`~.diagnose.waits.comm_part` of
+    each rank's table of :data:`READ_COLUMNS`, made in any process; the list is
+    consumed), ``pipeline_groups``: the job's PP groups when known (the diagnosis and
+    the categories use them); ``diag``: the job's diagnosis where it is known (else
+    computed here)."""
     if alignment not in ALIGNMENTS:
         raise TraceVizError(f"alignment {alignment!r}: use one of {', '.join(ALIGNMENTS)}")
-    if not tables:
+    if not parts:
         raise TraceVizError("no rank tables to aggregate")
-    notes = [f"rank {r}: its trace is cut at byte {cut}; what it ran after the cut is "
-             "missing" for r, t in sorted(tables.items())
-             if (cut := (metadata(t).get("stats") or {}).get("truncated_at")) is not None]
     # every call's members and wait / transfer on synced clocks, whatever the figures use
-    jc = job_comm(tables)
+    jc = job_comm_of(parts)
+    notes = [f"rank {a.rank}: its trace is cut at byte {cut}; what it ran after the cut "
+             "is missing" for a in jc.acts
+             if (cut := (a.meta.get("stats") or {}).get("truncated_at")) is not None]
     assert jc.sync is not None  # solved here: no offsets were given
     sync = jc.sync
     linked = sync.linked()
-    if alignment == "synced" and len(tables) > 1 and not linked.all():
+    several = len(jc.acts) > 1
+    if alignment == "synced" and several and not linked.all():
         unlinked = sync.ranks[~linked].tolist()
         if not linked.any():
             alignment = "global"
@@ -86,14 +86,11 @@ def aggregation_of(tables: dict[int, pa.Table], alignment: str = "synced",
         else:
             notes.append(f"clocks of ranks {unlinked} not synced (no collective links "
                          "them to another rank): they keep their own clock")
-    if len(tables) > 1 and linked.any():
+    if several and linked.any():
         notes.append(sync_note(sync))
     diag = diag if diag is not None else diagnosis_of(jc, pipeline_groups)
     pipelines = Pipelines.of(pipeline_groups or [], 0)
-    ranks = jc.acts if alignment == "synced" else [
-        attach(activities(tables[r], rank=r), *split_rows(jc, r, tables[r].num_rows))
-        for r in sorted(tables)]
-    tables.clear()
+    ranks = jc.acts if alignment == "synced" else [own_clock(a) for a in jc.acts]
     del jc
     cats = [categorized(a, pipelines) for a in ranks]
     return Aggregation(microbatches=microbatch_table(ranks), category_spans=category_spans(cats),

@@ -470,9 +470,10 @@ def batch(root, outdir, folders, jobs, force, memory_budget, topology_file, vpp,
               "clocks; individual: each rank from its own first kernel.")
 @topology_option
 @click.option("-j", "--jobs", type=click.IntRange(min=0), default=0,
-              help="Worker processes for traces still to parse.")
-@click.option("--scheduler", help="Parse the traces still to parse on a Dask cluster: "
-              "tcp://HOST:PORT, or 'local'.")
+              help="Worker processes for traces still to parse and for reading each "
+              "rank's tables [default: one per core].")
+@click.option("--scheduler", help="Parse the traces still to parse and read each rank's "
+              "tables on a Dask cluster: tcp://HOST:PORT, or 'local'.")
 @click.option("--no-figures", is_flag=True, help="Tables only.")
 @click.option("--rank-figures", type=click.Choice(["auto", "all", "none"]), default="auto",
               show_default=True,

@@ -11,6 +11,7 @@ import os
 from functools import partial
 from pathlib import Path
 
+from ..analysis.critical_path.paths import CriticalPath
 from ..job import Job
 from ..job.export import write as write_export
 from ..render.critical_path_files import TRACE_NAME, path_files
@@ -33,6 +34,8 @@ def run(path: Job | str | os.PathLike, *, iteration: int | None = None,
         hta_compat=hta_compat, what_if=what_if, clock_sync=clock_sync)
     result = path_files(found)
     result.value = found
+    if isinstance(found, CriticalPath):
+        result.failed += found.failed
     if folder is None:
         result.exports[TRACE_NAME] = partial(_write_trace, trace, found.tracks)
     else:

@@ -1,9 +1,11 @@
-"""The map step of a job's path and diagnosis on workers: each rank's piece
-(:mod:`traceviz.analysis.critical_path.pieces`) made where its tables are read, on
-local worker processes or a Dask cluster's workers (:mod:`.workers`). What comes back
-to this process is the piece: the rank's activities, communication kernels and graph
-arrays, never its tables. A rank whose worker dies (twice) is named, not dropped
-silently: it is left out of the job and listed in :attr:`RankMap.failed`.
+"""The map steps of a job's analyses on workers (:func:`map_ranks`): each rank's piece
+of the job's path and diagnosis (:mod:`traceviz.analysis.critical_path.pieces`), and
+each rank's communication part for the aggregation (:func:`comm_parts`), made where its
+tables are read, on local worker processes or a Dask cluster's workers (:mod:`.workers`).
+What comes back to this process is the piece or the part: the rank's activities,
+communication kernels and graph arrays, never its tables. A rank whose worker dies
+(twice), or whose table cannot be read, is named, not dropped silently: it is left out
+of the job and listed with its reason.
 """
 from __future__ import annotations
 
@@ -12,23 +14,30 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from typing import Any
+
 from ..analysis.critical_path.pieces import PieceOptions, RankPiece, SharedValues, rank_piece
+from ..analysis.diagnose.waits import CommPart, comm_part
 from ..errors import TraceVizError
 from ..table.cores import usable_cores
 from ..table.io import read_table
 from . import workers
-from .tables import slim
+from .tables import load_table, slim
 
 # below this many ranks the pieces are made here: starting worker processes (each
 # imports numpy, pyarrow and numba, ~1 s) costs more than it saves
 LOCAL_MIN_RANKS = 32
 
 
-def piece_of_files(task: tuple[int, str, str], options: PieceOptions) -> RankPiece:
-    """The piece of one rank from its GPU and CPU table files (runs in a worker)."""
+def piece_of_files(task: tuple[int, str, str], options: PieceOptions) -> RankPiece | str:
+    """The piece of one rank from its GPU and CPU table files (runs in a worker), or the
+    one line saying why a table cannot be read."""
     rank, gpu, cpu = task
-    return rank_piece(rank, slim(read_table(Path(gpu))), slim(read_table(Path(cpu))),
-                      options)
+    try:
+        tables = slim(read_table(Path(gpu))), slim(read_table(Path(cpu)))
+    except TraceVizError as exc:
+        return str(exc)
+    return rank_piece(rank, *tables, options)
 
 
 @dataclass(frozen=True)
@@ -48,37 +57,73 @@ class Workers:
         return max(1, min(self.jobs or usable_cores(), ranks))
 
 
+def map_ranks(work: Callable, tasks: list[tuple], args: tuple, on: Workers,
+              failed: list[str], keep: Callable[[Any], Any] = lambda r: r) -> list:
+    """``work(task, *args)`` of every task (its rank first, the file it reads second)
+    on the workers ``on``, in the tasks' order, each result passed through ``keep`` as
+    it arrives (to share what results state alike). A result that is a string is a rank
+    the work could not read (one line): it goes to ``failed``, as does a rank whose
+    worker died (twice). Nothing read at all raises the first reason."""
+    order = {t: k for k, t in enumerate(tasks)}
+    done: list[tuple[int, Any]] = []
+    for f in workers.run(work, tasks, args, jobs=on.processes(len(tasks)),
+                         scheduler=on.scheduler):
+        rank, path = f.task[:2]
+        if f.died is not None:
+            failed.append(f"{path}: rank {rank} left out: the process reading it "
+                          f"{f.died}; run again with fewer --jobs, or check the table")
+        elif isinstance(f.result, str):
+            failed.append(f.result)
+        else:
+            done.append((order[f.task], keep(f.result)))
+    if not done and failed:  # nothing to diagnose: say why, not "no rank"
+        raise TraceVizError(f"no rank could be read: {failed[0]}"
+                            + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""))
+    done.sort(key=lambda kv: kv[0])
+    return [r for _, r in done]
+
+
 @dataclass
 class RankMap:
     """The map step :func:`~traceviz.analysis.critical_path.paths.job_path` takes,
     on ``workers``: called with (rank, GPU table file, CPU table file) each, it returns
-    the ranks' pieces in that order; ranks whose worker died are in ``failed`` (one
-    line each) and have no piece. ``work``: what makes a piece from its files (a
-    module-level function)."""
+    the ranks' pieces in that order; ranks whose worker died or whose tables cannot be
+    read are in ``failed`` (one line each) and have no piece. ``work``: what makes a
+    piece from its files, or says why it cannot (a module-level function)."""
 
     workers: Workers = Workers()
     failed: list[str] = field(default_factory=list)
-    work: Callable[[tuple[int, str, str], PieceOptions], RankPiece] = piece_of_files
+    work: Callable[[tuple[int, str, str], PieceOptions], RankPiece | str] = piece_of_files
 
     def __call__(self, tables: list, options: PieceOptions) -> list[RankPiece]:
         tasks = [(int(r), os.fspath(g), os.fspath(c)) for r, g, c in tables]
         tables.clear()
-        order = {t: k for k, t in enumerate(tasks)}
-        done: list[tuple[int, RankPiece]] = []
-        shared = SharedValues()
-        for f in workers.run(self.work, tasks, (options,),
-                             jobs=self.workers.processes(len(tasks)),
-                             scheduler=self.workers.scheduler):
-            rank, gpu, _ = f.task
-            if f.died is not None:
-                self.failed.append(f"{gpu}: rank {rank} left out: the process reading it "
-                                   f"{f.died}; run again with fewer --jobs, or check "
-                                   "the table")
-                continue
-            done.append((order[f.task], shared.share(f.result)))
-        if not done and self.failed:  # nothing to diagnose: say why, not "no rank"
-            raise TraceVizError(f"no rank could be read: {self.failed[0]}"
-                                + (f" (and {len(self.failed) - 1} more)"
-                                   if len(self.failed) > 1 else ""))
-        done.sort(key=lambda kv: kv[0])
-        return [p for _, p in done]
+        return map_ranks(self.work, tasks, (options,), self.workers, self.failed,
+                         SharedValues().share)
+
+
+def comm_of_file(task: tuple[int, str], columns: tuple[str, ...]) -> CommPart | str:
+    """What the aggregation takes of one rank (runs in a worker): its table's
+    :class:`~traceviz.analysis.diagnose.waits.CommPart` (``columns`` of the table read,
+    its collectives' ends kept for the clock sync), or the one line saying why the
+    table cannot be read."""
+    rank, path = task
+    try:
+        table = slim(load_table(Path(path), columns))
+    except TraceVizError as exc:
+        return str(exc)
+    missing = [c for c in columns if c not in table.column_names]
+    if missing:
+        return (f"{path}: not a traceviz activity table (no column {', '.join(missing)}); "
+                "parse the trace again")
+    return comm_part(table, rank)
+
+
+def comm_parts(files: list[tuple[int, Path]], columns: tuple[str, ...], on: Workers,
+               failed: list[str]) -> list[CommPart]:
+    """The :class:`~traceviz.analysis.diagnose.waits.CommPart` of every (rank, table
+    file) in ``files`` (:func:`comm_of_file`), made on ``on``, in rank order; the ranks
+    that cannot be read go to ``failed``."""
+    shared = SharedValues()
+    return map_ranks(comm_of_file, [(int(r), os.fspath(p)) for r, p in files], (columns,),
+                     on, failed, shared.share_comm)

@@ -392,16 +392,25 @@ def load_with_cpu(folder: Path, lazy: bool = False) -> list[tuple[int, pa.Table,
 
 def rank_files(folder: Path) -> list[tuple[int, Path, Path]]:
     """(rank, GPU activity table, CPU table) files of every rank table of ``folder``
-    (the rank from the footer, :func:`file_rank`; else numbered as :func:`rank_tables`
-    numbers it), checked as :func:`load_with_cpu` checks them, none read."""
+    (:func:`numbered`), checked as :func:`load_with_cpu` checks them, none read."""
+    return [(r, p, _cpu_table_of(p)) for r, p in numbered(input_files([folder]), folder)]
+
+
+def numbered(files: list[Path], folder: Path) -> list[tuple[int, Path]]:
+    """(rank, file) of the rank tables ``files`` of ``folder``: the rank from the footer
+    (:func:`file_rank`), else numbered as :func:`rank_tables` numbers it; a one-line
+    error where they are not one run or two claim one rank. None is read."""
     out = []
     runs: dict[str, tuple[Path, Any]] = {}
-    for k, p in enumerate(input_files([folder])):
-        sibling = _cpu_table_of(p)
+    for k, p in enumerate(files):
         rank = file_rank(p)
-        _one_run(Path(file_fact(p, "source") or p), rank, file_fact(p, "world_size"), runs)
-        out.append((k if rank is None else rank, p, sibling))
-    _one_table_per_rank(folder, [r for r, _, _ in out])
+        try:
+            source, world = file_fact(p, "source"), file_fact(p, "world_size")
+        except (OSError, pa.ArrowInvalid):  # unreadable: its loader names it
+            source = world = None
+        _one_run(Path(source or p), rank, world, runs)
+        out.append((k if rank is None else rank, p))
+    _one_table_per_rank(folder, [r for r, _ in out])
     return out
 
 

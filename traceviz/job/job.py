@@ -295,7 +295,7 @@ class Job:
         looked at), the ranks it left out, the job's layout and why it is unknown."""
         folder = self.folder if folder is None else folder
         return self._keep(("aggregate", alignment, folder), lambda: products.aggregation(
-            self.path, folder, alignment, self.topology))
+            self.path, folder, alignment, self.topology, self.source.workers))
 
     def microbatches(self, alignment: str = "synced") -> pa.Table:
         """Per rank, iteration, phase and micro-batch: wall clock, compute,
@@ -376,7 +376,7 @@ class Job:
         """Every rank's micro-batch steps and how they were put on one clock
         (:func:`~traceviz.render.words.clock_words`)."""
         return self._keep(("steps",), lambda: products.step_windows(
-            self.path, self.folder, self.topology))
+            self.path, self.folder, self.topology, self.source.workers))
 
     def pipeline_views(self, iteration: int | None = None, all_groups: bool = False
                        ) -> PipelineViews:

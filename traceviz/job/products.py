@@ -57,13 +57,15 @@ from ..ingest.tables import (
     input_files,
     load_with_cpu,
     load_with_memory,
+    numbered,
     one_rank_with_cpu,
     rank_files,
     rank_of,
     rank_tables,
     tables_folder,
 )
-from ..ingest.rank_pieces import RankMap, Workers
+from ..ingest.batch import failures_of
+from ..ingest.rank_pieces import RankMap, Workers, comm_parts
 from ..ingest.timer_dump import NAME, find_dumps, read_group
 from ..ingest.topology import job_layout, pipeline_groups
 
@@ -107,18 +109,21 @@ def breakdown(paths: Sequence[str | os.PathLike], options: Options = Options(),
 
 
 def aggregation(root: Path, folder: Path, alignment: str = "synced",
-                topology: str | os.PathLike | None = None
+                topology: str | os.PathLike | None = None, workers: Workers = Workers()
                 ) -> tuple[Aggregation, list[str], Layout | None, str | None]:
     """The aggregation of one folder of rank tables, the ranks that could not be read
-    (one line each), the job's layout and why it is not known (None when it is)."""
+    (one line each), the job's layout and why it is not known (None when it is);
+    ``workers``: where each rank's table is read (:func:`~traceviz.ingest.rank_pieces.
+    comm_parts`)."""
     files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
-    failed: list[str] = []
-    tables = {rank: t for rank, _, t in rank_tables(files, AGGREGATION_COLUMNS, failed)}
-    if not tables:
+    failed = failures_of(folder)  # traces that never became a table
+    parts = comm_parts(numbered(files, folder), AGGREGATION_COLUMNS, workers, failed) \
+        if files else []
+    if not parts:
         raise TraceVizError(f"{folder}: no parsed rank tables (run 'traceviz batch' first)")
     layout, layout_note = job_layout(root, folder, topology)
-    groups = pipeline_groups(layout, max(tables))
-    return (aggregation_of(tables, alignment, groups, cached_diagnosis(folder, topology)),
+    groups = pipeline_groups(layout, max(p.acts.rank for p in parts))
+    return (aggregation_of(parts, alignment, groups, cached_diagnosis(folder, topology)),
             failed, layout, layout_note)
 
 
@@ -238,12 +243,12 @@ def _pipelines(root: Path, folder: Path, topology, ranks) -> list[list[int]] | N
 
 
 
-def step_windows(root: Path, folder: Path, topology: str | os.PathLike | None = None
-                 ) -> tuple[pa.Table, str]:
+def step_windows(root: Path, folder: Path, topology: str | os.PathLike | None = None,
+                 workers: Workers = Workers()) -> tuple[pa.Table, str]:
     """Every rank's micro-batch steps (the aggregation's ``microbatches``) and how they
     were put on one clock (the diagnosis's verdict where it synced them: "shifted", "own
-    clocks"; else the aggregation's, "none" where nothing links the ranks): kept beside
-    the tables."""
+    clocks"; else the aggregation's, made on ``workers``: "none" where nothing links
+    the ranks): kept beside the tables."""
     found = job_cache.load(folder, "step_windows", job_cache.key_of(folder, topology, {}))
     if found is not None:
         return found[0]["microbatches"], str(found[1]["clocks"])
@@ -256,7 +261,7 @@ def step_windows(root: Path, folder: Path, topology: str | os.PathLike | None = 
         if acts is not None:
             steps, clocks = microbatch_table(acts), diag.clocks
     if steps is None:
-        agg = aggregation(root, folder, topology=topology)[0]
+        agg = aggregation(root, folder, topology=topology, workers=workers)[0]
         steps, clocks = agg.microbatches, agg.clocks
     _store_steps(folder, topology, steps, clocks)
     return steps, clocks
@@ -453,5 +458,5 @@ def critical_path(path: str | os.PathLike, *, iteration: int | None = None,
     mapped = RankMap(workers)
     result = job_critical_path(rank_files(folder), ann, inst, list(what_if), clock_sync,
                                exact, str(folder), diag, mapped)
-    result.notes += mapped.failed  # a rank whose worker died: named, left out
+    result.failed += mapped.failed  # named, left out
     return result, None, folder

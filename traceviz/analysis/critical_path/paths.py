@@ -85,7 +85,8 @@ class CriticalPath:
     and after; None without). ``where``: what the path is of (window, ranks);
     ``clocks``: how the ranks were put on one clock (:class:`~..clocks.ClockSync`'s
     method, "none"); ``segments`` / ``tracks``: what its figure and Perfetto tracks
-    draw."""
+    draw; ``failed``: the ranks left out (a table that cannot be read, a worker that
+    died), one line each."""
 
     table: pa.Table
     by_category: pa.Table
@@ -102,6 +103,7 @@ class CriticalPath:
     tracks: dict
     notes: list[str] = field(default_factory=list)
     clocks: str = "none"
+    failed: list[str] = field(default_factory=list)  # the ranks left out, one line each
 
     def tables(self) -> dict[str, pa.Table]:
         """The tables by file name."""

@@ -96,14 +96,19 @@ class SharedValues:
     def share(self, piece: RankPiece) -> RankPiece:
         """``piece``, its values replaced by the copies kept (in place: as each piece
         arrives, before the next)."""
-        acts = piece.comm.acts
-        acts.meta = {k: self.one(v) for k, v in acts.meta.items()}
-        acts.names = self.one(acts.names)
-        acts.launch_names = self.one(acts.launch_names)
+        self.share_comm(piece.comm)
         if piece.join is not None:
             ev = piece.join.rank.events
             ev.names = self.one(ev.names)
         return piece
+
+    def share_comm(self, part: CommPart) -> CommPart:
+        """``part``, its activities' values replaced by the copies kept (in place)."""
+        acts = part.acts
+        acts.meta = {k: self.one(v) for k, v in acts.meta.items()}
+        acts.names = self.one(acts.names)
+        acts.launch_names = self.one(acts.launch_names)
+        return part
 
 
 def rank_piece(rank: int, gpu: pa.Table, cpu: pa.Table, options: PieceOptions) -> RankPiece:

@@ -35,7 +35,7 @@ with the clock offsets.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -573,6 +573,16 @@ def split_rows(jc: JobComm, rank: int, n_rows: int) -> tuple[np.ndarray, np.ndar
     wait_end[rows] = np.where(acts.wait_end >= 0, acts.wait_end + acts.offset_ns, -1)
     waited_for[rows] = acts.waited_for
     return wait_end, waited_for
+
+
+def own_clock(acts: RankActivities) -> RankActivities:
+    """A copy of ``acts`` (matched on synced clocks: :func:`job_comm_of`) on the rank's
+    own clock, its split with it: what :func:`attach` gives of the rank's table."""
+    off = acts.offset_ns
+    return replace(
+        acts, ts=acts.ts + off, end=acts.end + off, offset_ns=0,
+        wait_end=None if acts.wait_end is None else
+        np.where(acts.wait_end >= 0, acts.wait_end + off, -1))
 
 
 def attach(acts: RankActivities, wait_end_rows: np.ndarray, waited_for_rows: np.ndarray
