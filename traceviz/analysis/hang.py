@@ -49,7 +49,6 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 COMPLETED, STARTED, SCHEDULED = "completed", "started", "scheduled"
-MAX_WORLD = 1 << 20      # ranks are below this (a sane bound on any job's size)
 MAX_OP_NAME = 256        # characters of an op's name kept (its peers are in the first)
 _P2P_NAME = re.compile(r"(send|recv)\D{0,32}?(\d{1,7})\s{0,4}(->|<-)\s{0,4}(\d{1,7})")
 _UNEQUAL_SIZES = ("all_to_all", "alltoall")  # ops whose members' sizes differ by design

@@ -30,8 +30,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..analysis.hang import MAX_OP_NAME, MAX_WORLD, Dump, Entry, Group
+from ..analysis.hang import MAX_OP_NAME, Dump, Entry, Group
 from ..errors import TraceVizError
+from ..limits import MAX_WORLD
 from ..table.inputs import note_input
 from .plain_pickle import PickleRefused, load_plain
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import TraceVizError
-from .layout import MAX_WORLD, Layout
+from ..limits import MAX_WORLD
+from .layout import Layout
 
 HEADER = "=" * 80
 RULE = "-" * 50
