@@ -48,7 +48,9 @@ class EdgeList:
 
 @dataclass
 class Graph:
-    """Nodes (start / end points of events) and deduplicated edges in insertion order."""
+    """Nodes (start / end points of events) and deduplicated edges in insertion order.
+    ``weight``: HTA's edge weights (ns), None in the job's graph (it times its edges by
+    their own times: :mod:`.job`)."""
 
     node_ts: np.ndarray
     node_event: np.ndarray
@@ -57,7 +59,7 @@ class Graph:
     src: np.ndarray
     dst: np.ndarray
     kind: np.ndarray
-    weight: np.ndarray
+    weight: np.ndarray | None
     attr: np.ndarray
 
     @classmethod
@@ -95,8 +97,8 @@ class Graph:
     def subset(self, keep: np.ndarray) -> Graph:
         """The same nodes with the edges where ``keep``."""
         return Graph(self.node_ts, self.node_event, self.node_start, self.node_rank,
-                     self.src[keep], self.dst[keep], self.kind[keep], self.weight[keep],
-                     self.attr[keep])
+                     self.src[keep], self.dst[keep], self.kind[keep],
+                     None if self.weight is None else self.weight[keep], self.attr[keep])
 
 
 def dedup(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -290,7 +292,10 @@ def _longest(n, src, dst, weight):
 def longest_path(graph: Graph, weight: np.ndarray | None = None) -> tuple[np.ndarray, bool]:
     """Node ids of the longest path (``weight`` per edge, default the graph's with
     negative weights as 0) and whether the graph was acyclic."""
-    w = np.maximum(graph.weight if weight is None else weight, 0)
+    if weight is None:
+        assert graph.weight is not None, "a graph of HTA's weights"
+        weight = graph.weight
+    w = np.maximum(weight, 0)
     if graph.src.size == 0:
         return np.empty(0, np.int64), True
     return _longest(graph.n_nodes, graph.src, graph.dst, w)

@@ -101,8 +101,8 @@ class KernelInfo:
 
 @dataclass
 class JobGraph:
-    """The joined graph, per node its rank and common-clock time, and per edge its own
-    time and category."""
+    """The joined graph, per node its rank and common-clock time (``node_rank`` /
+    ``node_event`` int32), and per edge its own time and category."""
 
     graph: Graph
     ranks: list[RankGraph]
@@ -140,7 +140,7 @@ class JoinPiece:
     """What the job graph takes of one rank's graph, made where the rank's tables were
     read (:func:`join_piece`; a worker): its nodes (times on its own clock, event rows
     as int32, whether a start), its edges each once (in the order first added, with the
-    kind, weight and event last given, as :class:`~.graph.Graph` keeps them; node ids of
+    kind and event last given, as :class:`~.graph.Graph` keeps them; node ids of
     the rank as int32) with their own time, category, comm group and kernel name (ids
     into ``names``, this rank's own list), the nodes queued behind earlier work, and per
     communication kernel its GPU-table row, start and end node, group, name id and
@@ -155,7 +155,6 @@ class JoinPiece:
     src: np.ndarray           # int32
     dst: np.ndarray           # int32
     kind: np.ndarray          # int8
-    weight: np.ndarray
     attr: np.ndarray          # int32, -1 none
     own: np.ndarray
     cat: np.ndarray           # int8
@@ -199,7 +198,6 @@ def join_piece(rg: RankGraph, info: KernelInfo) -> JoinPiece:
         rg, g.node_ts, g.node_event.astype(np.int32), g.node_start,
         src[keep].astype(np.int32), dst[keep].astype(np.int32),
         np.r_[g.kind, x_kind.astype(np.int8)][last],
-        np.r_[g.weight, np.zeros(x_src.size, np.int64)][last],
         np.r_[g.attr, np.full(x_src.size, -1, np.int64)][last].astype(np.int32),
         np.r_[own, x_own][last].astype(np.int64), np.r_[cat, x_cat][last].astype(np.int8),
         np.r_[grp, np.full(x_src.size, -1)][last].astype(np.int8),
@@ -267,9 +265,9 @@ class Joiner:
         hubs): ts, event, start, rank, and the queued nodes."""
         n = self.base[-1] + room
         ts = np.empty(n, np.int64)
-        event = np.empty(n, np.int64)
+        event = np.empty(n, np.int32)
         start = np.empty(n, bool)
-        rank = np.empty(n, np.int64)
+        rank = np.empty(n, np.int32)
         queued = []
         for b, p in zip(self.base, self.pieces):
             r = int(p.rank.events.rank)
@@ -281,14 +279,14 @@ class Joiner:
 
     def _edges(self, room: int) -> tuple[np.ndarray, ...]:
         """Every piece's edges in one set of arrays (node ids of the job) with ``room``
-        more rows left unset at the end: src, dst, kind, weight, attr, own, category,
-        comm group, name id. Each piece is let go once copied, and every
+        more rows left unset at the end: src, dst, kind, attr, own, category, comm
+        group, name id. Each piece is let go once copied, and every
         :data:`TRIM_EVERY` pieces the heap they held goes back to the system: the
         pieces and the job's arrays are not all held at once."""
         n = sum(p.src.size for p in self.pieces) + room
-        src, dst, weight, attr, own = (np.empty(n, np.int64) for _ in range(5))
+        src, dst, own = (np.empty(n, np.int64) for _ in range(3))
         kind, cat, grp = (np.empty(n, np.int8) for _ in range(3))
-        nm = np.empty(n, np.int32)
+        attr, nm = np.empty(n, np.int32), np.empty(n, np.int32)
         e = 0
         self.pieces.reverse()  # let go from the front: each piece once copied
         for k, (b, lut) in enumerate(zip(self.base, self.luts)):
@@ -296,14 +294,14 @@ class Joiner:
             x = slice(e, e + p.src.size)
             np.add(p.src, b, out=src[x])
             np.add(p.dst, b, out=dst[x])
-            kind[x], weight[x], attr[x], own[x] = p.kind, p.weight, p.attr, p.own
+            kind[x], attr[x], own[x] = p.kind, p.attr, p.own
             cat[x], grp[x], nm[x] = p.cat, p.grp, lut[p.nm]
             e += p.src.size
             del p
             if k % TRIM_EVERY == TRIM_EVERY - 1:
                 release_free_memory()
         self.luts = []
-        return src, dst, kind, weight, attr, own, cat, grp, nm
+        return src, dst, kind, attr, own, cat, grp, nm
 
     def finish(self, offsets: dict[int, int]) -> JobGraph:
         """The job graph of the ranks added, ``offsets`` (ns per rank) putting them on
@@ -335,18 +333,17 @@ class Joiner:
         c_own, c_grp, c_nm = c_own[last], c_grp[last], c_nm[last]
         c_src, c_dst = c_src[keep], c_dst[keep]
         n_edges = sum(p.src.size for p in self.pieces)
-        src, dst, kind, weight, attr, own, cat, grp, nm = self._edges(c_src.size)
+        src, dst, kind, attr, own, cat, grp, nm = self._edges(c_src.size)
         again = _edges_of(src[:n_edges], dst[:n_edges], c_src, c_dst, ts.size, self.base)
         had = again >= 0
         at, new = again[had], np.flatnonzero(~had)
         c_cat = (COMM0 + np.maximum(c_grp, 0)).astype(np.int8)
         for x, y in ((at, had), (slice(n_edges, n_edges + new.size), new)):
             src[x], dst[x] = c_src[y], c_dst[y]
-            kind[x], weight[x], attr[x] = COLLECTIVE, 0, -1
+            kind[x], attr[x] = COLLECTIVE, -1
             own[x], cat[x], grp[x], nm[x] = c_own[y], c_cat[y], c_grp[y], c_nm[y]
         m = n_edges + new.size  # the room of collective edges the ranks had: unused
-        graph = Graph(ts, event, start, rank, src[:m], dst[:m], kind[:m], weight[:m],
-                      attr[:m])
+        graph = Graph(ts, event, start, rank, src[:m], dst[:m], kind[:m], None, attr[:m])
         own, cat, grp, nm = own[:m], cat[:m], grp[:m], nm[:m]
         if self.p2p_seen and len(ranks) > 1:
             notes.append(f"pipeline sends / receives: {p2p_joined} of {self.p2p_seen} "
@@ -706,7 +703,8 @@ def _transfer_spans(jg: JobGraph) -> np.ndarray:
 @dataclass
 class Timing:
     """Times of every node (ns, common clock), each node's binding edge (-1: none) and
-    wait (ns), for one set of own times."""
+    wait (ns), for one set of own times. Measured (:func:`measure`), ``ts`` is the
+    graph's own ``node_ts`` array: read, never written."""
 
     ts: np.ndarray
     binding: np.ndarray
@@ -726,7 +724,7 @@ def measure(jg: JobGraph, own: np.ndarray) -> Timing:
     # negative where the trace's times contradict an edge (a child ending after its
     # parent, a lock chain out of order): kept, so that re-timing reproduces the trace
     wait = np.where(binding >= 0, g.node_ts - arrival, 0)
-    return Timing(g.node_ts.copy(), binding, wait, order)
+    return Timing(g.node_ts, binding, wait, order)  # the graph's times, not a copy
 
 
 def retime(jg: JobGraph, base: Timing, own: np.ndarray) -> Timing:

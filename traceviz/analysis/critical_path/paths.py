@@ -163,6 +163,7 @@ def hta_path(rg: R.RankGraph, gpu: pa.Table, notes: list[str]) -> HtaPath:
     nodes, _ = longest_path(rg.graph)
     edges = path_edges(rg.graph, nodes)
     labels = bound_by(rg.graph, ev, edges)
+    assert rg.graph.weight is not None  # a rank's graph: HTA's weights
     b = breakdown(rg.graph.weight[edges], labels)
     g = rg.graph
     clock = g.node_ts[g.dst[edges]] - g.node_ts[g.src[edges]]

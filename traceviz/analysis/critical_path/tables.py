@@ -41,6 +41,7 @@ def rank_path_table(rg: RankGraph, edges: np.ndarray, labels: np.ndarray,
     """One rank's (HTA-model) path: per edge its order, points, kind, weight, bound_by
     and the event it belongs to."""
     g = rg.graph
+    assert g.weight is not None  # a rank's graph: HTA's weights
     cols = _event_columns([rg], np.array([0]), g, edges, [phase])
     return pa.table({
         "step": np.arange(edges.size, dtype=np.int64),
@@ -62,12 +63,12 @@ def job_path_table(jg: JobGraph, edges: np.ndarray, own: np.ndarray, wait: np.nd
     g = jg.graph
     begin = g.node_ts[g.src[edges]]
     cols = _event_columns(jg.ranks, jg.node_base, g, edges, phases)
-    rank = g.node_rank[g.dst[edges]]
+    rank = g.node_rank[g.dst[edges]].astype(np.int64)
     return pa.table({
         "step": np.arange(edges.size, dtype=np.int64),
         "rank": rank, "stage": pa.array([stages.get(int(r)) for r in rank.tolist()],
                                         pa.int64()),
-        "from_rank": g.node_rank[g.src[edges]],
+        "from_rank": g.node_rank[g.src[edges]].astype(np.int64),
         "from_ns": begin if start is None else np.maximum(begin, start),
         "to_ns": g.node_ts[g.dst[edges]],
         "edge": [EDGE_KINDS[k] for k in g.kind[edges].tolist()],
