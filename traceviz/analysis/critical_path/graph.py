@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
+MAX_IDS = 2 ** 31  # node and edge ids kept as int32 are below this
+
 # edge kinds (HTA's CPEdgeType, plus the job's cross-rank edges)
 OPERATOR, DEPENDENCY, LAUNCH, KERNEL_KERNEL, SYNC, COLLECTIVE = range(6)
 EDGE_KINDS = ("operator_kernel", "dependency", "kernel_launch_delay", "kernel_kernel_delay",
@@ -83,9 +85,10 @@ class Graph:
 
     @functools.cached_property
     def into(self) -> tuple[np.ndarray, np.ndarray]:
-        """Edges grouped by their destination (:func:`csr`), made once: every
-        re-timing of the graph sweeps them."""
-        return csr(self.n_nodes, self.dst)
+        """Edges grouped by their destination (:func:`csr`; the edge ids int32 where
+        they fit), made once: every re-timing of the graph sweeps them."""
+        order, start = csr(self.n_nodes, self.dst)
+        return (order.astype(np.int32) if order.size < MAX_IDS else order), start
 
     @classmethod
     def empty(cls) -> Graph:

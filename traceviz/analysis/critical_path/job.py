@@ -48,7 +48,7 @@ import numpy as np
 import pyarrow.compute as pc
 from numba import njit
 
-from ...errors import UsageError
+from ...errors import TraceVizError, UsageError
 from ...table.arrays import index_in, row_texts
 from ...table.parked import release_free_memory
 from ...table.schema import COLLECTIVES, GROUPS, KINDS
@@ -58,6 +58,7 @@ from .graph import (
     COLLECTIVE,
     KERNEL_KERNEL,
     LAUNCH,
+    MAX_IDS,
     OPERATOR,
     SYNC,
     Graph,
@@ -343,6 +344,10 @@ class Joiner:
             kind[x], attr[x] = COLLECTIVE, -1
             own[x], cat[x], grp[x], nm[x] = c_own[y], c_cat[y], c_grp[y], c_nm[y]
         m = n_edges + new.size  # the room of collective edges the ranks had: unused
+        if max(m, n) >= MAX_IDS:  # int32 ids (the timing's binding edges, its order)
+            raise TraceVizError(f"the job's graph has {n:,} points and {m:,} edges: more "
+                                f"than {MAX_IDS - 1:,}; analyse fewer ranks or a shorter "
+                                "window (--annotation / --iteration)")
         graph = Graph(ts, event, start, rank, src[:m], dst[:m], kind[:m], None, attr[:m])
         own, cat, grp, nm = own[:m], cat[:m], grp[:m], nm[:m]
         if self.p2p_seen and len(ranks) > 1:
@@ -716,6 +721,7 @@ def measure(jg: JobGraph, own: np.ndarray) -> Timing:
     """Binding edges and waits of the measured times."""
     g = jg.graph
     order, ok = topo(g.n_nodes, g.src, g.dst)
+    order = order.astype(np.int32)  # node ids: below MAX_IDS (Joiner.finish)
     if not ok:
         raise UsageError("the critical-path graph has a cycle (clock offsets or a trace's "
                          "nesting contradict each other); try --no-clock-sync or one rank")
@@ -738,26 +744,17 @@ def iteration_span(jg: JobGraph, t: Timing) -> tuple[int, int]:
     """(first, last) time of the points joined to the graph (an edge in or out: points
     no edge explains keep their measured time and say nothing of a re-timed job); the
     iteration's span is their difference, measured and re-timed alike."""
-    g = jg.graph
-    joined = np.zeros(g.n_nodes, bool)
-    joined[g.src] = True
-    joined[g.dst] = True
-    if not joined.any():
-        return 0, 0
-    return int(t.ts[joined].min()), int(t.ts[joined].max())
+    first, last, _ = _extremes(t.ts, _joined(jg.graph))
+    return int(first), int(last)
 
 
 def path(jg: JobGraph, t: Timing) -> np.ndarray:
     """Edge ids of the critical path, first to last: back from the latest point along
     binding edges."""
     g = jg.graph
-    has = np.zeros(g.n_nodes, bool)
-    has[g.src] = True
-    has[g.dst] = True
-    cand = np.flatnonzero(has)
-    if cand.size == 0:
+    v = int(_extremes(t.ts, _joined(g))[2])
+    if v < 0:
         return np.empty(0, np.int64)
-    v = cand[np.argmax(t.ts[cand])]
     n_rank = jg.node_base[-1]
     out = []
     while t.binding[v] >= 0:
@@ -767,6 +764,31 @@ def path(jg: JobGraph, t: Timing) -> np.ndarray:
         if v >= n_rank:  # a hub: the edge out of it runs from the member it binds to
             v = g.src[t.binding[v]]
     return np.array(out[::-1], np.int64)
+
+
+def _joined(g: Graph) -> np.ndarray:
+    """Per node, whether an edge runs into or out of it."""
+    joined = np.zeros(g.n_nodes, bool)
+    joined[g.src] = True
+    joined[g.dst] = True
+    return joined
+
+
+@njit(cache=True)
+def _extremes(ts, joined):
+    """(earliest time, latest time, the first node at the latest) of the nodes where
+    ``joined``; (0, 0, -1) where none is. No copy of a job's millions of times."""
+    first, last, at = np.int64(0), np.int64(0), -1
+    for v in range(ts.size):
+        if not joined[v]:
+            continue
+        if at < 0:
+            first, last, at = ts[v], ts[v], v
+        elif ts[v] > last:
+            last, at = ts[v], v
+        elif ts[v] < first:
+            first = ts[v]
+    return first, last, at
 
 
 def path_times(jg: JobGraph, t: Timing, edges: np.ndarray, own: np.ndarray,
@@ -800,7 +822,7 @@ def _sweep(order, po, start, src, ts0, own, wait, retime):
     n = start.size - 1
     ts = ts0.copy() if retime else ts0
     arrival = ts0[:0].copy() if retime else ts0.copy()
-    binding = np.full(n, -1, np.int64)
+    binding = np.full(n, -1, np.int32)  # edge ids: below MAX_IDS (Joiner.finish)
     for v in order:
         best = np.int64(-(2 ** 62))
         for k in range(start[v], start[v + 1]):

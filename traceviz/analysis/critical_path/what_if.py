@@ -128,6 +128,7 @@ def evaluate(ctx: Context, specs: list[str]) -> Outcome:
     own = ctx.jg.own.copy()  # the scaled edges only: a job's millions of edges
     at = np.flatnonzero(scale != 1.0)
     own[at] = np.round(own[at] * scale[at])
+    del scale, at  # not held while the job is re-timed
     t = retime(ctx.jg, ctx.measured, own)
     g = ctx.jg.graph
     edges = path(ctx.jg, t)
