@@ -401,3 +401,24 @@ def test_an_unreadable_table_costs_its_rank_named(job64, tmp_path):
     assert diag.advice
     found, _, _ = products.critical_path(folder, workers=Workers(2))
     assert len(found.failed) == 1 and str(bad) in found.failed[0] and found.ranks == 63
+
+
+def test_a_what_if_puts_the_graphs_own_times_back(job64):
+    """A what-if scales the graph's own times in place while it re-times the job: after
+    it (and after one that fails) they are the measured ones, and the same what-if
+    predicts the same iteration again."""
+    from traceviz.analysis.critical_path import what_if as W
+    from traceviz.errors import UsageError
+
+    jp = job_path(rank_files(job64), [], pieces_of=RankMap(Workers(1)))
+    ctx = W.Context(jp.jg, jp.measured)
+    own = jp.jg.own.copy()
+    first = W.evaluate(ctx, ["COMP=0.5", "COMM:DP=0.5"])
+    assert (jp.jg.own == own).all()
+    assert first.iteration_ns < first.baseline_ns
+    with pytest.raises(UsageError):
+        W.evaluate(ctx, ["COMP=0.5", "nonsense=2"])
+    assert (jp.jg.own == own).all()
+    again = W.evaluate(ctx, ["COMP=0.5", "COMM:DP=0.5"])
+    assert again.iteration_ns == first.iteration_ns and again.path_ranks == first.path_ranks
+    assert W.evaluate(ctx, ["COMP=1"]).iteration_ns == first.baseline_ns

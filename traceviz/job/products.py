@@ -206,12 +206,15 @@ def _diagnosis(root: Path, folder: Path, topology, advice: bool, options: dict,
         op_key = job_cache.key_of(tables_dir, None, {"peak_tflops": None})
         need_ops = job_cache.load_op_model(tables_dir, op_key) is None
         mapped = RankMap(workers)
+
+        def keep_ops(ranks: list) -> None:  # a whole job's op model only
+            if ranks and not mapped.failed:
+                job_cache.store_op_model(tables_dir, op_key, op_model(ranks))
+
         jp = job_path(rank_files(tables_dir), notes, where=str(tables_dir),
-                      also=rank_ops if need_ops else None, pieces_of=mapped)
+                      also=rank_ops if need_ops else None, take_also=keep_ops,
+                      pieces_of=mapped)
         failed += mapped.failed
-        if need_ops and jp.also and not mapped.failed:  # a whole job's op model only
-            job_cache.store_op_model(tables_dir, op_key, op_model(jp.also))
-        jp.also = []
         diag = diagnosis_of(jp.jc, _pipelines(root, folder, topology, jp.jc.acts),
                             **options)
         if diag.synced:  # the step windows, while the synced activities are at hand

@@ -199,7 +199,6 @@ class JobPath:
     phases: list
     stages: dict
     offsets: dict[int, int]
-    also: list = field(default_factory=list)  # per rank, what ``also`` made of its tables
 
 
 Table: TypeAlias = "pa.Table | Callable[[], pa.Table]"  # a table, or what reads it
@@ -224,29 +223,38 @@ def pieces_here(tables: list[tuple[int, Table, Table]], options: PieceOptions
 def job_path(tables: list, notes: list[str], ann: str | None = None, inst: int = 0,
              clock_sync: bool = True, exact: bool = False, where: str = "the job",
              diag: Diagnosis | None = None, also: Callable | None = None,
+             take_also: Callable[[list], None] | None = None,
              pieces_of: PieceMap = pieces_here) -> JobPath:
     """The joined graph of the ranks ``tables`` ((rank, GPU table, CPU table) each, or
     what reads them; the list is consumed), over the window ``ann`` / ``inst``; what it
     leaves out goes to ``notes``. ``diag``: the job's diagnosis, whose clock offsets are
     taken (not solved again); ``also``: a function of every rank's (GPU, CPU) tables,
-    its results in :attr:`JobPath.also`; ``pieces_of``: the map step making each rank's
+    its results (a list, in rank order) passed to ``take_also`` once every rank's piece
+    is made, before the graph is joined (what it keeps of them is not held beside the
+    graph's arrays while they are built); ``pieces_of``: the map step making each rank's
     piece (:mod:`.pieces`; default: here, one rank at a time; the job layer's runs it
     in worker processes, ``tables`` then naming files)."""
     given = diag is not None and {r for r, _, _ in tables} <= set(diag.offsets)
     pieces = pieces_of(tables, PieceOptions(ann, inst, exact, not given, also))
+    if also is not None and take_also is not None:
+        extra = [p.also for p in pieces]
+        for p in pieces:
+            p.also = None
+        take_also(extra)
+        del extra
+        release_free_memory()
     # every communication kernel matched into its call (process group + Seq; sends and
     # receives by their peers), and the clocks synced on the collectives' ends (or the
     # diagnosis's)
     comm = [p.comm for p in pieces]
     jc = job_comm_of(comm, diag.offsets, diag.synced) if given and diag is not None \
         else job_comm_of(comm)
-    ranks, phases, stages, extra = [], [], {}, []
+    ranks, phases, stages = [], [], {}
     joiner = J.Joiner()
     pieces.reverse()  # consumed from the end: each piece let go once joined
     while pieces:
         p = pieces.pop()
         stages[p.rank] = p.stage
-        extra.append(p.also)
         notes += [n for n in p.notes if n not in notes]
         if p.join is None:
             continue
@@ -268,7 +276,7 @@ def job_path(tables: list, notes: list[str], ann: str | None = None, inst: int =
     # before the graph is timed and the diagnosis made (at 1,024 ranks 250 MB of it)
     release_free_memory()
     notes += jg.notes
-    return JobPath(jc, jg, J.measure(jg, jg.own), ranks, phases, stages, offsets, extra)
+    return JobPath(jc, jg, J.measure(jg, jg.own), ranks, phases, stages, offsets)
 
 
 def job_critical_path(tables: list, ann: str | None, inst: int, what_if: list[str],

@@ -115,7 +115,8 @@ def is_pipeline(spec: str) -> bool:
 
 def evaluate(ctx: Context, specs: list[str]) -> Outcome:
     """The iteration ``specs`` predict together (scaling specs only) or alone (a
-    pipeline spec)."""
+    pipeline spec). The graph's own times are changed while it runs and put back:
+    one what-if at a time on a graph."""
     label = " + ".join(specs)
     base = ctx.baseline_ns
     if len(specs) == 1 and is_pipeline(specs[0]):
@@ -125,16 +126,23 @@ def evaluate(ctx: Context, specs: list[str]) -> Outcome:
         raise UsageError(f"--what-if {label!r}: microbatches / vpp change the schedule and "
                          "are predicted alone")
     scale = scale_of(ctx, specs)
-    own = ctx.jg.own.copy()  # the scaled edges only: a job's millions of edges
+    # the scaled edges' own times changed in place and put back after (a job's millions
+    # of edges are not copied for each what-if)
+    own = ctx.jg.own
     at = np.flatnonzero(scale != 1.0)
-    own[at] = np.round(own[at] * scale[at])
-    del scale, at  # not held while the job is re-timed
-    t = retime(ctx.jg, ctx.measured, own)
-    g = ctx.jg.graph
-    edges = path(ctx.jg, t)
-    ranks = sorted(set(g.node_rank[g.dst[edges]].tolist()))
-    bound, pct = _bound(ctx.jg, t, edges, own)
-    return Outcome(label, ctx.iteration_ns(t), base, "re-timed graph", ranks, bound, pct)
+    measured = own[at]
+    own[at] = np.round(measured * scale[at])
+    del scale  # not held while the job is re-timed
+    try:
+        t = retime(ctx.jg, ctx.measured, own)
+        g = ctx.jg.graph
+        edges = path(ctx.jg, t)
+        ranks = sorted(set(g.node_rank[g.dst[edges]].tolist()))
+        bound, pct = _bound(ctx.jg, t, edges, own)
+        iteration = ctx.iteration_ns(t)
+    finally:
+        own[at] = measured
+    return Outcome(label, iteration, base, "re-timed graph", ranks, bound, pct)
 
 
 def _bound(jg: JobGraph, t: Timing, edges: np.ndarray, own: np.ndarray
