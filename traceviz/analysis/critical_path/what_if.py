@@ -199,9 +199,10 @@ def scale_of(ctx: Context, specs: list[str]) -> np.ndarray:
             if None in which.values():
                 raise UsageError(f"--what-if {spec!r}: rank {named['rank']} is not a "
                                  "straggler (see stragglers.csv of 'traceviz diagnose')")
-            src_rank = jg.graph.node_rank[jg.graph.src]
+            comp = np.flatnonzero(jg.category == COMPUTE)  # each rank's own compute
+            src_rank = jg.graph.node_rank[jg.graph.src[comp]]
             for rank, slowdown in which.items():
-                scale[(src_rank == rank) & (jg.category == COMPUTE)] /= slowdown
+                scale[comp[src_rank == rank]] /= slowdown
             continue
         if named and named["what"].lower() == "overlap":
             sel = _selection(jg, f"comm:{named['value']}")
@@ -268,10 +269,12 @@ def _selection(jg: JobGraph, what: str, stages: dict[int, int] | None = None
             raise UsageError(f"--what-if {what!r}: no rank is known to run stage {st} "
                              "(needs the job's ordered pipeline stages)")
         ranks = np.array([r for r, s in stages.items() if s == st], np.int64)
-        on = _from_ranks(jg, lambda r: np.isin(r, ranks))
-        if low.startswith("stage:"):
-            return (cat == COMPUTE) & on
-        return on & np.isin(cat, [COMM0 + GROUPS.index(g) for g in LAYER_GROUPS])
+        # the stage's compute, or the traffic its layers carry (edge ids of those only)
+        among = np.flatnonzero(cat == COMPUTE if low.startswith("stage:") else
+                               np.isin(cat, [COMM0 + GROUPS.index(g) for g in LAYER_GROUPS]))
+        out = np.zeros(cat.size, bool)
+        out[among[_from_ranks(jg, lambda r: np.isin(r, ranks), among)]] = True
+        return out
     if low.startswith("link:"):
         g = jg.graph
         bits = what.split(":")
@@ -280,13 +283,13 @@ def _selection(jg: JobGraph, what: str, stages: dict[int, int] | None = None
             grp = grp.strip().upper()
             if grp not in GROUPS or not of.strip().isdigit():
                 return None
-            mine = cat == COMM0 + GROUPS.index(grp)
-            src, dst = g.node_rank[g.src], g.node_rank[g.dst]
+            mine = np.flatnonzero(cat == COMM0 + GROUPS.index(grp))  # its transfers
+            src, dst = g.node_rank[g.src[mine]], g.node_rank[g.dst[mine]]
             r = int(of)
             # a large call's members are joined through its hub: those of r's hubs too
-            hubs = g.dst[mine & (src == r) & (g.dst >= jg.node_base[-1])]
-            members = np.union1d(np.union1d(dst[mine & (src == r)], src[mine & (dst == r)]),
-                                 np.union1d(dst[mine & np.isin(g.src, hubs)], [r]))
+            hubs = g.dst[mine[(src == r) & (g.dst[mine] >= jg.node_base[-1])]]
+            members = np.union1d(np.union1d(dst[src == r], src[dst == r]),
+                                 np.union1d(dst[np.isin(g.src[mine], hubs)], [r]))
         elif len(bits) == 3:
             grp = bits[1].strip().upper()
             try:
@@ -297,25 +300,35 @@ def _selection(jg: JobGraph, what: str, stages: dict[int, int] | None = None
             return None
         if grp not in GROUPS or not members.size:
             return None
-        return ((cat == COMM0 + GROUPS.index(grp))
-                & _from_ranks(jg, lambda r: np.isin(r, members))
-                & np.isin(g.node_rank[g.dst], members))
+        # the group's transfers between members (edge ids of the group's only: a job's
+        # millions of edges are not each looked at twice)
+        among = np.flatnonzero(cat == COMM0 + GROUPS.index(grp))
+        between = (_from_ranks(jg, lambda r: np.isin(r, members), among)
+                   & np.isin(g.node_rank[g.dst[among]], members))
+        out = np.zeros(cat.size, bool)
+        out[among[between]] = True
+        return out
     return None
 
 
-def _from_ranks(jg: JobGraph, chosen: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-    """Per edge, whether it comes from a chosen rank (``chosen``: ranks -> bool): its
-    source's rank is; an edge out of a large call's hub (:func:`.job._collective_edges`)
-    stands for the pairwise edges from every member of the call, so only where every
-    member is chosen (a selection of some of its members leaves the call's transfers to
-    the others as measured; their own kernels' spans go with their ranks)."""
+def _from_ranks(jg: JobGraph, chosen: Callable[[np.ndarray], np.ndarray],
+                among: np.ndarray | None = None) -> np.ndarray:
+    """Per edge (of ``among``: edge ids, default every edge), whether it comes from a
+    chosen rank (``chosen``: ranks -> bool): its source's rank is; an edge out of a
+    large call's hub (:func:`.job._collective_edges`) stands for the pairwise edges from
+    every member of the call, so only where every member is chosen (a selection of some
+    of its members leaves the call's transfers to the others as measured; their own
+    kernels' spans go with their ranks). ``among`` holds every edge into the hubs whose
+    edges out it holds (a comm group's edges: a call's edges are all of its group)."""
     g = jg.graph
-    out = chosen(g.node_rank[g.src])
+    src = g.src if among is None else g.src[among]
+    dst = g.dst if among is None else g.dst[among]
+    out = chosen(g.node_rank[src])
     n_rank = int(jg.node_base[-1])
     if g.n_nodes > n_rank:
-        into = np.flatnonzero(g.dst >= n_rank)
+        into = np.flatnonzero(dst >= n_rank)
         every = np.ones(g.n_nodes - n_rank, bool)
-        np.logical_and.at(every, g.dst[into] - n_rank, out[into])
-        hub = np.flatnonzero(g.src >= n_rank)
-        out[hub] = every[g.src[hub] - n_rank]
+        np.logical_and.at(every, dst[into] - n_rank, out[into])
+        hub = np.flatnonzero(src >= n_rank)
+        out[hub] = every[src[hub] - n_rank]
     return out
