@@ -380,7 +380,9 @@ def _edges_of(src: np.ndarray, dst: np.ndarray, c_src: np.ndarray, c_dst: np.nda
                             == np.searchsorted(b, c_dst, side="right"))
     if inside.size == 0:
         return out
-    cand = np.flatnonzero(np.isin(src, c_src[inside]))
+    sources = np.zeros(n, bool)  # a mask, not np.isin: no sort of a job's edges
+    sources[c_src[inside]] = True
+    cand = np.flatnonzero(sources[src])
     if cand.size == 0:
         return out
     key = src[cand] * np.int64(n) + dst[cand]  # distinct: each rank's edges are
@@ -403,7 +405,7 @@ def _consistent(jg: JobGraph) -> JobGraph:
     earlier point with the later one; without it the point keeps its other
     predecessors, or its measured time."""
     g = jg.graph
-    keep = g.node_ts[g.src] + jg.own <= g.node_ts[g.dst] + CONTRADICTION_NS
+    keep = _not_contradicted(g.node_ts, g.src, g.dst, jg.own, CONTRADICTION_NS)
     if not keep.all():
         jg.notes.append(f"{int((~keep).sum())} edge(s) the trace's times contradict (spans "
                         "recorded overlapping, not nested) left out of the graph")
@@ -422,6 +424,16 @@ def _consistent(jg: JobGraph) -> JobGraph:
                                     for e in removed[:2].tolist()], int(removed.size)))
         _keep(jg, keep)
     return jg
+
+
+@njit(cache=True)
+def _not_contradicted(ts, src, dst, own, slack):
+    """Per edge: its source's time plus its own time is at most ``slack`` ns after its
+    destination's time."""
+    keep = np.empty(src.size, np.bool_)
+    for e in range(src.size):
+        keep[e] = ts[src[e]] + own[e] <= ts[dst[e]] + slack
+    return keep
 
 
 def _keep(jg: JobGraph, keep: np.ndarray) -> None:
@@ -692,17 +704,24 @@ def _collective_edges(calls: tuple[dict[str, np.ndarray], np.ndarray, np.ndarray
 
 def _transfer_spans(jg: JobGraph) -> np.ndarray:
     """Own times with each joined collective kernel's own span set to the call's
-    transfer time (so that the last member, not a waiting one, binds)."""
+    transfer time (so that the last member, not a waiting one, binds); ``jg.own``
+    changed in place (a job's millions of edges: no copies)."""
     g = jg.graph
-    own = jg.own.copy()
-    cross = g.kind == COLLECTIVE
-    # kernel spans whose end has a collective edge: own = that edge's transfer
-    ends = g.dst[cross]
-    transfer = np.full(g.n_nodes, -1, np.int64)
-    transfer[ends] = own[cross]
-    span = (g.kind == OPERATOR) & (transfer[g.dst] >= 0)
-    own[span] = transfer[g.dst[span]]
-    return own
+    _spans_to_transfers(jg.own, g.kind, g.dst, g.n_nodes)
+    return jg.own
+
+
+@njit(cache=True)
+def _spans_to_transfers(own, kind, dst, n):
+    """Kernel spans whose end has a collective edge: own = that edge's transfer (the
+    last such edge's where several end there)."""
+    transfer = np.full(n, -1, np.int64)
+    for e in range(kind.size):
+        if kind[e] == COLLECTIVE:
+            transfer[dst[e]] = own[e]
+    for e in range(kind.size):
+        if kind[e] == OPERATOR and transfer[dst[e]] >= 0:
+            own[e] = transfer[dst[e]]
 
 
 @dataclass
