@@ -45,6 +45,7 @@ from ..analysis.pipeline import (
     pipeline_views,
 )
 from ..errors import TraceVizError, UsageError
+from ..table.parked import release_free_memory
 from ..table.records import records
 from ..table.schema import is_activity_table
 from ..topology.layout import Layout
@@ -221,6 +222,8 @@ def _diagnosis(root: Path, folder: Path, topology, advice: bool, options: dict,
             _store_steps(tables_dir, topology, microbatch_table(jp.jc.acts), diag.clocks)
         ctx = what_if_context(jp.jc, jp.jg, jp.measured, diag,
                               iteration_window(jp.jc.acts, jp.ranks[0].window))
+        del jp  # the advice re-times the graph: the ranks' activities are let go first
+        release_free_memory()
         diag.notes += [n for n in notes if n not in diag.notes]
         adv = advise(diag, ctx)
         # the stragglers' cost: the re-timed saving of fixing each

@@ -131,12 +131,12 @@ def csr(n, keys):
 def _kahn(n, src, dst, seeds):
     """Kahn's topological order: the nodes of ``seeds`` without a predecessor in that
     order, then each node once its last predecessor is placed (successors in insertion
-    order). Returns (order, how many nodes it holds)."""
+    order). Returns (order, of ``seeds``' integer type; how many nodes it holds)."""
     so, start = csr(n, src)
-    indeg = np.zeros(n, np.int64)
+    indeg = np.zeros(n, np.int32)  # a node's predecessors: far below 2^31
     for e in range(src.size):
         indeg[dst[e]] += 1
-    queue = np.empty(seeds.size, np.int64)
+    queue = np.empty_like(seeds)
     qt = 0
     for v in seeds:
         if indeg[v] == 0:
@@ -158,8 +158,11 @@ def _kahn(n, src, dst, seeds):
 @njit(cache=True)
 def topo(n, src, dst):
     """Kahn's topological order of the nodes (by node id among the ready ones) and
-    whether every node got one (False: a cycle)."""
-    queue, qt = _kahn(n, src, dst, np.arange(n))
+    whether every node got one (False: a cycle). Node ids int32 (below MAX_IDS)."""
+    seeds = np.empty(n, np.int32)
+    for v in range(n):
+        seeds[v] = v
+    queue, qt = _kahn(n, src, dst, seeds)
     return queue, qt == n
 
 

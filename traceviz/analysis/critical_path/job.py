@@ -740,7 +740,6 @@ def measure(jg: JobGraph, own: np.ndarray) -> Timing:
     """Binding edges and waits of the measured times."""
     g = jg.graph
     order, ok = topo(g.n_nodes, g.src, g.dst)
-    order = order.astype(np.int32)  # node ids: below MAX_IDS (Joiner.finish)
     if not ok:
         raise UsageError("the critical-path graph has a cycle (clock offsets or a trace's "
                          "nesting contradict each other); try --no-clock-sync or one rank")
