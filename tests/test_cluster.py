@@ -392,15 +392,21 @@ def test_an_unreadable_table_costs_its_rank_named(job64, tmp_path):
     bad = folder / "rank_0005.parquet"
     data = bad.read_bytes()
     bad.write_bytes(data[:len(data) // 2])  # cut: no footer
+    # and a cut table whose name states no rank (a trace's own name), with its CPU table
+    nameless = folder / "host_4242.1700000000.pt.trace.parquet"
+    nameless.write_bytes(data[:100])
+    nameless.with_name("host_4242.1700000000.pt.trace.cpu.parquet").write_bytes(data[:100])
     agg, failed = _aggregated(folder, "synced", Workers(2))
-    assert len(failed) == 1 and str(bad) in failed[0] and "\n" not in failed[0]
+    assert len(failed) == 2 and all("\n" not in f for f in failed)
+    assert {str(bad), str(nameless)} == {f.split(":")[0] for f in failed}
     assert [c.rank for c in agg.ranks] == [r for r in range(64) if r != 5]
     diag = products.job_diagnosis(folder, workers=Workers(2))
-    assert len(diag.failed) == 1 and str(bad) in diag.failed[0]
+    assert {str(bad), str(nameless)} == {f.split(":")[0] for f in diag.failed}
     assert diag.diagnosis.ranks == [r for r in range(64) if r != 5]
     assert diag.advice
     found, _, _ = products.critical_path(folder, workers=Workers(2))
-    assert len(found.failed) == 1 and str(bad) in found.failed[0] and found.ranks == 63
+    assert {str(bad), str(nameless)} == {f.split(":")[0] for f in found.failed}
+    assert found.ranks == 63
 
 
 def test_a_what_if_puts_the_graphs_own_times_back(job64):
@@ -418,6 +424,20 @@ def test_a_what_if_puts_the_graphs_own_times_back(job64):
     assert first.iteration_ns < first.baseline_ns
     with pytest.raises(UsageError):
         W.evaluate(ctx, ["COMP=0.5", "nonsense=2"])
+    assert (jp.jg.own == own).all()
+    with pytest.raises(UsageError, match="a number >= 0"):  # inf: no time to re-time
+        W.evaluate(ctx, ["COMP=1e999"])
+    real = W.retime
+
+    def fails(*args):
+        raise RuntimeError("while re-timing")
+
+    W.retime = fails  # fails with the own times scaled: they are put back
+    try:
+        with pytest.raises(RuntimeError):
+            W.evaluate(ctx, ["COMP=0.5"])
+    finally:
+        W.retime = real
     assert (jp.jg.own == own).all()
     again = W.evaluate(ctx, ["COMP=0.5", "COMM:DP=0.5"])
     assert again.iteration_ns == first.iteration_ns and again.path_ranks == first.path_ranks

@@ -13,7 +13,6 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-
 from typing import Any
 
 from ..analysis.critical_path.pieces import PieceOptions, RankPiece, SharedValues, rank_piece
@@ -22,7 +21,7 @@ from ..errors import TraceVizError
 from ..table.cores import usable_cores
 from ..table.io import read_table
 from . import workers
-from .tables import load_table, slim
+from .tables import load_table, missing_columns, slim
 
 # below this many ranks the pieces are made here: starting worker processes (each
 # imports numpy, pyarrow and numba, ~1 s) costs more than it saves
@@ -112,18 +111,15 @@ def comm_of_file(task: tuple[int, str], columns: tuple[str, ...]) -> CommPart | 
         table = slim(load_table(Path(path), columns))
     except TraceVizError as exc:
         return str(exc)
-    missing = [c for c in columns if c not in table.column_names]
-    if missing:
-        return (f"{path}: not a traceviz activity table (no column {', '.join(missing)}); "
-                "parse the trace again")
-    return comm_part(table, rank)
+    lacking = missing_columns(Path(path), table, columns)
+    return lacking if lacking is not None else comm_part(table, rank)
 
 
 def comm_parts(files: list[tuple[int, Path]], columns: tuple[str, ...], on: Workers,
                failed: list[str]) -> list[CommPart]:
     """The :class:`~traceviz.analysis.diagnose.waits.CommPart` of every (rank, table
-    file) in ``files`` (:func:`comm_of_file`), made on ``on``, in rank order; the ranks
-    that cannot be read go to ``failed``."""
+    file) in ``files`` (:func:`comm_of_file`), made on ``on``, in the files' order; the
+    ranks that cannot be read go to ``failed``."""
     shared = SharedValues()
     return map_ranks(comm_of_file, [(int(r), os.fspath(p)) for r, p in files], (columns,),
                      on, failed, shared.share_comm)

@@ -243,6 +243,15 @@ def rank_of(table: pa.Table, path: Path, fallback: int) -> int:
     return rank if rank is not None else fallback
 
 
+def missing_columns(path: Path, table: pa.Table, columns: tuple[str, ...],
+                    optional: tuple[str, ...] = ()) -> str | None:
+    """The one line saying which of ``columns`` (not named ``optional``) the table of
+    ``path`` lacks (a table parsed by an older version), None where it has them."""
+    missing = [c for c in columns if c not in table.column_names and c not in optional]
+    return (f"{path}: not a traceviz activity table (no column {', '.join(missing)}); "
+            "parse the trace again") if missing else None
+
+
 def rank_tables(files: list[Path], columns: tuple[str, ...] | None, failed: list[str],
                 optional: tuple[str, ...] = ()) -> Iterator[tuple[int, Path, pa.Table]]:
     """(rank, path, table) of each file that loads, one at a time; the one-line reason of
@@ -264,11 +273,9 @@ def rank_tables(files: list[Path], columns: tuple[str, ...] | None, failed: list
         except TraceVizError as exc:
             failed.append(str(exc))
             continue
-        missing = [c for c in columns or () if c not in table.column_names
-                   and c not in optional]
-        if missing:
-            failed.append(f"{path}: not a traceviz activity table (no column "
-                          f"{', '.join(missing)}); parse the trace again")
+        lacking = missing_columns(path, table, columns or (), optional)
+        if lacking is not None:
+            failed.append(lacking)
             continue
         stated = stated_rank(table, path)
         _one_run(Path(metadata(table).get("source") or path), stated,
@@ -399,18 +406,25 @@ def rank_files(folder: Path) -> list[tuple[int, Path, Path]]:
 def numbered(files: list[Path], folder: Path) -> list[tuple[int, Path]]:
     """(rank, file) of the rank tables ``files`` of ``folder``: the rank from the footer
     (:func:`file_rank`), else numbered as :func:`rank_tables` numbers it; a one-line
-    error where they are not one run or two claim one rank. None is read."""
+    error where they are not one run or two claim one rank. A file whose footer cannot
+    be read and whose name states no rank is numbered -1, -2, ... (its loader says why
+    it cannot be read). None is read."""
     out = []
     runs: dict[str, tuple[Path, Any]] = {}
+    unreadable = 0
     for k, p in enumerate(files):
         rank = file_rank(p)
         try:
             source, world = file_fact(p, "source"), file_fact(p, "world_size")
-        except (OSError, pa.ArrowInvalid):  # unreadable: its loader names it
+        except (OSError, pa.ArrowInvalid):  # its loader names it: not a rank to check
+            if rank is None:  # numbered apart from every rank (-1, -2, ...)
+                unreadable += 1
+                out.append((-unreadable, p))
+                continue
             source = world = None
         _one_run(Path(source or p), rank, world, runs)
         out.append((k if rank is None else rank, p))
-    _one_table_per_rank(folder, [r for r, _ in out])
+    _one_table_per_rank(folder, [r for r, _ in out if r >= 0])
     return out
 
 

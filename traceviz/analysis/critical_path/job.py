@@ -364,7 +364,7 @@ class Joiner:
                       grp, nm, sorted(names, key=lambda g: names[g]),
                       np.zeros(ts.size, bool), hub_source)
         jg.queued[queued] = True  # type: ignore[index]
-        jg.own = _transfer_spans(jg)
+        _transfer_spans(jg)
         return _consistent(jg)
 
 
@@ -702,13 +702,12 @@ def _collective_edges(calls: tuple[dict[str, np.ndarray], np.ndarray, np.ndarray
             int(joined), last[hubbed], m["start"][latest[at]].astype(np.int64))
 
 
-def _transfer_spans(jg: JobGraph) -> np.ndarray:
-    """Own times with each joined collective kernel's own span set to the call's
-    transfer time (so that the last member, not a waiting one, binds); ``jg.own``
-    changed in place (a job's millions of edges: no copies)."""
+def _transfer_spans(jg: JobGraph) -> None:
+    """Each joined collective kernel's own span in ``jg.own`` set to the call's transfer
+    time (so that the last member, not a waiting one, binds), in place (a job's
+    millions of edges: no copies)."""
     g = jg.graph
     _spans_to_transfers(jg.own, g.kind, g.dst, g.n_nodes)
-    return jg.own
 
 
 @njit(cache=True)

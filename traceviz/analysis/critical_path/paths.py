@@ -234,6 +234,8 @@ def job_path(tables: list, notes: list[str], ann: str | None = None, inst: int =
     graph's arrays while they are built); ``pieces_of``: the map step making each rank's
     piece (:mod:`.pieces`; default: here, one rank at a time; the job layer's runs it
     in worker processes, ``tables`` then naming files)."""
+    if also is not None and take_also is None:
+        raise ValueError("also's results go to take_also")
     given = diag is not None and {r for r, _, _ in tables} <= set(diag.offsets)
     pieces = pieces_of(tables, PieceOptions(ann, inst, exact, not given, also))
     if also is not None and take_also is not None:

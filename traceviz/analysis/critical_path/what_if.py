@@ -29,6 +29,7 @@ Times are int64 ns.
 from __future__ import annotations
 
 import fnmatch
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -131,9 +132,9 @@ def evaluate(ctx: Context, specs: list[str]) -> Outcome:
     own = ctx.jg.own
     at = np.flatnonzero(scale != 1.0)
     measured = own[at]
-    own[at] = np.round(measured * scale[at])
-    del scale  # not held while the job is re-timed
     try:
+        own[at] = np.round(measured * scale[at])
+        del scale  # not held while the job is re-timed
         t = retime(ctx.jg, ctx.measured, own)
         g = ctx.jg.graph
         edges = path(ctx.jg, t)
@@ -216,8 +217,8 @@ def scale_of(ctx: Context, specs: list[str]) -> np.ndarray:
             raise UsageError(f"--what-if {spec!r}: expected WHAT=FACTOR (e.g. COMM:TP=0.5), "
                              "straggler=fix, overlap=GROUP, microbatches=N or vpp=N")
         factor = float(m["factor"])
-        if not factor >= 0:
-            raise UsageError(f"--what-if {spec!r}: the factor must be >= 0")
+        if not 0 <= factor < math.inf:  # 1e999 reads as inf: no time to re-time with
+            raise UsageError(f"--what-if {spec!r}: the factor must be a number >= 0")
         sel = _selection(jg, m["what"], ctx.stages)
         if sel is None:
             raise UsageError(f"--what-if {spec!r}: unknown target {m['what']!r}; use "
@@ -318,17 +319,17 @@ def _from_ranks(jg: JobGraph, chosen: Callable[[np.ndarray], np.ndarray],
     large call's hub (:func:`.job._collective_edges`) stands for the pairwise edges from
     every member of the call, so only where every member is chosen (a selection of some
     of its members leaves the call's transfers to the others as measured; their own
-    kernels' spans go with their ranks). ``among`` holds every edge into the hubs whose
-    edges out it holds (a comm group's edges: a call's edges are all of its group)."""
+    kernels' spans go with their ranks). Whether every member is chosen is read from
+    every edge into the hub, of ``among`` or not (its members may state different
+    groups)."""
     g = jg.graph
     src = g.src if among is None else g.src[among]
-    dst = g.dst if among is None else g.dst[among]
     out = chosen(g.node_rank[src])
     n_rank = int(jg.node_base[-1])
     if g.n_nodes > n_rank:
-        into = np.flatnonzero(dst >= n_rank)
+        into = np.flatnonzero(g.dst >= n_rank)
         every = np.ones(g.n_nodes - n_rank, bool)
-        np.logical_and.at(every, dst[into] - n_rank, out[into])
+        np.logical_and.at(every, g.dst[into] - n_rank, chosen(g.node_rank[g.src[into]]))
         hub = np.flatnonzero(src >= n_rank)
         out[hub] = every[src[hub] - n_rank]
     return out

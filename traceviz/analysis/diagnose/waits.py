@@ -579,10 +579,12 @@ def own_clock(acts: RankActivities) -> RankActivities:
     """A copy of ``acts`` (matched on synced clocks: :func:`job_comm_of`) on the rank's
     own clock, its split with it: what :func:`attach` gives of the rank's table."""
     off = acts.offset_ns
-    return replace(
-        acts, ts=acts.ts + off, end=acts.end + off, offset_ns=0,
-        wait_end=None if acts.wait_end is None else
-        np.where(acts.wait_end >= 0, acts.wait_end + off, -1))
+    wait_end = None
+    if acts.wait_end is not None:  # -1: unknown, and (as in attach) before the clock's 0
+        wait_end = acts.wait_end + off
+        wait_end[(acts.wait_end < 0) | (wait_end < 0)] = -1
+    return replace(acts, ts=acts.ts + off, end=acts.end + off, offset_ns=0,
+                   wait_end=wait_end)
 
 
 def attach(acts: RankActivities, wait_end_rows: np.ndarray, waited_for_rows: np.ndarray
