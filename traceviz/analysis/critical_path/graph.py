@@ -90,6 +90,15 @@ class Graph:
         order, start = csr(self.n_nodes, self.dst)
         return (order.astype(np.int32) if order.size < MAX_IDS else order), start
 
+    @functools.cached_property
+    def joined(self) -> np.ndarray:
+        """Per node, whether an edge runs into or out of it (made once: every timing of
+        the graph reads it)."""
+        out = np.zeros(self.n_nodes, bool)
+        out[self.src] = True
+        out[self.dst] = True
+        return out
+
     @classmethod
     def empty(cls) -> Graph:
         """A graph of no nodes (a rank's graph once joined into the job's: its arrays

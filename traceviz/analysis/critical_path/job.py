@@ -364,7 +364,7 @@ class Joiner:
                       grp, nm, sorted(names, key=lambda g: names[g]),
                       np.zeros(ts.size, bool), hub_source)
         jg.queued[queued] = True  # type: ignore[index]
-        _transfer_spans(jg)
+        _transfer_spans(jg.own, graph.kind, graph.dst, graph.n_nodes)
         return _consistent(jg)
 
 
@@ -702,18 +702,13 @@ def _collective_edges(calls: tuple[dict[str, np.ndarray], np.ndarray, np.ndarray
             int(joined), last[hubbed], m["start"][latest[at]].astype(np.int64))
 
 
-def _transfer_spans(jg: JobGraph) -> None:
-    """Each joined collective kernel's own span in ``jg.own`` set to the call's transfer
-    time (so that the last member, not a waiting one, binds), in place (a job's
-    millions of edges: no copies)."""
-    g = jg.graph
-    _spans_to_transfers(jg.own, g.kind, g.dst, g.n_nodes)
-
-
 @njit(cache=True)
-def _spans_to_transfers(own, kind, dst, n):
-    """Kernel spans whose end has a collective edge: own = that edge's transfer (the
-    last such edge's where several end there)."""
+def _transfer_spans(own, kind, dst, n):
+    """Each joined collective kernel's own span set to the call's transfer time (so that
+    the last member, not a waiting one, binds): a kernel span (``kind`` OPERATOR) whose
+    end has a collective edge takes that edge's own time (the last such edge's where
+    several end there). ``own`` changed in place (a job's millions of edges: no
+    copies)."""
     transfer = np.full(n, -1, np.int64)
     for e in range(kind.size):
         if kind[e] == COLLECTIVE:
@@ -761,7 +756,7 @@ def iteration_span(jg: JobGraph, t: Timing) -> tuple[int, int]:
     """(first, last) time of the points joined to the graph (an edge in or out: points
     no edge explains keep their measured time and say nothing of a re-timed job); the
     iteration's span is their difference, measured and re-timed alike."""
-    first, last, _ = _extremes(t.ts, _joined(jg.graph))
+    first, last, _ = _extremes(t.ts, jg.graph.joined)
     return int(first), int(last)
 
 
@@ -769,7 +764,7 @@ def path(jg: JobGraph, t: Timing) -> np.ndarray:
     """Edge ids of the critical path, first to last: back from the latest point along
     binding edges."""
     g = jg.graph
-    v = int(_extremes(t.ts, _joined(g))[2])
+    v = int(_extremes(t.ts, g.joined)[2])
     if v < 0:
         return np.empty(0, np.int64)
     n_rank = jg.node_base[-1]
@@ -781,14 +776,6 @@ def path(jg: JobGraph, t: Timing) -> np.ndarray:
         if v >= n_rank:  # a hub: the edge out of it runs from the member it binds to
             v = g.src[t.binding[v]]
     return np.array(out[::-1], np.int64)
-
-
-def _joined(g: Graph) -> np.ndarray:
-    """Per node, whether an edge runs into or out of it."""
-    joined = np.zeros(g.n_nodes, bool)
-    joined[g.src] = True
-    joined[g.dst] = True
-    return joined
 
 
 @njit(cache=True)

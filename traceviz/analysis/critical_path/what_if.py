@@ -273,43 +273,44 @@ def _selection(jg: JobGraph, what: str, stages: dict[int, int] | None = None
         # the stage's compute, or the traffic its layers carry (edge ids of those only)
         among = np.flatnonzero(cat == COMPUTE if low.startswith("stage:") else
                                np.isin(cat, [COMM0 + GROUPS.index(g) for g in LAYER_GROUPS]))
-        out = np.zeros(cat.size, bool)
-        out[among[_from_ranks(jg, lambda r: np.isin(r, ranks), among)]] = True
-        return out
+        return _mask(cat.size, among, _from_ranks(jg, lambda r: np.isin(r, ranks), among))
     if low.startswith("link:"):
         g = jg.graph
         bits = what.split(":")
-        if len(bits) == 2 and "@" in bits[1]:  # link:GROUP@R: the GROUP group of rank R
-            grp, _, of = bits[1].partition("@")
-            grp = grp.strip().upper()
-            if grp not in GROUPS or not of.strip().isdigit():
-                return None
-            mine = np.flatnonzero(cat == COMM0 + GROUPS.index(grp))  # its transfers
-            src, dst = g.node_rank[g.src[mine]], g.node_rank[g.dst[mine]]
+        at = len(bits) == 2 and "@" in bits[1]  # link:GROUP@R: the GROUP group of rank R
+        if not at and len(bits) != 3:
+            return None
+        grp, _, of = bits[1].partition("@") if at else (bits[1], "", "")
+        grp = grp.strip().upper()
+        if grp not in GROUPS or (at and not of.strip().isdigit()):
+            return None
+        among = np.flatnonzero(cat == COMM0 + GROUPS.index(grp))  # the group's transfers
+        if at:
+            src, dst = g.node_rank[g.src[among]], g.node_rank[g.dst[among]]
             r = int(of)
             # a large call's members are joined through its hub: those of r's hubs too
-            hubs = g.dst[mine[(src == r) & (g.dst[mine] >= jg.node_base[-1])]]
+            hubs = g.dst[among[(src == r) & (g.dst[among] >= jg.node_base[-1])]]
             members = np.union1d(np.union1d(dst[src == r], src[dst == r]),
-                                 np.union1d(dst[np.isin(g.src[mine], hubs)], [r]))
-        elif len(bits) == 3:
-            grp = bits[1].strip().upper()
+                                 np.union1d(dst[np.isin(g.src[among], hubs)], [r]))
+        else:
             try:
                 members = np.array([int(x) for x in bits[2].split(",")], np.int64)
             except ValueError:
                 return None
-        else:
-            return None
-        if grp not in GROUPS or not members.size:
+        if not members.size:
             return None
         # the group's transfers between members (edge ids of the group's only: a job's
         # millions of edges are not each looked at twice)
-        among = np.flatnonzero(cat == COMM0 + GROUPS.index(grp))
-        between = (_from_ranks(jg, lambda r: np.isin(r, members), among)
-                   & np.isin(g.node_rank[g.dst[among]], members))
-        out = np.zeros(cat.size, bool)
-        out[among[between]] = True
-        return out
+        return _mask(cat.size, among, _from_ranks(jg, lambda r: np.isin(r, members), among)
+                     & np.isin(g.node_rank[g.dst[among]], members))
     return None
+
+
+def _mask(n: int, among: np.ndarray, chosen: np.ndarray) -> np.ndarray:
+    """Per edge of ``n``, whether it is one of the edge ids ``among`` where ``chosen``."""
+    out = np.zeros(n, bool)
+    out[among[chosen]] = True
+    return out
 
 
 def _from_ranks(jg: JobGraph, chosen: Callable[[np.ndarray], np.ndarray],
