@@ -442,3 +442,42 @@ def test_a_what_if_puts_the_graphs_own_times_back(job64):
     again = W.evaluate(ctx, ["COMP=0.5", "COMM:DP=0.5"])
     assert again.iteration_ns == first.iteration_ns and again.path_ranks == first.path_ranks
     assert W.evaluate(ctx, ["COMP=1"]).iteration_ns == first.baseline_ns
+
+
+def test_a_diagnosis_without_advice_is_the_same_here_on_processes_and_on_dask(job64):
+    """Without advice (or CPU tables) each rank's activities and communication are made
+    where its table is read: every table equals the diagnosis of the tables all read
+    into one process (:func:`~traceviz.analysis.diagnose.diagnosis.diagnose`), whether
+    made here, on local processes or on Dask; the slow GPU is the straggler."""
+    from traceviz.analysis.advice import JobDiagnosis
+    from traceviz.analysis.diagnose.diagnosis import diagnose
+    from traceviz.ingest.tables import rank_tables
+
+    files = sorted(p for p in job64.glob("rank_*.parquet") if ".cpu." not in p.name)
+    tables = {r: t for r, _, t in rank_tables(files, products.DIAGNOSIS_COLUMNS, [])}
+    direct = JobDiagnosis(diagnose(tables, products._pipelines(job64, job64, None, tables)),
+                          None, ()).tables()
+    assert direct["stragglers"]["rank"].to_pylist() == [SLOW] and len(direct) > 5
+    for workers in (Workers(1), Workers(2), Workers(scheduler="local")):
+        shutil.rmtree(job64 / ".traceviz-cache", ignore_errors=True)
+        found = products.job_diagnosis(job64, advice=False, workers=workers)
+        assert not found.failed and found.advice_table is None
+        got = found.tables()
+        assert set(got) == set(direct)
+        for name, table in direct.items():
+            assert got[name].equals(table), (workers, name)
+
+
+def test_two_tables_of_one_rank_are_named_before_any_is_read(job64, tmp_path):
+    """Two tables that state one rank: one line naming both, as reading them would."""
+    folder = tmp_path / "iteration_10"
+    folder.mkdir()
+    for r in (0, 1):
+        shutil.copy(job64 / "rank_0000.parquet", folder / f"rank_{r:04d}.parquet")
+    r = CliRunner().invoke(main, ["diagnose", str(folder), "--no-advice", "-o",
+                                  str(tmp_path / "d")])
+    assert r.exit_code == 1
+    said = r.output.strip()
+    assert "\n" not in said and "are both rank 0" in said
+    assert str(folder / "rank_0000.parquet") in said and str(folder / "rank_0001.parquet") \
+        in said

@@ -265,7 +265,7 @@ def rank_tables(files: list[Path], columns: tuple[str, ...] | None, failed: list
 
     for folder in sorted({f.parent for f in files if f.suffix == ".parquet"}):
         failed += failures_of(folder)  # traces that never became a table
-    seen: dict[int, tuple[Path, int | None]] = {}
+    seen: dict[int, tuple[Path, bool]] = {}
     runs: dict[str, tuple[Path, Any]] = {}  # what the first file said: no rank, a size
     for k, path in enumerate(progress(files, "reading ranks")):
         try:
@@ -282,15 +282,19 @@ def rank_tables(files: list[Path], columns: tuple[str, ...] | None, failed: list
                  metadata(table).get("world_size"), runs)
         rank = stated if stated is not None else k
         if rank in seen:
-            other, other_stated = seen[rank]
-            unstated = [str(p) for p, st in ((path, stated), (other, other_stated))
-                        if st is None]
-            why = (f" ({' and '.join(unstated)} states no rank: numbered by its position "
-                   "in the folder)" if unstated else "")
-            raise TraceVizError(f"{path} and {other} are both rank {rank}{why}; pass one "
-                                "trace per rank (one job, one profiled iteration)")
-        seen[rank] = (path, stated)
+            _both(rank, (path, stated is not None), seen[rank])
+        seen[rank] = (path, stated is not None)
         yield rank, path, table
+
+
+def _both(rank: int, one: tuple[Path, bool], other: tuple[Path, bool]) -> None:
+    """The one-line error of two tables (path, whether it states its rank) that are
+    both rank ``rank``."""
+    unstated = [str(p) for p, stated in (one, other) if not stated]
+    why = (f" ({' and '.join(unstated)} states no rank: numbered by its position in the "
+           "folder)" if unstated else "")
+    raise TraceVizError(f"{one[0]} and {other[0]} are both rank {rank}{why}; pass one "
+                        "trace per rank (one job, one profiled iteration)")
 
 
 def _one_run(path: Path, rank: int | None, world: Any,
@@ -386,30 +390,34 @@ def load_with_cpu(folder: Path, lazy: bool = False) -> list[tuple[int, pa.Table,
         return [(r, lambda p=p: slim(read_table(p)), lambda c=c: slim(read_table(c)))
                 for r, p, c in rank_files(folder)]
     out: list[tuple[int, Any, Any]] = []
+    ranks: list[tuple[int, Path, bool]] = []
     runs: dict[str, tuple[Path, Any]] = {}
     for k, p in enumerate(input_files([folder])):
         sibling = _cpu_table_of(p)
         gpu = read_table(p)
         _one_run(Path(metadata(gpu).get("source") or p), stated_rank(gpu, p),
                  metadata(gpu).get("world_size"), runs)
+        stated = stated_rank(gpu, p)
         out.append((rank_of(gpu, p, k), gpu, read_table(sibling)))
-    _one_table_per_rank(folder, [r for r, _, _ in out])
+        ranks.append((out[-1][0], p, stated is not None))
+    _one_table_per_rank(ranks)
     return out
 
 
 def rank_files(folder: Path) -> list[tuple[int, Path, Path]]:
     """(rank, GPU activity table, CPU table) files of every rank table of ``folder``
     (:func:`numbered`), checked as :func:`load_with_cpu` checks them, none read."""
-    return [(r, p, _cpu_table_of(p)) for r, p in numbered(input_files([folder]), folder)]
+    return [(r, p, _cpu_table_of(p)) for r, p in numbered(input_files([folder]))]
 
 
-def numbered(files: list[Path], folder: Path) -> list[tuple[int, Path]]:
-    """(rank, file) of the rank tables ``files`` of ``folder``: the rank from the footer
+def numbered(files: list[Path]) -> list[tuple[int, Path]]:
+    """(rank, file) of the rank tables ``files``: the rank from the footer
     (:func:`file_rank`), else numbered as :func:`rank_tables` numbers it; a one-line
     error where they are not one run or two claim one rank. A file whose footer cannot
     be read and whose name states no rank is numbered -1, -2, ... (its loader says why
     it cannot be read). None is read."""
     out = []
+    ranks: list[tuple[int, Path, bool]] = []
     runs: dict[str, tuple[Path, Any]] = {}
     unreadable = 0
     for k, p in enumerate(files):
@@ -424,13 +432,19 @@ def numbered(files: list[Path], folder: Path) -> list[tuple[int, Path]]:
             source = world = None
         _one_run(Path(source or p), rank, world, runs)
         out.append((k if rank is None else rank, p))
-    _one_table_per_rank(folder, [r for r, _ in out if r >= 0])
+        ranks.append((out[-1][0], p, rank is not None))
+    _one_table_per_rank(ranks)
     return out
 
 
-def _one_table_per_rank(folder: Path, ranks: list[int]) -> None:
-    if len(set(ranks)) < len(ranks):
-        raise TraceVizError(f"{folder}: two tables claim one rank; keep one table per rank")
+def _one_table_per_rank(ranks: list[tuple[int, Path, bool]]) -> None:
+    """The one-line error where two of the (rank, table, whether it states its rank)
+    ``ranks`` are one rank (:func:`_both`)."""
+    seen: dict[int, tuple[Path, bool]] = {}
+    for rank, path, stated in ranks:
+        if rank in seen:
+            _both(rank, (path, stated), seen[rank])
+        seen[rank] = (path, stated)
 
 
 def load_with_memory(path: Path, rank: int | None = None

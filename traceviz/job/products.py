@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +28,8 @@ from ..analysis.activities import COLUMNS as ACTIVITY_COLUMNS
 from ..analysis.calls import COLUMNS as CALL_COLUMNS
 from ..analysis.critical_path.paths import iteration_window, job_path, what_if_context
 from ..analysis.advice import Advice, JobDiagnosis, advise
-from ..analysis.diagnose.diagnosis import Diagnosis, diagnose, diagnosis_of, synced_activities
-from ..analysis.diagnose.waits import META_COLUMNS, job_comm
+from ..analysis.diagnose.diagnosis import Diagnosis, diagnosis_of, synced_activities
+from ..analysis.diagnose.waits import META_COLUMNS, JobComm, job_comm, job_comm_of
 from ..analysis.memory import JobMemory, rank_memory
 from ..analysis.timeline.diagnosis import TimelineDiagnosis, diagnose_timeline
 from ..ingest.op_timeline import read_op_timeline
@@ -118,7 +118,7 @@ def aggregation(root: Path, folder: Path, alignment: str = "synced",
     comm_parts`)."""
     files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
     failed = failures_of(folder)  # traces that never became a table
-    parts = comm_parts(numbered(files, folder), AGGREGATION_COLUMNS, workers, failed) \
+    parts = comm_parts(numbered(files), AGGREGATION_COLUMNS, workers, failed) \
         if files else []
     if not parts:
         raise TraceVizError(f"{folder}: no parsed rank tables (run 'traceviz batch' first)")
@@ -129,18 +129,6 @@ def aggregation(root: Path, folder: Path, alignment: str = "synced",
 
 
 DIAGNOSIS_COLUMNS = tuple(dict.fromkeys(ACTIVITY_COLUMNS + CALL_COLUMNS + META_COLUMNS))
-
-
-def job_tables(root: Path, columns: tuple[str, ...], failed: list[str]
-               ) -> dict[int, pa.Table]:
-    """rank -> table of one profiled iteration's ranks (a job's traces are parsed once
-    into its tables; one table is read alone); ``failed`` gets the ranks left out."""
-    if not root.exists():
-        raise TraceVizError(f"{root}: no such file or folder")
-    tables = {rank: t for rank, _, t in rank_tables(job_files(root), columns, failed)}
-    if not tables:
-        raise TraceVizError(f"{root}: no rank could be read: " + "; ".join(failed))
-    return tables
 
 
 def cached_diagnosis(folder: Path, topology: str | os.PathLike | None = None
@@ -232,12 +220,33 @@ def _diagnosis(root: Path, folder: Path, topology, advice: bool, options: dict,
             if a.target_rank is not None and a.saving_ns is not None
             and a.what_if.startswith("straggler:")})
         return diag, failed, adv, not mapped.failed
-    tables = job_tables(root, DIAGNOSIS_COLUMNS, failed)
-    diag = diagnose(tables, _pipelines(root, folder, topology, tables), **options)
-    why = ("one rank: nothing to re-time across ranks" if len(tables) < 2 else
+    jc, whole = _job_comm(root, workers, failed)
+    diag = diagnosis_of(jc, _pipelines(root, folder, topology, jc.acts), **options)
+    why = ("one rank: nothing to re-time across ranks" if len(jc.acts) < 2 else
            "the ranks' CPU tables are not parsed (run 'traceviz batch JOB --cpu', or give "
            "diagnose the traces)")
-    return diag, failed, advise(diag, None, why) if advice else None, True
+    return diag, failed, advise(diag, None, why) if advice else None, whole
+
+
+def _job_comm(root: Path, workers: Workers, failed: list[str]) -> tuple[JobComm, bool]:
+    """The matched communication of ``root``'s ranks (one profiled iteration's tables,
+    its traces parsed first where needed), each rank's activities and communication made
+    where its table is read (``workers``: :func:`~traceviz.ingest.rank_pieces.
+    comm_parts`), and whether every rank was read (none lost to a worker that died or
+    to a table that cannot be read: such a diagnosis is not kept, as the advice's is
+    not); the ranks left out go to ``failed`` (one line each), after the traces the
+    last batch failed to parse."""
+    files = job_files(root)
+    lost: list[str] = []
+    for folder in sorted({f.parent for f in files}):
+        failed += failures_of(folder)  # traces that never became a table
+    parts = comm_parts(numbered(files), DIAGNOSIS_COLUMNS, workers,
+                       lost) if files else []
+    failed += lost
+    if not parts:
+        raise TraceVizError(f"{root}: no rank could be read" + "".join(
+            f": {f}" for f in failed[:1]))
+    return job_comm_of(parts), not lost
 
 
 def _pipelines(root: Path, folder: Path, topology, ranks) -> list[list[int]] | None:
@@ -262,8 +271,8 @@ def step_windows(root: Path, folder: Path, topology: str | os.PathLike | None = 
     steps: pa.Table | None = None
     if diag is not None and diag.synced:  # the diagnosis's clocks: no matching again
         files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
-        acts = synced_activities(diag, {r: t for r, _, t in rank_tables(
-            files, AGGREGATION_COLUMNS, [])})
+        acts = synced_activities(diag, ((r, t) for r, _, t in rank_tables(
+            files, AGGREGATION_COLUMNS, [])))
         if acts is not None:
             steps, clocks = microbatch_table(acts), diag.clocks
     if steps is None:
@@ -350,11 +359,12 @@ def _folder_views(root: Path, folder: Path, vpp: int | None, iteration: int | No
     if wanted is not None:
         files = [p for p in files if file_rank(p) in wanted]
     # the aggregation's columns: steps and calls
-    tables = {rank: t for rank, _, t in rank_tables(files, AGGREGATION_COLUMNS, [])}
-    acts = synced_activities(diag, tables) if tables else None
-    if acts is None:  # tables the diagnosis did not see: match their ranks again
-        acts = job_comm(tables).acts
-    del tables
+    def read() -> Iterator[tuple[int, pa.Table]]:
+        return ((rank, t) for rank, _, t in rank_tables(files, AGGREGATION_COLUMNS, []))
+
+    acts = synced_activities(diag, read())
+    if not acts:  # tables the diagnosis did not see: match their ranks again
+        acts = job_comm(dict(read())).acts
     ranks = {a.rank: a for a in acts}
     return pipeline_views(ranks, diag, every, iteration, vpp, all_groups, str(folder))
 

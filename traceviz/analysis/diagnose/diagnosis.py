@@ -139,18 +139,21 @@ def _split_columns(diag: Diagnosis, rows: np.ndarray) -> tuple[np.ndarray, np.nd
     return out[0], out[1]
 
 
-def synced_activities(diag: Diagnosis, tables: dict[int, pa.Table]
+def synced_activities(diag: Diagnosis, tables: Iterable[tuple[int, pa.Table]]
                       ) -> list[RankActivities] | None:
-    """The activities of ``tables`` (some of the diagnosed job's ranks) on the
-    diagnosis's synced clocks with its communication split attached, without matching
-    the job again; None where a rank's communication kernels are not those the
+    """The activities of ``tables`` ((rank, table) of some of the diagnosed job's ranks,
+    each let go once its activities are made) on the diagnosis's synced clocks with its
+    communication split attached, without matching the job again, in rank order; None
+    where a rank is not the diagnosis's or its communication kernels are not those the
     diagnosis split (another table)."""
-    if not set(tables) <= set(diag.ranks):
-        return None
     starts = diag.comm_calls["start_ns"].to_numpy()
+    known = set(diag.ranks)
     out = []
-    for r in sorted(tables):
-        a = activities(tables[r], rank=r, offset_ns=diag.offsets.get(r, 0))
+    for r, table in tables:
+        if r not in known:
+            return None
+        a = activities(table, rank=r, offset_ns=diag.offsets.get(r, 0))
+        del table
         mine = _calls_of(diag, r)
         pos = np.flatnonzero(a.kind == COMM)
         if pos.size != mine.size or not np.array_equal(a.ts[pos], starts[mine]):
@@ -161,7 +164,7 @@ def synced_activities(diag: Diagnosis, tables: dict[int, pa.Table]
         a.waited_for = np.full(len(a), -1, np.int64)
         a.waited_for[pos] = who
         out.append(a)
-    return out
+    return sorted(out, key=lambda a: a.rank)
 
 
 def pipelines_of(metas: Iterable[dict]) -> list[list[int]]:
