@@ -481,3 +481,58 @@ def test_two_tables_of_one_rank_are_named_before_any_is_read(job64, tmp_path):
     assert "\n" not in said and "are both rank 0" in said
     assert str(folder / "rank_0000.parquet") in said and str(folder / "rank_0001.parquet") \
         in said
+
+
+def test_the_report_is_the_same_here_on_processes_and_on_dask(job64, tmp_path):
+    """``report``'s per-rank summaries are made where each table is read: the report is
+    the same whether made here, on local processes or on Dask. With a rank lost (its
+    table cut) it names the file and is not kept: the next run makes it again."""
+    from traceviz.analysis.report import report_json
+    from traceviz.job.report import make_report
+
+    made = {}
+    for name, workers in (("here", Workers(1)), ("processes", Workers(2)),
+                          ("dask", Workers(scheduler="local"))):
+        shutil.rmtree(job64 / ".traceviz-cache", ignore_errors=True)
+        made[name] = report_json(make_report(job64, workers=workers))
+    assert made["here"] == made["processes"] == made["dask"]
+    assert made["here"]["failed"] == [] and made["here"]["configuration"]["world_size"] == 64
+    folder = tmp_path / "iteration_10"
+    shutil.copytree(job64, folder, ignore=shutil.ignore_patterns(".traceviz-cache"))
+    bad = folder / "rank_0009.parquet"
+    bad.write_bytes(bad.read_bytes()[:1000])
+    rep = make_report(folder, workers=Workers(2))
+    assert [f.split(":")[0] for f in rep["failed"]] == [str(bad)]
+    assert not (folder / ".traceviz-cache" / "report").exists()
+
+
+def test_the_op_model_is_the_same_here_on_processes_and_on_dask(job64, tmp_path):
+    """``ops``: each rank's op model made where its tables are read; the same here, on
+    local processes and on Dask. A rank whose CPU table is cut is named (its file) and
+    the others modelled; that op model is not kept."""
+    made = {}
+    for name, workers in (("here", Workers(1)), ("processes", Workers(2)),
+                          ("dask", Workers(scheduler="local"))):
+        shutil.rmtree(job64 / ".traceviz-cache", ignore_errors=True)
+        failed: list[str] = []
+        made[name] = products.ops(job64, workers=workers, failed=failed)
+        assert failed == []
+    here = made["here"]
+    assert here.ranks == tuple(range(64)) and here.calls.num_rows > 0
+    for other in (made["processes"], made["dask"]):
+        assert other.ranks == here.ranks and other.total_ns == here.total_ns
+        for name, table in here.tables().items():
+            assert other.tables()[name].equals(table), name
+    folder = tmp_path / "iteration_10"
+    shutil.copytree(job64, folder, ignore=shutil.ignore_patterns(".traceviz-cache"))
+    bad = folder / "rank_0007.cpu.parquet"
+    bad.write_bytes(bad.read_bytes()[:500])
+    r = CliRunner().invoke(main, ["ops", str(folder), "-j", "2", "-o", str(tmp_path / "o")])
+    assert r.exit_code == 1 and "op model of 63 rank(s)" in r.output, r.output
+    assert f"failed: {bad}" in r.output and "Traceback" not in r.output
+    assert (tmp_path / "o" / "ops_by_shape.parquet").exists()  # the others, written
+    failed = []
+    model = products.ops(folder, workers=Workers(2), failed=failed)
+    assert model.ranks == tuple(r for r in range(64) if r != 7)
+    assert [f.split(":")[0] for f in failed] == [str(bad)]
+    assert not (folder / ".traceviz-cache" / "op_model").exists()

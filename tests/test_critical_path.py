@@ -142,8 +142,10 @@ def test_retime_with_unit_factors_reproduces_the_measured_times(slow_job):
     # directly: the graph re-timed with its own times equals the measured node times
     # wherever the measured time is explained (wait >= 0)
     from traceviz.analysis.diagnose.waits import job_comm
-    from traceviz.ingest.tables import load_with_cpu, tables_folder
-    tables = load_with_cpu(tables_folder(slow_job, cpu=True))
+    from traceviz.ingest.tables import rank_files, tables_folder
+    from traceviz.table.io import read_table
+    tables = [(r, read_table(g), read_table(c))
+              for r, g, c in rank_files(tables_folder(slow_job, cpu=True))]
     jc = job_comm({r: gpu for r, gpu, _ in tables})
     ranks, infos = [], []
     for _, gpu, cpu in tables:

@@ -321,7 +321,8 @@ def counters(traces, output, series) -> None:
               help="Dense BF16 peak per GPU [default: the device's, from its name].")
 @click.option("-o", "--output", "outdir", help="Folder for the op tables and figures "
               "[default: traceviz-out/<job>/ops].")
-def ops(path, rank, peak_tflops, outdir) -> None:
+@workers_options
+def ops(path, rank, peak_tflops, outdir, jobs, scheduler) -> None:
     """Op-level performance model: FLOPs and bytes of every GEMM, attention, convolution
     and elementwise / norm / softmax call from its recorded shapes (record_shapes), the
     GPU time of the kernels it launched, achieved TFLOP/s and TB/s and % of the device's
@@ -336,7 +337,8 @@ def ops(path, rank, peak_tflops, outdir) -> None:
     interpret_small_traces([path])
     from ..commands import ops as command
 
-    result = command.run(path, rank=rank, peak_tflops=peak_tflops)
+    result = command.run(path, rank=rank, peak_tflops=peak_tflops, jobs=jobs,
+                         scheduler=scheduler)
     finish(result, outdir or command_output("ops", path))
 
 

@@ -12,7 +12,13 @@ from ..table.result import Result
 
 
 def run(path: Job | str | os.PathLike, *, rank: int | None = None,
-        peak_tflops: float | None = None) -> Result:
+        peak_tflops: float | None = None, jobs: int = 1, scheduler: str | None = None
+        ) -> Result:
     """The op model of ``path`` (:meth:`Job.ops`) as files
-    (:func:`traceviz.render.ops_files.ops_result`)."""
-    return ops_result(Job.of(path).ops(rank=rank, peak_tflops=peak_tflops))
+    (:func:`traceviz.render.ops_files.ops_result`), the ranks it leaves out named;
+    ``jobs`` / ``scheduler``: where each rank's op model is made."""
+    model, failed = Job.of(path, jobs=jobs, scheduler=scheduler).ops_run(
+        rank=rank, peak_tflops=peak_tflops)
+    result = ops_result(model)
+    result.failed += failed
+    return result

@@ -1,9 +1,12 @@
 """The map steps of a job's analyses on workers (:func:`map_ranks`): each rank's piece
-of the job's path and diagnosis (:mod:`traceviz.analysis.critical_path.pieces`), and
-each rank's communication part for the aggregation (:func:`comm_parts`), made where its
-tables are read, on local worker processes or a Dask cluster's workers (:mod:`.workers`).
-What comes back to this process is the piece or the part: the rank's activities,
-communication kernels and graph arrays, never its tables. A rank whose worker dies
+of the job's path and diagnosis (:mod:`traceviz.analysis.critical_path.pieces`), each
+rank's communication part for the aggregation and the diagnosis without advice
+(:func:`comm_parts`), each rank's summary for the report (:func:`summaries`) and its op
+model (:func:`rank_op_models`), made
+where its tables are read, on local worker processes or a Dask cluster's workers
+(:mod:`.workers`). What comes back to this process is the piece, the part, the summary
+or the op model: the rank's activities, communication kernels and graph arrays, its sums
+and calls, or its modelled calls, never its tables. A rank whose worker dies
 (twice), or whose table cannot be read, is named, not dropped silently: it is left out
 of the job and listed with its reason.
 """
@@ -15,7 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from ..analysis.critical_path.pieces import PieceOptions, RankPiece, SharedValues, rank_piece
+from ..analysis.ops import RankOps, rank_ops
+from ..analysis.rank_summary import RankSummary, summarize
 from ..analysis.diagnose.waits import CommPart, comm_part
 from ..errors import TraceVizError
 from ..table.cores import usable_cores
@@ -28,15 +35,39 @@ from .tables import load_table, missing_columns, slim
 LOCAL_MIN_RANKS = 32
 
 
+def _read_pair(gpu: str, cpu: str) -> tuple[pa.Table, pa.Table] | str:
+    """A rank's GPU and CPU tables (their process groups cut, :func:`~.tables.slim`),
+    or the one line saying why one cannot be read."""
+    try:
+        return slim(read_table(Path(gpu))), slim(read_table(Path(cpu)))
+    except TraceVizError as exc:
+        return str(exc)
+
+
 def piece_of_files(task: tuple[int, str, str], options: PieceOptions) -> RankPiece | str:
     """The piece of one rank from its GPU and CPU table files (runs in a worker), or the
     one line saying why a table cannot be read."""
     rank, gpu, cpu = task
-    try:
-        tables = slim(read_table(Path(gpu))), slim(read_table(Path(cpu)))
-    except TraceVizError as exc:
-        return str(exc)
-    return rank_piece(rank, *tables, options)
+    tables = _read_pair(gpu, cpu)
+    return tables if isinstance(tables, str) else rank_piece(rank, *tables, options)
+
+
+def ops_of_files(task: tuple[int, str, str], peak_tflops: float | None) -> RankOps | str:
+    """One rank's op model (:func:`~traceviz.analysis.ops.rank_ops`) from its GPU and
+    CPU table files (runs in a worker), or the one line saying why a table cannot be
+    read."""
+    _, gpu, cpu = task
+    tables = _read_pair(gpu, cpu)
+    return tables if isinstance(tables, str) else rank_ops(*tables, peak_tflops)
+
+
+def rank_op_models(files: list[tuple[int, Path, Path]], peak_tflops: float | None,
+                   on: Workers, failed: list[str]) -> list[RankOps]:
+    """The op model of every (rank, GPU table, CPU table) of ``files``
+    (:func:`ops_of_files`), made on ``on``, in the files' order; the ranks that cannot
+    be read go to ``failed``."""
+    return map_ranks(ops_of_files, [(int(r), os.fspath(g), os.fspath(c))
+                                    for r, g, c in files], (peak_tflops,), on, failed)
 
 
 @dataclass(frozen=True)
@@ -101,18 +132,43 @@ class RankMap:
                          SharedValues().share)
 
 
+def _read(path: str, columns: tuple[str, ...]) -> Any:
+    """``columns`` of the table ``path`` (its process groups cut, :func:`~.tables.slim`),
+    or the one line saying why it cannot be read or lacks one of them."""
+    try:
+        table = slim(load_table(Path(path), columns))
+    except TraceVizError as exc:
+        return str(exc)
+    lacking = missing_columns(Path(path), table, columns)
+    return lacking if lacking is not None else table
+
+
 def comm_of_file(task: tuple[int, str], columns: tuple[str, ...]) -> CommPart | str:
     """What the aggregation takes of one rank (runs in a worker): its table's
     :class:`~traceviz.analysis.diagnose.waits.CommPart` (``columns`` of the table read,
     its collectives' ends kept for the clock sync), or the one line saying why the
     table cannot be read."""
     rank, path = task
-    try:
-        table = slim(load_table(Path(path), columns))
-    except TraceVizError as exc:
-        return str(exc)
-    lacking = missing_columns(Path(path), table, columns)
-    return lacking if lacking is not None else comm_part(table, rank)
+    table = _read(path, columns)
+    return table if isinstance(table, str) else comm_part(table, rank)
+
+
+def summary_of_file(task: tuple[int, str], columns: tuple[str, ...]) -> RankSummary | str:
+    """One rank's :class:`~traceviz.analysis.rank_summary.RankSummary` from ``columns``
+    of its table (runs in a worker), or the one line saying why the table cannot be
+    read."""
+    rank, path = task
+    table = _read(path, columns)
+    return table if isinstance(table, str) else summarize(table, rank)
+
+
+def summaries(files: list[tuple[int, Path]], columns: tuple[str, ...], on: Workers,
+              failed: list[str]) -> list[RankSummary]:
+    """The :class:`~traceviz.analysis.rank_summary.RankSummary` of every (rank, table
+    file) in ``files`` (:func:`summary_of_file`), made on ``on``, in the files' order;
+    the ranks that cannot be read go to ``failed``."""
+    return map_ranks(summary_of_file, [(int(r), os.fspath(p)) for r, p in files],
+                     (columns,), on, failed)
 
 
 def comm_parts(files: list[tuple[int, Path]], columns: tuple[str, ...], on: Workers,

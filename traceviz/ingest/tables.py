@@ -380,33 +380,9 @@ def slim(table: pa.Table) -> pa.Table:
         **(table.schema.metadata or {}), METADATA_KEY: orjson.dumps(meta)})
 
 
-def load_with_cpu(folder: Path, lazy: bool = False) -> list[tuple[int, pa.Table, Any]]:
-    """(rank, GPU activity table, CPU table) of every rank table of ``folder`` (the rank
-    as :func:`rank_tables` numbers it); with ``lazy``, in place of each table what reads
-    it when called (a job's tables need not all be in memory at once; the rank then
-    from the footer, :func:`file_rank`); a one-line error when a CPU table is missing or
-    the tables are not of one run (see :func:`rank_tables`)."""
-    if lazy:  # read when asked, their process groups cut (see slim)
-        return [(r, lambda p=p: slim(read_table(p)), lambda c=c: slim(read_table(c)))
-                for r, p, c in rank_files(folder)]
-    out: list[tuple[int, Any, Any]] = []
-    ranks: list[tuple[int, Path, bool]] = []
-    runs: dict[str, tuple[Path, Any]] = {}
-    for k, p in enumerate(input_files([folder])):
-        sibling = _cpu_table_of(p)
-        gpu = read_table(p)
-        _one_run(Path(metadata(gpu).get("source") or p), stated_rank(gpu, p),
-                 metadata(gpu).get("world_size"), runs)
-        stated = stated_rank(gpu, p)
-        out.append((rank_of(gpu, p, k), gpu, read_table(sibling)))
-        ranks.append((out[-1][0], p, stated is not None))
-    _one_table_per_rank(ranks)
-    return out
-
-
 def rank_files(folder: Path) -> list[tuple[int, Path, Path]]:
     """(rank, GPU activity table, CPU table) files of every rank table of ``folder``
-    (:func:`numbered`), checked as :func:`load_with_cpu` checks them, none read."""
+    (:func:`numbered`: one run, one table per rank), none read."""
     return [(r, p, _cpu_table_of(p)) for r, p in numbered(input_files([folder]))]
 
 
@@ -483,7 +459,7 @@ def _cpu_table_of(table: Path) -> Path:
 def one_rank_with_cpu(path: Path, rank: int | None) -> tuple[pa.Table, pa.Table] | None:
     """(GPU table, CPU table) of ``path`` when it names one rank (a trace, a table, a
     folder of one rank, or ``rank`` of a job); None for a job of several ranks (then
-    ``load_with_cpu(tables_folder(path, cpu=True))``). One-line error when the table
+    ``rank_files(tables_folder(path, cpu=True))``). One-line error when the table
     has no CPU table."""
     if rank is None and not path.is_file() and len(input_files([path])) > 1:
         return None

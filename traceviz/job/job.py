@@ -457,8 +457,17 @@ class Job:
         """The op model (``traceviz ops``): ``.calls`` (every modelled call),
         ``.by_shape``, ``.by_module``, ``.iterations`` (MFU), ... or ``.tables()`` by
         name."""
-        return self._keep(("ops", rank, peak_tflops), lambda: products.ops(
-            self._by_rank(rank), rank=rank, peak_tflops=peak_tflops))
+        return self.ops_run(rank=rank, peak_tflops=peak_tflops)[0]
+
+    def ops_run(self, *, rank: int | None = None, peak_tflops: float | None = None
+                ) -> tuple[OpModel, list[str]]:
+        """:meth:`ops` (each rank's made on the job's workers) and the ranks it leaves
+        out (one line each)."""
+        def make() -> tuple[OpModel, list[str]]:
+            failed: list[str] = []
+            return products.ops(self._by_rank(rank), rank=rank, peak_tflops=peak_tflops,
+                                workers=self.source.workers, failed=failed), failed
+        return self._keep(("ops", rank, peak_tflops), make)
 
     def memory(self, *, rank: int | None = None) -> JobMemory:
         """Where GPU memory goes (``traceviz memory``; traces recorded with

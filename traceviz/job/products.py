@@ -56,7 +56,6 @@ from ..ingest.tables import (
     job_files,
     has_cpu_tables,
     input_files,
-    load_with_cpu,
     load_with_memory,
     numbered,
     one_rank_with_cpu,
@@ -66,7 +65,7 @@ from ..ingest.tables import (
     tables_folder,
 )
 from ..ingest.batch import failures_of
-from ..ingest.rank_pieces import RankMap, Workers, comm_parts
+from ..ingest.rank_pieces import RankMap, Workers, comm_parts, rank_op_models
 from ..ingest.timer_dump import NAME, find_dumps, read_group
 from ..ingest.topology import job_layout, pipeline_groups
 
@@ -394,20 +393,27 @@ def pipeline(root: str | os.PathLike, vpp: int | None = None, iteration: int | N
 
 
 def ops(path: str | os.PathLike, *, rank: int | None = None,
-        peak_tflops: float | None = None) -> OpModel:
-    """The op model of ``path`` (one trace / table, ``--rank`` of a job, or a job: kept
-    beside its tables, :mod:`.job_cache`)."""
+        peak_tflops: float | None = None, workers: Workers = Workers(),
+        failed: list[str] | None = None) -> OpModel:
+    """The op model of ``path`` (one trace / table, ``--rank`` of a job, or a job: each
+    rank's made where its tables are read, on ``workers``; kept beside the tables,
+    :mod:`.job_cache`, where no rank is left out); the ranks left out go to ``failed``
+    (one line each)."""
     path = Path(path)
+    failed = [] if failed is None else failed
     one = one_rank_with_cpu(path, rank)
     if one:
         return op_model([rank_ops(*one, peak_tflops)])
     folder = tables_folder(path, cpu=True)
+    failed += failures_of(folder)  # traces that never became a table
     key = job_cache.key_of(folder, None, {"peak_tflops": peak_tflops})
     model = job_cache.load_op_model(folder, key)
     if model is None:
-        model = op_model([rank_ops(g(), cpu(), peak_tflops)
-                          for _, g, cpu in load_with_cpu(folder, lazy=True)])
-        job_cache.store_op_model(folder, key, model)
+        lost: list[str] = []
+        model = op_model(rank_op_models(rank_files(folder), peak_tflops, workers, lost))
+        failed += lost
+        if not lost:
+            job_cache.store_op_model(folder, key, model)
     return model
 
 

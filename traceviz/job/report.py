@@ -1,6 +1,6 @@
 """The collectives and throughput report of one profiled iteration's ranks, from their
-tables (traces parsed first where needed): each rank summarized (one table in memory at
-a time), clocks synced, the report built (:mod:`traceviz.analysis.report`) with the MFU
+tables (traces parsed first where needed): each rank summarized where its table is read
+(on the job's workers, one table in memory at a time on each), clocks synced, the report built (:mod:`traceviz.analysis.report`) with the MFU
 chosen, the job's diagnosis and advice added; kept beside the tables
 (:mod:`.job_cache`)."""
 from __future__ import annotations
@@ -14,14 +14,15 @@ from ..analysis.calls import COLUMNS as CALL_COLUMNS
 from ..analysis.clocks import is_clock_note, offsets_from_calls
 from ..analysis.iterations import COLUMNS as WINDOW_COLUMNS
 from ..analysis.ops_summary import trace_mfu
-from ..analysis.rank_summary import RankSummary, summarize
+from ..analysis.rank_summary import RankSummary
 from ..analysis.report import build_report, finite, from_json, job_world, report_json
 from ..analysis.report_types import Diagnosed, Report, TraceMfu
 from ..analysis.run_config import RunConfig, from_torchtitan_toml
 from ..errors import TraceVizError
 from ..ingest import job_cache
-from ..ingest.rank_pieces import Workers
-from ..ingest.tables import has_cpu_tables, job_files, rank_tables, tables_folder
+from ..ingest.batch import failures_of
+from ..ingest.rank_pieces import Workers, summaries
+from ..ingest.tables import has_cpu_tables, job_files, numbered, tables_folder
 from ..ingest.topology import job_layout
 from ..table.records import records
 from . import products
@@ -29,25 +30,29 @@ from . import products
 COLUMNS = tuple(dict.fromkeys(CALL_COLUMNS + ("comm_group",) + WINDOW_COLUMNS))
 
 
-def summaries_of(root: Path) -> tuple[list[RankSummary], list[str]]:
-    """Every rank's summary (ranks unknown to their trace numbered from file names) and
-    the one-line reasons of the files that failed. A job's traces are parsed once into
-    its tables (``traceviz batch``'s default place); one table is read alone."""
-    summaries: list[RankSummary] = []
+def summaries_of(root: Path, workers: Workers) -> tuple[list[RankSummary], list[str]]:
+    """Every rank's summary (ranks unknown to their trace numbered from file names), each
+    made where its table is read (``workers``), and the one-line reasons of the files
+    that failed. A job's traces are parsed once into its tables (``traceviz batch``'s
+    default place); one table is read alone."""
+    files = job_files(root)
     failed: list[str] = []
-    for rank, _, table in rank_tables(job_files(root), COLUMNS, failed):
-        summaries.append(summarize(table, rank))
-    if not summaries:
+    for folder in sorted({f.parent for f in files}):
+        failed += failures_of(folder)  # traces that never became a table
+    found = summaries(numbered(files), COLUMNS, workers, failed)
+    if not found:
         raise TraceVizError(f"{root}: no rank could be read: " + "; ".join(failed))
-    return summaries, failed
+    return found, failed
 
 
 def make_report(root: str | os.PathLike, *, config_file: str | None = None,
                 overrides: dict | None = None, topology: str | None = None,
                 clock_sync: bool = True, workers: Workers = Workers()) -> Report:
     """The report dict of ``root`` (NaN-free: JSON-ready); ``failed`` lists the ranks
-    left out (their trace or table could not be read), one line each. A job's report is
-    kept beside its tables (:mod:`traceviz.ingest.job_cache`) for these options."""
+    left out (their trace or table could not be read, or their worker died: by the
+    summaries or the diagnosis), one line each. A job's report is kept beside its
+    tables (:mod:`traceviz.ingest.job_cache`) for these options where no rank is left
+    out."""
     root = Path(root)
     if not root.exists():
         raise TraceVizError(f"{root}: no such file or folder")
@@ -65,14 +70,15 @@ def make_report(root: str | os.PathLike, *, config_file: str | None = None,
     if found is not None:
         return from_json(found[1]["report"])
     rep = _make_report(root, config_file, overrides, topology, clock_sync, workers)
-    job_cache.store(folder, "report", key, {}, {"report": report_json(rep)})
+    if not rep["failed"]:  # a rank lost (to a worker that died, too): made again
+        job_cache.store(folder, "report", key, {}, {"report": report_json(rep)})
     return rep
 
 
 def _make_report(root: Path, config_file: str | None, overrides: dict | None,
                  topology: str | None, clock_sync: bool, workers: Workers) -> Report:
     """The report dict, computed (see :func:`make_report`)."""
-    summaries, failed = summaries_of(root)
+    summaries, failed = summaries_of(root, workers)
     notes = [f"rank {s.rank}: its trace is cut at byte {s.truncated_at}; its calls after "
               "the cut are missing" for s in summaries if s.truncated_at is not None]
     folder = root if root.is_dir() else root.parent
@@ -83,13 +89,15 @@ def _make_report(root: Path, config_file: str | None, overrides: dict | None,
     config = from_torchtitan_toml(config_file, world) if config_file else RunConfig()
     config = config.updated(**(overrides or {}))
     try:
-        diag, _, advice = products.diagnosis(root, topology, advice=True, workers=workers)
+        diag, lost, advice = products.diagnosis(root, topology, advice=True,
+                                                workers=workers)
+        failed += [f for f in lost if f not in failed]
         diagnosed = Diagnosed(diag.summary(), None,
                               list(records(Advice, advice)) if advice is not None else [])
     except TraceVizError as exc:
         diag, diagnosed = None, Diagnosed(None, str(exc), [])
     # after the diagnosis: its advice parsed the CPU tables and kept their op model
-    trace = _trace_flops(root, config.peak_tflops)
+    trace = _trace_flops(root, config.peak_tflops, workers, failed)
     # the job's clocks are the diagnosis's (one verdict, one iteration time in every
     # command); synced here only where there is no diagnosis
     if not clock_sync:
@@ -109,10 +117,12 @@ def _make_report(root: Path, config_file: str | None, overrides: dict | None,
     return cast(Report, finite(rep))
 
 
-def _trace_flops(root: Path, peak: float | None) -> TraceMfu:
+def _trace_flops(root: Path, peak: float | None, workers: Workers, failed: list[str]
+                 ) -> TraceMfu:
     """TFLOP/s per GPU and MFU from the traced ops' own FLOPs (``traceviz ops``: mean over
-    ranks and iterations, recompute left out) when the ranks' CPU tables exist; else
-    null with the reason."""
+    ranks and iterations, recompute left out; each rank's made on ``workers``) when the
+    ranks' CPU tables exist; else null with the reason. The ranks the op model leaves
+    out go to ``failed`` (those not there yet)."""
     def none(why: str) -> TraceMfu:
         return {"tflops_per_gpu": None, "mfu_pct": None, "why": why}
 
@@ -124,4 +134,7 @@ def _trace_flops(root: Path, peak: float | None) -> TraceMfu:
         return none("no tables")
     if not has_cpu_tables(folder):
         return none("the ranks' CPU tables are not parsed: run 'traceviz ops'")
-    return trace_mfu(products.ops(folder, peak_tflops=peak))
+    lost: list[str] = []
+    model = products.ops(folder, peak_tflops=peak, workers=workers, failed=lost)
+    failed += [f for f in lost if f not in failed]
+    return trace_mfu(model)
