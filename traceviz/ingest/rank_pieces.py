@@ -27,6 +27,7 @@ from ..analysis.diagnose.waits import CommPart, comm_part
 from ..errors import TraceVizError
 from ..table.cores import usable_cores
 from ..table.io import read_table
+from ..table.parked import RANKS_PER_TRIM, release_free_memory
 from . import workers
 from .tables import load_table, missing_columns, slim
 
@@ -96,8 +97,10 @@ def map_ranks(work: Callable, tasks: list[tuple], args: tuple, on: Workers,
     worker died (twice). Nothing read at all raises the first reason."""
     order = {t: k for k, t in enumerate(tasks)}
     done: list[tuple[int, Any]] = []
-    for f in workers.run(work, tasks, args, jobs=on.processes(len(tasks)),
-                         scheduler=on.scheduler):
+    for k, f in enumerate(workers.run(work, tasks, args, jobs=on.processes(len(tasks)),
+                                      scheduler=on.scheduler)):
+        if k % RANKS_PER_TRIM == RANKS_PER_TRIM - 1:
+            release_free_memory()  # what carried the results here: back to the system
         rank, path = f.task[:2]
         if f.died is not None:
             failed.append(f"{path}: rank {rank} left out: the process reading it "

@@ -16,6 +16,7 @@ from ..errors import TraceVizError, UsageError
 from ..progress import progress
 from ..table.inputs import note_input
 from ..table.io import read_table
+from ..table.parked import RANKS_PER_TRIM, release_free_memory
 from ..table.schema import (
     METADATA_KEY,
     cut_groups,
@@ -268,6 +269,8 @@ def rank_tables(files: list[Path], columns: tuple[str, ...] | None, failed: list
     seen: dict[int, tuple[Path, bool]] = {}
     runs: dict[str, tuple[Path, Any]] = {}  # what the first file said: no rank, a size
     for k, path in enumerate(progress(files, "reading ranks")):
+        if k % RANKS_PER_TRIM == RANKS_PER_TRIM - 1:
+            release_free_memory()  # the tables let go: their heap back to the system
         try:
             table = slim(load_table(path, columns))  # a job's tables are held at once
         except TraceVizError as exc:
