@@ -536,3 +536,26 @@ def test_the_op_model_is_the_same_here_on_processes_and_on_dask(job64, tmp_path)
     assert model.ranks == tuple(r for r in range(64) if r != 7)
     assert [f.split(":")[0] for f in failed] == [str(bad)]
     assert not (folder / ".traceviz-cache" / "op_model").exists()
+
+
+def test_the_breakdown_is_the_same_here_on_processes_and_on_dask(job64):
+    """``breakdown`` of a job's tables: each rank's activities and communication rows
+    made where its table is read; every table equals the breakdown of the tables read
+    in this process, one at a time, whether made here, on local processes or on Dask."""
+    from traceviz.analysis.activities import Options
+    from traceviz.analysis.breakdown import (READ_COLUMNS, READ_OPTIONAL, breakdown_of,
+                                             breakdown_part)
+    from traceviz.ingest.tables import rank_tables
+
+    shutil.rmtree(job64 / ".traceviz-cache", ignore_errors=True)
+    files = sorted(p for p in job64.glob("rank_*.parquet") if ".cpu." not in p.name)
+    direct = breakdown_of(breakdown_part(t, Options(), r) for r, _, t in rank_tables(
+        files, READ_COLUMNS, [], READ_OPTIONAL)).tables()
+    assert direct["temporal_breakdown"].num_rows >= 64
+    for workers in (Workers(1), Workers(2), Workers(scheduler="local")):
+        shutil.rmtree(job64 / ".traceviz-cache", ignore_errors=True)
+        failed: list[str] = []
+        got = products.breakdown([job64], failed=failed, workers=workers)
+        assert failed == [] and got.ranks == tuple(range(64))
+        for name, table in direct.items():  # NaN where a stream has no gaps: equal
+            assert got.tables()[name].to_pandas().equals(table.to_pandas()), (workers, name)

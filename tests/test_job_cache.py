@@ -14,7 +14,8 @@ from click.testing import CliRunner
 
 from traceviz.analysis.aggregation import aggregation_of
 from traceviz.analysis.diagnose.waits import comm_part
-from traceviz.analysis.breakdown import READ_COLUMNS, READ_OPTIONAL, breakdown_of
+from traceviz.analysis.activities import Options
+from traceviz.analysis.breakdown import READ_COLUMNS, READ_OPTIONAL, breakdown_of, breakdown_part
 from traceviz.analysis.diagnose.diagnosis import diagnose as diagnose_tables
 from traceviz.cli import main
 from traceviz.commands import diagnose, pipeline
@@ -73,7 +74,8 @@ def test_reused_results_equal_computed_ones(folder):
     files = input_files([folder])
 
     def loaded():
-        return ((r, t) for r, _, t in rank_tables(files, READ_COLUMNS, [], READ_OPTIONAL))
+        return (breakdown_part(t, Options(), r)
+                for r, _, t in rank_tables(files, READ_COLUMNS, [], READ_OPTIONAL))
 
     with_kept, computed = breakdown_of(loaded(), diag=diag), breakdown_of(loaded())
     for name, table in with_kept.tables().items():

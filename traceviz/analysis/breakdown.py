@@ -69,25 +69,38 @@ class Breakdown:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "ranks"}
 
 
-def breakdown_of(loaded: Iterable[tuple[int, pa.Table]], options: Options = Options(),
+@dataclass
+class BreakdownPart:
+    """One rank's share of the breakdown, made where its table is read
+    (:func:`breakdown_part`): its activities and its communication rows (what splitting
+    its communication into wait and transfer needs of its table)."""
+
+    acts: RankActivities
+    comm: CommRows
+
+
+def breakdown_part(table: pa.Table, options: Options, rank: int) -> BreakdownPart:
+    """The :class:`BreakdownPart` of ``rank``'s table (of :data:`READ_COLUMNS`)."""
+    return BreakdownPart(activities(table, options, rank=rank), comm_rows(table))
+
+
+def breakdown_of(parts: Iterable[BreakdownPart], options: Options = Options(),
                  ranks: Sequence[int] | None = None, params: Params = Params(),
                  failed: Sequence[str] = (), diag: Diagnosis | None = None) -> Breakdown:
-    """The breakdown of the ranks ``loaded`` ((rank, table of :data:`READ_COLUMNS`), one
-    at a time: each is reduced to its activities before the next is read), or of those
-    among them in ``ranks``. With more than one rank, communication is split into wait
-    and transfer on synced clocks (every rank's calls are matched, selected or not; or
-    the split of ``diag``, the job's diagnosis, taken where it covers the tables).
+    """The breakdown of the ranks' ``parts`` (:func:`breakdown_part` of each), or of
+    those among them in ``ranks``. With more than one rank, communication is split into
+    wait and transfer on synced clocks (every rank's calls are matched, selected or not;
+    or the split of ``diag``, the job's diagnosis, taken where it covers the tables).
     ``failed``: why other ranks could not be loaded (named when none is left)."""
     selected: list[RankActivities] = []
     comm: dict[int, CommRows] = {}
     given: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for rank, table in loaded:
-        acts = activities(table, options, rank=rank)
-        found = split_of(diag, acts.rank, table) if diag is not None else None
+    for part in parts:
+        acts = part.acts
+        found = split_of(diag, acts.rank, part.comm) if diag is not None else None
         if found is not None:
             given[acts.rank] = found
-        comm[acts.rank] = comm_rows(table)
-        del table  # the activities hold only the buffers they read, not the whole table
+        comm[acts.rank] = part.comm
         if ranks is None or acts.rank in ranks:
             selected.append(acts)
     if not selected:

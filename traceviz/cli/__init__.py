@@ -207,9 +207,10 @@ def synth(outdir: str, **knobs) -> None:
               help="Named kernels per rank and type in the top-kernel table.")
 @click.option("--duration-ratio", type=click.FloatRange(0, 1), default=0.8,
               show_default=True, help="Share of a type's time the named kernels cover.")
+@workers_options
 def breakdown(inputs, outdir, ranks, iterations, streams, drop_last_step, hta_compat,
               kernel_wait_us, runtime_cutoff_us, launch_delay_cutoff_us, num_kernels,
-              duration_ratio) -> None:
+              duration_ratio, jobs, scheduler) -> None:
     """HTA-style GPU time analyses of traces or parsed tables (files or folders).
 
     Temporal breakdown (idle / compute / non-compute, and compute-only / overlapped /
@@ -233,7 +234,8 @@ def breakdown(inputs, outdir, ranks, iterations, streams, drop_last_step, hta_co
                    hta_compat=hta_compat)
     params = Params.from_us(kernel_wait_us, runtime_cutoff_us, launch_delay_cutoff_us,
                             num_kernels=num_kernels, duration_ratio=duration_ratio)
-    result = command.run(list(inputs), opts, ranks=int_list(ranks), params=params)
+    result = command.run(list(inputs), opts, ranks=int_list(ranks), params=params,
+                         jobs=jobs, scheduler=scheduler)
     finish(result, outdir or command_output("breakdown", inputs[0]))
 
 

@@ -17,11 +17,13 @@ from ..table.result import Result
 
 
 def run(paths: Job | list[str | os.PathLike], options: Options = Options(), *,
-        ranks: tuple[int, ...] | None = None, params: Params = Params()) -> Result:
+        ranks: tuple[int, ...] | None = None, params: Params = Params(), jobs: int = 1,
+        scheduler: str | None = None) -> Result:
     """The breakdown of every rank of ``paths`` (a job, or traces, tables and folders;
-    or of its ``ranks``) as files: its tables,
-    their figures and the console summary."""
-    job = Job.of(paths if isinstance(paths, Job) else list(paths))
+    or of its ``ranks``) as files: its tables, their figures and the console summary;
+    ``jobs`` / ``scheduler``: where each rank of a job's tables is read."""
+    job = Job.of(paths if isinstance(paths, Job) else list(paths), jobs=jobs,
+                 scheduler=scheduler)
     result, failed = job.breakdown_run(options, ranks, params)
     tables = result.tables()
     notes: list[str] = []

@@ -20,11 +20,14 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..analysis.activities import Options
+from ..analysis.breakdown import BreakdownPart, breakdown_part
 from ..analysis.critical_path.pieces import PieceOptions, RankPiece, SharedValues, rank_piece
 from ..analysis.ops import RankOps, rank_ops
 from ..analysis.rank_summary import RankSummary, summarize
 from ..analysis.diagnose.waits import CommPart, comm_part
 from ..errors import TraceVizError
+from ..progress import progress
 from ..table.cores import usable_cores
 from ..table.io import read_table
 from ..table.parked import RANKS_PER_TRIM, release_free_memory
@@ -92,13 +95,14 @@ def map_ranks(work: Callable, tasks: list[tuple], args: tuple, on: Workers,
               failed: list[str], keep: Callable[[Any], Any] = lambda r: r) -> list:
     """``work(task, *args)`` of every task (its rank first, the file it reads second)
     on the workers ``on``, in the tasks' order, each result passed through ``keep`` as
-    it arrives (to share what results state alike). A result that is a string is a rank
+    it arrives (to share what results state alike; a terminal sees a bar). A result that is a string is a rank
     the work could not read (one line): it goes to ``failed``, as does a rank whose
     worker died (twice). Nothing read at all raises the first reason."""
     order = {t: k for k, t in enumerate(tasks)}
     done: list[tuple[int, Any]] = []
-    for k, f in enumerate(workers.run(work, tasks, args, jobs=on.processes(len(tasks)),
-                                      scheduler=on.scheduler)):
+    finished = workers.run(work, tasks, args, jobs=on.processes(len(tasks)),
+                           scheduler=on.scheduler)
+    for k, f in enumerate(progress(finished, "reading ranks", len(tasks))):
         if k % RANKS_PER_TRIM == RANKS_PER_TRIM - 1:
             release_free_memory()  # what carried the results here: back to the system
         rank, path = f.task[:2]
@@ -135,14 +139,15 @@ class RankMap:
                          SharedValues().share)
 
 
-def _read(path: str, columns: tuple[str, ...]) -> Any:
+def _read(path: str, columns: tuple[str, ...], optional: tuple[str, ...] = ()) -> Any:
     """``columns`` of the table ``path`` (its process groups cut, :func:`~.tables.slim`),
-    or the one line saying why it cannot be read or lacks one of them."""
+    or the one line saying why it cannot be read or lacks one of them not named
+    ``optional``."""
     try:
         table = slim(load_table(Path(path), columns))
     except TraceVizError as exc:
         return str(exc)
-    lacking = missing_columns(Path(path), table, columns)
+    lacking = missing_columns(Path(path), table, columns, optional)
     return lacking if lacking is not None else table
 
 
@@ -182,3 +187,31 @@ def comm_parts(files: list[tuple[int, Path]], columns: tuple[str, ...], on: Work
     shared = SharedValues()
     return map_ranks(comm_of_file, [(int(r), os.fspath(p)) for r, p in files], (columns,),
                      on, failed, shared.share_comm)
+
+
+def breakdown_of_file(task: tuple[int, str], columns: tuple[str, ...],
+                      optional: tuple[str, ...], options: Options) -> BreakdownPart | str:
+    """One rank's :class:`~traceviz.analysis.breakdown.BreakdownPart` from ``columns``
+    of its table (runs in a worker), or the one line saying why the table cannot be
+    read."""
+    rank, path = task
+    table = _read(path, columns, optional)
+    return table if isinstance(table, str) else breakdown_part(table, options, rank)
+
+
+def breakdown_parts(files: list[tuple[int, Path]], columns: tuple[str, ...],
+                    optional: tuple[str, ...], options: Options, on: Workers,
+                    failed: list[str]) -> list[BreakdownPart]:
+    """The :class:`~traceviz.analysis.breakdown.BreakdownPart` of every (rank, table
+    file) in ``files`` (:func:`breakdown_of_file`), made on ``on``, in the files' order;
+    the ranks that cannot be read go to ``failed``."""
+    shared = SharedValues()
+    return map_ranks(breakdown_of_file, [(int(r), os.fspath(p)) for r, p in files],
+                     (columns, optional, options), on, failed,
+                     lambda part: _shared_part(shared, part))
+
+
+def _shared_part(shared: SharedValues, part: BreakdownPart) -> BreakdownPart:
+    """``part``, its activities' values the copies ``shared`` keeps (in place)."""
+    shared.share_acts(part.acts)
+    return part

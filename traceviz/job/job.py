@@ -247,7 +247,7 @@ class Job:
             named = ([self.inputs()] if self.source.one_job_folder
                      else list(self.source.paths))
             return products.breakdown(named, options, ranks, params, failed,
-                                      self.topology), failed
+                                      self.topology, self.source.workers), failed
         return self._keep(("breakdown", options, ranks, params), make)
 
     def temporal_breakdown(self, whole_trace: bool = False, **options) -> pa.Table:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +16,15 @@ import pyarrow as pa
 from ..analysis.activities import Options
 from ..analysis.aggregation import READ_COLUMNS as AGGREGATION_COLUMNS  # steps + calls
 from ..analysis.aggregation import Aggregation, aggregation_of
-from ..analysis.breakdown import READ_COLUMNS, READ_OPTIONAL, Breakdown, Params, breakdown_of
+from ..analysis.breakdown import (
+    READ_COLUMNS,
+    READ_OPTIONAL,
+    Breakdown,
+    BreakdownPart,
+    Params,
+    breakdown_of,
+    breakdown_part,
+)
 from ..analysis.critical_path import rank_graph as R
 from ..analysis.critical_path.paths import (
     CriticalPath,
@@ -65,7 +73,13 @@ from ..ingest.tables import (
     tables_folder,
 )
 from ..ingest.batch import failures_of
-from ..ingest.rank_pieces import RankMap, Workers, comm_parts, rank_op_models
+from ..ingest.rank_pieces import (
+    RankMap,
+    Workers,
+    breakdown_parts,
+    comm_parts,
+    rank_op_models,
+)
 from ..ingest.timer_dump import NAME, find_dumps, read_group
 from ..ingest.topology import job_layout, pipeline_groups
 
@@ -78,11 +92,13 @@ def timeline_diagnosis(path: str | os.PathLike, num_layers: int | None = None
 
 def breakdown(paths: Sequence[str | os.PathLike], options: Options = Options(),
               ranks: tuple[int, ...] | None = None, params: Params = Params(),
-              failed: list[str] | None = None, topology: str | os.PathLike | None = None
-              ) -> Breakdown:
+              failed: list[str] | None = None, topology: str | os.PathLike | None = None,
+              workers: Workers = Workers()) -> Breakdown:
     """The breakdown of every rank of ``paths`` (traces, tables or folders of either), or
     of ``ranks``; the ranks that cannot be read go to ``failed``; ``topology``: the
-    job's layout file (the kept diagnosis of that layout splits its time)."""
+    job's layout file (the kept diagnosis of that layout splits its time). A job's
+    tables: each rank's part made where its table is read (``workers``), and the
+    breakdown kept beside them where no rank is left out."""
     failed = [] if failed is None else failed
     files = input_files(paths)
     folders = {f.parent for f in files}
@@ -98,11 +114,18 @@ def breakdown(paths: Sequence[str | os.PathLike], options: Options = Options(),
         if found is not None:
             failed += found[1]["failed"]
             return Breakdown(**found[0], ranks=tuple(found[1]["ranks"]))
-    loaded = ((rank, table) for rank, _, table in rank_tables(
-        files, READ_COLUMNS, failed, READ_OPTIONAL))
-    result = breakdown_of(loaded, options, ranks, params, failed,
+    lost: list[str] = []
+    if folder is not None:
+        failed += failures_of(folder)  # traces that never became a table
+        parts: Iterable[BreakdownPart] = breakdown_parts(
+            numbered(files), READ_COLUMNS, READ_OPTIONAL, options, workers, lost)
+        failed += lost
+    else:  # traces or tables named: each parsed or read here, one at a time
+        parts = (breakdown_part(table, options, rank) for rank, _, table in rank_tables(
+            files, READ_COLUMNS, failed, READ_OPTIONAL))
+    result = breakdown_of(parts, options, ranks, params, failed,
                           cached_diagnosis(folder, topology) if folder is not None else None)
-    if folder is not None and key is not None:
+    if folder is not None and key is not None and not lost:
         job_cache.store(folder, "breakdown", key, result.tables(),
                         {"ranks": list(result.ranks), "failed": list(failed)})
     return result

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from ...errors import TraceVizError
 from ...table.schema import metadata
+from ..activities import RankActivities
 from ..diagnose.waits import CommPart, comm_part
 from ..host_device import rank_events
 from . import job as J
@@ -104,11 +105,16 @@ class SharedValues:
 
     def share_comm(self, part: CommPart) -> CommPart:
         """``part``, its activities' values replaced by the copies kept (in place)."""
-        acts = part.acts
+        self.share_acts(part.acts)
+        return part
+
+    def share_acts(self, acts: RankActivities) -> RankActivities:
+        """``acts``, its values (metadata, names) replaced by the copies kept (in
+        place)."""
         acts.meta = {k: self.one(v) for k, v in acts.meta.items()}
         acts.names = self.one(acts.names)
         acts.launch_names = self.one(acts.launch_names)
-        return part
+        return acts
 
 
 def rank_piece(rank: int, gpu: pa.Table, cpu: pa.Table, options: PieceOptions) -> RankPiece:

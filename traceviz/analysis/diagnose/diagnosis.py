@@ -20,9 +20,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...intervals import intersect, union
-from ...table.arrays import index_in, ints
+from ...table.arrays import ints
 from ...table.records import records
-from ...table.schema import COMM, COMP, FWD, KINDS, group
+from ...table.schema import COMM, COMP, FWD, group
 from ...topology.framework import UNKNOWN, Framework, framework_of
 from ...topology.p2p import RankTraffic, pipelines
 from ..activities import RankActivities, activities
@@ -33,7 +33,7 @@ from .extra_work import ExtraKernel, extra_kernels
 from .stages import StageBalance, stage_balance
 from .stragglers import SPREAD_FLOOR, Z_MIN, PeerSpeed, Straggler, peer_speed
 from .summary import TOTALS_SCHEMA, Cause, Place, Summary, WaitedFor
-from .waits import SEND, JobComm, RankComm, comm_calls, job_comm
+from .waits import SEND, CommRows, JobComm, RankComm, comm_calls, job_comm
 
 CHAIN_WAIT_NS = 20_000  # waits shorter than this (clock noise, launch jitter) are ignored
 CHAIN_SCHEMA = pa.schema([("iteration", pa.int32()), ("rank", pa.int32()),
@@ -99,28 +99,28 @@ class Diagnosis:
         return uniq[np.argsort(-total, kind="stable")][:top].tolist()
 
 
-def split_of(diag: Diagnosis, rank: int, table: pa.Table
+def split_of(diag: Diagnosis, rank: int, comm: CommRows
              ) -> tuple[np.ndarray, np.ndarray] | None:
-    """Per row of ``rank``'s table, (where its wait ends, on the rank's own clock; the
-    rank it waited for), -1 where it is not communication or its split is unknown: the
-    diagnosis's split, without matching the job again (as :func:`.waits.split_rows`
-    gives it from a match). None where the table's communication kernels are not the
-    ones the diagnosis split."""
+    """Per row of ``rank``'s table (``comm``: its communication rows), (where its wait
+    ends, on the rank's own clock; the rank it waited for), -1 where it is not
+    communication or its split is unknown: the diagnosis's split, without matching the
+    job again (as :func:`.waits.split_rows` gives it from a match). None where the
+    table's communication kernels are not the ones the diagnosis split."""
     if rank not in diag.offsets:
         return None
-    ts = ints(table["ts"])
-    comm = np.flatnonzero(index_in(table["kind"], KINDS) == COMM)
-    comm = comm[np.argsort(ts[comm], kind="stable")]  # the activities' order
+    ts = ints(comm.table["ts"])
+    order = np.argsort(ts, kind="stable")  # the activities' order
+    rows, ts = comm.rows[order], ts[order]
     mine = _calls_of(diag, rank)
     start = diag.comm_calls["start_ns"].to_numpy()[mine]
     off = diag.offsets[rank]
-    if comm.size != mine.size or not np.array_equal(ts[comm] - off, start):
+    if rows.size != mine.size or not np.array_equal(ts - off, start):
         return None
     wait, who = _split_columns(diag, mine)
-    wait_end = np.full(table.num_rows, -1, np.int64)
-    waited_for = np.full(table.num_rows, -1, np.int64)
-    wait_end[comm] = np.where(wait >= 0, ts[comm] + wait, -1)
-    waited_for[comm] = who
+    wait_end = np.full(comm.n_rows, -1, np.int64)
+    waited_for = np.full(comm.n_rows, -1, np.int64)
+    wait_end[rows] = np.where(wait >= 0, ts + wait, -1)
+    waited_for[rows] = who
     return wait_end, waited_for
 
 
