@@ -559,3 +559,22 @@ def test_the_breakdown_is_the_same_here_on_processes_and_on_dask(job64):
         assert failed == [] and got.ranks == tuple(range(64))
         for name, table in direct.items():  # NaN where a stream has no gaps: equal
             assert got.tables()[name].to_pandas().equals(table.to_pandas()), (workers, name)
+
+
+def test_the_step_windows_are_the_same_here_on_processes_and_on_dask(job64, monkeypatch):
+    """html's step windows on the kept diagnosis's clocks: each rank's activities made
+    where its table is read; the same here, on local processes and on Dask, and the same
+    as the aggregation's micro-batches (which match the job again)."""
+    products.job_diagnosis(job64, workers=Workers(2))  # kept: its clocks are taken
+    agg, failed, _, _ = products.aggregation(job64, job64)
+    assert not failed
+
+    def not_again(*args, **kwargs):
+        raise AssertionError("the diagnosis's clocks are taken: no matching again")
+
+    monkeypatch.setattr(products, "aggregation", not_again)
+    for workers in (Workers(1), Workers(2), Workers(scheduler="local")):
+        shutil.rmtree(job64 / ".traceviz-cache" / "step_windows", ignore_errors=True)
+        steps, clocks = products.step_windows(job64, job64, workers=workers)
+        assert clocks == "shifted"
+        assert steps.to_pandas().equals(agg.microbatches.to_pandas()), workers

@@ -13,7 +13,7 @@ ns and kinds are traceviz's. ``offset_ns`` moves the rank's times onto a common 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -171,6 +171,15 @@ def activities(table: pa.Table, options: Options = Options(), offset_ns: int = 0
         launch_name=launch_name[rows], launch_names=launch_names,
         bandwidth=bandwidth[rows], correlation=_column(table, "correlation", ints)[rows],
         offset_ns=offset_ns, rows=rows)
+
+
+def on_clock(acts: RankActivities, offset_ns: int) -> RankActivities:
+    """``acts`` (made on the rank's own clock) moved onto a common clock by
+    ``offset_ns``: what :func:`activities` gives with that offset."""
+    if acts.offset_ns:
+        raise ValueError(f"rank {acts.rank}'s activities are already moved")
+    return replace(acts, ts=_moved(acts.ts, offset_ns), end=_moved(acts.end, offset_ns),
+                   offset_ns=offset_ns)
 
 
 def _moved(times: np.ndarray, offset_ns: int) -> np.ndarray:

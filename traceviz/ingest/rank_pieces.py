@@ -20,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..analysis.activities import Options
+from ..analysis.activities import Options, RankActivities, activities
 from ..analysis.breakdown import BreakdownPart, breakdown_part
 from ..analysis.critical_path.pieces import PieceOptions, RankPiece, SharedValues, rank_piece
 from ..analysis.ops import RankOps, rank_ops
@@ -159,6 +159,25 @@ def comm_of_file(task: tuple[int, str], columns: tuple[str, ...]) -> CommPart | 
     rank, path = task
     table = _read(path, columns)
     return table if isinstance(table, str) else comm_part(table, rank)
+
+
+def activities_of_file(task: tuple[int, str], columns: tuple[str, ...]
+                       ) -> RankActivities | str:
+    """One rank's activities (on its own clock) from ``columns`` of its table (runs in
+    a worker), or the one line saying why the table cannot be read."""
+    rank, path = task
+    table = _read(path, columns)
+    return table if isinstance(table, str) else activities(table, rank=rank)
+
+
+def rank_activities(files: list[tuple[int, Path]], columns: tuple[str, ...], on: Workers,
+                    failed: list[str]) -> list[RankActivities]:
+    """The activities of every (rank, table file) in ``files``
+    (:func:`activities_of_file`), made on ``on``, in the files' order; the ranks that
+    cannot be read go to ``failed``."""
+    shared = SharedValues()
+    return map_ranks(activities_of_file, [(int(r), os.fspath(p)) for r, p in files],
+                     (columns,), on, failed, shared.share_acts)
 
 
 def summary_of_file(task: tuple[int, str], columns: tuple[str, ...]) -> RankSummary | str:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from ..analysis.activities import Options
+from ..analysis.activities import Options, activities
 from ..analysis.aggregation import READ_COLUMNS as AGGREGATION_COLUMNS  # steps + calls
 from ..analysis.aggregation import Aggregation, aggregation_of
 from ..analysis.breakdown import (
@@ -78,6 +78,7 @@ from ..ingest.rank_pieces import (
     Workers,
     breakdown_parts,
     comm_parts,
+    rank_activities,
     rank_op_models,
 )
 from ..ingest.timer_dump import NAME, find_dumps, read_group
@@ -284,24 +285,35 @@ def step_windows(root: Path, folder: Path, topology: str | os.PathLike | None = 
                  workers: Workers = Workers()) -> tuple[pa.Table, str]:
     """Every rank's micro-batch steps (the aggregation's ``microbatches``) and how they
     were put on one clock (the diagnosis's verdict where it synced them: "shifted", "own
-    clocks"; else the aggregation's, made on ``workers``: "none" where nothing links
-    the ranks): kept beside the tables."""
+    clocks"; else the aggregation's: "none" where nothing links the ranks), each rank's
+    activities made on ``workers``: kept beside the tables where no rank is left
+    out."""
     found = job_cache.load(folder, "step_windows", job_cache.key_of(folder, topology, {}))
     if found is not None:
         return found[0]["microbatches"], str(found[1]["clocks"])
     diag = cached_diagnosis(folder, topology)
     steps: pa.Table | None = None
+    lost: list[str] = []
     if diag is not None and diag.synced:  # the diagnosis's clocks: no matching again
         files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
-        acts = synced_activities(diag, ((r, t) for r, _, t in rank_tables(
-            files, AGGREGATION_COLUMNS, [])))
+        own = rank_activities(numbered(files), AGGREGATION_COLUMNS, workers, lost)
+        acts = synced_activities(diag, own) if not lost else None
+        del own
         if acts is not None:
             steps, clocks = microbatch_table(acts), diag.clocks
     if steps is None:
-        agg = aggregation(root, folder, topology=topology, workers=workers)[0]
+        agg, lost, _, _ = aggregation(root, folder, topology=topology, workers=workers)
         steps, clocks = agg.microbatches, agg.clocks
-    _store_steps(folder, topology, steps, clocks)
+    if only_unparsed(folder, lost):  # a rank's table or worker lost: made again
+        _store_steps(folder, topology, steps, clocks)
     return steps, clocks
+
+
+def only_unparsed(folder: Path, failed: list[str]) -> bool:
+    """Whether ``failed`` names only the traces the last batch into ``folder`` failed to
+    parse (the folder's own state): a result that lost no rank to a table that cannot
+    be read or a worker that died, which may be kept beside the tables."""
+    return set(failed) <= set(failures_of(folder))
 
 
 def _store_steps(folder: Path, topology: str | os.PathLike | None, steps: pa.Table,
@@ -384,7 +396,7 @@ def _folder_views(root: Path, folder: Path, vpp: int | None, iteration: int | No
     def read() -> Iterator[tuple[int, pa.Table]]:
         return ((rank, t) for rank, _, t in rank_tables(files, AGGREGATION_COLUMNS, []))
 
-    acts = synced_activities(diag, read())
+    acts = synced_activities(diag, (activities(t, rank=r) for r, t in read()))
     if not acts:  # tables the diagnosis did not see: match their ranks again
         acts = job_comm(dict(read())).acts
     ranks = {a.rank: a for a in acts}

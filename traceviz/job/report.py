@@ -50,9 +50,9 @@ def make_report(root: str | os.PathLike, *, config_file: str | None = None,
                 clock_sync: bool = True, workers: Workers = Workers()) -> Report:
     """The report dict of ``root`` (NaN-free: JSON-ready); ``failed`` lists the ranks
     left out (their trace or table could not be read, or their worker died: by the
-    summaries or the diagnosis), one line each. A job's report is kept beside its
-    tables (:mod:`traceviz.ingest.job_cache`) for these options where no rank is left
-    out."""
+    summaries, the diagnosis or the op model), one line each. A job's report is kept
+    beside its tables (:mod:`traceviz.ingest.job_cache`) for these options where no
+    rank is lost but to a trace that never became a table."""
     root = Path(root)
     if not root.exists():
         raise TraceVizError(f"{root}: no such file or folder")
@@ -70,7 +70,7 @@ def make_report(root: str | os.PathLike, *, config_file: str | None = None,
     if found is not None:
         return from_json(found[1]["report"])
     rep = _make_report(root, config_file, overrides, topology, clock_sync, workers)
-    if not rep["failed"]:  # a rank lost (to a worker that died, too): made again
+    if products.only_unparsed(folder, rep["failed"]):  # else a rank lost: made again
         job_cache.store(folder, "report", key, {}, {"report": report_json(rep)})
     return rep
 

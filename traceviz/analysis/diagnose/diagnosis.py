@@ -25,7 +25,7 @@ from ...table.records import records
 from ...table.schema import COMM, COMP, FWD, group
 from ...topology.framework import UNKNOWN, Framework, framework_of
 from ...topology.p2p import RankTraffic, pipelines
-from ..activities import RankActivities, activities
+from ..activities import RankActivities, on_clock
 from .ledger import PARTS, Pipelines, RankLedger, ledger_tables, rank_ledger
 from .network import SCHEMA as NETWORK_SCHEMA
 from .network import group_bandwidth
@@ -139,21 +139,20 @@ def _split_columns(diag: Diagnosis, rows: np.ndarray) -> tuple[np.ndarray, np.nd
     return out[0], out[1]
 
 
-def synced_activities(diag: Diagnosis, tables: Iterable[tuple[int, pa.Table]]
+def synced_activities(diag: Diagnosis, ranks: Iterable[RankActivities]
                       ) -> list[RankActivities] | None:
-    """The activities of ``tables`` ((rank, table) of some of the diagnosed job's ranks,
-    each let go once its activities are made) on the diagnosis's synced clocks with its
-    communication split attached, without matching the job again, in rank order; None
-    where a rank is not the diagnosis's or its communication kernels are not those the
-    diagnosis split (another table)."""
+    """``ranks``' activities (some of the diagnosed job's ranks, each on its own clock)
+    on the diagnosis's synced clocks with its communication split attached, without
+    matching the job again, in rank order; None where a rank is not the diagnosis's or
+    its communication kernels are not those the diagnosis split (another table)."""
     starts = diag.comm_calls["start_ns"].to_numpy()
     known = set(diag.ranks)
     out = []
-    for r, table in tables:
+    for own in ranks:
+        r = own.rank
         if r not in known:
             return None
-        a = activities(table, rank=r, offset_ns=diag.offsets.get(r, 0))
-        del table
+        a = on_clock(own, diag.offsets.get(r, 0))
         mine = _calls_of(diag, r)
         pos = np.flatnonzero(a.kind == COMM)
         if pos.size != mine.size or not np.array_equal(a.ts[pos], starts[mine]):
