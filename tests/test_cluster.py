@@ -468,12 +468,21 @@ def test_a_diagnosis_without_advice_is_the_same_here_on_processes_and_on_dask(jo
             assert got[name].equals(table), (workers, name)
 
 
-def test_two_tables_of_one_rank_are_named_before_any_is_read(job64, tmp_path):
-    """Two tables that state one rank: one line naming both, as reading them would."""
+def test_two_tables_of_one_rank_are_named_before_any_is_read(job64, tmp_path,
+                                                             monkeypatch):
+    """Two tables that state one rank: one line naming both (as reading them would),
+    from their footers, before any table is read."""
+    from traceviz.ingest import rank_pieces
+
     folder = tmp_path / "iteration_10"
     folder.mkdir()
     for r in (0, 1):
         shutil.copy(job64 / "rank_0000.parquet", folder / f"rank_{r:04d}.parquet")
+
+    def never(*args, **kwargs):
+        raise AssertionError("a table read")
+
+    monkeypatch.setattr(rank_pieces, "load_table", never)
     r = CliRunner().invoke(main, ["diagnose", str(folder), "--no-advice", "-o",
                                   str(tmp_path / "d")])
     assert r.exit_code == 1
@@ -497,6 +506,7 @@ def test_the_report_is_the_same_here_on_processes_and_on_dask(job64, tmp_path):
         made[name] = report_json(make_report(job64, workers=workers))
     assert made["here"] == made["processes"] == made["dask"]
     assert made["here"]["failed"] == [] and made["here"]["configuration"]["world_size"] == 64
+    assert (job64 / ".traceviz-cache" / "report").is_dir()  # a whole report: kept
     folder = tmp_path / "iteration_10"
     shutil.copytree(job64, folder, ignore=shutil.ignore_patterns(".traceviz-cache"))
     bad = folder / "rank_0009.parquet"
@@ -519,6 +529,7 @@ def test_the_op_model_is_the_same_here_on_processes_and_on_dask(job64, tmp_path)
         assert failed == []
     here = made["here"]
     assert here.ranks == tuple(range(64)) and here.calls.num_rows > 0
+    assert (job64 / ".traceviz-cache" / "op_model").is_dir()  # a whole op model: kept
     for other in (made["processes"], made["dask"]):
         assert other.ranks == here.ranks and other.total_ns == here.total_ns
         for name, table in here.tables().items():
@@ -559,6 +570,17 @@ def test_the_breakdown_is_the_same_here_on_processes_and_on_dask(job64):
         assert failed == [] and got.ranks == tuple(range(64))
         for name, table in direct.items():  # NaN where a stream has no gaps: equal
             assert got.tables()[name].to_pandas().equals(table.to_pandas()), (workers, name)
+    # with the kept diagnosis's split (no matching again), and of chosen ranks only
+    diag = products.job_diagnosis(job64, advice=False, workers=Workers(2)).diagnosis
+    for chosen in (None, (3, 41)):
+        kept = breakdown_of((breakdown_part(t, Options(), r) for r, _, t in rank_tables(
+            files, READ_COLUMNS, [], READ_OPTIONAL)), ranks=chosen, diag=diag).tables()
+        for workers in (Workers(1), Workers(2)):
+            shutil.rmtree(job64 / ".traceviz-cache" / "breakdown", ignore_errors=True)
+            got = products.breakdown([job64], ranks=chosen, workers=workers)
+            assert got.ranks == (chosen or tuple(range(64)))
+            for name, table in kept.items():
+                assert got.tables()[name].to_pandas().equals(table.to_pandas()), name
 
 
 def test_the_step_windows_are_the_same_here_on_processes_and_on_dask(job64, monkeypatch):

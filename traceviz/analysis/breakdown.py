@@ -72,16 +72,22 @@ class Breakdown:
 @dataclass
 class BreakdownPart:
     """One rank's share of the breakdown, made where its table is read
-    (:func:`breakdown_part`): its activities and its communication rows (what splitting
-    its communication into wait and transfer needs of its table)."""
+    (:func:`breakdown_part`): its communication rows (what splitting its communication
+    into wait and transfer needs of its table) and, where the rank is analysed, its
+    activities (None: a rank only matched, not among those chosen)."""
 
-    acts: RankActivities
+    rank: int
+    acts: RankActivities | None
     comm: CommRows
 
 
-def breakdown_part(table: pa.Table, options: Options, rank: int) -> BreakdownPart:
-    """The :class:`BreakdownPart` of ``rank``'s table (of :data:`READ_COLUMNS`)."""
-    return BreakdownPart(activities(table, options, rank=rank), comm_rows(table))
+def breakdown_part(table: pa.Table, options: Options, rank: int,
+                   chosen: Sequence[int] | None = None) -> BreakdownPart:
+    """The :class:`BreakdownPart` of ``rank``'s table (of :data:`READ_COLUMNS`); its
+    activities where ``rank`` is among ``chosen`` (None: every rank)."""
+    acts = activities(table, options, rank=rank) if chosen is None or rank in chosen \
+        else None
+    return BreakdownPart(rank, acts, comm_rows(table))
 
 
 def breakdown_of(parts: Iterable[BreakdownPart], options: Options = Options(),
@@ -96,13 +102,12 @@ def breakdown_of(parts: Iterable[BreakdownPart], options: Options = Options(),
     comm: dict[int, CommRows] = {}
     given: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for part in parts:
-        acts = part.acts
-        found = split_of(diag, acts.rank, part.comm) if diag is not None else None
+        found = split_of(diag, part.rank, part.comm) if diag is not None else None
         if found is not None:
-            given[acts.rank] = found
-        comm[acts.rank] = part.comm
-        if ranks is None or acts.rank in ranks:
-            selected.append(acts)
+            given[part.rank] = found
+        comm[part.rank] = part.comm
+        if part.acts is not None and (ranks is None or part.rank in ranks):
+            selected.append(part.acts)
     if not selected:
         raise TraceVizError("no rank could be analysed" + (
             ": " + "; ".join(failed) if failed else " (check --ranks)"))

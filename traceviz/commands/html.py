@@ -125,7 +125,8 @@ def run(root: Job | str | os.PathLike, output: str | os.PathLike,
     rep = job.report(**facts)
     # the diagnosis the report holds, typed (kept: not computed again)
     diagnosed = job.diagnose() if rep["diagnosis"] is not None else None
-    tables = job.breakdown().tables()
+    found, lost = job.breakdown_run()
+    tables = found.tables()
     brk = Result(tables=tables, figures=breakdown_figures(tables, []), failed=job.failed)
     try:
         pipe, why = views_result(job.pipeline_views()), ""
@@ -137,6 +138,7 @@ def run(root: Job | str | os.PathLike, output: str | os.PathLike,
     except TraceVizError as exc:
         mb, clocks, no_timeline = [], "none", f"no timeline: {exc}"
     model, no_model = _op_model(job)
+    lost += model.failed if model is not None else []
     mem = None
     if has_memory_tables(folder):  # an optional section: the page is made without it
         try:
@@ -151,17 +153,21 @@ def run(root: Job | str | os.PathLike, output: str | os.PathLike,
         title or f"traceviz: {job.path.resolve().name}", rep, brk, pipe, why, mb,
         job.pipeline_places(), clocks, no_timeline, model, no_model, mem, hung,
         diagnosed)},
-                  failed=rep["failed"] + (hung.failed if hung is not None else []))
+                  failed=list(dict.fromkeys(rep["failed"] + lost))  # each rank once
+                  + (hung.failed if hung is not None else []))
 
 
 def _op_model(job: Job) -> tuple[Result | None, str]:
     """The op model of one trace (from the trace itself), or of a job whose every rank
-    has its CPU table (a ``traceviz ops`` or ``critical-path`` parsed them), else why
-    there is none."""
+    has its CPU table (a ``traceviz ops`` or ``critical-path`` parsed them; the ranks
+    it leaves out in its ``failed``), else why there is none."""
     if not job.path.is_file() and not has_cpu_tables(job.folder):
         return None, ("no op model: the ranks were parsed without their CPU tables; run "
                       "'traceviz ops JOB' (it parses them) and then 'traceviz html' again")
     try:
-        return ops_result(job.ops()), ""
+        model, failed = job.ops_run()
     except TraceVizError as exc:
         return None, f"no op model: {exc}"
+    result = ops_result(model)
+    result.failed += failed
+    return result, ""

@@ -95,9 +95,10 @@ def map_ranks(work: Callable, tasks: list[tuple], args: tuple, on: Workers,
               failed: list[str], keep: Callable[[Any], Any] = lambda r: r) -> list:
     """``work(task, *args)`` of every task (its rank first, the file it reads second)
     on the workers ``on``, in the tasks' order, each result passed through ``keep`` as
-    it arrives (to share what results state alike; a terminal sees a bar). A result that is a string is a rank
-    the work could not read (one line): it goes to ``failed``, as does a rank whose
-    worker died (twice). Nothing read at all raises the first reason."""
+    it arrives (to share what results state alike; a terminal sees a bar). A result
+    that is a string is a rank the work could not read (one line): it goes to
+    ``failed``, as does a rank whose worker died (twice). Nothing read at all raises the
+    first reason."""
     order = {t: k for k, t in enumerate(tasks)}
     done: list[tuple[int, Any]] = []
     finished = workers.run(work, tasks, args, jobs=on.processes(len(tasks)),
@@ -209,28 +210,33 @@ def comm_parts(files: list[tuple[int, Path]], columns: tuple[str, ...], on: Work
 
 
 def breakdown_of_file(task: tuple[int, str], columns: tuple[str, ...],
-                      optional: tuple[str, ...], options: Options) -> BreakdownPart | str:
+                      optional: tuple[str, ...], options: Options,
+                      chosen: tuple[int, ...] | None) -> BreakdownPart | str:
     """One rank's :class:`~traceviz.analysis.breakdown.BreakdownPart` from ``columns``
-    of its table (runs in a worker), or the one line saying why the table cannot be
-    read."""
+    of its table (runs in a worker; its activities where it is ``chosen``), or the one
+    line saying why the table cannot be read."""
     rank, path = task
     table = _read(path, columns, optional)
-    return table if isinstance(table, str) else breakdown_part(table, options, rank)
+    return table if isinstance(table, str) else breakdown_part(table, options, rank,
+                                                               chosen)
 
 
 def breakdown_parts(files: list[tuple[int, Path]], columns: tuple[str, ...],
-                    optional: tuple[str, ...], options: Options, on: Workers,
-                    failed: list[str]) -> list[BreakdownPart]:
+                    optional: tuple[str, ...], options: Options,
+                    chosen: tuple[int, ...] | None, on: Workers, failed: list[str]
+                    ) -> list[BreakdownPart]:
     """The :class:`~traceviz.analysis.breakdown.BreakdownPart` of every (rank, table
-    file) in ``files`` (:func:`breakdown_of_file`), made on ``on``, in the files' order;
-    the ranks that cannot be read go to ``failed``."""
+    file) in ``files`` (:func:`breakdown_of_file`; activities of the ``chosen`` ranks
+    only, None: of every rank), made on ``on``, in the files' order; the ranks that
+    cannot be read go to ``failed``."""
     shared = SharedValues()
     return map_ranks(breakdown_of_file, [(int(r), os.fspath(p)) for r, p in files],
-                     (columns, optional, options), on, failed,
+                     (columns, optional, options, chosen), on, failed,
                      lambda part: _shared_part(shared, part))
 
 
 def _shared_part(shared: SharedValues, part: BreakdownPart) -> BreakdownPart:
     """``part``, its activities' values the copies ``shared`` keeps (in place)."""
-    shared.share_acts(part.acts)
+    if part.acts is not None:
+        shared.share_acts(part.acts)
     return part

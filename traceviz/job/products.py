@@ -103,10 +103,12 @@ def breakdown(paths: Sequence[str | os.PathLike], options: Options = Options(),
     failed = [] if failed is None else failed
     files = input_files(paths)
     folders = {f.parent for f in files}
-    # one folder of a job's tables: the breakdown is kept beside them, and computed
-    # with its diagnosis's split where that is kept
+    # every table of one folder (a job's): the breakdown is kept beside them, and
+    # computed with its diagnosis's split where that is kept
     folder = (folders.pop() if len(folders) == 1 and len(files) > 1
               and all(f.suffix == ".parquet" for f in files) else None)
+    if folder is not None and set(files) != set(input_files([folder])):
+        folder = None  # some of its tables, named: the kept results are the folder's
     key = (job_cache.key_of(folder, None, {
         "options": dataclasses.asdict(options), "params": dataclasses.asdict(params),
         "ranks": ranks}) if folder is not None else None)
@@ -119,11 +121,12 @@ def breakdown(paths: Sequence[str | os.PathLike], options: Options = Options(),
     if folder is not None:
         failed += failures_of(folder)  # traces that never became a table
         parts: Iterable[BreakdownPart] = breakdown_parts(
-            numbered(files), READ_COLUMNS, READ_OPTIONAL, options, workers, lost)
+            numbered(files), READ_COLUMNS, READ_OPTIONAL, options, ranks, workers, lost)
         failed += lost
     else:  # traces or tables named: each parsed or read here, one at a time
-        parts = (breakdown_part(table, options, rank) for rank, _, table in rank_tables(
-            files, READ_COLUMNS, failed, READ_OPTIONAL))
+        parts = (breakdown_part(table, options, rank, ranks)
+                 for rank, _, table in rank_tables(files, READ_COLUMNS, failed,
+                                                   READ_OPTIONAL))
     result = breakdown_of(parts, options, ranks, params, failed,
                           cached_diagnosis(folder, topology) if folder is not None else None)
     if folder is not None and key is not None and not lost:
@@ -173,7 +176,8 @@ def diagnosis(root: str | os.PathLike, topology: str | os.PathLike | None = None
     ``num_layers`` / ``link_gbps``: see :func:`~traceviz.analysis.diagnose.diagnosis.
     diagnose`; ``workers``: where each rank's share is made (:mod:`~traceviz.ingest.
     rank_pieces`). A job's diagnosis is computed once and kept beside its tables
-    (:mod:`.job_cache`) until they change; not where a worker died (run it again)."""
+    (:mod:`.job_cache`) until they change; not where a rank was lost to a worker that
+    died or a table that cannot be read (run it again)."""
     root = Path(root)
     if not root.exists():
         raise TraceVizError(f"{root}: no such file or folder")
@@ -208,8 +212,8 @@ def job_diagnosis(root: str | os.PathLike, topology: str | os.PathLike | None = 
 def _diagnosis(root: Path, folder: Path, topology, advice: bool, options: dict,
                workers: Workers, tables_dir: Path | None = None
                ) -> tuple[Diagnosis, list[str], pa.Table | None, bool]:
-    """The diagnosis computed (see :func:`diagnosis`), and whether every rank's worker
-    finished (no rank lost to a worker that died)."""
+    """The diagnosis computed (see :func:`diagnosis`), and whether every rank was read
+    (none lost to a worker that died or a table that cannot be read)."""
     failed: list[str] = []
     if advice and tables_dir is not None and has_cpu_tables(tables_dir):
         notes: list[str] = []
@@ -229,7 +233,7 @@ def _diagnosis(root: Path, folder: Path, topology, advice: bool, options: dict,
         failed += mapped.failed
         diag = diagnosis_of(jp.jc, _pipelines(root, folder, topology, jp.jc.acts),
                             **options)
-        if diag.synced:  # the step windows, while the synced activities are at hand
+        if diag.synced and not mapped.failed:  # the step windows, while at hand
             _store_steps(tables_dir, topology, microbatch_table(jp.jc.acts), diag.clocks)
         ctx = what_if_context(jp.jc, jp.jg, jp.measured, diag,
                               iteration_window(jp.jc.acts, jp.ranks[0].window))
@@ -298,7 +302,6 @@ def step_windows(root: Path, folder: Path, topology: str | os.PathLike | None = 
         files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
         own = rank_activities(numbered(files), AGGREGATION_COLUMNS, workers, lost)
         acts = synced_activities(diag, own) if not lost else None
-        del own
         if acts is not None:
             steps, clocks = microbatch_table(acts), diag.clocks
     if steps is None:

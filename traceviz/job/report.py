@@ -1,8 +1,8 @@
 """The collectives and throughput report of one profiled iteration's ranks, from their
 tables (traces parsed first where needed): each rank summarized where its table is read
-(on the job's workers, one table in memory at a time on each), clocks synced, the report built (:mod:`traceviz.analysis.report`) with the MFU
-chosen, the job's diagnosis and advice added; kept beside the tables
-(:mod:`.job_cache`)."""
+(on the job's workers, one table in memory at a time on each), clocks synced, the
+report built (:mod:`traceviz.analysis.report`) with the MFU chosen, the job's diagnosis
+and advice added; kept beside the tables (:mod:`.job_cache`)."""
 from __future__ import annotations
 
 import os
@@ -39,7 +39,9 @@ def summaries_of(root: Path, workers: Workers) -> tuple[list[RankSummary], list[
     failed: list[str] = []
     for folder in sorted({f.parent for f in files}):
         failed += failures_of(folder)  # traces that never became a table
-    found = summaries(numbered(files), COLUMNS, workers, failed)
+    lost: list[str] = []  # what the workers say (the first named if none is read)
+    found = summaries(numbered(files), COLUMNS, workers, lost)
+    failed += lost
     if not found:
         raise TraceVizError(f"{root}: no rank could be read: " + "; ".join(failed))
     return found, failed
