@@ -12,6 +12,7 @@ waited for: where the figures and the pipeline view look first.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -38,6 +39,38 @@ from .waits import SEND, CommRows, JobComm, RankComm, comm_calls, job_comm
 CHAIN_WAIT_NS = 20_000  # waits shorter than this (clock noise, launch jitter) are ignored
 CHAIN_SCHEMA = pa.schema([("iteration", pa.int32()), ("rank", pa.int32()),
                           ("ns", pa.int64()), ("pct", pa.float64())])
+
+
+@dataclass(frozen=True)
+class CallRows:
+    """The rows of a diagnosis's ``comm_calls`` (one per communication kernel) by rank,
+    made once (:attr:`Diagnosis.call_rows`): per row its start (ns, common clock), wait
+    (ns; -1 unknown) and waited-for rank (-1 none); :meth:`of` a rank's rows in its
+    kernels' order, without a scan of every rank's (a job's millions of rows)."""
+
+    start: np.ndarray
+    wait: np.ndarray
+    who: np.ndarray
+    order: np.ndarray   # the rows by rank, each rank's in their order
+    ranks: np.ndarray   # the distinct ranks, sorted
+    bounds: np.ndarray  # rank k's rows: order[bounds[k]:bounds[k + 1]]
+
+    @classmethod
+    def of_table(cls, calls: pa.Table) -> CallRows:
+        rank = calls["rank"].to_numpy().astype(np.int64)
+        order = np.argsort(rank, kind="stable")
+        ranks, first = np.unique(rank[order], return_index=True)
+        return cls(calls["start_ns"].to_numpy().astype(np.int64),
+                   calls["wait_ns"].fill_null(-1).to_numpy().astype(np.int64),
+                   calls["waited_for_rank"].fill_null(-1).to_numpy().astype(np.int64),
+                   order, ranks, np.r_[first, rank.size])
+
+    def of(self, rank: int) -> np.ndarray:
+        """The rows of ``rank``, in its kernels' order (none: empty)."""
+        k = int(np.searchsorted(self.ranks, rank))
+        if k == self.ranks.size or self.ranks[k] != rank:
+            return self.order[:0]
+        return self.order[self.bounds[k]:self.bounds[k + 1]]
 
 
 @dataclass
@@ -69,6 +102,11 @@ class Diagnosis:
     framework: Framework = Framework(UNKNOWN, "no process group says")
     # compute kernels one rank runs that the ranks doing its work do not (:mod:`.extra_work`)
     extra: list[ExtraKernel] = field(default_factory=list)
+
+    @functools.cached_property
+    def call_rows(self) -> CallRows:
+        """``comm_calls``' rows by rank (:class:`CallRows`), made once."""
+        return CallRows.of_table(self.comm_calls)
 
     @property
     def stragglers(self) -> pa.Table:
@@ -111,32 +149,17 @@ def split_of(diag: Diagnosis, rank: int, comm: CommRows
     ts = ints(comm.table["ts"])
     order = np.argsort(ts, kind="stable")  # the activities' order
     rows, ts = comm.rows[order], ts[order]
-    mine = _calls_of(diag, rank)
-    start = diag.comm_calls["start_ns"].to_numpy()[mine]
+    calls = diag.call_rows
+    mine = calls.of(rank)
     off = diag.offsets[rank]
-    if rows.size != mine.size or not np.array_equal(ts - off, start):
+    if rows.size != mine.size or not np.array_equal(ts - off, calls.start[mine]):
         return None
-    wait, who = _split_columns(diag, mine)
+    wait, who = calls.wait[mine], calls.who[mine]
     wait_end = np.full(comm.n_rows, -1, np.int64)
     waited_for = np.full(comm.n_rows, -1, np.int64)
     wait_end[rows] = np.where(wait >= 0, ts + wait, -1)
     waited_for[rows] = who
     return wait_end, waited_for
-
-
-def _calls_of(diag: Diagnosis, rank: int) -> np.ndarray:
-    """The rows of ``diag.comm_calls`` of ``rank``, in its kernels' order."""
-    ranks = diag.comm_calls["rank"].to_numpy()
-    return np.flatnonzero(ranks == rank)
-
-
-def _split_columns(diag: Diagnosis, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(wait ns, -1 unknown; waited-for rank, -1 none) of ``rows`` of comm_calls."""
-    out = []
-    for name in ("wait_ns", "waited_for_rank"):
-        col = diag.comm_calls[name].take(pa.array(rows, pa.int64()))
-        out.append(col.fill_null(-1).to_numpy().astype(np.int64))
-    return out[0], out[1]
 
 
 def synced_activities(diag: Diagnosis, ranks: Iterable[RankActivities]
@@ -145,7 +168,7 @@ def synced_activities(diag: Diagnosis, ranks: Iterable[RankActivities]
     on the diagnosis's synced clocks with its communication split attached, without
     matching the job again, in rank order; None where a rank is not the diagnosis's or
     its communication kernels are not those the diagnosis split (another table)."""
-    starts = diag.comm_calls["start_ns"].to_numpy()
+    calls = diag.call_rows
     known = set(diag.ranks)
     out = []
     for own in ranks:
@@ -153,11 +176,11 @@ def synced_activities(diag: Diagnosis, ranks: Iterable[RankActivities]
         if r not in known:
             return None
         a = on_clock(own, diag.offsets.get(r, 0))
-        mine = _calls_of(diag, r)
+        mine = calls.of(r)
         pos = np.flatnonzero(a.kind == COMM)
-        if pos.size != mine.size or not np.array_equal(a.ts[pos], starts[mine]):
+        if pos.size != mine.size or not np.array_equal(a.ts[pos], calls.start[mine]):
             return None
-        wait, who = _split_columns(diag, mine)
+        wait, who = calls.wait[mine], calls.who[mine]
         a.wait_end = np.full(len(a), -1, np.int64)
         a.wait_end[pos] = np.where(wait >= 0, a.ts[pos] + wait, -1)
         a.waited_for = np.full(len(a), -1, np.int64)
