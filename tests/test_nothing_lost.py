@@ -590,3 +590,32 @@ def test_a_file_replaced_during_a_command_is_no_longer_its_input(tmp_path):
         assert is_input(path)
         os.utime(path, ns=(1, 1))  # what a new file on the reused inode looks like
         assert not is_input(path)
+
+
+@pytest.mark.parametrize("kind", ["spill folder", "temporary file"])
+def test_a_temporary_path_is_held_before_it_exists(kind, tmp_path, monkeypatch):
+    """A SIGTERM that lands between naming a temporary file or folder and making it
+    finds it held (the handler removes it, or the process ends before it is made): none
+    is made unheld. Removing what is held then leaves nothing."""
+    from traceviz.table import scratch
+
+    monkeypatch.setattr(scratch.tempfile, "tempdir", str(tmp_path))
+    seen: list[bool] = []
+    real_mkdir, real_open = os.mkdir, os.open
+
+    def mkdir(path, *args):
+        seen.append(os.fspath(path) in scratch._held)  # where a SIGTERM may land
+        return real_mkdir(path, *args)
+
+    def open_(path, *args):
+        seen.append(os.fspath(path) in scratch._held)
+        return real_open(path, *args)
+
+    monkeypatch.setattr(scratch.os, "mkdir", mkdir)
+    monkeypatch.setattr(scratch.os, "open", open_)
+    made = (scratch.spill_folder() if kind == "spill folder"
+            else scratch.temp_file_for(str(tmp_path / "out.parquet")))
+    assert seen == [True] and os.path.exists(made) and made in scratch._held
+    assert Path(made).name.startswith((scratch.SPILL_PREFIX, ".out.parquet."))
+    scratch.remove_held()
+    assert not os.path.exists(made) and made not in scratch._held

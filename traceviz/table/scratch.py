@@ -13,9 +13,12 @@ import atexit
 import contextlib
 import os
 import re
+import secrets
 import shutil
 import socket
 import tempfile
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 SPILL_PREFIX = "traceviz-spill-"
@@ -23,6 +26,7 @@ _HOST = re.sub(r"[^A-Za-z0-9]", "_", socket.gethostname())[:40] or "host"
 _OWNER = re.compile(r"^(?P<host>[A-Za-z0-9_]+)-(?P<pid>\d+)-")
 _swept_spills = False
 _held: set[str] = set()  # this process's temporary files and folders
+_lock = threading.RLock()  # held while a temporary file or folder is named and made
 
 
 def _owner() -> str:
@@ -66,9 +70,8 @@ def spill_folder() -> str:
     """A new private spill folder in the temporary directory (after
     :func:`remove_dead_spills`)."""
     remove_dead_spills()
-    path = tempfile.mkdtemp(prefix=SPILL_PREFIX + _owner(), dir=tempfile.gettempdir())
-    _held.add(path)
-    return path
+    return _made(os.path.join(tempfile.gettempdir(), SPILL_PREFIX + _owner()), "",
+                 lambda path: os.mkdir(path, 0o700))
 
 
 def temp_file_for(dest: str) -> str:
@@ -81,10 +84,23 @@ def temp_file_for(dest: str) -> str:
             if old.startswith(prefix) and old.endswith(".tmp") and _dead(old[len(prefix):]):
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(folder, old))
-    fd, tmp = tempfile.mkstemp(prefix=prefix + _owner(), suffix=".tmp", dir=folder)
-    os.close(fd)
-    _held.add(tmp)
-    return tmp
+    return _made(os.path.join(folder, prefix + _owner()), ".tmp", lambda path: os.close(
+        os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)))
+
+
+def _made(stem: str, suffix: str, make: Callable[[str], None]) -> str:
+    """A new path ``stem`` + random letters + ``suffix``, held (:data:`_held`) before
+    ``make`` creates it: a SIGTERM in between removes nothing there and the process
+    ends before it is made; in another thread, the handler waits for it (the lock)."""
+    while True:
+        path = f"{stem}{secrets.token_hex(4)}{suffix}"
+        with _lock:
+            _held.add(path)
+            try:
+                make(path)
+                return path
+            except FileExistsError:
+                _held.discard(path)
 
 
 def adopt(path: str) -> None:
@@ -99,8 +115,10 @@ def release(path: str) -> None:
 
 def remove_held() -> None:
     """Remove every temporary file and folder this process holds (a SIGTERM may come
-    while other threads still write into a spill folder)."""
-    for path in list(_held):
+    while other threads still write into a spill folder, or make one: :func:`_made`)."""
+    with _lock:
+        held = list(_held)
+    for path in held:
         if os.path.isdir(path):
             # renamed first: a scanner thread still spilling cannot add a file to it
             # behind rmtree's back (which left the emptied folder in place)
