@@ -361,6 +361,13 @@ def failures_of(folder: Path) -> list[str]:
     return []
 
 
+def failures_of_files(files: list[Path]) -> list[str]:
+    """:func:`failures_of` each folder that holds one of the rank tables ``files``, the
+    folders in order."""
+    return [line for folder in sorted({f.parent for f in files if f.suffix == ".parquet"})
+            for line in failures_of(folder)]
+
+
 def summary(outcomes: list[Outcome], seconds: float) -> str:
     """Counts, throughput, and one line per failed or truncated rank."""
     parsed = [o for o in outcomes if o.status == "parsed"]

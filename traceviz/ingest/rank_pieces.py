@@ -1,14 +1,13 @@
 """The map steps of a job's analyses on workers (:func:`map_ranks`): each rank's piece
 of the job's path and diagnosis (:mod:`traceviz.analysis.critical_path.pieces`), each
 rank's communication part for the aggregation and the diagnosis without advice
-(:func:`comm_parts`), each rank's summary for the report (:func:`summaries`) and its op
-model (:func:`rank_op_models`), made
-where its tables are read, on local worker processes or a Dask cluster's workers
-(:mod:`.workers`). What comes back to this process is the piece, the part, the summary
-or the op model: the rank's activities, communication kernels and graph arrays, its sums
-and calls, or its modelled calls, never its tables. A rank whose worker dies
-(twice), or whose table cannot be read, is named, not dropped silently: it is left out
-of the job and listed with its reason.
+(:func:`comm_parts`), its summary for the report (:func:`summaries`), its op model
+(:func:`rank_op_models`), its share of the breakdown (:func:`breakdown_parts`) and its
+activities (:func:`rank_activities`), made where its tables are read, on local worker
+processes or a Dask cluster's workers (:mod:`.workers`). What comes back to this
+process is that share, never the rank's tables. A rank whose worker dies (twice), or
+whose table cannot be read, is named, not dropped silently: it is left out of the job
+and listed with its reason.
 """
 from __future__ import annotations
 
@@ -152,6 +151,13 @@ def _read(path: str, columns: tuple[str, ...], optional: tuple[str, ...] = ()) -
     return lacking if lacking is not None else table
 
 
+def _per_table(work: Callable, files: list[tuple[int, Path]], args: tuple, on: Workers,
+               failed: list[str], keep: Callable[[Any], Any] = lambda r: r) -> list:
+    """:func:`map_ranks` of ``work`` over the (rank, table file) ``files``."""
+    return map_ranks(work, [(int(r), os.fspath(p)) for r, p in files], args, on, failed,
+                     keep)
+
+
 def comm_of_file(task: tuple[int, str], columns: tuple[str, ...]) -> CommPart | str:
     """What the aggregation takes of one rank (runs in a worker): its table's
     :class:`~traceviz.analysis.diagnose.waits.CommPart` (``columns`` of the table read,
@@ -177,8 +183,8 @@ def rank_activities(files: list[tuple[int, Path]], columns: tuple[str, ...], on:
     (:func:`activities_of_file`), made on ``on``, in the files' order; the ranks that
     cannot be read go to ``failed``."""
     shared = SharedValues()
-    return map_ranks(activities_of_file, [(int(r), os.fspath(p)) for r, p in files],
-                     (columns,), on, failed, shared.share_acts)
+    return _per_table(activities_of_file, files, (columns,), on, failed,
+                      shared.share_acts)
 
 
 def summary_of_file(task: tuple[int, str], columns: tuple[str, ...]) -> RankSummary | str:
@@ -195,8 +201,7 @@ def summaries(files: list[tuple[int, Path]], columns: tuple[str, ...], on: Worke
     """The :class:`~traceviz.analysis.rank_summary.RankSummary` of every (rank, table
     file) in ``files`` (:func:`summary_of_file`), made on ``on``, in the files' order;
     the ranks that cannot be read go to ``failed``."""
-    return map_ranks(summary_of_file, [(int(r), os.fspath(p)) for r, p in files],
-                     (columns,), on, failed)
+    return _per_table(summary_of_file, files, (columns,), on, failed)
 
 
 def comm_parts(files: list[tuple[int, Path]], columns: tuple[str, ...], on: Workers,
@@ -205,8 +210,7 @@ def comm_parts(files: list[tuple[int, Path]], columns: tuple[str, ...], on: Work
     file) in ``files`` (:func:`comm_of_file`), made on ``on``, in the files' order; the
     ranks that cannot be read go to ``failed``."""
     shared = SharedValues()
-    return map_ranks(comm_of_file, [(int(r), os.fspath(p)) for r, p in files], (columns,),
-                     on, failed, shared.share_comm)
+    return _per_table(comm_of_file, files, (columns,), on, failed, shared.share_comm)
 
 
 def breakdown_of_file(task: tuple[int, str], columns: tuple[str, ...],
@@ -230,8 +234,8 @@ def breakdown_parts(files: list[tuple[int, Path]], columns: tuple[str, ...],
     only, None: of every rank), made on ``on``, in the files' order; the ranks that
     cannot be read go to ``failed``."""
     shared = SharedValues()
-    return map_ranks(breakdown_of_file, [(int(r), os.fspath(p)) for r, p in files],
-                     (columns, optional, options, chosen), on, failed,
+    return _per_table(breakdown_of_file, files, (columns, optional, options, chosen),
+                      on, failed,
                      lambda part: _shared_part(shared, part))
 
 

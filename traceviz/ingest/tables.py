@@ -262,10 +262,9 @@ def rank_tables(files: list[Path], columns: tuple[str, ...] | None, failed: list
     one-line error naming them (never merged silently): two of one rank, two that state
     no rank (separate processes: nothing makes them ranks of one job), two that state
     different job sizes."""
-    from .batch import failures_of
+    from .batch import failures_of_files
 
-    for folder in sorted({f.parent for f in files if f.suffix == ".parquet"}):
-        failed += failures_of(folder)  # traces that never became a table
+    failed += failures_of_files(files)  # traces that never became a table
     seen: dict[int, tuple[Path, bool]] = {}
     runs: dict[str, tuple[Path, Any]] = {}  # what the first file said: no rank, a size
     for k, path in enumerate(progress(files, "reading ranks")):

@@ -72,7 +72,7 @@ from ..ingest.tables import (
     rank_tables,
     tables_folder,
 )
-from ..ingest.batch import failures_of
+from ..ingest.batch import failures_of, failures_of_files
 from ..ingest.rank_pieces import (
     RankMap,
     Workers,
@@ -264,11 +264,9 @@ def _job_comm(root: Path, workers: Workers, failed: list[str]) -> tuple[JobComm,
     not); the ranks left out go to ``failed`` (one line each), after the traces the
     last batch failed to parse."""
     files = job_files(root)
+    failed += failures_of_files(files)  # traces that never became a table
     lost: list[str] = []
-    for folder in sorted({f.parent for f in files}):
-        failed += failures_of(folder)  # traces that never became a table
-    parts = comm_parts(numbered(files), DIAGNOSIS_COLUMNS, workers,
-                       lost) if files else []
+    parts = comm_parts(numbered(files), DIAGNOSIS_COLUMNS, workers, lost)
     failed += lost
     if not parts:
         raise TraceVizError(f"{root}: no rank could be read" + "".join(

@@ -20,7 +20,7 @@ from ..analysis.report_types import Diagnosed, Report, TraceMfu
 from ..analysis.run_config import RunConfig, from_torchtitan_toml
 from ..errors import TraceVizError
 from ..ingest import job_cache
-from ..ingest.batch import failures_of
+from ..ingest.batch import failures_of_files
 from ..ingest.rank_pieces import Workers, summaries
 from ..ingest.tables import has_cpu_tables, job_files, numbered, tables_folder
 from ..ingest.topology import job_layout
@@ -36,9 +36,7 @@ def summaries_of(root: Path, workers: Workers) -> tuple[list[RankSummary], list[
     that failed. A job's traces are parsed once into its tables (``traceviz batch``'s
     default place); one table is read alone."""
     files = job_files(root)
-    failed: list[str] = []
-    for folder in sorted({f.parent for f in files}):
-        failed += failures_of(folder)  # traces that never became a table
+    failed = failures_of_files(files)  # traces that never became a table
     lost: list[str] = []  # what the workers say (the first named if none is read)
     found = summaries(numbered(files), COLUMNS, workers, lost)
     failed += lost

@@ -145,7 +145,7 @@ def temporal(table: pa.Table):
            legend_fmt=_mean_pct)
     ax.set_xlim(0, 100)
     ax.set_xlabel("% of the GPU span (first to last kernel, or its steps' windows where wider); "
-                  + _scope(len(pick), len(rows), "share with no kernel running"))
+                  + _scope(len(pick), len(rows), "share with no kernel running"), wrap=True)
     ax.set_title(title, loc="left")
     _legend_below(fig, ax)
     return fig
