@@ -177,4 +177,21 @@ def test_a_trace_beside_anothers_memory_tables_gets_its_page(tmp_path, monkeypat
                                     "page.html"])
     assert got.exit_code == 0, got.output
     # the mean of its three steps (60.90, 60.60, 61.07 ms), as the report gives it
-    assert "iteration time<b>60.86 ms" in (tmp_path / "page.html").read_text()
+    text = (tmp_path / "page.html").read_text()
+    assert "iteration time<b>60.86 ms" in text
+    # its timeline is its own steps: the folder's other trace is not read with it (the
+    # step windows refused the two traces that state no rank)
+    assert "no timeline" not in text
+    (tmp_path / "alone").mkdir()
+    shutil.copy(shared("gpu/single_gpt") / "single_gpt.json.gz", tmp_path / "alone")
+    from traceviz import Job
+
+    by_itself = Job(tmp_path / "alone" / "single_gpt.json.gz", tables=tmp_path / "t")
+    alone = by_itself.microbatches()
+    steps, clocks = Job(tmp_path / "single_gpt" / "single_gpt.json.gz").step_windows()
+    assert alone.num_rows > 0 and steps.equals(alone)
+    assert clocks == by_itself.aggregation().clocks
+    got = CliRunner().invoke(main, ["aggregate", "single_gpt/single_gpt.json.gz"])
+    assert got.exit_code == 0, got.output
+    written = pq.read_table(tmp_path / "traceviz-out/single_gpt/microbatches.parquet")
+    assert written.equals(alone)

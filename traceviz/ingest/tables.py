@@ -59,6 +59,29 @@ def job_files(root: Path) -> list[Path]:
     return one_folder(input_files([tables_folder(root)]), root)
 
 
+def own_tables(root: Path, folder: Path) -> list[Path]:
+    """The rank tables of ``folder`` that are the job ``root``'s: every one, but where
+    ``root`` is one table, that table, and where it is one trace, the table parsed from
+    it. A trace's tables folder can hold another trace's (a folder of two runs' traces
+    parsed together, named for the folder as the trace is); where none was parsed from
+    it (not parsed yet), every one."""
+    if root.is_file() and root.suffix == ".parquet":
+        return [root]
+    files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
+    if not root.is_file():
+        return files
+    return [p for p in files if _parsed_from_trace(p, root)] or files
+
+
+def _parsed_from_trace(table: Path, trace: Path) -> bool:
+    """Whether ``table``'s metadata names ``trace`` as its source."""
+    try:
+        source = file_fact(table, "source")
+        return bool(source) and os.path.samefile(source, trace)
+    except (OSError, ValueError):
+        return False
+
+
 def of_this_job(tables: list[Path], folder: Path) -> list[Path]:
     """``tables`` but those another job left in ``folder``: where a batch wrote the
     folder (its ``batch_summary.json`` there or in a parent), a table parsed from a trace

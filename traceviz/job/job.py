@@ -52,6 +52,7 @@ from ..ingest.tables import (
     input_files,
     load_table,
     only_folder,
+    own_tables,
     rank_tables,
 )
 from ..ingest.op_timeline import is_op_timeline
@@ -178,7 +179,9 @@ class Job:
 
     @cached_property
     def files(self) -> list[Path]:
-        """The rank tables of :attr:`folder`."""
+        """The rank tables of :attr:`folder` (of one trace or table: its own)."""
+        if self.path.is_file():
+            return own_tables(self.path, self.folder)
         return input_files([self.folder])
 
     @cached_property

@@ -55,7 +55,6 @@ from ..analysis.pipeline import (
 from ..errors import TraceVizError, UsageError
 from ..table.parked import release_free_memory
 from ..table.records import records
-from ..table.schema import is_activity_table
 from ..topology.layout import Layout
 from ..ingest import job_cache
 from ..ingest.tables import (
@@ -67,6 +66,7 @@ from ..ingest.tables import (
     load_with_memory,
     numbered,
     one_rank_with_cpu,
+    own_tables,
     rank_files,
     rank_of,
     rank_tables,
@@ -142,16 +142,23 @@ def aggregation(root: Path, folder: Path, alignment: str = "synced",
     (one line each), the job's layout and why it is not known (None when it is);
     ``workers``: where each rank's table is read (:func:`~traceviz.ingest.rank_pieces.
     comm_parts`)."""
-    files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
-    failed = failures_of(folder)  # traces that never became a table
+    files = own_tables(root, folder)
+    failed = failures_of(folder) if root.is_dir() else []  # traces never made a table
     parts = comm_parts(numbered(files), AGGREGATION_COLUMNS, workers, failed) \
         if files else []
     if not parts:
         raise TraceVizError(f"{folder}: no parsed rank tables (run 'traceviz batch' first)")
     layout, layout_note = job_layout(root, folder, topology)
     groups = pipeline_groups(layout, max(p.acts.rank for p in parts))
-    return (aggregation_of(parts, alignment, groups, cached_diagnosis(folder, topology)),
+    return (aggregation_of(parts, alignment, groups, _folder_diagnosis(root, folder, topology)),
             failed, layout, layout_note)
+
+
+def _folder_diagnosis(root: Path, folder: Path, topology: str | os.PathLike | None
+                      ) -> Diagnosis | None:
+    """The diagnosis kept beside the tables of ``folder`` where it is the job ``root``'s
+    (``root`` is a job's folder, not one of its traces or tables), else None."""
+    return None if root.is_file() else cached_diagnosis(folder, topology)
 
 
 DIAGNOSIS_COLUMNS = tuple(dict.fromkeys(ACTIVITY_COLUMNS + CALL_COLUMNS + META_COLUMNS))
@@ -289,7 +296,10 @@ def step_windows(root: Path, folder: Path, topology: str | os.PathLike | None = 
     were put on one clock (the diagnosis's verdict where it synced them: "shifted", "own
     clocks"; else the aggregation's: "none" where nothing links the ranks), each rank's
     activities made on ``workers``: kept beside the tables where no rank is left
-    out."""
+    out; of one trace or table (``root``), its own steps, not kept."""
+    if root.is_file():  # one trace or table: its own steps (nothing else to sync)
+        agg = aggregation(root, folder, topology=topology, workers=workers)[0]
+        return agg.microbatches, agg.clocks
     found = job_cache.load(folder, "step_windows", job_cache.key_of(folder, topology, {}))
     if found is not None:
         return found[0]["microbatches"], str(found[1]["clocks"])
@@ -297,7 +307,7 @@ def step_windows(root: Path, folder: Path, topology: str | os.PathLike | None = 
     steps: pa.Table | None = None
     lost: list[str] = []
     if diag is not None and diag.synced:  # the diagnosis's clocks: no matching again
-        files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
+        files = own_tables(root, folder)
         own = rank_activities(numbered(files), AGGREGATION_COLUMNS, workers, lost)
         acts = synced_activities(diag, own) if not lost else None
         if acts is not None:
@@ -387,7 +397,7 @@ def _folder_views(root: Path, folder: Path, vpp: int | None, iteration: int | No
     every = layout.groups()["PIPELINE_MODEL_PARALLEL_GROUP"]
     diag, left_out, _ = diagnosis(folder, topology)
     failed += left_out
-    files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
+    files = own_tables(folder, folder)
     complete = [g for g in every if set(g) <= set(diag.ranks)]
     first = focus_group(complete, diag.stragglers["rank"].to_pylist() + diag.chain_ranks())
     wanted = None if all_groups or not complete else set(first or complete[0])
