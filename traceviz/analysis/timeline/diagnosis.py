@@ -227,7 +227,7 @@ def _causes(model: TimelineModel, slow: list[SlowWorker], data, balance, groups,
             "micro-batch and DP rank holds the same tokens",
             "", f"forward and backward shares agree (r = {data.agreement:.2f}); pattern "
             f"from step to step r = {data.step_to_step:.2f}"),
-            W.balance(_cell_factor(model, data.factors()))))
+            W.balance(data.factors())))
     if balance is not None and balance.heavy:
         s = balance.heaviest
         split = best_split(balance)
@@ -255,12 +255,6 @@ def _causes(model: TimelineModel, slow: list[SlowWorker], data, balance, groups,
     for stage in sorted({g.stage for g in groups}):
         mine = [g for g in groups if g.stage == stage]
         factor = {(g.op, g.tp): 1.0 / g.ratio for g in mine}
-
-        def scale(v: W.StepView, factor=factor, stage=stage) -> np.ndarray:
-            f = np.ones(len(v.g))
-            for (op, tp), x in factor.items():
-                f[(v.op == op) & (v.stage == stage) & (t.tp[v.rank] == tp)] = x
-            return f
         names = sorted({g.name for g in mine})
         tps = sorted({g.tp for g in mine})
         tp_known = model.layout_from("tp") != "unknown"  # else every rank is TP rank 0
@@ -274,9 +268,9 @@ def _causes(model: TimelineModel, slow: list[SlowWorker], data, balance, groups,
             "; ".join(f"{g.name}{f' (TP {g.tp})' if tp_known else ''} median transfer "
                       f"{g.median_ns / 1e6:.2f} ms, {g.ratio:.2f}x" for g in mine),
             kind="fault"),
-            W.WhatIf(f"dp-group:{stage}=" + ",".join(
-                f"{g.name}.{g.tp}/{g.ratio:.3f}" for g in mine),
-                [W.Change("transfer_scale", scale)])))
+            W.dp_groups(f"dp-group:{stage}=" + ",".join(
+                f"{g.name}.{g.tp}/{g.ratio:.3f}" for g in mine), stage,
+                tuple((op, tp, x) for (op, tp), x in factor.items()))))
     dp_share = _share(ledger_rows, "transfer_dp")
     if dp_share >= EXPOSED_PCT:
         out.append(_Cause(Finding(
@@ -284,8 +278,7 @@ def _causes(model: TimelineModel, slow: list[SlowWorker], data, balance, groups,
             "overlap them with the backward and forward (--overlap-grad-reduce, "
             "--overlap-param-gather with --use-distributed-optimizer), where not on: the "
             "timers do not show it", "", "the ledger's transfer_dp", conditional=True),
-            W.WhatIf("overlap=DP", [W.Change("transfer_scale", lambda v: np.where(
-                v.cls == DP, 0.0, 1.0))])))
+            W.overlap(DP, "overlap=DP")))
     if (t.classes[t.op] == DATA).any():
         out.append(_Cause(Finding(
             "data loading (batch-generator) or the step's first gap beyond their typical "
@@ -305,19 +298,6 @@ def _causes(model: TimelineModel, slow: list[SlowWorker], data, balance, groups,
                 f"{name}'s transfers at most typical", kind="fault"),
                 W.op_fix(o, name, True)))
     return out
-
-
-def _cell_factor(model: TimelineModel, factors: np.ndarray):
-    t = model.timeline
-    from .ops import COMPUTE
-
-    def pick(v: W.StepView) -> np.ndarray:
-        mb = v.mb
-        ok = (v.cls == COMPUTE) & (mb >= 0) & (mb < factors.shape[2])
-        f = factors[v.index, np.minimum(t.dp[v.rank], factors.shape[1] - 1),
-                    np.clip(mb, 0, factors.shape[2] - 1)]
-        return np.where(ok, f, 1.0)
-    return pick
 
 
 def _attribution(model: TimelineModel, series) -> list[W.WhatIf]:

@@ -45,6 +45,7 @@ class StepView:
     worker: np.ndarray
     stage: np.ndarray
     dp: np.ndarray
+    tp: np.ndarray
     cls: np.ndarray
     op: np.ndarray
     mb: np.ndarray
@@ -65,7 +66,7 @@ class StepView:
         key = model.keys(rows)
         share = np.divide(g.dur, excl, out=np.ones(len(rows)), where=excl > 0)
         ty = model.typical
-        return cls(g, index, g.step, ri, model.worker[ri], t.stage[ri], t.dp[ri],
+        return cls(g, index, g.step, ri, model.worker[ri], t.stage[ri], t.dp[ri], t.tp[ri],
                    t.classes[t.op[rows]], t.op[rows], t.microbatch[rows], key,
                    np.r_[True, rows[1:] != rows[:-1]] if len(rows) else np.zeros(0, bool),
                    g.group < 0, share, ty.duration.of(key) * share, ty.transfer.of(key),
@@ -146,57 +147,168 @@ def step_times(model: TimelineModel, whatifs: list[WhatIf]
     return measured, out
 
 
-# ---- the what-ifs the diagnosis asks --------------------------------------------------
+# ---- the what-ifs the diagnosis asks ------------------------------------------------
+# Each pick is a small frozen dataclass (not a closure): a what-if travels to the worker
+# processes re-simulating a block of steps (pickled by name).
+
+
+@dataclass(frozen=True)
+class Every:
+    """Every node."""
+
+    def __call__(self, v: StepView) -> np.ndarray:
+        return np.ones(len(v.g), dtype=bool)
+
+
+@dataclass(frozen=True)
+class OfClass:
+    """The nodes of an op class (:mod:`.ops`)."""
+
+    klass: int
+
+    def __call__(self, v: StepView) -> np.ndarray:
+        return v.cls == self.klass
+
+
+@dataclass(frozen=True)
+class OfOp:
+    """The nodes of one op (its code)."""
+
+    op: int
+
+    def __call__(self, v: StepView) -> np.ndarray:
+        return v.op == self.op
+
+
+@dataclass(frozen=True)
+class FirstOnRank:
+    """Each rank's first node of the step (its gap: the step's first)."""
+
+    def __call__(self, v: StepView) -> np.ndarray:
+        return v.g.pred < 0
+
+
+@dataclass(frozen=True)
+class WorkerCompute:
+    """Worker ``worker``'s compute (of DP rank ``dp`` where ``worker`` is -1), times
+    ``factor`` (a scale) in the steps at places ``since`` to ``until`` (exclusive); a
+    mask where ``factor`` is None."""
+
+    worker: int = -1
+    dp: int = -1
+    factor: float | None = None
+    since: int = 0
+    until: int = 1 << 62
+
+    def __call__(self, v: StepView) -> np.ndarray:
+        who = v.worker == self.worker if self.worker >= 0 else v.dp == self.dp
+        on = who & (v.cls == COMPUTE) & (self.since <= v.index < self.until)
+        return on if self.factor is None else np.where(on, self.factor, 1.0)
+
+
+@dataclass(frozen=True)
+class StageCompute:
+    """Each stage's compute times its factor."""
+
+    factors: tuple[float, ...]
+
+    def __call__(self, v: StepView) -> np.ndarray:
+        return np.where(v.cls == COMPUTE, np.array(self.factors)[v.stage], 1.0)
+
+
+@dataclass(frozen=True)
+class CellCompute:
+    """Each micro-batch's compute times its factor: ``factors`` [step place, DP rank,
+    micro-batch] (the last DP rank's and micro-batch's beyond the table)."""
+
+    factors: np.ndarray
+
+    def __call__(self, v: StepView) -> np.ndarray:
+        f, mb = self.factors, v.mb
+        ok = (v.cls == COMPUTE) & (mb >= 0) & (mb < f.shape[2])
+        return np.where(ok, f[v.index, np.minimum(v.dp, f.shape[1] - 1),
+                              np.clip(mb, 0, f.shape[2] - 1)], 1.0)
+
+
+@dataclass(frozen=True)
+class GroupTransfers:
+    """Stage ``stage``'s transfers of each (op, TP rank) in ``factors`` times its
+    factor."""
+
+    stage: int
+    factors: tuple[tuple[int, int, float], ...]  # (op, TP rank, factor)
+
+    def __call__(self, v: StepView) -> np.ndarray:
+        f = np.ones(len(v.g))
+        for op, tp, x in self.factors:
+            f[(v.op == op) & (v.stage == self.stage) & (v.tp == tp)] = x
+        return f
+
+
+@dataclass(frozen=True)
+class ClassFactor:
+    """The nodes of an op class times ``factor``, the others unchanged."""
+
+    klass: int
+    factor: float
+
+    def __call__(self, v: StepView) -> np.ndarray:
+        return np.where(v.cls == self.klass, self.factor, 1.0)
+
 
 def ideal() -> WhatIf:
     """Every op at its typical duration, transfer and gap."""
-    every: Pick = lambda v: np.ones(len(v.g), dtype=bool)  # noqa: E731
-    return WhatIf("ideal", [Change("typical", every, True), Change("transfer", every, True),
-                            Change("gap", every, True)])
+    return WhatIf("ideal", [Change("typical", Every(), True), Change("transfer", Every(), True),
+                            Change("gap", Every(), True)])
 
 
 def slow_worker(w: int, factor: float, since: int, until: int, steps: str) -> WhatIf:
     """Worker ``w``'s compute / ``factor`` in the steps at places ``since`` to ``until``
     (exclusive; ``steps`` says which in words: ``S`` or ``S-E``)."""
-    def pick(v: StepView) -> np.ndarray:
-        on = (v.worker == w) & (v.cls == COMPUTE) & (since <= v.index < until)
-        return np.where(on, 1.0 / factor, 1.0)
-    return WhatIf(f"worker:{w}/{factor:.3f}@{steps}", [Change("scale", pick)])
+    return WhatIf(f"worker:{w}/{factor:.3f}@{steps}",
+                  [Change("scale", WorkerCompute(w, factor=1.0 / factor, since=since,
+                                                 until=until))])
 
 
 def worker_typical(w: int) -> WhatIf:
-    return WhatIf(f"worker-typical:{w}", [Change(
-        "typical", lambda v: (v.worker == w) & (v.cls == COMPUTE), True)])
+    return WhatIf(f"worker-typical:{w}", [Change("typical", WorkerCompute(w), True)])
 
 
 def dp_typical(d: int) -> WhatIf:
-    return WhatIf(f"dp:{d}", [Change("typical", lambda v: (v.dp == d) & (v.cls == COMPUTE),
-                                     True)])
+    return WhatIf(f"dp:{d}", [Change("typical", WorkerCompute(dp=d), True)])
 
 
 def stages(factors: np.ndarray, spec: str) -> WhatIf:
     """Each stage's compute times its factor."""
-    return WhatIf(spec, [Change("scale", lambda v: np.where(
-        v.cls == COMPUTE, factors[v.stage], 1.0))])
+    return WhatIf(spec, [Change("scale", StageCompute(tuple(float(f) for f in factors)))])
 
 
-def balance(cell_factor: Callable[[StepView], np.ndarray]) -> WhatIf:
-    """Each micro-batch's compute times its factor (its step's mean share / its own)."""
-    return WhatIf("balance", [Change("scale", cell_factor)])
+def balance(factors: np.ndarray) -> WhatIf:
+    """Each micro-batch's compute times its factor (its step's mean share / its own):
+    ``factors`` [step place, DP rank, micro-batch]."""
+    return WhatIf("balance", [Change("scale", CellCompute(factors))])
+
+
+def dp_groups(spec: str, stage: int, factors: tuple[tuple[int, int, float], ...]) -> WhatIf:
+    """Stage ``stage``'s DP groups' transfers of (op, TP rank) times their factor."""
+    return WhatIf(spec, [Change("transfer_scale", GroupTransfers(stage, factors))])
+
+
+def overlap(klass: int, spec: str) -> WhatIf:
+    """The transfers of op class ``klass`` hidden entirely (x 0)."""
+    return WhatIf(spec, [Change("transfer_scale", ClassFactor(klass, 0.0))])
 
 
 def op_fix(op: int, name: str, communication: bool) -> WhatIf:
     """One op's transfers (a communication op) or durations at most typical."""
-    if communication:
-        return WhatIf(f"op:{name}", [Change("transfer", lambda v: v.op == op)])
-    return WhatIf(f"op:{name}", [Change("typical", lambda v: v.op == op)])
+    return WhatIf(f"op:{name}", [Change("transfer" if communication else "typical",
+                                        OfOp(op))])
 
 
 def data_fix() -> WhatIf:
     """Data loading and each rank's first gap of the step at most typical."""
-    return WhatIf("data", [Change("typical", lambda v: v.cls == DATA),
-                           Change("gap", lambda v: v.g.pred < 0)])
+    return WhatIf("data", [Change("typical", OfClass(DATA)), Change("gap", FirstOnRank())])
 
 
 def gaps_fix() -> WhatIf:
-    return WhatIf("gaps", [Change("gap", lambda v: np.ones(len(v.g), dtype=bool))])
+    return WhatIf("gaps", [Change("gap", Every())])
