@@ -43,10 +43,11 @@ class Cells:
 
 
 def compute_cells(model: TimelineModel) -> Cells:
+    """The cells of ``model``'s own steps (the job's, or a block of them)."""
     t = model.timeline
     ns, nw = len(model.slices), model.workers
-    mbs = int(t.microbatch.max()) + 1 if len(t) and t.microbatch.max() >= 0 else 0
-    by_mb = ns * nw * (mbs + 1) <= MAX_CELLS
+    mbs = model.shape.microbatches
+    by_mb = len(model.steps) * nw * (mbs + 1) <= MAX_CELLS  # alike in every block
     slots = mbs + 1 if by_mb else 1
     shape = (ns, nw, slots)
     out = [np.zeros(shape, dtype=np.float32) for _ in range(4)]

@@ -22,16 +22,19 @@ gaps would save; each row re-simulated on its own.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ...table.records import records
 from ..advice import ADVICE_SCHEMA, FAULT_PCT, STANDINGS, Advice, Finding, standing
 from ..diagnose.stages import best_split
 from . import whatif as W
-from .cells import compute_cells
+from .cells import Cells, compute_cells
 from .data import OpTimeline
 from .findings import (MIN_Z, SlowWorker, WorkerSeries, data_imbalance, slow_dp_groups, slow_workers,
                        stage_balance, worker_series)
@@ -98,30 +101,95 @@ class _Cause:
     until_index: int | None = None  # present up to this place (exclusive; None: the end)
 
 
+@dataclass
+class Measured:
+    """Steps re-simulated as measured (the job's, or a block of them): each rank's ledger
+    per step (:data:`~.ledger.SCHEMA`), every DP call's (op, stage, TP rank, transfer
+    ns), how far the re-simulated ends are from the measured (ns), the communication
+    ops left alone (:mod:`.graph`), the compute cells (:mod:`.cells`) and the notes on
+    the model's steps (its notes: a step's transfers paired in a circle)."""
+
+    ledger: pa.Table
+    dp_calls: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    fit: int
+    alone: int
+    cells: Cells
+    notes: list[str]
+
+    @classmethod
+    def joined(cls, parts: list[Measured]) -> Measured:
+        """Blocks of consecutive steps, in order, as one."""
+        def cat(f: Callable[[Measured], np.ndarray]) -> np.ndarray:
+            return np.concatenate([f(p) for p in parts])
+
+        calls = (cat(lambda p: p.dp_calls[0]), cat(lambda p: p.dp_calls[1]),
+                 cat(lambda p: p.dp_calls[2]), cat(lambda p: p.dp_calls[3]))
+        cells = Cells(cat(lambda p: p.cells.excl_fwd), cat(lambda p: p.cells.typ_fwd),
+                      cat(lambda p: p.cells.excl_bwd), cat(lambda p: p.cells.typ_bwd),
+                      parts[0].cells.by_microbatch)
+        return cls(pa.concat_tables([p.ledger for p in parts]), calls,
+                   max(p.fit for p in parts), sum(p.alone for p in parts), cells,
+                   [n for p in parts for n in p.notes])
+
+
+class Steps(Protocol):
+    """Where the job's steps are re-simulated: as measured, and under what-ifs."""
+
+    def measured(self) -> Measured:
+        """Every step re-simulated as measured."""
+
+    def times(self, whatifs: list[W.WhatIf]) -> tuple[np.ndarray, np.ndarray]:
+        """(measured step times, [what-if, step] re-simulated times), ns."""
+
+
+@dataclass
+class InProcess:
+    """The steps of a model of the whole job, re-simulated in this process."""
+
+    model: TimelineModel
+
+    def measured(self) -> Measured:
+        return measured_steps(self.model)
+
+    def times(self, whatifs: list[W.WhatIf]) -> tuple[np.ndarray, np.ndarray]:
+        return W.step_times(self.model, whatifs)
+
+
 def diagnose_timeline(tl: OpTimeline, num_layers: int | None = None) -> TimelineDiagnosis:
     """The diagnosis of ``tl`` (see the module doc)."""
     with warnings.catch_warnings():  # medians of workers without compute: NaN, said so
         warnings.simplefilter("ignore", RuntimeWarning)
-        return _diagnose(TimelineModel(tl), num_layers)
+        model = TimelineModel(tl)
+        return diagnose_model(model, InProcess(model), num_layers)
 
 
-def _diagnose(model: TimelineModel, num_layers: int | None) -> TimelineDiagnosis:
+def diagnose_model(model: TimelineModel, steps: Steps, num_layers: int | None = None
+                   ) -> TimelineDiagnosis:
+    """The diagnosis of the job ``model`` models (the whole job, or its shape alone),
+    its steps re-simulated by ``steps``."""
+    with warnings.catch_warnings():  # medians of workers without compute: NaN, said so
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return _diagnose(model, steps, num_layers)
+
+
+def _diagnose(model: TimelineModel, run: Steps, num_layers: int | None) -> TimelineDiagnosis:
     t = model.timeline
-    ledger_rows, dp_calls, fit, alone = _measured(model)
-    cells = compute_cells(model)
-    series = worker_series(model, cells)
+    m = run.measured()
+    t.notes += [n for n in dict.fromkeys(m.notes) if n not in t.notes]
+    series = worker_series(model, m.cells)
     slow = slow_workers(model, series)
-    data = data_imbalance(model, cells, slow)
-    balance = stage_balance(model, cells, num_layers)
-    del cells
-    groups = slow_dp_groups(model, *dp_calls)
-    causes = _causes(model, slow, data, balance, groups, ledger_rows, num_layers)
+    data = data_imbalance(model, m.cells, slow)
+    balance = stage_balance(model, m.cells, num_layers)
+    groups = slow_dp_groups(model, *m.dp_calls)
+    causes = _causes(model, slow, data, balance, groups, m.ledger, num_layers)
     attribution = _attribution(model, series)
+    ledger, fit, alone = m.ledger, m.fit, m.alone
+    del m  # the cells
     # every what-if re-simulated once (a cause and an attribution may be the same)
     unique: dict[str, W.WhatIf] = {}
     for w in [W.WhatIf("measured"), W.ideal()] + [c.whatif for c in causes] + attribution:
         unique.setdefault(w.spec, w)
-    measured, times = W.step_times(model, list(unique.values()))
+    measured, times = run.times(list(unique.values()))
     at = {spec: i for i, spec in enumerate(unique)}
     base, ideal = times[0], times[1]
     cause_t = times[[at[c.whatif.spec] for c in causes]] if causes else times[:0]
@@ -146,17 +214,14 @@ def _diagnose(model: TimelineModel, num_layers: int | None) -> TimelineDiagnosis
     names = tuple(_worker_name(model, w) for w in range(model.workers))
     summary = _summary(model, measured, base, ideal, slow, series)
     return TimelineDiagnosis(
-        steps, pa.Table.from_pylist(ledger_rows, schema=LEDGER_SCHEMA), strag,
+        steps, ledger, strag,
         pa.Table.from_pylist(attr_rows, schema=ATTRIBUTION_SCHEMA),
         _worker_steps(model, series), advice, series.slowdown, names,
         tuple(int(s) for s in model.steps), tuple(summary), tuple(notes))
 
 
-def _measured(model: TimelineModel
-              ) -> tuple[list[dict], tuple[np.ndarray, ...], int, int]:
-    """Each rank's ledger per step, every DP call (op, stage, TP rank, transfer), how
-    far the re-simulated ends are from the measured (ns) and the communication ops left
-    alone (:mod:`.graph`)."""
+def measured_steps(model: TimelineModel) -> Measured:
+    """The model's own steps re-simulated as measured (:class:`Measured`)."""
     t = model.timeline
     rows: list[dict] = []
     ops, stages, tps, transfers = [], [], [], []
@@ -178,7 +243,9 @@ def _measured(model: TimelineModel
         tps.append(t.tp[v.rank[m]])
         transfers.append(g.transfer[m])
     cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))  # noqa: E731
-    return rows, (cat(ops), cat(stages), cat(tps), cat(transfers)), fit, alone
+    return Measured(pa.Table.from_pylist(rows, schema=LEDGER_SCHEMA),
+                    (cat(ops), cat(stages), cat(tps), cat(transfers)), fit, alone,
+                    compute_cells(model), list(t.notes))
 
 
 def _worker_name(model: TimelineModel, w: int) -> str:
@@ -189,14 +256,14 @@ def _worker_name(model: TimelineModel, w: int) -> str:
     return f"{who} (stage {int(t.stage[r])}, DP {int(t.dp[r])})"
 
 
-def _share(rows: list[dict], part: str) -> float:
+def _share(ledger: pa.Table, part: str) -> float:
     """``part``'s mean share of the step over ranks and steps (%)."""
-    total = sum(r["step_ns"] for r in rows)
-    return 100.0 * sum(r[f"{part}_ns"] for r in rows) / total if total else 0.0
+    total = pc.sum(ledger["step_ns"]).as_py() or 0
+    return 100.0 * (pc.sum(ledger[f"{part}_ns"]).as_py() or 0) / total if total else 0.0
 
 
 def _causes(model: TimelineModel, slow: list[SlowWorker], data, balance, groups,
-            ledger_rows: list[dict], num_layers: int | None) -> list[_Cause]:
+            ledger: pa.Table, num_layers: int | None) -> list[_Cause]:
     t = model.timeline
     out: list[_Cause] = []
     for x in [s for s in slow if s.persistent][:TOP_FAULTS]:
@@ -271,7 +338,7 @@ def _causes(model: TimelineModel, slow: list[SlowWorker], data, balance, groups,
             W.dp_groups(f"dp-group:{stage}=" + ",".join(
                 f"{g.name}.{g.tp}/{g.ratio:.3f}" for g in mine), stage,
                 tuple((op, tp, x) for (op, tp), x in factor.items()))))
-    dp_share = _share(ledger_rows, "transfer_dp")
+    dp_share = _share(ledger, "transfer_dp")
     if dp_share >= EXPOSED_PCT:
         out.append(_Cause(Finding(
             f"{dp_share:.1f} % of the step is data-parallel transfers no compute hides",
@@ -279,7 +346,8 @@ def _causes(model: TimelineModel, slow: list[SlowWorker], data, balance, groups,
             "--overlap-param-gather with --use-distributed-optimizer), where not on: the "
             "timers do not show it", "", "the ledger's transfer_dp", conditional=True),
             W.overlap(DP, "overlap=DP")))
-    if (t.classes[t.op] == DATA).any():
+    present = model.shape.present
+    if (t.classes[present] == DATA).any():
         out.append(_Cause(Finding(
             "data loading (batch-generator) or the step's first gap beyond their typical "
             "time", "more data-loader workers or prefetching; check the storage", "",
@@ -291,7 +359,7 @@ def _causes(model: TimelineModel, slow: list[SlowWorker], data, balance, groups,
         "checkpointing)", "", "every gap at most its typical time", kind="fault"),
         W.gaps_fix()))
     for o, name in enumerate(t.names):
-        if t.classes[o] in COMMUNICATION and (t.op == o).any():
+        if t.classes[o] in COMMUNICATION and o in present:
             out.append(_Cause(Finding(
                 f"{name} transfers beyond their typical time in some steps",
                 "check the network for congestion (other jobs, a degraded link)", "",
@@ -311,7 +379,7 @@ def _attribution(model: TimelineModel, series) -> list[W.WhatIf]:
                  for d in dps]
         out += [W.dp_typical(int(dps[i])) for i in np.argsort(by_dp)[::-1][:TOP]]
     out += [W.op_fix(o, n, bool(t.classes[o] in COMMUNICATION))
-            for o, n in enumerate(t.names) if (t.op == o).any()]
+            for o, n in enumerate(t.names) if o in model.shape.present]
     out += [W.data_fix(), W.gaps_fix()]
     return out
 
@@ -399,7 +467,7 @@ def _summary(model: TimelineModel, measured, base, ideal, slow: list[SlowWorker]
     t = model.timeline
     ms = measured / 1e6
     lines = [f"op timeline: {len(t.ranks)} ranks ({model.workers} workers, {model.pp} "
-             f"stages), {len(model.steps)} steps, {len(t):,} ops; step time median "
+             f"stages), {len(model.steps)} steps, {model.shape.ops:,} ops; step time median "
              f"{np.median(ms):.2f} ms (min {ms.min():.2f}, max {ms.max():.2f}); ideal "
              f"{np.median(ideal) / 1e6:.2f} ms"]
     with np.errstate(all="ignore"):

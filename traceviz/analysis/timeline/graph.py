@@ -64,10 +64,13 @@ class StepGraph:
 class Layout:
     """Per rank index its stage, DP, TP rank; its pipeline neighbours' rank indexes."""
 
-    def __init__(self, tl: OpTimeline) -> None:
+    def __init__(self, tl: OpTimeline, chunks: int | None = None) -> None:
+        """``chunks``: model chunks per stage (default: from the rows of ``tl``)."""
         self.stage, self.dp, self.tp = tl.stage, tl.dp, tl.tp
         self.pp = int(tl.stage.max()) + 1
-        self.chunks = int(tl.chunk.max()) + 1 if len(tl) else 1
+        if chunks is None:
+            chunks = int(tl.chunk.max()) + 1 if len(tl) else 1
+        self.chunks = chunks
         ring = self.chunks > 1
         where = {(int(s), int(d), int(t)): i for i, (s, d, t) in
                  enumerate(zip(tl.stage, tl.dp, tl.tp))}

@@ -19,6 +19,8 @@ column (never a silent guess).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ...errors import TraceVizError
@@ -26,16 +28,51 @@ from .data import OpTimeline
 from .ops import BOTH, COMPUTE, NEXT, P2P, PREV
 
 
-def complete_layout(tl: OpTimeline) -> OpTimeline:
+NONE = np.iinfo(np.int64).max  # no forward compute in the first step
+
+
+@dataclass
+class StageFacts:
+    """What the stages are inferred from, per rank (index of ``OpTimeline.ranks``):
+    whether it receives from the previous stage and sends to the next (its pipeline
+    transfers), and when its first forward compute of the first step starts (ns;
+    :data:`NONE`: it has none)."""
+
+    receives: np.ndarray  # bool
+    sends: np.ndarray     # bool
+    first_forward: np.ndarray  # int64
+
+    @classmethod
+    def of(cls, tl: OpTimeline) -> StageFacts:
+        """From the rows of ``tl`` (every step of the job)."""
+        n = len(tl.ranks)
+        cls_, sides = tl.classes[tl.op], tl.sides[tl.op]
+        p2p = cls_ == P2P
+        ri = tl.rank_index
+        receives = np.zeros(n, dtype=bool)
+        receives[ri[p2p & ((sides == PREV) | (sides == BOTH))]] = True
+        sends = np.zeros(n, dtype=bool)
+        sends[ri[p2p & ((sides == NEXT) | (sides == BOTH))]] = True
+        first = np.full(n, NONE, dtype=np.int64)
+        if len(tl):
+            step0 = tl.step == tl.step.min()
+            fwd = step0 & (cls_ == COMPUTE) & np.array(
+                [nm == "forward-compute" for nm in tl.names], dtype=bool)[tl.op]
+            np.minimum.at(first, ri[fwd], tl.start[fwd])
+        return cls(receives, sends, first)
+
+
+def complete_layout(tl: OpTimeline, facts: StageFacts | None = None) -> OpTimeline:
     """``tl`` with its stages, DP and TP ranks where unknown inferred (see the module
-    doc), in place; notes say how."""
+    doc), in place; notes say how. ``facts``: the stages' facts of the whole job (default:
+    from the rows of ``tl``, which then holds every step)."""
     n = len(tl.ranks)
     if (tl.stage < 0).any():
         if (tl.stage >= 0).any():
             bad = int(tl.ranks[np.flatnonzero(tl.stage < 0)[0]])
             raise TraceVizError(f"rank {bad}: no stage where other ranks have one: give "
                                 "every rank's stage or none")
-        tl.stage = _stages(tl)
+        tl.stage = _stages(tl, facts if facts is not None else StageFacts.of(tl))
     if (tl.tp < 0).any():
         tl.tp = np.zeros(n, dtype=np.int32)
         tl.layout_from["tp"] = "unknown"
@@ -75,21 +112,15 @@ def complete_layout(tl: OpTimeline) -> OpTimeline:
     return tl
 
 
-def _stages(tl: OpTimeline) -> np.ndarray:
+def _stages(tl: OpTimeline, facts: StageFacts) -> np.ndarray:
     n = len(tl.ranks)
-    cls, sides = tl.classes[tl.op], tl.sides[tl.op]
-    p2p = cls == P2P
-    if not p2p.any():
+    receives, sends = facts.receives, facts.sends
+    if not (receives.any() or sends.any()):
         tl.layout_from["stage"] = "inferred: no pipeline transfers, one stage"
         if n > 1:
             tl.notes.append("stages inferred: no pipeline transfers in the timeline, every "
                             "rank is stage 0")
         return np.zeros(n, dtype=np.int32)
-    ri = tl.rank_index
-    receives = np.zeros(n, dtype=bool)
-    receives[ri[p2p & ((sides == PREV) | (sides == BOTH))]] = True
-    sends = np.zeros(n, dtype=bool)
-    sends[ri[p2p & ((sides == NEXT) | (sides == BOTH))]] = True
     first = ~receives
     if not first.any() or (~sends).sum() != first.sum():
         raise TraceVizError("the stages cannot be inferred from the pipeline transfers "
@@ -99,12 +130,8 @@ def _stages(tl: OpTimeline) -> np.ndarray:
     if pp * int(first.sum()) != n:
         raise TraceVizError(f"{int(first.sum())} first-stage ranks do not divide the {n} "
                             "ranks into stages: give the stage column")
-    step0 = tl.step == tl.step.min()
-    fwd = step0 & (tl.classes[tl.op] == COMPUTE) & np.array(
-        [nm == "forward-compute" for nm in tl.names])[tl.op]
-    t = np.full(n, np.iinfo(np.int64).max)
-    np.minimum.at(t, ri[fwd], tl.start[fwd])
-    if (t == np.iinfo(np.int64).max).any():
+    t = facts.first_forward
+    if (t == NONE).any():
         raise TraceVizError("the stages cannot be inferred: some ranks have no "
                             "forward-compute in the first step: give the stage column")
     order = np.argsort(t, kind="stable")

@@ -58,17 +58,80 @@ class Typical:
     gap: Medians
 
 
-class TimelineModel:
-    """One job's op timeline ready to re-simulate (see the module doc)."""
+@dataclass
+class JobShape:
+    """What every step of the job shares, and each block of its steps is modelled with
+    (:class:`TimelineModel` of some steps): the op names (codes index them), each rank's
+    place (``ranks`` sorted, its ``stage``, ``dp``, ``tp``; where each came from), model
+    chunks per stage, micro-batch slots (the largest micro-batch + 1; 0: none), every
+    step, the op rows and the op codes that have rows (wrappers left out), and the notes
+    on reading the job (layout, wrappers, nested timers)."""
 
-    def __init__(self, tl: OpTimeline) -> None:
-        tl = complete_layout(tl)
-        self.flat: Flat = flatten(tl)
+    names: tuple[str, ...]
+    ranks: np.ndarray
+    stage: np.ndarray
+    dp: np.ndarray
+    tp: np.ndarray
+    layout_from: dict[str, str]
+    chunks: int
+    microbatches: int
+    steps: np.ndarray     # int64, ascending
+    ops: int
+    present: np.ndarray   # int64 op codes, ascending
+    notes: list[str]
+
+    @classmethod
+    def of(cls, flat: Flat) -> JobShape:
+        """The shape of a whole job's flattened timeline (its layout completed)."""
+        t = flat.timeline
+        return cls(t.names, t.ranks, t.stage, t.dp, t.tp, dict(t.layout_from),
+                   int(t.chunk.max()) + 1 if len(t) else 1,
+                   int(t.microbatch.max()) + 1 if len(t) and t.microbatch.max() >= 0 else 0,
+                   np.array([s for s, _, _ in flat.steps], dtype=np.int64), len(t),
+                   np.unique(t.op).astype(np.int64), t.notes)
+
+    def timeline(self) -> OpTimeline:
+        """An op timeline of this shape without rows (its ranks' layout, names, notes)."""
+        z = (lambda dtype: np.zeros(0, dtype))  # noqa: E731
+        return OpTimeline(self.names, z(np.int32), z(np.int32), z(np.int16), z(np.int64),
+                          z(np.int64), z(np.int16), z(np.int16), None, self.ranks,
+                          self.stage, self.dp, self.tp, dict(self.layout_from),
+                          list(self.notes))
+
+
+def sampled(n: int) -> np.ndarray:
+    """The places (0..n-1) of the steps the typical values are taken over: up to
+    :data:`SAMPLE_STEPS`, evenly spread."""
+    return np.unique(np.linspace(0, n - 1, min(n, SAMPLE_STEPS)).round().astype(int))
+
+
+class TimelineModel:
+    """One job's op timeline ready to re-simulate (see the module doc): all of it, or a
+    block of its steps (``tl`` holding only those rows) modelled with the whole job's
+    ``shape`` and ``typical`` values, its first step at place ``first_index`` of the
+    job's; a model of ``shape`` alone holds no rows (:meth:`of_shape`)."""
+
+    def __init__(self, tl: OpTimeline, shape: JobShape | None = None,
+                 typical: Typical | None = None, first_index: int = 0) -> None:
+        if shape is None:  # the whole job: its layout completed, its shape taken
+            tl = complete_layout(tl)
+            self.flat: Flat = flatten(tl)
+            shape = JobShape.of(self.flat)
+        else:  # some of its steps: the job's layout; the notes on them are the job's
+            tl.ranks, tl.stage, tl.dp, tl.tp = shape.ranks, shape.stage, shape.dp, shape.tp
+            tl.layout_from = dict(shape.layout_from)
+            if len(tl):
+                self.flat = flatten(tl)
+                tl.notes = []  # the shape's; a step's own follow (transfers in a circle)
+            else:
+                self.flat = Flat(tl, *(np.zeros(0, np.int64),) * 2, 0, 0, [])
+        self.shape = shape
         self.timeline = t = self.flat.timeline
-        self.layout = Layout(t)
-        self.has_p2p = bool((t.classes[t.op] == P2P).any())
-        self.slices = self.flat.steps
-        self.steps = np.array([s for s, _, _ in self.slices], dtype=np.int64)
+        self.layout = Layout(t, shape.chunks)
+        self.has_p2p = bool((t.classes[shape.present] == P2P).any())
+        self.slices = self.flat.steps          # this model's steps: (step, first row, end)
+        self.steps = shape.steps               # the job's
+        self.first_index = first_index
         if (t.tp >= 0).all() and self.layout_from("tp") == "column" and t.tp.max() > 0:
             keys = t.stage.astype(np.int64) * (int(t.dp.max()) + 1) + t.dp
             _, self.worker = np.unique(keys, return_inverse=True)
@@ -87,7 +150,13 @@ class TimelineModel:
         self._graphs: dict[int, StepGraph] = {}
         self.checked: set[int] = set()    # steps whose paired graph was simulated once
         self.unpaired: set[int] = set()   # steps whose transfers run alone
-        self.typical = self._typical()
+        self.typical = typical if typical is not None else self._typical()
+
+    @classmethod
+    def of_shape(cls, shape: JobShape, typical: Typical) -> TimelineModel:
+        """The model of the job's ``shape`` alone (no rows: what the findings read where
+        the steps are modelled elsewhere)."""
+        return cls(shape.timeline(), shape, typical)
 
     def layout_from(self, key: str) -> str:
         return self.timeline.layout_from.get(key, "unknown")
@@ -132,13 +201,11 @@ class TimelineModel:
 
     def _typical(self) -> Typical:
         t = self.timeline
-        n = len(self.slices)
-        pick = np.unique(np.linspace(0, n - 1, min(n, SAMPLE_STEPS)).round().astype(int))
-        sampled = set(pick.tolist())
+        chosen = set(sampled(len(self.slices)).tolist())
         rows_k, rows_v, tr_k, tr_v, gap_k, gap_v = [], [], [], [], [], []
         cls = t.classes
         for i, g in self.graphs():
-            if i not in sampled:
+            if i not in chosen:
                 continue
             rows = g.rows
             k = self.keys(rows)

@@ -59,6 +59,7 @@ class StepView:
 
     @classmethod
     def of(cls, model: TimelineModel, index: int, g: StepGraph) -> StepView:
+        """The view of ``g``, the step at place ``index`` of ``model``'s own steps."""
         t = model.timeline
         rows = g.rows
         ri = np.searchsorted(t.ranks, t.rank[rows])
@@ -66,7 +67,7 @@ class StepView:
         key = model.keys(rows)
         share = np.divide(g.dur, excl, out=np.ones(len(rows)), where=excl > 0)
         ty = model.typical
-        return cls(g, index, g.step, ri, model.worker[ri], t.stage[ri], t.dp[ri], t.tp[ri],
+        return cls(g, model.first_index + index, g.step, ri, model.worker[ri], t.stage[ri], t.dp[ri], t.tp[ri],
                    t.classes[t.op[rows]], t.op[rows], t.microbatch[rows], key,
                    np.r_[True, rows[1:] != rows[:-1]] if len(rows) else np.zeros(0, bool),
                    g.group < 0, share, ty.duration.of(key) * share, ty.transfer.of(key),
