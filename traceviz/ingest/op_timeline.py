@@ -17,7 +17,9 @@ import gzip
 import io
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import orjson
@@ -173,6 +175,121 @@ def _rows_known(files: list[Path]) -> int | None:
         return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     except (OSError, pa.ArrowException):
         return None
+
+
+@dataclass(frozen=True)
+class RowGroup:
+    """One row group of a parquet op timeline: its file (its place among the timeline's
+    files, its size and modification time when first looked at), its number, its first
+    row's place in the file (0: the first), its rows, and its lowest and highest step
+    where its statistics state them (None: not stated)."""
+
+    path: str
+    file: int
+    stamp: tuple[int, int]
+    group: int
+    first_row: int
+    rows: int
+    steps: tuple[int, int] | None
+
+
+def row_groups(path: str | os.PathLike) -> list[RowGroup] | None:
+    """The row groups of the op timeline at ``path`` (from the footers), None where its
+    files are not parquet alone (they are read whole, :func:`read_op_timeline`)."""
+    import pyarrow.parquet as pq
+
+    files = timeline_files(path)
+    if not files or not all(_suffix(f) == ".parquet" for f in files):
+        return None
+    out = []
+    for k, f in enumerate(files):
+        note_input(f)
+        try:
+            st = f.stat()
+            md = pq.ParquetFile(f).metadata
+            at = md.schema.to_arrow_schema().get_field_index("step")
+            first = 0
+            for g in range(md.num_row_groups):
+                rg = md.row_group(g)
+                stats = rg.column(at).statistics if at >= 0 else None
+                steps = ((int(stats.min), int(stats.max)) if stats is not None
+                         and stats.has_min_max and isinstance(stats.min, int) else None)
+                out.append(RowGroup(str(f), k, (st.st_size, st.st_mtime_ns), g, first,
+                                    rg.num_rows, steps))
+                first += rg.num_rows
+        except (OSError, pa.ArrowException) as exc:
+            raise TraceVizError(f"{f}: not readable as .parquet: "
+                                f"{str(exc).splitlines()[0] if str(exc) else exc}") from None
+    return out
+
+
+def read_steps(groups: list[RowGroup], lo: int | None, hi: int | None,
+               names: tuple[str, ...] | None = None, only: frozenset[int] | None = None,
+               first: bool = False) -> tuple[OpTimeline | None, dict[str, tuple[int, int]]]:
+    """The rows of steps ``lo`` to ``hi`` (both included; None: every step; ``only``:
+    of these steps alone) of an op timeline's row groups (:func:`row_groups`), each
+    row group read whose steps overlap them, every row of it checked as
+    :func:`read_op_timeline` checks it; ``names``: the whole timeline's op names (no
+    other may come). None where no row is of those steps. With ``first`` (the first
+    read of the timeline), each row group's steps are checked against its statistics
+    and where each op name first appears (file, row) is given too. A file that changed
+    since :func:`row_groups` looked at it is an error."""
+    import pyarrow.parquet as pq
+
+    builder = TimelineBuilder(MAX_OP_NAMES, names=names)
+    seen: dict[str, tuple[int, int]] = {}
+    files: dict[str, Any] = {}
+    for g in groups:
+        if lo is not None and hi is not None and g.steps is not None and (
+                g.steps[1] < lo or g.steps[0] > hi):
+            continue
+        path = Path(g.path)
+        try:
+            if g.path not in files:
+                st = path.stat()
+                if (st.st_size, st.st_mtime_ns) != g.stamp:
+                    raise TraceVizError(f"{path}: changed while it was being read; run "
+                                        "again")
+                files[g.path] = pq.ParquetFile(path, read_dictionary=["op"],
+                                               pre_buffer=False)
+            pf = files[g.path]
+            have = pf.schema_arrow.names
+            row = g.first_row
+            for b in pf.iter_batches(batch_size=BATCH_ROWS, row_groups=[g.group],
+                                     use_threads=False,
+                                     columns=[c for c in COLUMNS if c in have]):
+                t = _checked(pa.Table.from_batches([b]), path, row)
+                step = t["step"]
+                if first and g.steps is not None and len(t):
+                    low, high = pc.min_max(step).values()
+                    if low.as_py() < g.steps[0] or high.as_py() > g.steps[1]:
+                        raise TraceVizError(
+                            f"{path}: row group {g.group} holds steps {low.as_py()} to "
+                            f"{high.as_py()}, its statistics say {g.steps[0]} to "
+                            f"{g.steps[1]}: the footer is wrong; write the file again")
+                keep = pa.array(np.ones(len(t), dtype=bool))
+                if lo is not None and hi is not None:
+                    keep = pc.and_(pc.greater_equal(step, lo), pc.less_equal(step, hi))
+                if only is not None:
+                    keep = pc.and_(keep, pc.is_in(step, pa.array(sorted(only), pa.int32())))
+                at = np.flatnonzero(np.asarray(keep))
+                part = t.take(pa.array(at)) if len(at) < len(t) else t
+                if first and len(part):
+                    codes = pc.dictionary_encode(part["op"]).combine_chunks()
+                    _, where = np.unique(np.asarray(codes.indices), return_index=True)
+                    for name, w in zip(codes.dictionary.to_pylist(), where.tolist()):
+                        pos = (g.file, row + int(at[w]))
+                        seen[name] = min(seen.get(name, pos), pos)
+                builder.add(part, path)
+                row += b.num_rows
+        except pa.ArrowInvalid as exc:
+            raise TraceVizError(f"{path}: not readable as .parquet: "
+                                f"{str(exc).splitlines()[0]}") from None
+        except OSError as exc:
+            raise TraceVizError(f"{path}: cannot read: {exc}") from None
+    if not builder.rows:
+        return None, seen
+    return builder.build([]), seen
 
 
 BATCH_ROWS = 1 << 18  # rows checked and converted at a time (~100 MB of Arrow memory)

@@ -345,7 +345,8 @@ class Job:
         if not self.is_op_timeline:
             raise TraceVizError(f"{self.path}: not an op timeline (diagnose it as traces)")
         return self._keep(("timeline", num_layers),
-                          lambda: products.timeline_diagnosis(self.path, num_layers))
+                          lambda: products.timeline_diagnosis(self.path, num_layers,
+                                                              self.source.workers))
 
     def report(self, *, global_batch_size: int | None = None, seq_len: int | None = None,
                params: float | None = None, flops_per_token: float | None = None,

@@ -39,7 +39,11 @@ from ..analysis.advice import Advice, JobDiagnosis, advise
 from ..analysis.diagnose.diagnosis import Diagnosis, diagnosis_of, synced_activities
 from ..analysis.diagnose.waits import META_COLUMNS, JobComm, job_comm, job_comm_of
 from ..analysis.memory import JobMemory, rank_memory
-from ..analysis.timeline.diagnosis import TimelineDiagnosis, diagnose_timeline
+from ..analysis.timeline.diagnosis import (
+    TimelineDiagnosis,
+    diagnose_model,
+    diagnose_timeline,
+)
 from ..ingest.op_timeline import read_op_timeline
 from ..analysis.timeline.layout import complete_layout
 from ..analysis.microbatches import microbatch_table
@@ -81,14 +85,20 @@ from ..ingest.rank_pieces import (
     rank_activities,
     rank_op_models,
 )
+from ..ingest.timeline_pieces import on_workers
 from ..ingest.timer_dump import NAME, find_dumps, read_group
 from ..ingest.topology import job_layout, pipeline_groups
 
 
-def timeline_diagnosis(path: str | os.PathLike, num_layers: int | None = None
-                       ) -> TimelineDiagnosis:
-    """The diagnosis of the op timeline at ``path`` (a file or a folder of them)."""
-    return diagnose_timeline(read_op_timeline(path), num_layers)
+def timeline_diagnosis(path: str | os.PathLike, num_layers: int | None = None,
+                       workers: Workers = Workers()) -> TimelineDiagnosis:
+    """The diagnosis of the op timeline at ``path`` (a file or a folder of them), a block
+    of its steps at a time on ``workers`` where it is large enough
+    (:mod:`~traceviz.ingest.timeline_pieces`), else in this process."""
+    run = on_workers(path, workers)
+    if run is None:
+        return diagnose_timeline(read_op_timeline(path), num_layers)
+    return diagnose_model(run.model, run, num_layers)
 
 
 def breakdown(paths: Sequence[str | os.PathLike], options: Options = Options(),

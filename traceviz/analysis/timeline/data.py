@@ -78,13 +78,17 @@ class TimelineBuilder:
     """An op timeline gathered a batch of rows at a time (each kept as compact columns,
     the batch's Arrow memory released), sorted once at :meth:`build`."""
 
-    def __init__(self, max_names: int = 1 << 15, capacity: int | None = None) -> None:
+    def __init__(self, max_names: int = 1 << 15, capacity: int | None = None,
+                 names: tuple[str, ...] | None = None) -> None:
         """``capacity``: the rows to come, where known (the columns are then filled in
-        place, never held twice)."""
+        place, never held twice); ``names``: the op names (their codes: their places)
+        when the whole timeline's are known, a block of it being read (no other may
+        come)."""
         self.max_names = max_names
         self.capacity = capacity
         self.filled: dict[str, np.ndarray] = {}
-        self.names: dict[str, int] = {}
+        self.names: dict[str, int] = {x: i for i, x in enumerate(names or ())}
+        self.fixed = names is not None
         self.parts: dict[str, list[np.ndarray]] = {k: [] for k in (
             "rank", "step", "op", "start", "dur", "microbatch", "chunk", "transfer")}
         self.layout: dict[str, dict[int, tuple[int, int]]] = {
@@ -107,6 +111,9 @@ class TimelineBuilder:
         codes = pc.dictionary_encode(table["op"]).combine_chunks()
         local = codes.dictionary.to_pylist()
         new = {x for x in local if x not in self.names}
+        if new and self.fixed:
+            raise TraceVizError(f"{where}: op {sorted(new)[0]!r} was not there when the "
+                                "timeline was first read: it changed meanwhile; run again")
         if len(self.names) + len(new) > self.max_names:
             raise TraceVizError(f"{where}: more than {self.max_names:,} distinct op names: "
                                 "not an op timeline of timers")
@@ -149,13 +156,7 @@ class TimelineBuilder:
             cut = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
             lo = x[cut]
             hi = x[np.r_[cut[1:] - 1, len(x) - 1]]
-            for rr, a, b in zip(r[cut].tolist(), lo.tolist(), hi.tolist()):
-                a0, b0 = seen.get(rr, (a, b))
-                a, b = min(a, a0), max(b, b0)
-                if a != b:
-                    raise TraceVizError(f"{where}: rank {rr}: its rows give {name} {a} and "
-                                        f"{b}: one per rank")
-                seen[rr] = (a, b)
+            see_layout(seen, r[cut], lo, hi, name, where)
         self.rows += n
 
     def _put(self, name: str, values: np.ndarray, at: int | None = None) -> None:
@@ -211,13 +212,7 @@ class TimelineBuilder:
                 if len(cat[k]) == self.rows:
                     cat[k] = cat[k][order]
             del order
-        layout, found = {}, {}
-        for name, key in (("stage", "stage"), ("dp_rank", "dp"), ("tp_rank", "tp")):
-            seen = self.layout[name]
-            per = np.array([seen.get(int(r), (-1, -1))[0] for r in ranks], dtype=np.int32)
-            layout[key] = per
-            found[key] = ("column" if (per >= 0).all() else
-                          "unknown" if not (per >= 0).any() else "column (some ranks)")
+        layout, found = rank_layout(self.layout, ranks)
         names = [""] * len(self.names)
         for x, i in self.names.items():
             names[i] = x
@@ -226,6 +221,33 @@ class TimelineBuilder:
                           cat["transfer"] if self.given_transfer else None,
                           ranks.astype(np.int32), layout["stage"], layout["dp"],
                           layout["tp"], found, notes)
+
+
+def see_layout(seen: dict[int, tuple[int, int]], ranks: np.ndarray, lo: np.ndarray,
+               hi: np.ndarray, name: str, where: object) -> None:
+    """Each of ``ranks``' lowest and highest ``name`` (stage, DP or TP rank) added to
+    what ``seen`` holds of it; two values for one rank are an error naming ``where``."""
+    for rr, a, b in zip(ranks.tolist(), lo.tolist(), hi.tolist()):
+        a0, b0 = seen.get(rr, (a, b))
+        a, b = min(a, a0), max(b, b0)
+        if a != b:
+            raise TraceVizError(f"{where}: rank {rr}: its rows give {name} {a} and "
+                                f"{b}: one per rank")
+        seen[rr] = (a, b)
+
+
+def rank_layout(layout: dict[str, dict[int, tuple[int, int]]], ranks: np.ndarray
+                ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Per rank of ``ranks`` its stage, DP and TP rank (-1: unknown) from what the rows
+    gave (``layout``: :func:`see_layout`'s, by column), and where each came from."""
+    out, found = {}, {}
+    for name, key in (("stage", "stage"), ("dp_rank", "dp"), ("tp_rank", "tp")):
+        seen = layout[name]
+        per = np.array([seen.get(int(r), (-1, -1))[0] for r in ranks], dtype=np.int32)
+        out[key] = per
+        found[key] = ("column" if (per >= 0).all() else
+                      "unknown" if not (per >= 0).any() else "column (some ranks)")
+    return out, found
 
 
 @nb.njit(cache=True)

@@ -28,6 +28,8 @@ class Flat:
     nested: int
     overlapping: int
     steps: list[tuple[int, int, int]]
+    wrapped: int = 0                      # wrapper timers left out
+    wrappers: tuple[str, ...] = ()        # their names, sorted
 
     def exclusive(self, rows: np.ndarray) -> np.ndarray:
         """The exclusive time of ``rows`` (ns, int64): their duration less what runs
@@ -63,15 +65,14 @@ def flatten(tl: OpTimeline) -> Flat:
     """The timeline's ops as a sequence on each rank (see the module doc), wrappers left
     out in place; a note names what was left out or cut."""
     wrapped = tl.classes[tl.op] == WRAPPER
-    if wrapped.any():
+    n_wrapped, names = int(wrapped.sum()), []
+    if n_wrapped:
         names = sorted({tl.names[i] for i in np.unique(tl.op[wrapped])})
         keep = ~wrapped
         for name in ("rank", "step", "op", "start", "dur", "microbatch", "chunk"):
             setattr(tl, name, getattr(tl, name)[keep])  # one column at a time
         if tl.transfer is not None:
             tl.transfer = tl.transfer[keep]
-        tl.notes.append(f"{int(wrapped.sum()):,} wrapper timers ({', '.join(names)}) left "
-                        "out: the ops inside them are timed")
     del wrapped
     cut = np.flatnonzero(np.r_[True, tl.step[1:] != tl.step[:-1], True])
     steps = [(int(tl.step[a]), int(a), int(b)) for a, b in zip(cut[:-1], cut[1:])]
@@ -89,15 +90,28 @@ def flatten(tl: OpTimeline) -> Flat:
             held = np.flatnonzero(excl != dur)
             outer.append(held + lo)
             inner.append(dur[held] - excl[held])
-    if nested:
-        tl.notes.append(f"{nested:,} ops run inside another op on their rank (e.g. "
-                        "batch-generator inside forward-compute): the outer op is cut "
-                        "around them")
-    if overlap:
-        tl.notes.append(f"{overlap:,} ops overlap the op before them on their rank "
-                        "without being inside it: kept overlapping")
+    tl.notes += flatten_notes(n_wrapped, names, nested, overlap)
     cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))  # noqa: E731
-    return Flat(tl, cat(outer), cat(inner), nested, overlap, steps)
+    return Flat(tl, cat(outer), cat(inner), nested, overlap, steps, n_wrapped, tuple(names))
+
+
+def flatten_notes(wrapped: int, wrappers: list[str], nested: int, overlap: int
+                  ) -> list[str]:
+    """What flattening left out or cut, in words: ``wrapped`` wrapper timers (named
+    ``wrappers``), ``nested`` ops inside another, ``overlap`` ops overlapping the one
+    before them."""
+    notes = []
+    if wrapped:
+        notes.append(f"{wrapped:,} wrapper timers ({', '.join(wrappers)}) left out: the "
+                     "ops inside them are timed")
+    if nested:
+        notes.append(f"{nested:,} ops run inside another op on their rank (e.g. "
+                     "batch-generator inside forward-compute): the outer op is cut "
+                     "around them")
+    if overlap:
+        notes.append(f"{overlap:,} ops overlap the op before them on their rank "
+                     "without being inside it: kept overlapping")
+    return notes
 
 
 DEPTH = 64  # ops open inside each other at most (deeper ones are kept whole)
