@@ -4,26 +4,76 @@ rank and step) from 1,000 to 10,000 ranks x 50 steps.
 Synthesizes (once, cached under --data) a Megatron 1F1B job's timeline as parquet
 (:mod:`traceviz.synth.op_timeline`: pp 8, the rest data-parallel, --microbatches
 micro-batches, uneven sequence lengths, 1 % spread between GPUs and ops, one rank 1.3x
-slow from step 30), runs ``traceviz diagnose`` on it as a subprocess and prints its wall
-time, peak memory, ops per second, and whether it named the slow rank with its onset.
-The targets (issue 56): 10,000 ranks x 50 steps (~50 M ops) in <= 5 min and <= 4 GB.
+slow from step 30), runs ``traceviz diagnose`` on it as a subprocess in each of
+``--modes`` (``-j 1``: in the command's process; ``-j 2``: a block of steps at a time on
+2 local processes; ``--scheduler local``: on a LocalCluster of 2 workers) and prints its
+wall time, the command's own peak memory (the client's: its high-water mark, read every
+50 ms), the peak of the whole process tree (workers included: summed PSS, sampled), ops
+per second, whether it named the slow rank with its onset, and whether its tables equal
+the first mode's. The targets: 10,000 ranks x 50 steps (~50 M ops) in <= 5 min and <=
+4 GB (issue 56); on workers, the client holding little (issue 57).
 
     python benchmarks/op_timeline_bench.py --data bench-data --ranks 1000 10000 --markdown
 """
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from batch_bench import measure
+from batch_bench import tree_rss
 from parse_bench import print_table
 
 from traceviz.synth.op_timeline import TimelineConfig, write_timeline
 
 PP = 8
+MODES = {"-j 1": ["-j", "1"], "-j 2": ["-j", "2"], "--scheduler local": ["--scheduler", "local"]}
+
+
+def measure_client(cmd: list[str]) -> tuple[float, int, int]:
+    """(wall seconds, the command's own peak RSS (bytes: its VmHWM, read every 50 ms
+    until it exits), the peak of its process tree's summed PSS (bytes, sampled every
+    50 ms)); fails loudly on error."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    own, tree, done, err = [0], [0], threading.Event(), []
+
+    def sample() -> None:
+        while not done.is_set():
+            try:
+                with open(f"/proc/{proc.pid}/status") as fh:
+                    for line in fh:
+                        if line.startswith("VmHWM:"):
+                            own[0] = max(own[0], int(line.split()[1]) * 1024)
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+            tree[0] = max(tree[0], tree_rss(proc.pid))
+            done.wait(0.05)
+
+    threads = [threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True),
+               threading.Thread(target=sample, daemon=True)]
+    for t in threads:
+        t.start()
+    _, status, _ = os.wait4(proc.pid, 0)
+    done.set()
+    for t in threads:
+        t.join()
+    if os.waitstatus_to_exitcode(status):
+        sys.exit(f"{' '.join(cmd)} failed: {err[0].decode()[-2000:]}")
+    return time.perf_counter() - start, own[0], tree[0]
+
+
+def same_tables(a: Path, b: Path) -> bool:
+    """Whether every parquet table and diagnosis.txt of two outputs are equal."""
+    names = sorted(p.name for p in a.glob("*.parquet"))
+    return names == sorted(p.name for p in b.glob("*.parquet")) and all(
+        pq.read_table(a / n).equals(pq.read_table(b / n)) for n in names) and \
+        (a / "diagnosis.txt").read_text() == (b / "diagnosis.txt").read_text()
 
 
 def main() -> None:
@@ -32,6 +82,7 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, nargs="+", default=[1000, 10000])
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--microbatches", type=int, default=22)
+    ap.add_argument("--modes", nargs="+", default=["-j 1", "-j 2"], choices=list(MODES))
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
     rows = []
@@ -45,17 +96,26 @@ def main() -> None:
         if not path.exists():
             write_timeline(cfg, path)
         ops = pq.ParquetFile(path).metadata.num_rows
-        out = Path(args.data) / f"timeline_{n}x{args.steps}-out"
-        cmd = [sys.executable, "-m", "traceviz", "diagnose", str(path), "-o", str(out)]
-        wall, peak = measure(cmd, tree=False)
-        text = (out / "diagnosis.txt").read_text()
-        named = f"rank {slow} (stage" in text and "since step 30" in text
-        rows.append((PP * dp, args.steps, ops / 1e6, path.stat().st_size / 2**20, wall,
-                     peak / 2**30, ops / wall / 1e6, named))
-        subprocess.run(["rm", "-rf", str(out)], check=False)
-    head = ("ranks", "steps", "M ops", "parquet MB", "wall s", "peak RSS GB", "M ops/s",
-            "slow rank and onset named")
-    fmt = ("{}", "{}", "{:.1f}", "{:.0f}", "{:.1f}", "{:.2f}", "{:.2f}", "{}")
+        outs: dict[str, Path] = {}
+        for mode in args.modes:
+            out = Path(args.data) / f"timeline_{n}x{args.steps}-out{len(outs)}"
+            cmd = [sys.executable, "-m", "traceviz", "diagnose", str(path), "-o", str(out),
+                   *MODES[mode]]
+            wall, own, tree = measure_client(cmd)
+            text = (out / "diagnosis.txt").read_text()
+            named = f"rank {slow} (stage" in text and "since step 30" in text
+            same = "-" if not outs else str(same_tables(next(iter(outs.values())), out))
+            outs[mode] = out
+            rows.append((PP * dp, args.steps, mode, ops / 1e6,
+                         path.stat().st_size / 2**20, wall, own / 2**30, tree / 2**30,
+                         ops / wall / 1e6, named, same))
+            print(rows[-1], file=sys.stderr)
+        for out in outs.values():
+            subprocess.run(["rm", "-rf", str(out)], check=False)
+    head = ("ranks", "steps", "mode", "M ops", "parquet MB", "wall s", "client peak GB",
+            "tree peak GB", "M ops/s", "slow rank and onset named", "tables = first mode's")
+    fmt = ("{}", "{}", "{}", "{:.1f}", "{:.0f}", "{:.1f}", "{:.2f}", "{:.2f}", "{:.2f}", "{}",
+           "{}")
     print_table(head, [[f.format(v) for f, v in zip(fmt, row)] for row in rows],
                 args.markdown)
 

@@ -240,9 +240,11 @@ def read_steps(groups: list[RowGroup], lo: int | None, hi: int | None,
     seen: dict[str, tuple[int, int]] = {}
     files: dict[str, Any] = {}
     for g in groups:
-        if lo is not None and hi is not None and g.steps is not None and (
-                g.steps[1] < lo or g.steps[0] > hi):
-            continue
+        if g.steps is not None and (
+                (lo is not None and hi is not None and (g.steps[1] < lo or g.steps[0] > hi))
+                or (only is not None and not any(g.steps[0] <= s <= g.steps[1]
+                                                 for s in only))):
+            continue  # none of its rows is of those steps
         path = Path(g.path)
         try:
             if g.path not in files:

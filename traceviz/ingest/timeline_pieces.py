@@ -197,8 +197,8 @@ def times_of_block(task: tuple[int, int, int], groups: list[RowGroup], shape: Jo
                    typical: Typical, whatifs: list[W.WhatIf]
                    ) -> tuple[np.ndarray, np.ndarray]:
     """Pass 4: the block's steps' measured times and [what-if, step] re-simulated
-    times (ns)."""
-    return W.step_times(_model(groups, shape, typical, task[1:]), whatifs)
+    times (ns), on one thread (the blocks run side by side)."""
+    return W.step_times(_model(groups, shape, typical, task[1:]), whatifs, threads=1)
 
 
 @dataclass

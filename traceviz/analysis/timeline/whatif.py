@@ -128,18 +128,18 @@ def apply(v: StepView, w: WhatIf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return dur, transfer, gap
 
 
-def step_times(model: TimelineModel, whatifs: list[WhatIf]
+def step_times(model: TimelineModel, whatifs: list[WhatIf], threads: int = THREADS
                ) -> tuple[np.ndarray, np.ndarray]:
     """(measured step times, [what-if, step] re-simulated times) in ns; every step
-    re-simulated with each what-if, the what-ifs of a step on :data:`THREADS` threads
-    (the re-simulation releases the GIL)."""
+    re-simulated with each what-if, the what-ifs of a step on ``threads`` threads (the
+    re-simulation releases the GIL)."""
     measured = np.zeros(len(model.slices), dtype=np.int64)
     out = np.zeros((len(whatifs), len(model.slices)), dtype=np.int64)
 
     def one(v: StepView, w: WhatIf) -> int:
         return simulate(v.g, *apply(v, w)).step_ns
 
-    with ThreadPoolExecutor(max_workers=THREADS) as pool:
+    with ThreadPoolExecutor(max_workers=threads) as pool:
         for i, g in model.graphs():
             v = StepView.of(model, i, g)
             measured[i] = int(g.end.max() - g.t0) if len(g) else 0
