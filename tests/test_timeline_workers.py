@@ -164,3 +164,29 @@ def test_a_block_whose_worker_dies_stops_it_naming_its_steps(tmp_path):
                                             "the op timeline killed by SIGKILL"):
         TP._run(test_workers.block_dies_at_step_place_4, run.blocks,
                 (run.groups, run.shape, run.typical), run.on, 2, run.shape.steps)
+
+
+def test_names_are_coded_in_the_order_rows_first_use_them(tmp_path, monkeypatch):
+    """A parquet row group's dictionary, read a batch at a time, holds names no row of
+    the batch uses (a step's optimizer ops come last): codes are given in the order rows
+    first use the names, however the file is cut into batches, row groups and blocks
+    (at 10,000 ranks a batch of a step's row group that used no optimizer op lost
+    its name: an internal error)."""
+    from traceviz.ingest import op_timeline as ingest
+
+    table, _ = simulate_steps(SLOW_TP)
+    folder = _write(table, tmp_path / "t", "row groups")
+    ops = table["op"].to_pylist()
+    expected = tuple(dict.fromkeys(ops))  # in the order of first use
+    whole = read_op_timeline(folder).names
+    monkeypatch.setattr(ingest, "BATCH_ROWS", 97)  # many batches of each row group
+    assert read_op_timeline(folder).names == whole == expected
+    found = [TP.facts_of_block((k, a, a + 2), row_groups(folder))
+             for k, a in enumerate(range(0, SLOW_TP.steps, 3))]
+    first = {}
+    for f in found:
+        for name, pos in f.first_seen.items():
+            first[name] = min(first.get(name, pos), pos)
+    assert first == {n: (0, ops.index(n)) for n in expected}
+    shape = TP.shape_of(found, folder, 1)
+    assert shape.names == expected

@@ -26,7 +26,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..analysis.timeline.data import OpTimeline, TimelineBuilder
+from ..analysis.timeline.data import OpTimeline, TimelineBuilder, first_uses
 from ..errors import TraceVizError
 from ..table.inputs import note_input
 from ..table.schema import is_activity_table, parquet_columns
@@ -276,12 +276,13 @@ def read_steps(groups: list[RowGroup], lo: int | None, hi: int | None,
                     keep = pc.and_(keep, pc.is_in(step, pa.array(sorted(only), pa.int32())))
                 at = np.flatnonzero(np.asarray(keep))
                 part = t.take(pa.array(at)) if len(at) < len(t) else t
-                if first and len(part):
-                    codes = pc.dictionary_encode(part["op"]).combine_chunks()
-                    _, where = np.unique(np.asarray(codes.indices), return_index=True)
-                    for name, w in zip(codes.dictionary.to_pylist(), where.tolist()):
-                        pos = (g.file, row + int(at[w]))
-                        seen[name] = min(seen.get(name, pos), pos)
+                if first and len(part):  # where each name is first used
+                    local, index, used = first_uses(part["op"])
+                    rows_of = np.full(len(local), len(index), dtype=np.int64)
+                    np.minimum.at(rows_of, index, np.arange(len(index)))
+                    for c in used.tolist():
+                        pos = (g.file, row + int(at[rows_of[c]]))
+                        seen[local[c]] = min(seen.get(local[c], pos), pos)
                 builder.add(part, path)
                 row += b.num_rows
         except pa.ArrowInvalid as exc:

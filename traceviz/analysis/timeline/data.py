@@ -108,20 +108,18 @@ class TimelineBuilder:
             return np.asarray(pc.fill_null(table[name], fill).combine_chunks()
                               .to_numpy(zero_copy_only=False), dtype=dtype)
 
-        codes = pc.dictionary_encode(table["op"]).combine_chunks()
-        local = codes.dictionary.to_pylist()
-        new = {x for x in local if x not in self.names}
+        local, index, used = first_uses(table["op"])
+        new = [local[c] for c in used if local[c] not in self.names]
         if new and self.fixed:
-            raise TraceVizError(f"{where}: op {sorted(new)[0]!r} was not there when the "
+            raise TraceVizError(f"{where}: op {new[0]!r} was not there when the "
                                 "timeline was first read: it changed meanwhile; run again")
         if len(self.names) + len(new) > self.max_names:
             raise TraceVizError(f"{where}: more than {self.max_names:,} distinct op names: "
                                 "not an op timeline of timers")
-        mapping = np.array([self.names.setdefault(x, len(self.names)) for x in local],
-                           dtype=np.int16)
-        self._put("op", mapping[np.asarray(codes.indices.to_numpy(
-            zero_copy_only=False), dtype=np.int64)] if len(local) else
-            np.zeros(n, np.int16))
+        mapping = np.zeros(len(local), dtype=np.int16)
+        for c in used.tolist():  # named in the order they are first used: codes alike
+            mapping[c] = self.names.setdefault(local[c], len(self.names))  # however read
+        self._put("op", mapping[index] if len(local) else np.zeros(n, np.int16))
         rank = col("rank", np.int32, 0)
         self._put("rank", rank)
         self._put("step", col("step", np.int32, 0))
@@ -221,6 +219,18 @@ class TimelineBuilder:
                           cat["transfer"] if self.given_transfer else None,
                           ranks.astype(np.int32), layout["stage"], layout["dp"],
                           layout["tp"], found, notes)
+
+
+def first_uses(ops: pa.ChunkedArray | pa.Array) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The op names of a column as (its dictionary's names, each row's index into them,
+    the indexes used, in the order of the row that first uses each): a dictionary may
+    hold names no row of this batch uses (a parquet row group's, read a batch at a
+    time)."""
+    codes = pc.dictionary_encode(ops).combine_chunks()
+    index = np.asarray(codes.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    used, first = np.unique(index, return_index=True)
+    return (codes.dictionary.to_pylist(), index,
+            used[np.argsort(first, kind="stable")])
 
 
 def see_layout(seen: dict[int, tuple[int, int]], ranks: np.ndarray, lo: np.ndarray,
