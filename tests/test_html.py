@@ -195,3 +195,20 @@ def test_a_trace_beside_anothers_memory_tables_gets_its_page(tmp_path, monkeypat
     assert got.exit_code == 0, got.output
     written = pq.read_table(tmp_path / "traceviz-out/single_gpt/microbatches.parquet")
     assert written.equals(alone)
+
+
+def test_a_trace_that_failed_to_parse_is_named_not_replaced(tmp_path, monkeypatch):
+    """A trace whose parse failed, beside another trace's table in its tables folder:
+    the commands on it say so (they took the other trace's table for it)."""
+    from helpers import shared
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "single_gpt").mkdir()
+    shutil.copy(shared("gpu/single_gpt") / "single_gpt_memory.json.gz",
+                tmp_path / "single_gpt")
+    (tmp_path / "single_gpt" / "single_gpt.json.gz").write_bytes(b"\x1f\x8b not gzip")
+    CliRunner().invoke(main, ["batch", "single_gpt", "-q"])
+    got = CliRunner().invoke(main, ["aggregate", "single_gpt/single_gpt.json.gz"])
+    assert got.exit_code != 0
+    assert "single_gpt.json.gz: no table was parsed from it" in got.output
+    assert "single_gpt_memory" not in got.output.split("no table was parsed")[0]

@@ -138,7 +138,7 @@ def test_a_bad_row_is_named_as_one_process_names_it(tmp_path):
 def test_a_footer_whose_statistics_lie_is_named(tmp_path):
     table, _ = simulate_steps(SLOW_TP)
     folder = _write(table, tmp_path / "t", "row groups")
-    groups = row_groups(folder)
+    _, groups = row_groups(folder)
     lying = [dataclasses.replace(g, steps=(g.steps[0], g.steps[0])) if k == 3 else g
              for k, g in enumerate(groups)]
     assert groups[3].steps[0] != groups[3].steps[1]  # the group holds two steps
@@ -150,20 +150,10 @@ def test_a_footer_whose_statistics_lie_is_named(tmp_path):
 def test_a_file_changed_while_read_is_named(tmp_path):
     table, _ = simulate_steps(SLOW_TP)
     folder = _write(table, tmp_path / "t", "row groups")
-    groups = row_groups(folder)
-    pq.write_table(table.slice(0, 5000), folder / "t.parquet")
+    _, groups = row_groups(folder)
+    pq.write_table(table.slice(0, 3000), folder / "t.parquet")
     with pytest.raises(TraceVizError, match="changed while it was being read"):
         TP.facts_of_block((0, None, None), groups)
-
-
-def test_a_block_whose_worker_dies_stops_it_naming_its_steps(tmp_path):
-    table, _ = simulate_steps(SLOW_TP)
-    folder = _write(table, tmp_path / "t", "row groups")
-    run = TP.on_workers(folder, Workers(jobs=2))
-    with pytest.raises(TraceVizError, match=r"the process modelling steps \d+ to \d+ of "
-                                            "the op timeline killed by SIGKILL"):
-        TP._run(test_workers.block_dies_at_step_place_4, run.blocks,
-                (run.groups, run.shape, run.typical), run.on, 2, run.shape.steps)
 
 
 def test_names_are_coded_in_the_order_rows_first_use_them(tmp_path, monkeypatch):
@@ -181,7 +171,7 @@ def test_names_are_coded_in_the_order_rows_first_use_them(tmp_path, monkeypatch)
     whole = read_op_timeline(folder).names
     monkeypatch.setattr(ingest, "BATCH_ROWS", 97)  # many batches of each row group
     assert read_op_timeline(folder).names == whole == expected
-    found = [TP.facts_of_block((k, a, a + 2), row_groups(folder))
+    found = [TP.facts_of_block((k, a, a + 2), row_groups(folder)[1])
              for k, a in enumerate(range(0, SLOW_TP.steps, 3))]
     first = {}
     for f in found:
@@ -190,3 +180,76 @@ def test_names_are_coded_in_the_order_rows_first_use_them(tmp_path, monkeypatch)
     assert first == {n: (0, ops.index(n)) for n in expected}
     shape = TP.shape_of(found, folder, 1)
     assert shape.names == expected
+
+
+def test_more_steps_than_sampled_in_many_blocks(tmp_path, monkeypatch):
+    """20 steps (the typical values from 16 of them: their task reads only their row
+    groups) cut into blocks of a few steps each."""
+    cfg = dataclasses.replace(SLOW_TP, steps=20, slow_steps=None)
+    table, _ = simulate_steps(cfg)
+    folder = _write(table, tmp_path / "t", "row groups")
+    monkeypatch.setattr(TP, "ROWS_PER_BLOCK", 700)
+    run = TP.on_workers(folder, Workers(jobs=2))
+    assert len(run.blocks) >= 8
+    _same(diagnose_timeline(read_op_timeline(folder)),
+          timeline_diagnosis(folder, workers=Workers(jobs=2)))
+
+
+def test_a_nested_column_and_a_step_of_wrappers_alone(tmp_path):
+    """A struct column before ``step`` (its statistics are found by the leaf's name, not
+    the field's place), and a step that holds only wrapper timers (no step once they
+    are left out, in one process as on the workers)."""
+    table, _ = simulate_steps(SLOW_TP)
+    extra = pa.table({"rank": pa.array(range(16), pa.int32()),
+                      "step": pa.array([99] * 16, pa.int32()),
+                      "op": pa.array(["forward-backward"] * 16),
+                      "start_ns": pa.array([10**12] * 16, pa.int64()),
+                      "duration_ns": pa.array([1000] * 16, pa.int64())})
+    table = pa.concat_tables([table, extra.cast(pa.schema(
+        [table.schema.field(c) for c in extra.column_names]))], promote_options="default")
+    meta = pa.StructArray.from_arrays([pa.array(np.arange(table.num_rows)),
+                                       pa.array(np.zeros(table.num_rows))], ["a", "b"])
+    table = table.add_column(0, "meta", meta)
+    folder = _write(table, tmp_path / "t", "row groups")
+    _, groups = row_groups(folder)
+    low, high = pc.min_max(table["step"].slice(0, 1000)).values()
+    assert groups[0].steps == (low.as_py(), high.as_py())  # the step column's statistics
+    one = diagnose_timeline(read_op_timeline(folder))
+    assert 99 not in one.step_numbers
+    _same(one, timeline_diagnosis(folder, workers=Workers(jobs=2)))
+
+
+def test_a_timeline_of_many_files_keeps_one_open_at_a_time(tmp_path):
+    """A file per rank and step (192 files) read with 100 descriptors allowed: each task
+    has one file open at a time (every file open at once ran out of them)."""
+    import resource
+
+    table, _ = simulate_steps(SLOW_TP)
+    folder = tmp_path / "t"
+    folder.mkdir()
+    for (rank, step), part in _groups(table):
+        pq.write_table(part, folder / f"rank{rank:02d}_step{step:02d}.parquet")
+    one = diagnose_timeline(read_op_timeline(folder))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (100, hard))  # the workers inherit it
+    try:
+        mapped = timeline_diagnosis(folder, workers=Workers(jobs=2))
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    _same(one, mapped)
+
+
+def _groups(table: pa.Table):
+    keys = pc.add(pc.multiply(pc.cast(table["rank"], pa.int64()), 1000),
+                  pc.cast(table["step"], pa.int64())).to_numpy()
+    for k in np.unique(keys):
+        yield (int(k) // 1000, int(k) % 1000), table.filter(pa.array(keys == k))
+
+
+def test_a_dead_worker_stops_the_diagnosis_naming_its_steps(tmp_path, monkeypatch):
+    table, _ = simulate_steps(SLOW_TP)
+    folder = _write(table, tmp_path / "t", "row groups")
+    monkeypatch.setattr(TP, "measured_of_block", test_workers.block_dies_at_step_place_4)
+    with pytest.raises(TraceVizError, match=r"the process modelling steps \d+ to \d+ of "
+                                            "the op timeline killed by SIGKILL"):
+        timeline_diagnosis(folder, workers=Workers(jobs=2))

@@ -13,6 +13,7 @@ column. A Chrome trace is held in memory to be read, so one larger than
 """
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import os
@@ -193,9 +194,10 @@ class RowGroup:
     steps: tuple[int, int] | None
 
 
-def row_groups(path: str | os.PathLike) -> list[RowGroup] | None:
-    """The row groups of the op timeline at ``path`` (from the footers), None where its
-    files are not parquet alone (they are read whole, :func:`read_op_timeline`)."""
+def row_groups(path: str | os.PathLike) -> tuple[list[Path], list[RowGroup]] | None:
+    """The files of the op timeline at ``path`` and their row groups (from the
+    footers), None where its files are not parquet alone (they are read whole,
+    :func:`read_op_timeline`)."""
     import pyarrow.parquet as pq
 
     files = timeline_files(path)
@@ -207,7 +209,10 @@ def row_groups(path: str | os.PathLike) -> list[RowGroup] | None:
         try:
             st = f.stat()
             md = pq.ParquetFile(f).metadata
-            at = md.schema.to_arrow_schema().get_field_index("step")
+            # the step column's place among the leaves (a nested column before it has
+            # several)
+            at = next((i for i in range(md.num_columns)
+                       if md.schema.column(i).path == "step"), -1)
             first = 0
             for g in range(md.num_row_groups):
                 rg = md.row_group(g)
@@ -220,7 +225,7 @@ def row_groups(path: str | os.PathLike) -> list[RowGroup] | None:
         except (OSError, pa.ArrowException) as exc:
             raise TraceVizError(f"{f}: not readable as .parquet: "
                                 f"{str(exc).splitlines()[0] if str(exc) else exc}") from None
-    return out
+    return files, out
 
 
 def read_steps(groups: list[RowGroup], lo: int | None, hi: int | None,
@@ -234,65 +239,93 @@ def read_steps(groups: list[RowGroup], lo: int | None, hi: int | None,
     read of the timeline), each row group's steps are checked against its statistics
     and where each op name first appears (file, row) is given too. A file that changed
     since :func:`row_groups` looked at it is an error."""
-    import pyarrow.parquet as pq
-
     builder = TimelineBuilder(MAX_OP_NAMES, names=names)
     seen: dict[str, tuple[int, int]] = {}
-    files: dict[str, Any] = {}
+    current: str | None = None
+    with contextlib.ExitStack() as stack:  # one file open at a time (thousands of them)
+        for g in _wanted(groups, lo, hi, only):
+            if g.path != current:
+                stack.close()  # the file before
+                current, pf = g.path, _open(Path(g.path), g.stamp, stack)
+            _read_group(pf, g, lo, hi, only, first, builder, seen)
+    if not builder.rows:
+        return None, seen
+    return builder.build([]), seen
+
+
+def _wanted(groups: list[RowGroup], lo: int | None, hi: int | None,
+            only: frozenset[int] | None) -> Iterator[RowGroup]:
+    """The row groups that may hold rows of those steps (see :func:`read_steps`)."""
     for g in groups:
         if g.steps is not None and (
                 (lo is not None and hi is not None and (g.steps[1] < lo or g.steps[0] > hi))
                 or (only is not None and not any(g.steps[0] <= s <= g.steps[1]
                                                  for s in only))):
             continue  # none of its rows is of those steps
-        path = Path(g.path)
-        try:
-            if g.path not in files:
-                st = path.stat()
-                if (st.st_size, st.st_mtime_ns) != g.stamp:
-                    raise TraceVizError(f"{path}: changed while it was being read; run "
-                                        "again")
-                files[g.path] = pq.ParquetFile(path, read_dictionary=["op"],
-                                               pre_buffer=False)
-            pf = files[g.path]
-            have = pf.schema_arrow.names
-            row = g.first_row
-            for b in pf.iter_batches(batch_size=BATCH_ROWS, row_groups=[g.group],
-                                     use_threads=False,
-                                     columns=[c for c in COLUMNS if c in have]):
-                t = _checked(pa.Table.from_batches([b]), path, row)
-                step = t["step"]
-                if first and g.steps is not None and len(t):
-                    low, high = pc.min_max(step).values()
-                    if low.as_py() < g.steps[0] or high.as_py() > g.steps[1]:
-                        raise TraceVizError(
-                            f"{path}: row group {g.group} holds steps {low.as_py()} to "
-                            f"{high.as_py()}, its statistics say {g.steps[0]} to "
-                            f"{g.steps[1]}: the footer is wrong; write the file again")
-                keep = pa.array(np.ones(len(t), dtype=bool))
-                if lo is not None and hi is not None:
-                    keep = pc.and_(pc.greater_equal(step, lo), pc.less_equal(step, hi))
-                if only is not None:
-                    keep = pc.and_(keep, pc.is_in(step, pa.array(sorted(only), pa.int32())))
-                at = np.flatnonzero(np.asarray(keep))
-                part = t.take(pa.array(at)) if len(at) < len(t) else t
-                if first and len(part):  # where each name is first used
-                    local, index, used = first_uses(part["op"])
-                    rows_of = np.full(len(local), len(index), dtype=np.int64)
-                    np.minimum.at(rows_of, index, np.arange(len(index)))
-                    for c in used.tolist():
-                        pos = (g.file, row + int(at[rows_of[c]]))
-                        seen[local[c]] = min(seen.get(local[c], pos), pos)
-                builder.add(part, path)
-                row += b.num_rows
-        except pa.ArrowInvalid as exc:
-            raise TraceVizError(f"{path}: not readable as .parquet: "
-                                f"{str(exc).splitlines()[0]}") from None
-        except OSError as exc:
-            raise TraceVizError(f"{path}: cannot read: {exc}") from None
-    if not builder.rows:
-        return None, seen
-    return builder.build([]), seen
+        yield g
+
+
+def _open(path: Path, stamp: tuple[int, int], opened: contextlib.ExitStack) -> Any:
+    """``path`` opened as parquet (closed with ``opened``), where it is as it was when
+    its row groups were listed (its size and modification time)."""
+    import pyarrow.parquet as pq
+
+    try:
+        st = path.stat()
+        if (st.st_size, st.st_mtime_ns) != stamp:
+            raise TraceVizError(f"{path}: changed while it was being read; run again")
+        fh = opened.enter_context(open(path, "rb"))
+        return pq.ParquetFile(fh, read_dictionary=["op"], pre_buffer=False)
+    except pa.ArrowInvalid as exc:
+        raise TraceVizError(f"{path}: not readable as .parquet: "
+                            f"{str(exc).splitlines()[0]}") from None
+    except OSError as exc:
+        raise TraceVizError(f"{path}: cannot read: {exc}") from None
+
+
+def _read_group(pf: Any, g: RowGroup, lo: int | None, hi: int | None,
+                only: frozenset[int] | None, first: bool, builder: TimelineBuilder,
+                seen: dict[str, tuple[int, int]]) -> None:
+    """The rows of those steps of row group ``g`` (checked) into ``builder``; with
+    ``first``, its steps checked against its statistics and where each name is first
+    used kept in ``seen`` (see :func:`read_steps`)."""
+    path = Path(g.path)
+    try:
+        have = pf.schema_arrow.names
+        row = g.first_row
+        for b in pf.iter_batches(batch_size=BATCH_ROWS, row_groups=[g.group],
+                                 use_threads=False,
+                                 columns=[c for c in COLUMNS if c in have]):
+            t = _checked(pa.Table.from_batches([b]), path, row)
+            step = t["step"]
+            if first and g.steps is not None and len(t):
+                low, high = pc.min_max(step).values()
+                if low.as_py() < g.steps[0] or high.as_py() > g.steps[1]:
+                    raise TraceVizError(
+                        f"{path}: row group {g.group} holds steps {low.as_py()} to "
+                        f"{high.as_py()}, its statistics say {g.steps[0]} to "
+                        f"{g.steps[1]}: the footer is wrong; write the file again")
+            keep = pa.array(np.ones(len(t), dtype=bool))
+            if lo is not None and hi is not None:
+                keep = pc.and_(pc.greater_equal(step, lo), pc.less_equal(step, hi))
+            if only is not None:
+                keep = pc.and_(keep, pc.is_in(step, pa.array(sorted(only), pa.int32())))
+            at = np.flatnonzero(np.asarray(keep))
+            part = t.take(pa.array(at)) if len(at) < len(t) else t
+            if first and len(part):  # where each name is first used
+                local, index, used = first_uses(part["op"])
+                rows_of = np.full(len(local), len(index), dtype=np.int64)
+                np.minimum.at(rows_of, index, np.arange(len(index)))
+                for c in used.tolist():
+                    pos = (g.file, row + int(at[rows_of[c]]))
+                    seen[local[c]] = min(seen.get(local[c], pos), pos)
+            builder.add(part, path)
+            row += b.num_rows
+    except pa.ArrowInvalid as exc:
+        raise TraceVizError(f"{path}: not readable as .parquet: "
+                            f"{str(exc).splitlines()[0]}") from None
+    except OSError as exc:
+        raise TraceVizError(f"{path}: cannot read: {exc}") from None
 
 
 BATCH_ROWS = 1 << 18  # rows checked and converted at a time (~100 MB of Arrow memory)

@@ -61,16 +61,18 @@ def job_files(root: Path) -> list[Path]:
 
 def own_tables(root: Path, folder: Path) -> list[Path]:
     """The rank tables of ``folder`` that are the job ``root``'s: every one, but where
-    ``root`` is one table, that table, and where it is one trace, the table parsed from
-    it. A trace's tables folder can hold another trace's (a folder of two runs' traces
-    parsed together, named for the folder as the trace is); where none was parsed from
-    it (not parsed yet), every one."""
-    if root.is_file() and root.suffix == ".parquet":
-        return [root]
+    ``root`` is one trace, the table parsed from it (none where it failed to parse). A
+    trace's tables folder can hold another trace's (a folder of two runs' traces parsed
+    together, named for the folder as the trace is)."""
     files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
-    if not root.is_file():
+    if not is_trace_file(root):
         return files
-    return [p for p in files if _parsed_from_trace(p, root)] or files
+    return [p for p in files if _parsed_from_trace(p, root)]
+
+
+def is_trace_file(root: Path) -> bool:
+    """Whether ``root`` is one trace file (not a folder, not a table)."""
+    return root.is_file() and root.suffix != ".parquet"
 
 
 def _parsed_from_trace(table: Path, trace: Path) -> bool:

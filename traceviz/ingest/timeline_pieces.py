@@ -16,7 +16,14 @@ statistics overlap its steps and checks every row it reads:
    analysis.timeline.diagnosis.Measured`), joined in step order.
 4. **What-ifs**: each block re-simulated under every what-if the findings ask for.
 
-The outputs are those of the whole timeline read in one process. Timelines in other
+Without statistics (a writer that stores none) the facts are one task reading every
+row group, and each block of the later passes reads every row group and keeps its
+steps' rows: correct, but the timeline is read once per block; a row group of many
+steps is read by each block that holds one of them. Each task has one file open at a
+time.
+
+The outputs are those of the whole timeline read in one process (an error a row of the
+timeline raises too: where several rows are bad, the one named may be another). Timelines in other
 formats (CSV, JSON lines, a Chrome trace), and parquet ones of fewer than
 :data:`MIN_ROWS` ops without a scheduler named, are read and diagnosed in the
 command's process. A block whose worker dies twice stops the diagnosis, naming its
@@ -27,12 +34,17 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from ..analysis.timeline import whatif as W
-from ..analysis.timeline.data import OpTimeline, rank_layout, see_layout
+from ..analysis.timeline.data import (
+    OpTimeline,
+    check_names,
+    check_steps,
+    rank_layout,
+    see_layout,
+)
 from ..analysis.timeline.diagnosis import Measured, measured_steps
 from ..analysis.timeline.flatten import flatten, flatten_notes
 from ..analysis.timeline.layout import NONE, StageFacts, complete_layout
@@ -40,7 +52,7 @@ from ..analysis.timeline.model import JobShape, TimelineModel, Typical, sampled
 from ..errors import TraceVizError
 from ..table.cores import usable_cores
 from . import workers as pool
-from .op_timeline import RowGroup, read_steps, row_groups
+from .op_timeline import MAX_OP_NAMES, RowGroup, read_steps, row_groups
 from .rank_pieces import Workers
 
 MIN_ROWS = 2_000_000        # fewer ops: diagnosed in the command's process
@@ -50,8 +62,9 @@ ROWS_PER_BLOCK = 4_000_000  # ops a task models at a time (about 0.6 GB of a wor
 @dataclass
 class BlockFacts:
     """What one block of step numbers says of the job (pass 1): its rows, where each op
-    name first appears (file, row), its steps and ranks, what its rows give of each
-    rank's stage, DP and TP rank, the ranks that receive from / send to a pipeline
+    name first appears (file, row), its steps (those left once wrappers are left out)
+    and ranks, what its rows give of each rank's stage, DP and TP rank (the ranks that
+    give it, and their values), the ranks that receive from / send to a pipeline
     neighbour, its first step with each rank's earliest forward compute in it, and,
     flattened (:mod:`~traceviz.analysis.timeline.flatten`), its model chunks and
     micro-batch slots, wrappers left out, nested and overlapping ops, ops and the op
@@ -61,7 +74,7 @@ class BlockFacts:
     first_seen: dict[str, tuple[int, int]]
     steps: np.ndarray
     ranks: np.ndarray
-    layout: dict[str, dict[int, tuple[int, int]]]
+    layout: dict[str, tuple[np.ndarray, np.ndarray]]
     receives: np.ndarray
     sends: np.ndarray
     first_step: int
@@ -85,65 +98,48 @@ def facts_of_block(task: tuple[int, int | None, int | None], groups: list[RowGro
     tl, seen = read_steps(groups, lo, hi, first=True)
     if tl is None:
         return None
-    layout = _read_layout(tl)
-    facts = StageFacts.of(tl)
+    layout = {name: (tl.ranks[v >= 0], v[v >= 0]) for name, v in
+              (("stage", tl.stage), ("dp_rank", tl.dp), ("tp_rank", tl.tp))}
+    facts = StageFacts.of(tl)  # (of every row, as the layout is completed)
     fwd = facts.first_forward != NONE
-    rows, steps, ranks = len(tl), np.unique(tl.step), tl.ranks
+    rows, first_step, ranks = len(tl), int(tl.step.min()), tl.ranks
     flat = flatten(tl)
     t = flat.timeline
     return BlockFacts(
-        rows, seen, steps, ranks, layout, ranks[facts.receives], ranks[facts.sends],
-        int(steps[0]), ranks[fwd], facts.first_forward[fwd],
+        rows, seen, np.array([s for s, _, _ in flat.steps], dtype=np.int64), ranks,
+        layout, ranks[facts.receives], ranks[facts.sends], first_step, ranks[fwd],
+        facts.first_forward[fwd],
         int(t.chunk.max()) + 1 if len(t) else 1,
         int(t.microbatch.max()) + 1 if len(t) and t.microbatch.max() >= 0 else 0,
         flat.wrapped, flat.wrappers, flat.nested, flat.overlapping, len(t),
         tuple(t.names[o] for o in np.unique(t.op)))
 
 
-def _read_layout(tl: OpTimeline) -> dict[str, dict[int, tuple[int, int]]]:
-    """What the rows of ``tl`` gave of each rank's stage, DP and TP rank (one value a
-    rank: checked as read), as :func:`~traceviz.analysis.timeline.data.see_layout`
-    keeps it."""
-    out: dict[str, dict[int, tuple[int, int]]] = {}
-    for name, values in (("stage", tl.stage), ("dp_rank", tl.dp), ("tp_rank", tl.tp)):
-        given = values >= 0
-        out[name] = {int(r): (int(v), int(v))
-                     for r, v in zip(tl.ranks[given], values[given])}
-    return out
-
-
-def shape_of(blocks: list[BlockFacts], path: Path, files: int) -> JobShape:
+def shape_of(blocks: list[BlockFacts], path: str | os.PathLike, files: int) -> JobShape:
     """The job's shape from every block's facts, as one process makes it from every
-    row (:class:`~traceviz.analysis.timeline.model.JobShape`)."""
-    from ..analysis.timeline.data import MAX_STEPS
-
+    row (:class:`~traceviz.analysis.timeline.model.JobShape`) of the timeline at
+    ``path`` (``files`` files)."""
     if not blocks:
         raise TraceVizError("the op timeline has no rows")
     first: dict[str, tuple[int, int]] = {}
     for b in blocks:
         for name, pos in b.first_seen.items():
             first[name] = min(first.get(name, pos), pos)
+    check_names(len(first), path, MAX_OP_NAMES)
     names = tuple(sorted(first, key=first.__getitem__))
+    check_steps(len(np.unique(np.concatenate([b.steps for b in blocks]))))
     steps = np.unique(np.concatenate([b.steps for b in blocks])).astype(np.int64)
-    if len(steps) > MAX_STEPS:
-        raise TraceVizError(f"{len(steps):,} steps, more than {MAX_STEPS:,}: diagnose a "
-                            "range of them (a folder split per step: name part of it)")
     ranks = np.unique(np.concatenate([b.ranks for b in blocks])).astype(np.int32)
     seen: dict[str, dict[int, tuple[int, int]]] = {"stage": {}, "dp_rank": {},
                                                     "tp_rank": {}}
     for b in blocks:
-        for name, per in b.layout.items():
-            if per:
-                rs = np.array(list(per), dtype=np.int64)
-                v = np.array([per[r][0] for r in per], dtype=np.int64)
-                see_layout(seen[name], rs, v, v, name, path)
+        for name, (given, values) in b.layout.items():
+            see_layout(seen[name], given, values, values, name, path)
     layout, found = rank_layout(seen, ranks)
     rows = sum(b.rows for b in blocks)
-    notes = [f"{path}: {files} op timeline files, {rows:,} ops"] if files > 1 else []
-    z = (lambda dtype: np.zeros(0, dtype))  # noqa: E731
-    tl = OpTimeline(names, z(np.int32), z(np.int32), z(np.int16), z(np.int64),
-                    z(np.int64), z(np.int16), z(np.int16), None, ranks, layout["stage"],
-                    layout["dp"], layout["tp"], found, notes)
+    tl = OpTimeline.without_rows(
+        names, ranks, layout["stage"], layout["dp"], layout["tp"], found,
+        [f"{path}: {files} op timeline files, {rows:,} ops"] if files > 1 else [])
     first_step = min(b.first_step for b in blocks)
     forward = np.full(len(ranks), NONE, dtype=np.int64)
     for b in blocks:
@@ -180,7 +176,8 @@ def _model(groups: list[RowGroup], shape: JobShape, typical: Typical | None,
 
 def typical_of_steps(task: tuple[int, int, int], groups: list[RowGroup], shape: JobShape
                      ) -> Typical:
-    """Pass 2: the typical values, from the steps they are taken over."""
+    """Pass 2: the typical values, from the steps they are taken over (one task:
+    ``task`` says nothing more)."""
     chosen = shape.steps[sampled(len(shape.steps))]
     return _model(groups, shape, None, (0, len(shape.steps)),
                   frozenset(int(s) for s in chosen)).typical
@@ -249,14 +246,17 @@ def on_workers(path: str | os.PathLike, on: Workers) -> OnWorkers | None:
     None where it is diagnosed in this process (see the module doc)."""
     if on.scheduler is None and on.jobs == 1:
         return None
-    groups = row_groups(path)
-    if groups is None:
+    listed = row_groups(path)
+    if listed is None or not listed[1]:  # (no row group: one process says so)
         return None
+    files, groups = listed
     rows = sum(g.rows for g in groups)
     if on.scheduler is None and rows < MIN_ROWS:
         return None
     processes = max(1, on.jobs or usable_cores())
-    count = max(processes, math.ceil(rows / ROWS_PER_BLOCK))
+    # (the footers' row counts are not trusted for more tasks than row groups)
+    count = min(max(processes, math.ceil(rows / ROWS_PER_BLOCK)),
+                max(processes, len(groups)))
     stated = [g.steps for g in groups if g.steps is not None]
     if len(stated) == len(groups):  # the statistics' range cut evenly
         lo, hi = min(s[0] for s in stated), max(s[1] for s in stated)
@@ -266,10 +266,9 @@ def on_workers(path: str | os.PathLike, on: Workers) -> OnWorkers | None:
     else:
         ranges = [(0, None, None)]
     found = _run(facts_of_block, ranges, (groups,), on, processes, None)
-    shape = shape_of([b for b in found if b is not None], Path(path),
-                     len({g.file for g in groups}))
+    shape = shape_of([b for b in found if b is not None], path, len(files))
     n = len(shape.steps)
-    count = min(n, count)
+    count = min(n, max(processes, math.ceil(shape.ops / ROWS_PER_BLOCK)))
     cuts = np.linspace(0, n, count + 1).round().astype(int)
     blocks = [(k, int(a), int(b)) for k, (a, b) in enumerate(zip(cuts[:-1], cuts[1:]))
               if b > a]

@@ -50,6 +50,7 @@ from ..ingest.tables import (
     ensure_tables,
     gpu_and_cpu,
     input_files,
+    is_trace_file,
     load_table,
     only_folder,
     own_tables,
@@ -179,8 +180,8 @@ class Job:
 
     @cached_property
     def files(self) -> list[Path]:
-        """The rank tables of :attr:`folder` (of one trace or table: its own)."""
-        if self.path.is_file():
+        """The rank tables of :attr:`folder` (of one trace: its own)."""
+        if is_trace_file(self.path):
             return own_tables(self.path, self.folder)
         return input_files([self.folder])
 

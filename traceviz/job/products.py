@@ -67,6 +67,7 @@ from ..ingest.tables import (
     job_files,
     has_cpu_tables,
     input_files,
+    is_trace_file,
     load_with_memory,
     numbered,
     one_rank_with_cpu,
@@ -153,7 +154,15 @@ def aggregation(root: Path, folder: Path, alignment: str = "synced",
     ``workers``: where each rank's table is read (:func:`~traceviz.ingest.rank_pieces.
     comm_parts`)."""
     files = own_tables(root, folder)
-    failed = failures_of(folder) if root.is_dir() else []  # traces never made a table
+    if is_trace_file(root):  # one trace: its own table, else why it has none
+        failed: list[str] = []
+        if not files:
+            why = [f for f in failures_of(folder) if root.name in f]
+            raise TraceVizError(f"{root}: no table was parsed from it" +
+                                (f" ({why[0]})" if why else "; parse it with 'traceviz "
+                                 "batch'"))
+    else:
+        failed = failures_of(folder)  # traces that never became a table
     parts = comm_parts(numbered(files), AGGREGATION_COLUMNS, workers, failed) \
         if files else []
     if not parts:
@@ -167,8 +176,8 @@ def aggregation(root: Path, folder: Path, alignment: str = "synced",
 def _folder_diagnosis(root: Path, folder: Path, topology: str | os.PathLike | None
                       ) -> Diagnosis | None:
     """The diagnosis kept beside the tables of ``folder`` where it is the job ``root``'s
-    (``root`` is a job's folder, not one of its traces or tables), else None."""
-    return None if root.is_file() else cached_diagnosis(folder, topology)
+    (not one trace of it), else None."""
+    return None if is_trace_file(root) else cached_diagnosis(folder, topology)
 
 
 DIAGNOSIS_COLUMNS = tuple(dict.fromkeys(ACTIVITY_COLUMNS + CALL_COLUMNS + META_COLUMNS))
@@ -306,8 +315,8 @@ def step_windows(root: Path, folder: Path, topology: str | os.PathLike | None = 
     were put on one clock (the diagnosis's verdict where it synced them: "shifted", "own
     clocks"; else the aggregation's: "none" where nothing links the ranks), each rank's
     activities made on ``workers``: kept beside the tables where no rank is left
-    out; of one trace or table (``root``), its own steps, not kept."""
-    if root.is_file():  # one trace or table: its own steps (nothing else to sync)
+    out; of one trace (``root``), its own steps, not kept."""
+    if is_trace_file(root):  # one trace: its own steps (nothing else to sync)
         agg = aggregation(root, folder, topology=topology, workers=workers)[0]
         return agg.microbatches, agg.clocks
     found = job_cache.load(folder, "step_windows", job_cache.key_of(folder, topology, {}))

@@ -59,6 +59,16 @@ class OpTimeline:
         return len(self.rank)
 
     @classmethod
+    def without_rows(cls, names: tuple[str, ...], ranks: np.ndarray, stage: np.ndarray,
+                     dp: np.ndarray, tp: np.ndarray, layout_from: dict[str, str],
+                     notes: list[str]) -> OpTimeline:
+        """An op timeline of these ranks' layout and op names, holding no op."""
+        z = (lambda dtype: np.zeros(0, dtype))  # noqa: E731
+        return cls(names, z(np.int32), z(np.int32), z(np.int16), z(np.int64),
+                   z(np.int64), z(np.int16), z(np.int16), None, ranks, stage, dp, tp,
+                   dict(layout_from), list(notes))
+
+    @classmethod
     def of(cls, table: pa.Table, notes: list[str] | None = None) -> OpTimeline:
         """From rows of :data:`~traceviz.table.timeline_schema.OP_TIMELINE_SCHEMA`
         (checked values; optional columns may be left out); a rank whose rows give two
@@ -113,9 +123,7 @@ class TimelineBuilder:
         if new and self.fixed:
             raise TraceVizError(f"{where}: op {new[0]!r} was not there when the "
                                 "timeline was first read: it changed meanwhile; run again")
-        if len(self.names) + len(new) > self.max_names:
-            raise TraceVizError(f"{where}: more than {self.max_names:,} distinct op names: "
-                                "not an op timeline of timers")
+        check_names(len(self.names) + len(new), where, self.max_names)
         mapping = np.zeros(len(local), dtype=np.int16)
         for c in used.tolist():  # named in the order they are first used: codes alike
             mapping[c] = self.names.setdefault(local[c], len(self.names))  # however read
@@ -183,11 +191,8 @@ class TimelineBuilder:
         steps = steps[:self.rows] if steps is not None else np.concatenate(
             self.parts["step"])
         lo, hi = int(steps.min()), int(steps.max())
-        many = (int(np.count_nonzero(np.bincount(steps - lo))) if hi - lo < 1 << 24
-                else len(np.unique(steps)))
-        if many > MAX_STEPS:
-            raise TraceVizError(f"{many:,} steps, more than {MAX_STEPS:,}: diagnose a "
-                                "range of them (a folder split per step: name part of it)")
+        check_steps(int(np.count_nonzero(np.bincount(steps - lo))) if hi - lo < 1 << 24
+                    else len(np.unique(steps)))
         del steps
         cat = {}
         for k in list(self.parts):  # one column at a time: its parts freed as it is made
@@ -219,6 +224,20 @@ class TimelineBuilder:
                           cat["transfer"] if self.given_transfer else None,
                           ranks.astype(np.int32), layout["stage"], layout["dp"],
                           layout["tp"], found, notes)
+
+
+def check_steps(count: int) -> None:
+    """An error where a timeline holds more than :data:`MAX_STEPS` steps."""
+    if count > MAX_STEPS:
+        raise TraceVizError(f"{count:,} steps, more than {MAX_STEPS:,}: diagnose a "
+                            "range of them (a folder split per step: name part of it)")
+
+
+def check_names(count: int, where: object, most: int) -> None:
+    """An error where a timeline holds more than ``most`` distinct op names."""
+    if count > most:
+        raise TraceVizError(f"{where}: more than {most:,} distinct op names: "
+                            "not an op timeline of timers")
 
 
 def first_uses(ops: pa.ChunkedArray | pa.Array) -> tuple[list[str], np.ndarray, np.ndarray]:

@@ -175,7 +175,8 @@ def diagnose_model(model: TimelineModel, steps: Steps, num_layers: int | None = 
 def _diagnose(model: TimelineModel, run: Steps, num_layers: int | None) -> TimelineDiagnosis:
     t = model.timeline
     m = run.measured()
-    t.notes += [n for n in dict.fromkeys(m.notes) if n not in t.notes]
+    have = set(t.notes)  # the blocks' notes on their steps, each once, in step order
+    t.notes += [n for n in dict.fromkeys(m.notes) if n not in have]
     series = worker_series(model, m.cells)
     slow = slow_workers(model, series)
     data = data_imbalance(model, m.cells, slow)

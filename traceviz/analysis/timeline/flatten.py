@@ -74,7 +74,8 @@ def flatten(tl: OpTimeline) -> Flat:
         if tl.transfer is not None:
             tl.transfer = tl.transfer[keep]
     del wrapped
-    cut = np.flatnonzero(np.r_[True, tl.step[1:] != tl.step[:-1], True])
+    cut = np.flatnonzero(np.r_[True, tl.step[1:] != tl.step[:-1], True]) if len(tl) \
+        else np.zeros(1, np.int64)  # (wrappers alone: no step)
     steps = [(int(tl.step[a]), int(a), int(b)) for a, b in zip(cut[:-1], cut[1:])]
     empty = np.empty(0, dtype=np.int64)
     nested = overlap = 0

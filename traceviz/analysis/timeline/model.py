@@ -88,15 +88,12 @@ class JobShape:
                    int(t.chunk.max()) + 1 if len(t) else 1,
                    int(t.microbatch.max()) + 1 if len(t) and t.microbatch.max() >= 0 else 0,
                    np.array([s for s, _, _ in flat.steps], dtype=np.int64), len(t),
-                   np.unique(t.op).astype(np.int64), t.notes)
+                   np.unique(t.op).astype(np.int64), list(t.notes))
 
     def timeline(self) -> OpTimeline:
         """An op timeline of this shape without rows (its ranks' layout, names, notes)."""
-        z = (lambda dtype: np.zeros(0, dtype))  # noqa: E731
-        return OpTimeline(self.names, z(np.int32), z(np.int32), z(np.int16), z(np.int64),
-                          z(np.int64), z(np.int16), z(np.int16), None, self.ranks,
-                          self.stage, self.dp, self.tp, dict(self.layout_from),
-                          list(self.notes))
+        return OpTimeline.without_rows(self.names, self.ranks, self.stage, self.dp,
+                                       self.tp, self.layout_from, self.notes)
 
 
 def sampled(n: int) -> np.ndarray:

@@ -217,7 +217,7 @@ class StageCompute:
         return np.where(v.cls == COMPUTE, np.array(self.factors)[v.stage], 1.0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # (an array: compared and hashed as itself)
 class CellCompute:
     """Each micro-batch's compute times its factor: ``factors`` [step place, DP rank,
     micro-batch] (the last DP rank's and micro-batch's beyond the table)."""
