@@ -72,10 +72,9 @@ def _same(a, b) -> None:
 
 
 @pytest.mark.parametrize("cfg, drop, how, wrapped", [
-    (SLOW_TP, (), "row groups", False),
+    # (row groups across steps: the tests below)
     (SLOW_TP, (), "two files", True),
     (BARE, ("tp_rank", "dp_rank", "stage"), "no statistics", False),
-    (BARE, ("tp_rank", "dp_rank", "stage"), "row groups", True),
 ])
 def test_workers_give_the_one_process_diagnosis(tmp_path, cfg, drop, how, wrapped):
     table, _ = simulate_steps(cfg)
