@@ -38,6 +38,18 @@ def tree_rss(pid: int) -> int:
     return total
 
 
+def _high_water(pid: int) -> int:
+    """The peak resident set size of ``pid`` so far (bytes; 0: gone)."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return 0
+
+
 def _resident(pid: int) -> int:
     """Proportional set size of ``pid`` in bytes (resident set size without
     smaps_rollup)."""
@@ -64,10 +76,12 @@ def measure(cmd: list[str], tree: bool = True) -> tuple[float, int]:
     return wall, max(tree_peak, own)
 
 
-def measure_parts(cmd: list[str], tree: bool = True) -> tuple[float, int, int]:
+def measure_parts(cmd: list[str], tree: bool = True, client: list[int] | None = None
+                  ) -> tuple[float, int, int]:
     """(wall seconds, peak of the process tree's summed PSS (bytes; 0 without ``tree``),
     the largest peak RSS of the command or any process it waited for (bytes: wait4's);
-    see :func:`measure`."""
+    see :func:`measure`. ``client``: where the command's own peak RSS goes (bytes, its
+    VmHWM read with each sample: the command alone, not its workers)."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     peak, done, err = [0], threading.Event(), []
@@ -75,6 +89,8 @@ def measure_parts(cmd: list[str], tree: bool = True) -> tuple[float, int, int]:
     def sample() -> None:
         while not done.is_set():
             peak[0] = max(peak[0], tree_rss(proc.pid))
+            if client is not None:
+                client[0] = max(client[0], _high_water(proc.pid))
             done.wait(0.05)
 
     threads = [threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)]

@@ -18,54 +18,18 @@ the first mode's. The targets: 10,000 ranks x 50 steps (~50 M ops) in <= 5 min a
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
-from batch_bench import tree_rss
+from batch_bench import measure_parts
 from parse_bench import print_table
 
 from traceviz.synth.op_timeline import TimelineConfig, write_timeline
 
 PP = 8
 MODES = {"-j 1": ["-j", "1"], "-j 2": ["-j", "2"], "--scheduler local": ["--scheduler", "local"]}
-
-
-def measure_client(cmd: list[str]) -> tuple[float, int, int]:
-    """(wall seconds, the command's own peak RSS (bytes: its VmHWM, read every 50 ms
-    until it exits), the peak of its process tree's summed PSS (bytes, sampled every
-    50 ms)); fails loudly on error."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    own, tree, done, err = [0], [0], threading.Event(), []
-
-    def sample() -> None:
-        while not done.is_set():
-            try:
-                with open(f"/proc/{proc.pid}/status") as fh:
-                    for line in fh:
-                        if line.startswith("VmHWM:"):
-                            own[0] = max(own[0], int(line.split()[1]) * 1024)
-            except (FileNotFoundError, ProcessLookupError):
-                pass
-            tree[0] = max(tree[0], tree_rss(proc.pid))
-            done.wait(0.05)
-
-    threads = [threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True),
-               threading.Thread(target=sample, daemon=True)]
-    for t in threads:
-        t.start()
-    _, status, _ = os.wait4(proc.pid, 0)
-    done.set()
-    for t in threads:
-        t.join()
-    if os.waitstatus_to_exitcode(status):
-        sys.exit(f"{' '.join(cmd)} failed: {err[0].decode()[-2000:]}")
-    return time.perf_counter() - start, own[0], tree[0]
 
 
 def same_tables(a: Path, b: Path) -> bool:
@@ -101,13 +65,14 @@ def main() -> None:
             out = Path(args.data) / f"timeline_{n}x{args.steps}-out{len(outs)}"
             cmd = [sys.executable, "-m", "traceviz", "diagnose", str(path), "-o", str(out),
                    *MODES[mode]]
-            wall, own, tree = measure_client(cmd)
+            client = [0]
+            wall, tree, _ = measure_parts(cmd, True, client)
             text = (out / "diagnosis.txt").read_text()
             named = f"rank {slow} (stage" in text and "since step 30" in text
             same = "-" if not outs else str(same_tables(next(iter(outs.values())), out))
             outs[mode] = out
             rows.append((PP * dp, args.steps, mode, ops / 1e6,
-                         path.stat().st_size / 2**20, wall, own / 2**30, tree / 2**30,
+                         path.stat().st_size / 2**20, wall, client[0] / 2**30, tree / 2**30,
                          ops / wall / 1e6, named, same))
             print(rows[-1], file=sys.stderr)
         for out in outs.values():
