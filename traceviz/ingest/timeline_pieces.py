@@ -127,8 +127,8 @@ def shape_of(blocks: list[BlockFacts], path: str | os.PathLike, files: int) -> J
             first[name] = min(first.get(name, pos), pos)
     check_names(len(first), path, MAX_OP_NAMES)
     names = tuple(sorted(first, key=first.__getitem__))
-    check_steps(len(np.unique(np.concatenate([b.steps for b in blocks]))))
     steps = np.unique(np.concatenate([b.steps for b in blocks])).astype(np.int64)
+    check_steps(len(steps))
     ranks = np.unique(np.concatenate([b.ranks for b in blocks])).astype(np.int32)
     seen: dict[str, dict[int, tuple[int, int]]] = {"stage": {}, "dp_rank": {},
                                                     "tp_rank": {}}
