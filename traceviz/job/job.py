@@ -81,7 +81,8 @@ class Job:
     next to the traces, else from their pg_config); ``vpp``: model chunks per stage
     (default: found from the traces);
     ``jobs``: worker processes for the traces still to parse and for each rank's share
-    of the diagnosis (default 1: in this process; more, or 0 for one per core, starts
+    of the diagnosis (an op timeline's: each block of its steps; default 1: in this
+    process; more, or 0 for one per core, starts
     new Python processes, which a script must allow with an ``if __name__ ==
     "__main__":`` guard); ``scheduler``: a Dask cluster doing that work instead
     (``tcp://HOST:PORT``, or ``"local"``).
