@@ -107,7 +107,7 @@ def plan(root: str | os.PathLike, outdir: str | os.PathLike | None = None,
         up_to_date = dest.exists() and dest.stat().st_mtime >= t.path.stat().st_mtime
         if cpu and not Path(cpu_path(str(dest))).exists():
             up_to_date = False
-        if dest.exists() and not _parsed_from(dest, t.path):
+        if dest.exists() and not parsed_from(dest, t.path):
             up_to_date = False  # another trace now sits at its path (even an older one)
             stale.add(task.trace)
         if up_to_date and options is not None and _parsed_with(dest) != options:
@@ -117,7 +117,7 @@ def plan(root: str | os.PathLike, outdir: str | os.PathLike | None = None,
     return todo, fresh, stale
 
 
-def _parsed_from(table: Path, trace: Path) -> bool:
+def parsed_from(table: Path, trace: Path) -> bool:
     """Whether ``table`` was parsed from ``trace`` as it is now: the same file (another
     job's trace of the same name, or a trace moved since, makes it stale), of the same
     size, modification time and content stamp as when it was parsed (a trace replaced by

@@ -64,24 +64,17 @@ def own_tables(root: Path, folder: Path) -> list[Path]:
     ``root`` is one trace, the table parsed from it (none where it failed to parse). A
     trace's tables folder can hold another trace's (a folder of two runs' traces parsed
     together, named for the folder as the trace is)."""
+    from .batch import parsed_from
+
     files = [p for p in sorted(folder.glob("*.parquet")) if is_activity_table(p)]
     if not is_trace_file(root):
         return files
-    return [p for p in files if _parsed_from_trace(p, root)]
+    return [p for p in files if parsed_from(p, root)]
 
 
 def is_trace_file(root: Path) -> bool:
     """Whether ``root`` is one trace file (not a folder, not a table)."""
     return root.is_file() and root.suffix != ".parquet"
-
-
-def _parsed_from_trace(table: Path, trace: Path) -> bool:
-    """Whether ``table``'s metadata names ``trace`` as its source."""
-    try:
-        source = file_fact(table, "source")
-        return bool(source) and os.path.samefile(source, trace)
-    except (OSError, ValueError):
-        return False
 
 
 def of_this_job(tables: list[Path], folder: Path) -> list[Path]:

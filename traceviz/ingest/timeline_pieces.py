@@ -106,12 +106,9 @@ def facts_of_block(task: tuple[int, int | None, int | None], groups: list[RowGro
     flat = flatten(tl)
     t = flat.timeline
     return BlockFacts(
-        rows, seen, np.array([s for s, _, _ in flat.steps], dtype=np.int64), ranks,
-        layout, ranks[facts.receives], ranks[facts.sends], first_step, ranks[fwd],
-        facts.first_forward[fwd],
-        int(t.chunk.max()) + 1 if len(t) else 1,
-        int(t.microbatch.max()) + 1 if len(t) and t.microbatch.max() >= 0 else 0,
-        flat.wrapped, flat.wrappers, flat.nested, flat.overlapping, len(t),
+        rows, seen, flat.step_numbers, ranks, layout, ranks[facts.receives],
+        ranks[facts.sends], first_step, ranks[fwd], facts.first_forward[fwd], t.chunks,
+        t.microbatch_slots, flat.wrapped, flat.wrappers, flat.nested, flat.overlapping, len(t),
         tuple(t.names[o] for o in np.unique(t.op)))
 
 

@@ -33,6 +33,14 @@ class Cells:
     def microbatches(self) -> int:
         return self.excl_fwd.shape[2] - 1
 
+    @classmethod
+    def joined(cls, parts: list[Cells]) -> Cells:
+        """Cells of consecutive blocks of steps, in order, as one."""
+        def cat(name: str) -> np.ndarray:
+            return np.concatenate([getattr(p, name) for p in parts])
+        return cls(cat("excl_fwd"), cat("typ_fwd"), cat("excl_bwd"), cat("typ_bwd"),
+                   parts[0].by_microbatch)
+
     def worker_step(self) -> tuple[np.ndarray, np.ndarray]:
         """[worker, step] (exclusive, typical) compute."""
         e = (self.excl_fwd.sum(axis=2, dtype=np.float64)

@@ -55,6 +55,17 @@ class OpTimeline:
     def steps(self) -> np.ndarray:
         return np.unique(self.step)
 
+    @property
+    def chunks(self) -> int:
+        """Model chunks per stage (the largest chunk + 1; 1 without rows)."""
+        return int(self.chunk.max()) + 1 if len(self) else 1
+
+    @property
+    def microbatch_slots(self) -> int:
+        """The largest micro-batch + 1 (0: no row has one)."""
+        return int(self.microbatch.max()) + 1 if len(self) and self.microbatch.max() >= 0 \
+            else 0
+
     def __len__(self) -> int:
         return len(self.rank)
 

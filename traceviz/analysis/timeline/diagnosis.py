@@ -22,7 +22,6 @@ gaps would save; each row re-simulated on its own.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -38,7 +37,7 @@ from .cells import Cells, compute_cells
 from .data import OpTimeline
 from .findings import (MIN_Z, SlowWorker, WorkerSeries, data_imbalance, slow_dp_groups, slow_workers,
                        stage_balance, worker_series)
-from .ledger import PARTS, SCHEMA as LEDGER_SCHEMA, step_ledger
+from .ledger import SCHEMA as LEDGER_SCHEMA, ledger_table, step_ledger
 from .model import TimelineModel
 from .ops import COMMUNICATION, DATA, DP
 from .simulate import simulate
@@ -110,7 +109,7 @@ class Measured:
     the model's steps (its notes: a step's transfers paired in a circle)."""
 
     ledger: pa.Table
-    dp_calls: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    dp_calls: tuple[np.ndarray, ...]
     fit: int
     alone: int
     cells: Cells
@@ -119,16 +118,10 @@ class Measured:
     @classmethod
     def joined(cls, parts: list[Measured]) -> Measured:
         """Blocks of consecutive steps, in order, as one."""
-        def cat(f: Callable[[Measured], np.ndarray]) -> np.ndarray:
-            return np.concatenate([f(p) for p in parts])
-
-        calls = (cat(lambda p: p.dp_calls[0]), cat(lambda p: p.dp_calls[1]),
-                 cat(lambda p: p.dp_calls[2]), cat(lambda p: p.dp_calls[3]))
-        cells = Cells(cat(lambda p: p.cells.excl_fwd), cat(lambda p: p.cells.typ_fwd),
-                      cat(lambda p: p.cells.excl_bwd), cat(lambda p: p.cells.typ_bwd),
-                      parts[0].cells.by_microbatch)
-        return cls(pa.concat_tables([p.ledger for p in parts]), calls,
-                   max(p.fit for p in parts), sum(p.alone for p in parts), cells,
+        return cls(pa.concat_tables([p.ledger for p in parts]),
+                   tuple(np.concatenate(c) for c in zip(*(p.dp_calls for p in parts))),
+                   max(p.fit for p in parts), sum(p.alone for p in parts),
+                   Cells.joined([p.cells for p in parts]),
                    [n for p in parts for n in p.notes])
 
 
@@ -224,7 +217,7 @@ def _diagnose(model: TimelineModel, run: Steps, num_layers: int | None) -> Timel
 def measured_steps(model: TimelineModel) -> Measured:
     """The model's own steps re-simulated as measured (:class:`Measured`)."""
     t = model.timeline
-    rows: list[dict] = []
+    steps: list[pa.Table] = []
     ops, stages, tps, transfers = [], [], [], []
     fit = alone = 0
     for i, g in model.graphs():
@@ -234,17 +227,14 @@ def measured_steps(model: TimelineModel) -> Measured:
         if len(g):
             fit = max(fit, int(np.abs(sim.end - g.end).max()))
         ranks, parts = step_ledger(v, sim)
-        for r, p in zip(ranks.tolist(), parts.tolist()):
-            row = {"rank": int(t.ranks[r]), "step": int(g.step), "step_ns": sim.step_ns}
-            row.update({f"{name}_ns": val for name, val in zip(PARTS, p)})
-            rows.append(row)
+        steps.append(ledger_table(t.ranks[ranks], g.step, sim.step_ns, parts))
         m = (v.cls == DP) & (g.group >= 0)
         ops.append(v.op[m])
         stages.append(v.stage[m])
-        tps.append(t.tp[v.rank[m]])
+        tps.append(v.tp[m])
         transfers.append(g.transfer[m])
     cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))  # noqa: E731
-    return Measured(pa.Table.from_pylist(rows, schema=LEDGER_SCHEMA),
+    return Measured(pa.concat_tables(steps) if steps else LEDGER_SCHEMA.empty_table(),
                     (cat(ops), cat(stages), cat(tps), cat(transfers)), fit, alone,
                     compute_cells(model), list(t.notes))
 

@@ -31,6 +31,11 @@ class Flat:
     wrapped: int = 0                      # wrapper timers left out
     wrappers: tuple[str, ...] = ()        # their names, sorted
 
+    @property
+    def step_numbers(self) -> np.ndarray:
+        """Its steps' numbers (int64, ascending)."""
+        return np.array([s for s, _, _ in self.steps], dtype=np.int64)
+
     def exclusive(self, rows: np.ndarray) -> np.ndarray:
         """The exclusive time of ``rows`` (ns, int64): their duration less what runs
         inside them."""

@@ -68,9 +68,7 @@ class Layout:
         """``chunks``: model chunks per stage (default: from the rows of ``tl``)."""
         self.stage, self.dp, self.tp = tl.stage, tl.dp, tl.tp
         self.pp = int(tl.stage.max()) + 1
-        if chunks is None:
-            chunks = int(tl.chunk.max()) + 1 if len(tl) else 1
-        self.chunks = chunks
+        self.chunks = tl.chunks if chunks is None else chunks
         ring = self.chunks > 1
         where = {(int(s), int(d), int(t)): i for i, (s, d, t) in
                  enumerate(zip(tl.stage, tl.dp, tl.tp))}

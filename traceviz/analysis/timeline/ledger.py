@@ -28,6 +28,17 @@ SCHEMA = pa.schema([("rank", pa.int32()), ("step", pa.int32()), ("step_ns", pa.i
                    + [(f"{p}_ns", pa.int64()) for p in PARTS])
 
 
+def ledger_table(ranks: np.ndarray, step: int, step_ns: int, parts: np.ndarray
+                 ) -> pa.Table:
+    """One step's ledger rows (:data:`SCHEMA`): each of ``ranks``' ``parts`` [rank,
+    part] (ns) in a step of ``step_ns``."""
+    n = len(ranks)
+    cols = [pa.array(ranks, pa.int32()), pa.array(np.full(n, step), pa.int32()),
+            pa.array(np.full(n, step_ns), pa.int64())]
+    cols += [pa.array(parts[:, k], pa.int64()) for k in range(len(PARTS))]
+    return pa.Table.from_arrays(cols, schema=SCHEMA)
+
+
 def step_ledger(v: StepView, sim: Simulated) -> tuple[np.ndarray, np.ndarray]:
     """(rank indexes, [rank, part] ns) of one step, from its re-simulated (or measured)
     starts and ends."""

@@ -84,10 +84,8 @@ class JobShape:
     def of(cls, flat: Flat) -> JobShape:
         """The shape of a whole job's flattened timeline (its layout completed)."""
         t = flat.timeline
-        return cls(t.names, t.ranks, t.stage, t.dp, t.tp, dict(t.layout_from),
-                   int(t.chunk.max()) + 1 if len(t) else 1,
-                   int(t.microbatch.max()) + 1 if len(t) and t.microbatch.max() >= 0 else 0,
-                   np.array([s for s, _, _ in flat.steps], dtype=np.int64), len(t),
+        return cls(t.names, t.ranks, t.stage, t.dp, t.tp, dict(t.layout_from), t.chunks,
+                   t.microbatch_slots, flat.step_numbers, len(t),
                    np.unique(t.op).astype(np.int64), list(t.notes))
 
     def timeline(self) -> OpTimeline:
