@@ -195,6 +195,12 @@ def test_a_trace_beside_anothers_memory_tables_gets_its_page(tmp_path, monkeypat
     assert got.exit_code == 0, got.output
     written = pq.read_table(tmp_path / "traceviz-out/single_gpt/microbatches.parquet")
     assert written.equals(alone)
+    # one rank: nothing was synced, and its timeline's axis does not say so
+    from traceviz.render.aggregation_files import aggregation_files
+
+    drawn = aggregation_files(by_itself.aggregation(), None, None)
+    ax = drawn.figures["rank_0000/overlapping_timeline.png"].figure().axes[-1]
+    assert ax.get_xlabel() == "ms since each rank's first kernel"
 
 
 def test_a_trace_that_failed_to_parse_is_named_not_replaced(tmp_path, monkeypatch):

@@ -13,6 +13,7 @@ from .breakdown_figures import representative
 from .figures import Figure
 from ..table.result import Result
 from .timeline import overlap_bars, time_window, timeline
+from .words import on_one_clock
 
 RANK_FIGURES = 64  # ranks up to which "auto" draws every rank's figures
 
@@ -43,6 +44,8 @@ def aggregation_files(agg: Aggregation, layout: Layout | None, layout_note: str 
     known (``layout_note``: why it is not)."""
     mb, spans, cats, alignment = (agg.microbatches, agg.category_spans, agg.ranks,
                                   agg.alignment)
+    if alignment == "synced" and not on_one_clock(agg.clocks):
+        alignment = "individual"  # nothing was synced (one rank): each its own clock
     res = Result(tables={"microbatches": mb, "category_spans": spans},
                  csv={"clock_offsets.csv": agg.clock_offsets}, notes=list(agg.notes),
                  value=agg)
