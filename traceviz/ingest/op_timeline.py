@@ -27,7 +27,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..analysis.timeline.data import OpTimeline, TimelineBuilder, first_uses
+from ..analysis.timeline.data import OpTimeline, TimelineBuilder
 from ..errors import TraceVizError
 from ..table.inputs import note_input
 from ..table.schema import is_activity_table, parquet_columns
@@ -312,14 +312,14 @@ def _read_group(pf: Any, g: RowGroup, lo: int | None, hi: int | None,
                 keep = pc.and_(keep, pc.is_in(step, pa.array(sorted(only), pa.int32())))
             at = np.flatnonzero(np.asarray(keep))
             part = t.take(pa.array(at)) if len(at) < len(t) else t
-            if first and len(part):  # where each name is first used
-                local, index, used = first_uses(part["op"])
+            uses = builder.add(part, path)
+            if first and uses is not None:  # where each name is first used
+                local, index, used = uses
                 rows_of = np.full(len(local), len(index), dtype=np.int64)
                 np.minimum.at(rows_of, index, np.arange(len(index)))
                 for c in used.tolist():
                     pos = (g.file, row + int(at[rows_of[c]]))
                     seen[local[c]] = min(seen.get(local[c], pos), pos)
-            builder.add(part, path)
             row += b.num_rows
     except pa.ArrowInvalid as exc:
         raise TraceVizError(f"{path}: not readable as .parquet: "

@@ -188,10 +188,11 @@ class Job:
 
     @cached_property
     def ranks(self) -> list[int]:
-        """The ranks traced whose table loads (from the tables' metadata, else their file
-        names); the others are in :attr:`failed`."""
+        """The ranks traced whose table's footer reads (their ranks from the tables'
+        metadata, else their file names; no column is read); the others are in
+        :attr:`failed`."""
         failed: list[str] = []
-        ranks = sorted(r for r, _, _ in rank_tables(self.files, ("ts",), failed))
+        ranks = sorted(r for r, _, _ in rank_tables(self.files, (), failed))
         self._failed = failed
         if failed:  # never dropped silently: every analysis covers the others only
             warnings.warn(f"{len(failed)} rank(s) of {self.folder} could not be read and "
@@ -208,7 +209,7 @@ class Job:
 
     def table(self, rank: int, columns: tuple[str, ...] | None = None) -> pa.Table:
         """One rank's GPU activity table (only ``columns`` when given)."""
-        for r, path, _ in rank_tables(self.files, ("ts",), []):
+        for r, path, _ in rank_tables(self.files, (), []):
             if r == rank:
                 return load_table(path, columns)
         raise TraceVizError(f"{self.folder}: no rank {rank} (ranks {self.ranks})")

@@ -13,6 +13,9 @@ import pyarrow.compute as pc
 from ...errors import TraceVizError
 from .ops import op_class, side
 
+# an op column's names (see first_uses): its dictionary, each row's index, used in order
+Uses = tuple[list[str], np.ndarray, np.ndarray]
+
 
 @dataclass
 class OpTimeline:
@@ -117,11 +120,12 @@ class TimelineBuilder:
         self.rows = 0
         self.given_transfer = False
 
-    def add(self, table: pa.Table, where: object = "") -> None:
-        """A batch of checked rows (optional columns may be left out or null)."""
+    def add(self, table: pa.Table, where: object = "") -> Uses | None:
+        """A batch of checked rows (optional columns may be left out or null); its op
+        names' first uses (see :func:`first_uses`), None for no rows."""
         n = table.num_rows
         if not n:
-            return
+            return None
 
         def col(name: str, dtype, fill: int) -> np.ndarray:
             if name not in table.column_names:
@@ -129,7 +133,8 @@ class TimelineBuilder:
             return np.asarray(pc.fill_null(table[name], fill).combine_chunks()
                               .to_numpy(zero_copy_only=False), dtype=dtype)
 
-        local, index, used = first_uses(table["op"])
+        uses = first_uses(table["op"])
+        local, index, used = uses
         new = [local[c] for c in used if local[c] not in self.names]
         if new and self.fixed:
             raise TraceVizError(f"{where}: op {new[0]!r} was not there when the "
@@ -175,6 +180,7 @@ class TimelineBuilder:
             hi = x[np.r_[cut[1:] - 1, len(x) - 1]]
             see_layout(seen, r[cut], lo, hi, name, where)
         self.rows += n
+        return uses
 
     def _put(self, name: str, values: np.ndarray, at: int | None = None) -> None:
         """A batch's column: copied into place (capacity known) or kept as a part (a copy,
@@ -251,7 +257,7 @@ def check_names(count: int, where: object, most: int) -> None:
                             "not an op timeline of timers")
 
 
-def first_uses(ops: pa.ChunkedArray | pa.Array) -> tuple[list[str], np.ndarray, np.ndarray]:
+def first_uses(ops: pa.ChunkedArray | pa.Array) -> Uses:
     """The op names of a column as (its dictionary's names, each row's index into them,
     the indexes used, in the order of the row that first uses each): a dictionary may
     hold names no row of this batch uses (a parquet row group's, read a batch at a
