@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
@@ -35,7 +36,7 @@ MEGATRON = ("megatron_1f1b", "megatron_moe")
 def _events(path: Path) -> list[dict]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rb") as fh:
-        return json.loads(fh.read())["traceEvents"]
+        return orjson.loads(fh.read())["traceEvents"]  # as json's, ~5x faster
 
 
 def _rank_files(job: str) -> list[Path]:
@@ -316,12 +317,12 @@ def _strip_frames(src: Path, dst: Path) -> None:
             continue
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "rb") as fh:
-            doc = json.loads(fh.read())
+            doc = orjson.loads(fh.read())
         doc["traceEvents"] = [e for e in doc["traceEvents"]
                               if e.get("cat") != "python_function"]
         with (gzip.open(out, "wb", compresslevel=1) if path.suffix == ".gz"
               else open(out, "wb")) as fh:
-            fh.write(json.dumps(doc).encode())
+            fh.write(orjson.dumps(doc))
 
 
 def _microbatch_rows(folder: Path) -> dict:
@@ -575,7 +576,7 @@ def test_peers_are_the_ranks_of_one_stage(job_cwd, monkeypatch):
     stage = {}
     for path in files:
         with gzip.open(path, "rb") as fh:
-            doc = json.loads(fh.read())
+            doc = orjson.loads(fh.read())
         for pg in doc["distributedInfo"]["pg_config"]:
             if pg["pg_desc"] == "PIPELINE_MODEL_PARALLEL_GROUP":
                 stage.update({r: s for s, r in enumerate(pg["ranks"])})
@@ -730,7 +731,7 @@ def _to_default_group(src: Path, dst: Path) -> int:
                       '"Process Group Ranks": "[0, 1, 2, 3, 4, 5, 6, 7]"', block)
 
     text = re.sub(r'"args": \{[^{}]*"PIPELINE_MODEL_PARALLEL_GROUP"[^{}]*\}', default, text)
-    with gzip.open(dst, "wt") as f:
+    with gzip.open(dst, "wt", compresslevel=1) as f:  # the level changes no byte read
         f.write(text)
     return moved
 

@@ -21,7 +21,6 @@ tracks of :mod:`traceviz.analysis.counters`. ``ts`` is int ns in the events here
 """
 from __future__ import annotations
 
-import gzip
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -34,7 +33,7 @@ from ..analysis.coverage import track_lanes
 from ..analysis.tracks import RankTracks
 from ..table.io import atomic_path
 from ..table.schema import COLLECTIVES, GROUPS, PHASES
-from .trace_copy import event_json
+from .trace_copy import event_json, gzip_output
 
 PID_BASE = 900_000_000  # far from Kineto's pids (process ids, device ids)
 
@@ -174,8 +173,7 @@ def write_job(ranks: Iterable[RankTracks], output: str | os.PathLike,
     count = 0
     slices: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     with atomic_path(Path(output)) as tmp:
-        opener = gzip.open if str(output).endswith(".gz") else open
-        with opener(tmp, "wb") as out:
+        with gzip_output(tmp) if str(output).endswith(".gz") else open(tmp, "wb") as out:
             out.write(b'{"displayTimeUnit": "ms", "traceEvents": [')
 
             def emit(events: Iterable[dict]) -> None:
