@@ -24,6 +24,7 @@ real Megatron trace contains is reproduced (research/pp_collectives_megatron.md 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 
 from .program import GROUPS, STREAMS, Item
@@ -99,6 +100,22 @@ def fmt_ts(t_ns: int) -> str:
     return f"{sign}{v // 1000}.{v % 1000:03d}"
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _json_text(text: str) -> str:
+    """``json.dumps`` of a string (names and args repeat: each written once)."""
+    return json.dumps(text)
+
+
+def json_value(value: object) -> str:
+    """``json.dumps(value)``, byte for byte, with ints and strings (most of an event's
+    args) written without it."""
+    if type(value) is int:  # (not bool: json writes true / false)
+        return str(value)
+    if type(value) is str:
+        return _json_text(value)
+    return json.dumps(value)
+
+
 def fmt_dur(d_ns: int) -> str:
     return f"{d_ns // 1000}.{d_ns % 1000:03d}"
 
@@ -122,10 +139,10 @@ class RankWriter:
                gpu: tuple[int, int] | None = None) -> int:
         a, b = ns(t0) + self.skew, ns(t1) + self.skew
         pid, tid = gpu if gpu else (self.pid, self.tid[thread])
-        text = (f'  {{\n    "ph": "X", "cat": "{cat}", "name": {json.dumps(name)}, '
+        text = (f'  {{\n    "ph": "X", "cat": "{cat}", "name": {_json_text(name)}, '
                 f'"pid": {pid}, "tid": {tid},\n    "ts": {fmt_ts(a)}, "dur": '
                 f'{fmt_dur(b - a)},\n    "args": {{\n      '
-                + ", ".join(f'"{k}": {json.dumps(v)}' for k, v in args.items())
+                + ", ".join(f'"{k}": {json_value(v)}' for k, v in args.items())
                 + "\n    }\n  }")
         (self.gpu if gpu else self.cpu).append((a, text))
         return a
