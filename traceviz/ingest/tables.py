@@ -15,7 +15,7 @@ import pyarrow as pa
 from ..errors import TraceVizError, UsageError
 from ..progress import progress
 from ..table.inputs import note_input
-from ..table.io import read_table
+from ..table.io import read_footer, read_table
 from ..table.parked import RANKS_PER_TRIM, release_free_memory
 from ..table.schema import (
     METADATA_KEY,
@@ -218,11 +218,13 @@ def tables_folder(root: Path, **options) -> Path:
 
 
 def load_table(path: Path, columns: tuple[str, ...] | None = None) -> pa.Table:
-    """A parsed table (only ``columns``, those there are; all when None), or a trace
-    parsed now."""
+    """A parsed table (only ``columns``, those there are; all when None; none, its
+    footer alone read, when empty), or a trace parsed now."""
     if path.suffix == ".parquet":
         if columns is None:
             return read_table(path)
+        if not columns:
+            return read_footer(path)
         try:
             present = set(parquet_columns(path))
         except (OSError, pa.ArrowInvalid):

@@ -203,7 +203,9 @@ class Job:
     @property
     def failed(self) -> list[str]:
         """One line per rank left out of every analysis: its trace failed to parse or its
-        table cannot be read, and why."""
+        table's footer cannot be read, and why (a table whose columns are damaged behind
+        a sound footer is named by each analysis that reads them, in its own ranks left
+        out)."""
         self.ranks  # noqa: B018 (reading the ranks finds the failures)
         return list(self._failed)
 

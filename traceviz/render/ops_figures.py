@@ -45,9 +45,11 @@ def roofline(shapes: pa.Table, roofs: dict[str, float], tbps: float | None,
         ax.plot(xs, roof, color="black", linewidth=1.2, linestyle=style,
                 label=f"roof {dtype.upper()}: {peak:g} TFLOP/s"
                       + (f", {tbps:g} TB/s" if tbps else ""))
-    # the heaviest five, labelled in a column at the top left (above the bandwidth roof:
-    # no point is there), each with a line to its point: however close the points lie
-    # (a thousand ranks' shapes of one op), the labels never overlap
+    # the heaviest five, labelled in a column at the top left, each with a line to its
+    # point: however close the points lie (a thousand ranks' shapes of one op), the
+    # labels never overlap. With the device's bandwidth known that corner is above its
+    # roof, where no point can lie; without it a point there shows through the labels'
+    # translucent boxes
     for k, i in enumerate(np.argsort(-t)[:5]):
         ax.annotate(middle_cut(f"{rows[i]['op']} {rows[i]['input_dims'] or ''}", 48),
                     (x[i], y[i]), fontsize="xx-small", xytext=(0.02, 0.97 - 0.045 * k),

@@ -86,8 +86,7 @@ def _draw(ax, ranks: list[RankCategories], spans: list[dict], present: list[str]
             corners: Any = np.concatenate(parts)  # (n, 4, 2): matplotlib's fast path
             ax.add_collection(PolyCollection(
                 corners, facecolors=COLORS[cat], edgecolors=COLORS[cat],
-                linewidth=0.4, zorder=100 - ORDER.index(cat)), autolim=True)
-    ax.autoscale_view()
+                linewidth=0.4, zorder=100 - ORDER.index(cat)))  # (as broken_barh adds)
     every = max(1, -(-len(ranks) // MAX_LABELS))  # beyond MAX_LABELS rows, every k-th
     labels = [f"rank {ra.rank}" for ra in reversed(ranks)]
     ticks = [i for i in range(len(spans)) if (len(spans) - 1 - i) % every == 0]

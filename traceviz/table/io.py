@@ -270,7 +270,20 @@ def read_table(path: str | os.PathLike, columns: Sequence[str] | None = None) ->
     try:
         return pq.read_table(path, columns=list(columns) if columns else None)
     except (OSError, pa.ArrowInvalid) as exc:
-        reason = str(exc).split("': ", 1)[-1].split(". Either")[0]  # not the path again
-        raise TraceError(os.fspath(path), f"is not a readable table ({reason})",
-                         hint="parse its trace again (traceviz batch --force) or remove "
-                              "it") from None
+        raise _unreadable(path, exc) from None
+
+
+def read_footer(path: str | os.PathLike) -> pa.Table:
+    """An empty table with the schema (and metadata) of the table at ``path``: its footer
+    alone is read. An unreadable file raises :class:`~traceviz.errors.TraceError`."""
+    note_input(path)
+    try:
+        return pq.read_schema(path).empty_table()
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise _unreadable(path, exc) from None
+
+
+def _unreadable(path: str | os.PathLike, exc: Exception) -> TraceError:
+    reason = str(exc).split("': ", 1)[-1].split(". Either")[0]  # not the path again
+    return TraceError(os.fspath(path), f"is not a readable table ({reason})",
+                      hint="parse its trace again (traceviz batch --force) or remove it")
