@@ -24,7 +24,7 @@ from ..clocks import is_clock_note
 from ..diagnose.diagnosis import Diagnosis, diagnosis_of
 from ..diagnose.waits import JobComm, job_comm_of
 from ..activities import RankActivities, activities
-from ..host_device import ACTIVITY, SYNC, rank_events
+from ..host_device import SYNC, rank_events
 from ..iterations import windows
 from ..microbatches import microbatch_table
 from ..pipeline import pipeline_view
@@ -468,8 +468,7 @@ def segments(graph, edges: np.ndarray, ranks, node_base: np.ndarray, labels: lis
     order = np.argsort(k, kind="stable")  # each rank's events' classes looked up at once
     cut = np.flatnonzero(np.diff(k[order])) + 1
     for part in np.split(order, cut) if order.size else ():
-        cls = ranks[int(k[part[0]])].events.cls[event[part]]
-        gpu[part] = (cls == ACTIVITY) | (cls == SYNC)
+        gpu[part] = ranks[int(k[part[0]])].events.gpu[event[part]]
     return {"gpu": gpu, "rank": graph.node_rank[dst],
             "from_rank": graph.node_rank[graph.src[edges]],
             "start": graph.node_ts[graph.src[edges]] if start is None else start,
