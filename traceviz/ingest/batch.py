@@ -287,7 +287,9 @@ def _parse(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
     options = parse_options(from_file(topology) if topology else None, load_patterns(), vpp)
     todo, fresh, stale = plan(root, outdir, folders, force, options, traces, cpu)
     args = (memory_budget, str(topology) if topology else None, cpu, vpp)
-    jobs = jobs or min(len(todo), os.cpu_count() or 1) or 1
+    # never more processes than traces: one trace is parsed here, not in a process
+    # started for it (its start, ~1-2 s, is longer than most parses)
+    jobs = min(jobs or os.cpu_count() or 1, len(todo)) or 1
     bar = byte_bar(sum(t.size for t in todo), f"ranks 0/{len(todo)}", quiet or not todo)
     finished = [0]
 
