@@ -11,6 +11,7 @@ import textwrap
 
 import numpy as np
 
+from .bars import add_bars, rectangles
 from .figures import new_figure, no_data
 
 PALETTE = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3",
@@ -48,13 +49,9 @@ def draw(seg: dict, title: str):
         sel = drawn & (label == name)
         if not sel.any():
             continue
-        color, first = PALETTE[k % len(PALETTE)], text
-        # one collection per row: thousands of segments draw in one call each
-        for row in np.unique(y[sel]).tolist():
-            at = sel & (y == row)
-            ax.broken_barh(list(zip(start[at].tolist(), (end[at] - start[at]).tolist())),
-                           (row - 0.3, 0.6), facecolors=color, label=first)
-            first = None
+        # one collection per label: thousands of segments on every row in one
+        add_bars(ax, rectangles(start[sel], end[sel], y[sel] - 0.3, y[sel] + 0.3),
+                 facecolors=PALETTE[k % len(PALETTE)], label=text)
     jumps = np.flatnonzero((rank != from_rank) & np.asarray(seg["ends_edge"]))
     if jumps.size:
         y0 = np.array([row_of[(r, "GPU")] for r in from_rank[jumps].tolist()])

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..analysis.coverage import category_spans
 from ..analysis.microbatches import RankCategories
+from .bars import add_bars, rectangles
 from .figures import new_figure, no_data, swatch
 
 COLORS = {
@@ -57,19 +58,8 @@ def time_window(ranks: list[RankCategories]) -> tuple[int, int]:
     return (min(starts, default=0), max(ends, default=0))
 
 
-def _rectangles(x0: np.ndarray, x1: np.ndarray, y0: float, y1: float) -> np.ndarray:
-    """Corners (n, 4, 2) of the bars from ``x0`` to ``x1`` between ``y0`` and ``y1``, as
-    matplotlib's ``broken_barh`` makes them."""
-    n = x0.size
-    return np.stack([np.stack([x0, np.full(n, y0)], 1), np.stack([x0, np.full(n, y1)], 1),
-                     np.stack([x1, np.full(n, y1)], 1), np.stack([x1, np.full(n, y0)], 1)],
-                    axis=1)
-
-
 def _draw(ax, ranks: list[RankCategories], spans: list[dict], present: list[str],
           alignment: str, window: tuple[int, int]) -> None:
-    from matplotlib.collections import PolyCollection
-
     height = _heights(present)
     boxes: dict[str, list[np.ndarray]] = {cat: [] for cat in present}
     for row, (ra, rows) in enumerate(zip(ranks, spans)):
@@ -79,14 +69,13 @@ def _draw(ax, ranks: list[RankCategories], spans: list[dict], present: list[str]
         for cat in present:
             if cat in rows:
                 s, e = rows[cat]
-                boxes[cat].append(_rectangles((s - t0) / 1e6, (e - t0) / 1e6,
+                boxes[cat].append(rectangles((s - t0) / 1e6, (e - t0) / 1e6,
                                               y - height[cat] / 2, y + height[cat] / 2))
     for cat, parts in boxes.items():  # one collection per category, every rank's bars
         if parts:
             corners: Any = np.concatenate(parts)  # (n, 4, 2): matplotlib's fast path
-            ax.add_collection(PolyCollection(
-                corners, facecolors=COLORS[cat], edgecolors=COLORS[cat],
-                linewidth=0.4, zorder=100 - ORDER.index(cat)))  # (as broken_barh adds)
+            add_bars(ax, corners, facecolors=COLORS[cat], edgecolors=COLORS[cat],
+                     linewidth=0.4, zorder=100 - ORDER.index(cat))
     every = max(1, -(-len(ranks) // MAX_LABELS))  # beyond MAX_LABELS rows, every k-th
     labels = [f"rank {ra.rank}" for ra in reversed(ranks)]
     ticks = [i for i in range(len(spans)) if (len(spans) - 1 - i) % every == 0]
