@@ -1,11 +1,12 @@
-"""group_positions (the counting sort behind store gatherers and per-iteration grouping)
-and take_into (a gather block by block) against plain numpy references."""
+"""group_positions (the counting sort behind store gatherers and per-iteration grouping),
+take_into (a gather block by block) and row_groups (distinct rows of several columns)
+against plain numpy references."""
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceviz.table.arrays import group_positions, take_into
+from traceviz.table.arrays import group_positions, row_groups, take_into
 
 
 def _reference(values, starts):
@@ -83,3 +84,22 @@ def test_columns_from_buffers_equal_pa_array(dtype):
     texts = ["", "a", "é€", "kernel<int, 2>"] * 3
     assert strings(texts).equals(pa.array(texts, pa.string()))
     assert strings([]).equals(pa.array([], pa.string()))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 10), st.integers(0, 200), st.sampled_from([3, 60, 2 ** 62]),
+       st.randoms(use_true_random=False))
+def test_row_groups_are_numpys_distinct_rows(k, n, spread, rnd):
+    """The groups and first rows np.unique gives over rows, of columns of small and of
+    huge values; with 9 columns of ~200 values or more the codes are numbered densely
+    again before they could overflow."""
+    rng = np.random.default_rng(rnd.getrandbits(32))
+    cols = [rng.integers(-spread, spread, n) for _ in range(k)]
+    first, group = row_groups(*cols)
+    if n == 0:
+        assert first.size == group.size == 0
+        return
+    _, want_first, want_group = np.unique(np.stack(cols, 1), axis=0, return_index=True,
+                                          return_inverse=True)
+    np.testing.assert_array_equal(group, want_group.reshape(-1))
+    np.testing.assert_array_equal(first, want_first)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..table.arrays import row_groups
 from .calls import RankCalls, factors
 
 
@@ -78,9 +79,7 @@ def match(calls: list[RankCalls], offsets: dict[int, int]) -> Matched:
                            ("iteration", c.iteration)):
             cols[key].append(np.asarray(value, dtype=np.int64)[keep])
     a = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in cols.items()}
-    _, call = np.unique(np.stack([a["group"], a["number"]], axis=1), axis=0,
-                        return_inverse=True)
-    call = call.ravel()
+    _, call = row_groups(a["group"], a["number"])
     order = np.lexsort((a["rank"], a["start"], call))  # by call, then arrival
     sc = call[order]
     n = int(sc[-1]) + 1 if sc.size else 0

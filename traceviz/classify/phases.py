@@ -61,7 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..table import parked
-from ..table.arrays import group_positions
+from ..table.arrays import group_positions, row_groups
 from ..table.parked import InMemory
 from ..table.schema import BWD, FWD, OPTIMIZER, OTHER, RECOMPUTE
 from ..topology.schedule import schedule_table, warmup
@@ -395,7 +395,8 @@ def _backward_pairs(forward_ts, op, start, end, kind, op_phase
     b_op, f_op = op[sel[ok]], target[ok]
     if not b_op.size:
         return none
-    return np.unique(np.stack([b_op, f_op]).astype(np.int64), axis=1, return_counts=True)
+    first, pair = row_groups(b_op.astype(np.int64), f_op.astype(np.int64))
+    return np.stack([b_op[first], f_op[first]]).astype(np.int64), np.bincount(pair)
 
 
 def _link_backward_ops(pairs: list[tuple[np.ndarray, np.ndarray]], op_phase, op_mb,

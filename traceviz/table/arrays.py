@@ -134,6 +134,29 @@ def fixed_dictionary(codes: np.ndarray, names: tuple[str, ...],
                                           safe=False)
 
 
+def row_groups(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(first, group)`` of the rows of ``columns`` (equal-length integer arrays, the
+    columns of one table of rows): ``group[i]``, the id of row i's tuple of values, the
+    distinct tuples numbered in lexicographic order, and ``first[g]``, the first row of
+    group g; as ``np.unique(np.stack(columns, 1), axis=0, return_index=True,
+    return_inverse=True)`` gives them. Each column is coded densely and folded into the
+    codes so far (numbered densely again before they could pass 2**62), so every sort is
+    of one int64 per row; ``np.unique`` over rows sorts them as opaque records, ~20x
+    slower (2 s of 11 for one 8-rank job's diagnosis)."""
+    code = np.zeros(len(columns[0]) if columns else 0, np.int64)
+    n = 1  # the codes so far are below n
+    for col in columns:
+        values, c = np.unique(np.asarray(col), return_inverse=True)
+        if n * len(values) >= 2 ** 62:  # the codes so far numbered densely first
+            _, code = np.unique(code, return_inverse=True)
+            code = code.reshape(-1)
+            n = int(code.max()) + 1
+        code = code * len(values) + c.reshape(-1)
+        n *= len(values)
+    _, first, group = np.unique(code, return_index=True, return_inverse=True)
+    return first, group.reshape(-1)
+
+
 def group_positions(values: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(positions, bounds)``: the positions ``i`` with ``values[i] >= 0``, grouped by
     the interval ``starts[k] <= values[i] < starts[k+1]`` they fall in (``starts``

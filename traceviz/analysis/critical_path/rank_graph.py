@@ -34,6 +34,7 @@ import numpy as np
 from numba import njit
 
 from ...errors import TraceVizError
+from ...table.arrays import row_groups
 from ...table.text import middle_cut
 from ..host_device import ACTIVITY, CPU_OP, RUNTIME, SYNC, USER_ANNOT, RankEvents
 from ..queue import QUEUE_CALLS
@@ -244,8 +245,7 @@ def threads(ev: RankEvents, keep: np.ndarray) -> np.ndarray:
     key = np.full(len(ev), -1, np.int64)
     if rows.size == 0:
         return key
-    _, inv = np.unique(np.stack([ev.pid[rows], tid[rows]], 1), axis=0, return_inverse=True)
-    inv = inv.reshape(-1)
+    _, inv = row_groups(ev.pid[rows], tid[rows])
     device = np.zeros(inv.max() + 1, bool)
     np.logical_or.at(device, inv, ev.stream[rows] >= 0)
     key[rows] = np.where(device[inv], -1, inv)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numba as nb
 import numpy as np
 
+from ...table.arrays import row_groups
 from .data import OpTimeline
 from .flatten import Flat
 from .ops import BOTH, COMMUNICATION, COMPUTE, DP, EMB, NEXT, P2P, PPG, PREV, TP
@@ -218,21 +219,19 @@ def _collective_groups(ri, ops, m, klass: int, layout: Layout, base: int
         return out, 0, 0
     op = ops[idx].astype(np.int64)
     k = _cumcount(r.astype(np.int64) * 40000 + op)
-    group_key = np.stack([op, a.astype(np.int64), b.astype(np.int64)], axis=1)
-    gk, gid = np.unique(group_key, axis=0, return_inverse=True)
-    gid = gid.ravel()
+    groups, gid = row_groups(op, a.astype(np.int64), b.astype(np.int64))
     # every rank of a group must run the op equally often
-    per_rank = np.unique(np.stack([gid, r], axis=1), axis=0, return_counts=True)
-    lo = np.full(len(gk), np.iinfo(np.int64).max)
-    hi = np.zeros(len(gk), dtype=np.int64)
-    np.minimum.at(lo, per_rank[0][:, 0], per_rank[1])
-    np.maximum.at(hi, per_rank[0][:, 0], per_rank[1])
-    members = np.bincount(per_rank[0][:, 0], minlength=len(gk))  # ranks per group
+    first, pair = row_groups(gid, r)
+    of_group, times = gid[first], np.bincount(pair)  # per (group, rank)
+    lo = np.full(len(groups), np.iinfo(np.int64).max)
+    hi = np.zeros(len(groups), dtype=np.int64)
+    np.minimum.at(lo, of_group, times)
+    np.maximum.at(hi, of_group, times)
+    members = np.bincount(of_group, minlength=len(groups))  # ranks per group
     ok = (lo == hi)[gid]
     alone = ~ok
     ok &= (members > 1)[gid]  # a group of one rank: no peer to wait for, run alone
-    call = np.unique(np.stack([gid[ok], k[ok]], axis=1), axis=0, return_inverse=True)[1]
-    call = call.ravel()
+    call = row_groups(gid[ok], k[ok])[1]
     out[idx[ok]] = base + call
     return out, int(call.max()) + 1 if len(call) else 0, int(alone.sum())
 
