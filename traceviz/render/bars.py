@@ -19,8 +19,9 @@ def rectangles(x0: np.ndarray, x1: np.ndarray, y0: Any, y1: Any) -> np.ndarray:
                      np.stack([x1, y1], 1), np.stack([x1, y0], 1)], axis=1)
 
 
-def add_bars(ax, corners: np.ndarray, **style) -> Any:
-    """One collection of the bars ``corners`` (:func:`rectangles`) added to ``ax``, its
+def add_bars(ax, corners: Any, **style) -> Any:
+    """One collection of the bars ``corners`` (:func:`rectangles`, an (n, 4, 2) array:
+    matplotlib's fast path, though its stubs ask for a sequence) added to ``ax``, its
     limits taken into the axes' data limits as ``broken_barh``'s are; ``style``:
     matplotlib's PolyCollection keywords (facecolors, label, zorder, ...)."""
     from matplotlib.collections import PolyCollection

@@ -12,8 +12,6 @@ kernel, and the axis says so.
 """
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from ..analysis.coverage import category_spans
@@ -73,9 +71,8 @@ def _draw(ax, ranks: list[RankCategories], spans: list[dict], present: list[str]
                                               y - height[cat] / 2, y + height[cat] / 2))
     for cat, parts in boxes.items():  # one collection per category, every rank's bars
         if parts:
-            corners: Any = np.concatenate(parts)  # (n, 4, 2): matplotlib's fast path
-            add_bars(ax, corners, facecolors=COLORS[cat], edgecolors=COLORS[cat],
-                     linewidth=0.4, zorder=100 - ORDER.index(cat))
+            add_bars(ax, np.concatenate(parts), facecolors=COLORS[cat],
+                     edgecolors=COLORS[cat], linewidth=0.4, zorder=100 - ORDER.index(cat))
     every = max(1, -(-len(ranks) // MAX_LABELS))  # beyond MAX_LABELS rows, every k-th
     labels = [f"rank {ra.rank}" for ra in reversed(ranks)]
     ticks = [i for i in range(len(spans)) if (len(spans) - 1 - i) % every == 0]
