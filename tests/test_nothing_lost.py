@@ -102,6 +102,32 @@ def test_a_killed_worker_costs_its_rank_only(tmp_path):
     assert all(Path(by_rank[r].output).exists() for r in (0, 1, 2, 4, 5))
 
 
+@needs_shared
+def test_one_small_trace_is_parsed_here_a_large_one_in_a_worker(tmp_path, monkeypatch):
+    """A batch of one trace up to HERE_MAX_BYTES is parsed in the command's process (a
+    worker's start takes longer than its parse); a larger one in a worker process of
+    its own (its memory apart; killed, it is a failed rank, as above); two traces on
+    workers."""
+    import workers
+
+    job = _job(tmp_path, 2)
+    todo, _, _ = batch.plan(job, None, None, False, None)
+    args = (64 << 20, None, False, None)
+    assert len(todo) == 2 and todo[0].size <= batch.HERE_MAX_BYTES
+
+    def where(tasks, jobs):
+        outcomes = batch._run_local(tasks, jobs, args, lambda t, o: None,
+                                    work=workers.parse_saying_where)
+        assert all(o.status == "parsed" for o in outcomes), outcomes
+        return {int(o.warnings[-1].split()[1]) for o in outcomes}
+
+    assert where(todo[:1], 2) == {os.getpid()}
+    assert os.getpid() not in where(todo, 8)
+    monkeypatch.setattr(batch, "HERE_MAX_BYTES", 0)
+    assert os.getpid() not in where(todo[:1], 2)
+    assert where(todo[:1], 1) == {os.getpid()}  # -j 1: here, whatever the size
+
+
 # ---- 3, 7. crash-shaped tails, BOM, cut compressed streams -----------------------------
 
 @needs_shared

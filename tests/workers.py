@@ -14,6 +14,13 @@ def dies_on_rank_3(task, *args):
     return parse_one(task, *args)
 
 
+def parse_saying_where(task, *args):
+    """parse_one, its outcome's last warning naming the process that parsed it."""
+    outcome = parse_one(task, *args)
+    outcome.warnings.append(f"pid {os.getpid()}")
+    return outcome
+
+
 def piece_dies_on_rank_3(task, *args):
     """The diagnosis's per-rank piece, but the process making rank 3's is SIGKILLed."""
     from traceviz.ingest.rank_pieces import piece_of_files

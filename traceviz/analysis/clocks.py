@@ -30,6 +30,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from ..table.arrays import row_groups
+
 CALL_CHUNK = 2048  # calls per block of the incidence matrix (block x ranks floats)
 DENSE_MAX = 1024  # clocks solved directly up to this many; beyond, iteratively
 SYNC_WARN_NS = 50_000  # a residual above this (50 µs) makes the clock sync suspect
@@ -137,8 +139,7 @@ def synchronize(ends_by_rank: dict[int, CollectiveEnds],
             part.append(values)
     rank_i, group, number, end = (np.concatenate(a) if a else np.zeros(0, np.int64)
                                   for a in parts)
-    _, call = np.unique(np.stack([group, number], axis=1), axis=0, return_inverse=True)
-    call = call.ravel()
+    _, call = row_groups(group, number)
     size = np.bincount(call)
     keep = size[call] >= 2  # a call seen on one rank says nothing about clocks
     rank_i, call, end = rank_i[keep], call[keep], end[keep]

@@ -408,8 +408,9 @@ def _link_backward_ops(pairs: list[tuple[np.ndarray, np.ndarray]], op_phase, op_
     if not any(c.size for _, c in pairs):
         return 0
     pairs_all = np.concatenate([p for p, _ in pairs], axis=1)
-    uniq, inverse = np.unique(pairs_all, axis=1, return_inverse=True)
-    counts = np.bincount(inverse.ravel(), weights=np.concatenate([c for _, c in pairs]),
+    firsts, inverse = row_groups(*pairs_all)
+    uniq = pairs_all[:, firsts]
+    counts = np.bincount(inverse, weights=np.concatenate([c for _, c in pairs]),
                          minlength=uniq.shape[1])
     best = np.lexsort((-counts, uniq[0]))  # per backward op, the most common first
     first = np.ones(best.shape[0], dtype=bool)

@@ -258,7 +258,8 @@ def workers_options(func):
             click.option("-j", "--jobs", type=click.IntRange(min=0), default=0,
                          help="Worker processes reading the ranks' tables [default: one "
                               "per usable core; jobs under 32 ranks run in this process] and "
-                              "parsing traces still to parse [default: 2]."),
+                              "parsing traces still to parse [default: 2; never more than the "
+                              "traces, one trace of up to 16 MiB in this process]."),
             click.option("--scheduler", help="Do the per-rank work on a Dask cluster: "
                          "tcp://HOST:PORT, or 'local' (README, On a cluster)."))):
         func = option(func)

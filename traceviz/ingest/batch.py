@@ -2,7 +2,9 @@
 
 Traces are found by :func:`.discover.find_traces` (every known layout). Each trace is
 parsed in a worker process with the per-rank memory budget, so the peak memory of the
-batch is about ``workers x budget``, never the sum of the traces. Each parsed table goes
+batch is about ``workers x budget``, never the sum of the traces; never more workers
+than traces, and a batch of one small trace (:data:`HERE_MAX_BYTES`) is parsed in this
+process (a worker's start, ~1-3 s with its imports, is longer than its parse). Each parsed table goes
 to ``OUTDIR/<the trace's folder relative to DIR>/rank_XXXX.parquet`` (its CPU table next
 to it with ``--cpu``); a table newer than its trace is kept unless ``force``. A rank that
 fails is reported with its one-line reason and the others still finish; a truncated
@@ -31,6 +33,10 @@ from .outputs import cpu_path, job_dir, trace_stem
 from .topology import find_topology_file
 from . import workers
 from .workers import worker_init
+
+# a batch of one trace up to this size on disk is parsed in this process; a larger one
+# in a worker (its memory apart from the command's; a worker killed is a failed rank)
+HERE_MAX_BYTES = 16 << 20
 
 SUMMARY = "batch_summary.json"
 
@@ -190,10 +196,14 @@ def _worker_init(jobs: int, parent: int | None = None) -> None:
 
 def _run_local(tasks: list[Task], jobs: int, args: tuple, done,
                work=parse_one) -> list[Outcome]:
-    """Outcomes of ``work(task, *args)`` for ``tasks`` on ``jobs`` worker processes (in
-    this process for 1); a worker that dies costs only the rank it dies on
+    """Outcomes of ``work(task, *args)`` for ``tasks`` on ``jobs`` worker processes,
+    never more than the tasks; in this process for ``jobs`` 1, and for one task up to
+    :data:`HERE_MAX_BYTES`. A worker that dies costs only the rank it dies on
     (:mod:`.workers`)."""
-    return _outcomes(workers.run(work, tasks, args, jobs=jobs, init=_worker_init), done)
+    here = jobs <= 1 or (len(tasks) == 1 and tasks[0].size <= HERE_MAX_BYTES)
+    jobs = max(1, min(jobs, len(tasks)))
+    return _outcomes(workers.run(work, tasks, args, jobs=jobs, init=_worker_init,
+                                 here=here), done)
 
 
 def _run_dask(tasks: list[Task], scheduler: str, args: tuple, done) -> list[Outcome]:
@@ -287,9 +297,7 @@ def _parse(root: str | os.PathLike, outdir: str | os.PathLike | None = None, *,
     options = parse_options(from_file(topology) if topology else None, load_patterns(), vpp)
     todo, fresh, stale = plan(root, outdir, folders, force, options, traces, cpu)
     args = (memory_budget, str(topology) if topology else None, cpu, vpp)
-    # never more processes than traces: one trace is parsed here, not in a process
-    # started for it (its start, ~1-2 s, is longer than most parses)
-    jobs = min(jobs or os.cpu_count() or 1, len(todo)) or 1
+    jobs = jobs or os.cpu_count() or 1
     bar = byte_bar(sum(t.size for t in todo), f"ranks 0/{len(todo)}", quiet or not todo)
     finished = [0]
 

@@ -66,15 +66,15 @@ def _watch_parent(parent: int) -> None:
 
 
 def run(work: Callable, tasks: list, args: tuple = (), *, jobs: int = 1,
-        scheduler: str | None = None, init: Callable[..., None] = worker_init
-        ) -> Iterator[Finished]:
+        scheduler: str | None = None, init: Callable[..., None] = worker_init,
+        here: bool | None = None) -> Iterator[Finished]:
     """Each task's :class:`Finished`, in the order they finish: on ``scheduler`` (Dask),
-    else on ``jobs`` local processes (in this process for 1), each started with
-    ``init(jobs, parent pid)``. ``work`` and ``init`` must be module-level functions
-    (they travel to the workers by name)."""
+    else on ``jobs`` local processes, each started with ``init(jobs, parent pid)``, or
+    in this process where ``here`` (None: for ``jobs`` 1). ``work`` and ``init`` must
+    be module-level functions (they travel to the workers by name)."""
     if scheduler:
         yield from _run_dask(work, tasks, args, scheduler)
-    elif jobs <= 1:
+    elif here or (here is None and jobs <= 1):
         for t in tasks:
             yield Finished(t, work(t, *args))
     else:

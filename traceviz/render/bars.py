@@ -1,6 +1,7 @@
 """Horizontal bars drawn as one matplotlib collection: what ``broken_barh`` draws, without
-its per-bar Python work and its re-scaling of the axes over every bar drawn before (a
-figure of thousands of bars, or of hundreds of ranks' rows, drew in seconds)."""
+its per-bar Python work; one collection for many rows' bars, not one per row (each added
+collection re-scales the axes over every bar drawn before: hundreds of ranks' rows drew
+in tens of seconds)."""
 from __future__ import annotations
 
 from typing import Any

@@ -68,7 +68,7 @@ def _draw(ax, ranks: list[RankCategories], spans: list[dict], present: list[str]
             if cat in rows:
                 s, e = rows[cat]
                 boxes[cat].append(rectangles((s - t0) / 1e6, (e - t0) / 1e6,
-                                              y - height[cat] / 2, y + height[cat] / 2))
+                                             y - height[cat] / 2, y + height[cat] / 2))
     for cat, parts in boxes.items():  # one collection per category, every rank's bars
         if parts:
             add_bars(ax, np.concatenate(parts), facecolors=COLORS[cat],

@@ -219,15 +219,15 @@ def _collective_groups(ri, ops, m, klass: int, layout: Layout, base: int
         return out, 0, 0
     op = ops[idx].astype(np.int64)
     k = _cumcount(r.astype(np.int64) * 40000 + op)
-    groups, gid = row_groups(op, a.astype(np.int64), b.astype(np.int64))
+    firsts, gid = row_groups(op, a.astype(np.int64), b.astype(np.int64))
     # every rank of a group must run the op equally often
     first, pair = row_groups(gid, r)
     of_group, times = gid[first], np.bincount(pair)  # per (group, rank)
-    lo = np.full(len(groups), np.iinfo(np.int64).max)
-    hi = np.zeros(len(groups), dtype=np.int64)
+    lo = np.full(len(firsts), np.iinfo(np.int64).max)
+    hi = np.zeros(len(firsts), dtype=np.int64)
     np.minimum.at(lo, of_group, times)
     np.maximum.at(hi, of_group, times)
-    members = np.bincount(of_group, minlength=len(groups))  # ranks per group
+    members = np.bincount(of_group, minlength=len(firsts))  # ranks per group
     ok = (lo == hi)[gid]
     alone = ~ok
     ok &= (members > 1)[gid]  # a group of one rank: no peer to wait for, run alone
