@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceviz.table.arrays import group_positions, row_groups, take_into
+from traceviz.table.arrays import group_positions, row_groups, take_into, unique_rows
 
 
 def _reference(values, starts):
@@ -99,7 +99,10 @@ def test_row_groups_are_numpys_distinct_rows(k, n, spread, rnd):
     if n == 0:
         assert first.size == group.size == 0
         return
-    _, want_first, want_group = np.unique(np.stack(cols, 1), axis=0, return_index=True,
-                                          return_inverse=True)
+    want, want_first, want_group = np.unique(np.stack(cols, 1), axis=0, return_index=True,
+                                             return_inverse=True)
     np.testing.assert_array_equal(group, want_group.reshape(-1))
     np.testing.assert_array_equal(first, want_first)
+    rows, of = unique_rows(np.stack(cols, 1))
+    np.testing.assert_array_equal(rows, want)
+    np.testing.assert_array_equal(of, want_group.reshape(-1))

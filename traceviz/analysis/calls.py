@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..table.arrays import codes_of, index_in, ints
+from ..table.arrays import codes_of, index_in, ints, unique_rows
 from ..table.schema import COLLECTIVES, GROUPS
 
 COLUMNS = ("kind", "collective", "comm_group", "pg_name", "seq", "group_size",
@@ -141,8 +141,7 @@ def rank_calls(table: pa.Table, rank: int) -> RankCalls:
     # a call: (group, number) for sequenced kernels; one call per other kernel
     unique_key = np.where(by_seq, -1, np.arange(ts.size))
     keys = np.stack([gcode, number, unique_key], axis=1)
-    _, call = np.unique(keys, axis=0, return_inverse=True)
-    call = call.ravel()
+    _, call = unique_rows(keys)
     n = int(call.max()) + 1 if call.size else 0
     head = np.full(n, -1, dtype=np.int64)  # the call's first kernel (by start)
     by_start = np.argsort(ts, kind="stable")

@@ -46,6 +46,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..intervals import grouped_measure, grouped_span
+from ..table.arrays import unique_rows
 from ..table.schema import (
     BWD,
     COMM,
@@ -162,8 +163,7 @@ def microbatch_table(ranks: list[RankActivities]) -> pa.Table:
             continue
         keys = np.stack([ra.iteration[sel], backward[sel].astype(np.int64),
                          ra.microbatch[sel], ra.chunk[sel]], axis=1)
-        uniq, grp = np.unique(keys, axis=0, return_inverse=True)
-        grp = grp.ravel()
+        uniq, grp = unique_rows(keys)
         n = uniq.shape[0]
         own = ~p2p[sel]  # the window: every activity of the step but its P2P hand-offs
         w = sel[own]
@@ -227,8 +227,7 @@ def category_spans(ranks: list[RankCategories]) -> pa.Table:
         keys = np.stack([ra.iteration, ra.category], axis=1)
         if not keys.shape[0]:
             continue
-        uniq, grp = np.unique(keys, axis=0, return_inverse=True)
-        grp = grp.ravel()
+        uniq, grp = unique_rows(keys)
         n = uniq.shape[0]
         busy = grouped_measure(ra.ts, ra.end, grp, n)
         lo, hi = grouped_span(ra.ts, ra.end, grp, n)

@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 from numba import njit
 
-from ..table.arrays import codes_of, ints, row_texts
+from ..table.arrays import codes_of, ints, row_texts, unique_rows
 from ..table.schema import GRAPH_LAUNCH, metadata
 from .activities import activities
 from .devices import Device, device_of
@@ -241,8 +241,8 @@ def _sum_by(codes: list[np.ndarray], ns: np.ndarray) -> tuple[np.ndarray, np.nda
     """(distinct rows of the stacked ``codes``, summed ``ns`` per row), largest first."""
     if ns.size == 0:
         return np.empty((0, len(codes)), np.int64), np.empty(0, np.int64)
-    keys, inv = np.unique(np.stack(codes, 1), axis=0, return_inverse=True)
-    total = np.bincount(inv.reshape(-1), weights=ns, minlength=keys.shape[0]).astype(np.int64)
+    keys, inv = unique_rows(np.stack(codes, 1))
+    total = np.bincount(inv, weights=ns, minlength=keys.shape[0]).astype(np.int64)
     order = np.argsort(-total, kind="stable")
     return keys[order], total[order]
 

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..intervals import grouped_span
-from ..table.arrays import codes_of, index_in, ints, row_groups
+from ..table.arrays import codes_of, index_in, ints, unique_rows
 from ..table.schema import COLLECTIVES, COMM, KINDS, OPTIMIZER, PHASES
 from .calls import factors, operation_bytes
 
@@ -87,8 +87,7 @@ def rank_tracks(table: pa.Table, rank: int, offset_ns: int = 0) -> RankTracks:
     keys = np.stack([it[rows], phase[rows], np.where(in_step, mb[rows], -1),
                      np.where(in_step, chunk[rows], -1), np.where(in_step, -1, stretch)],
                     axis=1)
-    first, grp = row_groups(*keys.T)
-    uniq = keys[first]
+    uniq, grp = unique_rows(keys)
     lo, hi = grouped_span(ts[rows], end[rows], grp, uniq.shape[0])
     count = np.bincount(grp, minlength=uniq.shape[0])
     order = np.argsort(lo, kind="stable")

@@ -157,6 +157,14 @@ def row_groups(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first, group.reshape(-1)
 
 
+def unique_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(distinct rows of keys, in lexicographic order; each row's index in them)``: as
+    ``np.unique(keys, axis=0, return_inverse=True)`` gives them for a 2-D integer array,
+    by :func:`row_groups`."""
+    first, group = row_groups(*keys.T)
+    return keys[first], group
+
+
 def group_positions(values: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(positions, bounds)``: the positions ``i`` with ``values[i] >= 0``, grouped by
     the interval ``starts[k] <= values[i] < starts[k+1]`` they fall in (``starts``

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...table.arrays import unique_rows
 from ...table.schema import COMP, PHASES
 from ..activities import RankActivities
 
@@ -148,7 +149,7 @@ def _described(a: RankActivities, name: str, ns: float, launches: float, compare
     per_step = None
     if steps.any():
         keys = np.stack([a.iteration[steps], a.microbatch[steps], a.chunk[steps]], axis=1)
-        _, counts = np.unique(keys, axis=0, return_counts=True)
+        counts = np.bincount(unique_rows(keys)[1])
         # every micro-batch step of that phase runs it the same number of times
         all_steps = (a.phase == top) & (a.microbatch >= 0) & (a.iteration >= 0)
         n_steps = np.unique(np.stack([a.iteration[all_steps], a.microbatch[all_steps],

@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 from ...intervals import grouped_top_times, union
+from ...table.arrays import unique_rows
 from ...table.schema import COMM, GROUPS, MEM, collective, group
 from ..activities import RankActivities
 from ..iterations import Windows, windows
@@ -127,10 +128,8 @@ def rank_ledger(acts: RankActivities, pipelines: Pipelines) -> RankLedger:
     # rank, made it late: the first stage ends its backward last)
     pipe = (grp == group("PP")) | pipelines.other_stage(acts.rank, waited_for)
     label_keys = np.stack([np.where(pipe, 0, 1), grp, waited_for], axis=1)[known]
-    labels, label = (np.unique(label_keys, axis=0, return_inverse=True)
-                     if label_keys.size else (np.zeros((0, 3), np.int64),
-                                              np.zeros(0, np.int64)))
-    levels += [np.where(known, transfer_level, _UNSPLIT), _WAIT0 + label.ravel()]
+    labels, label = unique_rows(label_keys)
+    levels += [np.where(known, transfer_level, _UNSPLIT), _WAIT0 + label]
     n_levels = _WAIT0 + labels.shape[0]
     s, e, lv = (np.concatenate(x) for x in (starts, ends, levels))
     # each interval into the windows it overlaps, clipped to them

@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
+from ...table.arrays import unique_rows
 from ...table.schema import COLLECTIVES, GROUPS, collective
 from ..activities import RankActivities
 from ..calls import factors
@@ -119,29 +120,26 @@ def group_bandwidth(acts: list[RankActivities], comms: list[RankComm], pg_names:
     lo, hi = np.minimum(col["rank"], col["peer"]), np.maximum(col["rank"], col["peer"])
     gkey = np.stack([col["key_pg"], np.where(col["peer"] >= 0, lo, -1),
                      np.where(col["peer"] >= 0, hi, -1)], axis=1)
-    groups, ginv = np.unique(gkey, axis=0, return_inverse=True)
-    ginv = ginv.ravel()
+    groups, ginv = unique_rows(gkey)
     # each group's members: the ranks of its kernels (a pair's both ranks), sorted
-    pairs = np.unique(np.concatenate([
+    pairs = unique_rows(np.concatenate([
         np.stack([ginv, col["rank"]], axis=1),
         np.stack([np.arange(groups.shape[0]), groups[:, 1]], axis=1),
-        np.stack([np.arange(groups.shape[0]), groups[:, 2]], axis=1)]), axis=0)
+        np.stack([np.arange(groups.shape[0]), groups[:, 2]], axis=1)]))[0]
     pairs = pairs[pairs[:, 1] >= 0]
     members = np.split(pairs[:, 1], np.flatnonzero(np.diff(pairs[:, 0])) + 1)
     link = np.array([int(np.unique(m // gpn).size > 1) for m in members], np.int64)
     # rows: (group, label, collective, size, link, bucket)
     row_key = np.stack([ginv, col["label"], col["coll"], col["size"], link[ginv],
                         col["bucket"]], axis=1)
-    rows, rinv = np.unique(row_key, axis=0, return_inverse=True)
-    rinv = rinv.ravel()
+    rows, rinv = unique_rows(row_key)
     bus = np.bincount(rinv, weights=col["bus"], minlength=rows.shape[0])
     ns = np.bincount(rinv, weights=col["ns"], minlength=rows.shape[0])
     kernels = np.bincount(rinv, minlength=rows.shape[0])
     bw = bus / np.maximum(ns, 1)
     # peers: the other groups of the same kind (label, collective, size, link, bucket)
     kind_key = rows[:, 1:]
-    kinds, kinv = np.unique(kind_key, axis=0, return_inverse=True)
-    kinv = kinv.ravel()
+    kinds, kinv = unique_rows(kind_key)
     peer_bw = np.full(rows.shape[0], np.nan)
     peers: np.ndarray = np.zeros(rows.shape[0], np.int64)
     for j in range(kinds.shape[0]):
@@ -196,9 +194,7 @@ def _other_kinds(rows: np.ndarray, bw: np.ndarray) -> tuple[np.ndarray, np.ndarr
     row's own kind (label) is at most :data:`SLOW_RATIO` of it at this payload (NaN /
     -1 otherwise): the kind is slow as a whole (see the module doc)."""
     label, link, bucket = rows[:, 1], rows[:, 4], rows[:, 5]
-    cells, inv = np.unique(np.stack([label, link, bucket], axis=1), axis=0,
-                           return_inverse=True)
-    inv = inv.ravel()
+    cells, inv = unique_rows(np.stack([label, link, bucket], axis=1))
     med = np.array([float(np.median(bw[inv == c])) for c in range(cells.shape[0])])
     other_bw = np.full(rows.shape[0], np.nan)
     other_label = np.full(rows.shape[0], -1, np.int64)

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...table.arrays import unique_rows
 from ...table.schema import COMP, FWD
 from ..activities import RankActivities
 
@@ -102,7 +103,7 @@ def rank_compute(acts: RankActivities, leave_out: AbstractSet[str] = frozenset()
     inside = (mb >= 0) & (acts.kind == COMP)
     if leave_out:
         inside &= ~np.isin(acts.name, [i for i, n in enumerate(acts.names) if n in leave_out])
-    steps = np.unique(np.stack([acts.iteration[mb >= 0], mb[mb >= 0]], axis=1), axis=0)
+    steps = unique_rows(np.stack([acts.iteration[mb >= 0], mb[mb >= 0]], axis=1))[0]
     if not steps.shape[0]:
         return 0.0, None
     ns = float((acts.end - acts.ts)[inside].sum()) / steps.shape[0]
@@ -112,7 +113,8 @@ def rank_compute(acts: RankActivities, leave_out: AbstractSet[str] = frozenset()
     if not fwd.any():
         return ns, None
     keys = np.stack([acts.iteration[fwd], mb[fwd], acts.chunk[fwd], acts.name[fwd]], axis=1)
-    cells, counts = np.unique(keys, axis=0, return_counts=True)
+    cells, cell = unique_rows(keys)
+    counts = np.bincount(cell, minlength=cells.shape[0])
     # per (iteration, micro-batch): the most frequent attention kernel's count, summed
     # over the chunks
     per_chunk: dict[tuple, int] = {}

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from ...table.arrays import unique_rows
 from ...table.schema import COMP
 from ..activities import RankActivities
 
@@ -149,9 +150,9 @@ def _cells(acts: RankActivities) -> tuple[np.ndarray, np.ndarray, np.ndarray, li
     if not keys.size:
         return (np.zeros((0, 5), np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
                 acts.names)
-    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-    return (uniq, np.bincount(inv.ravel(), weights=dur).astype(np.int64),
-            np.bincount(inv.ravel()), acts.names)
+    uniq, inv = unique_rows(keys)
+    return (uniq, np.bincount(inv, weights=dur).astype(np.int64), np.bincount(inv),
+            acts.names)
 
 
 def peer_speed(ranks: list[RankActivities], stage: dict[int, int],
@@ -248,9 +249,7 @@ def _compare(members: list[int], cells: dict[int, tuple[np.ndarray, np.ndarray]]
     their ``z_score`` / ``straggler`` (job-wide, :func:`_z_scores`)."""
     keys = [cells[r][0] for r in members]
     every = np.concatenate(keys) if keys else np.zeros((0, 5), np.int64)
-    uniq, inv = (np.unique(every, axis=0, return_inverse=True) if every.size
-                 else (np.zeros((0, 5), np.int64), np.zeros(0, np.int64)))
-    inv = inv.ravel()
+    uniq, inv = unique_rows(every)
     m = np.full((len(members), uniq.shape[0]), np.nan)
     at = 0
     for i, r in enumerate(members):

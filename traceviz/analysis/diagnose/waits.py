@@ -41,7 +41,7 @@ import numpy as np
 import pyarrow as pa
 
 from ...intervals import grouped_top_times
-from ...table.arrays import codes_of, ints
+from ...table.arrays import codes_of, ints, unique_rows
 from ...table.schema import (
     COLLECTIVES,
     COMM,
@@ -281,12 +281,12 @@ def match(ranks: list[RankActivities], comms: list[RankComm], synced: bool) -> N
     matched = keys[:, 0] >= 0
     n_calls = 0
     if matched.any():
-        _, inv = np.unique(keys[matched], axis=0, return_inverse=True)
-        call[matched] = inv.ravel()
+        _, inv = unique_rows(keys[matched])
+        call[matched] = inv
         n_calls = int(inv.max()) + 1
     # each rank's arrival per call: its first kernel's start
     mem = np.flatnonzero(call >= 0)
-    pair = np.unique(np.stack([call[mem], rank[mem]], axis=1), axis=0)
+    pair = unique_rows(np.stack([call[mem], rank[mem]], axis=1))[0]
     members = np.bincount(pair[:, 0], minlength=n_calls)
     arrive = np.full(pair.shape[0], np.iinfo(np.int64).max)
     np.minimum.at(arrive, _row_of(pair, call[mem], rank[mem]), ts[mem])
@@ -512,8 +512,7 @@ def pair_ends(acts: list[RankActivities], comms: list[RankComm]
     keys = [p["key"][k] for p, k in zip(parts, picked)]
     if not sum(k.shape[0] for k in keys):
         return {}
-    _, number = np.unique(np.concatenate(keys), axis=0, return_inverse=True)
-    number = number.ravel()
+    _, number = unique_rows(np.concatenate(keys))
     out, at = {}, 0
     for a, rc, p, k in zip(acts, comms, parts, picked):
         n = k.size
