@@ -4,11 +4,11 @@ Traces are found by :func:`.discover.find_traces` (every known layout). Each tra
 parsed in a worker process with the per-rank memory budget, so the peak memory of the
 batch is about ``workers x budget``, never the sum of the traces; never more workers
 than traces, and a batch of one small trace (:data:`HERE_MAX_BYTES`) is parsed in this
-process (a worker's start, ~1-3 s with its imports, is longer than its parse). Each parsed table goes
-to ``OUTDIR/<the trace's folder relative to DIR>/rank_XXXX.parquet`` (its CPU table next
-to it with ``--cpu``); a table newer than its trace is kept unless ``force``. A rank that
-fails is reported with its one-line reason and the others still finish; a truncated
-trace is parsed up to its cut and listed with a warning.
+process (a worker's start, ~1-3 s with its imports, is longer than its parse). Each
+parsed table goes to ``OUTDIR/<the trace's folder relative to DIR>/rank_XXXX.parquet``
+(its CPU table next to it with ``--cpu``); a table newer than its trace is kept unless
+``force``. A rank that fails is reported with its one-line reason and the others still
+finish; a truncated trace is parsed up to its cut and listed with a warning.
 
 Work runs on a local process pool, or on a Dask distributed cluster
 (``scheduler="tcp://host:port"``, or ``"local"`` for a ``LocalCluster`` on this machine).

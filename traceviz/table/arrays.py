@@ -1,5 +1,6 @@
 """Array helpers shared by every stage: Arrow columns as numpy codes and ints, fixed
-dictionary columns, and grouping positions by value interval in linear time.
+dictionary columns, distinct rows of several columns, and grouping positions by value
+interval in linear time.
 
 :func:`group_positions` is a counting sort: two passes over the values, no n-sized
 temporaries besides the result (one int32 per grouped position, int64 past 2**31
