@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...table.arrays import unique_rows
+from ...table.arrays import row_groups
 from ...table.schema import COMP, PHASES
 from ..activities import RankActivities
 
@@ -148,12 +148,12 @@ def _described(a: RankActivities, name: str, ns: float, launches: float, compare
     steps = rows & (a.phase == top) & (a.microbatch >= 0)
     per_step = None
     if steps.any():
-        keys = np.stack([a.iteration[steps], a.microbatch[steps], a.chunk[steps]], axis=1)
-        counts = np.bincount(unique_rows(keys)[1])
+        counts = np.bincount(row_groups(a.iteration[steps], a.microbatch[steps],
+                                        a.chunk[steps])[1])
         # every micro-batch step of that phase runs it the same number of times
         all_steps = (a.phase == top) & (a.microbatch >= 0) & (a.iteration >= 0)
-        n_steps = np.unique(np.stack([a.iteration[all_steps], a.microbatch[all_steps],
-                                      a.chunk[all_steps]], axis=1), axis=0).shape[0]
+        n_steps = row_groups(a.iteration[all_steps], a.microbatch[all_steps],
+                             a.chunk[all_steps])[0].size
         if counts.size == n_steps and (counts == counts[0]).all():
             per_step = int(counts[0])
     return ExtraKernel(a.rank, name, launches, ns, PHASES[top], per_step, compared, step_ns)

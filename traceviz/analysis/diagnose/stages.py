@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ...table.arrays import unique_rows
+from ...table.arrays import row_groups, unique_rows
 from ...table.schema import COMP, FWD
 from ..activities import RankActivities
 
@@ -103,10 +103,10 @@ def rank_compute(acts: RankActivities, leave_out: AbstractSet[str] = frozenset()
     inside = (mb >= 0) & (acts.kind == COMP)
     if leave_out:
         inside &= ~np.isin(acts.name, [i for i, n in enumerate(acts.names) if n in leave_out])
-    steps = unique_rows(np.stack([acts.iteration[mb >= 0], mb[mb >= 0]], axis=1))[0]
-    if not steps.shape[0]:
+    steps = row_groups(acts.iteration[mb >= 0], mb[mb >= 0])[0].size
+    if not steps:
         return 0.0, None
-    ns = float((acts.end - acts.ts)[inside].sum()) / steps.shape[0]
+    ns = float((acts.end - acts.ts)[inside].sum()) / steps
     attn = np.array([bool(ATTENTION_KERNEL.search(n)) and not BACKWARD_KERNEL.search(n)
                      for n in acts.names] + [False])
     fwd = inside & (acts.phase == FWD) & attn[acts.name]
