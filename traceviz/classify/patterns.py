@@ -1,6 +1,8 @@
 """Load the name patterns: the shipped ``patterns.toml`` merged with a user's file."""
 from __future__ import annotations
 
+import copy
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -39,24 +41,37 @@ def _compile(text: str, where: str) -> re.Pattern:
         raise TraceVizError(f"{where}: bad regular expression {text!r}: {exc}") from None
 
 
+@functools.lru_cache(maxsize=1)
+def _shipped() -> Patterns:
+    """The shipped patterns, read and compiled once a process (every parse asks for them:
+    ~6 ms a trace, more than a small trace's parse)."""
+    text = resources.files(__package__).joinpath("patterns.toml").read_text()
+    return _patterns(tomllib.loads(text), "patterns.toml")
+
+
 def load_patterns(path: str | os.PathLike | None = None) -> Patterns:
     """The default patterns, with the tables of ``path`` (a TOML file) replacing them."""
-    data = tomllib.loads(resources.files(__package__).joinpath("patterns.toml").read_text())
-    where = "patterns.toml"
-    if path is not None:
-        where = str(path)
-        note_input(path)
-        try:
-            user = tomllib.loads(Path(path).read_text())
-        except OSError as exc:
-            raise TraceVizError(f"{path}: cannot read patterns file: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise TraceVizError(f"{path}: not valid TOML: {exc}") from None
-        for table, value in user.items():
-            if isinstance(value, dict) and isinstance(data.get(table), dict):
-                data[table] = {**data[table], **value}
-            else:
-                data[table] = value
+    if path is None:
+        return _shipped()
+    data = copy.deepcopy(_shipped().raw)
+    where = str(path)
+    note_input(path)
+    try:
+        user = tomllib.loads(Path(path).read_text())
+    except OSError as exc:
+        raise TraceVizError(f"{path}: cannot read patterns file: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise TraceVizError(f"{path}: not valid TOML: {exc}") from None
+    for table, value in user.items():
+        if isinstance(value, dict) and isinstance(data.get(table), dict):
+            data[table] = {**data[table], **value}
+        else:
+            data[table] = value
+    return _patterns(data, where)
+
+
+def _patterns(data: dict, where: str) -> Patterns:
+    """Compile the pattern tables ``data`` (read from ``where``, named in errors)."""
     try:
         kind = data["kind"]
         return Patterns(
