@@ -13,7 +13,7 @@ import gzip
 import io
 import json
 import re
-from decimal import MAX_EMAX, MIN_EMIN, ROUND_HALF_UP, Decimal, InvalidOperation, localcontext
+from decimal import MAX_EMAX, MIN_EMIN, ROUND_HALF_UP, Context, Decimal, InvalidOperation
 from pathlib import Path
 
 try:
@@ -39,6 +39,7 @@ LAUNCH_FLOWS = {"ac2g", "async", "async_cpu_to_gpu", "async_npu"}
 TASK_PROCESS = "Ascend Hardware"
 TASK_FLOWS = {"async_npu"}
 INT64 = (-(1 << 63), (1 << 63) - 1)
+ONE = Decimal(1)
 PATTERNS = tomllib.loads((Path(__file__).parents[1] / "traceviz" / "classify"
                           / "patterns.toml").read_text())
 
@@ -60,6 +61,10 @@ def load(data: bytes):
     return json.loads(data, parse_float=Decimal)
 
 
+# 200 digits, numbers up to "1e999999999": every number a trace can write is exact here
+EXACT = Context(prec=200, Emax=MAX_EMAX, Emin=MIN_EMIN)
+
+
 def scaled(value, scale: int) -> int | None:
     """``value`` (number or numeric string) times 10**scale, rounded half away from 0."""
     if isinstance(value, bool) or value is None:
@@ -69,17 +74,14 @@ def scaled(value, scale: int) -> int | None:
             value = Decimal(value.strip())
         except InvalidOperation:
             return None
-    if not isinstance(value, (int, Decimal)):
-        return None
-    if isinstance(value, Decimal) and not value.is_finite():
-        return None
-    with localcontext() as ctx:
-        ctx.prec = 200
-        ctx.Emax, ctx.Emin = MAX_EMAX, MIN_EMIN  # "1e999999999" is a number, out of range
-        if abs(Decimal(value)) > Decimal(10) ** 40:
-            return None
-        out = int((Decimal(value) * (10 ** scale)).quantize(Decimal(1), rounding=ROUND_HALF_UP))
-    return out if INT64[0] <= out <= INT64[1] else None
+    if isinstance(value, int):
+        out = value * 10 ** scale if abs(value) <= 10 ** 40 else None
+    elif not isinstance(value, Decimal) or not value.is_finite() \
+            or (value and value.adjusted() >= 40):
+        return None  # not a number, or 10**40 and beyond (far outside int64)
+    else:
+        out = int(value.scaleb(scale, EXACT).quantize(ONE, ROUND_HALF_UP, EXACT))
+    return out if out is not None and INT64[0] <= out <= INT64[1] else None
 
 
 def arg_int(args: dict, *keys: str) -> int:
