@@ -171,7 +171,8 @@ def test_parse_and_job_commands_share_one_table(tmp_path):
 ], ids=lambda a: " ".join(a[:1] + a[-2:]))
 def test_an_output_that_is_an_input_is_refused(tmp_path, args):
     """-o naming a file the command reads (a trace, the topology file) is one line and
-    exit 1 / 2; the input is left as it was and nothing else is written there."""
+    exit 1 / 2, said before any work (no trace parsed: nothing in ./traceviz-out); the
+    input is left as it was and nothing else is written there."""
     job = tmp_path / "job"
     job.mkdir()
     for r in (0, 1):
@@ -185,6 +186,7 @@ def test_an_output_that_is_an_input_is_refused(tmp_path, args):
     assert "\n" not in line and "Traceback" not in line
     assert "is an input of this command" in line or "names a trace file" in line
     assert {p.name: p.read_bytes() for p in job.iterdir()} == before  # nothing left over
+    assert not (tmp_path / "traceviz-out").exists()  # refused before the work
 
 
 def test_an_impossible_world_size_neither_exhausts_memory_nor_changes_a_number(tmp_path):

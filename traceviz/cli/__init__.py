@@ -19,6 +19,7 @@ from .support import (
     finish,
     int_list,
     link_rates,
+    output_option,
     run_options,
     start,
     synth_options,
@@ -52,7 +53,7 @@ def run() -> None:
 
 @main.command()
 @click.argument("trace")
-@click.option("-o", "--output", help="Output parquet file, '-' for stdout "
+@output_option("-o", "--output", help="Output parquet file, '-' for stdout "
               "[default: traceviz-out/<name>/<name>.parquet, <name> TRACE's name without .json].")
 @click.option("--cpu", is_flag=True, help="Also write the CPU-side table to OUTPUT's "
               "name with .cpu.parquet.")
@@ -113,7 +114,7 @@ def parse(trace: str, output: str | None, cpu: bool, patterns: str | None, stric
               help="Derive the layout from the pg_config of the traces under this folder.")
 @click.option("--from-file", "from_file", type=click.Path(exists=True, dir_okay=False),
               help="Read a unique_parallel_groups_*.txt file (e.g. to convert it to JSON).")
-@click.option("-o", "--output", help="Write here (a folder gets unique_parallel_groups_"
+@output_option("-o", "--output", help="Write here (a folder gets unique_parallel_groups_"
               "<timestamp>.txt) instead of stdout.")
 @click.option("--json", "as_json", is_flag=True, help="JSON (every group by group_desc, "
               "per-rank coordinates) instead of the Megatron-TraceViz text file.")
@@ -185,7 +186,7 @@ def synth(outdir: str, **knobs) -> None:
 
 @main.command()
 @click.argument("inputs", nargs=-1, required=True, type=Input())
-@click.option("-o", "--output", "outdir",
+@output_option("-o", "--output", "outdir",
               help="Folder for the tables (CSV and parquet) and figures (PNG) [default: "
                    "traceviz-out/<job>/breakdown].")
 @click.option("--ranks", help="Comma-separated ranks to analyse [default: all].")
@@ -242,7 +243,7 @@ def breakdown(inputs, outdir, ranks, iterations, streams, drop_last_step, hta_co
 @main.command()
 @click.argument("control", type=Input())
 @click.argument("test", type=Input())
-@click.option("-o", "--output", "outdir",
+@output_option("-o", "--output", "outdir",
               help="Folder for trace_diff.csv / .parquet and trace_diff.png [default: "
                    "traceviz-out/<control>_vs_<test>].")
 @click.option("--control-rank", type=int, help="Rank of CONTROL [default: its lowest].")
@@ -282,7 +283,7 @@ def diff(control, test, outdir, control_rank, test_rank, control_iterations,
 
 @main.command()
 @click.argument("traces", nargs=-1, required=True, type=Input())
-@click.option("-o", "--output", help="Output file (one trace) or folder [default: "
+@output_option("-o", "--output", help="Output file (one trace) or folder [default: "
               "traceviz-out/<trace>/x_with_counters.json.gz per trace].")
 @click.option("--series", default="queue_length,memcpy_bandwidth", show_default=True,
               help="Comma-separated counter tracks to add.")
@@ -321,7 +322,7 @@ def counters(traces, output, series) -> None:
 @click.option("--rank", type=int, help="Model this one rank of a job.")
 @click.option("--peak-tflops", type=float,
               help="Dense BF16 peak per GPU [default: the device's, from its name].")
-@click.option("-o", "--output", "outdir", help="Folder for the op tables and figures "
+@output_option("-o", "--output", "outdir", help="Folder for the op tables and figures "
               "[default: traceviz-out/<job>/ops].")
 @workers_options
 def ops(path, rank, peak_tflops, outdir, jobs, scheduler) -> None:
@@ -363,7 +364,7 @@ def ops(path, rank, peak_tflops, outdir, jobs, scheduler) -> None:
                    "each alone and all together).")
 @click.option("--clock-sync/--no-clock-sync", default=True, show_default=True,
               help="Put ranks on one clock from their collectives' ends.")
-@click.option("-o", "--output", "outdir", help="Folder for critical_path.csv / .parquet / "
+@output_option("-o", "--output", "outdir", help="Folder for critical_path.csv / .parquet / "
               ".png and the summaries [default: traceviz-out/<job>/critical-path].")
 @workers_options
 def critical_path(path, iteration, annotation, instance, rank, hta_compat, what_if,
@@ -398,7 +399,7 @@ def critical_path(path, iteration, annotation, instance, rank, hta_compat, what_
               help="Fewest kernels a sequence has.")
 @click.option("--top-k", type=click.IntRange(min=1), default=5, show_default=True,
               help="Sequences printed and drawn.")
-@click.option("-o", "--output", "outdir",
+@output_option("-o", "--output", "outdir",
               help="Folder for frequent_sequences.csv / .parquet / .png [default: "
                    "traceviz-out/<trace>/sequences].")
 def sequences(trace, operator, rank, min_len, top_k, outdir) -> None:
@@ -420,7 +421,7 @@ def sequences(trace, operator, rank, min_len, top_k, outdir) -> None:
 
 @main.command()
 @click.argument("root", type=click.Path(exists=True))
-@click.option("-o", "--output", "outdir", help="Folder for the parsed tables "
+@output_option("-o", "--output", "outdir", help="Folder for the parsed tables "
               "[default: traceviz-out/<job>].")
 @click.option("--folders", help="Only traces in folders whose name matches this glob "
               "(e.g. 'iteration_*').")
@@ -466,7 +467,7 @@ def batch(root, outdir, folders, jobs, force, memory_budget, topology_file, vpp,
 
 @main.command()
 @click.argument("root", type=click.Path(exists=True))
-@click.option("-o", "--output", "outdir", help="Batch output folder holding the rank "
+@output_option("-o", "--output", "outdir", help="Batch output folder holding the rank "
               "tables [default: traceviz-out/<job>]; traces without tables are parsed first.")
 @click.option("--alignment", type=click.Choice(["synced", "global", "individual"]),
               default="synced", show_default=True,
@@ -527,7 +528,7 @@ def demo(outdir) -> None:
 @click.option("--all-groups", is_flag=True, help="Every PP group, not only the first "
               "complete one.")
 @topology_option
-@click.option("-o", "--output", "outdir",
+@output_option("-o", "--output", "outdir",
               help="Folder for pipeline_stages.csv / .parquet and the figures [default: "
                    "traceviz-out/<job>/pipeline].")
 def pipeline(root, vpp, iteration, all_groups, topology_file, outdir) -> None:
@@ -554,7 +555,7 @@ def pipeline(root, vpp, iteration, all_groups, topology_file, outdir) -> None:
 @main.command()
 @click.argument("root", type=Input())
 @topology_option
-@click.option("-o", "--output", "outdir",
+@output_option("-o", "--output", "outdir",
               help="Folder for the tables and diagnosis.txt [default: "
                    "traceviz-out/<job>/diagnose].")
 @click.option("--advice/--no-advice", default=True, show_default=True,
@@ -602,7 +603,7 @@ def diagnose(root, topology_file, outdir, advice, num_layers, link_gbps, jobs,
 @main.command()
 @click.argument("path", type=Input())
 @click.option("--rank", type=int, help="Only this rank of a job.")
-@click.option("-o", "--output", "outdir",
+@output_option("-o", "--output", "outdir",
               help="Folder for the tables and memory.png [default: traceviz-out/<job>/memory].")
 def memory(path, rank, outdir) -> None:
     """Where GPU memory goes: from the caching allocator's events of a trace or of every
@@ -632,7 +633,7 @@ def memory(path, rank, outdir) -> None:
 @click.option("--world", type=click.IntRange(1, 1 << 20),
               help="The job's ranks (1 to 1,048,576) [default: those its groups name]; a "
                    "dump of a rank beyond is named and left out.")
-@click.option("-o", "--output", "outdir",
+@output_option("-o", "--output", "outdir",
               help="Folder for hang.csv / .parquet, hang_groups and hang.json [default: "
                    "traceviz-out/<folder>/hang].")
 def hang(dumps, world, outdir) -> None:
@@ -662,7 +663,7 @@ def hang(dumps, world, outdir) -> None:
 @run_options
 @click.option("--no-clock-sync", is_flag=True,
               help="Use each rank's own clock (no offsets from collective ends).")
-@click.option("-o", "--output", help="Text report path [default: traceviz-out/<job>/report/"
+@output_option("-o", "--output", help="Text report path [default: traceviz-out/<job>/report/"
               "<time>_<model>_dp<X>_tp<Y>_pp<Z>_gpu<N>.txt]; the JSON twin sits next to it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON report, not the text.")
 @workers_options
@@ -691,7 +692,7 @@ def report(root, config_file, topology, no_clock_sync, output, as_json, jobs, sc
 
 @main.command()
 @click.argument("source", type=Input())
-@click.option("-o", "--output", help="Output .json.gz (or .json for a job) [default: "
+@output_option("-o", "--output", help="Output .json.gz (or .json for a job) [default: "
               "traceviz-out/<job>/<name>_traceviz.json.gz].")
 @click.option("--kernels/--no-kernels", default=None,
               help="Also write every GPU kernel as a slice [default: for a job only; a "
@@ -722,7 +723,7 @@ def export(source, output, kernels, no_clock_sync) -> None:
 
 @main.command()
 @click.argument("root", type=Input())
-@click.option("-o", "--output", help="The HTML file [default: traceviz-out/<job>/report.html].")
+@output_option("-o", "--output", help="The HTML file [default: traceviz-out/<job>/report.html].")
 @click.option("--hang", "dumps", type=click.Path(exists=True),
               help="A folder of the job's NCCL Flight Recorder dumps: a hang section.")
 @run_options

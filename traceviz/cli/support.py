@@ -10,7 +10,7 @@ from collections.abc import Callable
 import click
 
 from ..errors import TraceVizError, UsageError, one_line
-from ..table.inputs import guarding_inputs
+from ..table.inputs import guarding_inputs, note_output
 from ..table.scratch import remove_stdin_copies
 
 
@@ -56,6 +56,19 @@ def left_out(failed: list[str]) -> None:
     if failed:
         echo_all([f"failed: {one_line(why)}" for why in failed], err=True)
         fail(f"{len(failed)} rank(s) left out (listed above); the outputs cover the others")
+
+
+def output_option(*decls: str, **attrs) -> Callable:
+    """A command's ``-o`` option: an existing file it names is one the command will write,
+    so naming it as an input too is refused at once (:func:`note_output`), not after
+    the work when the output is written."""
+    return click.option(*decls, callback=_guard_output, **attrs)
+
+
+def _guard_output(ctx: click.Context, param: click.Parameter, value):
+    if value and value != "-":
+        note_output(value)
+    return value
 
 
 class Input(click.Path):

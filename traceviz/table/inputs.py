@@ -7,31 +7,60 @@ import contextlib
 import os
 from collections.abc import Iterator
 
+from ..errors import TraceVizError
+
 # the files a command reads, while :func:`guarding_inputs` is on: (device, inode) -> the
 # modification time (ns) it had when read. A file replaced during the command (a table
 # parsed again) frees its inode for a new file, which is not an input: the time tells
 _inputs: dict[tuple[int, int], int] | None = None
+# the existing files a command was told to write (-o): (device, inode)
+_outputs: set[tuple[int, int]] = set()
 
 
 @contextlib.contextmanager
 def guarding_inputs() -> Iterator[None]:
     """While it lasts (one command), :func:`is_input` knows every file
     :func:`note_input` named."""
-    global _inputs
-    before, _inputs = _inputs, {}
+    global _inputs, _outputs
+    before, _inputs = (_inputs, _outputs), {}
+    _outputs = set()
     try:
         yield
     finally:
-        _inputs = before
+        _inputs, _outputs = before
 
 
 def note_input(path: str | os.PathLike) -> None:
-    """Name a file this command reads (a trace, a table, a topology or config file)."""
+    """Name a file this command reads (a trace, a table, a topology or config file);
+    refused (:func:`input_refused`) when it is a file the command was told to write
+    (:func:`note_output`): before the work, not when the output is written."""
     if _inputs is None:
         return
     with contextlib.suppress(OSError, ValueError):
         st = os.stat(path)
+        if (st.st_dev, st.st_ino) in _outputs:
+            raise input_refused(path)
         _inputs[(st.st_dev, st.st_ino)] = st.st_mtime_ns
+
+
+def note_output(path: str | os.PathLike) -> None:
+    """Name an existing file this command was told to write (its ``-o``): an input of
+    the same file (by any name) is then refused as soon as it is named."""
+    if _inputs is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        st = os.stat(path)
+        if not os.path.isfile(path):
+            return  # a folder, or nothing yet: never an input
+        if _inputs.get((st.st_dev, st.st_ino)) == st.st_mtime_ns:
+            raise input_refused(path)
+        _outputs.add((st.st_dev, st.st_ino))
+
+
+def input_refused(dest: str | os.PathLike) -> TraceVizError:
+    """The error of an output that is one of the command's inputs."""
+    return TraceVizError(f"{os.fspath(dest)}: is an input of this command; writing the "
+                         "output there would destroy it: name another output (-o)")
 
 
 def is_input(path: str | os.PathLike) -> bool:

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import TraceError, TraceVizError
-from .inputs import is_input, note_input
+from .inputs import input_refused, is_input, note_input
 from .schema import DELTA_COLUMNS
 from .scratch import adopt, release, temp_file_for
 
@@ -105,8 +105,7 @@ def cannot_write(dest: str | os.PathLike, exc: OSError) -> TraceVizError:
 def refuse_input(dest: str | os.PathLike) -> None:
     """An error when ``dest`` is one of the command's inputs (writing would destroy it)."""
     if is_input(dest):
-        raise TraceVizError(f"{os.fspath(dest)}: is an input of this command; writing the "
-                            "output there would destroy it: name another output (-o)")
+        raise input_refused(dest)
 
 
 def make_readable(tmp: str) -> None:
