@@ -301,7 +301,7 @@ def kernel_durations(table: pa.Table, kernel_type: str):
     ax.set_xlim(lo_all / 1.5, hi_all * 8)
     ax.set_yticks(y, _labels(names), fontsize="x-small")
     ax.set_xlabel(f"µs per call (log scale): dot = one rank's mean ({nranks} ranks), black = "
-                  "median over ranks, grey = shortest to longest call")
+                  "median over ranks, grey = shortest to longest call", wrap=True)
     ax.set_title(title, loc="left")
     return fig
 
