@@ -120,3 +120,26 @@ def test_missing_iteration_is_a_clear_error(pair):
                                        "--control-iterations", "999"])
     assert result.exit_code == 1
     assert "no ProfilerStep [999]" in result.output and "Traceback" not in result.output
+
+
+def test_the_figure_draws_only_what_changed(pair):
+    """The figure's bars are names whose count or time changed (the synthesized pair's
+    two ranks differ); a trace against itself draws "no data", not unchanged names."""
+    from traceviz.commands.diff import run
+
+    def texts(fig) -> list[str]:
+        return [t.get_text() for t in fig.texts] + [
+            t.get_text() for ax in fig.axes for t in ax.get_yticklabels()]
+
+    changed = run(pair / "a", pair / "b", test_rank=1, full_names=True)
+    rows = changed.tables["trace_diff"].to_pylist()
+    moved = {r["name"] for r in rows if r["diff_duration_ns"] != 0
+             or r["control_counts"] != r["test_counts"]}
+    assert moved
+    labels = texts(changed.figures["trace_diff.png"].figure())
+    drawn = {label.split("  [")[0] for label in labels if "  [" in label}
+    assert drawn and all(name in moved or name.endswith("...") for name in drawn)
+    same = run(pair / "a", pair / "a")
+    said = texts(same.figures["trace_diff.png"].figure())
+    assert any(s.startswith("no data: all ") and "same count and total time" in s
+               for s in said), said

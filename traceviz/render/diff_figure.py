@@ -11,12 +11,18 @@ TOP = 15  # names shown per device
 
 def draw(table: pa.Table, control: str = "control", test: str = "test"):
     """Per device, horizontal bars of control and test total time (ms) for the ``TOP``
-    names with the largest absolute change, each labelled with its counts."""
-    rows = table.to_pylist()
+    names with the largest absolute change, each labelled with its counts; names whose
+    time and count are the same in both are not drawn (two equal traces: "no data")."""
+    title = "Which names changed most in total time?"
+    everything = table.to_pylist()
+    if not everything:
+        return no_data(title, "no names in either trace's selection")
+    rows = [r for r in everything if r["diff_duration_ns"] != 0
+            or r["control_counts"] != r["test_counts"]]
     devices = [d for d in ("GPU", "CPU") if any(r["device"] == d for r in rows)]
     if not devices:
-        return no_data("Which names changed most in total time?",
-                       "no names in either trace's selection")
+        return no_data(title, f"all {len(everything)} names have the same count and total "
+                              "time in both")
     fig = new_figure((7 * max(len(devices), 1), 6), layout="constrained")
     axes = fig.subplots(1, max(len(devices), 1), squeeze=False)
     for ax, device in zip(axes[0], devices):
