@@ -79,7 +79,8 @@ class Input(click.Path):
         if value == "-":
             from ..table.scratch import stdin_copy
 
-            return os.fspath(stdin_copy(click.get_binary_stream("stdin")))
+            # the binary stdin (click.get_binary_stream is deprecated: Click 9 drops it)
+            return os.fspath(stdin_copy(sys.stdin.buffer))
         return super().convert(value, param, ctx)
 
 
