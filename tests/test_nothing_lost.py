@@ -618,6 +618,48 @@ def test_a_file_replaced_during_a_command_is_no_longer_its_input(tmp_path):
         assert not is_input(path)
 
 
+def test_an_input_refused_as_an_output_stays_an_input(tmp_path):
+    """-o naming an existing file makes its reading as an input an error at once; a
+    caller that reads on past that error (a rank left out, a dump unread) still cannot
+    write over it: it stays an input. A file the -o named, replaced meanwhile (another
+    file on its inode), is not refused."""
+    from traceviz.errors import TraceVizError
+    from traceviz.table.inputs import guarding_inputs, is_input, note_input, note_output
+
+    table, other = tmp_path / "rank_0001.parquet", tmp_path / "rank_0002.parquet"
+    table.write_bytes(b"x")
+    other.write_bytes(b"y")
+    with guarding_inputs():
+        note_output(table)
+        with pytest.raises(TraceVizError, match="is an input of this command"):
+            note_input(table)
+        assert is_input(table)  # the write-time guard still holds
+        note_output(other)
+        os.utime(other, ns=(1, 1))  # what a new file on the reused inode looks like
+        note_input(other)  # not refused
+    with guarding_inputs():  # the next command starts with none
+        note_input(table)
+
+
+def test_an_output_over_a_rank_table_is_refused_and_the_table_kept(tmp_path):
+    """`report TABLES -o TABLES/rank_0001.parquet`: the rank's table is an input, refused
+    as an output, and left as it was (the reading that refuses it is one a rank can be
+    left out of)."""
+    from traceviz.cli import main
+    from traceviz.synth import SynthConfig, synthesize
+
+    synthesize(SynthConfig(tp=1, pp=1, dp=2, layers=1, microbatches=1, with_stack=False),
+               tmp_path / "job")
+    assert CliRunner().invoke(main, ["batch", str(tmp_path / "job"), "-o",
+                                     str(tmp_path / "tables"), "-q", "-j", "1"]).exit_code == 0
+    folder = tmp_path / "tables" / "iteration_10"
+    table = next(folder.glob("rank_0001*.parquet"))
+    before = table.read_bytes()
+    r = CliRunner().invoke(main, ["report", str(folder), "-o", str(table)])
+    assert r.exit_code == 1 and "is an input of this command" in r.output, r.output
+    assert table.read_bytes() == before
+
+
 @pytest.mark.parametrize("kind", ["spill folder", "temporary file"])
 def test_a_temporary_path_is_held_before_it_exists(kind, tmp_path, monkeypatch):
     """A SIGTERM that lands between naming a temporary file or folder and making it

@@ -13,8 +13,9 @@ from ..errors import TraceVizError
 # modification time (ns) it had when read. A file replaced during the command (a table
 # parsed again) frees its inode for a new file, which is not an input: the time tells
 _inputs: dict[tuple[int, int], int] | None = None
-# the existing files a command was told to write (-o): (device, inode)
-_outputs: set[tuple[int, int]] = set()
+# the existing files a command was told to write (-o): (device, inode) -> modification
+# time (ns), as for the inputs: a file replaced meanwhile is another file
+_outputs: dict[tuple[int, int], int] = {}
 
 
 @contextlib.contextmanager
@@ -23,7 +24,7 @@ def guarding_inputs() -> Iterator[None]:
     :func:`note_input` named."""
     global _inputs, _outputs
     before, _inputs = (_inputs, _outputs), {}
-    _outputs = set()
+    _outputs = {}
     try:
         yield
     finally:
@@ -38,9 +39,10 @@ def note_input(path: str | os.PathLike) -> None:
         return
     with contextlib.suppress(OSError, ValueError):
         st = os.stat(path)
-        if (st.st_dev, st.st_ino) in _outputs:
+        key = (st.st_dev, st.st_ino)
+        _inputs[key] = st.st_mtime_ns  # first: a caller that reads on past the refusal
+        if _outputs.get(key) == st.st_mtime_ns:  # (a rank left out) still cannot write it
             raise input_refused(path)
-        _inputs[(st.st_dev, st.st_ino)] = st.st_mtime_ns
 
 
 def note_output(path: str | os.PathLike) -> None:
@@ -54,7 +56,7 @@ def note_output(path: str | os.PathLike) -> None:
             return  # a folder, or nothing yet: never an input
         if _inputs.get((st.st_dev, st.st_ino)) == st.st_mtime_ns:
             raise input_refused(path)
-        _outputs.add((st.st_dev, st.st_ino))
+        _outputs[(st.st_dev, st.st_ino)] = st.st_mtime_ns
 
 
 def input_refused(dest: str | os.PathLike) -> TraceVizError:
