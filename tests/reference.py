@@ -61,7 +61,8 @@ def load(data: bytes):
     return json.loads(data, parse_float=Decimal)
 
 
-# 200 digits, numbers up to "1e999999999": every number a trace can write is exact here
+# 200 significant digits (more are rounded to 200, then half away from zero), exponents
+# as far as "1e999999999"
 EXACT = Context(prec=200, Emax=MAX_EMAX, Emin=MIN_EMIN)
 
 
