@@ -300,7 +300,7 @@ def kernel_durations(table: pa.Table, kernel_type: str):
     hi_all = max(max(r["max_ns"] for r in rows) / 1e3, lo_all * 10)
     ax.set_xlim(lo_all / 1.5, hi_all * 8)
     ax.set_yticks(y, _labels(names), fontsize="x-small")
-    ax.set_xlabel(f"µs per call (log scale): dot = one rank's mean ({nranks} ranks), black = "
+    ax.set_xlabel(f"µs per call (log scale): dot = one rank's mean ({_ranks(nranks)}), black = "
                   "median over ranks, grey = shortest to longest call", wrap=True)
     ax.set_title(title, loc="left")
     return fig
