@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from collections.abc import Iterator
 
 from ..errors import TraceVizError
@@ -52,7 +53,7 @@ def note_output(path: str | os.PathLike) -> None:
         return
     with contextlib.suppress(OSError, ValueError):
         st = os.stat(path)
-        if not os.path.isfile(path):
+        if not stat.S_ISREG(st.st_mode):
             return  # a folder, or nothing yet: never an input
         if _inputs.get((st.st_dev, st.st_ino)) == st.st_mtime_ns:
             raise input_refused(path)
